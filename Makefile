@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Developer entry points. `make run` and `make check` do all set-up on a fresh Debian 12 machine
+# (as root): dependencies, build, install as a package would, start under systemd.
+BUILDDIR ?= build
+MESON_OPTS ?=
+
+.PHONY: all deps build install run stop check unit-test integration-test units-test bench clean
+
+all: build
+
+deps:
+	tools/install-deps
+
+$(BUILDDIR)/build.ninja:
+	meson setup $(BUILDDIR) $(MESON_OPTS)
+
+build: deps $(BUILDDIR)/build.ninja
+	meson compile -C $(BUILDDIR)
+
+install: build
+	tools/install $(BUILDDIR)
+
+run: install
+	tools/run
+
+stop:
+	tools/run --stop
+
+check: run
+	tools/check $(BUILDDIR)
+
+unit-test: build
+	meson test -C $(BUILDDIR) --print-errorlogs
+
+bench: build
+	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet"; fi
+
+clean:
+	rm -rf $(BUILDDIR)

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The sidecar API's bearer key: loading it from the credential or the configuration, checking headers. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Name of the credential (LoadCredential=api_key:/etc/scopebox/api-key). */
+#define API_KEY_CREDENTIAL "api_key"
+/* A key file larger than this is certainly not a key. */
+#define API_KEY_SIZE_MAX 4096U
+
+/* Whether 'key' (of 'size' bytes) can be used as a bearer key: not empty, no NUL or other control
+ * characters (which cannot appear in a header value), no leading or trailing whitespace (which HTTP
+ * strips from header values). On failure returns -EINVAL and a static reason. */
+int api_key_validate(const char *key, size_t size, const char **ret_reason);
+
+/* Reads the key from $CREDENTIALS_DIRECTORY/api_key, dropping one trailing newline. Returns 0 and
+ * *ret = NULL if there is no such credential, 1 with the key otherwise. An unusable key fails with
+ * -EINVAL and *ret_reason set. */
+int api_key_load_credential(char **ret, const char **ret_reason);
+
+/* Builds the exact Authorization value accepted: "Bearer <key>". */
+int auth_header_expected(const char *key, char **ret, size_t *ret_size);
+
+/* Constant-time check of an Authorization header value (as received, 'size' bytes, may contain
+ * NULs) against the expected one. NULL means the header is absent. */
+bool auth_header_matches(const char *value, size_t size, const char *expected, size_t expected_size);

@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The gateway's server: sd-event loop, system bus, one sd-event-driven MHD daemon per inherited socket. */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <systemd/sd-daemon.h>
+#include <microhttpd.h>
+
+#include "bus-util.h"
+#include "gateway-auth.h"
+#include "gateway-server.h"
+#include "http-router.h"
+#include "io-util.h"
+#include "log.h"
+
+#define MHD_LOG_LINE_MAX 1024U
+
+uint64_t server_now(Server *s) {
+        struct timespec ts;
+
+        /* Not sd_event_now(): that is the start of the loop iteration, too coarse for durations. */
+        if (clock_gettime(CLOCK_MONOTONIC, &ts) < 0)
+                return 0;
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
+}
+
+/* MHD's diagnostics are mostly about what clients did (bad requests, resets, limits); they must not
+ * reach LOG_ERR or flood the journal at a client's will. */
+_printf_(2, 0)
+static void http_daemon_log(void *cls, const char *format, va_list ap) {
+        char buf[MHD_LOG_LINE_MAX];
+        size_t l;
+
+        (void) vsnprintf(buf, sizeof(buf), format, ap);
+        l = strlen(buf);
+        while (l > 0 && (buf[l - 1] == '\n' || buf[l - 1] == '\r'))
+                buf[--l] = 0;
+        /* Some messages quote what the client sent. */
+        for (size_t i = 0; i < l; i++)
+                if ((unsigned char) buf[i] < 0x20 || buf[i] == 0x7f)
+                        buf[i] = ' ';
+        log_debug("libmicrohttpd: %s", buf);
+}
+
+static int http_daemon_arm_timer(HttpDaemon *d) {
+        MHD_UNSIGNED_LONG_LONG timeout_ms = 0;
+        uint64_t now, until;
+        int r;
+
+        if (MHD_get_timeout(d->mhd, &timeout_ms) != MHD_YES)
+                /* No connection with a deadline and nothing pending. */
+                return sd_event_source_set_enabled(d->timer_event_source, SD_EVENT_OFF);
+
+        r = sd_event_now(d->server->event, CLOCK_MONOTONIC, &now);
+        if (r < 0)
+                return r;
+        /* MHD speaks relative milliseconds, sd-event absolute microseconds. */
+        if (timeout_ms >= (UINT64_MAX - now) / USEC_PER_MSEC)
+                until = UINT64_MAX - 1;
+        else
+                until = now + (uint64_t) timeout_ms * USEC_PER_MSEC;
+
+        r = sd_event_source_set_time(d->timer_event_source, until);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(d->timer_event_source, SD_EVENT_ONESHOT);
+}
+
+static int http_daemon_process(HttpDaemon *d) {
+        int r;
+
+        if (MHD_run(d->mhd) != MHD_YES)
+                /* Only happens when the daemon was started in another mode: a bug, but keep going. */
+                log_debug("MHD_run() failed on socket \"%s\".", d->name);
+
+        r = http_daemon_arm_timer(d);
+        if (r < 0) {
+                /* Returning the error would only disable this source and leave connections hanging:
+                 * better exit and let socket activation start over. */
+                log_error_errno(r, "Failed to arm HTTP timer, exiting: %m");
+                return sd_event_exit(d->server->event, r);
+        }
+        return 0;
+}
+
+static int http_daemon_on_io(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        return http_daemon_process(userdata);
+}
+
+static int http_daemon_on_timer(sd_event_source *source, uint64_t usec, void *userdata) {
+        return http_daemon_process(userdata);
+}
+
+void http_daemon_kick(HttpDaemon *d) {
+        uint64_t now;
+        int r;
+
+        assert(d);
+
+        if (!d->timer_event_source) /* shutting down: the caller runs MHD itself */
+                return;
+
+        /* A resumed connection is handled by the next MHD_run(); MHD's ITC also wakes its epoll fd,
+         * but the documentation asks for MHD_run() + MHD_get_timeout() after every resume. */
+        r = sd_event_now(d->server->event, CLOCK_MONOTONIC, &now);
+        if (r >= 0)
+                r = sd_event_source_set_time(d->timer_event_source, now);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(d->timer_event_source, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_warning_errno(r, "Failed to schedule HTTP processing, relying on MHD's wakeup: %m");
+}
+
+static HttpDaemon *http_daemon_free(HttpDaemon *d) {
+        if (!d)
+                return NULL;
+
+        d->io_event_source = sd_event_source_disable_unref(d->io_event_source);
+        d->timer_event_source = sd_event_source_disable_unref(d->timer_event_source);
+
+        if (d->mhd) {
+                MHD_socket mhd_fd;
+
+                /* Stop accepting first: connections still in the backlog belong to the next instance
+                 * socket activation starts, not to this one on its way out. Taking MHD's copy of the
+                 * listening socket back also keeps MHD_stop_daemon() away from it. */
+                mhd_fd = MHD_quiesce_daemon(d->mhd);
+
+                /* MHD_stop_daemon() must not meet suspended connections: answer and resume them,
+                 * and let MHD_run() move them back (it may even deliver the answers). */
+                http_router_abort_pending(d->server, d);
+                for (unsigned i = 0; i < HTTP_SHUTDOWN_RUNS_MAX; i++)
+                        (void) MHD_run(d->mhd);
+
+                MHD_stop_daemon(d->mhd);
+                if (mhd_fd != MHD_INVALID_SOCKET)
+                        (void) safe_close(mhd_fd);
+        }
+
+        /* Only our references go away, never shutdown(): systemd keeps the socket listening for the
+         * next activation. */
+        d->fd = safe_close(d->fd);
+        free(d->name);
+        free(d);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpDaemon *, http_daemon_free);
+
+/* Takes 'fd' in all cases. */
+static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret) {
+        _cleanup_(http_daemon_freep) HttpDaemon *d = NULL;
+        const union MHD_DaemonInfo *info;
+        int mhd_fd, r;
+
+        d = calloc(1, sizeof(HttpDaemon));
+        if (!d) {
+                (void) safe_close(fd);
+                return log_oom();
+        }
+        d->server = s;
+        d->fd = fd;
+        d->routes = http_sidecar_routes;
+        d->name = strdup(strempty(name));
+        if (!d->name)
+                return log_oom();
+
+        /* MHD with an external epoll loop must never block on accept(). */
+        r = fd_nonblock(fd, true);
+        if (r < 0)
+                return log_error_errno(r, "Failed to make socket \"%s\" non-blocking: %m", d->name);
+
+        /* MHD gets its own descriptor of the socket, so that whatever it does with it at stop or on
+         * failure, the one systemd handed us stays ours. MHD_USE_ITC means MHD never shutdown()s the
+         * listening socket (which would stop it for systemd too), it wakes itself through a pipe. */
+        mhd_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (mhd_fd < 0)
+                return log_error_errno(-errno, "Failed to duplicate socket \"%s\": %m", d->name);
+
+        d->mhd = MHD_start_daemon(
+                        MHD_USE_ERROR_LOG | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC,
+                        0, NULL, NULL,
+                        http_router_access_handler, d,
+                        MHD_OPTION_EXTERNAL_LOGGER, http_daemon_log, d,
+                        MHD_OPTION_LISTEN_SOCKET, mhd_fd,
+                        MHD_OPTION_NOTIFY_COMPLETED, http_router_request_completed, d,
+                        MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX,
+                        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_PER_IP_MAX,
+                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_IDLE_TIMEOUT_SEC,
+                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) HTTP_CONNECTION_MEMORY_MAX,
+                        MHD_OPTION_END);
+        if (!d->mhd)
+                /* Whether MHD closed mhd_fd is not documented; leave it rather than risk closing a
+                 * reused descriptor. We are about to exit anyway. */
+                return log_error_errno(-EIO, "Failed to start HTTP server on socket \"%s\".", d->name);
+
+        info = MHD_get_daemon_info(d->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!info)
+                return log_error_errno(-EIO, "Failed to get MHD's epoll fd.");
+
+        r = sd_event_add_io(s->event, &d->io_event_source, info->epoll_fd, EPOLLIN, http_daemon_on_io, d);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch MHD's epoll fd: %m");
+        (void) sd_event_source_set_description(d->io_event_source, "http-io");
+
+        r = sd_event_add_time(s->event, &d->timer_event_source, CLOCK_MONOTONIC, UINT64_MAX - 1,
+                              USEC_PER_MSEC, http_daemon_on_timer, d);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add HTTP timer: %m");
+        (void) sd_event_source_set_description(d->timer_event_source, "http-timer");
+
+        r = http_daemon_arm_timer(d);
+        if (r < 0)
+                return log_error_errno(r, "Failed to arm HTTP timer: %m");
+
+        *ret = TAKE_PTR(d);
+        return 0;
+}
+
+static int server_send_status(Server *s) {
+        s->status_sent_usec = server_now(s);
+        return sd_notifyf(false,
+                          "STATUS=Serving on %zu socket%s, %u request%s in flight (%u waiting for the "
+                          "session manager), %" PRIu64 " completed.",
+                          s->n_daemons, s->n_daemons == 1 ? "" : "s",
+                          s->n_requests, s->n_requests == 1 ? "" : "s",
+                          s->n_suspended, s->n_completed);
+}
+
+static int server_on_status_timer(sd_event_source *source, uint64_t usec, void *userdata) {
+        (void) server_send_status(userdata);
+        return 0;
+}
+
+void server_status_changed(Server *s) {
+        uint64_t next;
+        int enabled = SD_EVENT_OFF, r;
+
+        if (!s->ready || s->shutting_down || !s->status_event_source)
+                return;
+        if (sd_event_source_get_enabled(s->status_event_source, &enabled) >= 0 && enabled != SD_EVENT_OFF)
+                return; /* already scheduled */
+
+        /* sd_notify() is a datagram: coalesce bursts into one update per interval. */
+        next = s->status_sent_usec + SERVER_STATUS_INTERVAL_USEC;
+        r = sd_event_source_set_time(s->status_event_source, next);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->status_event_source, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_debug_errno(r, "Failed to schedule status update, ignoring: %m");
+}
+
+int server_new(Config *config, Server **ret) {
+        _cleanup_(server_freep) Server *s = NULL;
+        int r;
+
+        assert(config);
+        assert(ret);
+
+        s = calloc(1, sizeof(Server));
+        if (!s)
+                return -ENOMEM;
+        s->config = *config;
+        *config = (Config) {};
+        s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * s->config.max_body_bytes);
+        s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
+
+        r = sd_event_default(&s->event);
+        if (r < 0)
+                return log_error_errno(r, "Failed to allocate event loop: %m");
+
+        r = sd_event_set_signal_exit(s->event, true);
+        if (r < 0)
+                return log_error_errno(r, "Failed to enable SIGTERM/SIGINT handling: %m");
+
+        r = sd_event_set_watchdog(s->event, true);
+        if (r < 0)
+                return log_error_errno(r, "Failed to enable watchdog handling: %m");
+
+        /* CLOCK_MONOTONIC like server_now(), which stamps the last update. */
+        r = sd_event_add_time(s->event, &s->status_event_source, CLOCK_MONOTONIC, UINT64_MAX - 1, 0,
+                              server_on_status_timer, s);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add status timer: %m");
+        (void) sd_event_source_set_enabled(s->status_event_source, SD_EVENT_OFF);
+
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+Server *server_free(Server *s) {
+        if (!s)
+                return NULL;
+
+        s->shutting_down = true;
+
+        /* Stops MHD, which completes (and frees) every request, cancelling their bus calls. */
+        for (size_t i = 0; i < s->n_daemons; i++)
+                http_daemon_free(s->daemons[i]);
+        free(s->daemons);
+        assert(!s->requests);
+
+        s->status_event_source = sd_event_source_disable_unref(s->status_event_source);
+        s->bus = sd_bus_flush_close_unref(s->bus);
+        s->event = sd_event_unref(s->event);
+
+        if (s->auth_header) {
+                explicit_bzero(s->auth_header, s->auth_header_size);
+                free(s->auth_header);
+        }
+        config_done(&s->config);
+        free(s);
+        return NULL;
+}
+
+int server_set_api_key(Server *s, const char *key) {
+        char *h = NULL;
+        size_t n = 0;
+        int r;
+
+        assert(s);
+
+        if (key) {
+                r = auth_header_expected(key, &h, &n);
+                if (r < 0)
+                        return r;
+        }
+        if (s->auth_header) {
+                explicit_bzero(s->auth_header, s->auth_header_size);
+                free(s->auth_header);
+        }
+        s->auth_header = h;
+        s->auth_header_size = n;
+        return 0;
+}
+
+int server_connect_bus(Server *s) {
+        const char *unique;
+        int r;
+
+        assert(s);
+
+        r = bus_errors_register();
+        if (r < 0)
+                return log_error_errno(r, "Failed to register bus error map: %m");
+
+        r = sd_bus_open_system_with_description(&s->bus, "scopebox-gateway");
+        if (r < 0)
+                return log_error_errno(r, "Failed to connect to the system bus: %m");
+
+        /* Wait for the handshake now, while blocking is harmless: sd-bus would otherwise block in
+         * the first send of a message with fds (an exec) to learn whether fds can be passed. */
+        r = sd_bus_get_unique_name(s->bus, &unique);
+        if (r < 0)
+                return log_error_errno(r, "Failed to complete the system bus handshake: %m");
+        log_debug("Connected to the system bus as %s.", unique);
+
+        r = sd_bus_attach_event(s->bus, s->event, SD_EVENT_PRIORITY_NORMAL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
+
+        /* Without the bus every request would fail: exit, and let socket activation start a fresh
+         * instance on the next connection. */
+        r = sd_bus_set_exit_on_disconnect(s->bus, true);
+        if (r < 0)
+                return log_error_errno(r, "Failed to enable exit on bus disconnect: %m");
+
+        return 0;
+}
+
+int server_add_listen_fd(Server *s, int fd, const char *name) {
+        _cleanup_(http_daemon_freep) HttpDaemon *d = NULL;
+        _cleanup_close_ int owned = fd;
+        HttpDaemon **a;
+        int r;
+
+        assert(s);
+        assert(fd >= 0);
+
+        r = sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1);
+        if (r < 0)
+                return log_error_errno(r, "Failed to check socket \"%s\": %m", strempty(name));
+        if (r == 0)
+                return log_error_errno(-EINVAL,
+                                       "Socket \"%s\" (fd %i) is not a listening stream socket; check "
+                                       "ListenStream= in scopebox-gateway.socket.", strempty(name), fd);
+
+        a = realloc(s->daemons, (s->n_daemons + 1) * sizeof(HttpDaemon *));
+        if (!a)
+                return log_oom();
+        s->daemons = a;
+
+        r = http_daemon_new(s, TAKE_FD(owned), name, &d);
+        if (r < 0)
+                return r;
+
+        s->daemons[s->n_daemons++] = TAKE_PTR(d);
+        return 0;
+}
+
+int server_run(Server *s) {
+        int r;
+
+        assert(s);
+
+        s->ready = true;
+        (void) sd_notify(false, "READY=1");
+        (void) server_send_status(s);
+        log_info("Serving the sidecar API on %zu socket%s%s.", s->n_daemons, s->n_daemons == 1 ? "" : "s",
+                 s->auth_header ? "" : " WITHOUT authentication");
+
+        /* Exit codes: 0 after SIGTERM/SIGINT, EXIT_FAILURE from sd-bus when the bus goes away, a
+         * negative errno (already logged) from our own fatal errors. */
+        r = sd_event_loop(s->event);
+        (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down.");
+        if (r < 0)
+                return r;
+        if (r != 0)
+                return log_error_errno(-ECONNRESET, "Lost the connection to the system bus, exiting.");
+        return 0;
+}

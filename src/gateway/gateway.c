@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* scopebox-gateway: the socket-activated HTTP front end of the sidecar API. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "config.h"
+#include "gateway-auth.h"
+#include "gateway-server.h"
+#include "log.h"
+#include "macro.h"
+
+static void strv_freep(char ***p) {
+        if (!*p)
+                return;
+        for (char **i = *p; *i; i++)
+                free(*i);
+        free(*p);
+}
+
+/* Our references only: systemd keeps the sockets for the next activation. */
+static void close_listen_fds(int from, int n) {
+        for (int i = from; i < n; i++)
+                (void) safe_close(SD_LISTEN_FDS_START + i);
+}
+
+/* The key comes from the credential if there is one, else from SANDBOX_API_KEY. Returns NULL in
+ * *ret when there is none and that is allowed. */
+static int load_api_key(const Config *config, char **ret) {
+        _cleanup_erase_free_ char *key = NULL;
+        const char *reason;
+        int r;
+
+        r = api_key_load_credential(&key, &reason);
+        if (r == -EINVAL)
+                return log_error_errno(r, "Credential \"%s\" %s, refusing to start.",
+                                       API_KEY_CREDENTIAL, reason);
+        if (r < 0)
+                return log_error_errno(r, "Failed to read credential \"%s\": %m", API_KEY_CREDENTIAL);
+        if (r > 0) {
+                log_debug("Using the API key from credential \"%s\".", API_KEY_CREDENTIAL);
+                *ret = TAKE_PTR(key);
+                return 0;
+        }
+
+        if (!isempty(config->api_key)) {
+                if (api_key_validate(config->api_key, strlen(config->api_key), &reason) < 0)
+                        return log_error_errno(-EINVAL, "SANDBOX_API_KEY %s, refusing to start.", reason);
+                key = strdup(config->api_key);
+                if (!key)
+                        return log_oom();
+                *ret = TAKE_PTR(key);
+                return 0;
+        }
+
+        if (!config->allow_no_auth)
+                return log_error_errno(-ENOKEY,
+                                       "No API key configured: provide credential \"%s\" (LoadCredential=) "
+                                       "or SANDBOX_API_KEY, or set SANDBOX_ALLOW_NO_AUTH=1 on a trusted "
+                                       "development host. Refusing to start.", API_KEY_CREDENTIAL);
+
+        log_warning("No API key configured and SANDBOX_ALLOW_NO_AUTH is set: every client that can reach "
+                    "the socket can run code. Never use this in production.");
+        *ret = NULL;
+        return 0;
+}
+
+static int run(int argc, char *argv[]) {
+        _cleanup_(server_freep) Server *s = NULL;
+        _cleanup_erase_free_ char *key = NULL;
+        _cleanup_free_ char *config_error = NULL;
+        _cleanup_(strv_freep) char **names = NULL;
+        _cleanup_(config_done) Config config = {};
+        int n, r;
+
+        log_setup("scopebox-gateway");
+
+        if (argc > 1)
+                return log_error_errno(-EINVAL, "This program takes no arguments; it is started by "
+                                       "scopebox-gateway.socket.");
+
+        /* MHD sends with MSG_NOSIGNAL, but a peer vanishing must never kill us. */
+        (void) signal(SIGPIPE, SIG_IGN);
+
+        r = config_load(&config, NULL, &config_error);
+        if (r < 0) {
+                if (config_error)
+                        return log_error_errno(r, "Invalid configuration: %s", config_error);
+                return log_error_errno(r, "Failed to load configuration: %m");
+        }
+
+        r = load_api_key(&config, &key);
+        if (r < 0)
+                return r;
+
+        n = sd_listen_fds_with_names(true, &names);
+        if (n < 0)
+                return log_error_errno(n, "Failed to get listening sockets from systemd: %m");
+        if (n == 0)
+                return log_error_errno(-ENXIO,
+                                       "No listening socket received. scopebox-gateway is socket-activated: "
+                                       "start scopebox-gateway.socket, or for testing run it under "
+                                       "systemd-socket-activate -l 127.0.0.1:48217.");
+
+        r = server_new(&config, &s);
+        if (r < 0) {
+                close_listen_fds(0, n);
+                return r;
+        }
+
+        r = server_set_api_key(s, key);
+        if (r < 0) {
+                close_listen_fds(0, n);
+                return log_oom();
+        }
+
+        /* The bus first: without it there is nothing to serve, and the sockets stay untouched. */
+        r = server_connect_bus(s);
+        if (r < 0) {
+                close_listen_fds(0, n);
+                return r;
+        }
+
+        for (int i = 0; i < n; i++) {
+                r = server_add_listen_fd(s, SD_LISTEN_FDS_START + i, names ? names[i] : NULL);
+                if (r < 0) {
+                        close_listen_fds(i + 1, n);
+                        return r;
+                }
+        }
+
+        return server_run(s);
+}
+
+int main(int argc, char *argv[]) {
+        int r;
+
+        r = run(argc, argv);
+        if (r < 0) {
+                (void) sd_notifyf(false, "ERRNO=%i", -r);
+                return EXIT_FAILURE;
+        }
+        return EXIT_SUCCESS;
+}

@@ -1,0 +1,478 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* POST /exec: run code in a session and return its output and artifacts. */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "base64.h"
+#include "bus-client.h"
+#include "http-exec.h"
+#include "http-router.h"
+#include "id.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "mime.h"
+#include "string-util.h"
+
+/* Room for what the reply's data memfd may hold beyond the configured limits (alignment, skew). */
+#define EXEC_DATA_SLACK (16ULL << 20)
+
+typedef struct ExecBody {
+        const char *session_id;
+        const char *code;
+        int64_t timeout_ms;
+} ExecBody;
+
+static const JsonField exec_body_fields[] = {
+        { "session_id", JSON_FIELD_STRING, offsetof(ExecBody, session_id), JSON_MANDATORY },
+        { "code",       JSON_FIELD_STRING, offsetof(ExecBody, code),       JSON_MANDATORY },
+        { "timeout_ms", JSON_FIELD_INT64,  offsetof(ExecBody, timeout_ms), JSON_NULLABLE  },
+        {}
+};
+
+uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms) {
+        uint64_t t;
+
+        if (!given || timeout_ms == 0)
+                t = EXEC_TIMEOUT_DEFAULT_MS;
+        else if (timeout_ms < 0)
+                t = EXEC_TIMEOUT_MIN_MS;
+        else
+                t = (uint64_t) timeout_ms;
+
+        /* The cap wins over the minimum if an operator configured it lower. */
+        return MIN(MAX(t, (uint64_t) EXEC_TIMEOUT_MIN_MS), MAX(cap_ms, (uint64_t) EXEC_TIMEOUT_MIN_MS));
+}
+
+/* Length of a string member as json-c stores it, which may include NULs that C strings hide. */
+static size_t json_member_string_length(json_object *o, const char *name) {
+        json_object *v;
+
+        if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
+                return 0;
+        return (size_t) json_object_get_string_len(v);
+}
+
+int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error) {
+        JsonDispatchError e = {};
+        ExecBody b = {};
+        size_t code_size;
+        int r;
+
+        assert(config);
+        assert(ret);
+        assert(ret_error);
+
+        *ret_error = NULL;
+
+        if (!body) {
+                r = http_response_new_body_missing(ret_error);
+                return r < 0 ? r : -EINVAL;
+        }
+        if (json_dispatch(body, exec_body_fields, &b, &e) < 0) {
+                r = http_response_new_validation(&e, ret_error);
+                return r < 0 ? r : -EINVAL;
+        }
+
+        if (!session_id_is_valid(b.session_id) ||
+            json_member_string_length(body, "session_id") != strlen(b.session_id)) {
+                r = http_response_new_detail(HTTP_BAD_REQUEST, "invalid session_id", ret_error);
+                return r < 0 ? r : -EINVAL;
+        }
+
+        /* Counted in UTF-8 bytes, as received (json_parse() accepted only valid UTF-8). */
+        code_size = json_member_string_length(body, "code");
+        if (code_size > config->max_code_bytes) {
+                r = http_response_new_detail(HTTP_PAYLOAD_TOO_LARGE, "code too large", ret_error);
+                return r < 0 ? r : -EFBIG;
+        }
+
+        *ret = (ExecRequest) {
+                .session_id = b.session_id,
+                .code = b.code,
+                .code_size = code_size,
+                .timeout_ms = exec_timeout_effective(json_object_object_get_ex(body, "timeout_ms", NULL),
+                                                     b.timeout_ms, config->exec_timeout_cap_ms),
+        };
+        return 0;
+}
+
+static const char *exec_file_name(const char *path) {
+        const char *slash = strrchr(path, '/');
+        return slash ? slash + 1 : path;
+}
+
+int exec_result_validate(const ExecResult *result, size_t data_size) {
+        uint64_t streams, artifacts = 0;
+
+        assert(result);
+
+        if (result->stdout_size > data_size || result->stderr_size > data_size - result->stdout_size)
+                return -EBADMSG;
+        streams = result->stdout_size + result->stderr_size;
+
+        if (result->n_files > EXEC_FILES_MAX || (result->n_files > 0 && !result->files))
+                return -EBADMSG;
+
+        for (size_t i = 0; i < result->n_files; i++) {
+                const ExecFile *f = &result->files[i];
+
+                if (isempty(f->path) || !utf8_is_valid_n(f->path, strlen(f->path)) ||
+                    isempty(exec_file_name(f->path)))
+                        return -EBADMSG;
+                /* Artifacts live after the two streams, inside the buffer... */
+                if (f->offset < streams || f->offset > data_size || f->size > data_size - f->offset)
+                        return -EBADMSG;
+                /* ...and do not share bytes: overlapping ranges could multiply a small buffer into
+                 * an enormous response. */
+                artifacts += f->size;
+                if (artifacts > data_size - streams)
+                        return -EBADMSG;
+        }
+
+        return 0;
+}
+
+/* Appends a stream decoded as UTF-8 with replacement (like Python's errors="replace"). */
+static int text_append_utf8(JsonWriter *w, const void *p, size_t n) {
+        _cleanup_free_ char *s = NULL;
+        size_t l;
+
+        if (utf8_is_valid_n(p, n))
+                return json_writer_append(w, p, n);
+        s = utf8_sanitize(p, n, &l);
+        if (!s)
+                return -ENOMEM;
+        return json_writer_append(w, s, l);
+}
+
+static int exec_compose_stdout(const ExecResult *result, const uint8_t *data, const Config *config,
+                               JsonWriter *ret) {
+        int r;
+
+        r = text_append_utf8(ret, data, result->stdout_size);
+        if (r < 0)
+                return r;
+        if (result->stdout_truncated)
+                r = json_writer_appendf(ret, "\n... [truncated, stdout exceeded %" PRIu64 "KB]",
+                                        config->max_output_bytes / 1024);
+        return r;
+}
+
+static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, const Config *config,
+                               JsonWriter *ret) {
+        int r;
+
+        r = text_append_utf8(ret, data + result->stdout_size, result->stderr_size);
+        if (r < 0)
+                return r;
+
+        if (result->stderr_truncated) {
+                r = json_writer_appendf(ret, "\n... [truncated, stderr exceeded %" PRIu64 "KB]",
+                                        config->max_output_bytes / 1024);
+                if (r < 0)
+                        return r;
+        }
+
+        if (result->timed_out) {
+                /* {seconds:.3f} without floating point: the timeout is whole milliseconds. */
+                r = json_writer_appendf(ret, "\n[sandbox] execution exceeded %" PRIu64 ".%03" PRIu64 "s "
+                                        "and was killed",
+                                        result->timeout_ms / 1000, result->timeout_ms % 1000);
+                if (r < 0)
+                        return r;
+        }
+
+        if (result->files_skipped > 0) {
+                if (ret->size > 0 && ret->data[ret->size - 1] != '\n') {
+                        r = json_writer_append(ret, "\n", 1);
+                        if (r < 0)
+                                return r;
+                }
+                r = json_writer_appendf(ret, "[sandbox] skipped %" PRIu32 " output file(s) because "
+                                        "artifact limits are %" PRIu64 " files, %" PRIu64 " bytes per file, "
+                                        "%" PRIu64 " bytes total",
+                                        result->files_skipped, config->max_files_per_exec,
+                                        config->max_artifact_bytes, config->max_total_artifact_bytes);
+                if (r < 0)
+                        return r;
+        }
+
+        return 0;
+}
+
+int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
+                        HttpResponse **ret) {
+        _cleanup_(json_writer_done) JsonWriter out = {}, out_text = {}, err_text = {};
+        const uint8_t *d = data ?: (const void *) "";
+        size_t estimate, size;
+        char *body;
+        int r;
+
+        assert(result);
+        assert(data || data_size == 0);
+        assert(config);
+        assert(ret);
+
+        r = exec_result_validate(result, data_size);
+        if (r < 0)
+                return r;
+
+        r = exec_compose_stdout(result, d, config, &out_text);
+        if (r < 0)
+                return r;
+        r = exec_compose_stderr(result, d, config, &err_text);
+        if (r < 0)
+                return r;
+
+        /* Size the body once: artifacts dominate and must not be copied around by realloc(). The
+         * sum cannot overflow, exec_result_validate() bounded everything by data_size. */
+        estimate = 128 + out_text.size + out_text.size / 8 + err_text.size + err_text.size / 8;
+        for (size_t i = 0; i < result->n_files; i++)
+                estimate += 128 + 2 * strlen(result->files[i].path) +
+                            base64_encoded_size((size_t) result->files[i].size);
+        r = json_writer_reserve(&out, estimate);
+        if (r < 0)
+                return r;
+
+        if ((r = json_writer_append_str(&out, "{\"stdout\":")) < 0 ||
+            (r = json_writer_append_string(&out, strempty(out_text.data), out_text.size)) < 0 ||
+            (r = json_writer_append_str(&out, ",\"stderr\":")) < 0 ||
+            (r = json_writer_append_string(&out, strempty(err_text.data), err_text.size)) < 0 ||
+            (r = json_writer_appendf(&out, ",\"exit_code\":%" PRIi32 ",\"files\":[",
+                                     result->timed_out ? 124 : result->exit_code)) < 0)
+                return r;
+
+        for (size_t i = 0; i < result->n_files; i++) {
+                const ExecFile *f = &result->files[i];
+                const char *name = exec_file_name(f->path), *mime = mime_type_from_name(name);
+
+                if ((r = json_writer_append_str(&out, i > 0 ? ",{\"name\":" : "{\"name\":")) < 0 ||
+                    (r = json_writer_append_string(&out, name, strlen(name))) < 0 ||
+                    (r = json_writer_append_str(&out, ",\"mime_type\":")) < 0 ||
+                    (r = json_writer_append_string(&out, mime, strlen(mime))) < 0 ||
+                    (r = json_writer_append_str(&out, ",\"data_base64\":")) < 0 ||
+                    (r = json_writer_append_base64(&out, d + f->offset, (size_t) f->size)) < 0 ||
+                    (r = json_writer_append_str(&out, "}")) < 0)
+                        return r;
+        }
+
+        r = json_writer_append_str(&out, "]}");
+        if (r < 0)
+                return r;
+
+        body = json_writer_steal(&out, &size);
+        if (!body)
+                return -ENOMEM;
+        return http_response_new_take(HTTP_OK, body, size, ret);
+}
+
+/* The reply's data memfd, mapped (sealed) or copied (not sealed: the sender could shrink it under a
+ * mapping and turn our reads into SIGBUS). */
+typedef struct ExecData {
+        void *map;
+        size_t map_size;
+        char *copy;
+        const uint8_t *data;
+        size_t size;
+} ExecData;
+
+static void exec_data_done(ExecData *d) {
+        if (d->map)
+                (void) munmap(d->map, d->map_size);
+        free(d->copy);
+        *d = (ExecData) {};
+}
+
+static int exec_data_load(int fd, uint64_t max, ExecData *ret) {
+        struct stat st;
+        int seals, r;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EBADMSG;
+        if ((uint64_t) st.st_size > max)
+                return -EFBIG;
+        if (st.st_size == 0) {
+                *ret = (ExecData) { .data = (const uint8_t *) "" };
+                return 0;
+        }
+
+        seals = fcntl(fd, F_GET_SEALS);
+        if (seals >= 0 && (seals & F_SEAL_SHRINK)) {
+                void *p = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+                if (p == MAP_FAILED)
+                        return -errno;
+                *ret = (ExecData) {
+                        .map = p,
+                        .map_size = (size_t) st.st_size,
+                        .data = p,
+                        .size = (size_t) st.st_size,
+                };
+                return 0;
+        }
+
+        ret->map = NULL;
+        r = read_full_memfd(fd, (size_t) max, &ret->copy, &ret->size);
+        if (r < 0)
+                return r;
+        ret->data = (const uint8_t *) ret->copy;
+        return 0;
+}
+
+typedef struct ExecInfo {
+        bool timed_out;
+        bool stdout_truncated;
+        bool stderr_truncated;
+        uint32_t files_skipped;
+        uint64_t duration_usec;
+        int32_t signal;
+} ExecInfo;
+
+static const BusDictField exec_info_fields[] = {
+        { "timed_out",        'b', offsetof(ExecInfo, timed_out)        },
+        { "stdout_truncated", 'b', offsetof(ExecInfo, stdout_truncated) },
+        { "stderr_truncated", 'b', offsetof(ExecInfo, stderr_truncated) },
+        { "files_skipped",    'u', offsetof(ExecInfo, files_skipped)    },
+        { "duration_usec",    't', offsetof(ExecInfo, duration_usec)    },
+        { "signal",           'i', offsetof(ExecInfo, signal)           },
+        {}
+};
+
+static int exec_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n) {
+        _cleanup_free_ ExecFile *files = NULL;
+        size_t n = 0, allocated = 0;
+        int r;
+
+        r = sd_bus_message_enter_container(reply, 'a', "(stt)");
+        if (r < 0)
+                return r;
+        for (;;) {
+                ExecFile f;
+
+                r = sd_bus_message_read(reply, "(stt)", &f.path, &f.offset, &f.size);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        break;
+                if (n >= EXEC_FILES_MAX)
+                        return -EBADMSG;
+                if (n >= allocated) {
+                        ExecFile *a;
+
+                        allocated = MAX(allocated * 2, (size_t) 8);
+                        a = realloc(files, allocated * sizeof(ExecFile));
+                        if (!a)
+                                return -ENOMEM;
+                        files = a;
+                }
+                files[n++] = f;
+        }
+        r = sd_bus_message_exit_container(reply);
+        if (r < 0)
+                return r;
+
+        *ret = TAKE_PTR(files);
+        *ret_n = n;
+        return 0;
+}
+
+typedef struct ExecContext {
+        uint64_t timeout_ms;
+} ExecContext;
+
+static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const Config *config = &req->server->config;
+        _cleanup_(exec_data_done) ExecData data = {};
+        _cleanup_free_ ExecFile *files = NULL;
+        const ExecContext *ctx = req->userdata;
+        const sd_bus_error *e;
+        HttpResponse *resp;
+        ExecResult result = {};
+        ExecInfo info = {};
+        uint64_t max;
+        int fd, r;
+
+        e = sd_bus_message_get_error(reply);
+        if (e)
+                return http_request_reply_bus_error(req, e);
+
+        r = sd_bus_message_read(reply, "itt", &result.exit_code, &result.stdout_size, &result.stderr_size);
+        if (r < 0)
+                return r;
+        r = exec_read_files(reply, &files, &result.n_files);
+        if (r < 0)
+                return r;
+        result.files = files;
+        r = bus_message_read_dict(reply, exec_info_fields, &info);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_read_basic(reply, 'h', &fd);
+        if (r < 0)
+                return r;
+
+        result.timed_out = info.timed_out;
+        result.stdout_truncated = info.stdout_truncated;
+        result.stderr_truncated = info.stderr_truncated;
+        result.files_skipped = info.files_skipped;
+        result.timeout_ms = ctx->timeout_ms;
+
+        max = 2 * config->max_output_bytes + config->max_total_artifact_bytes + EXEC_DATA_SLACK;
+        r = exec_data_load(fd, max, &data);
+        if (r < 0)
+                return r;
+
+        log_debug("Exec in session %s finished: exit code %" PRIi32 ", %" PRIu64 " ms, %zu artifacts.",
+                  req->session_id, result.exit_code, info.duration_usec / USEC_PER_MSEC, result.n_files);
+
+        r = exec_result_compose(&result, data.data, data.size, config, &resp);
+        if (r < 0)
+                return r;
+        return http_request_reply(req, resp);
+}
+
+int http_exec_post(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        ExecContext *ctx;
+        HttpResponse *error;
+        ExecRequest x = {};
+        int r;
+
+        r = exec_request_parse(req->json, &req->server->config, &x, &error);
+        if (r < 0)
+                return error ? http_request_reply(req, error) : r;
+        http_request_set_session_id(req, x.session_id);
+
+        /* The code crosses the bus as a sealed memfd, not as a megabyte string. */
+        fd = memfd_new_data("scopebox-exec-code", x.code, x.code_size);
+        if (fd < 0)
+                return fd;
+
+        r = session_manager_new_call(req->server->bus, "Exec", &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "sha{sv}", x.session_id, fd, 2,
+                                  "timeout_ms", "t", x.timeout_ms,
+                                  "language", "s", "python3");
+        if (r < 0)
+                return r;
+
+        ctx = malloc(sizeof(ExecContext));
+        if (!ctx)
+                return -ENOMEM;
+        *ctx = (ExecContext) { .timeout_ms = x.timeout_ms };
+        req->userdata = ctx;
+        req->userdata_free = free;
+
+        return http_request_call(req, m, x.timeout_ms * USEC_PER_MSEC + BUS_TIMEOUT_EXEC_SLACK_USEC,
+                                 exec_on_reply);
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* POST /exec: request validation and response composition, free of MHD and D-Bus for unit tests. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+#include "config.h"
+#include "http-util.h"
+
+#define EXEC_TIMEOUT_DEFAULT_MS 120000U
+#define EXEC_TIMEOUT_MIN_MS     1000U
+/* Sanity bound on the artifacts a reply may list, whatever the manager's configuration says. */
+#define EXEC_FILES_MAX          1000U
+
+typedef struct ExecRequest {
+        const char *session_id; /* borrowed from the JSON body */
+        const char *code;       /* borrowed, 'code_size' bytes, may contain NULs */
+        size_t code_size;
+        uint64_t timeout_ms;    /* effective: defaulted and clamped */
+} ExecRequest;
+
+/* Validates a /exec body like the reference FastAPI service, in its order: schema (422), session id
+ * (400), code size (413), then defaults and clamps the timeout. On a client error returns a negative
+ * errno with the response to send in *ret_error; on an internal error *ret_error stays NULL. */
+int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error);
+
+/* Effective timeout: absent or 0 → default, then clamped to [EXEC_TIMEOUT_MIN_MS, cap]. */
+uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms);
+
+typedef struct ExecFile {
+        const char *path;       /* relative to /workspace/outputs */
+        uint64_t offset;
+        uint64_t size;
+} ExecFile;
+
+/* The decoded reply of Exec(), pointing into the shared data buffer by offsets. */
+typedef struct ExecResult {
+        int32_t exit_code;
+        uint64_t stdout_size;
+        uint64_t stderr_size;
+        const ExecFile *files;
+        size_t n_files;
+        bool timed_out;
+        bool stdout_truncated;
+        bool stderr_truncated;
+        uint32_t files_skipped;
+        uint64_t timeout_ms;    /* the effective timeout, for the timeout note */
+} ExecResult;
+
+/* Checks every offset and size in 'result' against the data buffer. -EBADMSG if any is out of
+ * bounds or a file has no usable name. */
+int exec_result_validate(const ExecResult *result, size_t data_size);
+
+/* Builds the 200 response {"stdout","stderr","exit_code","files"} from a validated result and the data
+ * buffer (stdout at 0, stderr after it, artifacts at their offsets). Artifacts are base64-encoded
+ * straight into the response body. */
+int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
+                        HttpResponse **ret);

@@ -1,0 +1,698 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Request routing and the per-request context: auth, body limits, JSON parsing, async bus calls. */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "gateway-auth.h"
+#include "http-router.h"
+#include "json-util.h"
+#include "log.h"
+#include "string-util.h"
+
+/* Initial allocation for bodies of unknown length (chunked transfer). */
+#define HTTP_BODY_CHUNK_MIN (16U * 1024U)
+
+const HttpRoute http_sidecar_routes[] = {
+        { "GET",    "/healthz",   HTTP_ROUTE_PUBLIC,                      http_health_get      },
+        { "POST",   "/sessions",  HTTP_ROUTE_JSON,                        http_sessions_post   },
+        { "DELETE", "/sessions/", HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG,  http_sessions_delete },
+        { "POST",   "/exec",      HTTP_ROUTE_JSON,                        http_exec_post       },
+        {}
+};
+
+static void allow_append(char *allow, size_t allow_size, const char *method) {
+        size_t l;
+
+        if (!allow || allow_size == 0)
+                return;
+        l = strlen(allow);
+        (void) snprintf(allow + l, allow_size - l, "%s%s", l > 0 ? ", " : "", method);
+}
+
+int http_route_lookup(const HttpRoute *routes, const char *method, const char *path,
+                      const HttpRoute **ret_route, const char **ret_arg, char *allow, size_t allow_size) {
+        bool path_known = false;
+
+        assert(routes);
+        assert(method);
+        assert(path);
+
+        if (allow && allow_size > 0)
+                allow[0] = 0;
+
+        for (const HttpRoute *r = routes; r->method; r++) {
+                const char *arg = NULL;
+
+                if (r->flags & HTTP_ROUTE_PATH_ARG) {
+                        arg = startswith(path, r->path);
+                        if (isempty(arg) || strchr(arg, '/'))
+                                continue;
+                } else if (!streq(path, r->path))
+                        continue;
+
+                path_known = true;
+                if (streq(method, r->method) || (streq(method, "HEAD") && streq(r->method, "GET"))) {
+                        if (ret_route)
+                                *ret_route = r;
+                        if (ret_arg)
+                                *ret_arg = arg;
+                        return 0;
+                }
+                allow_append(allow, allow_size, r->method);
+                if (streq(r->method, "GET"))
+                        allow_append(allow, allow_size, "HEAD");
+        }
+
+        return path_known ? -EOPNOTSUPP : -ENOENT;
+}
+
+static void http_request_log_ids(const HttpRequest *req, char method[static 4 * HTTP_METHOD_LOG_MAX + 4],
+                                 char path[static 4 * HTTP_PATH_LOG_MAX + 4]) {
+        http_sanitize_for_log(req->method, HTTP_METHOD_LOG_MAX, method, 4 * HTTP_METHOD_LOG_MAX + 4);
+        http_sanitize_for_log(req->path, HTTP_PATH_LOG_MAX, path, 4 * HTTP_PATH_LOG_MAX + 4);
+}
+
+int http_request_new(Server *s, HttpDaemon *d, struct MHD_Connection *c, const char *method,
+                     const char *path, HttpRequest **ret) {
+        _cleanup_(http_request_freep) HttpRequest *req = NULL;
+
+        assert(s);
+        assert(ret);
+
+        req = calloc(1, sizeof(HttpRequest));
+        if (!req)
+                return -ENOMEM;
+        req->server = s;
+        req->daemon = d;
+        req->connection = c;
+        req->start_usec = server_now(s);
+
+        /* Link first, so that free() always has something to unlink. */
+        req->next = s->requests;
+        if (s->requests)
+                s->requests->prev = req;
+        s->requests = req;
+        s->n_requests++;
+
+        req->method = strdup(strempty(method));
+        req->path = strdup(strempty(path));
+        if (!req->method || !req->path)
+                return -ENOMEM;
+
+        server_status_changed(s);
+        *ret = TAKE_PTR(req);
+        return 0;
+}
+
+static void http_request_release_body(HttpRequest *req) {
+        free(req->body);
+        req->body = NULL;
+        req->body_size = req->body_allocated = 0;
+        assert(req->server->body_bytes >= req->body_reserved);
+        req->server->body_bytes -= req->body_reserved;
+        req->body_reserved = 0;
+}
+
+HttpRequest *http_request_free(HttpRequest *req) {
+        Server *s;
+
+        if (!req)
+                return NULL;
+        s = req->server;
+
+        /* Cancels a pending call: its reply handler can no longer run for a freed request. */
+        req->slot = sd_bus_slot_unref(req->slot);
+        if (req->suspended)
+                s->n_suspended--;
+
+        http_request_release_body(req);
+        json_object_put(req->json);
+        http_response_free(req->response);
+        if (req->userdata_free)
+                req->userdata_free(req->userdata);
+        free(req->method);
+        free(req->path);
+
+        if (req->prev)
+                req->prev->next = req->next;
+        else
+                s->requests = req->next;
+        if (req->next)
+                req->next->prev = req->prev;
+        s->n_requests--;
+        server_status_changed(s);
+
+        free(req);
+        return NULL;
+}
+
+int http_request_reply(HttpRequest *req, HttpResponse *response) {
+        assert(req);
+        assert(response);
+
+        http_response_free(req->response);
+        req->response = response;
+        return 0;
+}
+
+int http_request_reply_detail(HttpRequest *req, unsigned status, const char *detail) {
+        HttpResponse *r;
+        int k;
+
+        k = http_response_new_detail(status, detail, &r);
+        if (k < 0)
+                return k;
+        return http_request_reply(req, r);
+}
+
+int http_request_reply_error(HttpRequest *req, unsigned status, const char *error) {
+        HttpResponse *r;
+        int k;
+
+        k = http_response_new_error(status, error, &r);
+        if (k < 0)
+                return k;
+        return http_request_reply(req, r);
+}
+
+int http_request_reply_json(HttpRequest *req, unsigned status, json_object *o) {
+        HttpResponse *r;
+        int k;
+
+        k = http_response_new_json(status, o, &r);
+        if (k < 0)
+                return k;
+        return http_request_reply(req, r);
+}
+
+int http_request_reply_literal(HttpRequest *req, unsigned status, const char *json) {
+        HttpResponse *r;
+        char *copy;
+        int k;
+
+        copy = strdup(json);
+        if (!copy)
+                return -ENOMEM;
+        k = http_response_new_take(status, copy, strlen(copy), &r);
+        if (k < 0)
+                return k;
+        return http_request_reply(req, r);
+}
+
+void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ours) {
+        Server *s = req->server;
+        const char *name = e && e->name ? e->name : "(unknown)";
+        const char *message = e && e->message ? e->message : "";
+
+        if (ours && ratelimit_below(&s->warning_ratelimit, server_now(s))) {
+                char method[4 * HTTP_METHOD_LOG_MAX + 4], path[4 * HTTP_PATH_LOG_MAX + 4];
+
+                http_request_log_ids(req, method, path);
+                log_warning_errno(sd_bus_error_get_errno(e),
+                                  "Session manager call for %s \"%s\" failed: %s: %s",
+                                  method, path, name, message);
+        } else
+                log_debug("Session manager answered %s: %s", name, message);
+}
+
+int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
+        bool internal = false;
+        HttpResponse *r;
+        int k;
+
+        k = http_response_new_bus_error(e, &r, &internal);
+        if (k < 0)
+                return k;
+        http_request_log_bus_error(req, e, internal);
+        return http_request_reply(req, r);
+}
+
+void http_request_set_session_id(HttpRequest *req, const char *id) {
+        assert(req);
+
+        if (session_id_is_valid(id))
+                memcpy(req->session_id, id, SESSION_ID_LEN + 1);
+}
+
+/* Replaces whatever was prepared by a 500; logs why (rate-limited: the cause may be a request). */
+static void http_request_fail(HttpRequest *req, int error) {
+        Server *s = req->server;
+
+        req->response = http_response_free(req->response);
+        req->slot = sd_bus_slot_unref(req->slot);
+        req->reply_handler = NULL;
+
+        if (ratelimit_below(&s->warning_ratelimit, server_now(s))) {
+                char method[4 * HTTP_METHOD_LOG_MAX + 4], path[4 * HTTP_PATH_LOG_MAX + 4];
+
+                http_request_log_ids(req, method, path);
+                log_warning_errno(error, "Failed to handle %s \"%s\": %m", method, path);
+        }
+
+        /* If even this fails, the caller closes the connection. */
+        (void) http_response_new_detail(HTTP_INTERNAL_SERVER_ERROR, "internal error", &req->response);
+}
+
+static void http_request_resume(HttpRequest *req) {
+        if (!req->suspended)
+                return;
+
+        req->suspended = false;
+        req->server->n_suspended--;
+        if (req->connection)
+                MHD_resume_connection(req->connection);
+        if (req->daemon)
+                http_daemon_kick(req->daemon);
+        server_status_changed(req->server);
+}
+
+static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        HttpRequest *req = userdata;
+        HttpReplyHandler handler;
+        int r;
+
+        assert(req);
+
+        /* sd-bus holds its own reference while we run; drop ours now so that the handler may start
+         * another call. */
+        req->slot = sd_bus_slot_unref(req->slot);
+        handler = req->reply_handler;
+        req->reply_handler = NULL;
+
+        r = handler ? handler(req, reply) : -EPROTO;
+        if (r < 0)
+                http_request_fail(req, r);
+        else if (!req->response && !req->slot)
+                http_request_fail(req, -EPROTO);
+
+        if (!req->slot)
+                http_request_resume(req);
+        return 0;
+}
+
+int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler) {
+        int r;
+
+        assert(req);
+        assert(m);
+        assert(handler);
+        assert(!req->slot);
+
+        if (!req->server->bus)
+                return -ENOTCONN;
+
+        r = sd_bus_call_async(req->server->bus, &req->slot, m, http_request_on_reply, req, timeout_usec);
+        if (r < 0)
+                return r;
+        req->reply_handler = handler;
+        return 0;
+}
+
+/* Reserves body bytes against the server-wide budget, up to 'total' for this request. */
+static int http_request_reserve(HttpRequest *req, uint64_t total) {
+        Server *s = req->server;
+        uint64_t delta;
+
+        if (total <= req->body_reserved)
+                return 0;
+        delta = total - req->body_reserved;
+        if (delta > s->body_budget || s->body_bytes > s->body_budget - delta)
+                return -ENOBUFS;
+        s->body_bytes += delta;
+        req->body_reserved = total;
+        return 0;
+}
+
+static int http_request_reply_too_large(HttpRequest *req) {
+        char msg[64];
+
+        (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes", req->body_max);
+        return http_request_reply_error(req, HTTP_PAYLOAD_TOO_LARGE, msg);
+}
+
+/* The server-wide body budget is exhausted: a temporary condition. */
+static int http_request_reply_busy(HttpRequest *req) {
+        return http_request_reply_error(req, HTTP_SERVICE_UNAVAILABLE, "server busy, retry later");
+}
+
+static const HttpRoute *http_request_routes(const HttpRequest *req) {
+        return req->daemon && req->daemon->routes ? req->daemon->routes : http_sidecar_routes;
+}
+
+int http_request_begin(HttpRequest *req, const char *authorization, size_t authorization_size,
+                       const char *content_length, unsigned n_headers, size_t header_bytes) {
+        Server *s;
+        bool public;
+        int lookup, r;
+
+        assert(req);
+        s = req->server;
+
+        if (n_headers > HTTP_HEADERS_MAX || header_bytes > HTTP_HEADER_BYTES_MAX)
+                return http_request_reply_error(req, HTTP_HEADER_FIELDS_TOO_LARGE,
+                                                "request header fields too large");
+
+        lookup = http_route_lookup(http_request_routes(req), req->method, req->path, &req->route,
+                                   &req->path_arg, req->allow, sizeof(req->allow));
+        if (lookup < 0 && lookup != -ENOENT && lookup != -EOPNOTSUPP)
+                return lookup;
+
+        /* Authentication comes before everything else a client could learn from us, including
+         * which paths exist, and before a single body byte is read. */
+        public = lookup >= 0 && (req->route->flags & HTTP_ROUTE_PUBLIC);
+        if (!public && s->auth_header &&
+            !auth_header_matches(authorization, authorization_size, s->auth_header, s->auth_header_size))
+                return http_request_reply_error(req, HTTP_UNAUTHORIZED, "unauthorized");
+
+        if (lookup == -ENOENT)
+                return http_request_reply_detail(req, HTTP_NOT_FOUND, "Not Found");
+        if (lookup == -EOPNOTSUPP) {
+                r = http_request_reply_detail(req, HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed");
+                if (r >= 0)
+                        req->response->allow = req->allow;
+                return r;
+        }
+
+        req->body_max = s->config.max_body_bytes;
+        if (content_length) {
+                r = http_parse_content_length(content_length, req->body_max, &req->content_length);
+                if (r == -EFBIG) {
+                        return http_request_reply_too_large(req);
+                }
+                if (r < 0)
+                        return http_request_reply_error(req, HTTP_BAD_REQUEST, "invalid content-length");
+                req->has_content_length = true;
+
+                if (req->route->flags & HTTP_ROUTE_JSON) {
+                        r = http_request_reserve(req, req->content_length);
+                        if (r < 0)
+                                return http_request_reply_busy(req);
+                }
+        }
+
+        req->state = HTTP_REQUEST_RECEIVING;
+        return 0;
+}
+
+int http_request_append_body(HttpRequest *req, const char *data, size_t size) {
+        size_t need;
+        int r;
+
+        assert(req);
+        assert(req->state == HTTP_REQUEST_RECEIVING);
+        assert(req->body_size <= req->body_max);
+
+        if (size == 0)
+                return 0;
+        /* Chunked bodies carry no Content-Length: the cap must hold while they stream in. */
+        if (size > req->body_max - req->body_size)
+                return -EFBIG;
+        need = req->body_size + size;
+
+        /* A resource that takes no body (the public GET /healthz among them) gets none: counted,
+         * never buffered, so that nobody can park memory here without a key. */
+        if (!(req->route->flags & HTTP_ROUTE_JSON)) {
+                req->body_size = need;
+                return 0;
+        }
+
+        if (need >= req->body_allocated) {
+                uint64_t n;
+                char *b;
+
+                if (req->has_content_length && req->content_length >= need)
+                        n = req->content_length;
+                else
+                        n = MIN(MAX(MAX(need, (size_t) HTTP_BODY_CHUNK_MIN), req->body_allocated * 2),
+                                req->body_max);
+                n = MAX(n, (uint64_t) need);
+
+                r = http_request_reserve(req, n);
+                if (r < 0)
+                        return r;
+                b = realloc(req->body, (size_t) n + 1);
+                if (!b)
+                        return -ENOMEM;
+                req->body = b;
+                req->body_allocated = (size_t) n + 1;
+        }
+
+        memcpy(req->body + req->body_size, data, size);
+        req->body_size = need;
+        req->body[need] = 0;
+        return 0;
+}
+
+int http_request_dispatch(HttpRequest *req) {
+        int r = 0;
+
+        assert(req);
+        assert(req->route);
+
+        req->state = HTTP_REQUEST_HANDLING;
+
+        if ((req->route->flags & HTTP_ROUTE_JSON) && req->body_size > 0)
+                r = json_parse(req->body, req->body_size, JSON_DEPTH_MAX, &req->json);
+
+        /* The parsed document holds what the resource needs; a long exec should not keep the raw
+         * bytes counted against the budget. */
+        http_request_release_body(req);
+
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                HttpResponse *resp;
+
+                r = http_response_new_json_invalid(&resp);
+                if (r < 0)
+                        return r;
+                return http_request_reply(req, resp);
+        }
+
+        r = req->route->handler(req);
+        if (r < 0)
+                return r;
+        if (!req->response && !req->slot)
+                return -EPROTO;
+        return 0;
+}
+
+static enum MHD_Result http_request_queue(HttpRequest *req) {
+        _cleanup_(http_response_freep) HttpResponse *resp = NULL;
+        struct MHD_Response *m;
+        enum MHD_Result ret;
+
+        resp = TAKE_PTR(req->response);
+        if (!resp)
+                return MHD_NO;
+        req->status = resp->status;
+
+        m = MHD_create_response_from_buffer_with_free_callback(resp->size, resp->body, free);
+        if (!m)
+                return MHD_NO;
+        resp->body = NULL; /* MHD frees it now */
+
+        if (MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES ||
+            (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES)) {
+                MHD_destroy_response(m);
+                return MHD_NO;
+        }
+
+        ret = MHD_queue_response(req->connection, resp->status, m);
+        MHD_destroy_response(m);
+        if (ret == MHD_YES)
+                req->state = HTTP_REQUEST_ANSWERED;
+        return ret;
+}
+
+typedef struct HeaderScan {
+        unsigned n;
+        size_t bytes;
+        unsigned n_authorization;
+        const char *authorization;
+        size_t authorization_size;
+        const char *content_length;
+} HeaderScan;
+
+static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                       const char *value, size_t value_size) {
+        HeaderScan *scan = cls;
+
+        scan->n++;
+        scan->bytes += key_size + value_size;
+        if (!key)
+                return MHD_YES;
+        if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) {
+                scan->n_authorization++;
+                scan->authorization = value;
+                scan->authorization_size = value_size;
+        } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0 && !scan->content_length)
+                scan->content_length = strempty(value);
+        return MHD_YES;
+}
+
+enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *connection, const char *url,
+                                           const char *method, const char *version,
+                                           const char *upload_data, size_t *upload_data_size,
+                                           void **con_cls) {
+        HttpDaemon *d = cls;
+        HttpRequest *req = *con_cls;
+        int r;
+
+        assert(d);
+
+        if (!req) {
+                HeaderScan scan = {};
+
+                /* First call: the headers are in, no body byte has been read yet. */
+                r = http_request_new(d->server, d, connection, method, url, &req);
+                if (r < 0) {
+                        log_warning_errno(r, "Failed to allocate request: %m");
+                        return MHD_NO;
+                }
+                *con_cls = req;
+
+                (void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND, header_scan_one, &scan);
+                r = http_request_begin(req,
+                                       scan.n_authorization == 1 ? scan.authorization : NULL,
+                                       scan.authorization_size, scan.content_length, scan.n, scan.bytes);
+                if (r < 0)
+                        http_request_fail(req, r);
+                /* An early answer makes MHD skip the body (and "100 Continue"). */
+                return req->response ? http_request_queue(req) : MHD_YES;
+        }
+
+        if (*upload_data_size > 0) {
+                size_t n = *upload_data_size;
+
+                *upload_data_size = 0;
+                if (req->state != HTTP_REQUEST_RECEIVING)
+                        return MHD_YES;
+
+                r = http_request_append_body(req, upload_data, n);
+                if (r == -EFBIG)
+                        r = http_request_reply_too_large(req);
+                else if (r == -ENOBUFS)
+                        r = http_request_reply_busy(req);
+                if (r < 0)
+                        return MHD_NO;
+                if (req->response) {
+                        /* MHD cannot answer in the middle of a body; close the connection instead of
+                         * reading on. The access log still shows what we meant to say. */
+                        req->state = HTTP_REQUEST_ANSWERED;
+                        req->status = req->response->status;
+                        http_request_release_body(req);
+                        return MHD_NO;
+                }
+                return MHD_YES;
+        }
+
+        if (req->state == HTTP_REQUEST_RECEIVING) {
+                r = http_request_dispatch(req);
+                if (r < 0)
+                        http_request_fail(req, r);
+        }
+        /* Otherwise we are called again after a resume: the reply handler prepared the answer. */
+
+        if (req->response)
+                return http_request_queue(req);
+        if (req->slot) {
+                if (!req->suspended) {
+                        MHD_suspend_connection(connection);
+                        req->suspended = true;
+                        req->server->n_suspended++;
+                        server_status_changed(req->server);
+                }
+                return MHD_YES;
+        }
+        return MHD_NO;
+}
+
+static const char *termination_to_string(enum MHD_RequestTerminationCode toe) {
+        switch (toe) {
+        case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+                return NULL;
+        case MHD_REQUEST_TERMINATED_WITH_ERROR:
+                return "aborted";
+        case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+                return "idle timeout";
+        case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+                return "shutdown";
+        case MHD_REQUEST_TERMINATED_READ_ERROR:
+                return "read error";
+        case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+                return "client closed the connection";
+        default:
+                return "closed";
+        }
+}
+
+static void http_request_log_access(HttpRequest *req, enum MHD_RequestTerminationCode toe) {
+        char method[4 * HTTP_METHOD_LOG_MAX + 4], path[4 * HTTP_PATH_LOG_MAX + 4];
+        char f_method[sizeof(method) + 32], f_path[sizeof(path) + 32], f_status[48], f_duration[64],
+                f_session[64], status[16];
+        const char *fields[6] = {}, *why;
+        uint64_t duration;
+        size_t n = 0;
+
+        http_request_log_ids(req, method, path);
+        duration = server_now(req->server) - req->start_usec;
+        why = termination_to_string(toe);
+
+        (void) snprintf(f_method, sizeof(f_method), "SCOPEBOX_HTTP_METHOD=%s", method);
+        (void) snprintf(f_path, sizeof(f_path), "SCOPEBOX_HTTP_PATH=%s", path);
+        (void) snprintf(f_status, sizeof(f_status), "SCOPEBOX_HTTP_STATUS=%u", req->status);
+        (void) snprintf(f_duration, sizeof(f_duration), "SCOPEBOX_DURATION_USEC=%" PRIu64, duration);
+        fields[n++] = f_method;
+        fields[n++] = f_path;
+        fields[n++] = f_status;
+        fields[n++] = f_duration;
+        if (!isempty(req->session_id)) {
+                (void) snprintf(f_session, sizeof(f_session), "SCOPEBOX_SESSION_ID=%s", req->session_id);
+                fields[n++] = f_session;
+        }
+        fields[n] = NULL;
+
+        if (req->status > 0)
+                (void) snprintf(status, sizeof(status), "%u", req->status);
+        else
+                strcpy(status, "-"); /* closed before we answered */
+
+        log_struct(LOG_INFO, 0, fields, "%s \"%s\" %s in %" PRIu64 ".%03" PRIu64 " ms%s%s%s", method, path,
+                   status, duration / USEC_PER_MSEC, duration % USEC_PER_MSEC,
+                   why ? " (" : "", strempty(why), why ? ")" : "");
+}
+
+void http_router_request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+                                   enum MHD_RequestTerminationCode toe) {
+        HttpRequest *req = *con_cls;
+
+        if (!req)
+                return;
+
+        http_request_log_access(req, toe);
+        req->server->n_completed++;
+        *con_cls = NULL;
+        http_request_free(req);
+}
+
+void http_router_abort_pending(Server *s, HttpDaemon *d) {
+        assert(s);
+
+        for (HttpRequest *req = s->requests; req; req = req->next) {
+                if (req->daemon != d || !req->slot)
+                        continue;
+
+                req->slot = sd_bus_slot_unref(req->slot);
+                req->reply_handler = NULL;
+                req->response = http_response_free(req->response);
+                if (http_request_reply_detail(req, HTTP_SERVICE_UNAVAILABLE, "service is shutting down") < 0)
+                        log_oom();
+                http_request_resume(req);
+        }
+}

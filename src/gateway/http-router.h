@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Request routing and the per-request context: auth, body limits, JSON parsing, async bus calls. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <systemd/sd-bus.h>
+#include <json-c/json.h>
+#include <microhttpd.h>
+
+#include "gateway-server.h"
+#include "http-util.h"
+#include "id.h"
+
+/* A resource handler. Either prepares a response (http_request_reply*()) or starts a bus call
+ * (http_request_call()); a negative return becomes a 500. */
+typedef int (*HttpHandler)(HttpRequest *req);
+/* Called with the session manager's reply (or error) to a http_request_call(). Same contract. */
+typedef int (*HttpReplyHandler)(HttpRequest *req, sd_bus_message *reply);
+
+typedef enum HttpRouteFlags {
+        HTTP_ROUTE_PUBLIC   = 1 << 0, /* served without Authorization */
+        HTTP_ROUTE_PATH_ARG = 1 << 1, /* 'path' is a prefix followed by one non-empty segment */
+        HTTP_ROUTE_JSON     = 1 << 2, /* a non-empty body is parsed as JSON */
+} HttpRouteFlags;
+
+struct HttpRoute {
+        const char *method;
+        const char *path;
+        unsigned flags;
+        HttpHandler handler;
+};
+
+/* The sidecar (Aivory) API. Terminated by an entry with method NULL. */
+extern const HttpRoute http_sidecar_routes[];
+
+/* Finds the route for a request. -ENOENT: no route has this path (404). -EOPNOTSUPP: the path exists
+ * with other methods (405), listed in 'allow' if given. HEAD is served by GET routes. */
+int http_route_lookup(const HttpRoute *routes, const char *method, const char *path,
+                      const HttpRoute **ret_route, const char **ret_arg, char *allow, size_t allow_size);
+
+typedef enum HttpRequestState {
+        HTTP_REQUEST_NEW,        /* headers not checked yet, or refused */
+        HTTP_REQUEST_RECEIVING,  /* headers checked, body arriving */
+        HTTP_REQUEST_HANDLING,   /* handed to the resource, possibly waiting for the bus */
+        HTTP_REQUEST_ANSWERED,   /* response queued on the connection */
+} HttpRequestState;
+
+#define HTTP_METHOD_LOG_MAX 16U
+#define HTTP_PATH_LOG_MAX   256U
+
+struct HttpRequest {
+        Server *server;
+        HttpDaemon *daemon;                 /* NULL in unit tests */
+        struct MHD_Connection *connection;  /* NULL in unit tests */
+        HttpRequest *prev, *next;
+
+        HttpRequestState state;
+        const HttpRoute *route;
+        char *method;
+        char *path;
+        const char *path_arg;               /* into 'path', for HTTP_ROUTE_PATH_ARG routes */
+        char allow[48];                     /* for a 405 */
+        uint64_t start_usec;
+
+        /* Body, bounded by 'body_max' while it streams in. */
+        char *body;
+        size_t body_size;
+        size_t body_allocated;
+        uint64_t body_max;
+        uint64_t body_reserved;             /* counted in server->body_bytes */
+        uint64_t content_length;
+        bool has_content_length;
+        json_object *json;                  /* NULL for an empty body or a JSON null */
+
+        char session_id[SESSION_ID_LEN + 1];  /* for the access log, "" if unknown */
+
+        /* A pending session-manager call; unref'd (which cancels it) when the request goes away. */
+        sd_bus_slot *slot;
+        HttpReplyHandler reply_handler;
+        bool suspended;
+
+        /* State a resource keeps between its handler and its reply handler. */
+        void *userdata;
+        void (*userdata_free)(void *p);
+
+        HttpResponse *response;             /* prepared, not yet queued */
+        unsigned status;                    /* of the queued response, for the access log */
+};
+
+int http_request_new(Server *s, HttpDaemon *d, struct MHD_Connection *c, const char *method,
+                     const char *path, HttpRequest **ret);
+HttpRequest *http_request_free(HttpRequest *req);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_free);
+
+/* Stores the response to send (takes ownership, also on failure). */
+int http_request_reply(HttpRequest *req, HttpResponse *response);
+int http_request_reply_detail(HttpRequest *req, unsigned status, const char *detail);
+int http_request_reply_error(HttpRequest *req, unsigned status, const char *error);
+int http_request_reply_json(HttpRequest *req, unsigned status, json_object *o);
+/* A constant JSON text, copied. */
+int http_request_reply_literal(HttpRequest *req, unsigned status, const char *json);
+/* Answers a failed bus call; logs the real cause when it is ours (500) and hidden from the client. */
+int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e);
+/* Logs a failed session-manager call: rate-limited warning if 'ours', debug otherwise. */
+void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ours);
+/* Sends 'm' to the session manager; 'handler' runs with the reply. The connection stays suspended
+ * in the meantime. */
+int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler);
+/* Records the session a request is about, for the access log. Ignores invalid ids. */
+void http_request_set_session_id(HttpRequest *req, const char *id);
+
+/* Checks done once the headers are in (size caps, route, auth, Content-Length). Prepares an error
+ * response when the request is refused. Exposed for tests. */
+int http_request_begin(HttpRequest *req, const char *authorization, size_t authorization_size,
+                       const char *content_length, unsigned n_headers, size_t header_bytes);
+/* Adds upload data. -EFBIG when the body outgrows its limit, -ENOBUFS when the server-wide budget
+ * is exhausted. */
+int http_request_append_body(HttpRequest *req, const char *data, size_t size);
+/* Parses the body and runs the resource. */
+int http_request_dispatch(HttpRequest *req);
+
+/* libmicrohttpd callbacks; the closure is the HttpDaemon. */
+enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *connection, const char *url,
+                                           const char *method, const char *version,
+                                           const char *upload_data, size_t *upload_data_size,
+                                           void **con_cls);
+void http_router_request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+                                   enum MHD_RequestTerminationCode toe);
+/* At shutdown: answers every request still waiting for the bus with 503 and resumes it. */
+void http_router_abort_pending(Server *s, HttpDaemon *d);
+
+/* Resources (http-<resource>.c). */
+int http_health_get(HttpRequest *req);
+int http_sessions_post(HttpRequest *req);
+int http_sessions_delete(HttpRequest *req);
+int http_exec_post(HttpRequest *req);

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* POST /sessions and DELETE /sessions/{session_id}: create and release sandboxes. */
+#include <assert.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bus-client.h"
+#include "bus-util.h"
+#include "http-router.h"
+#include "id.h"
+#include "json-util.h"
+#include "log.h"
+#include "string-util.h"
+
+typedef struct SessionBody {
+        int64_t idle_ttl_sec;
+        const char *archive_key;
+        json_object *storage;
+        bool discard;
+} SessionBody;
+
+static const JsonField session_create_fields[] = {
+        { "idle_ttl_sec", JSON_FIELD_INT64,  offsetof(SessionBody, idle_ttl_sec), JSON_NULLABLE },
+        { "archive_key",  JSON_FIELD_STRING, offsetof(SessionBody, archive_key),  JSON_NULLABLE },
+        { "storage",      JSON_FIELD_OBJECT, offsetof(SessionBody, storage),      JSON_NULLABLE },
+        {}
+};
+
+static const JsonField session_release_fields[] = {
+        { "discard",     JSON_FIELD_BOOL,   offsetof(SessionBody, discard),     JSON_NULLABLE },
+        { "archive_key", JSON_FIELD_STRING, offsetof(SessionBody, archive_key), JSON_NULLABLE },
+        { "storage",     JSON_FIELD_OBJECT, offsetof(SessionBody, storage),     JSON_NULLABLE },
+        {}
+};
+
+/* The body is optional: absent or null means {}. Returns 1 if parsed, 0 if a 422 was prepared. */
+static int session_body_parse(HttpRequest *req, const JsonField fields[], SessionBody *ret) {
+        JsonDispatchError e = {};
+        HttpResponse *resp;
+        int r;
+
+        if (!req->json)
+                return 1;
+        if (json_dispatch(req->json, fields, ret, &e) >= 0)
+                return 1;
+
+        r = http_response_new_validation(&e, &resp);
+        if (r < 0)
+                return r;
+        (void) http_request_reply(req, resp);
+        return 0;
+}
+
+/* Appends the archive_key and storage options shared by both calls. Contains the storage block's
+ * credentials: never log the message. */
+static int session_append_storage_options(sd_bus_message *m, json_object *body, const SessionBody *b) {
+        json_object *v;
+        int r;
+
+        /* A key with an embedded NUL cannot cross the bus; it is invalid as an archive stem anyway,
+         * and an invalid key means "use the session id", which is what leaving it out does. */
+        if (b->archive_key && json_object_object_get_ex(body, "archive_key", &v) &&
+            (size_t) json_object_get_string_len(v) == strlen(b->archive_key)) {
+                r = sd_bus_message_append(m, "{sv}", "archive_key", "s", b->archive_key);
+                if (r < 0)
+                        return r;
+        }
+
+        if (b->storage) {
+                const char *text;
+
+                text = json_object_to_json_string_ext(b->storage, JSON_C_TO_STRING_PLAIN |
+                                                                  JSON_C_TO_STRING_NOSLASHESCAPE);
+                if (!text)
+                        return -ENOMEM;
+                r = sd_bus_message_append(m, "{sv}", "storage", "s", text);
+                if (r < 0)
+                        return r;
+        }
+
+        return 0;
+}
+
+static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        char body[sizeof("{\"session_id\":\"\"}") + SESSION_ID_LEN];
+        const sd_bus_error *e;
+        const char *id;
+        int r;
+
+        e = sd_bus_message_get_error(reply);
+        if (e)
+                return http_request_reply_bus_error(req, e);
+
+        r = sd_bus_message_read(reply, "s", &id);
+        if (r < 0)
+                return r;
+        if (!session_id_is_valid(id))
+                return -EBADMSG;
+        http_request_set_session_id(req, id);
+
+        /* Validated: 32 hex digits need no escaping. */
+        (void) snprintf(body, sizeof(body), "{\"session_id\":\"%s\"}", id);
+        return http_request_reply_literal(req, HTTP_OK, body);
+}
+
+int http_sessions_post(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        const Config *config = &req->server->config;
+        SessionBody b = {};
+        int r;
+
+        r = session_body_parse(req, session_create_fields, &b);
+        if (r <= 0)
+                return r;
+
+        r = session_manager_new_call(req->server->bus, "CreateSession", &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+
+        /* 0 (or absent) lets the manager pick SANDBOX_IDLE_TTL_SECONDS; anything else ends up in
+         * [1, SANDBOX_IDLE_TTL_CAP_SECONDS], as upstream clamps it. */
+        if (b.idle_ttl_sec != 0) {
+                uint64_t ttl = b.idle_ttl_sec < 0 ? 1
+                                                  : MIN((uint64_t) b.idle_ttl_sec, config->idle_ttl_cap_sec);
+
+                r = sd_bus_message_append(m, "{sv}", "idle_ttl_sec", "t", ttl);
+                if (r < 0)
+                        return r;
+        }
+
+        if (req->json) {
+                r = session_append_storage_options(m, req->json, &b);
+                if (r < 0)
+                        return r;
+        }
+
+        r = sd_bus_message_close_container(m);
+        if (r < 0)
+                return r;
+
+        return http_request_call(req, m, BUS_TIMEOUT_SESSION_USEC, sessions_post_on_reply);
+}
+
+static int sessions_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e;
+
+        e = sd_bus_message_get_error(reply);
+        /* Release is idempotent: a session that is already gone is released. */
+        if (e && !sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
+                return http_request_reply_bus_error(req, e);
+
+        return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
+}
+
+int http_sessions_delete(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        const char *id = req->path_arg;
+        SessionBody b = {};
+        int r;
+
+        /* FastAPI validates the body before the handler looks at the path. */
+        r = session_body_parse(req, session_release_fields, &b);
+        if (r <= 0)
+                return r;
+
+        if (!session_id_is_valid(id))
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
+        http_request_set_session_id(req, id);
+
+        r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "s", id);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        if (b.discard) {
+                r = sd_bus_message_append(m, "{sv}", "discard", "b", 1);
+                if (r < 0)
+                        return r;
+        }
+        if (req->json) {
+                r = session_append_storage_options(m, req->json, &b);
+                if (r < 0)
+                        return r;
+        }
+        r = sd_bus_message_close_container(m);
+        if (r < 0)
+                return r;
+
+        return http_request_call(req, m, BUS_TIMEOUT_SESSION_USEC, sessions_delete_on_reply);
+}

@@ -1,0 +1,442 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* HTTP responses independent of libmicrohttpd: JSON bodies, FastAPI error shapes, bus error mapping. */
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base64.h"
+#include "bus-util.h"
+#include "http-util.h"
+#include "parse-util.h"
+#include "string-util.h"
+
+#define JSON_OUTPUT_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
+
+HttpResponse *http_response_free(HttpResponse *r) {
+        if (!r)
+                return NULL;
+        free(r->body);
+        free(r);
+        return NULL;
+}
+
+int http_response_new_take(unsigned status, char *body, size_t size, HttpResponse **ret) {
+        HttpResponse *r;
+
+        assert(body);
+        assert(ret);
+
+        r = malloc(sizeof(HttpResponse));
+        if (!r) {
+                free(body);
+                return -ENOMEM;
+        }
+        *r = (HttpResponse) {
+                .status = status,
+                .body = body,
+                .size = size,
+        };
+        *ret = r;
+        return 0;
+}
+
+int http_response_new_json(unsigned status, json_object *o, HttpResponse **ret) {
+        const char *text;
+        size_t len = 0;
+        char *copy;
+
+        assert(o);
+        assert(ret);
+
+        text = json_object_to_json_string_length(o, JSON_OUTPUT_FLAGS, &len);
+        if (!text)
+                return -ENOMEM;
+        copy = strndup(text, len);
+        if (!copy)
+                return -ENOMEM;
+        return http_response_new_take(status, copy, len, ret);
+}
+
+/* {"<key>":"<value>"} */
+static int http_response_new_member(unsigned status, const char *key, const char *value,
+                                    HttpResponse **ret) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        _cleanup_free_ char *fixed = NULL;
+        size_t n = strlen(value);
+        char *body;
+        int r;
+
+        if (!utf8_is_valid_n(value, n)) {
+                fixed = utf8_sanitize(value, n, &n);
+                if (!fixed)
+                        return -ENOMEM;
+                value = fixed;
+        }
+
+        if ((r = json_writer_append_str(&w, "{")) < 0 ||
+            (r = json_writer_append_string(&w, key, strlen(key))) < 0 ||
+            (r = json_writer_append_str(&w, ":")) < 0 ||
+            (r = json_writer_append_string(&w, value, n)) < 0 ||
+            (r = json_writer_append_str(&w, "}")) < 0)
+                return r;
+
+        body = json_writer_steal(&w, &n);
+        if (!body)
+                return -ENOMEM;
+        return http_response_new_take(status, body, n, ret);
+}
+
+int http_response_new_detail(unsigned status, const char *detail, HttpResponse **ret) {
+        return http_response_new_member(status, "detail", detail, ret);
+}
+
+int http_response_new_error(unsigned status, const char *error, HttpResponse **ret) {
+        return http_response_new_member(status, "error", error, ret);
+}
+
+/* {"detail":[{"type":T,"loc":["body"(,F|,0)],"msg":M}]}: loc_field NULL → ["body"], "" → ["body",0] */
+static int http_response_new_pydantic(const char *type, const char *loc_field, const char *msg,
+                                      HttpResponse **ret) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        char *body;
+        size_t n;
+        int r;
+
+        assert(type);
+        assert(msg);
+
+        if ((r = json_writer_append_str(&w, "{\"detail\":[{\"type\":")) < 0 ||
+            (r = json_writer_append_string(&w, type, strlen(type))) < 0 ||
+            (r = json_writer_append_str(&w, ",\"loc\":[\"body\"")) < 0)
+                return r;
+        if (loc_field) {
+                r = isempty(loc_field) ? json_writer_append_str(&w, ",0")
+                                       : json_writer_append_str(&w, ",");
+                if (r < 0)
+                        return r;
+                if (!isempty(loc_field)) {
+                        r = json_writer_append_string(&w, loc_field, strlen(loc_field));
+                        if (r < 0)
+                                return r;
+                }
+        }
+        if ((r = json_writer_append_str(&w, "],\"msg\":")) < 0 ||
+            (r = json_writer_append_string(&w, msg, strlen(msg))) < 0 ||
+            (r = json_writer_append_str(&w, "}]}")) < 0)
+                return r;
+
+        body = json_writer_steal(&w, &n);
+        if (!body)
+                return -ENOMEM;
+        return http_response_new_take(HTTP_UNPROCESSABLE_ENTITY, body, n, ret);
+}
+
+int http_response_new_validation(const JsonDispatchError *e, HttpResponse **ret) {
+        assert(e);
+        /* A NULL field means the body as a whole is wrong; never produce ["body",0] for that. */
+        return http_response_new_pydantic(e->type ?: "value_error", isempty(e->field) ? NULL : e->field,
+                                          e->msg ?: "Invalid value", ret);
+}
+
+int http_response_new_json_invalid(HttpResponse **ret) {
+        return http_response_new_pydantic("json_invalid", "", "JSON decode error", ret);
+}
+
+int http_response_new_body_missing(HttpResponse **ret) {
+        return http_response_new_pydantic("missing", NULL, "Field required", ret);
+}
+
+typedef struct BusErrorMapping {
+        const char *name;
+        unsigned status;
+        const char *fallback; /* when the error carries no message */
+        bool fixed;           /* always send 'fallback', never the bus message */
+} BusErrorMapping;
+
+static const BusErrorMapping bus_error_mappings[] = {
+        { BUS_ERROR_NO_SUCH_SESSION,    HTTP_NOT_FOUND,           HTTP_DETAIL_NO_SUCH_SESSION, true },
+        { BUS_ERROR_LIMIT_EXCEEDED,     HTTP_TOO_MANY_REQUESTS,   "too many requests",         false },
+        { BUS_ERROR_BUSY,               HTTP_TOO_MANY_REQUESTS,   "session is busy",           false },
+        { SD_BUS_ERROR_INVALID_ARGS,    HTTP_BAD_REQUEST,         "invalid argument",          false },
+        { BUS_ERROR_INVALID_PATH,       HTTP_BAD_REQUEST,         "invalid path",              false },
+        { BUS_ERROR_TOO_LARGE,          HTTP_PAYLOAD_TOO_LARGE,   "payload too large",         false },
+        { BUS_ERROR_NOT_FOUND,          HTTP_NOT_FOUND,           "not found",                 false },
+        { BUS_ERROR_STORAGE_FAILED,     HTTP_BAD_GATEWAY,         "storage operation failed",  false },
+        /* Internal failures: the bus message may name units, paths or peers; keep it in the log. */
+        { BUS_ERROR_BACKEND_FAILED,     HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
+        /* sd-bus answers both a call timeout and a lost connection with NoReply. */
+        { SD_BUS_ERROR_NO_REPLY,        HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
+        { SD_BUS_ERROR_TIMEOUT,         HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
+        { SD_BUS_ERROR_SERVICE_UNKNOWN, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
+        { SD_BUS_ERROR_NAME_HAS_NO_OWNER, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
+        { SD_BUS_ERROR_DISCONNECTED,    HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
+};
+
+int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
+        const BusErrorMapping *m = NULL;
+        const char *detail;
+
+        assert(ret);
+
+        if (e && e->name)
+                for (size_t i = 0; i < ELEMENTSOF(bus_error_mappings); i++)
+                        if (streq(e->name, bus_error_mappings[i].name)) {
+                                m = &bus_error_mappings[i];
+                                break;
+                        }
+
+        if (!m) {
+                /* Activation failures (org.freedesktop.DBus.Error.Spawn.*), access denied, unknown
+                 * methods after a version skew, …: all our fault, none of the client's business. */
+                if (ret_internal)
+                        *ret_internal = true;
+                return http_response_new_detail(HTTP_INTERNAL_SERVER_ERROR, "internal error", ret);
+        }
+
+        if (ret_internal)
+                *ret_internal = m->status >= HTTP_INTERNAL_SERVER_ERROR && m->status != HTTP_BAD_GATEWAY;
+        detail = m->fixed || isempty(e->message) ? m->fallback : e->message;
+        return http_response_new_detail(m->status, detail, ret);
+}
+
+static int json_add(json_object *o, const char *key, json_object *v) {
+        if (!v)
+                return -ENOMEM;
+        if (json_object_object_add(o, key, v) < 0) {
+                json_object_put(v);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int json_add_string(json_object *o, const char *key, const char *value) {
+        return json_add(o, key, json_object_new_string(value));
+}
+
+int json_add_bool(json_object *o, const char *key, bool b) {
+        return json_add(o, key, json_object_new_boolean(b));
+}
+
+int http_parse_content_length(const char *value, uint64_t max, uint64_t *ret) {
+        uint64_t v;
+        int r;
+
+        assert(ret);
+
+        /* Only "1*DIGIT" (RFC 9110 §8.6). No sign, no spaces, no list of values. */
+        if (isempty(value))
+                return -EINVAL;
+        for (const char *p = value; *p; p++)
+                if (*p < '0' || *p > '9')
+                        return -EINVAL;
+        r = safe_atou64(value, &v);
+        if (r == -ERANGE)
+                return -EFBIG; /* a well-formed number, only far too large */
+        if (r < 0)
+                return -EINVAL;
+        if (v > max)
+                return -EFBIG;
+        *ret = v;
+        return 0;
+}
+
+void http_sanitize_for_log(const char *s, size_t max, char *buf, size_t bufsize) {
+        static const char hex[] = "0123456789abcdef";
+        size_t o = 0, i;
+
+        assert(buf);
+        assert(bufsize >= 4);
+
+        s = strempty(s);
+        for (i = 0; s[i] && i < max; i++) {
+                unsigned char c = (unsigned char) s[i];
+
+                if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+                        if (o + 1 >= bufsize)
+                                break;
+                        buf[o++] = (char) c;
+                } else if (c == '"' || c == '\\') {
+                        if (o + 2 >= bufsize)
+                                break;
+                        buf[o++] = '\\';
+                        buf[o++] = (char) c;
+                } else {
+                        if (o + 4 >= bufsize)
+                                break;
+                        buf[o++] = '\\';
+                        buf[o++] = 'x';
+                        buf[o++] = hex[c >> 4];
+                        buf[o++] = hex[c & 15];
+                }
+        }
+        if (s[i]) {
+                /* Cut: make room for the marker. */
+                o = MIN(o, bufsize - 4);
+                memcpy(buf + o, "...", 3);
+                o += 3;
+        }
+        buf[o] = 0;
+}
+
+void json_writer_done(JsonWriter *w) {
+        assert(w);
+        free(w->data);
+        *w = (JsonWriter) {};
+}
+
+int json_writer_reserve(JsonWriter *w, size_t more) {
+        size_t need, n;
+        char *d;
+
+        assert(w);
+
+        /* Always keep room for a terminating NUL. */
+        if (more > SIZE_MAX - w->size - 1)
+                return -ENOMEM;
+        need = w->size + more + 1;
+        if (need <= w->allocated)
+                return 0;
+        n = MAX(need, w->allocated < SIZE_MAX / 2 ? w->allocated * 2 : need);
+        n = MAX(n, (size_t) 256);
+        d = realloc(w->data, n);
+        if (!d)
+                return -ENOMEM;
+        w->data = d;
+        w->allocated = n;
+        return 0;
+}
+
+int json_writer_append(JsonWriter *w, const char *s, size_t n) {
+        int r;
+
+        r = json_writer_reserve(w, n);
+        if (r < 0)
+                return r;
+        if (n > 0)
+                memcpy(w->data + w->size, s, n);
+        w->size += n;
+        w->data[w->size] = 0;
+        return 0;
+}
+
+int json_writer_append_str(JsonWriter *w, const char *s) {
+        return json_writer_append(w, s, strlen(s));
+}
+
+int json_writer_appendf(JsonWriter *w, const char *format, ...) {
+        va_list ap;
+        int k, r;
+
+        va_start(ap, format);
+        k = vsnprintf(NULL, 0, format, ap);
+        va_end(ap);
+        if (k < 0)
+                return -EINVAL;
+        r = json_writer_reserve(w, (size_t) k);
+        if (r < 0)
+                return r;
+        va_start(ap, format);
+        (void) vsnprintf(w->data + w->size, (size_t) k + 1, format, ap);
+        va_end(ap);
+        w->size += (size_t) k;
+        return 0;
+}
+
+int json_writer_append_string(JsonWriter *w, const char *s, size_t n) {
+        static const char hex[] = "0123456789abcdef";
+        size_t run = 0;
+        int r;
+
+        /* Worst case every byte becomes \u00XX. Reserve for the common case and grow as needed. */
+        r = json_writer_reserve(w, n + 2);
+        if (r < 0)
+                return r;
+        w->data[w->size++] = '"';
+
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char) s[i];
+                char esc[6];
+                size_t l;
+
+                if (c >= 0x20 && c != '"' && c != '\\')
+                        continue;
+
+                /* Flush the plain run before this byte. */
+                r = json_writer_append(w, s + run, i - run);
+                if (r < 0)
+                        return r;
+                run = i + 1;
+
+                esc[0] = '\\';
+                l = 2;
+                switch (c) {
+                case '"':  esc[1] = '"'; break;
+                case '\\': esc[1] = '\\'; break;
+                case '\n': esc[1] = 'n'; break;
+                case '\r': esc[1] = 'r'; break;
+                case '\t': esc[1] = 't'; break;
+                case '\b': esc[1] = 'b'; break;
+                case '\f': esc[1] = 'f'; break;
+                default:
+                        memcpy(esc + 1, "u00", 3);
+                        esc[4] = hex[c >> 4];
+                        esc[5] = hex[c & 15];
+                        l = 6;
+                }
+                r = json_writer_append(w, esc, l);
+                if (r < 0)
+                        return r;
+        }
+        r = json_writer_append(w, s + run, n - run);
+        if (r < 0)
+                return r;
+        return json_writer_append(w, "\"", 1);
+}
+
+int json_writer_append_base64(JsonWriter *w, const void *p, size_t n) {
+        size_t l;
+        int r;
+
+        l = base64_encoded_size(n);
+        r = json_writer_reserve(w, l + 2);
+        if (r < 0)
+                return r;
+        w->data[w->size++] = '"';
+        /* base64_encode_to() writes the NUL too, reserve() left room for it. */
+        w->size += base64_encode_to(p, n, w->data + w->size);
+        w->data[w->size++] = '"';
+        w->data[w->size] = 0;
+        return 0;
+}
+
+char *json_writer_steal(JsonWriter *w, size_t *ret_size) {
+        char *d;
+
+        assert(w);
+
+        if (!w->data && json_writer_reserve(w, 0) < 0)
+                return NULL;
+        w->data[w->size] = 0;
+        d = TAKE_PTR(w->data);
+        if (ret_size)
+                *ret_size = w->size;
+        *w = (JsonWriter) {};
+        return d;
+}
+
+bool ratelimit_below(RateLimit *rl, uint64_t now_usec) {
+        assert(rl);
+
+        if (rl->begin_usec == 0 || now_usec < rl->begin_usec ||
+            now_usec - rl->begin_usec >= rl->interval_usec) {
+                rl->begin_usec = now_usec;
+                rl->num = 0;
+        }
+        if (rl->num >= rl->burst)
+                return false;
+        rl->num++;
+        return true;
+}

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* HTTP responses independent of libmicrohttpd: JSON bodies, FastAPI error shapes, bus error mapping. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <systemd/sd-bus.h>
+#include <json-c/json.h>
+
+#include "json-util.h"
+#include "macro.h"
+
+/* Status codes we send. Plain numbers so this header does not need microhttpd.h. */
+enum {
+        HTTP_OK = 200,
+        HTTP_BAD_REQUEST = 400,
+        HTTP_UNAUTHORIZED = 401,
+        HTTP_NOT_FOUND = 404,
+        HTTP_METHOD_NOT_ALLOWED = 405,
+        HTTP_PAYLOAD_TOO_LARGE = 413,
+        HTTP_UNPROCESSABLE_ENTITY = 422,
+        HTTP_TOO_MANY_REQUESTS = 429,
+        HTTP_HEADER_FIELDS_TOO_LARGE = 431,
+        HTTP_INTERNAL_SERVER_ERROR = 500,
+        HTTP_BAD_GATEWAY = 502,
+        HTTP_SERVICE_UNAVAILABLE = 503,
+};
+
+/* The exact text clients match to recognise a gone session (COMPAT.md A). */
+#define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
+
+/* A prepared response: status and a JSON body (application/json). The body is owned and handed
+ * to libmicrohttpd without copying. */
+typedef struct HttpResponse {
+        unsigned status;
+        char *body;
+        size_t size;
+        const char *allow; /* static "Allow:" header value for 405, or NULL */
+} HttpResponse;
+
+HttpResponse *http_response_free(HttpResponse *r);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpResponse *, http_response_free);
+
+/* Takes ownership of 'body' (malloc'ed, 'size' bytes) in all cases. */
+int http_response_new_take(unsigned status, char *body, size_t size, HttpResponse **ret);
+int http_response_new_json(unsigned status, json_object *o, HttpResponse **ret);
+/* Handler error: {"detail":"<detail>"} */
+int http_response_new_detail(unsigned status, const char *detail, HttpResponse **ret);
+/* Middleware error: {"error":"<error>"} */
+int http_response_new_error(unsigned status, const char *error, HttpResponse **ret);
+/* 422 in pydantic v2 shape from a json_dispatch() failure. */
+int http_response_new_validation(const JsonDispatchError *e, HttpResponse **ret);
+/* 422 {"detail":[{"type":"json_invalid","loc":["body",0],"msg":"JSON decode error"}]} */
+int http_response_new_json_invalid(HttpResponse **ret);
+/* 422 for a request that needs a body but has none. */
+int http_response_new_body_missing(HttpResponse **ret);
+/* The answer for a failed session-manager call. Sets *ret_internal when the cause is on our side
+ * (500): the caller should log the real error, which the response does not show. */
+int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal);
+
+/* json-c's adders store a NULL value (from a failed allocation) as JSON null; these fail instead. */
+int json_add_string(json_object *o, const char *key, const char *value);
+int json_add_bool(json_object *o, const char *key, bool b);
+
+/* Parses a Content-Length value: -EINVAL if it is not a plain decimal integer (400), -EFBIG if it
+ * exceeds 'max' (413). */
+int http_parse_content_length(const char *value, uint64_t max, uint64_t *ret);
+
+/* Copies a client-supplied string for logging: printable ASCII kept, everything else escaped as
+ * \xNN, '"' and '\' escaped, cut at 'max' input bytes with "..." appended. Always NUL-terminates
+ * 'buf' (which should hold 4 * max + 4 bytes to never cut an escape). */
+void http_sanitize_for_log(const char *s, size_t max, char *buf, size_t bufsize);
+
+/* Growing buffer for JSON text assembled by hand (large exec results), so that artifacts can be
+ * base64-encoded straight into the response body. */
+typedef struct JsonWriter {
+        char *data;
+        size_t size;
+        size_t allocated;
+} JsonWriter;
+
+void json_writer_done(JsonWriter *w);
+int json_writer_reserve(JsonWriter *w, size_t more);
+int json_writer_append(JsonWriter *w, const char *s, size_t n);
+int json_writer_append_str(JsonWriter *w, const char *s);
+int json_writer_appendf(JsonWriter *w, const char *format, ...) _printf_(2, 3);
+/* Appends a quoted JSON string. 's' must be valid UTF-8 (checked by the caller). */
+int json_writer_append_string(JsonWriter *w, const char *s, size_t n);
+/* Appends a quoted base64 string of the bytes. */
+int json_writer_append_base64(JsonWriter *w, const void *p, size_t n);
+/* Hands out the text (NUL-terminated) and resets the writer. */
+char *json_writer_steal(JsonWriter *w, size_t *ret_size);
+
+/* A simple "at most 'burst' events per 'interval'" limiter for log messages clients can cause. */
+typedef struct RateLimit {
+        uint64_t interval_usec;
+        unsigned burst;
+        uint64_t begin_usec;
+        unsigned num;
+} RateLimit;
+
+bool ratelimit_below(RateLimit *rl, uint64_t now_usec);

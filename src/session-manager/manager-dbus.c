@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The io.scopebox.SessionManager1 bus API (docs/dbus-api.md): parse, validate, act, reply. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bus-util.h"
+#include "id.h"
+#include "log.h"
+#include "manager.h"
+#include "session.h"
+#include "string-util.h"
+#include "systemd-client.h"
+
+#define DEFAULT_EXEC_TIMEOUT_MS 120000ULL
+#define MIN_EXEC_TIMEOUT_MS 1000ULL
+#define OUTPUT_LIMIT_MAX (64ULL << 20)
+#define ARCHIVE_KEY_MAX 1024
+#define STORAGE_JSON_MAX (64U * 1024U)
+#define SANDBOX_PYTHON_PATH "/usr/bin/python3"
+
+static const char *errno_to_bus_error(int error) {
+        switch (abs(error)) {
+        case ENXIO:
+                return BUS_ERROR_NO_SUCH_SESSION;
+        case EUSERS:
+                return BUS_ERROR_LIMIT_EXCEEDED;
+        case EBUSY:
+                return BUS_ERROR_BUSY;
+        case EXDEV:
+                return BUS_ERROR_INVALID_PATH;
+        case EFBIG:
+                return BUS_ERROR_TOO_LARGE;
+        case ENOENT:
+                return BUS_ERROR_NOT_FOUND;
+        case EREMOTEIO:
+                return BUS_ERROR_STORAGE_FAILED;
+        case EINVAL:
+                return SD_BUS_ERROR_INVALID_ARGS;
+        default:
+                return BUS_ERROR_BACKEND_FAILED;
+        }
+}
+
+static void reply_error(sd_bus_message *m, int error, const char *message) {
+        int r = sd_bus_reply_method_errorf(m, errno_to_bus_error(error), "%s",
+                                           message ?: strerror(abs(error)));
+        if (r < 0)
+                log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+}
+
+/* Reads an a{sv} of options, calling 'handle' for each. */
+typedef int (*OptionHandler)(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error);
+
+static int read_options(sd_bus_message *m, OptionHandler handle, void *userdata, sd_bus_error *error) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key;
+
+                r = sd_bus_message_read(m, "s", &key);
+                if (r < 0)
+                        return r;
+                r = handle(key, m, userdata, error);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static int read_variant(sd_bus_message *m, const char *key, char type, void *ret, sd_bus_error *error) {
+        char sig[2] = { type, 0 };
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'v', sig);
+        if (r < 0)
+                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Option '%s' must be of type '%s'.", key, sig);
+        r = sd_bus_message_read_basic(m, type, ret);
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+/* ---- CreateSession ---- */
+
+typedef struct CreateOptions {
+        uint64_t idle_ttl_sec;
+        const char *archive_key;
+        const char *storage;
+} CreateOptions;
+
+static int create_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        CreateOptions *o = userdata;
+
+        if (streq(key, "idle_ttl_sec"))
+                return read_variant(m, key, 't', &o->idle_ttl_sec, error);
+        if (streq(key, "archive_key"))
+                return read_variant(m, key, 's', &o->archive_key, error);
+        if (streq(key, "storage"))
+                return read_variant(m, key, 's', &o->storage, error);
+        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
+}
+
+static void on_session_started(Session *s, int error, const char *message, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
+        int r;
+
+        if (error < 0) {
+                reply_error(m, error, message ?: "failed to start the session");
+                return;
+        }
+        r = sd_bus_reply_method_return(m, "s", s->id);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply to CreateSession, ignoring: %m");
+}
+
+static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        CreateOptions o = {};
+        Session *s;
+        int r;
+
+        r = read_options(m, create_option, &o, error);
+        if (r < 0)
+                return r;
+        if (o.archive_key && strlen(o.archive_key) > ARCHIVE_KEY_MAX)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "archive_key is too long.");
+        if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large.");
+
+        if (mgr->config.max_sessions > 0 && mgr->n_sessions >= (uint64_t) mgr->config.max_sessions)
+                return sd_bus_error_set(error, BUS_ERROR_LIMIT_EXCEEDED, "too many active sessions");
+
+        r = session_new(mgr, &s);
+        if (r < 0)
+                return r;
+        /* 0 means the default; anything else is clamped to [1, cap]. */
+        s->idle_ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec
+                                                : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) * USEC_PER_SEC;
+        if ((o.archive_key && !(s->archive_key = strdup(o.archive_key))) ||
+            (o.storage && !(s->storage_json = strdup(o.storage)))) {
+                session_free(s);
+                return -ENOMEM;
+        }
+        manager_add_session(mgr, s);
+
+        r = session_start(s, on_session_started, sd_bus_message_ref(m));
+        if (r < 0) {
+                sd_bus_message_unref(m);
+                session_free(s);
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to start the session");
+        }
+        return 1;
+}
+
+/* ---- ReleaseSession ---- */
+
+typedef struct ReleaseOptions {
+        int discard;
+        const char *archive_key;
+        const char *storage;
+} ReleaseOptions;
+
+static int release_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        ReleaseOptions *o = userdata;
+
+        if (streq(key, "discard"))
+                return read_variant(m, key, 'b', &o->discard, error);
+        if (streq(key, "archive_key"))
+                return read_variant(m, key, 's', &o->archive_key, error);
+        if (streq(key, "storage"))
+                return read_variant(m, key, 's', &o->storage, error);
+        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
+}
+
+static void on_session_released(Session *s, int error, const char *message, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
+        int r;
+
+        if (error < 0) {
+                reply_error(m, error, message);
+                return;
+        }
+        r = sd_bus_reply_method_return(m, NULL);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply to ReleaseSession, ignoring: %m");
+}
+
+static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        ReleaseOptions o = {};
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        if (!session_id_is_valid(id))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
+        r = read_options(m, release_option, &o, error);
+        if (r < 0)
+                return r;
+
+        s = manager_find_session(mgr, id);
+        if (!s)
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+
+        r = session_release(s, "released by client", on_session_released, sd_bus_message_ref(m));
+        if (r < 0) {
+                sd_bus_message_unref(m);
+                return r;
+        }
+        return 1;
+}
+
+/* ---- Exec ---- */
+
+typedef struct ExecOptions {
+        uint64_t timeout_ms;
+        uint64_t output_limit;
+        const char *language;
+} ExecOptions;
+
+static int exec_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        ExecOptions *o = userdata;
+
+        if (streq(key, "timeout_ms"))
+                return read_variant(m, key, 't', &o->timeout_ms, error);
+        if (streq(key, "output_limit"))
+                return read_variant(m, key, 't', &o->output_limit, error);
+        if (streq(key, "language"))
+                return read_variant(m, key, 's', &o->language, error);
+        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
+}
+
+static void on_exec_done(Session *s, int error, const char *message, const ExecResult *res, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata, *reply = NULL;
+        int r;
+
+        if (error < 0) {
+                if (error == -ENXIO)
+                        message = "session not found or not running";
+                reply_error(m, error, message);
+                return;
+        }
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "itt", res->exit_code, res->stdout_size, res->stderr_size);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(stt)");
+        for (size_t i = 0; r >= 0 && i < res->n_files; i++)
+                r = sd_bus_message_append(reply, "(stt)", res->files[i].path, res->files[i].offset, res->files[i].size);
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "a{sv}", 6,
+                                          "timed_out", "b", (int) res->timed_out,
+                                          "duration_usec", "t", res->duration_usec,
+                                          "stdout_truncated", "b", (int) res->stdout_truncated,
+                                          "stderr_truncated", "b", (int) res->stderr_truncated,
+                                          "files_skipped", "u", (uint32_t) MIN(res->files_skipped, UINT32_MAX),
+                                          "signal", "i", res->signal);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "h", res->data_fd);
+        if (r >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to send the exec result of session %s: %m", s->id);
+                reply_error(m, r, "failed to send the result");
+        }
+}
+
+static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        _cleanup_close_ int code_fd = -EBADF;
+        ExecOptions o = {};
+        ExecParameters p;
+        const char *id;
+        struct stat st;
+        Session *s;
+        int fd, seals, r;
+
+        r = sd_bus_message_read(m, "sh", &id, &fd);
+        if (r < 0)
+                return r;
+        if (!session_id_is_valid(id))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
+        r = read_options(m, exec_option, &o, error);
+        if (r < 0)
+                return r;
+        if (o.language && !streq(o.language, "python3"))
+                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "unsupported language");
+
+        /* The code must be a sealed memfd: what we check is what the sandbox runs. */
+        code_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (code_fd < 0)
+                return -errno;
+        seals = fcntl(code_fd, F_GET_SEALS);
+        if (fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
+            (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "code must be a sealed memfd");
+        if ((uint64_t) st.st_size > mgr->config.max_code_bytes)
+                return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, "code too large");
+
+        s = manager_find_session(mgr, id);
+        if (!s || s->state != SESSION_RUNNING)
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+
+        p.timeout_ms = o.timeout_ms == 0 ? DEFAULT_EXEC_TIMEOUT_MS
+                                         : CLAMP(o.timeout_ms, MIN_EXEC_TIMEOUT_MS, mgr->config.exec_timeout_cap_ms);
+        p.output_limit = o.output_limit == 0 ? mgr->config.max_output_bytes : MIN(o.output_limit, OUTPUT_LIMIT_MAX);
+
+        r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, sd_bus_message_ref(m));
+        if (r < 0) {
+                sd_bus_message_unref(m);
+                if (r == -EBUSY)
+                        return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
+                if (r == -ENXIO)
+                        return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                return r;
+        }
+        return 1;
+}
+
+/* ---- GetHealth ---- */
+
+static void on_health_version(Manager *mgr, const char *version, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
+        const char *reason = NULL;
+        int r;
+
+        if (!version)
+                reason = "systemd is not reachable";
+        else if (access(RUNNER_PATH, X_OK) < 0)
+                reason = "the runner binary is missing";
+        else if (access(SANDBOX_PYTHON_PATH, X_OK) < 0)
+                reason = "python3 is not installed";
+
+        r = sd_bus_reply_method_return(m, "ba{sv}", reason == NULL, 5,
+                                       "systemd_version", "s", strempty(version),
+                                       "runner", "s", RUNNER_PATH,
+                                       "python", "s", SANDBOX_PYTHON_PATH,
+                                       "reason", "s", strempty(reason),
+                                       "sessions", "u", mgr->n_sessions);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply to GetHealth, ignoring: %m");
+}
+
+static int method_get_health(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        int r;
+
+        r = systemd_get_version(mgr, on_health_version, sd_bus_message_ref(m), NULL);
+        if (r < 0) {
+                sd_bus_message_unref(m);
+                return r;
+        }
+        return 1;
+}
+
+/* ---- properties ---- */
+
+static int property_get_sessions(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                 sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        return sd_bus_message_append(reply, "u", mgr->n_sessions);
+}
+
+static int property_get_running_execs(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                      sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        return sd_bus_message_append(reply, "u", mgr->n_execs_running);
+}
+
+static int property_get_version(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "s", PROJECT_VERSION);
+}
+
+static const sd_bus_vtable manager_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("Sessions", "u", property_get_sessions, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("RunningExecs", "u", property_get_running_execs, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_METHOD_WITH_ARGS("CreateSession",
+                                SD_BUS_ARGS("a{sv}", options),
+                                SD_BUS_RESULT("s", session_id),
+                                method_create_session, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ReleaseSession",
+                                SD_BUS_ARGS("s", session_id, "a{sv}", options),
+                                SD_BUS_NO_RESULT,
+                                method_release_session, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Exec",
+                                SD_BUS_ARGS("s", session_id, "h", code, "a{sv}", options),
+                                SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size,
+                                              "a(stt)", files, "a{sv}", info, "h", data),
+                                method_exec, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetHealth",
+                                SD_BUS_NO_ARGS,
+                                SD_BUS_RESULT("b", ok, "a{sv}", info),
+                                method_get_health, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_VTABLE_END,
+};
+
+const sd_bus_vtable *manager_get_vtable(void) {
+        return manager_vtable;
+}
+
+int manager_add_bus_objects(Manager *m) {
+        return sd_bus_add_object_vtable(m->bus, NULL, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
+                                        manager_vtable, m);
+}
+
+void manager_emit_properties_changed(Manager *m) {
+        if (!m->bus)
+                return;
+        (void) sd_bus_emit_properties_changed(m->bus, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
+                                              "Sessions", "RunningExecs", NULL);
+}

@@ -1,0 +1,809 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* scopebox-runner: the per-session supervisor that lives in the session's transient scope.
+ *
+ * Started by the session manager with its control socket (already bound and listening) on fd 3.
+ * It keeps the session's private filesystems in a mount namespace of its own and runs each exec
+ * in fresh PID/mount/network/IPC/UTS namespaces (sandbox.c). It survives restarts of the
+ * manager, which reconnects through the socket's path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <systemd/sd-event.h>
+
+#include "fs-util.h"
+#include "id.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "outputs.h"
+#include "runner-protocol.h"
+#include "sandbox.h"
+#include "seccomp-policy.h"
+#include "string-util.h"
+
+#define RUNNER_LISTEN_FD 3
+#define SESSION_ROOT_TMPFS_OPTIONS "mode=0700,size=1m,nr_inodes=64"
+#define OUTPUT_PIPE_CHUNK (64U * 1024U)
+/* After PID 1 of an exec is gone, every writer of the pipes is gone too; this is a safety net. */
+#define DRAIN_GRACE_USEC (2 * USEC_PER_SEC)
+
+typedef struct Runner Runner;
+
+typedef struct OutputBuffer {
+        char *data;
+        size_t size;      /* bytes kept (≤ limit) */
+        uint64_t total;   /* bytes seen */
+        size_t limit;
+        int fd;
+        sd_event_source *source;
+} OutputBuffer;
+
+typedef struct RunnerExec {
+        Runner *runner;
+        uint64_t connection_generation;
+        char exec_id[64];
+
+        pid_t pid;
+        sd_event_source *child_source;
+        sd_event_source *timer_source;
+        int status_fd;
+        OutputBuffer out, err;
+
+        uint64_t timeout_ms;
+        ArtifactLimits limits;
+        OutputSet before;
+        uint64_t started_usec;
+
+        bool exited;
+        bool timed_out;
+        siginfo_t init_info;
+} RunnerExec;
+
+struct Runner {
+        sd_event *event;
+        char session_id[SESSION_ID_LEN + 1];
+        char *session_root;
+
+        int listen_fd;
+        sd_event_source *listen_source;
+        int conn_fd;
+        sd_event_source *conn_source;
+        uint64_t connection_generation;
+
+        bool initialized;
+        uid_t uid;
+        gid_t gid;
+        uint64_t workspace_size;
+        uint64_t tmp_size;
+        uint64_t cpus_percent;
+        scmp_filter_ctx seccomp;
+
+        RunnerExec *exec;
+};
+
+static void output_buffer_done(OutputBuffer *b) {
+        b->source = sd_event_source_disable_unref(b->source);
+        b->fd = safe_close(b->fd);
+        free(b->data);
+        *b = (OutputBuffer) { .fd = -EBADF };
+}
+
+static RunnerExec *runner_exec_free(RunnerExec *e) {
+        if (!e)
+                return NULL;
+        if (e->pid > 0 && !e->exited)
+                (void) kill(e->pid, SIGKILL);
+        e->child_source = sd_event_source_disable_unref(e->child_source);
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        output_buffer_done(&e->out);
+        output_buffer_done(&e->err);
+        safe_close(e->status_fd);
+        output_set_done(&e->before);
+        free(e);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(RunnerExec *, runner_exec_free);
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
+}
+
+static int runner_send(Runner *r, uint64_t generation, json_object *msg, const int *fds, size_t n_fds) {
+        if (r->conn_fd < 0 || generation != r->connection_generation)
+                return -ENOTCONN; /* The manager that asked is gone; a new one will ask again. */
+        return runner_message_send(r->conn_fd, msg, fds, n_fds);
+}
+
+static int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt, ...) _printf_(4, 5);
+static int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt, ...) {
+        _cleanup_json_ json_object *m = NULL;
+        char msg[512];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+
+        m = json_object_new_object();
+        if (!m)
+                return -ENOMEM;
+        json_object_object_add(m, "ok", json_object_new_boolean(false));
+        json_object_object_add(m, "errno", json_object_new_int(abs(error)));
+        json_object_object_add(m, "error", json_object_new_string(msg));
+        return runner_send(r, generation, m, NULL, 0);
+}
+
+/* ---- session setup ---- */
+
+static int runner_setup_session(Runner *r) {
+        _cleanup_close_ int ws_fd = -EBADF, scratch_fd = -EBADF;
+        const char *ws = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR);
+        const char *scratch = strjoina(r->session_root, "/" SESSION_SCRATCH_DIR);
+        char opts[256];
+
+        /* A mount namespace of our own: the session's filesystems are invisible to everyone else,
+         * and vanish with the last process of the session. */
+        if (unshare(CLONE_NEWNS) < 0)
+                return log_error_errno(errno, "Failed to create the session's mount namespace: %m");
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return log_error_errno(errno, "Failed to make mounts private: %m");
+        if (mount("tmpfs", r->session_root, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  SESSION_ROOT_TMPFS_OPTIONS) < 0)
+                return log_error_errno(errno, "Failed to mount the session root '%s': %m", r->session_root);
+
+        if (mkdir(ws, 0755) < 0 || mkdir(scratch, 0755) < 0 ||
+            mkdir(strjoina(r->session_root, "/" SESSION_NEWROOT_DIR), 0755) < 0)
+                return log_error_errno(errno, "Failed to create the session's directories: %m");
+
+        /* /workspace: a size-bounded tmpfs owned by the sandbox user; code gets ENOSPC at the quota. */
+        snprintf(opts, sizeof(opts), "mode=0755,uid=%u,gid=%u,size=%llu,nr_inodes=%llu", r->uid, r->gid,
+                 (unsigned long long) r->workspace_size,
+                 (unsigned long long) MAX(r->workspace_size / 4096, 1024ULL));
+        if (mount("tmpfs", ws, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+                return log_error_errno(errno, "Failed to mount the workspace: %m");
+        ws_fd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (ws_fd < 0)
+                return log_error_errno(errno, "Failed to open the workspace: %m");
+        static const char *const ws_dirs[] = { "uploads", "outputs", "skills" };
+        for (size_t i = 0; i < ELEMENTSOF(ws_dirs); i++)
+                if (mkdirat(ws_fd, ws_dirs[i], 0755) < 0 || fchownat(ws_fd, ws_dirs[i], r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0)
+                        return log_error_errno(errno, "Failed to create /workspace/%s: %m", ws_dirs[i]);
+
+        /* /tmp and /home/sandbox share one bounded tmpfs that survives across execs. */
+        snprintf(opts, sizeof(opts), "mode=0755,size=%llu,nr_inodes=%llu", (unsigned long long) r->tmp_size,
+                 (unsigned long long) MAX(r->tmp_size / 4096, 1024ULL));
+        if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+                return log_error_errno(errno, "Failed to mount the scratch filesystem: %m");
+        scratch_fd = open(scratch, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (scratch_fd < 0)
+                return log_error_errno(errno, "Failed to open the scratch filesystem: %m");
+        if (mkdirat(scratch_fd, "tmp", 01777) < 0 || fchmodat(scratch_fd, "tmp", 01777, 0) < 0 ||
+            mkdirat(scratch_fd, "home", 0700) < 0 || fchownat(scratch_fd, "home", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0)
+                return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
+
+        return 0;
+}
+
+static int runner_handle_init(Runner *r, json_object *req) {
+        struct {
+                int64_t uid, gid, workspace_size, tmp_size, cpus_percent;
+        } p = {};
+        static const JsonField fields[] = {
+                { "uid", JSON_FIELD_INT64, offsetof(typeof(p), uid), JSON_MANDATORY },
+                { "gid", JSON_FIELD_INT64, offsetof(typeof(p), gid), JSON_MANDATORY },
+                { "workspace_size", JSON_FIELD_INT64, offsetof(typeof(p), workspace_size), JSON_MANDATORY },
+                { "tmp_size", JSON_FIELD_INT64, offsetof(typeof(p), tmp_size), JSON_MANDATORY },
+                { "cpus_percent", JSON_FIELD_INT64, offsetof(typeof(p), cpus_percent), JSON_MANDATORY },
+                {},
+        };
+        _cleanup_json_ json_object *reply = NULL;
+        JsonDispatchError jerr;
+        SeccompOptions so = {};
+        int q;
+
+        if (r->initialized)
+                return runner_send_error(r, r->connection_generation, EALREADY, "session already initialized");
+        q = json_dispatch(req, fields, &p, &jerr);
+        if (q < 0 || p.uid <= 0 || p.gid <= 0 || p.uid > 0xfffffffe || p.gid > 0xfffffffe || p.workspace_size <= 0 ||
+            p.tmp_size <= 0 || p.cpus_percent <= 0)
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
+
+        r->uid = (uid_t) p.uid;
+        r->gid = (gid_t) p.gid;
+        r->workspace_size = (uint64_t) p.workspace_size;
+        r->tmp_size = (uint64_t) p.tmp_size;
+        r->cpus_percent = (uint64_t) p.cpus_percent;
+
+        q = runner_setup_session(r);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "failed to set up the session: %s", strerror(-q));
+        q = seccomp_policy_build(&so, &r->seccomp);
+        if (q < 0) {
+                log_error_errno(q, "Failed to build the seccomp filter: %m");
+                return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
+        }
+        r->initialized = true;
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.", r->session_id);
+
+        reply = json_object_new_object();
+        if (!reply)
+                return -ENOMEM;
+        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+        json_object_object_add(reply, "pid", json_object_new_int(getpid()));
+        return runner_send(r, r->connection_generation, reply, NULL, 0);
+}
+
+/* ---- exec ---- */
+
+static int copy_into(int dst_fd, uint64_t dst_off, int src_fd, uint64_t size) {
+        loff_t out = (loff_t) dst_off;
+        while (size > 0) {
+                ssize_t k = copy_file_range(src_fd, NULL, dst_fd, &out, size, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP) {
+                                /* Fall back to a plain copy through a buffer. */
+                                char buf[64 * 1024];
+                                ssize_t n = read(src_fd, buf, MIN(sizeof(buf), size));
+                                if (n <= 0)
+                                        return n < 0 ? -errno : -EIO;
+                                if (pwrite(dst_fd, buf, (size_t) n, out) != n)
+                                        return -EIO;
+                                out += n;
+                                size -= (uint64_t) n;
+                                continue;
+                        }
+                        return -errno;
+                }
+                if (k == 0)
+                        return -EIO; /* shrank under us */
+                size -= (uint64_t) k;
+        }
+        return 0;
+}
+
+static int runner_exec_finish(RunnerExec *e) {
+        Runner *r = e->runner;
+        _cleanup_json_ json_object *reply = NULL, *files = NULL;
+        _cleanup_free_ OutputEntry **changed = NULL;
+        _cleanup_free_ bool *chosen = NULL;
+        _cleanup_close_ int data_fd = -EBADF, outputs_fd = -EBADF;
+        OutputSet after = {};
+        SandboxStatus st = {};
+        size_t n_changed = 0, skipped = 0;
+        uint64_t offset;
+        int exit_code = 0, sig = 0, q;
+        ssize_t k;
+
+        /* What did PID 1 of the sandbox tell us? */
+        k = read(e->status_fd, &st, sizeof(st));
+        if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_SETUP_FAILED) {
+                st.step[sizeof(st.step) - 1] = 0;
+                log_struct(LOG_ERR, st.value, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Sandbox setup failed at '%s': %m", st.step);
+                q = runner_send_error(r, e->connection_generation, st.value, "sandbox setup failed at %s: %s",
+                                      st.step, strerror(st.value));
+                goto done;
+        }
+
+        if (e->timed_out)
+                exit_code = 124;
+        else if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_EXITED) {
+                if (WIFEXITED(st.value))
+                        exit_code = WEXITSTATUS(st.value);
+                else if (WIFSIGNALED(st.value)) {
+                        sig = WTERMSIG(st.value);
+                        exit_code = 128 + sig;
+                }
+        } else {
+                /* PID 1 itself died without reporting (killed from outside the sandbox). */
+                sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED ? e->init_info.si_status : SIGKILL;
+                exit_code = 128 + sig;
+        }
+
+        /* Artifacts: files under outputs/ created or changed by this exec. Nothing of the sandbox
+         * runs any more, so the tree cannot change while we look at it. */
+        outputs_fd = openat_beneath(AT_FDCWD, strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR "/outputs"),
+                                    O_RDONLY | O_DIRECTORY, 0);
+        if (outputs_fd < 0)
+                outputs_fd = open(strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR "/outputs"),
+                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (outputs_fd >= 0) {
+                q = output_set_scan(outputs_fd, &after);
+                if (q < 0)
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to scan outputs, ignoring: %m");
+        }
+        q = output_set_diff(&e->before, &after, &changed, &n_changed);
+        if (q < 0)
+                goto fail;
+        chosen = calloc(n_changed + 1, sizeof(bool));
+        if (!chosen) {
+                q = -ENOMEM;
+                goto fail;
+        }
+        skipped = artifacts_select(changed, n_changed, &e->limits, chosen);
+
+        data_fd = memfd_new_empty("exec-result");
+        if (data_fd < 0) {
+                q = data_fd;
+                goto fail;
+        }
+        q = write_all(data_fd, e->out.data ?: "", e->out.size);
+        if (q >= 0)
+                q = write_all(data_fd, e->err.data ?: "", e->err.size);
+        if (q < 0)
+                goto fail;
+        offset = e->out.size + e->err.size;
+
+        files = json_object_new_array();
+        if (!files) {
+                q = -ENOMEM;
+                goto fail;
+        }
+        for (size_t i = 0; i < n_changed; i++) {
+                _cleanup_close_ int fd = -EBADF;
+                json_object *f;
+                struct stat sst;
+
+                if (!chosen[i])
+                        continue;
+                fd = openat_beneath(outputs_fd, changed[i]->path, O_RDONLY | O_NONBLOCK, 0);
+                if (fd < 0 || fstat(fd, &sst) < 0 || !S_ISREG(sst.st_mode) || (uint64_t) sst.st_size != changed[i]->size) {
+                        log_struct(LOG_DEBUG, fd < 0 ? fd : 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Artifact '%s' vanished or changed, skipping: %m", changed[i]->path);
+                        skipped++;
+                        continue;
+                }
+                q = copy_into(data_fd, offset, fd, changed[i]->size);
+                if (q < 0) {
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to read artifact '%s', skipping: %m", changed[i]->path);
+                        skipped++;
+                        continue;
+                }
+                f = json_object_new_object();
+                if (!f) {
+                        q = -ENOMEM;
+                        goto fail;
+                }
+                json_object_object_add(f, "path", json_object_new_string(changed[i]->path));
+                json_object_object_add(f, "offset", json_object_new_int64((int64_t) offset));
+                json_object_object_add(f, "size", json_object_new_int64((int64_t) changed[i]->size));
+                json_object_array_add(files, f);
+                offset += changed[i]->size;
+        }
+        q = memfd_seal(data_fd);
+        if (q < 0)
+                goto fail;
+
+        reply = json_object_new_object();
+        if (!reply) {
+                q = -ENOMEM;
+                goto fail;
+        }
+        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+        json_object_object_add(reply, "exit_code", json_object_new_int(exit_code));
+        json_object_object_add(reply, "signal", json_object_new_int(sig));
+        json_object_object_add(reply, "timed_out", json_object_new_boolean(e->timed_out));
+        json_object_object_add(reply, "duration_usec", json_object_new_int64((int64_t) (now_usec() - e->started_usec)));
+        json_object_object_add(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size));
+        json_object_object_add(reply, "stderr_size", json_object_new_int64((int64_t) e->err.size));
+        json_object_object_add(reply, "stdout_truncated", json_object_new_boolean(e->out.total > e->out.size));
+        json_object_object_add(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size));
+        json_object_object_add(reply, "files", TAKE_PTR(files));
+        json_object_object_add(reply, "files_skipped", json_object_new_int64((int64_t) skipped));
+
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
+                              e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" : sig ? "SCOPEBOX_EXIT_REASON=signal" : "SCOPEBOX_EXIT_REASON=exited"),
+                   "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
+                   e->timed_out ? " (timed out)" : "", (unsigned long long) ((now_usec() - e->started_usec) / 1000));
+
+        q = runner_send(r, e->connection_generation, reply, &data_fd, 1);
+        goto done;
+
+fail:
+        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to collect the exec's results: %m");
+        q = runner_send_error(r, e->connection_generation, q, "failed to collect results: %s", strerror(-q));
+done:
+        output_set_done(&after);
+        r->exec = runner_exec_free(r->exec);
+        return q;
+}
+
+static void runner_exec_maybe_finish(RunnerExec *e) {
+        if (e->exited && !e->out.source && !e->err.source)
+                (void) runner_exec_finish(e);
+}
+
+static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        RunnerExec *e = userdata;
+        OutputBuffer *b = fd == e->out.fd ? &e->out : &e->err;
+        char buf[OUTPUT_PIPE_CHUNK];
+
+        for (unsigned i = 0; i < 16; i++) {
+                ssize_t k = read(fd, buf, sizeof(buf));
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return 0;
+                        break;
+                }
+                if (k == 0)
+                        break;
+                /* Keep the first 'limit' bytes, count and discard the rest but keep draining so
+                 * the writer never blocks on a full pipe. */
+                if (b->size < b->limit) {
+                        size_t take = MIN((size_t) k, b->limit - b->size);
+                        if (!b->data) {
+                                b->data = malloc(b->limit);
+                                if (!b->data)
+                                        return log_oom();
+                        }
+                        memcpy(b->data + b->size, buf, take);
+                        b->size += take;
+                }
+                b->total += (uint64_t) k;
+                if (i == 15)
+                        return 0; /* let others run; we'll be called again */
+        }
+        /* EOF or error: this stream is done. */
+        b->source = sd_event_source_disable_unref(b->source);
+        b->fd = safe_close(b->fd);
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
+static int on_drain_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        RunnerExec *e = userdata;
+        /* Writers can't outlive PID 1, but never let a stuck pipe hold the session forever. */
+        e->out.source = sd_event_source_disable_unref(e->out.source);
+        e->err.source = sd_event_source_disable_unref(e->err.source);
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
+static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        RunnerExec *e = userdata;
+        int q;
+
+        e->exited = true;
+        e->init_info = *si;
+        e->child_source = sd_event_source_disable_unref(e->child_source);
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+
+        if (e->out.source || e->err.source) {
+                q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC, DRAIN_GRACE_USEC, 0,
+                                               on_drain_timeout, e);
+                if (q < 0)
+                        return on_drain_timeout(NULL, 0, e);
+                return 0;
+        }
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
+static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        RunnerExec *e = userdata;
+
+        e->timed_out = true;
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        /* Killing PID 1 of the sandbox makes the kernel kill every process in its namespace. */
+        (void) kill(e->pid, SIGKILL);
+        return 0;
+}
+
+static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
+        struct {
+                const char *exec_id;
+                int64_t timeout_ms, output_limit, max_file, max_files, max_total;
+        } p = {};
+        static const JsonField fields[] = {
+                { "exec_id", JSON_FIELD_STRING, offsetof(typeof(p), exec_id), JSON_MANDATORY },
+                { "timeout_ms", JSON_FIELD_INT64, offsetof(typeof(p), timeout_ms), JSON_MANDATORY },
+                { "output_limit", JSON_FIELD_INT64, offsetof(typeof(p), output_limit), JSON_MANDATORY },
+                { "max_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_file), JSON_MANDATORY },
+                { "max_files", JSON_FIELD_INT64, offsetof(typeof(p), max_files), JSON_MANDATORY },
+                { "max_total_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_total), JSON_MANDATORY },
+                {},
+        };
+        _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
+        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
+                                  status_pipe[2] = { -EBADF, -EBADF };
+        _cleanup_close_ int outputs_fd = -EBADF;
+        JsonDispatchError jerr;
+        struct stat st;
+        pid_t pid;
+        int q;
+
+        if (!r->initialized)
+                return runner_send_error(r, r->connection_generation, ENOTCONN, "session not initialized");
+        if (r->exec)
+                return runner_send_error(r, r->connection_generation, EBUSY, "an exec is already running");
+        if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
+        q = json_dispatch(req, fields, &p, &jerr);
+        if (q < 0 || p.timeout_ms <= 0 || p.output_limit <= 0 || p.output_limit > (64 << 20) || p.max_file < 0 ||
+            p.max_files < 0 || p.max_total < 0 || strlen(p.exec_id) >= sizeof(e->exec_id))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
+
+        e = calloc(1, sizeof(RunnerExec));
+        if (!e)
+                return log_oom();
+        *e = (RunnerExec) {
+                .runner = r,
+                .connection_generation = r->connection_generation,
+                .status_fd = -EBADF,
+                .out = { .fd = -EBADF, .limit = (size_t) p.output_limit },
+                .err = { .fd = -EBADF, .limit = (size_t) p.output_limit },
+                .timeout_ms = (uint64_t) p.timeout_ms,
+                .limits = { (uint64_t) p.max_file, (uint64_t) p.max_files, (uint64_t) p.max_total },
+                .started_usec = now_usec(),
+        };
+        snprintf(e->exec_id, sizeof(e->exec_id), "%s", p.exec_id);
+
+        outputs_fd = open(strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR "/outputs"),
+                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (outputs_fd >= 0) {
+                q = output_set_scan(outputs_fd, &e->before);
+                if (q < 0)
+                        return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
+        }
+
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0)
+                return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
+
+        SandboxExec se = {
+                .session_root = r->session_root,
+                .code_fd = code_fd,
+                .stdout_fd = out_pipe[1],
+                .stderr_fd = err_pipe[1],
+                .status_fd = status_pipe[1],
+                .uid = r->uid,
+                .gid = r->gid,
+                .timeout_ms = e->timeout_ms,
+                .fsize_limit = r->workspace_size,
+                .cpus_percent = r->cpus_percent,
+                .seccomp = r->seccomp,
+        };
+
+        /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. */
+        pid = (pid_t) syscall(SYS_clone, SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid < 0)
+                return runner_send_error(r, r->connection_generation, errno, "failed to create the sandbox: %s",
+                                         strerror(errno));
+        if (pid == 0) {
+                safe_close(out_pipe[0]);
+                safe_close(err_pipe[0]);
+                safe_close(status_pipe[0]);
+                sandbox_run_init(&se);
+        }
+        e->pid = pid;
+
+        out_pipe[1] = safe_close(out_pipe[1]);
+        err_pipe[1] = safe_close(err_pipe[1]);
+        status_pipe[1] = safe_close(status_pipe[1]);
+        e->out.fd = TAKE_FD(out_pipe[0]);
+        e->err.fd = TAKE_FD(err_pipe[0]);
+        e->status_fd = TAKE_FD(status_pipe[0]);
+        (void) fd_nonblock(e->out.fd, true);
+        (void) fd_nonblock(e->err.fd, true);
+        (void) fd_nonblock(e->status_fd, true);
+
+        q = sd_event_add_child(r->event, &e->child_source, pid, WEXITED, on_init_exit, e);
+        if (q >= 0)
+                q = sd_event_add_io(r->event, &e->out.source, e->out.fd, EPOLLIN, on_output, e);
+        if (q >= 0)
+                q = sd_event_add_io(r->event, &e->err.source, e->err.fd, EPOLLIN, on_output, e);
+        if (q >= 0)
+                q = sd_event_add_time_relative(r->event, &e->timer_source, CLOCK_MONOTONIC,
+                                               e->timeout_ms * USEC_PER_MSEC, 0, on_exec_timeout, e);
+        if (q < 0) {
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to watch the sandbox: %m");
+                return runner_send_error(r, r->connection_generation, q, "failed to watch the sandbox");
+        }
+
+        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                   "Exec %s started as PID %i.", e->exec_id, (int) pid);
+        r->exec = TAKE_PTR(e);
+        return 0;
+}
+
+/* ---- control connection ---- */
+
+static void runner_close_connection(Runner *r) {
+        r->conn_source = sd_event_source_disable_unref(r->conn_source);
+        r->conn_fd = safe_close(r->conn_fd);
+}
+
+static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Runner *r = userdata;
+
+        for (;;) {
+                _cleanup_json_ json_object *req = NULL;
+                int fds[RUNNER_MESSAGE_FDS_MAX];
+                size_t n_fds = 0;
+                json_object *op_obj;
+                const char *op;
+                int q;
+
+                q = runner_message_recv(fd, &req, fds, &n_fds);
+                if (q == -EAGAIN)
+                        return 0;
+                if (q < 0) {
+                        if (q != -ECONNRESET)
+                                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                           "Dropping the control connection: %m");
+                        runner_close_connection(r);
+                        return 0;
+                }
+
+                op = json_object_object_get_ex(req, "op", &op_obj) ? json_object_get_string(op_obj) : NULL;
+                if (op && streq(op, "init"))
+                        q = runner_handle_init(r, req);
+                else if (op && streq(op, "exec"))
+                        q = runner_handle_exec(r, req, n_fds > 0 ? fds[0] : -EBADF);
+                else if (op && streq(op, "ping")) {
+                        _cleanup_json_ json_object *reply = json_object_new_object();
+                        if (reply) {
+                                json_object_object_add(reply, "ok", json_object_new_boolean(true));
+                                json_object_object_add(reply, "initialized", json_object_new_boolean(r->initialized));
+                                json_object_object_add(reply, "busy", json_object_new_boolean(r->exec != NULL));
+                                q = runner_send(r, r->connection_generation, reply, NULL, 0);
+                        } else
+                                q = -ENOMEM;
+                } else
+                        q = runner_send_error(r, r->connection_generation, EOPNOTSUPP, "unknown operation");
+
+                for (size_t i = 0; i < n_fds; i++)
+                        safe_close(fds[i]);
+                if (q < 0 && r->conn_fd >= 0 && q != -ENOTCONN)
+                        log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Request failed: %m");
+                if (r->conn_fd < 0)
+                        return 0;
+        }
+}
+
+static int on_listen(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Runner *r = userdata;
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        int cfd, q;
+
+        cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (cfd < 0)
+                return 0;
+        /* Only the session manager (root) may drive us. */
+        if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != 0) {
+                safe_close(cfd);
+                return 0;
+        }
+        /* A new manager instance replaces the old connection. */
+        runner_close_connection(r);
+        r->conn_fd = cfd;
+        r->connection_generation++;
+        q = sd_event_add_io(r->event, &r->conn_source, cfd, EPOLLIN, on_connection, r);
+        if (q < 0) {
+                log_error_errno(q, "Failed to watch the control connection: %m");
+                runner_close_connection(r);
+        }
+        return 0;
+}
+
+static int parse_argv(int argc, char *argv[], Runner *r) {
+        static const struct option options[] = {
+                { "session-id", required_argument, NULL, 's' },
+                { "session-root", required_argument, NULL, 'r' },
+                {},
+        };
+        int c;
+
+        while ((c = getopt_long(argc, argv, "", options, NULL)) >= 0)
+                switch (c) {
+                case 's':
+                        if (!session_id_is_valid(optarg))
+                                return log_error_errno(EINVAL, "Invalid session id '%s'.", optarg);
+                        strcpy(r->session_id, optarg);
+                        break;
+                case 'r':
+                        free(r->session_root);
+                        r->session_root = strdup(optarg);
+                        if (!r->session_root)
+                                return log_oom();
+                        break;
+                default:
+                        return -EINVAL;
+                }
+        if (!r->session_id[0] || !r->session_root)
+                return log_error_errno(EINVAL, "--session-id= and --session-root= are required.");
+        return 0;
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
+        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF };
+        Runner *r = &runner;
+        sigset_t ss;
+        int q, fd;
+
+        log_setup("scopebox-runner");
+        q = parse_argv(argc, argv, r);
+        if (q < 0)
+                return EXIT_FAILURE;
+
+        /* Directories we create for the sandbox must be traversable by its user. */
+        umask(0022);
+
+        /* Survive the manager: own session, never the manager's death signal. */
+        (void) setsid();
+        (void) prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+        /* When the scope runs out of memory, the sandbox goes first, never its supervisor. */
+        fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                (void) write_all(fd, "-1000", 5);
+                safe_close(fd);
+        }
+
+        sigemptyset(&ss);
+        sigaddset(&ss, SIGCHLD);
+        sigaddset(&ss, SIGTERM);
+        sigaddset(&ss, SIGINT);
+        sigaddset(&ss, SIGHUP);
+        if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0) {
+                log_error_errno(errno, "Failed to block signals: %m");
+                return EXIT_FAILURE;
+        }
+        (void) signal(SIGPIPE, SIG_IGN);
+
+        q = sd_event_default(&event);
+        if (q < 0) {
+                log_error_errno(q, "Failed to allocate the event loop: %m");
+                return EXIT_FAILURE;
+        }
+        r->event = event;
+        (void) sd_event_add_signal(event, NULL, SIGTERM, NULL, NULL);
+        (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
+        (void) sd_event_add_signal(event, NULL, SIGHUP, NULL, NULL);
+
+        if (fcntl(r->listen_fd, F_SETFD, FD_CLOEXEC) < 0) {
+                log_error_errno(errno, "No control socket on fd %i: %m", r->listen_fd);
+                return EXIT_FAILURE;
+        }
+        (void) fd_nonblock(r->listen_fd, true);
+        q = sd_event_add_io(event, &r->listen_source, r->listen_fd, EPOLLIN, on_listen, r);
+        if (q < 0) {
+                log_error_errno(q, "Failed to watch the control socket: %m");
+                return EXIT_FAILURE;
+        }
+
+        q = sd_event_loop(event);
+
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Runner of session %s exiting.", r->session_id);
+        r->exec = runner_exec_free(r->exec);
+        runner_close_connection(r);
+        r->listen_source = sd_event_source_disable_unref(r->listen_source);
+        safe_close(r->listen_fd);
+        if (r->seccomp)
+                seccomp_release(r->seccomp);
+        free(r->session_root);
+        return q < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

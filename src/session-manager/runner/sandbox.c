@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The per-exec sandbox: PID 1 of fresh namespaces builds the root, then runs the interpreter.
+ *
+ * The order follows ../shared/SECURITY.md §1.2: private mount propagation, a tmpfs root with a
+ * read-only /usr and a curated /etc, the session's /workspace, /tmp and /home/sandbox, a minimal
+ * /dev, a fresh /proc for the new PID namespace, pivot_root, a read-only root; then PID 1 forks
+ * the payload, which starts a new session, sets rlimits, drops to the sandbox uid with no
+ * capabilities, sets no_new_privs, closes every other fd, loads seccomp last and executes the
+ * interpreter. PID 1 reaps everything and reports the payload's status; when it exits the
+ * kernel kills whatever the exec left behind in the PID namespace. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fs-util.h"
+#include "io-util.h"
+#include "sandbox.h"
+#include "string-util.h"
+
+#define ROOT_TMPFS_OPTIONS "mode=0755,size=72m,nr_inodes=4096"
+#define DEV_TMPFS_OPTIONS "mode=0755,size=64k,nr_inodes=64"
+#define SHM_TMPFS_OPTIONS "mode=1777,size=64m,nr_inodes=4096"
+
+static const char etc_passwd[] =
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        "sandbox:x:" STRINGIFY(SANDBOX_UID) ":" STRINGIFY(SANDBOX_GID) ":sandbox:/home/sandbox:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+static const char etc_group[] =
+        "root:x:0:\n"
+        "sandbox:x:" STRINGIFY(SANDBOX_GID) ":\n"
+        "nogroup:x:65534:\n";
+static const char etc_hosts[] =
+        "127.0.0.1\tlocalhost " SANDBOX_HOSTNAME "\n"
+        "::1\tlocalhost ip6-localhost ip6-loopback\n";
+static const char etc_nsswitch[] =
+        "passwd: files\n"
+        "group: files\n"
+        "shadow: files\n"
+        "hosts: files\n"
+        "networks: files\n"
+        "protocols: files\n"
+        "services: files\n";
+
+/* Host files and directories bound read-only into the sandbox's /etc when present. */
+static const char *const etc_binds[] = {
+        "ld.so.cache", "fonts", "mime.types", "protocols", "services", "matplotlibrc",
+};
+
+static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom" };
+
+/* Entries of /proc hidden behind /dev/null (files) or an empty read-only tmpfs (directories). */
+static const char *const proc_masked_files[] = {
+        "kcore", "keys", "timer_list", "sched_debug", "latency_stats", "interrupts", "kallsyms",
+        "kpagecount", "kpageflags", "kpagecgroup", "sysrq-trigger",
+};
+static const char *const proc_masked_dirs[] = { "acpi", "asound", "scsi", "driver" };
+static const char *const proc_readonly[] = { "bus", "fs", "irq", "sys" };
+
+typedef struct SetupError {
+        const char *step;
+        int error;
+} SetupError;
+
+#define FAIL(step_, r_) \
+        ({ *err = (SetupError) { step_, abs(r_) }; -abs(r_); })
+
+_noreturn_ static void report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step, int code) {
+        SandboxStatus s = { .kind = kind, .value = value };
+        if (step)
+                snprintf(s.step, sizeof(s.step), "%s", step);
+        (void) write_all(status_fd, &s, sizeof(s));
+        _exit(code);
+}
+
+static int bind_mount(const char *src, const char *dst, unsigned long extra) {
+        if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+                return -errno;
+        if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | extra, NULL) < 0)
+                return -errno;
+        return 0;
+}
+
+static int touch_at(const char *path) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        safe_close(fd);
+        return 0;
+}
+
+static int write_etc_file(int etc_fd, const char *name, const char *content) {
+        return write_file_at(etc_fd, name, content, strlen(content), 0644);
+}
+
+static int setup_etc(const char *root, SetupError *err) {
+        _cleanup_close_ int etc_fd = -EBADF;
+        const char *etc = strjoina(root, "/etc");
+        int r;
+
+        if (mkdir(etc, 0755) < 0)
+                return FAIL("mkdir /etc", errno);
+        etc_fd = open(etc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (etc_fd < 0)
+                return FAIL("open /etc", errno);
+
+        if ((r = write_etc_file(etc_fd, "passwd", etc_passwd)) < 0 ||
+            (r = write_etc_file(etc_fd, "group", etc_group)) < 0 ||
+            (r = write_etc_file(etc_fd, "hosts", etc_hosts)) < 0 ||
+            (r = write_etc_file(etc_fd, "hostname", SANDBOX_HOSTNAME "\n")) < 0 ||
+            (r = write_etc_file(etc_fd, "nsswitch.conf", etc_nsswitch)) < 0)
+                return FAIL("write /etc", r);
+        if (symlinkat("/usr/share/zoneinfo/UTC", etc_fd, "localtime") < 0)
+                return FAIL("symlink /etc/localtime", errno);
+
+        for (size_t i = 0; i < ELEMENTSOF(etc_binds); i++) {
+                const char *src = strjoina("/etc/", etc_binds[i]), *dst = strjoina(etc, "/", etc_binds[i]);
+                struct stat st;
+
+                if (stat(src, &st) < 0)
+                        continue;
+                if (S_ISDIR(st.st_mode))
+                        r = mkdir(dst, 0755) < 0 ? -errno : 0;
+                else if (S_ISREG(st.st_mode))
+                        r = touch_at(dst);
+                else
+                        continue;
+                if (r < 0)
+                        return FAIL("create /etc bind target", r);
+                r = bind_mount(src, dst, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+                if (r < 0)
+                        return FAIL("bind /etc file", r);
+        }
+        return 0;
+}
+
+static int setup_dev(const char *root, SetupError *err) {
+        const char *dev = strjoina(root, "/dev"), *shm = strjoina(dev, "/shm");
+        static const struct {
+                const char *name, *target;
+        } links[] = {
+                { "fd", "/proc/self/fd" },
+                { "stdin", "/proc/self/fd/0" },
+                { "stdout", "/proc/self/fd/1" },
+                { "stderr", "/proc/self/fd/2" },
+        };
+        int r;
+
+        if (mkdir(dev, 0755) < 0)
+                return FAIL("mkdir /dev", errno);
+        if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, DEV_TMPFS_OPTIONS) < 0)
+                return FAIL("mount /dev", errno);
+        for (size_t i = 0; i < ELEMENTSOF(dev_nodes); i++) {
+                const char *src = strjoina("/dev/", dev_nodes[i]), *dst = strjoina(dev, "/", dev_nodes[i]);
+
+                r = touch_at(dst);
+                if (r < 0)
+                        return FAIL("create device bind target", r);
+                r = bind_mount(src, dst, MS_NOSUID | MS_NOEXEC);
+                if (r < 0)
+                        return FAIL("bind device node", r);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(links); i++)
+                if (symlink(links[i].target, strjoina(dev, "/", links[i].name)) < 0)
+                        return FAIL("symlink /dev entry", errno);
+        if (mkdir(shm, 01777) < 0)
+                return FAIL("mkdir /dev/shm", errno);
+        if (mount("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, SHM_TMPFS_OPTIONS) < 0)
+                return FAIL("mount /dev/shm", errno);
+        if (mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+                return FAIL("remount /dev read-only", errno);
+        return 0;
+}
+
+static int setup_proc(const char *root, SetupError *err) {
+        const char *proc = strjoina(root, "/proc");
+
+        if (mkdir(proc, 0555) < 0)
+                return FAIL("mkdir /proc", errno);
+        /* We are PID 1 of the new PID namespace, so this procfs shows only the sandbox. */
+        if (mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") < 0 &&
+            mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                return FAIL("mount /proc", errno);
+
+        for (size_t i = 0; i < ELEMENTSOF(proc_masked_files); i++) {
+                const char *p = strjoina(proc, "/", proc_masked_files[i]);
+                if (access(p, F_OK) < 0)
+                        continue;
+                if (mount("/dev/null", p, NULL, MS_BIND, NULL) < 0)
+                        return FAIL("mask /proc file", errno);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(proc_masked_dirs); i++) {
+                const char *p = strjoina(proc, "/", proc_masked_dirs[i]);
+                if (access(p, F_OK) < 0)
+                        continue;
+                if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555") < 0)
+                        return FAIL("mask /proc directory", errno);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(proc_readonly); i++) {
+                const char *p = strjoina(proc, "/", proc_readonly[i]);
+                if (access(p, F_OK) < 0)
+                        continue;
+                if (bind_mount(p, p, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC) < 0)
+                        return FAIL("make /proc entry read-only", errno);
+        }
+        return 0;
+}
+
+static int setup_code(const char *root, int code_fd, SetupError *err) {
+        _cleanup_close_ int fd = -EBADF;
+        const char *dir = strjoina(root, "/exec");
+        struct stat st;
+        off_t off = 0;
+
+        if (mkdir(dir, 0755) < 0)
+                return FAIL("mkdir /exec", errno);
+        if (fstat(code_fd, &st) < 0)
+                return FAIL("stat code", errno);
+        fd = open(strjoina(dir, "/cell.py"), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+        if (fd < 0)
+                return FAIL("create cell", errno);
+        while (off < st.st_size) {
+                ssize_t k = sendfile(fd, code_fd, &off, (size_t) (st.st_size - off));
+                if (k < 0)
+                        return FAIL("copy cell", errno);
+                if (k == 0)
+                        break;
+        }
+        return 0;
+}
+
+static int loopback_up(SetupError *err) {
+        _cleanup_close_ int fd = -EBADF;
+        struct ifreq ifr = {};
+
+        fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return FAIL("socket for lo", errno);
+        strcpy(ifr.ifr_name, "lo");
+        if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+                return FAIL("get lo flags", errno);
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+                return FAIL("bring lo up", errno);
+        return 0;
+}
+
+static int setup_root(const SandboxExec *e, SetupError *err) {
+        const char *root = strjoina(e->session_root, "/" SESSION_NEWROOT_DIR);
+        const char *ws = strjoina(e->session_root, "/" SESSION_WORKSPACE_DIR);
+        const char *tmp = strjoina(e->session_root, "/" SESSION_SCRATCH_DIR "/tmp");
+        const char *home = strjoina(e->session_root, "/" SESSION_SCRATCH_DIR "/home");
+        static const struct {
+                const char *name, *target;
+        } links[] = {
+                { "bin", "usr/bin" }, { "sbin", "usr/sbin" }, { "lib", "usr/lib" }, { "lib64", "usr/lib64" },
+        };
+        int r;
+
+        /* Nothing we mount below may propagate back to the runner or the host. */
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return FAIL("make mounts private", errno);
+        if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, ROOT_TMPFS_OPTIONS) < 0)
+                return FAIL("mount root tmpfs", errno);
+
+        if (mkdir(strjoina(root, "/usr"), 0755) < 0)
+                return FAIL("mkdir /usr", errno);
+        r = bind_mount("/usr", strjoina(root, "/usr"), MS_RDONLY | MS_NOSUID | MS_NODEV);
+        if (r < 0)
+                return FAIL("bind /usr", r);
+        for (size_t i = 0; i < ELEMENTSOF(links); i++) {
+                if (access(strjoina("/", links[i].target), F_OK) < 0)
+                        continue;
+                if (symlink(links[i].target, strjoina(root, "/", links[i].name)) < 0)
+                        return FAIL("symlink into /usr", errno);
+        }
+
+        r = setup_etc(root, err);
+        if (r < 0)
+                return r;
+
+        if (mkdir(strjoina(root, "/workspace"), 0755) < 0)
+                return FAIL("mkdir /workspace", errno);
+        r = bind_mount(ws, strjoina(root, "/workspace"), MS_NOSUID | MS_NODEV);
+        if (r < 0)
+                return FAIL("bind /workspace", r);
+        if (mkdir(strjoina(root, "/tmp"), 01777) < 0)
+                return FAIL("mkdir /tmp", errno);
+        r = bind_mount(tmp, strjoina(root, "/tmp"), MS_NOSUID | MS_NODEV);
+        if (r < 0)
+                return FAIL("bind /tmp", r);
+        if (mkdir(strjoina(root, "/home"), 0755) < 0 || mkdir(strjoina(root, "/home/sandbox"), 0755) < 0)
+                return FAIL("mkdir /home/sandbox", errno);
+        r = bind_mount(home, strjoina(root, "/home/sandbox"), MS_NOSUID | MS_NODEV);
+        if (r < 0)
+                return FAIL("bind /home/sandbox", r);
+
+        r = setup_dev(root, err);
+        if (r < 0)
+                return r;
+        r = setup_proc(root, err);
+        if (r < 0)
+                return r;
+        r = setup_code(root, e->code_fd, err);
+        if (r < 0)
+                return r;
+
+        if (sethostname(SANDBOX_HOSTNAME, strlen(SANDBOX_HOSTNAME)) < 0)
+                return FAIL("sethostname", errno);
+        r = loopback_up(err);
+        if (r < 0)
+                return r;
+
+        /* Swap roots and drop the old one entirely: no path leads back to the host tree. */
+        if (chdir(root) < 0)
+                return FAIL("chdir new root", errno);
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                return FAIL("pivot_root", errno);
+        if (umount2(".", MNT_DETACH) < 0)
+                return FAIL("detach old root", errno);
+        if (chdir("/") < 0)
+                return FAIL("chdir /", errno);
+        if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+                return FAIL("remount root read-only", errno);
+        return 0;
+}
+
+static int drop_capabilities_bounding(void) {
+        for (unsigned long cap = 0; cap <= 63; cap++)
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+                        return -errno;
+        return 0;
+}
+
+static int set_rlimits(const SandboxExec *e) {
+        uint64_t cpu = e->timeout_ms / 1000 + 5;
+        struct {
+                int resource;
+                rlim_t value;
+        } limits[] = {
+                { RLIMIT_CORE, 0 },
+                { RLIMIT_NOFILE, 1024 },
+                { RLIMIT_MEMLOCK, 64 * 1024 },
+                { RLIMIT_MSGQUEUE, 64 * 1024 },
+                { RLIMIT_RTPRIO, 0 },
+                { RLIMIT_NICE, 0 },
+                { RLIMIT_STACK, 8 * 1024 * 1024 },
+                { RLIMIT_FSIZE, e->fsize_limit > 0 ? (rlim_t) e->fsize_limit : RLIM_INFINITY },
+                /* Backstop only: CPU seconds across all threads, above the wall-clock timeout. */
+                { RLIMIT_CPU, (rlim_t) (cpu * MAX(e->cpus_percent, 100ULL) / 100 + 5) },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(limits); i++) {
+                struct rlimit rl = { limits[i].value, limits[i].value };
+                if (setrlimit(limits[i].resource, &rl) < 0)
+                        return -errno;
+        }
+        return 0;
+}
+
+_noreturn_ static void payload_exec(const SandboxExec *e) {
+        char openblas[64];
+        char *const argv[] = { (char *) "python3", (char *) SANDBOX_CELL_PATH, NULL };
+        char *envp[] = {
+                (char *) "PATH=/usr/local/bin:/usr/bin:/bin",
+                (char *) "HOME=/home/sandbox",
+                (char *) "USER=sandbox",
+                (char *) "LOGNAME=sandbox",
+                (char *) "TMPDIR=/tmp",
+                (char *) "LANG=C.UTF-8",
+                (char *) "PYTHONUNBUFFERED=1",
+                (char *) "PYTHONDONTWRITEBYTECODE=1",
+                (char *) "PYTHONPATH=/workspace",
+                (char *) "MPLBACKEND=Agg",
+                (char *) "MPLCONFIGDIR=/tmp/matplotlib",
+                openblas,
+                NULL,
+        };
+        const char *step;
+        sigset_t ss;
+        uid_t ru, eu, su;
+        gid_t rg, eg, sg;
+        int null_fd, r;
+
+        snprintf(openblas, sizeof(openblas), "OPENBLAS_NUM_THREADS=%llu",
+                 (unsigned long long) MAX(e->cpus_percent / 100, 1ULL));
+
+        step = "setsid";
+        if (setsid() < 0)
+                goto fail;
+        step = "signal mask";
+        sigemptyset(&ss);
+        if (sigprocmask(SIG_SETMASK, &ss, NULL) < 0)
+                goto fail;
+        for (int sig = 1; sig < _NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void) signal(sig, SIG_DFL);
+
+        /* The payload is the first candidate when the scope runs out of memory. */
+        step = "oom_score_adj";
+        {
+                int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                        (void) write_all(fd, "500", 3);
+                        safe_close(fd);
+                }
+        }
+
+        step = "stdio";
+        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(e->stdout_fd, STDOUT_FILENO) < 0 ||
+            dup2(e->stderr_fd, STDERR_FILENO) < 0)
+                goto fail;
+
+        step = "rlimits";
+        r = set_rlimits(e);
+        if (r < 0) {
+                errno = -r;
+                goto fail;
+        }
+        step = "chdir /workspace";
+        if (chdir("/workspace") < 0)
+                goto fail;
+
+        step = "capability bounding set";
+        r = drop_capabilities_bounding();
+        if (r < 0) {
+                errno = -r;
+                goto fail;
+        }
+        step = "credentials";
+        if (setgroups(0, NULL) < 0 || setresgid(e->gid, e->gid, e->gid) < 0 || setresuid(e->uid, e->uid, e->uid) < 0)
+                goto fail;
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != e->uid || eu != e->uid ||
+            su != e->uid || rg != e->gid || eg != e->gid || sg != e->gid) {
+                errno = EPERM;
+                goto fail;
+        }
+        step = "ambient capabilities";
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                goto fail;
+        step = "no_new_privs";
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                goto fail;
+
+        step = "close fds";
+        if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0)
+                goto fail;
+
+        /* Last: from here on only the interpreter's own calls are filtered. */
+        step = "seccomp";
+        r = seccomp_load(e->seccomp);
+        if (r < 0) {
+                errno = -r;
+                goto fail;
+        }
+        execve(SANDBOX_PYTHON, argv, envp);
+        step = "execve " SANDBOX_PYTHON;
+
+fail:
+        r = errno;
+        dprintf(STDERR_FILENO, "[sandbox] failed to start the interpreter (%s): %s\n", step, strerror(r));
+        _exit(127);
+}
+
+_noreturn_ void sandbox_run_init(const SandboxExec *e) {
+        SetupError err = {};
+        int status = 0, r;
+        pid_t payload;
+
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        (void) prctl(PR_SET_NAME, (unsigned long) "sandbox-init", 0, 0, 0);
+
+        r = setup_root(e, &err);
+        if (r < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, err.error, err.step, 125);
+
+        /* Our memory holds nothing secret, but keep /proc/1 unreadable for the payload anyway. */
+        (void) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+        payload = fork();
+        if (payload < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload", 125);
+        if (payload == 0)
+                payload_exec(e);
+
+        /* PID 1 must not keep the output pipes open, or readers never see EOF. */
+        safe_close(e->stdout_fd);
+        safe_close(e->stderr_fd);
+        safe_close(e->code_fd);
+
+        for (;;) {
+                int st;
+                pid_t p = waitpid(-1, &st, __WALL);
+                if (p < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (p == payload) {
+                        status = st;
+                        break;
+                }
+        }
+        /* Exiting kills everything the payload left behind in this PID namespace. */
+        report_and_exit(e->status_fd, SANDBOX_STATUS_EXITED, status, NULL, 0);
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The per-exec sandbox: PID 1 of fresh namespaces builds the root, then runs the interpreter. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <seccomp.h>
+
+#include "macro.h"
+
+/* Namespaces every exec gets (the mount namespace is a copy of the runner's private one). */
+#define SANDBOX_CLONE_FLAGS \
+        (CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+
+#define SANDBOX_UID 1000
+#define SANDBOX_GID 1000
+#define SANDBOX_HOSTNAME "sandbox"
+#define SANDBOX_PYTHON "/usr/bin/python3"
+#define SANDBOX_CELL_PATH "/exec/cell.py"
+
+/* The session's private tree (a tmpfs in the runner's mount namespace). */
+#define SESSION_WORKSPACE_DIR "workspace"
+#define SESSION_SCRATCH_DIR "scratch"    /* tmp/ and home/ of the sandbox */
+#define SESSION_NEWROOT_DIR "newroot"    /* mount point of each exec's root */
+
+typedef enum SandboxStatusKind {
+        SANDBOX_STATUS_EXITED = 0,       /* value: wait status of the payload */
+        SANDBOX_STATUS_SETUP_FAILED = 1, /* value: errno; step names what failed */
+} SandboxStatusKind;
+
+/* Written by the sandbox's PID 1 to the status pipe, once. */
+typedef struct SandboxStatus {
+        int32_t kind;
+        int32_t value;
+        char step[64];
+} SandboxStatus;
+
+typedef struct SandboxExec {
+        const char *session_root;
+        int code_fd;
+        int stdout_fd;
+        int stderr_fd;
+        int status_fd;
+        uid_t uid;
+        gid_t gid;
+        uint64_t timeout_ms;
+        uint64_t fsize_limit;
+        uint64_t cpus_percent;
+        scmp_filter_ctx seccomp;
+} SandboxExec;
+
+/* Runs in the child created with SANDBOX_CLONE_FLAGS; never returns. */
+_noreturn_ void sandbox_run_init(const SandboxExec *e);

@@ -1,0 +1,814 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A session: its runner in a transient scope, the control connection, the request queue, the TTL. */
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs-util.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "manager.h"
+#include "runner-protocol.h"
+#include "session.h"
+#include "string-util.h"
+#include "systemd-client.h"
+
+#define RUNNER_SOCKET_NAME "runner.sock"
+#define RUNNER_ROOT_NAME "root"
+
+typedef void (*RunnerReplyCallback)(Session *s, int error, const char *message, json_object *reply, int fd,
+                                    void *userdata);
+
+struct RunnerRequest {
+        RunnerRequest *next;
+        json_object *message;
+        int fd;                 /* sent with the message, owned */
+        uint64_t timeout_usec;
+        bool is_exec;
+        RunnerReplyCallback callback;
+        void *userdata;
+};
+
+typedef struct ReleaseWaiter {
+        struct ReleaseWaiter *next;
+        SessionDoneCallback callback;
+        void *userdata;
+} ReleaseWaiter;
+
+static const char *const session_state_table[_SESSION_STATE_MAX] = {
+        [SESSION_STARTING] = "starting",
+        [SESSION_RUNNING] = "running",
+        [SESSION_STOPPING] = "stopping",
+};
+
+const char *session_state_to_string(SessionState s) {
+        return s >= 0 && s < _SESSION_STATE_MAX ? session_state_table[s] : NULL;
+}
+
+SessionState session_state_from_string(const char *s) {
+        for (int i = 0; i < _SESSION_STATE_MAX; i++)
+                if (s && streq(s, session_state_table[i]))
+                        return (SessionState) i;
+        return _SESSION_STATE_INVALID;
+}
+
+static RunnerRequest *runner_request_free(RunnerRequest *q) {
+        if (!q)
+                return NULL;
+        json_object_put(q->message);
+        safe_close(q->fd);
+        free(q);
+        return NULL;
+}
+
+int session_new(Manager *m, Session **ret) {
+        Session *s;
+        int r;
+
+        s = calloc(1, sizeof(Session));
+        if (!s)
+                return -ENOMEM;
+        *s = (Session) { .manager = m, .control_fd = -EBADF, .state = SESSION_STARTING };
+
+        /* Ids are random; a collision with a live session is retried, not trusted away. */
+        do {
+                r = session_id_generate(s->id);
+                if (r < 0) {
+                        free(s);
+                        return r;
+                }
+        } while (manager_find_session(m, s->id));
+
+        if (asprintf(&s->unit, "scopebox-runner-%s.scope", s->id) < 0 ||
+            asprintf(&s->runtime_dir, SCOPEBOX_SESSIONS_RUNTIME_DIR "/%s", s->id) < 0 ||
+            asprintf(&s->socket_path, "%s/" RUNNER_SOCKET_NAME, s->runtime_dir) < 0 ||
+            asprintf(&s->session_root, "%s/" RUNNER_ROOT_NAME, s->runtime_dir) < 0) {
+                session_free(s);
+                return -ENOMEM;
+        }
+        s->created_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
+        *ret = s;
+        return 0;
+}
+
+static void session_fail_requests(Session *s, int error, const char *message) {
+        RunnerRequest *q;
+
+        /* The queue is detached first: callbacks may queue nothing on a stopping session. */
+        while ((q = s->queue_head)) {
+                s->queue_head = q->next;
+                s->n_queued--;
+                q->callback(s, error, message, NULL, -EBADF, q->userdata);
+                runner_request_free(q);
+        }
+        s->queue_tail = NULL;
+        if ((q = TAKE_PTR(s->in_flight))) {
+                s->request_timer = sd_event_source_disable_unref(s->request_timer);
+                if (q->is_exec && s->manager->n_execs_running > 0)
+                        s->manager->n_execs_running--;
+                q->callback(s, error, message, NULL, -EBADF, q->userdata);
+                runner_request_free(q);
+        }
+}
+
+Session *session_free(Session *s) {
+        if (!s)
+                return NULL;
+        if (s->manager)
+                manager_remove_session(s->manager, s);
+        session_fail_requests(s, -ENXIO, "session not found or not running");
+        systemd_forget_job_waits(s->manager, s);
+        s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
+        s->control_source = sd_event_source_disable_unref(s->control_source);
+        s->control_fd = safe_close(s->control_fd);
+        s->request_timer = sd_event_source_disable_unref(s->request_timer);
+        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        while (s->release_waiters) {
+                ReleaseWaiter *w = s->release_waiters;
+                s->release_waiters = w->next;
+                free(w);
+        }
+        free(s->unit);
+        free(s->runtime_dir);
+        free(s->socket_path);
+        free(s->session_root);
+        free(s->archive_key);
+        free(s->storage_json);
+        free(s);
+        return NULL;
+}
+
+/* ---- teardown ---- */
+
+static void session_finalize(Session *s) {
+        int r;
+
+        /* Wait for every outstanding systemd call: their callbacks carry a pointer to us. */
+        if (s->systemd_calls_pending > 0) {
+                s->finalize_when_idle = true;
+                return;
+        }
+
+        session_fail_requests(s, -ENXIO, "session not found or not running");
+        s->control_source = sd_event_source_disable_unref(s->control_source);
+        s->control_fd = safe_close(s->control_fd);
+
+        /* The workspace lived in the runner's mount namespace and is gone with it; what is left
+         * here is the socket and an empty mount point. */
+        r = rm_rf(s->runtime_dir);
+        if (r < 0)
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to remove '%s', ignoring: %m",
+                           s->runtime_dir);
+
+        if (s->start_callback) {
+                SessionDoneCallback cb = TAKE_PTR(s->start_callback);
+                cb(s, -EHOSTDOWN, "the session's runner failed to start", s->start_userdata);
+        }
+        while (s->release_waiters) {
+                ReleaseWaiter *w = s->release_waiters;
+                s->release_waiters = w->next;
+                w->callback(s, 0, NULL, w->userdata);
+                free(w);
+        }
+
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released"),
+                   "Session %s released.", s->id);
+        session_free(s);
+}
+
+static void on_stop_job_done(Manager *m, const char *result, int error, const sd_bus_error *bus_error, void *userdata) {
+        Session *s = userdata;
+
+        s->systemd_calls_pending--;
+        if (error < 0 && !(bus_error && sd_bus_error_has_name(bus_error, "org.freedesktop.systemd1.NoSuchUnit")))
+                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %s", s->unit,
+                           bus_error && bus_error->message ? bus_error->message : strerror(-error));
+        else if (result && !streq(result, "done"))
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Stopping %s finished with result '%s'.",
+                           s->unit, result);
+        session_finalize(s);
+}
+
+/* Stop the scope (killing the runner and everything of the session) and then finalize. */
+static void session_teardown(Session *s, const char *reason) {
+        int r;
+
+        if (s->state == SESSION_STOPPING && s->finalize_when_idle)
+                return;
+        s->state = SESSION_STOPPING;
+        s->finalize_when_idle = true;
+        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+
+        /* Nothing queued will run now; clients see the session as gone at once. */
+        RunnerRequest *q;
+        while ((q = s->queue_head)) {
+                s->queue_head = q->next;
+                s->n_queued--;
+                q->callback(s, -ENXIO, "session not found or not running", NULL, -EBADF, q->userdata);
+                runner_request_free(q);
+        }
+        s->queue_tail = NULL;
+
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Releasing session %s (%s).", s->id, reason);
+
+        r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, NULL);
+        if (r < 0) {
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %m", s->unit);
+                if (s->runner_pid > 0)
+                        (void) kill(s->runner_pid, SIGKILL);
+                s->systemd_calls_pending++;
+                on_stop_job_done(s->manager, NULL, r, NULL, s);
+                return;
+        }
+        s->systemd_calls_pending++;
+        manager_state_changed(s->manager);
+}
+
+int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata) {
+        if (cb) {
+                ReleaseWaiter *w = calloc(1, sizeof(ReleaseWaiter));
+                if (!w)
+                        return -ENOMEM;
+                *w = (ReleaseWaiter) { .next = s->release_waiters, .callback = cb, .userdata = userdata };
+                s->release_waiters = w;
+        }
+        session_teardown(s, reason);
+        return 0;
+}
+
+/* ---- control connection ---- */
+
+static int session_dispatch_next(Session *s);
+
+static void session_complete_in_flight(Session *s, int error, const char *message, json_object *reply, int fd) {
+        RunnerRequest *q = TAKE_PTR(s->in_flight);
+
+        s->request_timer = sd_event_source_disable_unref(s->request_timer);
+        if (!q)
+                return;
+        if (q->is_exec && s->manager->n_execs_running > 0) {
+                s->manager->n_execs_running--;
+                manager_state_changed(s->manager);
+        }
+        q->callback(s, error, message, reply, fd, q->userdata);
+        runner_request_free(q);
+}
+
+static void session_runner_lost(Session *s, const char *why) {
+        if (s->state != SESSION_STOPPING)
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=runner-lost"),
+                           "Runner of session %s is gone (%s); cleaning up.", s->id, why);
+        s->control_source = sd_event_source_disable_unref(s->control_source);
+        s->control_fd = safe_close(s->control_fd);
+        session_complete_in_flight(s, -ENXIO, "session not found or not running", NULL, -EBADF);
+        session_teardown(s, why);
+}
+
+static int on_control(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        Session *s = userdata;
+
+        for (;;) {
+                _cleanup_json_ json_object *reply = NULL;
+                int fds[RUNNER_MESSAGE_FDS_MAX];
+                size_t n_fds = 0;
+                json_object *ok;
+                int r;
+
+                r = runner_message_recv(fd, &reply, fds, &n_fds);
+                if (r == -EAGAIN)
+                        break;
+                if (r < 0) {
+                        session_runner_lost(s, r == -ECONNRESET ? "control connection closed" : "bad message");
+                        return 0;
+                }
+                if (!s->in_flight) {
+                        for (size_t i = 0; i < n_fds; i++)
+                                safe_close(fds[i]);
+                        session_runner_lost(s, "unexpected message from runner");
+                        return 0;
+                }
+                if (json_object_object_get_ex(reply, "ok", &ok) && json_object_get_boolean(ok))
+                        session_complete_in_flight(s, 0, NULL, reply, n_fds > 0 ? fds[0] : -EBADF);
+                else {
+                        json_object *e = NULL, *en = NULL;
+                        int error;
+
+                        (void) json_object_object_get_ex(reply, "error", &e);
+                        (void) json_object_object_get_ex(reply, "errno", &en);
+                        error = en ? json_object_get_int(en) : EIO;
+                        if (error <= 0 || error > 4095)
+                                error = EIO;
+                        session_complete_in_flight(s, -error, e ? json_object_get_string(e) : "runner error", NULL, -EBADF);
+                }
+                for (size_t i = 0; i < n_fds; i++)
+                        safe_close(fds[i]);
+                if (s->control_fd < 0)
+                        return 0;
+        }
+
+        if (revents & (EPOLLHUP | EPOLLERR)) {
+                session_runner_lost(s, "control connection closed");
+                return 0;
+        }
+        (void) session_dispatch_next(s);
+        return 0;
+}
+
+static int on_request_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
+        Session *s = userdata;
+
+        log_struct(LOG_ERR, ETIMEDOUT, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                   "Runner of session %s did not answer in time; tearing the session down.", s->id);
+        session_complete_in_flight(s, -ETIMEDOUT, "the session's runner did not answer", NULL, -EBADF);
+        session_teardown(s, "runner unresponsive");
+        return 0;
+}
+
+static int session_dispatch_next(Session *s) {
+        RunnerRequest *q;
+        int r;
+
+        if (s->in_flight || !s->queue_head || s->control_fd < 0)
+                return 0;
+
+        q = s->queue_head;
+        s->queue_head = q->next;
+        if (!s->queue_head)
+                s->queue_tail = NULL;
+        s->n_queued--;
+        q->next = NULL;
+
+        r = runner_message_send(s->control_fd, q->message, q->fd >= 0 ? &q->fd : NULL, q->fd >= 0 ? 1 : 0);
+        if (r < 0) {
+                q->callback(s, -ENXIO, "session not found or not running", NULL, -EBADF, q->userdata);
+                runner_request_free(q);
+                session_runner_lost(s, "failed to send a request");
+                return r;
+        }
+        q->fd = safe_close(q->fd);
+        s->in_flight = q;
+        if (q->is_exec) {
+                s->manager->n_execs_running++;
+                manager_state_changed(s->manager);
+        }
+        r = sd_event_add_time_relative(s->manager->event, &s->request_timer, CLOCK_MONOTONIC, q->timeout_usec,
+                                       USEC_PER_SEC, on_request_timeout, s);
+        if (r < 0)
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to arm request timeout, ignoring: %m");
+        return 0;
+}
+
+/* Takes ownership of message and fd, also on failure. Fails only when nothing was queued; then
+ * the callback is not called. */
+static int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec, bool front,
+                           RunnerReplyCallback cb, void *userdata) {
+        RunnerRequest *q;
+
+        if (s->n_queued >= SESSION_QUEUE_MAX) {
+                json_object_put(message);
+                safe_close(fd);
+                return -EBUSY;
+        }
+        q = calloc(1, sizeof(RunnerRequest));
+        if (!q) {
+                json_object_put(message);
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        *q = (RunnerRequest) { .message = message, .fd = fd, .timeout_usec = timeout_usec, .is_exec = is_exec,
+                               .callback = cb, .userdata = userdata };
+        if (front) {
+                q->next = s->queue_head;
+                s->queue_head = q;
+                if (!s->queue_tail)
+                        s->queue_tail = q;
+        } else {
+                if (s->queue_tail)
+                        s->queue_tail->next = q;
+                else
+                        s->queue_head = q;
+                s->queue_tail = q;
+        }
+        s->n_queued++;
+        /* From here on the callback reports the outcome, also a failure to send. */
+        (void) session_dispatch_next(s);
+        return 0;
+}
+
+/* ---- idle TTL ---- */
+
+static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
+        Session *s = userdata;
+
+        if (s->in_flight || s->queue_head) {
+                /* Busy sessions are not idle: look again after a full TTL. */
+                session_touch(s);
+                return 0;
+        }
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-idle"),
+                   "Session %s was idle for %llus.", s->id, (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
+        (void) session_release(s, "idle timeout", NULL, NULL);
+        return 0;
+}
+
+void session_touch(Session *s) {
+        int r;
+
+        if (s->state != SESSION_RUNNING || s->idle_ttl_usec == 0)
+                return;
+        if (s->idle_timer) {
+                (void) sd_event_source_set_time_relative(s->idle_timer, s->idle_ttl_usec);
+                (void) sd_event_source_set_enabled(s->idle_timer, SD_EVENT_ONESHOT);
+                return;
+        }
+        r = sd_event_add_time_relative(s->manager->event, &s->idle_timer, CLOCK_BOOTTIME, s->idle_ttl_usec,
+                                       USEC_PER_SEC, on_idle, s);
+        if (r < 0)
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to arm the idle timer: %m");
+}
+
+/* ---- start ---- */
+
+static void session_start_done(Session *s, int error, const char *message) {
+        SessionDoneCallback cb = TAKE_PTR(s->start_callback);
+
+        if (error >= 0) {
+                s->state = SESSION_RUNNING;
+                session_touch(s);
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-created"),
+                           "Session %s started in %s.", s->id, s->unit);
+                manager_state_changed(s->manager);
+        }
+        if (cb)
+                cb(s, error, message, s->start_userdata);
+        if (error < 0)
+                session_teardown(s, "start failed");
+}
+
+static void on_init_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        if (error < 0)
+                log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Runner of session %s failed to initialize: %s",
+                           s->id, strempty(message));
+        session_start_done(s, error < 0 ? -EHOSTDOWN : 0, error < 0 ? "failed to initialize the workspace" : NULL);
+}
+
+static int session_connect(Session *s) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int r;
+
+        if (strlen(s->socket_path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, s->socket_path);
+
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                return -errno;
+        r = sd_event_add_io(s->manager->event, &s->control_source, fd, EPOLLIN, on_control, s);
+        if (r < 0)
+                return r;
+        s->control_fd = TAKE_FD(fd);
+        return 0;
+}
+
+static void on_scope_started(Manager *m, const char *result, int error, const sd_bus_error *bus_error, void *userdata) {
+        Session *s = userdata;
+        json_object *init;
+        int r;
+
+        s->systemd_calls_pending--;
+        if (s->state == SESSION_STOPPING) {
+                session_finalize(s);
+                return;
+        }
+        if (error < 0 || !streq_ptr(result, "done")) {
+                log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to start %s: %s", s->unit,
+                           error < 0 ? (bus_error && bus_error->message ? bus_error->message : strerror(-error))
+                                     : strempty(result));
+                if (s->runner_pid > 0)
+                        (void) kill(s->runner_pid, SIGKILL);
+                session_start_done(s, -EHOSTDOWN, "failed to start the session's scope");
+                return;
+        }
+
+        r = session_connect(s);
+        if (r < 0) {
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to connect to the runner of %s: %m", s->id);
+                session_start_done(s, -EHOSTDOWN, "failed to reach the session's runner");
+                return;
+        }
+
+        init = json_object_new_object();
+        if (!init) {
+                session_start_done(s, -ENOMEM, "out of memory");
+                return;
+        }
+        json_object_object_add(init, "op", json_object_new_string("init"));
+        json_object_object_add(init, "uid", json_object_new_int(1000));
+        json_object_object_add(init, "gid", json_object_new_int(1000));
+        json_object_object_add(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size));
+        json_object_object_add(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size));
+        json_object_object_add(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent));
+        r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);
+        if (r < 0)
+                session_start_done(s, -EHOSTDOWN, "failed to initialize the workspace");
+}
+
+static int on_runner_exit(sd_event_source *source, const siginfo_t *si, void *userdata) {
+        Session *s = userdata;
+
+        /* This only reaps our child. Failures surface where they matter: a runner that dies
+         * before its scope starts fails StartTransientUnit, one that dies later closes the
+         * control connection. */
+        s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
+        s->runner_pid = 0;
+        if (s->state != SESSION_STOPPING)
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Runner of session %s exited (code=%i status=%i).",
+                           s->id, si->si_code, si->si_status);
+        return 0;
+}
+
+static int create_listen_socket(const char *path) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, path);
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        (void) unlink(path);
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                return -errno;
+        if (chmod(path, 0600) < 0)
+                return -errno;
+        if (listen(fd, 4) < 0)
+                return -errno;
+        return TAKE_FD(fd);
+}
+
+static int spawn_runner(Session *s, int listen_fd, pid_t *ret_pid) {
+        char arg_id[64], arg_root[PATH_MAX + 32], arg_level[64];
+        const char *target = getenv("SCOPEBOX_LOG_TARGET");
+        pid_t pid;
+
+        snprintf(arg_id, sizeof(arg_id), "--session-id=%s", s->id);
+        snprintf(arg_root, sizeof(arg_root), "--session-root=%s", s->session_root);
+        snprintf(arg_level, sizeof(arg_level), "SCOPEBOX_LOG_LEVEL=%s", log_level_to_string(log_get_max_level()));
+
+        pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                /* Child: a clean process image with the control socket on fd 3 and nothing else of
+                 * ours — no environment beyond what logging needs, no other fds. */
+                char *argv[] = { (char *) "scopebox-runner", arg_id, arg_root, NULL };
+                char *envp[] = {
+                        (char *) "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                        (char *) "LANG=C.UTF-8",
+                        arg_level,
+                        (char *) (target && streq(target, "console") ? "SCOPEBOX_LOG_TARGET=console"
+                                                                     : "SCOPEBOX_LOG_TARGET=journal"),
+                        NULL,
+                };
+                sigset_t ss;
+                int null_fd;
+
+                sigemptyset(&ss);
+                (void) sigprocmask(SIG_SETMASK, &ss, NULL);
+                for (int sig = 1; sig < _NSIG; sig++)
+                        if (sig != SIGKILL && sig != SIGSTOP)
+                                (void) signal(sig, SIG_DFL);
+
+                if (listen_fd == 3) {
+                        if (fcntl(3, F_SETFD, 0) < 0)
+                                _exit(EXIT_FAILURE);
+                } else if (dup2(listen_fd, 3) < 0)
+                        _exit(EXIT_FAILURE);
+                null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (null_fd >= 0 && null_fd != STDIN_FILENO)
+                        (void) dup2(null_fd, STDIN_FILENO);
+                (void) syscall(SYS_close_range, 4U, ~0U, 0U);
+
+                execve(RUNNER_PATH, argv, envp);
+                dprintf(STDERR_FILENO, "<3>Failed to execute %s: %s\n", RUNNER_PATH, strerror(errno));
+                _exit(EXIT_FAILURE);
+        }
+        *ret_pid = pid;
+        return 0;
+}
+
+int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
+        Manager *m = s->manager;
+        _cleanup_close_ int listen_fd = -EBADF;
+        pid_t pid;
+        int r;
+
+        assert(s->state == SESSION_STARTING);
+
+        (void) rm_rf(s->runtime_dir);
+        if (mkdir(s->runtime_dir, 0700) < 0 || mkdir(s->session_root, 0700) < 0)
+                return log_struct(LOG_ERR, errno, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to create '%s': %m", s->runtime_dir);
+
+        listen_fd = create_listen_socket(s->socket_path);
+        if (listen_fd < 0) {
+                (void) rm_rf(s->runtime_dir);
+                return log_struct(LOG_ERR, listen_fd, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                  "Failed to create the runner socket '%s': %m", s->socket_path);
+        }
+
+        r = spawn_runner(s, listen_fd, &pid);
+        if (r < 0) {
+                (void) rm_rf(s->runtime_dir);
+                return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to spawn the runner: %m");
+        }
+        s->runner_pid = pid;
+        r = sd_event_add_child(m->event, &s->runner_child_source, pid, WEXITED, on_runner_exit, s);
+        if (r < 0)
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to watch the runner, ignoring: %m");
+
+        ScopeProperties props = {
+                .description = strjoina("scopebox runner of session ", s->id),
+                .slice = MANAGER_SLICE,
+                .pid = pid,
+                .memory_max = m->config.memory_limit,
+                .tasks_max = m->config.pids_limit,
+                .cpu_quota_percent = m->config.cpu_quota_percent,
+        };
+        r = systemd_start_scope(m, s->unit, &props, on_scope_started, s, NULL);
+        if (r < 0) {
+                (void) kill(pid, SIGKILL);
+                (void) rm_rf(s->runtime_dir);
+                return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to request %s: %m", s->unit);
+        }
+        s->systemd_calls_pending++;
+        s->start_callback = cb;
+        s->start_userdata = userdata;
+        return 0;
+}
+
+/* ---- exec ---- */
+
+typedef struct ExecCall {
+        ExecCallback callback;
+        void *userdata;
+} ExecCall;
+
+static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, ExecFile **ret_files) {
+        struct {
+                int64_t exit_code, signal, duration_usec, stdout_size, stderr_size, files_skipped;
+                bool timed_out, stdout_truncated, stderr_truncated;
+                json_object *files;
+        } p = {};
+        _cleanup_free_ ExecFile *files = NULL;
+        JsonDispatchError jerr;
+        json_object *farr = NULL;
+        struct stat st;
+        size_t n;
+        int r;
+
+        static const JsonField scalar_fields[] = {
+                { "exit_code", JSON_FIELD_INT64, offsetof(typeof(p), exit_code), JSON_MANDATORY },
+                { "signal", JSON_FIELD_INT64, offsetof(typeof(p), signal), 0 },
+                { "duration_usec", JSON_FIELD_INT64, offsetof(typeof(p), duration_usec), 0 },
+                { "stdout_size", JSON_FIELD_INT64, offsetof(typeof(p), stdout_size), JSON_MANDATORY },
+                { "stderr_size", JSON_FIELD_INT64, offsetof(typeof(p), stderr_size), JSON_MANDATORY },
+                { "files_skipped", JSON_FIELD_INT64, offsetof(typeof(p), files_skipped), 0 },
+                { "timed_out", JSON_FIELD_BOOL, offsetof(typeof(p), timed_out), 0 },
+                { "stdout_truncated", JSON_FIELD_BOOL, offsetof(typeof(p), stdout_truncated), 0 },
+                { "stderr_truncated", JSON_FIELD_BOOL, offsetof(typeof(p), stderr_truncated), 0 },
+                {},
+        };
+
+        if (data_fd < 0 || fstat(data_fd, &st) < 0)
+                return -EBADMSG;
+        r = json_dispatch(reply, scalar_fields, &p, &jerr);
+        if (r < 0 || p.stdout_size < 0 || p.stderr_size < 0 || p.files_skipped < 0 ||
+            (uint64_t) p.stdout_size + (uint64_t) p.stderr_size > (uint64_t) st.st_size)
+                return -EBADMSG;
+        if (!json_object_object_get_ex(reply, "files", &farr) || !json_object_is_type(farr, json_type_array))
+                return -EBADMSG;
+
+        n = json_object_array_length(farr);
+        files = calloc(n + 1, sizeof(ExecFile));
+        if (!files)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                json_object *f = json_object_array_get_idx(farr, i), *v;
+                int64_t off, size;
+
+                if (!json_object_object_get_ex(f, "path", &v) || !json_object_is_type(v, json_type_string))
+                        return -EBADMSG;
+                files[i].path = json_object_get_string(v);
+                if (!json_object_object_get_ex(f, "offset", &v) || !json_object_is_type(v, json_type_int))
+                        return -EBADMSG;
+                off = json_object_get_int64(v);
+                if (!json_object_object_get_ex(f, "size", &v) || !json_object_is_type(v, json_type_int))
+                        return -EBADMSG;
+                size = json_object_get_int64(v);
+                if (off < 0 || size < 0 || (uint64_t) off + (uint64_t) size > (uint64_t) st.st_size)
+                        return -EBADMSG;
+                files[i].offset = (uint64_t) off;
+                files[i].size = (uint64_t) size;
+        }
+
+        *ret = (ExecResult) {
+                .exit_code = (int) p.exit_code,
+                .signal = (int) p.signal,
+                .timed_out = p.timed_out,
+                .duration_usec = (uint64_t) MAX(p.duration_usec, 0),
+                .stdout_size = (uint64_t) p.stdout_size,
+                .stderr_size = (uint64_t) p.stderr_size,
+                .stdout_truncated = p.stdout_truncated,
+                .stderr_truncated = p.stderr_truncated,
+                .files = files,
+                .n_files = n,
+                .files_skipped = (uint64_t) p.files_skipped,
+                .data_fd = data_fd,
+        };
+        *ret_files = TAKE_PTR(files);
+        return 0;
+}
+
+static void on_exec_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        ExecCall *c = userdata;
+        _cleanup_free_ ExecFile *files = NULL;
+        ExecResult result;
+        int r;
+
+        if (error < 0) {
+                c->callback(s, error, message, NULL, c->userdata);
+                free(c);
+                return;
+        }
+        r = exec_reply_parse(reply, fd, &result, &files);
+        if (r < 0) {
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Malformed exec result from the runner of %s.", s->id);
+                c->callback(s, -EHOSTDOWN, "malformed result from the runner", NULL, c->userdata);
+                free(c);
+                return;
+        }
+        session_touch(s);
+        c->callback(s, 0, NULL, &result, c->userdata);
+        free(c);
+}
+
+int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata) {
+        _cleanup_close_ int fd = code_fd;
+        json_object *msg;
+        ExecCall *c;
+        char exec_id[32];
+        Config *cfg = &s->manager->config;
+        int r;
+
+        if (s->state != SESSION_RUNNING)
+                return -ENXIO;
+        if (s->n_queued >= SESSION_QUEUE_MAX)
+                return -EBUSY;
+
+        /* Exec ids only correlate log entries; the counter makes them unique per manager run. */
+        snprintf(exec_id, sizeof(exec_id), "%08x%08llx", (unsigned) getpid(),
+                 (unsigned long long) ++s->manager->exec_counter);
+
+        msg = json_object_new_object();
+        c = calloc(1, sizeof(ExecCall));
+        if (!msg || !c) {
+                json_object_put(msg);
+                free(c);
+                return -ENOMEM;
+        }
+        *c = (ExecCall) { .callback = cb, .userdata = userdata };
+        json_object_object_add(msg, "op", json_object_new_string("exec"));
+        json_object_object_add(msg, "exec_id", json_object_new_string(exec_id));
+        json_object_object_add(msg, "timeout_ms", json_object_new_int64((int64_t) p->timeout_ms));
+        json_object_object_add(msg, "output_limit", json_object_new_int64((int64_t) p->output_limit));
+        json_object_object_add(msg, "max_artifact_bytes", json_object_new_int64((int64_t) cfg->max_artifact_bytes));
+        json_object_object_add(msg, "max_files", json_object_new_int64((int64_t) cfg->max_files_per_exec));
+        json_object_object_add(msg, "max_total_artifact_bytes", json_object_new_int64((int64_t) cfg->max_total_artifact_bytes));
+
+        r = session_enqueue(s, msg, TAKE_FD(fd), p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false,
+                            on_exec_reply, c);
+        if (r < 0) {
+                free(c);
+                return r;
+        }
+        session_touch(s);
+        return 0;
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A session: its runner in a transient scope, the control connection, the request queue, the TTL. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <json-c/json.h>
+#include <systemd/sd-event.h>
+
+#include "id.h"
+#include "macro.h"
+
+typedef struct Manager Manager;
+typedef struct Session Session;
+
+typedef enum SessionState {
+        SESSION_STARTING,
+        SESSION_RUNNING,
+        SESSION_STOPPING,
+        _SESSION_STATE_MAX,
+        _SESSION_STATE_INVALID = -EINVAL,
+} SessionState;
+
+const char *session_state_to_string(SessionState s);
+SessionState session_state_from_string(const char *s);
+
+/* Most requests (execs, file operations) waiting behind the one in flight. */
+#define SESSION_QUEUE_MAX 16
+/* Slack on top of an exec's own timeout before we consider the runner hung. */
+#define SESSION_EXEC_SLACK_USEC (30 * USEC_PER_SEC)
+#define SESSION_CONTROL_TIMEOUT_USEC (30 * USEC_PER_SEC)
+
+typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
+
+typedef struct ExecFile {
+        const char *path;  /* relative to /workspace/outputs */
+        uint64_t offset;
+        uint64_t size;
+} ExecFile;
+
+typedef struct ExecResult {
+        int exit_code;
+        int signal;
+        bool timed_out;
+        uint64_t duration_usec;
+        uint64_t stdout_size;
+        uint64_t stderr_size;
+        bool stdout_truncated;
+        bool stderr_truncated;
+        ExecFile *files;
+        size_t n_files;
+        uint64_t files_skipped;
+        int data_fd;       /* borrowed; stdout, stderr, then the files */
+} ExecResult;
+
+typedef void (*ExecCallback)(Session *s, int error, const char *message, const ExecResult *result, void *userdata);
+
+typedef struct ExecParameters {
+        uint64_t timeout_ms;
+        uint64_t output_limit;
+} ExecParameters;
+
+typedef struct RunnerRequest RunnerRequest;
+
+struct Session {
+        Manager *manager;
+        Session *next;
+
+        char id[SESSION_ID_LEN + 1];
+        char *unit;
+        char *runtime_dir;
+        char *socket_path;
+        char *session_root;
+        SessionState state;
+
+        pid_t runner_pid;
+        sd_event_source *runner_child_source;
+        int control_fd;
+        sd_event_source *control_source;
+
+        RunnerRequest *queue_head, *queue_tail;
+        unsigned n_queued;
+        RunnerRequest *in_flight;
+        sd_event_source *request_timer;
+
+        uint64_t idle_ttl_usec;
+        sd_event_source *idle_timer;
+        uint64_t created_realtime_usec;
+
+        char *archive_key;
+        char *storage_json;
+
+        unsigned systemd_calls_pending;
+        bool finalize_when_idle;
+
+        SessionDoneCallback start_callback;
+        void *start_userdata;
+        struct ReleaseWaiter *release_waiters;
+};
+
+int session_new(Manager *m, Session **ret);
+Session *session_free(Session *s);
+
+/* Spawn the runner, put it in its scope, initialize the workspace. cb runs once. */
+int session_start(Session *s, SessionDoneCallback cb, void *userdata);
+/* Stop the scope and forget the session. cb (optional) runs when it is gone. */
+int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata);
+/* Queue an exec. code_fd is taken over. */
+int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata);
+
+/* Any successful call resets the idle timer. */
+void session_touch(Session *s);

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Asynchronous calls to systemd's manager API: transient scopes, stopping units, job tracking. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <systemd/sd-bus.h>
+
+typedef struct Manager Manager;
+
+/* Called once the job finished: result is systemd's job result ("done", "failed", "canceled",
+ * ...) or NULL with error < 0 when the request itself failed. */
+typedef void (*JobCallback)(Manager *m, const char *result, int error, const sd_bus_error *bus_error,
+                            void *userdata);
+
+typedef struct ScopeProperties {
+        const char *description;
+        const char *slice;
+        pid_t pid;
+        uint64_t memory_max;
+        uint64_t tasks_max;
+        uint64_t cpu_quota_percent;
+        uint64_t runtime_max_usec; /* 0 = none */
+} ScopeProperties;
+
+int systemd_subscribe(Manager *m);
+int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb, void *userdata,
+                        sd_bus_slot **ret_slot);
+int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, sd_bus_slot **ret_slot);
+/* Forget a job we no longer wait for (the owner is going away). */
+void systemd_forget_job_waits(Manager *m, void *userdata);
+/* Read systemd's Version property (async); the callback gets NULL on failure. */
+typedef void (*VersionCallback)(Manager *m, const char *version, void *userdata);
+int systemd_get_version(Manager *m, VersionCallback cb, void *userdata, sd_bus_slot **ret_slot);

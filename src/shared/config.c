@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The SANDBOX_* settings shared by all daemons: /etc/scopebox/scopebox.conf, then the environment. */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "macro.h"
+#include "parse-util.h"
+#include "string-util.h"
+
+typedef enum ConfigType {
+        CONFIG_SIZE,    /* bytes, with optional K/M/G suffix */
+        CONFIG_UINT,
+        CONFIG_INT,
+        CONFIG_BOOL,
+        CONFIG_CPUS,    /* number of CPUs, fractional, stored as percent */
+        CONFIG_STRING,
+} ConfigType;
+
+typedef struct ConfigItem {
+        ConfigItemInfo info;
+        ConfigType type;
+        size_t offset;
+        uint64_t min, max; /* for numbers, inclusive */
+} ConfigItem;
+
+#define ITEM(n, t, f, d, lo, hi, desc) \
+        { { n, d, desc }, t, offsetof(Config, f), lo, hi }
+
+static const ConfigItem config_table[] = {
+        ITEM("SANDBOX_API_KEY", CONFIG_STRING, api_key, "", 0, 0,
+             "Bearer key of the sidecar API. Prefer /etc/scopebox/api-key (LoadCredential=)."),
+        ITEM("SANDBOX_ALLOW_NO_AUTH", CONFIG_BOOL, allow_no_auth, "0", 0, 1,
+             "Allow starting without an API key (development only)."),
+        ITEM("SANDBOX_MAX_BODY_BYTES", CONFIG_SIZE, max_body_bytes, "56M", 1024, 1ULL << 32,
+             "Largest accepted request body."),
+        ITEM("SANDBOX_MAX_CODE_BYTES", CONFIG_SIZE, max_code_bytes, "1M", 1, 64ULL << 20,
+             "Largest accepted /exec code, in UTF-8 bytes."),
+        ITEM("SANDBOX_MAX_SESSIONS", CONFIG_INT, max_sessions, "16", 0, 0,
+             "Most live sessions; 0 or less means unlimited."),
+        ITEM("SANDBOX_IDLE_TTL_SECONDS", CONFIG_UINT, idle_ttl_sec, "1800", 1, 365ULL * 86400,
+             "Idle time after which a session is reaped, when the client gives none."),
+        ITEM("SANDBOX_IDLE_TTL_CAP_SECONDS", CONFIG_UINT, idle_ttl_cap_sec, "86400", 1, 365ULL * 86400,
+             "Upper bound of a session's idle TTL."),
+        ITEM("SANDBOX_EXEC_TIMEOUT_CAP_MS", CONFIG_UINT, exec_timeout_cap_ms, "600000", 1000, 86400000,
+             "Upper bound of an exec's timeout_ms."),
+        ITEM("SANDBOX_MEMORY_LIMIT", CONFIG_SIZE, memory_limit, "2G", 64ULL << 20, 1ULL << 50,
+             "MemoryMax= of each runner scope."),
+        ITEM("SANDBOX_CPUS", CONFIG_CPUS, cpu_quota_percent, "1", 1, 100000,
+             "CPUs per runner scope (CPUQuota=, 1 = 100%)."),
+        ITEM("SANDBOX_PIDS_LIMIT", CONFIG_UINT, pids_limit, "256", 8, 1000000,
+             "TasksMax= of each runner scope."),
+        ITEM("SANDBOX_WORKSPACE_SIZE", CONFIG_SIZE, workspace_size, "512M", 1ULL << 20, 1ULL << 40,
+             "Size of each session's /workspace (writes past it fail with ENOSPC)."),
+        ITEM("SANDBOX_TMP_SIZE", CONFIG_SIZE, tmp_size, "256M", 1ULL << 20, 1ULL << 40,
+             "Size of each session's /tmp and /home/sandbox."),
+        ITEM("SANDBOX_MAX_OUTPUT_BYTES", CONFIG_SIZE, max_output_bytes, "32768", 1024, 64ULL << 20,
+             "Bytes of stdout and of stderr kept per exec."),
+        ITEM("SANDBOX_MAX_ARTIFACT_BYTES", CONFIG_SIZE, max_artifact_bytes, "20M", 0, 1ULL << 30,
+             "Largest output file returned by an exec."),
+        ITEM("SANDBOX_MAX_FILES_PER_EXEC", CONFIG_UINT, max_files_per_exec, "20", 0, 1000,
+             "Most output files returned by an exec."),
+        ITEM("SANDBOX_MAX_TOTAL_ARTIFACT_BYTES", CONFIG_SIZE, max_total_artifact_bytes, "50M", 0, 1ULL << 30,
+             "Most output bytes returned by an exec in total."),
+};
+
+const ConfigItemInfo *config_items(unsigned *ret_n) {
+        static ConfigItemInfo infos[ELEMENTSOF(config_table)];
+        for (size_t i = 0; i < ELEMENTSOF(config_table); i++)
+                infos[i] = config_table[i].info;
+        *ret_n = ELEMENTSOF(config_table);
+        return infos;
+}
+
+static int config_set(Config *c, const ConfigItem *item, const char *value, char **ret_error) {
+        void *p = (uint8_t *) c + item->offset;
+        uint64_t u = 0;
+        int64_t i;
+        int r;
+
+        switch (item->type) {
+        case CONFIG_STRING: {
+                char *s = strdup(value);
+                if (!s)
+                        return -ENOMEM;
+                free(*(char **) p);
+                *(char **) p = s;
+                return 0;
+        }
+        case CONFIG_BOOL:
+                r = parse_boolean(value);
+                if (r < 0)
+                        goto invalid;
+                *(bool *) p = r;
+                return 0;
+        case CONFIG_INT:
+                r = safe_atoi64(value, &i);
+                if (r < 0)
+                        goto invalid;
+                *(int64_t *) p = i;
+                return 0;
+        case CONFIG_SIZE:
+                r = parse_size(value, &u);
+                break;
+        case CONFIG_UINT:
+                r = safe_atou64(value, &u);
+                break;
+        case CONFIG_CPUS:
+                r = parse_cpus(value, &u);
+                break;
+        default:
+                return -EINVAL;
+        }
+        if (r < 0)
+                goto invalid;
+        if (u < item->min || u > item->max) {
+                if (asprintf(ret_error, "%s=%s is out of range [%llu, %llu]", item->info.name, value,
+                             (unsigned long long) item->min, (unsigned long long) item->max) < 0)
+                        *ret_error = NULL;
+                return -ERANGE;
+        }
+        *(uint64_t *) p = u;
+        return 0;
+
+invalid:
+        if (asprintf(ret_error, "%s=%s is not a valid value", item->info.name, value) < 0)
+                *ret_error = NULL;
+        return -EINVAL;
+}
+
+static const ConfigItem *config_find(const char *name, size_t len) {
+        for (size_t i = 0; i < ELEMENTSOF(config_table); i++)
+                if (strlen(config_table[i].info.name) == len && strneq(config_table[i].info.name, name, len))
+                        return &config_table[i];
+        return NULL;
+}
+
+static char *strip(char *s) {
+        char *e;
+        while (isspace((unsigned char) *s))
+                s++;
+        e = s + strlen(s);
+        while (e > s && isspace((unsigned char) e[-1]))
+                *--e = 0;
+        return s;
+}
+
+static int config_load_file(Config *c, const char *path, char **ret_error) {
+        _cleanup_fclose_ FILE *f = NULL;
+        _cleanup_free_ char *line = NULL;
+        size_t allocated = 0;
+        unsigned lineno = 0;
+
+        f = fopen(path, "re");
+        if (!f)
+                return errno == ENOENT ? 0 : -errno;
+
+        for (;;) {
+                const ConfigItem *item;
+                char *l, *eq, *value;
+                ssize_t n;
+                int r;
+
+                n = getline(&line, &allocated, f);
+                if (n < 0)
+                        break;
+                lineno++;
+                l = strip(line);
+                if (*l == 0 || *l == '#' || *l == ';')
+                        continue;
+                l = (char *) (startswith(l, "export ") ?: l);
+                eq = strchr(l, '=');
+                if (!eq) {
+                        if (asprintf(ret_error, "%s:%u: expected KEY=VALUE", path, lineno) < 0)
+                                *ret_error = NULL;
+                        return -EINVAL;
+                }
+                *eq = 0;
+                l = strip(l);
+                value = strip(eq + 1);
+                n = (ssize_t) strlen(value);
+                if (n >= 2 && ((value[0] == '"' && value[n - 1] == '"') || (value[0] == '\'' && value[n - 1] == '\''))) {
+                        value[n - 1] = 0;
+                        value++;
+                }
+                item = config_find(l, strlen(l));
+                if (!item)
+                        continue; /* Other components' settings (dify's names, future ones) live here too. */
+                r = config_set(c, item, value, ret_error);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int config_load(Config *c, const char *path, char **ret_error) {
+        int r;
+
+        *c = (Config) {};
+        *ret_error = NULL;
+        for (size_t i = 0; i < ELEMENTSOF(config_table); i++) {
+                r = config_set(c, &config_table[i], config_table[i].info.default_value, ret_error);
+                if (r < 0)
+                        return r;
+        }
+
+        r = config_load_file(c, path ?: SCOPEBOX_CONFIG_FILE, ret_error);
+        if (r < 0) {
+                if (!*ret_error && asprintf(ret_error, "Failed to read %s: %s", path ?: SCOPEBOX_CONFIG_FILE,
+                                            strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
+
+        for (size_t i = 0; i < ELEMENTSOF(config_table); i++) {
+                const char *v = getenv(config_table[i].info.name);
+                if (!v)
+                        continue;
+                r = config_set(c, &config_table[i], v, ret_error);
+                if (r < 0)
+                        return r;
+        }
+
+        if (c->idle_ttl_sec > c->idle_ttl_cap_sec) {
+                if (asprintf(ret_error, "SANDBOX_IDLE_TTL_SECONDS=%llu exceeds SANDBOX_IDLE_TTL_CAP_SECONDS=%llu",
+                             (unsigned long long) c->idle_ttl_sec, (unsigned long long) c->idle_ttl_cap_sec) < 0)
+                        *ret_error = NULL;
+                return -EINVAL;
+        }
+        return 0;
+}
+
+void config_done(Config *c) {
+        if (c->api_key) {
+                explicit_bzero(c->api_key, strlen(c->api_key));
+                free(c->api_key);
+        }
+        *c = (Config) {};
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The SANDBOX_* settings shared by all daemons: /etc/scopebox/scopebox.conf, then the environment. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SCOPEBOX_CONFIG_FILE "/etc/scopebox/scopebox.conf"
+
+typedef struct Config {
+        /* Gateway */
+        char *api_key;
+        bool allow_no_auth;
+        uint64_t max_body_bytes;
+        uint64_t max_code_bytes;
+
+        /* Sessions */
+        int64_t max_sessions;
+        uint64_t idle_ttl_sec;
+        uint64_t idle_ttl_cap_sec;
+        uint64_t exec_timeout_cap_ms;
+
+        /* Runner resources */
+        uint64_t memory_limit;
+        uint64_t cpu_quota_percent;
+        uint64_t pids_limit;
+        uint64_t workspace_size;
+        uint64_t tmp_size;
+
+        /* Exec results */
+        uint64_t max_output_bytes;
+        uint64_t max_artifact_bytes;
+        uint64_t max_files_per_exec;
+        uint64_t max_total_artifact_bytes;
+} Config;
+
+/* Load defaults, then the file (if present), then the environment. On a bad value, returns
+ * -EINVAL and points *ret_bad at a static string naming the variable and the value's problem. */
+int config_load(Config *c, const char *path, char **ret_error);
+void config_done(Config *c);
+
+/* For docs and tests: iterate the table. */
+typedef struct ConfigItemInfo {
+        const char *name;
+        const char *default_value;
+        const char *description;
+} ConfigItemInfo;
+const ConfigItemInfo *config_items(unsigned *ret_n);

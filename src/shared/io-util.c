@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* File-descriptor helpers: bounded reads, full writes, sealed memfds. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io-util.h"
+#include "macro.h"
+
+int fd_nonblock(int fd, bool nonblock) {
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0)
+                return -errno;
+        flags = nonblock ? flags | O_NONBLOCK : flags & ~O_NONBLOCK;
+        return fcntl(fd, F_SETFL, flags) < 0 ? -errno : 0;
+}
+
+int write_all(int fd, const void *buf, size_t len) {
+        const char *p = buf;
+        while (len > 0) {
+                ssize_t k = write(fd, p, len);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (k == 0)
+                        return -EIO;
+                p += k;
+                len -= (size_t) k;
+        }
+        return 0;
+}
+
+static int read_full_internal(int fd, size_t max, bool use_pread, char **ret, size_t *ret_size) {
+        _cleanup_free_ char *buf = NULL;
+        size_t size = 0, allocated = 0;
+        struct stat st;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (S_ISREG(st.st_mode) && (uint64_t) st.st_size > max)
+                return -EFBIG;
+        allocated = S_ISREG(st.st_mode) ? (size_t) st.st_size + 1 : 4096;
+
+        buf = malloc(allocated + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t k;
+
+                if (size >= allocated) {
+                        size_t n = MIN(allocated * 2, max + 1);
+                        char *nb;
+                        if (n <= allocated)
+                                return -EFBIG;
+                        nb = realloc(buf, n + 1);
+                        if (!nb)
+                                return -ENOMEM;
+                        buf = nb;
+                        allocated = n;
+                }
+                k = use_pread ? pread(fd, buf + size, allocated - size, (off_t) size)
+                              : read(fd, buf + size, allocated - size);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (k == 0)
+                        break;
+                size += (size_t) k;
+                if (size > max)
+                        return -EFBIG;
+        }
+        buf[size] = 0;
+        *ret = TAKE_PTR(buf);
+        if (ret_size)
+                *ret_size = size;
+        return 0;
+}
+
+int read_full_fd(int fd, size_t max, char **ret, size_t *ret_size) {
+        return read_full_internal(fd, max, false, ret, ret_size);
+}
+
+int read_full_memfd(int fd, size_t max, char **ret, size_t *ret_size) {
+        return read_full_internal(fd, max, true, ret, ret_size);
+}
+
+int memfd_new_empty(const char *name) {
+        int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        return fd < 0 ? -errno : fd;
+}
+
+int memfd_seal(int fd) {
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+                return -errno;
+        return 0;
+}
+
+int memfd_new_data(const char *name, const void *data, size_t len) {
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        fd = memfd_new_empty(name);
+        if (fd < 0)
+                return fd;
+        r = write_all(fd, data, len);
+        if (r < 0)
+                return r;
+        r = memfd_seal(fd);
+        if (r < 0)
+                return r;
+        return TAKE_FD(fd);
+}

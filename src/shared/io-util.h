@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* File-descriptor helpers: bounded reads, full writes, sealed memfds. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+int fd_nonblock(int fd, bool nonblock);
+int write_all(int fd, const void *buf, size_t len);
+/* Read until EOF. Fails with -EFBIG when more than 'max' bytes arrive. Result is NUL-terminated. */
+int read_full_fd(int fd, size_t max, char **ret, size_t *ret_size);
+/* Same, starting at offset 0 with pread (for memfds). */
+int read_full_memfd(int fd, size_t max, char **ret, size_t *ret_size);
+/* A memfd holding 'data', sealed against writes, shrinking and growing. */
+int memfd_new_data(const char *name, const void *data, size_t len);
+int memfd_new_empty(const char *name);
+int memfd_seal(int fd);

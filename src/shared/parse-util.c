@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Parsing of integers, sizes and booleans from configuration and protocol text. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "macro.h"
+#include "parse-util.h"
+
+int safe_atou64(const char *s, uint64_t *ret) {
+        unsigned long long v;
+        char *end;
+
+        if (isempty(s) || !isdigit((unsigned char) s[0]))
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno == ERANGE)
+                return -ERANGE;
+        if (*end != 0)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+int safe_atoi64(const char *s, int64_t *ret) {
+        long long v;
+        char *end;
+
+        if (isempty(s) || !(isdigit((unsigned char) s[0]) || (s[0] == '-' && isdigit((unsigned char) s[1]))))
+                return -EINVAL;
+        errno = 0;
+        v = strtoll(s, &end, 10);
+        if (errno == ERANGE)
+                return -ERANGE;
+        if (*end != 0)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+int parse_size(const char *s, uint64_t *ret) {
+        static const struct {
+                const char *suffix;
+                uint64_t factor;
+        } table[] = {
+                { "", 1 },         { "b", 1 },          { "k", 1ULL << 10 }, { "kb", 1ULL << 10 },
+                { "kib", 1ULL << 10 }, { "m", 1ULL << 20 }, { "mb", 1ULL << 20 }, { "mib", 1ULL << 20 },
+                { "g", 1ULL << 30 }, { "gb", 1ULL << 30 }, { "gib", 1ULL << 30 }, { "t", 1ULL << 40 },
+                { "tb", 1ULL << 40 }, { "tib", 1ULL << 40 },
+        };
+        unsigned long long v;
+        char *end;
+
+        if (isempty(s) || !isdigit((unsigned char) s[0]))
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno == ERANGE)
+                return -ERANGE;
+        for (size_t i = 0; i < ELEMENTSOF(table); i++)
+                if (strcasecmp(end, table[i].suffix) == 0) {
+                        if (v > UINT64_MAX / table[i].factor)
+                                return -ERANGE;
+                        *ret = v * table[i].factor;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+int parse_boolean(const char *s) {
+        static const char *const yes[] = { "1", "true", "yes", "on", "y", "t" };
+        static const char *const no[] = { "0", "false", "no", "off", "n", "f" };
+
+        if (!s)
+                return -EINVAL;
+        for (size_t i = 0; i < ELEMENTSOF(yes); i++)
+                if (strcasecmp(s, yes[i]) == 0)
+                        return 1;
+        for (size_t i = 0; i < ELEMENTSOF(no); i++)
+                if (strcasecmp(s, no[i]) == 0)
+                        return 0;
+        return -EINVAL;
+}
+
+int parse_cpus(const char *s, uint64_t *ret_percent) {
+        uint64_t whole = 0, frac = 0, scale = 1;
+        const char *p = s;
+
+        if (isempty(s) || !isdigit((unsigned char) *p))
+                return -EINVAL;
+        for (; isdigit((unsigned char) *p); p++) {
+                whole = whole * 10 + (uint64_t) (*p - '0');
+                if (whole > 100000)
+                        return -ERANGE;
+        }
+        if (*p == '.') {
+                p++;
+                for (; isdigit((unsigned char) *p) && scale < 100; p++) {
+                        frac = frac * 10 + (uint64_t) (*p - '0');
+                        scale *= 10;
+                }
+                while (isdigit((unsigned char) *p))
+                        p++;
+        }
+        if (*p != 0)
+                return -EINVAL;
+        *ret_percent = whole * 100 + frac * 100 / scale;
+        if (*ret_percent == 0)
+                return -ERANGE;
+        return 0;
+}

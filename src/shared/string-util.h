@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* String helpers: stack concatenation, prefix tests, UTF-8 checks, constant-time compare. */
+#pragma once
+
+#include <alloca.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "macro.h"
+
+/* Concatenate NULL-terminated list of strings on the stack (for short strings only). */
+#define strjoina(a, ...)                                                        \
+        ({                                                                      \
+                const char *_list_[] = { a, __VA_ARGS__ };                      \
+                size_t _len_ = 0;                                               \
+                for (size_t _i_ = 0; _i_ < ELEMENTSOF(_list_) && _list_[_i_]; _i_++) \
+                        _len_ += strlen(_list_[_i_]);                           \
+                char *_buf_ = alloca(_len_ + 1), *_p_ = _buf_;                  \
+                for (size_t _i_ = 0; _i_ < ELEMENTSOF(_list_) && _list_[_i_]; _i_++) \
+                        _p_ = stpcpy(_p_, _list_[_i_]);                         \
+                *_p_ = 0;                                                       \
+                _buf_;                                                          \
+        })
+
+const char *startswith(const char *s, const char *prefix) _pure_;
+bool endswith(const char *s, const char *suffix) _pure_;
+
+/* True if the buffer is valid UTF-8 (no overlongs, no surrogates, ≤ U+10FFFF). */
+bool utf8_is_valid_n(const char *s, size_t n) _pure_;
+
+/* Copy of s with invalid UTF-8 sequences replaced by U+FFFD (like Python's errors="replace"). */
+char *utf8_sanitize(const char *s, size_t n, size_t *ret_len);
+
+/* Compare secrets in constant time (HMAC-SHA256 of both, then CRYPTO_memcmp). */
+bool secret_equal(const char *a, size_t alen, const char *b, size_t blen);
+
+char *hexmem(const void *p, size_t l);

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* scopebox-storage-agent: bus-activated owner of io.scopebox.StorageAgent1; exits when idle. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "agent.h"
+#include "bus-util.h"
+#include "log.h"
+
+static int on_idle(sd_event_source *s, uint64_t usec, void *userdata) {
+        Agent *a = userdata;
+
+        if (a->n_jobs > 0) {
+                agent_touch(a);
+                return 0;
+        }
+        log_debug("Idle, exiting.");
+        return sd_event_exit(a->event, 0);
+}
+
+void agent_touch(Agent *a) {
+        if (!a->idle_source)
+                return;
+        (void) sd_event_source_set_time_relative(a->idle_source, AGENT_IDLE_EXIT_USEC);
+        (void) sd_event_source_set_enabled(a->idle_source, SD_EVENT_ONESHOT);
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        Agent agent = {}, *a = &agent;
+        sigset_t ss;
+        int r;
+
+        log_setup("scopebox-storage-agent");
+
+        sigemptyset(&ss);
+        sigaddset(&ss, SIGTERM);
+        sigaddset(&ss, SIGINT);
+        if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0) {
+                r = log_error_errno(errno, "Failed to block signals: %m");
+                goto finish;
+        }
+
+        r = sd_event_default(&event);
+        if (r < 0) {
+                log_error_errno(r, "Failed to allocate the event loop: %m");
+                goto finish;
+        }
+        a->event = event;
+        (void) sd_event_add_signal(event, NULL, SIGTERM, NULL, NULL);
+        (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
+        (void) sd_event_set_watchdog(event, true);
+
+        r = bus_errors_register();
+        if (r >= 0)
+                r = sd_bus_default_system(&bus);
+        if (r < 0) {
+                log_error_errno(r, "Failed to connect to the system bus: %m");
+                goto finish;
+        }
+        a->bus = bus;
+        r = sd_bus_attach_event(bus, event, SD_EVENT_PRIORITY_NORMAL);
+        if (r >= 0)
+                r = agent_add_bus_objects(a);
+        if (r >= 0)
+                r = bus_add_log_control(bus);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up bus objects: %m");
+                goto finish;
+        }
+        r = sd_event_add_time_relative(event, &a->idle_source, CLOCK_MONOTONIC, AGENT_IDLE_EXIT_USEC, USEC_PER_SEC,
+                                       on_idle, a);
+        if (r < 0) {
+                log_error_errno(r, "Failed to arm the idle timer: %m");
+                goto finish;
+        }
+        r = sd_bus_request_name(bus, STORAGE_AGENT_BUS_NAME, 0);
+        if (r < 0) {
+                log_error_errno(r, "Failed to acquire bus name %s: %m", STORAGE_AGENT_BUS_NAME);
+                goto finish;
+        }
+
+        (void) sd_notify(false, "READY=1\nSTATUS=Idle; exits after 30s without calls.");
+        r = sd_event_loop(event);
+
+finish:
+        a->idle_source = sd_event_source_disable_unref(a->idle_source);
+        if (r < 0) {
+                (void) sd_notifyf(false, "ERRNO=%i", -r);
+                return EXIT_FAILURE;
+        }
+        return EXIT_SUCCESS;
+}

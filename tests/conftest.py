@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Shared helpers of the black-box tests: HTTP calls against the running service and commands
+run inside the system that hosts it (the host's systemd, or the private one of tools/sysbox)."""
+import json
+import os
+import pathlib
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+BASE_URL = os.environ.get("SANDBOX_URL", "http://127.0.0.1:48217")
+
+
+def api_key():
+    key = os.environ.get("SANDBOX_API_KEY")
+    if key:
+        return key
+    with open("/etc/scopebox/api-key") as f:
+        return f.readline().strip()
+
+
+class Response:
+    def __init__(self, status, body, headers):
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return f"<Response {self.status} {self.body[:300]!r}>"
+
+
+def request(method, path, body=None, key=..., headers=None, raw=None, timeout=120):
+    """One HTTP request. body is JSON-encoded unless raw bytes are given. key=... means the
+    configured key, None means no Authorization header."""
+    hdrs = dict(headers or {})
+    data = raw
+    if body is not None:
+        data = json.dumps(body).encode()
+        hdrs.setdefault("Content-Type", "application/json")
+    if key is ...:
+        key = api_key()
+    if key is not None:
+        hdrs.setdefault("Authorization", f"Bearer {key}")
+    req = urllib.request.Request(BASE_URL + path, data=data, method=method, headers=hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return Response(r.status, r.read(), dict(r.headers))
+    except urllib.error.HTTPError as e:
+        return Response(e.code, e.read(), dict(e.headers))
+
+
+def in_system(*cmd, check=False):
+    """Run a command inside the system that runs scopebox (systemctl, journalctl, ...)."""
+    host_systemd = os.path.isdir("/run/systemd/system") and \
+        pathlib.Path("/proc/1/comm").read_text().strip() == "systemd"
+    argv = list(cmd) if host_systemd else [str(REPO / "tools/sysbox"), "exec", *cmd]
+    return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60)
+
+
+def create_session(**body):
+    r = request("POST", "/sessions", body)
+    assert r.status == 200, r
+    sid = r.json["session_id"]
+    assert len(sid) == 32
+    return sid
+
+
+def delete_session(sid, **body):
+    return request("DELETE", f"/sessions/{sid}", body)
+
+
+def run(sid, code, timeout_ms=30000, **extra):
+    r = request("POST", "/exec", {"session_id": sid, "code": code, "timeout_ms": timeout_ms, **extra},
+                timeout=timeout_ms / 1000 + 60)
+    assert r.status == 200, r
+    return r.json
+
+
+@pytest.fixture
+def session():
+    sid = create_session()
+    yield sid
+    delete_session(sid)

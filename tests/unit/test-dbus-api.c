@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* docs/dbus-api.md is the contract the gateway codes against: every method and property of the
+ * session manager's vtable must appear there with the same signature and argument names. */
+#include <errno.h>
+#include <fcntl.h>
+
+#include "io-util.h"
+#include "manager.h"
+#include "tests.h"
+
+/* Length of the first complete type in a D-Bus signature. */
+static size_t type_len(const char *s) {
+        if (*s == 'a')
+                return 1 + type_len(s + 1);
+        if (*s == '(' || *s == '{') {
+                size_t n = 1;
+                int depth = 1;
+                while (depth > 0 && s[n]) {
+                        if (s[n] == '(' || s[n] == '{')
+                                depth++;
+                        else if (s[n] == ')' || s[n] == '}')
+                                depth--;
+                        n++;
+                }
+                return n;
+        }
+        return 1;
+}
+
+/* "s session_id, h code" from a signature and a NUL-separated name list; advances *names. */
+static void format_args(const char *sig, const char **names, char *out, size_t size) {
+        size_t o = 0;
+        out[0] = 0;
+        while (sig && *sig) {
+                size_t l = type_len(sig);
+                o += (size_t) snprintf(out + o, size - o, "%s%.*s %s", o ? ", " : "", (int) l, sig, *names);
+                *names += strlen(*names) + 1;
+                sig += l;
+        }
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_free_ char *doc = NULL;
+        unsigned methods = 0, properties = 0;
+        int fd;
+
+        ASSERT_TRUE(argc == 2);
+        fd = open(argv[1], O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(read_full_fd(fd, 1 << 20, &doc, NULL), 0);
+        close(fd);
+
+        for (const sd_bus_vtable *v = manager_get_vtable(); v->type != _SD_BUS_VTABLE_END; v++) {
+                char in[512], out[512], line[1200];
+                const char *names;
+
+                if (v->type == _SD_BUS_VTABLE_METHOD) {
+                        names = v->x.method.names;
+                        ASSERT_TRUE(names); /* every method declares argument names */
+                        format_args(v->x.method.signature, &names, in, sizeof(in));
+                        format_args(v->x.method.result, &names, out, sizeof(out));
+                        if (*out)
+                                snprintf(line, sizeof(line), "`%s(%s) → (%s)`", v->x.method.member, in, out);
+                        else
+                                snprintf(line, sizeof(line), "`%s(%s) → ()`", v->x.method.member, in);
+                        if (!strstr(doc, line)) {
+                                fprintf(stderr, "docs/dbus-api.md lacks: %s\n", line);
+                                abort();
+                        }
+                        printf("ok - method %s\n", v->x.method.member);
+                        methods++;
+                } else if (v->type == _SD_BUS_VTABLE_PROPERTY || v->type == _SD_BUS_VTABLE_WRITABLE_PROPERTY) {
+                        snprintf(line, sizeof(line), "`%s` (`%s`", v->x.property.member, v->x.property.signature);
+                        if (!strstr(doc, line)) {
+                                fprintf(stderr, "docs/dbus-api.md lacks: %s\n", line);
+                                abort();
+                        }
+                        printf("ok - property %s\n", v->x.property.member);
+                        properties++;
+                }
+        }
+        ASSERT_TRUE(methods >= 4);
+        ASSERT_TRUE(properties >= 3);
+        return 0;
+}

@@ -1,0 +1,534 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of the resources against a fake session manager on a socketpair bus, client-gone included. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <systemd/sd-bus.h>
+#include <systemd/sd-event.h>
+#include <systemd/sd-id128.h>
+
+#include "bus-util.h"
+#include "gateway-server.h"
+#include "http-router.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "tests.h"
+
+#define SID      "0123456789abcdef0123456789abcdef"
+#define SID_GONE "fedcba9876543210fedcba9876543210"
+
+typedef enum FakeMode {
+        FAKE_OK,
+        FAKE_UNSEALED,   /* data memfd without seals: the gateway must copy, not map */
+        FAKE_HOSTILE,    /* artifact offsets outside the data */
+        FAKE_ERROR,      /* answer with fake->error_name */
+        FAKE_HOLD,       /* keep the call, answer later */
+} FakeMode;
+
+typedef struct Fake {
+        sd_bus *bus;
+        FakeMode mode;
+        const char *error_name;
+        bool health_ok;
+        sd_bus_message *held;
+        unsigned calls;
+
+        /* What the last call carried. */
+        bool have_ttl, discard;
+        uint64_t ttl, timeout_ms;
+        char *archive_key, *storage, *language, *session_id, *code;
+        size_t code_size;
+} Fake;
+
+/* Forgets what the last call carried. */
+static void fake_clear(Fake *f) {
+        free(f->archive_key);
+        free(f->storage);
+        free(f->language);
+        free(f->session_id);
+        free(f->code);
+        f->archive_key = f->storage = f->language = f->session_id = f->code = NULL;
+        f->have_ttl = f->discard = false;
+        f->ttl = f->timeout_ms = 0;
+        f->code_size = 0;
+}
+
+static void fake_reset(Fake *f) {
+        fake_clear(f);
+        f->mode = FAKE_OK;
+        f->error_name = NULL;
+}
+
+static int fake_read_options(sd_bus_message *m, Fake *f) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *k, *s;
+
+                ASSERT_TRUE(sd_bus_message_read(m, "s", &k) >= 0);
+                if (streq(k, "idle_ttl_sec")) {
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "t", &f->ttl) >= 0);
+                        f->have_ttl = true;
+                } else if (streq(k, "timeout_ms"))
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "t", &f->timeout_ms) >= 0);
+                else if (streq(k, "discard")) {
+                        int b;
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "b", &b) >= 0);
+                        f->discard = b;
+                } else if (streq(k, "archive_key")) {
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "s", &s) >= 0);
+                        f->archive_key = strdup(s);
+                } else if (streq(k, "storage")) {
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "s", &s) >= 0);
+                        f->storage = strdup(s);
+                } else if (streq(k, "language")) {
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "s", &s) >= 0);
+                        f->language = strdup(s);
+                } else
+                        ASSERT_TRUE(!"unexpected option");
+                ASSERT_TRUE(sd_bus_message_exit_container(m) >= 0);
+        }
+        ASSERT_TRUE(r >= 0);
+        return sd_bus_message_exit_container(m);
+}
+
+static int fake_get_health(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Fake *f = userdata;
+
+        f->calls++;
+        if (f->mode == FAKE_ERROR)
+                return sd_bus_error_set(error, f->error_name, "Failed to talk to systemd: /run/secret");
+        return sd_bus_reply_method_return(m, "ba{sv}", f->health_ok, 4,
+                                          "systemd_version", "s", "252",
+                                          "runner", "s", "/usr/libexec/scopebox/scopebox-runner",
+                                          "reason", "s", f->health_ok ? "" : "runner missing",
+                                          "sessions", "u", 3);
+}
+
+static int fake_create(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Fake *f = userdata;
+
+        f->calls++;
+        fake_clear(f);
+        ASSERT_TRUE(fake_read_options(m, f) >= 0);
+        if (f->mode == FAKE_ERROR)
+                return sd_bus_error_set(error, f->error_name, "too many active sessions");
+        return sd_bus_reply_method_return(m, "s", f->mode == FAKE_HOSTILE ? "../../etc" : SID);
+}
+
+static int fake_release(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Fake *f = userdata;
+        const char *id;
+
+        f->calls++;
+        fake_clear(f);
+        ASSERT_TRUE(sd_bus_message_read(m, "s", &id) >= 0);
+        f->session_id = strdup(id);
+        ASSERT_TRUE(fake_read_options(m, f) >= 0);
+        if (streq(id, SID_GONE))
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "Session is gone");
+        if (f->mode == FAKE_ERROR)
+                return sd_bus_error_set(error, f->error_name, "Archiving failed: bucket secret-bucket");
+        return sd_bus_reply_method_return(m, NULL);
+}
+
+static int fake_exec_reply(Fake *f, sd_bus_message *m) {
+        static const char data[] = "hi\nerr\n" "PNGDATA";
+        _cleanup_close_ int fd = -EBADF;
+
+        if (f->mode == FAKE_UNSEALED) {
+                fd = memfd_new_empty("fake-data");
+                ASSERT_TRUE(fd >= 0);
+                ASSERT_TRUE(write_all(fd, data, sizeof(data) - 1) == 0);
+        } else {
+                fd = memfd_new_data("fake-data", data, sizeof(data) - 1);
+                ASSERT_TRUE(fd >= 0);
+        }
+
+        return sd_bus_reply_method_return(m, "itta(stt)a{sv}h",
+                                          0, (uint64_t) 3, (uint64_t) 4,
+                                          1, "charts/plot.png", (uint64_t) 7,
+                                          (uint64_t) (f->mode == FAKE_HOSTILE ? 4096 : 7),
+                                          4,
+                                          "timed_out", "b", 0,
+                                          "files_skipped", "u", 2,
+                                          "duration_usec", "t", (uint64_t) 1234,
+                                          "future_key", "as", 1, "ignored",
+                                          fd);
+}
+
+static int fake_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Fake *f = userdata;
+        const char *id;
+        int fd;
+
+        f->calls++;
+        fake_clear(f);
+        ASSERT_TRUE(sd_bus_message_read(m, "sh", &id, &fd) >= 0);
+        f->session_id = strdup(id);
+        /* The code arrives sealed, complete. */
+        ASSERT_TRUE(fcntl(fd, F_GET_SEALS) & F_SEAL_WRITE);
+        ASSERT_TRUE(read_full_memfd(fd, 1 << 20, &f->code, &f->code_size) >= 0);
+        ASSERT_TRUE(fake_read_options(m, f) >= 0);
+
+        switch (f->mode) {
+        case FAKE_ERROR:
+                return sd_bus_error_set(error, f->error_name, "session is busy");
+        case FAKE_HOLD:
+                f->held = sd_bus_message_ref(m);
+                return 1;
+        default:
+                return fake_exec_reply(f, m);
+        }
+}
+
+static const sd_bus_vtable fake_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_METHOD("GetHealth", "", "ba{sv}", fake_get_health, 0),
+        SD_BUS_METHOD("CreateSession", "a{sv}", "s", fake_create, 0),
+        SD_BUS_METHOD("ReleaseSession", "sa{sv}", "", fake_release, 0),
+        SD_BUS_METHOD("Exec", "sha{sv}", "itta(stt)a{sv}h", fake_exec, 0),
+        SD_BUS_VTABLE_END,
+};
+
+typedef struct Env {
+        sd_event *event;
+        Server server;
+        Fake fake;
+} Env;
+
+static void env_setup(Env *env) {
+        sd_bus *client = NULL, *server = NULL;
+        sd_id128_t id;
+        int pair[2];
+
+        *env = (Env) {};
+        ASSERT_TRUE(sd_event_new(&env->event) >= 0);
+        ASSERT_TRUE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+        ASSERT_TRUE(sd_id128_randomize(&id) >= 0);
+
+        ASSERT_TRUE(sd_bus_new(&server) >= 0);
+        ASSERT_TRUE(sd_bus_set_fd(server, pair[0], pair[0]) >= 0);
+        ASSERT_TRUE(sd_bus_set_server(server, 1, id) >= 0);
+        ASSERT_TRUE(sd_bus_negotiate_fds(server, 1) >= 0);
+        ASSERT_TRUE(sd_bus_add_object_vtable(server, NULL, SESSION_MANAGER_OBJECT_PATH,
+                                             SESSION_MANAGER_INTERFACE, fake_vtable, &env->fake) >= 0);
+        ASSERT_TRUE(sd_bus_start(server) >= 0);
+        ASSERT_TRUE(sd_bus_attach_event(server, env->event, 0) >= 0);
+
+        ASSERT_TRUE(sd_bus_new(&client) >= 0);
+        ASSERT_TRUE(sd_bus_set_fd(client, pair[1], pair[1]) >= 0);
+        ASSERT_TRUE(sd_bus_negotiate_fds(client, 1) >= 0);
+        ASSERT_TRUE(sd_bus_start(client) >= 0);
+        ASSERT_TRUE(sd_bus_attach_event(client, env->event, 0) >= 0);
+
+        ASSERT_TRUE(bus_errors_register() >= 0);
+
+        /* Let the handshake finish: sd-bus blocks a send with fds until it knows they can be
+         * passed, and the peer is in this very thread. */
+        for (unsigned i = 0; i < 100 && sd_bus_is_ready(client) <= 0; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(sd_bus_is_ready(client) > 0);
+
+        env->fake.bus = server;
+        env->server = (Server) {
+                .event = env->event,
+                .bus = client,
+                .config = {
+                        .max_body_bytes = 1 << 20,
+                        .max_code_bytes = 1 << 20,
+                        .idle_ttl_cap_sec = 86400,
+                        .exec_timeout_cap_ms = 600000,
+                        .max_output_bytes = 32768,
+                        .max_artifact_bytes = 20971520,
+                        .max_files_per_exec = 20,
+                        .max_total_artifact_bytes = 52428800,
+                },
+                .body_budget = 1ULL << 30,
+        };
+}
+
+static void env_done(Env *env) {
+        ASSERT_TRUE(!env->server.requests && env->server.n_requests == 0 && env->server.n_suspended == 0);
+        fake_reset(&env->fake);
+        env->fake.held = sd_bus_message_unref(env->fake.held);
+        env->fake.bus = sd_bus_flush_close_unref(env->fake.bus);
+        env->server.bus = sd_bus_flush_close_unref(env->server.bus);
+        env->event = sd_event_unref(env->event);
+}
+
+/* A request as the router has it after reading the body, suspended like a real one. */
+static HttpRequest *request(Env *env, const char *method, const char *path, const char *body) {
+        HttpRequest *req = NULL;
+
+        ASSERT_TRUE(http_request_new(&env->server, NULL, NULL, method, path, &req) == 0);
+        ASSERT_TRUE(http_request_begin(req, NULL, 0, NULL, 1, 10) == 0);
+        ASSERT_TRUE(!req->response);
+        if (body)
+                ASSERT_TRUE(http_request_append_body(req, body, strlen(body)) == 0);
+        return req;
+}
+
+static void dispatch_and_wait(Env *env, HttpRequest *req) {
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        if (!req->response) {
+                ASSERT_TRUE(req->slot);
+                req->suspended = true;
+                env->server.n_suspended++;
+        }
+        for (unsigned i = 0; i < 200 && !req->response; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(req->response);
+        ASSERT_TRUE(!req->slot && !req->suspended);
+}
+
+static void check_response(HttpRequest *req, unsigned status, const char *body) {
+        if (req->response->status != status || req->response->size != strlen(body) ||
+            memcmp(req->response->body, body, req->response->size) != 0)
+                fprintf(stderr, "got %u %.*s\nexpected %u %s\n", req->response->status,
+                        (int) req->response->size, req->response->body, status, body);
+        ASSERT_TRUE(req->response->status == status);
+        ASSERT_TRUE(req->response->size == strlen(body));
+        ASSERT_TRUE(memcmp(req->response->body, body, strlen(body)) == 0);
+}
+
+static void roundtrip(Env *env, const char *method, const char *path, const char *body, unsigned status,
+                      const char *expected) {
+        HttpRequest *req = request(env, method, path, body);
+
+        dispatch_and_wait(env, req);
+        check_response(req, status, expected);
+        http_request_free(req);
+}
+
+#define DETAIL(s)    "{\"detail\":\"" s "\"}"
+#define UNHEALTHY(s) "{\"ok\":false,\"image_ready\":false,\"error\":\"" s "\"}"
+#define CREATED      "{\"session_id\":\"" SID "\"}"
+#define EXEC_BODY    "{\"session_id\":\"" SID "\",\"code\":\"1\"}"
+
+static void test_health(Env *env) {
+        fake_reset(&env->fake);
+        env->fake.health_ok = true;
+        roundtrip(env, "GET", "/healthz", NULL, 200,
+                  "{\"ok\":true,\"image_ready\":true,\"backend\":\"systemd\",\"systemd\":\"252\","
+                  "\"runner\":\"scopebox-runner " PROJECT_VERSION "\"}");
+
+        env->fake.health_ok = false;
+        roundtrip(env, "GET", "/healthz", NULL, 503, UNHEALTHY("runner missing"));
+
+        /* A failing manager: 503, and nothing of its message. */
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_BACKEND_FAILED;
+        roundtrip(env, "GET", "/healthz", NULL, 503, UNHEALTHY("session manager unavailable"));
+}
+
+static void test_sessions(Env *env) {
+        const char *storage = "{\"provider\":\"local\",\"prefix\":\"w/\",\"n\":[1,{\"a\":null}]}";
+        _cleanup_free_ char *body = NULL;
+        HttpRequest *req;
+
+        fake_reset(&env->fake);
+        ASSERT_TRUE(asprintf(&body, "{\"idle_ttl_sec\":999999,\"archive_key\":\"conv_1\","
+                             "\"storage\":%s,\"x\":1}", storage) > 0);
+        req = request(env, "POST", "/sessions", body);
+        dispatch_and_wait(env, req);
+        check_response(req, 200, CREATED);
+        ASSERT_STREQ(req->session_id, SID);
+        http_request_free(req);
+        ASSERT_TRUE(env->fake.have_ttl && env->fake.ttl == 86400);
+        ASSERT_STREQ(env->fake.archive_key, "conv_1");
+        ASSERT_STREQ(env->fake.storage, storage);
+
+        /* No body at all is {}: nothing but defaults. */
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/sessions", NULL, 200, CREATED);
+        ASSERT_TRUE(!env->fake.have_ttl && !env->fake.archive_key && !env->fake.storage);
+
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/sessions", "{\"idle_ttl_sec\":null,\"archive_key\":null,\"storage\":null}",
+                  200, CREATED);
+        ASSERT_TRUE(!env->fake.have_ttl && !env->fake.archive_key && !env->fake.storage);
+
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/sessions", "{\"idle_ttl_sec\":0}", 200, CREATED);
+        ASSERT_TRUE(!env->fake.have_ttl);
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/sessions", "{\"idle_ttl_sec\":-5}", 200, CREATED);
+        ASSERT_TRUE(env->fake.have_ttl && env->fake.ttl == 1);
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/sessions", "{\"idle_ttl_sec\":60}", 200, CREATED);
+        ASSERT_TRUE(env->fake.have_ttl && env->fake.ttl == 60);
+
+        /* A key that cannot cross the bus is dropped, which means "use the session id". */
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/sessions", "{\"archive_key\":\"conv\\u0000x\"}", 200, CREATED);
+        ASSERT_TRUE(!env->fake.archive_key);
+
+        /* Schema errors never reach the manager. */
+        fake_reset(&env->fake);
+        env->fake.calls = 0;
+        roundtrip(env, "POST", "/sessions", "{\"idle_ttl_sec\":\"60\"}", 422,
+                  "{\"detail\":[{\"type\":\"int_type\",\"loc\":[\"body\",\"idle_ttl_sec\"],"
+                  "\"msg\":\"Input should be a valid integer\"}]}");
+        roundtrip(env, "POST", "/sessions", "{\"storage\":\"s3\"}", 422,
+                  "{\"detail\":[{\"type\":\"dict_type\",\"loc\":[\"body\",\"storage\"],"
+                  "\"msg\":\"Input should be a valid dictionary\"}]}");
+        ASSERT_TRUE(env->fake.calls == 0);
+
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_LIMIT_EXCEEDED;
+        roundtrip(env, "POST", "/sessions", "{}", 429, DETAIL("too many active sessions"));
+
+        /* A reply that is not a session id is the manager's bug: 500. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOSTILE;
+        roundtrip(env, "POST", "/sessions", "{}", 500, DETAIL("internal error"));
+
+        /* Release: options forwarded, idempotent for a gone session. */
+        fake_reset(&env->fake);
+        roundtrip(env, "DELETE", "/sessions/" SID, "{\"discard\":true,\"archive_key\":\"conv_1\"}",
+                  200, "{\"ok\":true}");
+        ASSERT_TRUE(streq(env->fake.session_id, SID) && env->fake.discard);
+        ASSERT_STREQ(env->fake.archive_key, "conv_1");
+        fake_reset(&env->fake);
+        roundtrip(env, "DELETE", "/sessions/" SID, "{}", 200, "{\"ok\":true}");
+        ASSERT_TRUE(!env->fake.discard && !env->fake.archive_key && !env->fake.storage);
+        fake_reset(&env->fake);
+        roundtrip(env, "DELETE", "/sessions/" SID_GONE, NULL, 200, "{\"ok\":true}");
+        ASSERT_STREQ(env->fake.session_id, SID_GONE);
+
+        /* Storage failures are not ours: the provider's message is passed on. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_STORAGE_FAILED;
+        roundtrip(env, "DELETE", "/sessions/" SID, NULL, 502,
+                  DETAIL("Archiving failed: bucket secret-bucket"));
+}
+
+static const char *exec_ok =
+        "{\"stdout\":\"hi\\n\","
+        "\"stderr\":\"err\\n[sandbox] skipped 2 output file(s) because artifact limits are 20 files, "
+        "20971520 bytes per file, 52428800 bytes total\","
+        "\"exit_code\":0,"
+        "\"files\":[{\"name\":\"plot.png\",\"mime_type\":\"image/png\",\"data_base64\":\"UE5HREFUQQ==\"}]}";
+
+static void test_exec(Env *env) {
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/exec",
+                  "{\"session_id\":\"" SID "\",\"code\":\"print(1)\\u0000#\",\"timeout_ms\":2500}",
+                  200, exec_ok);
+        ASSERT_STREQ(env->fake.session_id, SID);
+        ASSERT_TRUE(env->fake.code_size == 10 && memcmp(env->fake.code, "print(1)\0#", 10) == 0);
+        ASSERT_TRUE(env->fake.timeout_ms == 2500);
+        ASSERT_STREQ(env->fake.language, "python3");
+
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/exec", "{\"session_id\":\"" SID "\",\"code\":\"\"}", 200, exec_ok);
+        ASSERT_TRUE(env->fake.timeout_ms == 120000 && env->fake.code_size == 0);
+
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_UNSEALED;
+        roundtrip(env, "POST", "/exec", EXEC_BODY, 200, exec_ok);
+
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOSTILE;
+        roundtrip(env, "POST", "/exec", EXEC_BODY, 500, DETAIL("internal error"));
+
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_BUSY;
+        roundtrip(env, "POST", "/exec", EXEC_BODY, 429, DETAIL("session is busy"));
+
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_NO_SUCH_SESSION;
+        roundtrip(env, "POST", "/exec", EXEC_BODY, 404, DETAIL("session not found or not running"));
+}
+
+static void test_client_gone(Env *env) {
+        HttpRequest *req;
+        unsigned calls;
+
+        /* The client goes away (MHD completes the request) while Exec() runs: freeing the request
+         * must cancel the call, so that the late reply finds nothing to call back into. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOLD;
+        calls = env->fake.calls;
+        req = request(env, "POST", "/exec", EXEC_BODY);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->slot && !req->response);
+        req->suspended = true;
+        env->server.n_suspended++;
+        for (unsigned i = 0; i < 200 && !env->fake.held; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(env->fake.held && env->fake.calls == calls + 1);
+
+        http_request_free(req);
+        ASSERT_TRUE(env->server.n_suspended == 0);
+
+        env->fake.mode = FAKE_OK;
+        ASSERT_TRUE(fake_exec_reply(&env->fake, env->fake.held) >= 0);
+        env->fake.held = sd_bus_message_unref(env->fake.held);
+        for (unsigned i = 0; i < 20; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+        /* Still usable afterwards. */
+        roundtrip(env, "POST", "/exec", EXEC_BODY, 200, exec_ok);
+}
+
+static void test_manager_gone(void) {
+        HttpRequest *req;
+        Env env;
+
+        /* The manager's connection breaks while a call is pending: the request gets an answer. */
+        env_setup(&env);
+        env.fake.mode = FAKE_HOLD;
+        req = request(&env, "POST", "/exec", EXEC_BODY);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        for (unsigned i = 0; i < 200 && !env.fake.held; i++)
+                ASSERT_TRUE(sd_event_run(env.event, 100 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(env.fake.held);
+        env.fake.held = sd_bus_message_unref(env.fake.held);
+        env.fake.bus = sd_bus_flush_close_unref(env.fake.bus);
+
+        for (unsigned i = 0; i < 200 && !req->response; i++)
+                ASSERT_TRUE(sd_event_run(env.event, 100 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(req->response && req->response->status == 500);
+        ASSERT_TRUE(!req->slot);
+        http_request_free(req);
+
+        /* Later requests fail cleanly, without a call. */
+        req = request(&env, "POST", "/exec", EXEC_BODY);
+        ASSERT_TRUE(http_request_dispatch(req) < 0);
+        http_request_free(req);
+
+        req = request(&env, "GET", "/healthz", NULL);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        check_response(req, 503, UNHEALTHY("session manager unavailable"));
+        http_request_free(req);
+
+        env_done(&env);
+}
+
+int main(void) {
+        Env env;
+
+        env_setup(&env);
+        test_health(&env);
+        test_sessions(&env);
+        test_exec(&env);
+        test_client_gone(&env);
+        env_done(&env);
+
+        RUN(test_manager_gone);
+
+        return 0;
+}

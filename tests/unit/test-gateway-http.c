@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of the gateway's HTTP layer: error shapes, bus errors, routing, pre-body checks, body caps. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus-util.h"
+#include "gateway-auth.h"
+#include "gateway-server.h"
+#include "http-router.h"
+#include "http-util.h"
+#include "string-util.h"
+#include "tests.h"
+
+#define check_body(resp, expected)                                                      \
+        do {                                                                            \
+                const HttpResponse *_r_ = (resp);                                       \
+                ASSERT_TRUE(_r_);                                                             \
+                if (_r_->size != strlen(expected) || memcmp(_r_->body, expected, _r_->size) != 0) { \
+                        fprintf(stderr, "%s:%d: body\n  got:      %.*s\n  expected: %s\n", __FILE__, \
+                                __LINE__, (int) _r_->size, _r_->body, expected);        \
+                        abort();                                                        \
+                }                                                                       \
+        } while (0)
+
+#define SID "0123456789abcdef0123456789abcdef"
+#define DETAIL(s) "{\"detail\":\"" s "\"}"
+#define PYDANTIC(type, loc, msg) \
+        "{\"detail\":[{\"type\":\"" type "\",\"loc\":[" loc "],\"msg\":\"" msg "\"}]}"
+
+static void test_error_shapes(void) {
+        HttpResponse *r = NULL;
+        JsonDispatchError e;
+
+        ASSERT_TRUE(http_response_new_detail(404, "session not found or not running", &r) == 0);
+        ASSERT_TRUE(r->status == 404);
+        check_body(r, DETAIL("session not found or not running"));
+        r = http_response_free(r);
+
+        ASSERT_TRUE(http_response_new_error(401, "unauthorized", &r) == 0);
+        check_body(r, "{\"error\":\"unauthorized\"}");
+        r = http_response_free(r);
+
+        /* Quotes, backslashes, control characters and slashes (json-c would escape those). */
+        ASSERT_TRUE(http_response_new_detail(400, "a\"b\\c\nd\x01/e", &r) == 0);
+        check_body(r, DETAIL("a\\\"b\\\\c\\nd\\u0001/e"));
+        r = http_response_free(r);
+
+        /* Invalid UTF-8 never reaches the client raw. */
+        ASSERT_TRUE(http_response_new_detail(400, "x\xff", &r) == 0);
+        check_body(r, DETAIL("x\xef\xbf\xbd"));
+        r = http_response_free(r);
+
+        e = (JsonDispatchError) { "code", "missing", "Field required" };
+        ASSERT_TRUE(http_response_new_validation(&e, &r) == 0);
+        ASSERT_TRUE(r->status == 422);
+        check_body(r, PYDANTIC("missing", "\"body\",\"code\"", "Field required"));
+        r = http_response_free(r);
+
+        e = (JsonDispatchError) { NULL, "model_attributes_type",
+                                  "Input should be a valid dictionary or object to extract fields from" };
+        ASSERT_TRUE(http_response_new_validation(&e, &r) == 0);
+        check_body(r, PYDANTIC("model_attributes_type", "\"body\"",
+                               "Input should be a valid dictionary or object to extract fields from"));
+        r = http_response_free(r);
+
+        ASSERT_TRUE(http_response_new_json_invalid(&r) == 0);
+        ASSERT_TRUE(r->status == 422);
+        check_body(r, PYDANTIC("json_invalid", "\"body\",0", "JSON decode error"));
+        r = http_response_free(r);
+
+        ASSERT_TRUE(http_response_new_body_missing(&r) == 0);
+        check_body(r, PYDANTIC("missing", "\"body\"", "Field required"));
+        r = http_response_free(r);
+}
+
+static void check_map(const char *name, const char *message, unsigned status, const char *body,
+                      bool internal) {
+        sd_bus_error e = SD_BUS_ERROR_MAKE_CONST(name, message);
+        HttpResponse *r = NULL;
+        bool is_internal = !internal;
+
+        ASSERT_TRUE(http_response_new_bus_error(&e, &r, &is_internal) == 0);
+        if (r->status != status)
+                fprintf(stderr, "%s: got %u, expected %u\n", name, r->status, status);
+        ASSERT_TRUE(r->status == status);
+        check_body(r, body);
+        ASSERT_TRUE(is_internal == internal);
+        http_response_free(r);
+}
+
+static void test_bus_error_mapping(void) {
+        /* The exact text clients match, whatever the manager says. */
+        check_map(BUS_ERROR_NO_SUCH_SESSION, "Session 0123 is being torn down", 404,
+                  DETAIL("session not found or not running"), false);
+        check_map(BUS_ERROR_NO_SUCH_SESSION, NULL, 404, DETAIL("session not found or not running"), false);
+
+        /* Client-side conditions: the manager's message is the detail. */
+        check_map(BUS_ERROR_LIMIT_EXCEEDED, "too many active sessions", 429,
+                  DETAIL("too many active sessions"), false);
+        check_map(BUS_ERROR_LIMIT_EXCEEDED, "exec queue is full", 429, DETAIL("exec queue is full"), false);
+        check_map(BUS_ERROR_BUSY, "session is busy", 429, DETAIL("session is busy"), false);
+        check_map(BUS_ERROR_BUSY, "", 429, DETAIL("session is busy"), false);
+        check_map(SD_BUS_ERROR_INVALID_ARGS, "Invalid timeout_ms", 400, DETAIL("Invalid timeout_ms"), false);
+        check_map(BUS_ERROR_INVALID_PATH, "path must be under /workspace", 400,
+                  DETAIL("path must be under /workspace"), false);
+        check_map(BUS_ERROR_TOO_LARGE, "file too large", 413, DETAIL("file too large"), false);
+        check_map(BUS_ERROR_NOT_FOUND, "file not found", 404, DETAIL("file not found"), false);
+        check_map(BUS_ERROR_STORAGE_FAILED, "S3 said 403", 502, DETAIL("S3 said 403"), false);
+
+        /* Our failures: a generic text, the details stay in our log. */
+        check_map(BUS_ERROR_BACKEND_FAILED, "Failed to start scopebox-runner-x.scope: /secret/path", 500,
+                  DETAIL("sandbox backend failure"), true);
+        check_map(SD_BUS_ERROR_NO_REPLY, "Connection timed out", 500,
+                  DETAIL("session manager did not answer"), true);
+        check_map(SD_BUS_ERROR_TIMEOUT, "x", 500, DETAIL("session manager did not answer"), true);
+        check_map(SD_BUS_ERROR_SERVICE_UNKNOWN, "The name io.scopebox.SessionManager1 was not provided", 500,
+                  DETAIL("session manager unavailable"), true);
+        check_map(SD_BUS_ERROR_DISCONNECTED, "x", 500, DETAIL("session manager unavailable"), true);
+        check_map("org.freedesktop.DBus.Error.Spawn.ChildExited", "exit status 1", 500,
+                  DETAIL("internal error"), true);
+        check_map(SD_BUS_ERROR_ACCESS_DENIED, "Rejected send message", 500, DETAIL("internal error"), true);
+        check_map("io.scopebox.Error.SomethingNew", "x", 500, DETAIL("internal error"), true);
+}
+
+static void test_content_length(void) {
+        uint64_t v = 7;
+
+        ASSERT_TRUE(http_parse_content_length("0", 100, &v) == 0 && v == 0);
+        ASSERT_TRUE(http_parse_content_length("100", 100, &v) == 0 && v == 100);
+        ASSERT_TRUE(http_parse_content_length("0100", 100, &v) == 0 && v == 100);
+        ASSERT_TRUE(http_parse_content_length("101", 100, &v) == -EFBIG);
+        ASSERT_TRUE(http_parse_content_length("18446744073709551615", 100, &v) == -EFBIG);
+        ASSERT_TRUE(http_parse_content_length("99999999999999999999999", 100, &v) == -EFBIG);
+
+        v = 7;
+        ASSERT_TRUE(http_parse_content_length("", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length(NULL, 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("abc", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("-1", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("+1", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length(" 1", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("1 ", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("1,1", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("0x10", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("1e3", 100, &v) == -EINVAL);
+        ASSERT_TRUE(http_parse_content_length("1_000", 10000, &v) == -EINVAL);
+        ASSERT_TRUE(v == 7); /* untouched on failure */
+}
+
+static void test_route_lookup(void) {
+        const HttpRoute *r = NULL;
+        const char *arg = NULL;
+        char allow[48];
+
+#define LOOKUP(method, path) \
+        http_route_lookup(http_sidecar_routes, method, path, &r, &arg, allow, sizeof(allow))
+        ASSERT_TRUE(LOOKUP("GET", "/healthz") == 0);
+        ASSERT_TRUE(streq(r->path, "/healthz") && (r->flags & HTTP_ROUTE_PUBLIC) && !arg);
+        ASSERT_TRUE(LOOKUP("HEAD", "/healthz") == 0);
+        ASSERT_TRUE(LOOKUP("POST", "/healthz") == -EOPNOTSUPP);
+        ASSERT_STREQ(allow, "GET, HEAD");
+
+        ASSERT_TRUE(LOOKUP("POST", "/sessions") == 0);
+        ASSERT_TRUE(r->handler == http_sessions_post && !(r->flags & HTTP_ROUTE_PUBLIC));
+        ASSERT_TRUE(LOOKUP("GET", "/sessions") == -EOPNOTSUPP);
+        ASSERT_STREQ(allow, "POST");
+
+        ASSERT_TRUE(LOOKUP("DELETE", "/sessions/abc") == 0);
+        ASSERT_TRUE(r->handler == http_sessions_delete && streq(arg, "abc"));
+        ASSERT_TRUE(LOOKUP("PUT", "/sessions/abc") == -EOPNOTSUPP);
+        ASSERT_STREQ(allow, "DELETE");
+        ASSERT_TRUE(LOOKUP("DELETE", "/sessions/") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("DELETE", "/sessions/a/b") == -ENOENT);
+
+        ASSERT_TRUE(LOOKUP("POST", "/exec") == 0);
+        ASSERT_TRUE(r->handler == http_exec_post);
+        ASSERT_TRUE(LOOKUP("post", "/exec") == -EOPNOTSUPP);  /* methods are case-sensitive */
+        ASSERT_TRUE(LOOKUP("POST", "/exec/") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/EXEC") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("GET", "/healthz/") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("GET", "") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("GET", "/") == -ENOENT);
+#undef LOOKUP
+
+        /* Without the optional outputs. */
+        ASSERT_TRUE(http_route_lookup(http_sidecar_routes, "POST", "/healthz", NULL, NULL, NULL, 0) ==
+              -EOPNOTSUPP);
+}
+
+static void test_sanitize_for_log(void) {
+        char buf[4 * 8 + 4], tiny[8];
+
+        http_sanitize_for_log("/exec", 8, buf, sizeof(buf));
+        ASSERT_STREQ(buf, "/exec");
+        http_sanitize_for_log("/a\"b\\c", 8, buf, sizeof(buf));
+        ASSERT_STREQ(buf, "/a\\\"b\\\\c");
+        http_sanitize_for_log("/\n\x1b[31m\xff", 8, buf, sizeof(buf));
+        ASSERT_STREQ(buf, "/\\x0a\\x1b[31m\\xff");
+        http_sanitize_for_log("/0123456789", 8, buf, sizeof(buf));
+        ASSERT_STREQ(buf, "/0123456...");
+        http_sanitize_for_log(NULL, 8, buf, sizeof(buf));
+        ASSERT_STREQ(buf, "");
+        /* A buffer too small for the escapes still ends up terminated, marked as cut. */
+        http_sanitize_for_log("\x01\x02\x03\x04", 8, tiny, sizeof(tiny));
+        ASSERT_TRUE(strlen(tiny) < sizeof(tiny));
+        ASSERT_TRUE(endswith(tiny, "..."));
+}
+
+static void test_json_writer(void) {
+        JsonWriter w = {};
+        size_t n;
+        char *s;
+
+        ASSERT_TRUE(json_writer_append_str(&w, "[") == 0);
+        ASSERT_TRUE(json_writer_append_string(&w, "a\tb\x1f\"", 5) == 0);
+        ASSERT_TRUE(json_writer_append_str(&w, ",") == 0);
+        ASSERT_TRUE(json_writer_append_base64(&w, "hello", 5) == 0);
+        ASSERT_TRUE(json_writer_append_str(&w, ",") == 0);
+        ASSERT_TRUE(json_writer_append_base64(&w, "", 0) == 0);
+        ASSERT_TRUE(json_writer_append_str(&w, ",") == 0);
+        /* Embedded NUL bytes are escaped, not cut. */
+        ASSERT_TRUE(json_writer_append_string(&w, "x\0y", 3) == 0);
+        ASSERT_TRUE(json_writer_appendf(&w, ",%d]", 42) == 0);
+        s = json_writer_steal(&w, &n);
+        ASSERT_TRUE(s && strlen(s) == n);
+        ASSERT_STREQ(s, "[\"a\\tb\\u001f\\\"\",\"aGVsbG8=\",\"\",\"x\\u0000y\",42]");
+        ASSERT_TRUE(!w.data && w.size == 0);
+        free(s);
+
+        /* An empty writer yields an empty string. */
+        s = json_writer_steal(&w, &n);
+        ASSERT_TRUE(s && n == 0 && streq(s, ""));
+        free(s);
+        json_writer_done(&w);
+}
+
+static void test_ratelimit(void) {
+        RateLimit rl = { .interval_usec = 10, .burst = 2 };
+
+        ASSERT_TRUE(ratelimit_below(&rl, 100));
+        ASSERT_TRUE(ratelimit_below(&rl, 101));
+        ASSERT_TRUE(!ratelimit_below(&rl, 105));
+        ASSERT_TRUE(ratelimit_below(&rl, 110)); /* new interval */
+        ASSERT_TRUE(ratelimit_below(&rl, 50));  /* clock went backwards: start over rather than block */
+}
+
+/* A server as the router sees it, without sockets, bus or event loop. */
+static void server_init(Server *s, uint64_t max_body, uint64_t budget, const char *key) {
+        *s = (Server) {
+                .config.max_body_bytes = max_body,
+                .config.max_code_bytes = 1024,
+                .config.exec_timeout_cap_ms = 600000,
+                .body_budget = budget,
+        };
+        ASSERT_TRUE(server_set_api_key(s, key) == 0);
+}
+
+static void server_done(Server *s) {
+        ASSERT_TRUE(!s->requests && s->n_requests == 0);
+        ASSERT_TRUE(s->body_bytes == 0);
+        ASSERT_TRUE(server_set_api_key(s, NULL) == 0);
+}
+
+static HttpRequest *begin(Server *s, const char *method, const char *path, const char *authorization,
+                          const char *content_length, unsigned n_headers, size_t header_bytes) {
+        HttpRequest *req = NULL;
+
+        ASSERT_TRUE(http_request_new(s, NULL, NULL, method, path, &req) == 0);
+        ASSERT_TRUE(http_request_begin(req, authorization, authorization ? strlen(authorization) : 0,
+                                 content_length, n_headers, header_bytes) == 0);
+        return req;
+}
+
+static void check_refused(Server *s, const char *method, const char *path, const char *authorization,
+                          const char *content_length, unsigned status, const char *body) {
+        HttpRequest *req = begin(s, method, path, authorization, content_length, 3, 100);
+
+        if (!req->response || req->response->status != status)
+                fprintf(stderr, "%s %s: got %u, expected %u\n", method, path,
+                        req->response ? req->response->status : 0, status);
+        ASSERT_TRUE(req->response && req->response->status == status);
+        check_body(req->response, body);
+        http_request_free(req);
+}
+
+static void check_accepted(Server *s, const char *method, const char *path, const char *authorization,
+                           const char *content_length) {
+        HttpRequest *req = begin(s, method, path, authorization, content_length, 3, 100);
+
+        if (req->response)
+                fprintf(stderr, "%s %s: refused with %.*s\n", method, path, (int) req->response->size,
+                        req->response->body);
+        ASSERT_TRUE(!req->response);
+        ASSERT_TRUE(req->state == HTTP_REQUEST_RECEIVING && req->route);
+        http_request_free(req);
+}
+
+static void test_request_begin(void) {
+        const char *auth = "Bearer sekrit";
+        HttpRequest *req;
+        Server s;
+
+        server_init(&s, 1000, 1ULL << 30, "sekrit");
+
+        /* Auth first, everywhere but GET /healthz, and it hides which paths exist. */
+        check_accepted(&s, "GET", "/healthz", NULL, NULL);
+        check_accepted(&s, "HEAD", "/healthz", NULL, NULL);
+        check_refused(&s, "POST", "/healthz", NULL, NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/exec", NULL, NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "GET", "/nope", NULL, NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/exec", "Bearer wrong", NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/exec", "bearer sekrit", NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/exec", "Bearer  sekrit", NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/exec", "Bearer sekrit ", NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/exec", "sekrit", NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/exec", "", NULL, 401, "{\"error\":\"unauthorized\"}");
+        /* Auth comes before the body size: no hint about limits to strangers. */
+        check_refused(&s, "POST", "/exec", NULL, "999999", 401, "{\"error\":\"unauthorized\"}");
+
+        check_accepted(&s, "POST", "/exec", auth, NULL);
+        check_accepted(&s, "POST", "/sessions", auth, "0");
+        check_accepted(&s, "DELETE", "/sessions/0123456789abcdef0123456789abcdef", auth, "2");
+        check_refused(&s, "GET", "/nope", auth, NULL, 404, "{\"detail\":\"Not Found\"}");
+        check_refused(&s, "GET", "/exec", auth, NULL, 405, "{\"detail\":\"Method Not Allowed\"}");
+
+        req = begin(&s, "GET", "/exec", auth, NULL, 1, 10);
+        ASSERT_TRUE(req->response->status == 405 && streq(req->response->allow, "POST"));
+        http_request_free(req);
+
+        /* Content-Length: checked before reading, exact limit allowed. */
+        check_accepted(&s, "POST", "/exec", auth, "1000");
+        check_refused(&s, "POST", "/exec", auth, "1001", 413,
+                      "{\"error\":\"request body exceeds 1000 bytes\"}");
+        check_refused(&s, "POST", "/exec", auth, "99999999999999999999999", 413,
+                      "{\"error\":\"request body exceeds 1000 bytes\"}");
+        check_refused(&s, "POST", "/exec", auth, "ten", 400, "{\"error\":\"invalid content-length\"}");
+        check_refused(&s, "POST", "/exec", auth, "-5", 400, "{\"error\":\"invalid content-length\"}");
+        check_refused(&s, "POST", "/exec", auth, "", 400, "{\"error\":\"invalid content-length\"}");
+
+        /* Header caps. */
+        req = begin(&s, "POST", "/exec", auth, NULL, HTTP_HEADERS_MAX + 1, 100);
+        ASSERT_TRUE(req->response && req->response->status == 431);
+        http_request_free(req);
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, HTTP_HEADER_BYTES_MAX + 1);
+        ASSERT_TRUE(req->response && req->response->status == 431);
+        http_request_free(req);
+        req = begin(&s, "POST", "/exec", auth, NULL, HTTP_HEADERS_MAX, HTTP_HEADER_BYTES_MAX);
+        ASSERT_TRUE(!req->response);
+        http_request_free(req);
+
+        server_done(&s);
+
+        /* Without a key every path is open. */
+        server_init(&s, 1000, 1ULL << 30, NULL);
+        check_accepted(&s, "POST", "/exec", NULL, NULL);
+        check_accepted(&s, "POST", "/exec", "Bearer whatever", NULL);
+        check_refused(&s, "GET", "/nope", NULL, NULL, 404, "{\"detail\":\"Not Found\"}");
+        server_done(&s);
+}
+
+static void test_body(void) {
+        const char *auth = "Bearer k";
+        HttpRequest *a, *b, *c;
+        char chunk[300];
+        Server s;
+
+        memset(chunk, 'x', sizeof(chunk));
+        server_init(&s, 1000, 2500, "k");
+
+        /* Chunked (no Content-Length): the cap holds while streaming. */
+        a = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        for (unsigned i = 0; i < 3; i++)
+                ASSERT_TRUE(http_request_append_body(a, chunk, sizeof(chunk)) == 0);
+        ASSERT_TRUE(a->body_size == 900);
+        ASSERT_TRUE(http_request_append_body(a, chunk, 100) == 0);  /* exactly the limit */
+        ASSERT_TRUE(http_request_append_body(a, chunk, 1) == -EFBIG);
+        ASSERT_TRUE(a->body_size == 1000 && a->body[1000] == 0);
+        ASSERT_TRUE(s.body_bytes == a->body_reserved && a->body_reserved >= 1000);
+
+        /* Content-Length reserves its size up front against the server-wide budget. */
+        b = begin(&s, "POST", "/exec", auth, "1000", 3, 100);
+        ASSERT_TRUE(!b->response && s.body_bytes == a->body_reserved + 1000);
+        c = begin(&s, "POST", "/exec", auth, "1000", 3, 100);
+        ASSERT_TRUE(c->response && c->response->status == 503);
+        check_body(c->response, "{\"error\":\"server busy, retry later\"}");
+        http_request_free(c);
+
+        /* Streaming into a full budget fails too. */
+        c = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(!c->response);
+        ASSERT_TRUE(http_request_append_body(c, chunk, 1) == -ENOBUFS);
+        http_request_free(c);
+
+        /* A resource without a body never buffers one, even with the budget exhausted, but the
+         * cap still bounds what it reads. */
+        c = begin(&s, "GET", "/healthz", NULL, "1000", 3, 100);
+        ASSERT_TRUE(!c->response);
+        for (unsigned i = 0; i < 3; i++)
+                ASSERT_TRUE(http_request_append_body(c, chunk, sizeof(chunk)) == 0);
+        ASSERT_TRUE(http_request_append_body(c, chunk, 100) == 0);
+        ASSERT_TRUE(http_request_append_body(c, chunk, 1) == -EFBIG);
+        ASSERT_TRUE(!c->body && c->body_reserved == 0);
+        ASSERT_TRUE(s.body_bytes == a->body_reserved + 1000);
+        /* Without a bus connection health is a 503, not an internal error. */
+        ASSERT_TRUE(http_request_dispatch(c) == 0);
+        check_body(c->response,
+                   "{\"ok\":false,\"image_ready\":false,\"error\":\"session manager unavailable\"}");
+        ASSERT_TRUE(c->response->status == 503);
+        http_request_free(c);
+
+        /* A Content-Length body is allocated once, at its announced size. */
+        ASSERT_TRUE(http_request_append_body(b, chunk, 10) == 0);
+        ASSERT_TRUE(b->body_allocated == 1001);
+        ASSERT_TRUE(s.body_bytes == a->body_reserved + 1000);
+
+        http_request_free(a);
+        http_request_free(b);
+        ASSERT_TRUE(s.body_bytes == 0);
+        server_done(&s);
+}
+
+static int append_text(HttpRequest *req, const char *text) {
+        return http_request_append_body(req, text, strlen(text));
+}
+
+static void test_dispatch(void) {
+        const char *auth = "Bearer k";
+        HttpRequest *req;
+        Server s;
+
+        server_init(&s, 1000, 1ULL << 30, "k");
+
+        /* Invalid JSON → 422 json_invalid, the body is released once parsed. */
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(append_text(req, "{\"a\":") == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 422);
+        check_body(req->response, PYDANTIC("json_invalid", "\"body\",0", "JSON decode error"));
+        ASSERT_TRUE(!req->body && s.body_bytes == 0);
+        http_request_free(req);
+
+        /* Too deep. */
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        for (unsigned i = 0; i < 40; i++)
+                ASSERT_TRUE(append_text(req, "[") == 0);
+        for (unsigned i = 0; i < 40; i++)
+                ASSERT_TRUE(append_text(req, "]") == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 422);
+        http_request_free(req);
+
+        /* Invalid UTF-8 inside a string. */
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(append_text(req, "{\"code\":\"\xc3\x28\"}") == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 422);
+        http_request_free(req);
+
+        /* Valid JSON reaches the resource, which validates it. */
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(append_text(req, "{\"session_id\":\"nope\",\"code\":\"1\"}") == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 400);
+        check_body(req->response, "{\"detail\":\"invalid session_id\"}");
+        http_request_free(req);
+
+        /* Empty body on /exec: the model is missing. */
+        req = begin(&s, "POST", "/exec", auth, "0", 3, 100);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 422);
+        check_body(req->response, PYDANTIC("missing", "\"body\"", "Field required"));
+        http_request_free(req);
+
+        /* DELETE: the body is validated before the path (FastAPI order), and is optional. */
+        req = begin(&s, "DELETE", "/sessions/xyz", auth, NULL, 3, 100);
+        ASSERT_TRUE(append_text(req, "{\"discard\":\"yes\"}") == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 422);
+        check_body(req->response,
+                   PYDANTIC("bool_type", "\"body\",\"discard\"", "Input should be a valid boolean"));
+        http_request_free(req);
+
+        req = begin(&s, "DELETE", "/sessions/xyz", auth, NULL, 3, 100);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 400);
+        check_body(req->response, "{\"detail\":\"invalid session_id\"}");
+        http_request_free(req);
+
+        /* A valid request needs the bus, which this server lacks: an internal error for the router. */
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(append_text(req, "{\"session_id\":\"" SID "\",\"code\":\"1\"}") == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == -ENOTCONN);
+        ASSERT_TRUE(!req->slot);
+        ASSERT_STREQ(req->session_id, "0123456789abcdef0123456789abcdef");
+        http_request_free(req);
+
+        server_done(&s);
+}
+
+int main(void) {
+        RUN(test_error_shapes);
+        RUN(test_bus_error_mapping);
+        RUN(test_content_length);
+        RUN(test_route_lookup);
+        RUN(test_sanitize_for_log);
+        RUN(test_json_writer);
+        RUN(test_ratelimit);
+        RUN(test_request_begin);
+        RUN(test_body);
+        RUN(test_dispatch);
+        return 0;
+}

@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of the runner's pure parts: artifact diffing and limits, the control protocol, the
+ * seccomp policy (loaded in a child), and the D-Bus API document against the vtable. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fs-util.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "outputs.h"
+#include "runner-protocol.h"
+#include "seccomp-policy.h"
+#include "tests.h"
+
+static void test_output_diff(void) {
+        OutputSet before = {}, after = {};
+        OutputEntry **changed = NULL;
+        size_t n = 0;
+
+        ASSERT_EQ(output_set_add(&before, "a.txt", 5, 100), 0);
+        ASSERT_EQ(output_set_add(&before, "sub/b.png", 10, 100), 0);
+        ASSERT_EQ(output_set_add(&before, "same.csv", 3, 100), 0);
+        output_set_sort(&before);
+
+        ASSERT_EQ(output_set_add(&after, "same.csv", 3, 100), 0);   /* unchanged */
+        ASSERT_EQ(output_set_add(&after, "sub/b.png", 10, 200), 0); /* touched */
+        ASSERT_EQ(output_set_add(&after, "a.txt", 6, 100), 0);      /* resized */
+        ASSERT_EQ(output_set_add(&after, "new.pdf", 1, 1), 0);      /* new */
+        output_set_sort(&after);
+
+        ASSERT_EQ(output_set_diff(&before, &after, &changed, &n), 0);
+        ASSERT_EQ(n, 3);
+        ASSERT_STREQ(changed[0]->path, "a.txt");
+        ASSERT_STREQ(changed[1]->path, "new.pdf");
+        ASSERT_STREQ(changed[2]->path, "sub/b.png");
+        free(changed);
+
+        /* Deleted files are not artifacts; an empty 'before' reports everything. */
+        OutputSet empty = {};
+        ASSERT_EQ(output_set_diff(&after, &empty, &changed, &n), 0);
+        ASSERT_EQ(n, 0);
+        free(changed);
+        ASSERT_EQ(output_set_diff(&empty, &after, &changed, &n), 0);
+        ASSERT_EQ(n, 4);
+        free(changed);
+
+        output_set_done(&before);
+        output_set_done(&after);
+}
+
+static void test_output_scan(void) {
+        char dir[] = "/tmp/scopebox-test-outputs-XXXXXX";
+        OutputSet s = {};
+        int fd;
+
+        ASSERT_TRUE(mkdtemp(dir));
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(mkdirat(fd, "d", 0755), 0);
+        ASSERT_EQ(write_file_at(fd, "z.txt", "zz", 2, 0644), 0);
+        ASSERT_EQ(write_file_at(fd, "d/a.txt", "a", 1, 0644), 0);
+        ASSERT_EQ(symlinkat("/etc/passwd", fd, "link"), 0);      /* never followed */
+        ASSERT_EQ(mkfifoat(fd, "fifo", 0644), 0);                /* not a regular file */
+        ASSERT_EQ(symlinkat("/etc", fd, "dirlink"), 0);
+
+        ASSERT_EQ(output_set_scan(fd, &s), 0);
+        ASSERT_EQ(s.n, 2);
+        ASSERT_STREQ(s.entries[0].path, "d/a.txt");
+        ASSERT_EQ(s.entries[0].size, 1);
+        ASSERT_STREQ(s.entries[1].path, "z.txt");
+        ASSERT_TRUE(!s.truncated);
+        output_set_done(&s);
+
+        ASSERT_EQ(rm_rf_children(fd), 0);
+        close(fd);
+        ASSERT_EQ(rmdir(dir), 0);
+}
+
+static void test_artifact_limits(void) {
+        OutputEntry e[] = {
+                { "a", 10, 0 }, { "b", 30, 0 }, { "c", 10, 0 }, { "d", 5, 0 }, { "e", 1, 0 },
+        };
+        OutputEntry *list[] = { &e[0], &e[1], &e[2], &e[3], &e[4] };
+        bool chosen[5];
+        ArtifactLimits l = { .max_file_bytes = 20, .max_files = 3, .max_total_bytes = 24 };
+
+        /* a fits; b too big per file; c fits (20); d would pass 24 total; e fits (21), then 3 files. */
+        ASSERT_EQ(artifacts_select(list, 5, &l, chosen), 2);
+        ASSERT_TRUE(chosen[0] && !chosen[1] && chosen[2] && !chosen[3] && chosen[4]);
+
+        l = (ArtifactLimits) { .max_file_bytes = 100, .max_files = 2, .max_total_bytes = 1000 };
+        ASSERT_EQ(artifacts_select(list, 5, &l, chosen), 3);
+        ASSERT_TRUE(chosen[0] && chosen[1] && !chosen[2] && !chosen[3] && !chosen[4]);
+}
+
+static void test_protocol(void) {
+        int sv[2], fds[RUNNER_MESSAGE_FDS_MAX];
+        size_t n_fds = 0;
+        json_object *m, *got = NULL, *v;
+        int memfd;
+        char *data = NULL;
+        size_t size;
+
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        m = json_object_new_object();
+        json_object_object_add(m, "op", json_object_new_string("exec"));
+        memfd = memfd_new_data("t", "print(1)\n", 9);
+        ASSERT_TRUE(memfd >= 0);
+        ASSERT_EQ(runner_message_send(sv[0], m, &memfd, 1), 0);
+        ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), 0);
+        ASSERT_TRUE(json_object_object_get_ex(got, "op", &v));
+        ASSERT_STREQ(json_object_get_string(v), "exec");
+        ASSERT_EQ(n_fds, 1);
+        ASSERT_TRUE(fcntl(fds[0], F_GETFD) & FD_CLOEXEC);
+        ASSERT_EQ(read_full_memfd(fds[0], 100, &data, &size), 0);
+        ASSERT_EQ(size, 9);
+        ASSERT_STREQ(data, "print(1)\n");
+        free(data);
+        close(fds[0]);
+        close(memfd);
+        json_object_put(got);
+        json_object_put(m);
+
+        /* Nothing queued; then garbage; then EOF. */
+        ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -EAGAIN);
+        ASSERT_EQ(write(sv[0], "not json", 8), 8);
+        ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -EBADMSG);
+        ASSERT_EQ(write(sv[0], "[1,2]", 5), 5);
+        ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -EBADMSG);
+        close(sv[0]);
+        ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -ECONNRESET);
+        close(sv[1]);
+}
+
+/* Loads the policy in a child and reports how a few probes fared as a bitmask. */
+static void test_seccomp_policy(void) {
+        SeccompOptions o = { .allow_inet = false };
+        scmp_filter_ctx ctx = NULL;
+        pid_t pid;
+        int status;
+
+        ASSERT_EQ(seccomp_policy_build(&o, &ctx), 0);
+        pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                int fails = 0, fd;
+                pid_t p;
+
+                if (seccomp_load(ctx) < 0)
+                        _exit(100);
+                /* Namespaces: refused softly. */
+                if (!(unshare(CLONE_NEWUSER) < 0 && errno == EPERM))
+                        fails |= 1;
+                if (!(syscall(SYS_clone, CLONE_NEWNET | SIGCHLD, NULL, NULL, NULL, 0) < 0 && errno == EPERM))
+                        fails |= 2;
+                /* clone3 answers ENOSYS so libc falls back to clone. */
+                if (!(syscall(SYS_clone3, NULL, 0) < 0 && errno == ENOSYS))
+                        fails |= 4;
+                /* Socket families. */
+                if (!(socket(AF_NETLINK, SOCK_RAW, 0) < 0 && errno == EAFNOSUPPORT))
+                        fails |= 8;
+                if (!(socket(AF_INET, SOCK_STREAM, 0) < 0 && errno == EAFNOSUPPORT))
+                        fails |= 16;
+                fd = socket(AF_UNIX, SOCK_STREAM, 0);
+                if (fd < 0)
+                        fails |= 32;
+                /* Plain fork still works. */
+                p = fork();
+                if (p == 0)
+                        _exit(0);
+                if (p < 0 || waitpid(p, NULL, 0) != p)
+                        fails |= 64;
+                /* io_uring is invisible. */
+                if (!(syscall(SYS_io_uring_setup, 1, NULL) < 0 && errno == ENOSYS))
+                        fails |= 128;
+                _exit(fails);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+        seccomp_release(ctx);
+
+        /* A killed call really kills the process. */
+        ASSERT_EQ(seccomp_policy_build(&o, &ctx), 0);
+        pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                if (seccomp_load(ctx) < 0)
+                        _exit(100);
+                (void) syscall(SYS_reboot, 0, 0, 0, NULL);
+                _exit(0);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFSIGNALED(status));
+        ASSERT_EQ(WTERMSIG(status), SIGSYS);
+        seccomp_release(ctx);
+}
+
+static void test_openat_beneath(void) {
+        char dir[] = "/tmp/scopebox-test-beneath-XXXXXX";
+        int fd, f;
+
+        ASSERT_TRUE(mkdtemp(dir));
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(mkdirat(fd, "sub", 0755), 0);
+        ASSERT_EQ(write_file_at(fd, "sub/f.txt", "x", 1, 0644), 0);
+        ASSERT_EQ(symlinkat("/etc/passwd", fd, "link"), 0);
+        ASSERT_EQ(symlinkat("sub", fd, "dirlink"), 0);
+
+        /* Both the openat2() path and the component walk used where it is unavailable. */
+        int (*const impls[])(int, const char *, int, mode_t) = { openat_beneath, openat_beneath_walk };
+        for (size_t i = 0; i < ELEMENTSOF(impls); i++) {
+                f = impls[i](fd, "sub/f.txt", O_RDONLY, 0);
+                ASSERT_TRUE(f >= 0);
+                close(f);
+                f = impls[i](fd, "sub//./f.txt", O_RDONLY, 0);
+                ASSERT_TRUE(f >= 0);
+                close(f);
+                f = impls[i](fd, "sub", O_RDONLY | O_DIRECTORY, 0);
+                ASSERT_TRUE(f >= 0);
+                close(f);
+                ASSERT_TRUE(impls[i](fd, "link", O_RDONLY, 0) < 0);
+                ASSERT_TRUE(impls[i](fd, "dirlink/f.txt", O_RDONLY, 0) < 0);
+                ASSERT_TRUE(impls[i](fd, "../etc/passwd", O_RDONLY, 0) < 0);
+                ASSERT_TRUE(impls[i](fd, "sub/../../etc/passwd", O_RDONLY, 0) < 0);
+                ASSERT_TRUE(impls[i](fd, "/etc/passwd", O_RDONLY, 0) < 0);
+                ASSERT_EQ(impls[i](fd, "missing", O_RDONLY, 0), -ENOENT);
+        }
+
+        ASSERT_EQ(rm_rf_children(fd), 0);
+        close(fd);
+        ASSERT_EQ(rmdir(dir), 0);
+}
+
+int main(void) {
+        RUN(test_output_diff);
+        RUN(test_output_scan);
+        RUN(test_artifact_limits);
+        RUN(test_openat_beneath);
+        RUN(test_protocol);
+        /* valgrind can't run seccomp(2); the policy is tested in the plain run. */
+        if (!getenv("SCOPEBOX_TEST_UNDER_VALGRIND"))
+                RUN(test_seccomp_policy);
+        return 0;
+}

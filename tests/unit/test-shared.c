@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of src/shared: base64, ids, mime table, parsing, UTF-8, secrets, JSON, config. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "base64.h"
+#include "config.h"
+#include "id.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "mime.h"
+#include "parse-util.h"
+#include "string-util.h"
+#include "tests.h"
+
+static void test_base64_roundtrip(void) {
+        static const struct {
+                const char *plain, *encoded;
+        } vectors[] = { /* RFC 4648 §10 */
+                { "", "" }, { "f", "Zg==" }, { "fo", "Zm8=" }, { "foo", "Zm9v" },
+                { "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" }, { "foobar", "Zm9vYmFy" },
+        };
+        for (size_t i = 0; i < sizeof(vectors) / sizeof(vectors[0]); i++) {
+                _cleanup_free_ char *e = base64_encode(vectors[i].plain, strlen(vectors[i].plain));
+                _cleanup_free_ void *d = NULL;
+                size_t n;
+
+                ASSERT_STREQ(e, vectors[i].encoded);
+                ASSERT_EQ(base64_decode(vectors[i].encoded, strlen(vectors[i].encoded), &d, &n), 0);
+                ASSERT_EQ(n, strlen(vectors[i].plain));
+                ASSERT_TRUE(memcmp(d, vectors[i].plain, n) == 0);
+        }
+}
+
+static void test_base64_strict(void) {
+        static const char *const bad[] = {
+                "Zg=", "Zg", "Z===", "Zh==", /* non-zero trailing bits */ "Zm9=", "Zm 9v", "Zm9v\n",
+                "Zm9v====", "=m9v", "Zm=v", "Zm9-", "Zm9_", "data:text/plain;base64,Zm9v",
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                void *d = NULL;
+                size_t n;
+                ASSERT_EQ(base64_decode(bad[i], strlen(bad[i]), &d, &n), -EINVAL);
+        }
+        /* Binary round trip of every byte value. */
+        unsigned char all[256];
+        for (int i = 0; i < 256; i++)
+                all[i] = (unsigned char) i;
+        _cleanup_free_ char *e = base64_encode(all, sizeof(all));
+        _cleanup_free_ void *d = NULL;
+        size_t n;
+        ASSERT_EQ(base64_decode(e, strlen(e), &d, &n), 0);
+        ASSERT_EQ(n, 256);
+        ASSERT_TRUE(memcmp(d, all, 256) == 0);
+}
+
+static void test_session_id(void) {
+        char id[SESSION_ID_LEN + 1], id2[SESSION_ID_LEN + 1];
+
+        ASSERT_EQ(session_id_generate(id), 0);
+        ASSERT_TRUE(session_id_is_valid(id));
+        ASSERT_EQ(id[12], '4'); /* UUIDv4 version nibble */
+        ASSERT_TRUE(strchr("89ab", id[16]) != NULL);
+        ASSERT_EQ(session_id_generate(id2), 0);
+        ASSERT_TRUE(strcmp(id, id2) != 0);
+
+        ASSERT_TRUE(session_id_is_valid("9fd8b918372d489ab6aa6843611148be"));
+        ASSERT_TRUE(!session_id_is_valid("9FD8B918372D489AB6AA6843611148BE"));
+        ASSERT_TRUE(!session_id_is_valid("9fd8b918-372d-489a-b6aa-6843611148be"));
+        ASSERT_TRUE(!session_id_is_valid("9fd8b918372d489ab6aa6843611148b"));
+        ASSERT_TRUE(!session_id_is_valid("9fd8b918372d489ab6aa6843611148bee"));
+        ASSERT_TRUE(!session_id_is_valid("../../../../etc/passwd0000000000"));
+        ASSERT_TRUE(!session_id_is_valid(""));
+        ASSERT_TRUE(!session_id_is_valid(NULL));
+}
+
+static void test_mime(void) {
+        ASSERT_STREQ(mime_type_from_name("hello.txt"), "text/plain");
+        ASSERT_STREQ(mime_type_from_name("data.CSV"), "text/csv");
+        ASSERT_STREQ(mime_type_from_name("chart.png"), "image/png");
+        ASSERT_STREQ(mime_type_from_name("report.pdf"), "application/pdf");
+        ASSERT_STREQ(mime_type_from_name("a.b.json"), "application/json");
+        ASSERT_STREQ(mime_type_from_name("book.xlsx"),
+                     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet");
+        ASSERT_STREQ(mime_type_from_name("noext"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(".bashrc"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name("x.unknownext"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL), "application/octet-stream");
+}
+
+static void test_parse(void) {
+        uint64_t u;
+        int64_t i;
+
+        ASSERT_EQ(parse_size("512M", &u), 0);
+        ASSERT_EQ(u, 512ULL << 20);
+        ASSERT_EQ(parse_size("2g", &u), 0);
+        ASSERT_EQ(u, 2ULL << 30);
+        ASSERT_EQ(parse_size("32768", &u), 0);
+        ASSERT_EQ(u, 32768);
+        ASSERT_EQ(parse_size("1.5G", &u), -EINVAL);
+        ASSERT_EQ(parse_size("-1", &u), -EINVAL);
+        ASSERT_EQ(parse_size("99999999999999999999", &u), -ERANGE);
+        ASSERT_EQ(parse_size("20000000000T", &u), -ERANGE);
+        ASSERT_EQ(parse_cpus("1", &u), 0);
+        ASSERT_EQ(u, 100);
+        ASSERT_EQ(parse_cpus("0.5", &u), 0);
+        ASSERT_EQ(u, 50);
+        ASSERT_EQ(parse_cpus("2.25", &u), 0);
+        ASSERT_EQ(u, 225);
+        ASSERT_EQ(parse_cpus("0", &u), -ERANGE);
+        ASSERT_EQ(parse_cpus("x", &u), -EINVAL);
+        ASSERT_EQ(parse_boolean("on"), 1);
+        ASSERT_EQ(parse_boolean("TRUE"), 1);
+        ASSERT_EQ(parse_boolean("0"), 0);
+        ASSERT_EQ(parse_boolean("maybe"), -EINVAL);
+        ASSERT_EQ(safe_atoi64("-5", &i), 0);
+        ASSERT_EQ(i, -5);
+        ASSERT_EQ(safe_atoi64("5x", &i), -EINVAL);
+        ASSERT_EQ(safe_atou64("", &u), -EINVAL);
+}
+
+static void test_utf8(void) {
+        size_t n;
+
+        ASSERT_TRUE(utf8_is_valid_n("héllo 中文 😀", strlen("héllo 中文 😀")));
+        ASSERT_TRUE(!utf8_is_valid_n("\xff", 1));
+        ASSERT_TRUE(!utf8_is_valid_n("\xc0\xaf", 2));         /* overlong '/' */
+        ASSERT_TRUE(!utf8_is_valid_n("\xed\xa0\x80", 3));     /* surrogate */
+        ASSERT_TRUE(!utf8_is_valid_n("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+        ASSERT_TRUE(!utf8_is_valid_n("\xe4\xb8", 2));         /* truncated */
+
+        _cleanup_free_ char *s = utf8_sanitize("a\xffz\xe4\xb8", 5, &n);
+        ASSERT_STREQ(s, "a\xef\xbf\xbdz\xef\xbf\xbd\xef\xbf\xbd");
+        ASSERT_EQ(n, strlen(s));
+}
+
+static void test_secret_equal(void) {
+        ASSERT_TRUE(secret_equal("Bearer abc", 10, "Bearer abc", 10));
+        ASSERT_TRUE(!secret_equal("Bearer abc", 10, "Bearer abd", 10));
+        ASSERT_TRUE(!secret_equal("Bearer abc", 10, "Bearer ab", 9));
+        ASSERT_TRUE(!secret_equal("", 0, "x", 1));
+        ASSERT_TRUE(secret_equal("", 0, "", 0));
+}
+
+static void test_json_parse(void) {
+        json_object *o = NULL;
+        char deep[200];
+
+        ASSERT_EQ(json_parse("{\"a\":1}", strlen("{\"a\":1}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_TRUE(json_object_is_type(o, json_type_object));
+        json_object_put(o);
+        ASSERT_EQ(json_parse("null", 4, JSON_DEPTH_MAX, &o), 0);
+        ASSERT_TRUE(o == NULL);
+        ASSERT_EQ(json_parse("123", 3, JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_object_get_int(o), 123);
+        json_object_put(o);
+        ASSERT_EQ(json_parse("{\"a\":1} x", strlen("{\"a\":1} x"), JSON_DEPTH_MAX, &o), -EBADMSG);
+        ASSERT_EQ(json_parse("{\"a\":1", strlen("{\"a\":1"), JSON_DEPTH_MAX, &o), -EBADMSG);
+        ASSERT_EQ(json_parse("{'a':1}", strlen("{'a':1}"), JSON_DEPTH_MAX, &o), -EBADMSG);
+        ASSERT_EQ(json_parse("{\"a\":\"\xff\"}", strlen("{\"a\":\"\xff\"}"), JSON_DEPTH_MAX, &o), -EBADMSG);
+        memset(deep, '[', 100);
+        memset(deep + 100, ']', 100);
+        ASSERT_EQ(json_parse(deep, 200, JSON_DEPTH_MAX, &o), -E2BIG);
+}
+
+static void test_json_strict(void) {
+        static const char *const good[] = {
+                "{}", "[]", "0", "-0.5e+3", "\"\\u00e9\\ud83d\\ude00\"", "{\"a\":[1,{\"b\":null}],\"c\":true}",
+                " \t\r\n{\"a\":\"b\"} \n", "{\"a\":1,\"A\":2}",
+        };
+        static const char *const bad[] = {
+                "{'a':1}", "{\"a\":1,}", "[1,]", "{\"a\" 1}", "NaN", "Infinity", "01", "1.", ".5", "+1",
+                "\"\\x41\"", "\"\\ud800\"", "\"\\udc00x\"", "\"a\tb\"", "/* c */ {}", "{} {}", "tru", "",
+                "{\"a\":1 // c\n}",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(good); i++)
+                if (json_validate_strict(good[i], strlen(good[i]), JSON_DEPTH_MAX) != 0) {
+                        fprintf(stderr, "rejected good JSON: %s\n", good[i]);
+                        abort();
+                }
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                if (json_validate_strict(bad[i], strlen(bad[i]), JSON_DEPTH_MAX) >= 0) {
+                        fprintf(stderr, "accepted bad JSON: %s\n", bad[i]);
+                        abort();
+                }
+        /* Duplicates, also when spelled differently. */
+        ASSERT_EQ(json_validate_strict("{\"a\":1,\"a\":2}", strlen("{\"a\":1,\"a\":2}"), JSON_DEPTH_MAX), -ENOTUNIQ);
+        ASSERT_EQ(json_validate_strict("{\"a\":1,\"\\u0061\":2}", strlen("{\"a\":1,\"\\u0061\":2}"), JSON_DEPTH_MAX), -ENOTUNIQ);
+        ASSERT_EQ(json_validate_strict("{\"x\":{\"a\":1},\"y\":{\"a\":1}}", strlen("{\"x\":{\"a\":1},\"y\":{\"a\":1}}"), JSON_DEPTH_MAX), 0);
+        ASSERT_EQ(json_validate_strict("[[[1]]]", strlen("[[[1]]]"), 3), 0);
+        ASSERT_EQ(json_validate_strict("[[[[1]]]]", strlen("[[[[1]]]]"), 3), -E2BIG);
+}
+
+static void test_json_dispatch(void) {
+        struct {
+                const char *s;
+                int64_t i;
+                bool b;
+        } v = {};
+        static const JsonField fields[] = {
+                { "s", JSON_FIELD_STRING, offsetof(typeof(v), s), JSON_MANDATORY },
+                { "i", JSON_FIELD_INT64, offsetof(typeof(v), i), JSON_NULLABLE },
+                { "b", JSON_FIELD_BOOL, offsetof(typeof(v), b), 0 },
+                {},
+        };
+        JsonDispatchError e = {};
+        json_object *o;
+
+        ASSERT_EQ(json_parse("{\"s\":\"x\",\"i\":5.0,\"b\":true,\"extra\":[]}", strlen("{\"s\":\"x\",\"i\":5.0,\"b\":true,\"extra\":[]}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_dispatch(o, fields, &v, &e), 0);
+        ASSERT_STREQ(v.s, "x");
+        ASSERT_EQ(v.i, 5);
+        ASSERT_TRUE(v.b);
+        json_object_put(o);
+
+        ASSERT_EQ(json_parse("{\"i\":1}", strlen("{\"i\":1}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_dispatch(o, fields, &v, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "s");
+        ASSERT_STREQ(e.type, "missing");
+        json_object_put(o);
+
+        ASSERT_EQ(json_parse("{\"s\":1}", strlen("{\"s\":1}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_dispatch(o, fields, &v, &e), -EINVAL);
+        ASSERT_STREQ(e.type, "string_type");
+        json_object_put(o);
+
+        ASSERT_EQ(json_parse("{\"s\":\"a\",\"i\":1.5}", strlen("{\"s\":\"a\",\"i\":1.5}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_dispatch(o, fields, &v, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "i");
+        json_object_put(o);
+
+        ASSERT_EQ(json_parse("{\"s\":\"a\",\"i\":99999999999999999999}", strlen("{\"s\":\"a\",\"i\":99999999999999999999}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_dispatch(o, fields, &v, &e), -EINVAL);
+        json_object_put(o);
+
+        ASSERT_EQ(json_parse("[1]", strlen("[1]"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_dispatch(o, fields, &v, &e), -EINVAL);
+        ASSERT_TRUE(e.field == NULL);
+        json_object_put(o);
+}
+
+static void test_config(void) {
+        _cleanup_free_ char *err = NULL;
+        char path[] = "/tmp/scopebox-test-config-XXXXXX";
+        Config c;
+        int fd;
+
+        /* Defaults from COMPAT.md. */
+        unsetenv("SANDBOX_MAX_SESSIONS");
+        ASSERT_EQ(config_load(&c, "/nonexistent/scopebox.conf", &err), 0);
+        ASSERT_EQ(c.max_sessions, 16);
+        ASSERT_EQ(c.idle_ttl_sec, 1800);
+        ASSERT_EQ(c.idle_ttl_cap_sec, 86400);
+        ASSERT_EQ(c.exec_timeout_cap_ms, 600000);
+        ASSERT_EQ(c.max_code_bytes, 1 << 20);
+        ASSERT_EQ(c.max_output_bytes, 32768);
+        ASSERT_EQ(c.max_body_bytes, 56ULL << 20);
+        ASSERT_EQ(c.memory_limit, 2ULL << 30);
+        ASSERT_EQ(c.pids_limit, 256);
+        ASSERT_EQ(c.cpu_quota_percent, 100);
+        ASSERT_EQ(c.workspace_size, 512ULL << 20);
+        ASSERT_EQ(c.max_artifact_bytes, 20ULL << 20);
+        ASSERT_EQ(c.max_files_per_exec, 20);
+        ASSERT_EQ(c.max_total_artifact_bytes, 50ULL << 20);
+        config_done(&c);
+
+        /* The file, then the environment on top. */
+        fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        dprintf(fd, "# comment\nSANDBOX_MAX_SESSIONS=3\nexport SANDBOX_MEMORY_LIMIT=\"1G\"\nOTHER_THING=x\n");
+        close(fd);
+        setenv("SANDBOX_MAX_SESSIONS", "7", 1);
+        ASSERT_EQ(config_load(&c, path, &err), 0);
+        ASSERT_EQ(c.max_sessions, 7);
+        ASSERT_EQ(c.memory_limit, 1ULL << 30);
+        config_done(&c);
+
+        /* Bad values are refused with the name of the variable. */
+        setenv("SANDBOX_MAX_SESSIONS", "many", 1);
+        ASSERT_EQ(config_load(&c, path, &err), -EINVAL);
+        ASSERT_TRUE(err && strstr(err, "SANDBOX_MAX_SESSIONS=many"));
+        config_done(&c);
+        free(err);
+        err = NULL;
+        unsetenv("SANDBOX_MAX_SESSIONS");
+        setenv("SANDBOX_PIDS_LIMIT", "1", 1);
+        ASSERT_EQ(config_load(&c, path, &err), -ERANGE);
+        ASSERT_TRUE(err && strstr(err, "SANDBOX_PIDS_LIMIT"));
+        config_done(&c);
+        unsetenv("SANDBOX_PIDS_LIMIT");
+        unlink(path);
+}
+
+/* Every setting is documented in docs/configuration.md and in the shipped example file. */
+static void test_config_documented(const char *srcdir) {
+        _cleanup_free_ char *doc = NULL, *example = NULL;
+        const ConfigItemInfo *items;
+        unsigned n;
+        int fd;
+
+        fd = open(strjoina(srcdir, "/docs/configuration.md"), O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(read_full_fd(fd, 1 << 20, &doc, NULL), 0);
+        close(fd);
+        fd = open(strjoina(srcdir, "/conf/scopebox.conf"), O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(read_full_fd(fd, 1 << 20, &example, NULL), 0);
+        close(fd);
+
+        items = config_items(&n);
+        ASSERT_TRUE(n > 10);
+        for (unsigned i = 0; i < n; i++) {
+                const char *row = strjoina("| `", items[i].name, "` | `", items[i].default_value, "` |");
+                if (!strstr(doc, row) && !(streq(items[i].name, "SANDBOX_API_KEY") &&
+                                           strstr(doc, "| `SANDBOX_API_KEY` | (empty) |"))) {
+                        fprintf(stderr, "docs/configuration.md lacks the row %s\n", row);
+                        abort();
+                }
+                if (!streq(items[i].name, "SANDBOX_API_KEY") &&
+                    !strstr(example, strjoina("#", items[i].name, "=", items[i].default_value, "\n"))) {
+                        fprintf(stderr, "conf/scopebox.conf lacks #%s=%s\n", items[i].name, items[i].default_value);
+                        abort();
+                }
+        }
+}
+
+int main(int argc, char *argv[]) {
+        RUN(test_base64_roundtrip);
+        RUN(test_base64_strict);
+        RUN(test_session_id);
+        RUN(test_mime);
+        RUN(test_parse);
+        RUN(test_utf8);
+        RUN(test_secret_equal);
+        RUN(test_json_parse);
+        RUN(test_json_strict);
+        RUN(test_json_dispatch);
+        RUN(test_config);
+        if (argc > 1) {
+                test_config_documented(argv[1]);
+                printf("ok - test_config_documented\n");
+        }
+        return 0;
+}
