@@ -36,4 +36,4 @@ bench: build
 	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet"; fi
 
 clean:
-	rm -rf $(BUILDDIR)
+	rm -rf $(BUILDDIR) $(BUILDDIR)-asan

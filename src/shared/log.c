@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
+/* We pass the caller's CODE_FILE/LINE/FUNC ourselves; without this sd-journal adds log.c's. */
+#define SD_JOURNAL_SUPPRESS_LOCATION 1
 #include <systemd/sd-journal.h>
 
 #include "log.h"

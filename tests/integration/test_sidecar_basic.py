@@ -213,3 +213,5 @@ def test_gateway_status_and_structured_access_log():
     assert "SCOPEBOX_HTTP_METHOD=GET" in log
     assert "SCOPEBOX_HTTP_STATUS=404" in log
     assert "SCOPEBOX_DURATION_USEC=" in log
+    # Where the entry was logged, exactly once (not the logger's own location).
+    assert log.count("CODE_FILE=") == 1 and "http-router.c" in log, log

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The service set as systemd runs it: bus activation, users, bus policy, idle reaping."""
+import time
+
+from conftest import create_session, in_system, request, run
+
+
+def test_storage_agent_is_bus_activated_under_its_own_user():
+    r = in_system("busctl", "call", "io.scopebox.StorageAgent1", "/io/scopebox/StorageAgent1",
+                  "io.scopebox.StorageAgent1", "GetVersion")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('s "'), r.stdout
+    pid = in_system("systemctl", "show", "-p", "MainPID", "--value", "scopebox-storage-agent.service").stdout.strip()
+    assert pid and pid != "0"
+    user = in_system("ps", "-o", "user=", "-p", pid).stdout.strip()
+    assert user == "scopebox-storage"
+
+
+def test_session_manager_runs_as_root_and_gateway_as_its_user():
+    for unit, want in (("scopebox-gateway.service", "scopebox-gateway"),
+                       ("scopebox-session-manager.service", "root")):
+        request("GET", "/healthz", key=None)  # make sure both are up
+        pid = in_system("systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip()
+        assert pid and pid != "0", unit
+        assert in_system("ps", "-o", "user=", "-p", pid).stdout.strip() == want
+
+
+def test_bus_policy_refuses_other_users():
+    # Only root and scopebox-gateway may call the session manager or the storage agent.
+    for dest, path, iface, method in (
+            ("io.scopebox.SessionManager1", "/io/scopebox/SessionManager1", "io.scopebox.SessionManager1",
+             "GetHealth"),
+            ("io.scopebox.StorageAgent1", "/io/scopebox/StorageAgent1", "io.scopebox.StorageAgent1",
+             "GetVersion")):
+        r = in_system("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                      "busctl", "call", dest, path, iface, method)
+        assert r.returncode != 0
+        assert "Access denied" in r.stderr or "AccessDenied" in r.stderr, r.stderr
+    r = in_system("setpriv", "--reuid=scopebox-gateway", "--regid=scopebox-gateway", "--clear-groups",
+                  "busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+                  "io.scopebox.SessionManager1", "GetHealth")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ba{sv} true"), r.stdout
+
+
+def test_idle_session_is_reaped():
+    sid = create_session(idle_ttl_sec=2)
+    assert run(sid, "print(1)")["stdout"] == "1\n"
+    unit = f"scopebox-runner-{sid}.scope"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if in_system("systemctl", "is-active", unit).stdout.strip() != "active":
+            break
+        time.sleep(0.5)
+    r = request("POST", "/exec", {"session_id": sid, "code": "print(1)"})
+    assert r.status == 404 and r.json == {"detail": "session not found or not running"}, r
+    assert in_system("systemctl", "is-active", unit).stdout.strip() != "active"
+
+
+def test_max_sessions_limit():
+    # SANDBOX_MAX_SESSIONS defaults to 16.
+    sids = []
+    try:
+        for _ in range(16):
+            r = request("POST", "/sessions", {})
+            if r.status != 200:
+                break
+            sids.append(r.json["session_id"])
+        assert len(sids) == 16
+        r = request("POST", "/sessions", {})
+        assert r.status == 429 and r.json == {"detail": "too many active sessions"}, r
+    finally:
+        for sid in sids:
+            request("DELETE", f"/sessions/{sid}", {})
+    r = request("POST", "/sessions", {})
+    assert r.status == 200
+    request("DELETE", f"/sessions/{r.json['session_id']}", {})
