@@ -8,6 +8,9 @@
 
 #include "bus-util.h"
 #include "id.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "path-util.h"
 #include "log.h"
 #include "manager.h"
 #include "session.h"
@@ -154,7 +157,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         }
         manager_add_session(mgr, s);
 
-        r = session_start(s, on_session_started, sd_bus_message_ref(m));
+        r = manager_start_session(mgr, s, on_session_started, sd_bus_message_ref(m));
         if (r < 0) {
                 sd_bus_message_unref(m);
                 session_free(s);
@@ -334,6 +337,209 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         return 1;
 }
 
+/* ---- workspace files ---- */
+
+/* The session named by a call, if it can take requests; otherwise an error is set. */
+static Session *bus_find_running_session(Manager *mgr, const char *id, sd_bus_error *error) {
+        Session *s;
+
+        if (!session_id_is_valid(id)) {
+                sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
+                return NULL;
+        }
+        s = manager_find_session(mgr, id);
+        if (!s || s->state != SESSION_RUNNING) {
+                sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                return NULL;
+        }
+        return s;
+}
+
+static int bus_normalize_path(const char *path, char **ret, sd_bus_error *error) {
+        int r = workspace_path_normalize(path, ret);
+        if (r == -ENOMEM)
+                return r;
+        if (r == -ENAMETOOLONG)
+                return sd_bus_error_set(error, BUS_ERROR_INVALID_PATH, "path too long");
+        if (r < 0)
+                return sd_bus_error_set(error, BUS_ERROR_INVALID_PATH, "path must be under /workspace");
+        return 0;
+}
+
+/* Runner errors of file operations, in the contract's words. */
+static void reply_file_error(sd_bus_message *m, int error, const char *message) {
+        switch (-error) {
+        case EXDEV:
+        case ELOOP:
+                reply_error(m, -EXDEV, "path resolves outside /workspace");
+                break;
+        case EISDIR:
+                reply_error(m, -EXDEV, "path is a directory");
+                break;
+        case ENOENT:
+        case ENOTDIR:
+                reply_error(m, -ENOENT, "file not found");
+                break;
+        case EFBIG:
+                reply_error(m, -EFBIG, "file too large");
+                break;
+        case ENOSPC:
+        case EDQUOT:
+                reply_error(m, -EFBIG, "workspace is full");
+                break;
+        case ENXIO:
+                reply_error(m, -ENXIO, "session not found or not running");
+                break;
+        case EBUSY:
+        case EUSERS:
+                reply_error(m, error, message);
+                break;
+        default:
+                log_warning_errno(error, "Workspace operation failed: %s", strempty(message));
+                reply_error(m, -EHOSTDOWN, "workspace operation failed");
+        }
+}
+
+static void on_file_done(Session *s, int error, const char *message, int fd, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
+        int r;
+
+        if (error < 0) {
+                reply_file_error(m, error, message);
+                return;
+        }
+        if (sd_bus_message_is_method_call(m, NULL, "ReadFile"))
+                r = sd_bus_reply_method_return(m, "h", fd);
+        else if (sd_bus_message_is_method_call(m, NULL, "ListFiles")) {
+                _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+                _cleanup_free_ char *text = NULL;
+                _cleanup_json_ json_object *list = NULL;
+
+                r = read_full_memfd(fd, 16 << 20, &text, NULL);
+                if (r >= 0)
+                        r = json_parse(text, strlen(text), JSON_DEPTH_MAX, &list);
+                if (r < 0 || !json_object_is_type(list, json_type_array)) {
+                        reply_error(m, -EHOSTDOWN, "malformed list from the runner");
+                        return;
+                }
+                r = sd_bus_message_new_method_return(m, &reply);
+                if (r >= 0)
+                        r = sd_bus_message_open_container(reply, 'a', "(st)");
+                for (size_t i = 0; r >= 0 && i < json_object_array_length(list); i++) {
+                        json_object *e = json_object_array_get_idx(list, i), *p, *sz;
+                        if (!json_object_object_get_ex(e, "path", &p) || !json_object_object_get_ex(e, "size", &sz))
+                                continue;
+                        r = sd_bus_message_append(reply, "(st)", json_object_get_string(p),
+                                                  (uint64_t) json_object_get_int64(sz));
+                }
+                if (r >= 0)
+                        r = sd_bus_message_close_container(reply);
+                if (r >= 0)
+                        r = sd_bus_send(NULL, reply, NULL);
+        } else
+                r = sd_bus_reply_method_return(m, NULL);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
+}
+
+/* Queue a file operation and answer later; maps synchronous failures. */
+static int queue_file_call(sd_bus_message *m, int r, sd_bus_error *error) {
+        if (r >= 0)
+                return 1;
+        sd_bus_message_unref(m);
+        if (r == -EBUSY)
+                return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
+        if (r == -ENXIO)
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+        return r;
+}
+
+static int method_write_file(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        _cleanup_free_ char *rel = NULL;
+        _cleanup_close_ int data_fd = -EBADF;
+        const char *id, *path;
+        struct stat st;
+        Session *s;
+        int fd, seals, r;
+
+        r = sd_bus_message_read(m, "ssh", &id, &path, &fd);
+        if (r < 0)
+                return r;
+        s = bus_find_running_session(mgr, id, error);
+        if (!s)
+                return -EINVAL;
+        r = bus_normalize_path(path, &rel, error);
+        if (r != 0)
+                return r;
+        data_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (data_fd < 0)
+                return -errno;
+        seals = fcntl(data_fd, F_GET_SEALS);
+        if (fstat(data_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
+            (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "data must be a sealed memfd");
+        if ((uint64_t) st.st_size > mgr->config.max_upload_bytes)
+                return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, "file too large");
+        if (*rel == 0)
+                return sd_bus_error_set(error, BUS_ERROR_INVALID_PATH, "path is a directory");
+
+        r = session_write_file(s, rel, TAKE_FD(data_fd), on_file_done, sd_bus_message_ref(m));
+        return queue_file_call(m, r, error);
+}
+
+static int method_read_file(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        _cleanup_free_ char *rel = NULL;
+        const char *id, *path;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "ss", &id, &path);
+        if (r < 0)
+                return r;
+        s = bus_find_running_session(mgr, id, error);
+        if (!s)
+                return -EINVAL;
+        r = bus_normalize_path(path, &rel, error);
+        if (r != 0)
+                return r;
+        r = session_read_file(s, rel, mgr->config.max_upload_bytes, on_file_done, sd_bus_message_ref(m));
+        return queue_file_call(m, r, error);
+}
+
+static int method_list_files(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        s = bus_find_running_session(mgr, id, error);
+        if (!s)
+                return -EINVAL;
+        r = session_list_files(s, on_file_done, sd_bus_message_ref(m));
+        return queue_file_call(m, r, error);
+}
+
+static int method_reset_inputs(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        s = bus_find_running_session(mgr, id, error);
+        if (!s)
+                return -EINVAL;
+        r = session_reset_inputs(s, on_file_done, sd_bus_message_ref(m));
+        return queue_file_call(m, r, error);
+}
+
 /* ---- GetHealth ---- */
 
 static void on_health_version(Manager *mgr, const char *version, void *userdata) {
@@ -407,6 +613,22 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size,
                                               "a(stt)", files, "a{sv}", info, "h", data),
                                 method_exec, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("WriteFile",
+                                SD_BUS_ARGS("s", session_id, "s", path, "h", data),
+                                SD_BUS_NO_RESULT,
+                                method_write_file, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ReadFile",
+                                SD_BUS_ARGS("s", session_id, "s", path),
+                                SD_BUS_RESULT("h", data),
+                                method_read_file, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListFiles",
+                                SD_BUS_ARGS("s", session_id),
+                                SD_BUS_RESULT("a(st)", files),
+                                method_list_files, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResetInputs",
+                                SD_BUS_ARGS("s", session_id),
+                                SD_BUS_NO_RESULT,
+                                method_reset_inputs, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetHealth",
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("b", ok, "a{sv}", info),

@@ -2,17 +2,26 @@
 /* The session manager: owns the sessions, the bus connection and the event loop. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <systemd/sd-daemon.h>
 
 #include "bus-util.h"
 #include "fs-util.h"
+#include "id.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "string-util.h"
 #include "log.h"
 #include "manager.h"
 #include "runner-protocol.h"
 #include "session.h"
 #include "systemd-client.h"
+
+typedef struct PendingCreate PendingCreate;
+static void pending_create_unlink(Manager *m, PendingCreate *p);
 
 int manager_new(Manager **ret) {
         _cleanup_(manager_freep) Manager *m = NULL;
@@ -41,8 +50,14 @@ int manager_new(Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        while (m->pending_creates) {
+                PendingCreate *p = m->pending_creates;
+                pending_create_unlink(m, p);
+                free(p);
+        }
         while (m->sessions)
                 session_free(m->sessions);
+        free(m->exec_waiters);
         systemd_forget_job_waits(m, NULL);
         m->idle_exit_source = sd_event_source_disable_unref(m->idle_exit_source);
         sd_bus_flush_close_unref(m->bus);
@@ -50,6 +65,126 @@ Manager *manager_free(Manager *m) {
         config_done(&m->config);
         free(m);
         return NULL;
+}
+
+/* ---- exec slots ---- */
+
+bool manager_take_exec_slot(Manager *m, Session *s) {
+        if (m->n_execs_running < m->config.max_concurrent_execs) {
+                m->n_execs_running++;
+                manager_state_changed(m);
+                return true;
+        }
+        for (size_t i = 0; i < m->n_exec_waiters; i++)
+                if (m->exec_waiters[i] == s)
+                        return false;
+        Session **n = realloc(m->exec_waiters, sizeof(Session *) * (m->n_exec_waiters + 1));
+        if (!n)
+                return false; /* the request's queue timer still fires */
+        m->exec_waiters = n;
+        m->exec_waiters[m->n_exec_waiters++] = s;
+        return false;
+}
+
+void manager_forget_exec_waiter(Manager *m, Session *s) {
+        for (size_t i = 0; i < m->n_exec_waiters; i++)
+                if (m->exec_waiters[i] == s) {
+                        memmove(m->exec_waiters + i, m->exec_waiters + i + 1,
+                                sizeof(Session *) * (m->n_exec_waiters - i - 1));
+                        m->n_exec_waiters--;
+                        return;
+                }
+}
+
+void manager_release_exec_slot(Manager *m) {
+        if (m->n_execs_running > 0)
+                m->n_execs_running--;
+        manager_state_changed(m);
+        /* Hand the slot to the longest waiting session. */
+        while (m->n_exec_waiters > 0 && m->n_execs_running < m->config.max_concurrent_execs) {
+                Session *s = m->exec_waiters[0];
+                manager_forget_exec_waiter(m, s);
+                session_kick(s);
+        }
+}
+
+/* ---- create slots ---- */
+
+struct PendingCreate {
+        PendingCreate *next;
+        Manager *manager;
+        Session *session;
+        SessionDoneCallback_ callback;
+        void *userdata;
+        sd_event_source *timer;
+};
+
+static void pending_create_unlink(Manager *m, PendingCreate *p) {
+        for (PendingCreate **i = &m->pending_creates; *i; i = &(*i)->next)
+                if (*i == p) {
+                        *i = p->next;
+                        break;
+                }
+        p->timer = sd_event_source_disable_unref(p->timer);
+}
+
+static int on_create_queue_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
+        PendingCreate *p = userdata;
+        Manager *m = p->manager;
+
+        pending_create_unlink(m, p);
+        log_info("A session create waited %llus for a slot; refusing it.", (unsigned long long) m->config.queue_timeout_sec);
+        p->callback(p->session, -EUSERS, "session create queue is full", p->userdata);
+        session_free(p->session);
+        free(p);
+        return 0;
+}
+
+int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata) {
+        PendingCreate *p, **tail;
+        int r;
+
+        if (m->n_creating < m->config.max_concurrent_creates) {
+                r = session_start(s, cb, userdata);
+                if (r < 0)
+                        return r;
+                m->n_creating++;
+                return 0;
+        }
+
+        p = calloc(1, sizeof(PendingCreate));
+        if (!p)
+                return -ENOMEM;
+        *p = (PendingCreate) { .manager = m, .session = s, .callback = cb, .userdata = userdata };
+        r = sd_event_add_time_relative(m->event, &p->timer, CLOCK_MONOTONIC, m->config.queue_timeout_sec * USEC_PER_SEC,
+                                       USEC_PER_MSEC * 100, on_create_queue_timeout, p);
+        if (r < 0) {
+                free(p);
+                return r;
+        }
+        for (tail = &m->pending_creates; *tail; tail = &(*tail)->next)
+                ;
+        *tail = p;
+        return 0;
+}
+
+void manager_create_finished(Manager *m) {
+        if (m->n_creating > 0)
+                m->n_creating--;
+
+        while (m->pending_creates && m->n_creating < m->config.max_concurrent_creates) {
+                PendingCreate *p = m->pending_creates;
+                int r;
+
+                pending_create_unlink(m, p);
+                r = session_start(p->session, p->callback, p->userdata);
+                if (r < 0) {
+                        p->callback(p->session, -EHOSTDOWN, "failed to start the session", p->userdata);
+                        session_free(p->session);
+                } else
+                        m->n_creating++;
+                free(p);
+        }
 }
 
 Session *manager_find_session(Manager *m, const char *id) {
@@ -109,6 +244,89 @@ void manager_state_changed(Manager *m) {
                 log_warning_errno(r, "Failed to arm the idle exit timer, ignoring: %m");
 }
 
+static int manager_recover_one(Manager *m, const char *id, int dir_fd, const char *name) {
+        _cleanup_free_ char *text = NULL;
+        _cleanup_json_ json_object *o = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        json_object *v;
+        Session *s;
+        int r;
+
+        r = session_new_with_id(m, id, &s);
+        if (r < 0)
+                return r;
+        manager_add_session(m, s);
+
+        fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || read_full_fd(fd, 256 * 1024, &text, NULL) < 0 ||
+            json_parse(text, strlen(text), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object)) {
+                session_cleanup_stale(s, "its record is unreadable");
+                return 0;
+        }
+        if (json_object_object_get_ex(o, "idle_ttl_usec", &v))
+                s->idle_ttl_usec = (uint64_t) MAX(json_object_get_int64(v), (int64_t) USEC_PER_SEC);
+        if (json_object_object_get_ex(o, "created_realtime_usec", &v))
+                s->created_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
+        if (json_object_object_get_ex(o, "last_active_realtime_usec", &v))
+                s->last_active_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
+        if (json_object_object_get_ex(o, "archive_key", &v) && json_object_is_type(v, json_type_string) &&
+            !(s->archive_key = strdup(json_object_get_string(v))))
+                return -ENOMEM;
+        if (json_object_object_get_ex(o, "storage", &v) && json_object_is_type(v, json_type_string) &&
+            !(s->storage_json = strdup(json_object_get_string(v))))
+                return -ENOMEM;
+        if (s->idle_ttl_usec == 0)
+                s->idle_ttl_usec = m->config.idle_ttl_sec * USEC_PER_SEC;
+        s->state_saved_realtime_usec = s->last_active_realtime_usec;
+        return session_recover(s);
+}
+
+int manager_recover_sessions(Manager *m) {
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        unsigned n = 0;
+        int r;
+
+        /* Sessions recorded by an earlier instance: reattach to their runners. */
+        d = opendir(SESSION_STATE_DIR);
+        if (d) {
+                while ((de = readdir(d))) {
+                        char id[SESSION_ID_LEN + 1];
+
+                        if (strlen(de->d_name) != SESSION_ID_LEN + 5 || !endswith(de->d_name, ".json"))
+                                continue;
+                        memcpy(id, de->d_name, SESSION_ID_LEN);
+                        id[SESSION_ID_LEN] = 0;
+                        if (!session_id_is_valid(id))
+                                continue;
+                        r = manager_recover_one(m, id, dirfd(d), de->d_name);
+                        if (r < 0)
+                                log_warning_errno(r, "Failed to recover session %s, ignoring: %m", id);
+                        n++;
+                }
+                closedir(TAKE_PTR(d));
+        }
+
+        /* Runner directories nobody recorded (e.g. a crash between start and record): their
+         * scopes are stopped and the directories removed. */
+        d = opendir(SCOPEBOX_SESSIONS_RUNTIME_DIR);
+        if (d)
+                while ((de = readdir(d))) {
+                        Session *s;
+
+                        if (!session_id_is_valid(de->d_name) || manager_find_session(m, de->d_name))
+                                continue;
+                        if (session_new_with_id(m, de->d_name, &s) < 0)
+                                continue;
+                        manager_add_session(m, s);
+                        session_cleanup_stale(s, "no record of it");
+                }
+
+        if (n > 0)
+                log_info("Found %u session%s of an earlier instance.", n, n == 1 ? "" : "s");
+        return 0;
+}
+
 int manager_startup(Manager *m) {
         int r;
 
@@ -135,6 +353,13 @@ int manager_startup(Manager *m) {
         r = systemd_subscribe(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to subscribe to systemd's job signals: %m");
+
+        r = mkdir_p(SESSION_STATE_DIR, 0700);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create %s: %m", SESSION_STATE_DIR);
+        r = manager_recover_sessions(m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to recover sessions: %m");
 
         /* Take the name last, so no call arrives before we can answer it. */
         r = sd_bus_request_name(m->bus, SESSION_MANAGER_BUS_NAME, 0);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
@@ -28,6 +29,14 @@ typedef struct Manager {
 
         sd_event_source *idle_exit_source;
         uint64_t exec_counter;
+
+        /* Sessions whose next exec waits for one of config.max_concurrent_execs slots (FIFO). */
+        Session **exec_waiters;
+        size_t n_exec_waiters;
+
+        /* Sessions being started (at most config.max_concurrent_creates) and waiting to be. */
+        unsigned n_creating;
+        struct PendingCreate *pending_creates;
 } Manager;
 
 int manager_new(Manager **ret);
@@ -40,6 +49,20 @@ int manager_run(Manager *m);
 Session *manager_find_session(Manager *m, const char *id);
 void manager_add_session(Manager *m, Session *s);
 void manager_remove_session(Manager *m, Session *s);
+
+/* Global exec slots. take() returns false and queues the session when none is free. */
+bool manager_take_exec_slot(Manager *m, Session *s);
+void manager_release_exec_slot(Manager *m);
+void manager_forget_exec_waiter(Manager *m, Session *s);
+
+/* Start a new session as soon as one of config.max_concurrent_creates slots is free, or fail
+ * it with -EUSERS after the queue timeout. */
+typedef void (*SessionDoneCallback_)(Session *s, int error, const char *message, void *userdata);
+int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata);
+void manager_create_finished(Manager *m);
+
+/* Sessions that survived a restart of the manager: found again, or cleaned up. */
+int manager_recover_sessions(Manager *m);
 
 /* Re-evaluate STATUS=, property changes and the idle exit timer. */
 void manager_state_changed(Manager *m);

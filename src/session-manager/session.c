@@ -35,6 +35,8 @@ typedef void (*RunnerReplyCallback)(Session *s, int error, const char *message, 
 
 struct RunnerRequest {
         RunnerRequest *next;
+        Session *session;
+        sd_event_source *queue_timer;  /* how long it may wait for the session or a slot */
         json_object *message;
         int fd;                 /* sent with the message, owned */
         uint64_t timeout_usec;
@@ -69,30 +71,21 @@ SessionState session_state_from_string(const char *s) {
 static RunnerRequest *runner_request_free(RunnerRequest *q) {
         if (!q)
                 return NULL;
+        q->queue_timer = sd_event_source_disable_unref(q->queue_timer);
         json_object_put(q->message);
         safe_close(q->fd);
         free(q);
         return NULL;
 }
 
-int session_new(Manager *m, Session **ret) {
+static int session_alloc(Manager *m, const char *id, Session **ret) {
         Session *s;
-        int r;
 
         s = calloc(1, sizeof(Session));
         if (!s)
                 return -ENOMEM;
         *s = (Session) { .manager = m, .control_fd = -EBADF, .state = SESSION_STARTING };
-
-        /* Ids are random; a collision with a live session is retried, not trusted away. */
-        do {
-                r = session_id_generate(s->id);
-                if (r < 0) {
-                        free(s);
-                        return r;
-                }
-        } while (manager_find_session(m, s->id));
-
+        strcpy(s->id, id);
         if (asprintf(&s->unit, "scopebox-runner-%s.scope", s->id) < 0 ||
             asprintf(&s->runtime_dir, SCOPEBOX_SESSIONS_RUNTIME_DIR "/%s", s->id) < 0 ||
             asprintf(&s->socket_path, "%s/" RUNNER_SOCKET_NAME, s->runtime_dir) < 0 ||
@@ -100,9 +93,79 @@ int session_new(Manager *m, Session **ret) {
                 session_free(s);
                 return -ENOMEM;
         }
-        s->created_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
+        s->created_realtime_usec = s->last_active_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
         *ret = s;
         return 0;
+}
+
+int session_new(Manager *m, Session **ret) {
+        char id[SESSION_ID_LEN + 1];
+        int r;
+
+        /* Ids are random; a collision with a live session is retried, not trusted away. */
+        do {
+                r = session_id_generate(id);
+                if (r < 0)
+                        return r;
+        } while (manager_find_session(m, id));
+        return session_alloc(m, id, ret);
+}
+
+int session_new_with_id(Manager *m, const char *id, Session **ret) {
+        if (!session_id_is_valid(id))
+                return -EINVAL;
+        if (manager_find_session(m, id))
+                return -EEXIST;
+        return session_alloc(m, id, ret);
+}
+
+/* ---- persistent state ---- */
+
+static char *session_state_path(const Session *s) {
+        char *p;
+        return asprintf(&p, SESSION_STATE_DIR "/%s.json", s->id) < 0 ? NULL : p;
+}
+
+static int session_save_state(Session *s) {
+        _cleanup_json_ json_object *o = NULL;
+        _cleanup_free_ char *path = NULL, *tmp = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        const char *text;
+        int r;
+
+        o = json_object_new_object();
+        path = session_state_path(s);
+        if (!o || !path || asprintf(&tmp, "%s.tmp", path) < 0)
+                return -ENOMEM;
+        json_object_object_add(o, "id", json_object_new_string(s->id));
+        json_object_object_add(o, "idle_ttl_usec", json_object_new_int64((int64_t) s->idle_ttl_usec));
+        json_object_object_add(o, "created_realtime_usec", json_object_new_int64((int64_t) s->created_realtime_usec));
+        json_object_object_add(o, "last_active_realtime_usec",
+                               json_object_new_int64((int64_t) s->last_active_realtime_usec));
+        if (s->archive_key)
+                json_object_object_add(o, "archive_key", json_object_new_string(s->archive_key));
+        if (s->storage_json)
+                json_object_object_add(o, "storage", json_object_new_string(s->storage_json));
+        text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+
+        /* The storage block may carry credentials: root only. */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        r = write_all(fd, text, strlen(text));
+        if (r < 0 || fsync(fd) < 0 || rename(tmp, path) < 0) {
+                r = r < 0 ? r : -errno;
+                (void) unlink(tmp);
+                return r;
+        }
+        s->state_saved_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
+        return 0;
+}
+
+static void session_remove_state(Session *s) {
+        _cleanup_free_ char *path = session_state_path(s);
+        if (path && unlink(path) < 0 && errno != ENOENT)
+                log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to remove '%s': %m", path);
 }
 
 static void session_fail_requests(Session *s, int error, const char *message) {
@@ -118,9 +181,9 @@ static void session_fail_requests(Session *s, int error, const char *message) {
         s->queue_tail = NULL;
         if ((q = TAKE_PTR(s->in_flight))) {
                 s->request_timer = sd_event_source_disable_unref(s->request_timer);
-                if (q->is_exec && s->manager->n_execs_running > 0)
-                        s->manager->n_execs_running--;
                 q->callback(s, error, message, NULL, -EBADF, q->userdata);
+                if (q->is_exec)
+                        manager_release_exec_slot(s->manager);
                 runner_request_free(q);
         }
 }
@@ -128,8 +191,10 @@ static void session_fail_requests(Session *s, int error, const char *message) {
 Session *session_free(Session *s) {
         if (!s)
                 return NULL;
-        if (s->manager)
+        if (s->manager) {
                 manager_remove_session(s->manager, s);
+                manager_forget_exec_waiter(s->manager, s);
+        }
         session_fail_requests(s, -ENXIO, "session not found or not running");
         systemd_forget_job_waits(s->manager, s);
         s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
@@ -166,6 +231,8 @@ static void session_finalize(Session *s) {
         session_fail_requests(s, -ENXIO, "session not found or not running");
         s->control_source = sd_event_source_disable_unref(s->control_source);
         s->control_fd = safe_close(s->control_fd);
+
+        session_remove_state(s);
 
         /* The workspace lived in the runner's mount namespace and is gone with it; what is left
          * here is the socket and an empty mount point. */
@@ -260,11 +327,9 @@ static void session_complete_in_flight(Session *s, int error, const char *messag
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
         if (!q)
                 return;
-        if (q->is_exec && s->manager->n_execs_running > 0) {
-                s->manager->n_execs_running--;
-                manager_state_changed(s->manager);
-        }
         q->callback(s, error, message, reply, fd, q->userdata);
+        if (q->is_exec)
+                manager_release_exec_slot(s->manager);
         runner_request_free(q);
 }
 
@@ -345,6 +410,10 @@ static int session_dispatch_next(Session *s) {
         if (s->in_flight || !s->queue_head || s->control_fd < 0)
                 return 0;
 
+        /* Execs also need one of the global slots; without one the session waits its turn. */
+        if (s->queue_head->is_exec && !manager_take_exec_slot(s->manager, s))
+                return 0;
+
         q = s->queue_head;
         s->queue_head = q->next;
         if (!s->queue_head)
@@ -355,21 +424,55 @@ static int session_dispatch_next(Session *s) {
         r = runner_message_send(s->control_fd, q->message, q->fd >= 0 ? &q->fd : NULL, q->fd >= 0 ? 1 : 0);
         if (r < 0) {
                 q->callback(s, -ENXIO, "session not found or not running", NULL, -EBADF, q->userdata);
+                if (q->is_exec)
+                        manager_release_exec_slot(s->manager);
                 runner_request_free(q);
                 session_runner_lost(s, "failed to send a request");
                 return r;
         }
         q->fd = safe_close(q->fd);
+        q->queue_timer = sd_event_source_disable_unref(q->queue_timer);
         s->in_flight = q;
-        if (q->is_exec) {
-                s->manager->n_execs_running++;
-                manager_state_changed(s->manager);
-        }
         r = sd_event_add_time_relative(s->manager->event, &s->request_timer, CLOCK_MONOTONIC, q->timeout_usec,
                                        USEC_PER_SEC, on_request_timeout, s);
         if (r < 0)
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to arm request timeout, ignoring: %m");
         return 0;
+}
+
+static int on_queue_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
+        RunnerRequest *q = userdata;
+        Session *s = q->session;
+        bool waiting_for_slot;
+
+        /* Still queued: unlink it. A request that waits at the head of an idle session waits for
+         * a global exec slot; anything else waits for its session. */
+        waiting_for_slot = q == s->queue_head && !s->in_flight && q->is_exec;
+        for (RunnerRequest **p = &s->queue_head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
+                if (*p == q) {
+                        *p = q->next;
+                        if (s->queue_tail == q)
+                                s->queue_tail = prev;
+                        s->n_queued--;
+                        break;
+                }
+        if (waiting_for_slot)
+                manager_forget_exec_waiter(s->manager, s);
+
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "A request for session %s waited too long for %s.",
+                   s->id, waiting_for_slot ? "an exec slot" : "the session");
+        if (waiting_for_slot)
+                q->callback(s, -EUSERS, "exec queue is full", NULL, -EBADF, q->userdata);
+        else
+                q->callback(s, -EBUSY, "session is busy", NULL, -EBADF, q->userdata);
+        runner_request_free(q);
+        /* The next request may be able to go now. */
+        (void) session_dispatch_next(s);
+        return 0;
+}
+
+void session_kick(Session *s) {
+        (void) session_dispatch_next(s);
 }
 
 /* Takes ownership of message and fd, also on failure. Fails only when nothing was queued; then
@@ -389,8 +492,16 @@ static int session_enqueue(Session *s, json_object *message, int fd, uint64_t ti
                 safe_close(fd);
                 return -ENOMEM;
         }
-        *q = (RunnerRequest) { .message = message, .fd = fd, .timeout_usec = timeout_usec, .is_exec = is_exec,
-                               .callback = cb, .userdata = userdata };
+        *q = (RunnerRequest) { .session = s, .message = message, .fd = fd, .timeout_usec = timeout_usec,
+                               .is_exec = is_exec, .callback = cb, .userdata = userdata };
+        /* Client calls wait at most the queue timeout; our own control requests go first. */
+        if (!front &&
+            sd_event_add_time_relative(s->manager->event, &q->queue_timer, CLOCK_MONOTONIC,
+                                       s->manager->config.queue_timeout_sec * USEC_PER_SEC, USEC_PER_MSEC * 100,
+                                       on_queue_timeout, q) < 0) {
+                runner_request_free(q);
+                return -ENOMEM;
+        }
         if (front) {
                 q->next = s->queue_head;
                 s->queue_head = q;
@@ -425,20 +536,29 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
         return 0;
 }
 
-void session_touch(Session *s) {
+static void session_arm_idle(Session *s, uint64_t usec) {
         int r;
 
-        if (s->state != SESSION_RUNNING || s->idle_ttl_usec == 0)
-                return;
         if (s->idle_timer) {
-                (void) sd_event_source_set_time_relative(s->idle_timer, s->idle_ttl_usec);
+                (void) sd_event_source_set_time_relative(s->idle_timer, usec);
                 (void) sd_event_source_set_enabled(s->idle_timer, SD_EVENT_ONESHOT);
                 return;
         }
-        r = sd_event_add_time_relative(s->manager->event, &s->idle_timer, CLOCK_BOOTTIME, s->idle_ttl_usec,
-                                       USEC_PER_SEC, on_idle, s);
+        r = sd_event_add_time_relative(s->manager->event, &s->idle_timer, CLOCK_BOOTTIME, usec, USEC_PER_SEC, on_idle, s);
         if (r < 0)
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to arm the idle timer: %m");
+}
+
+void session_touch(Session *s) {
+        uint64_t now = (uint64_t) time(NULL) * USEC_PER_SEC;
+
+        if (s->state != SESSION_RUNNING || s->idle_ttl_usec == 0)
+                return;
+        session_arm_idle(s, s->idle_ttl_usec);
+        s->last_active_realtime_usec = now;
+        /* What a restarted manager uses to continue the TTL; a few seconds of slack are fine. */
+        if (now >= s->state_saved_realtime_usec + SESSION_STATE_SAVE_INTERVAL_USEC)
+                (void) session_save_state(s);
 }
 
 /* ---- start ---- */
@@ -446,9 +566,16 @@ void session_touch(Session *s) {
 static void session_start_done(Session *s, int error, const char *message) {
         SessionDoneCallback cb = TAKE_PTR(s->start_callback);
 
+        manager_create_finished(s->manager);
         if (error >= 0) {
+                int r;
+
                 s->state = SESSION_RUNNING;
                 session_touch(s);
+                r = session_save_state(s);
+                if (r < 0)
+                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Failed to record session %s; it won't survive a restart of the manager: %m", s->id);
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-created"),
                            "Session %s started in %s.", s->id, s->unit);
                 manager_state_changed(s->manager);
@@ -525,6 +652,8 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
         json_object_object_add(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size));
         json_object_object_add(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size));
         json_object_object_add(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent));
+        json_object_object_add(init, "idle_backstop_sec",
+                               json_object_new_int64((int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC)));
         r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);
         if (r < 0)
                 session_start_done(s, -EHOSTDOWN, "failed to initialize the workspace");
@@ -811,4 +940,126 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         }
         session_touch(s);
         return 0;
+}
+
+/* ---- workspace files ---- */
+
+typedef struct FileCall {
+        FileCallback callback;
+        void *userdata;
+} FileCall;
+
+static void on_file_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        FileCall *c = userdata;
+
+        if (error >= 0)
+                session_touch(s);
+        c->callback(s, error, message, error >= 0 ? fd : -EBADF, c->userdata);
+        free(c);
+}
+
+/* Takes over message and fd. */
+static int session_file_request(Session *s, json_object *msg, int fd, FileCallback cb, void *userdata) {
+        FileCall *c;
+        int r;
+
+        if (s->state != SESSION_RUNNING) {
+                json_object_put(msg);
+                safe_close(fd);
+                return -ENXIO;
+        }
+        c = calloc(1, sizeof(FileCall));
+        if (!c) {
+                json_object_put(msg);
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        *c = (FileCall) { .callback = cb, .userdata = userdata };
+        r = session_enqueue(s, msg, fd, SESSION_CONTROL_TIMEOUT_USEC, false, false, on_file_reply, c);
+        if (r < 0)
+                free(c);
+        return r;
+}
+
+static json_object *file_message(const char *op, const char *relative) {
+        json_object *msg = json_object_new_object();
+        if (!msg)
+                return NULL;
+        json_object_object_add(msg, "op", json_object_new_string(op));
+        if (relative)
+                json_object_object_add(msg, "path", json_object_new_string(relative));
+        return msg;
+}
+
+int session_write_file(Session *s, const char *relative, int data_fd, FileCallback cb, void *userdata) {
+        json_object *msg = file_message("write", relative);
+        if (!msg) {
+                safe_close(data_fd);
+                return -ENOMEM;
+        }
+        return session_file_request(s, msg, data_fd, cb, userdata);
+}
+
+int session_read_file(Session *s, const char *relative, uint64_t max, FileCallback cb, void *userdata) {
+        json_object *msg = file_message("read", relative);
+        if (!msg)
+                return -ENOMEM;
+        json_object_object_add(msg, "max", json_object_new_int64((int64_t) max));
+        return session_file_request(s, msg, -EBADF, cb, userdata);
+}
+
+int session_list_files(Session *s, FileCallback cb, void *userdata) {
+        json_object *msg = file_message("list", NULL);
+        if (!msg)
+                return -ENOMEM;
+        return session_file_request(s, msg, -EBADF, cb, userdata);
+}
+
+int session_reset_inputs(Session *s, FileCallback cb, void *userdata) {
+        json_object *msg = file_message("reset-inputs", NULL);
+        if (!msg)
+                return -ENOMEM;
+        return session_file_request(s, msg, -EBADF, cb, userdata);
+}
+
+/* ---- recovery after a restart of the manager ---- */
+
+static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        json_object *v;
+        uint64_t now, idle, remaining;
+
+        if (error < 0 || !json_object_object_get_ex(reply, "initialized", &v) || !json_object_get_boolean(v)) {
+                session_cleanup_stale(s, "runner did not answer after a restart");
+                return;
+        }
+        now = (uint64_t) time(NULL) * USEC_PER_SEC;
+        idle = now > s->last_active_realtime_usec ? now - s->last_active_realtime_usec : 0;
+        remaining = idle < s->idle_ttl_usec ? s->idle_ttl_usec - idle : 1;
+        session_arm_idle(s, remaining);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-recovered"),
+                   "Recovered session %s; idle for %llus of %llus.", s->id, (unsigned long long) (idle / USEC_PER_SEC),
+                   (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
+}
+
+int session_recover(Session *s) {
+        json_object *ping;
+        int r;
+
+        s->state = SESSION_RUNNING;
+        r = session_connect(s);
+        if (r < 0) {
+                session_cleanup_stale(s, "runner unreachable after a restart");
+                return 0;
+        }
+        ping = json_object_new_object();
+        if (!ping)
+                return -ENOMEM;
+        json_object_object_add(ping, "op", json_object_new_string("ping"));
+        return session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_recover_ping, NULL);
+}
+
+void session_cleanup_stale(Session *s, const char *why) {
+        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-stale"),
+                   "Cleaning up session %s: %s.", s->id, why);
+        session_teardown(s, why);
 }

@@ -31,6 +31,11 @@ SessionState session_state_from_string(const char *s);
 /* Slack on top of an exec's own timeout before we consider the runner hung. */
 #define SESSION_EXEC_SLACK_USEC (30 * USEC_PER_SEC)
 #define SESSION_CONTROL_TIMEOUT_USEC (30 * USEC_PER_SEC)
+/* A runner ends its session by itself this long after its idle TTL, should the manager be gone. */
+#define SESSION_BACKSTOP_SLACK_USEC (10 * 60 * USEC_PER_SEC)
+/* Where sessions are recorded so that a restarted manager finds them again. */
+#define SESSION_STATE_DIR SCOPEBOX_STATE_DIR "/sessions"
+#define SESSION_STATE_SAVE_INTERVAL_USEC (10 * USEC_PER_SEC)
 
 typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
 
@@ -88,6 +93,8 @@ struct Session {
         uint64_t idle_ttl_usec;
         sd_event_source *idle_timer;
         uint64_t created_realtime_usec;
+        uint64_t last_active_realtime_usec;
+        uint64_t state_saved_realtime_usec;
 
         char *archive_key;
         char *storage_json;
@@ -101,6 +108,12 @@ struct Session {
 };
 
 int session_new(Manager *m, Session **ret);
+/* A session object for an id found on disk (recovery, cleanup). */
+int session_new_with_id(Manager *m, const char *id, Session **ret);
+/* Reattach to the runner of a session recorded by an earlier manager. */
+int session_recover(Session *s);
+/* Tear down a session found on disk that can't be recovered. */
+void session_cleanup_stale(Session *s, const char *why);
 Session *session_free(Session *s);
 
 /* Spawn the runner, put it in its scope, initialize the workspace. cb runs once. */
@@ -109,6 +122,18 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata);
 int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata);
 /* Queue an exec. code_fd is taken over. */
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata);
+
+/* Workspace file operations, queued behind the session's other calls. The callback gets an fd
+ * (borrowed) for reads (the file) and lists (JSON array of {path,size}), -EBADF otherwise.
+ * Runner errors arrive as -EXDEV (outside the workspace), -ENOENT, -EFBIG, -EISDIR, -ENOSPC. */
+typedef void (*FileCallback)(Session *s, int error, const char *message, int fd, void *userdata);
+int session_write_file(Session *s, const char *relative, int data_fd, FileCallback cb, void *userdata);
+int session_read_file(Session *s, const char *relative, uint64_t max, FileCallback cb, void *userdata);
+int session_list_files(Session *s, FileCallback cb, void *userdata);
+int session_reset_inputs(Session *s, FileCallback cb, void *userdata);
+
+/* Dispatch the next queued request if the session and a slot are free. */
+void session_kick(Session *s);
 
 /* Any successful call resets the idle timer. */
 void session_touch(Session *s);

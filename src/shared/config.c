@@ -38,6 +38,10 @@ static const ConfigItem config_table[] = {
              "Allow starting without an API key (development only)."),
         ITEM("SANDBOX_MAX_BODY_BYTES", CONFIG_SIZE, max_body_bytes, "56M", 1024, 1ULL << 32,
              "Largest accepted request body."),
+        ITEM("SANDBOX_MAX_STORAGE_BODY_BYTES", CONFIG_SIZE, max_storage_body_bytes, "300M", 1024, 1ULL << 34,
+             "Largest accepted request body of /storage/put."),
+        ITEM("SANDBOX_MAX_UPLOAD_BYTES", CONFIG_SIZE, max_upload_bytes, "40M", 1, 1ULL << 32,
+             "Largest file written with /files (decoded size), or read with /files/get."),
         ITEM("SANDBOX_MAX_CODE_BYTES", CONFIG_SIZE, max_code_bytes, "1M", 1, 64ULL << 20,
              "Largest accepted /exec code, in UTF-8 bytes."),
         ITEM("SANDBOX_MAX_SESSIONS", CONFIG_INT, max_sessions, "16", 0, 0,
@@ -48,6 +52,12 @@ static const ConfigItem config_table[] = {
              "Upper bound of a session's idle TTL."),
         ITEM("SANDBOX_EXEC_TIMEOUT_CAP_MS", CONFIG_UINT, exec_timeout_cap_ms, "600000", 1000, 86400000,
              "Upper bound of an exec's timeout_ms."),
+        ITEM("SANDBOX_MAX_CONCURRENT_CREATES", CONFIG_UINT, max_concurrent_creates, "2", 1, 1024,
+             "Sessions being created at once; more wait for a slot."),
+        ITEM("SANDBOX_MAX_CONCURRENT_EXECS", CONFIG_UINT, max_concurrent_execs, "4", 1, 1024,
+             "Execs running at once over all sessions; more wait for a slot."),
+        ITEM("SANDBOX_QUEUE_TIMEOUT_SECONDS", CONFIG_UINT, queue_timeout_sec, "150", 1, 86400,
+             "How long a call waits for a slot or its session before 429."),
         ITEM("SANDBOX_MEMORY_LIMIT", CONFIG_SIZE, memory_limit, "2G", 64ULL << 20, 1ULL << 50,
              "MemoryMax= of each runner scope."),
         ITEM("SANDBOX_CPUS", CONFIG_CPUS, cpu_quota_percent, "1", 1, 100000,
@@ -66,6 +76,14 @@ static const ConfigItem config_table[] = {
              "Most output files returned by an exec."),
         ITEM("SANDBOX_MAX_TOTAL_ARTIFACT_BYTES", CONFIG_SIZE, max_total_artifact_bytes, "50M", 0, 1ULL << 30,
              "Most output bytes returned by an exec in total."),
+        ITEM("SANDBOX_LOCAL_STORAGE_DIR", CONFIG_STRING, local_storage_dir, "", 0, 0,
+             "Directory of the local storage provider (empty: local storage not configured)."),
+        ITEM("SANDBOX_STORAGE_MAX_TTL", CONFIG_UINT, storage_max_ttl_sec, "86400", 1, 7ULL * 86400,
+             "Upper bound of expires_in of presigned URLs, seconds."),
+        ITEM("SANDBOX_MAX_ARCHIVE_BYTES", CONFIG_SIZE, max_archive_bytes, "200M", 0, 1ULL << 40,
+             "Workspace archives larger than this are skipped (logged, not an error)."),
+        ITEM("SANDBOX_ARCHIVE_TIMEOUT_S", CONFIG_UINT, archive_timeout_sec, "120", 1, 86400,
+             "Workspace archives slower than this are skipped (logged, not an error)."),
 };
 
 const ConfigItemInfo *config_items(unsigned *ret_n) {
@@ -235,6 +253,7 @@ int config_load(Config *c, const char *path, char **ret_error) {
 }
 
 void config_done(Config *c) {
+        free(c->local_storage_dir);
         if (c->api_key) {
                 explicit_bzero(c->api_key, strlen(c->api_key));
                 free(c->api_key);

@@ -12,13 +12,18 @@ typedef struct Config {
         char *api_key;
         bool allow_no_auth;
         uint64_t max_body_bytes;
+        uint64_t max_storage_body_bytes;
         uint64_t max_code_bytes;
+        uint64_t max_upload_bytes;
 
         /* Sessions */
         int64_t max_sessions;
         uint64_t idle_ttl_sec;
         uint64_t idle_ttl_cap_sec;
         uint64_t exec_timeout_cap_ms;
+        uint64_t max_concurrent_creates;
+        uint64_t max_concurrent_execs;
+        uint64_t queue_timeout_sec;
 
         /* Runner resources */
         uint64_t memory_limit;
@@ -32,6 +37,12 @@ typedef struct Config {
         uint64_t max_artifact_bytes;
         uint64_t max_files_per_exec;
         uint64_t max_total_artifact_bytes;
+
+        /* Storage and archives */
+        char *local_storage_dir;
+        uint64_t storage_max_ttl_sec;
+        uint64_t max_archive_bytes;
+        uint64_t archive_timeout_sec;
 } Config;
 
 /* Load defaults, then the file (if present), then the environment. On a bad value, returns

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Filesystem helpers: directory cleanup, recursive removal that never follows symlinks. */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <string.h>
 #include <linux/openat2.h>
@@ -190,16 +191,26 @@ int openat_beneath_walk(int dir_fd, const char *path, int flags, mode_t mode) {
         }
 }
 
-int openat_beneath(int dir_fd, const char *path, int flags, mode_t mode) {
+static int openat2_beneath(int dir_fd, const char *path, int flags, mode_t mode, bool follow) {
         struct open_how how = {
-                .flags = (uint64_t) (flags | O_CLOEXEC | O_NOFOLLOW),
+                .flags = (uint64_t) (flags | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW)),
                 .mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
-                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+                .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV |
+                           (follow ? 0 : RESOLVE_NO_SYMLINKS),
         };
         long fd;
 
         fd = syscall(SYS_openat2, dir_fd, path, &how, sizeof(how));
         if (fd < 0 && (errno == ENOSYS || errno == EPERM))
+                /* Without openat2() symlinks can't be followed safely: refuse them all. */
                 return openat_beneath_walk(dir_fd, path, flags, mode);
         return fd < 0 ? -errno : (int) fd;
+}
+
+int openat_beneath(int dir_fd, const char *path, int flags, mode_t mode) {
+        return openat2_beneath(dir_fd, path, flags, mode, false);
+}
+
+int openat_beneath_follow(int dir_fd, const char *path, int flags, mode_t mode) {
+        return openat2_beneath(dir_fd, path, flags, mode, true);
 }

@@ -26,5 +26,7 @@ int write_file_at(int dir_fd, const char *name, const void *data, size_t len, mo
 
 /* openat2() confined below dir_fd: no "..", no symlinks, no magic links, no mount crossing. */
 int openat_beneath(int dir_fd, const char *path, int flags, mode_t mode);
+/* Same, but symlinks are followed as long as they resolve below dir_fd (-EXDEV otherwise). */
+int openat_beneath_follow(int dir_fd, const char *path, int flags, mode_t mode);
 /* The fallback of openat_beneath() where openat2() is unavailable (exported for tests). */
 int openat_beneath_walk(int dir_fd, const char *path, int flags, mode_t mode);

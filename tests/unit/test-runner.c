@@ -17,6 +17,7 @@
 #include "outputs.h"
 #include "runner-protocol.h"
 #include "seccomp-policy.h"
+#include "workspace.h"
 #include "tests.h"
 
 static void test_output_diff(void) {
@@ -240,11 +241,80 @@ static void test_openat_beneath(void) {
         ASSERT_EQ(rmdir(dir), 0);
 }
 
+static void test_workspace_ops(void) {
+        char dir[] = "/tmp/scopebox-test-ws-XXXXXX";
+        uid_t uid = geteuid() == 0 ? 1000 : geteuid();
+        gid_t gid = geteuid() == 0 ? 1000 : getegid();
+        int ws, data, fd;
+        OutputSet s = {};
+        char *text = NULL;
+        struct stat st;
+
+        ASSERT_TRUE(mkdtemp(dir));
+        ws = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_TRUE(ws >= 0);
+        data = memfd_new_data("t", "hello", 5);
+        ASSERT_TRUE(data >= 0);
+
+        /* Parents are created, owned by the sandbox user; content round-trips. */
+        ASSERT_EQ(workspace_write(ws, "uploads/deep/er/f.txt", data, uid, gid), 0);
+        ASSERT_EQ(fstatat(ws, "uploads/deep/er/f.txt", &st, 0), 0);
+        ASSERT_EQ(st.st_uid, uid);
+        ASSERT_EQ(fstatat(ws, "uploads/deep", &st, 0), 0);
+        ASSERT_EQ(st.st_uid, uid);
+        ASSERT_EQ(workspace_read(ws, "uploads/deep/er/f.txt", 100, &fd), 0);
+        ASSERT_EQ(read_full_memfd(fd, 100, &text, NULL), 0);
+        ASSERT_STREQ(text, "hello");
+        free(text);
+        close(fd);
+        ASSERT_EQ(workspace_read(ws, "uploads/deep/er/f.txt", 4, &fd), -EFBIG);
+        ASSERT_EQ(workspace_read(ws, "uploads/deep", 100, &fd), -ENOENT);
+        ASSERT_EQ(workspace_read(ws, "missing", 100, &fd), -ENOENT);
+        ASSERT_EQ(workspace_write(ws, "uploads", data, uid, gid), -EISDIR);
+
+        /* Links: inside is fine to read, outside never, and writes never go through them. */
+        ASSERT_EQ(symlinkat("/etc", ws, "evil"), 0);
+        ASSERT_EQ(symlinkat("/etc/hostname", ws, "evil-file"), 0);
+        ASSERT_EQ(symlinkat("uploads/deep/er/f.txt", ws, "inside"), 0);
+        ASSERT_EQ(workspace_read(ws, "evil/passwd", 1 << 20, &fd), -EXDEV);
+        ASSERT_EQ(workspace_read(ws, "evil-file", 1 << 20, &fd), -EXDEV);
+        ASSERT_EQ(workspace_write(ws, "evil/passwd", data, uid, gid), -EXDEV);
+        ASSERT_EQ(workspace_write(ws, "evil-file", data, uid, gid), -EXDEV);
+        ASSERT_EQ(workspace_read(ws, "inside", 100, &fd), 0);
+        close(fd);
+
+        /* List: regular files only, sorted, no links followed, depth bounded. */
+        ASSERT_EQ(workspace_write(ws, "a/b/c/d/e/six.txt", data, uid, gid), 0);
+        ASSERT_EQ(workspace_write(ws, "a/b/c/d/e/f/seven.txt", data, uid, gid), 0);
+        ASSERT_EQ(workspace_write(ws, "odd\nname\"x", data, uid, gid), 0);
+        ASSERT_EQ(workspace_list(ws, &s), 0);
+        ASSERT_EQ(s.n, 3);
+        ASSERT_STREQ(s.entries[0].path, "a/b/c/d/e/six.txt");
+        ASSERT_STREQ(s.entries[1].path, "odd\nname\"x");
+        ASSERT_STREQ(s.entries[2].path, "uploads/deep/er/f.txt");
+        ASSERT_EQ(s.entries[2].size, 5);
+        output_set_done(&s);
+
+        /* Reset empties uploads/ and skills/ only. */
+        ASSERT_EQ(workspace_reset_inputs(ws, uid, gid), 0);
+        ASSERT_TRUE(fstatat(ws, "uploads/deep", &st, 0) < 0);
+        ASSERT_EQ(fstatat(ws, "uploads", &st, 0), 0);
+        ASSERT_TRUE(S_ISDIR(st.st_mode));
+        ASSERT_EQ(fstatat(ws, "skills", &st, 0), 0);
+        ASSERT_EQ(fstatat(ws, "a/b/c/d/e/six.txt", &st, 0), 0);
+
+        close(data);
+        ASSERT_EQ(rm_rf_children(ws), 0);
+        close(ws);
+        ASSERT_EQ(rmdir(dir), 0);
+}
+
 int main(void) {
         RUN(test_output_diff);
         RUN(test_output_scan);
         RUN(test_artifact_limits);
         RUN(test_openat_beneath);
+        RUN(test_workspace_ops);
         RUN(test_protocol);
         /* valgrind can't run seccomp(2); the policy is tested in the plain run. */
         if (!getenv("SCOPEBOX_TEST_UNDER_VALGRIND"))

@@ -12,6 +12,7 @@
 #include "json-util.h"
 #include "mime.h"
 #include "parse-util.h"
+#include "path-util.h"
 #include "string-util.h"
 #include "tests.h"
 
@@ -120,6 +121,45 @@ static void test_parse(void) {
         ASSERT_EQ(i, -5);
         ASSERT_EQ(safe_atoi64("5x", &i), -EINVAL);
         ASSERT_EQ(safe_atou64("", &u), -EINVAL);
+}
+
+static void test_workspace_path(void) {
+        static const struct {
+                const char *in, *out;
+                int r;
+        } cases[] = {
+                { "uploads/data.csv", "uploads/data.csv", 0 },
+                { "/workspace/uploads/data.csv", "uploads/data.csv", 0 },
+                { "/workspace", "", 0 },
+                { "/workspace/", "", 0 },
+                { ".", "", 0 },
+                { "a//b/./c/", "a/b/c", 0 },
+                { "a/b/../c", "a/c", 0 },
+                { "/workspace/../workspace/x", "x", 0 },
+                { "../etc/passwd", NULL, -EXDEV },
+                { "uploads/../../etc", NULL, -EXDEV },
+                { "/etc/passwd", NULL, -EXDEV },
+                { "/workspacex/y", NULL, -EXDEV },
+                { "/", NULL, -EXDEV },
+                { "/../../workspace/ok", "ok", 0 },
+                { "", NULL, -EINVAL },
+        };
+        char *rel = NULL, longname[300];
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                int r = workspace_path_normalize(cases[i].in, &rel);
+                if (r != cases[i].r || (r == 0 && !streq(rel, cases[i].out))) {
+                        fprintf(stderr, "workspace_path_normalize(\"%s\") = %d \"%s\"\n", cases[i].in, r, r == 0 ? rel : "");
+                        abort();
+                }
+                if (r == 0) {
+                        free(rel);
+                        rel = NULL;
+                }
+        }
+        memset(longname, 'a', sizeof(longname) - 1);
+        longname[sizeof(longname) - 1] = 0;
+        ASSERT_EQ(workspace_path_normalize(longname, &rel), -ENAMETOOLONG);
 }
 
 static void test_utf8(void) {
@@ -333,6 +373,7 @@ int main(int argc, char *argv[]) {
         RUN(test_session_id);
         RUN(test_mime);
         RUN(test_parse);
+        RUN(test_workspace_path);
         RUN(test_utf8);
         RUN(test_secret_equal);
         RUN(test_json_parse);

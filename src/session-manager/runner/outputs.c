@@ -48,7 +48,7 @@ void output_set_done(OutputSet *s) {
         *s = (OutputSet) {};
 }
 
-static int scan_dir(int dir_fd, const char *prefix, unsigned depth, OutputSet *s) {
+static int scan_dir(int dir_fd, const char *prefix, unsigned depth, unsigned max_depth, size_t max_entries, OutputSet *s) {
         _cleanup_closedir_ DIR *d = NULL;
         struct dirent *de;
         int r;
@@ -63,7 +63,7 @@ static int scan_dir(int dir_fd, const char *prefix, unsigned depth, OutputSet *s
 
                 if (streq(de->d_name, ".") || streq(de->d_name, ".."))
                         continue;
-                if (s->n >= OUTPUTS_ENTRIES_MAX) {
+                if (s->n >= max_entries) {
                         s->truncated = true;
                         return 0;
                 }
@@ -80,14 +80,14 @@ static int scan_dir(int dir_fd, const char *prefix, unsigned depth, OutputSet *s
                 } else if (S_ISDIR(st.st_mode)) {
                         _cleanup_close_ int sub = -EBADF;
 
-                        if (depth + 1 >= OUTPUTS_DEPTH_MAX) {
+                        if (depth + 1 >= max_depth) {
                                 s->truncated = true;
                                 continue;
                         }
                         sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub < 0)
                                 continue;
-                        r = scan_dir(sub, path, depth + 1, s);
+                        r = scan_dir(sub, path, depth + 1, max_depth, max_entries, s);
                         if (r < 0)
                                 return r;
                 }
@@ -97,10 +97,14 @@ static int scan_dir(int dir_fd, const char *prefix, unsigned depth, OutputSet *s
 }
 
 int output_set_scan(int dir_fd, OutputSet *ret) {
+        return output_set_scan_bounded(dir_fd, OUTPUTS_DEPTH_MAX, OUTPUTS_ENTRIES_MAX, ret);
+}
+
+int output_set_scan_bounded(int dir_fd, unsigned max_depth, size_t max_entries, OutputSet *ret) {
         OutputSet s = {};
         int r;
 
-        r = scan_dir(dir_fd, "", 0, &s);
+        r = scan_dir(dir_fd, "", 0, max_depth, max_entries, &s);
         if (r < 0) {
                 output_set_done(&s);
                 return r;

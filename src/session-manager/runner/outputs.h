@@ -24,6 +24,8 @@ typedef struct OutputSet {
 
 /* Walks the tree below dir_fd without following symlinks and records every regular file. */
 int output_set_scan(int dir_fd, OutputSet *ret);
+/* Same with explicit bounds: files at most max_depth components deep, at most max_entries. */
+int output_set_scan_bounded(int dir_fd, unsigned max_depth, size_t max_entries, OutputSet *ret);
 void output_set_done(OutputSet *s);
 int output_set_add(OutputSet *s, const char *path, uint64_t size, int64_t mtime_nsec);
 void output_set_sort(OutputSet *s);

@@ -34,6 +34,7 @@
 #include "runner-protocol.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
+#include "workspace.h"
 #include "string-util.h"
 
 #define RUNNER_LISTEN_FD 3
@@ -86,6 +87,9 @@ struct Runner {
         uint64_t connection_generation;
 
         bool initialized;
+        int workspace_fd;
+        sd_event_source *backstop_source;
+        uint64_t backstop_usec;
         uid_t uid;
         gid_t gid;
         uint64_t workspace_size;
@@ -150,6 +154,8 @@ static int runner_send_error(Runner *r, uint64_t generation, int error, const ch
         return runner_send(r, generation, m, NULL, 0);
 }
 
+static void runner_touch(Runner *r);
+
 /* ---- session setup ---- */
 
 static int runner_setup_session(Runner *r) {
@@ -198,12 +204,13 @@ static int runner_setup_session(Runner *r) {
             mkdirat(scratch_fd, "home", 0700) < 0 || fchownat(scratch_fd, "home", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0)
                 return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
 
+        r->workspace_fd = TAKE_FD(ws_fd);
         return 0;
 }
 
 static int runner_handle_init(Runner *r, json_object *req) {
         struct {
-                int64_t uid, gid, workspace_size, tmp_size, cpus_percent;
+                int64_t uid, gid, workspace_size, tmp_size, cpus_percent, backstop_sec;
         } p = {};
         static const JsonField fields[] = {
                 { "uid", JSON_FIELD_INT64, offsetof(typeof(p), uid), JSON_MANDATORY },
@@ -211,6 +218,7 @@ static int runner_handle_init(Runner *r, json_object *req) {
                 { "workspace_size", JSON_FIELD_INT64, offsetof(typeof(p), workspace_size), JSON_MANDATORY },
                 { "tmp_size", JSON_FIELD_INT64, offsetof(typeof(p), tmp_size), JSON_MANDATORY },
                 { "cpus_percent", JSON_FIELD_INT64, offsetof(typeof(p), cpus_percent), JSON_MANDATORY },
+                { "idle_backstop_sec", JSON_FIELD_INT64, offsetof(typeof(p), backstop_sec), 0 },
                 {},
         };
         _cleanup_json_ json_object *reply = NULL;
@@ -230,6 +238,7 @@ static int runner_handle_init(Runner *r, json_object *req) {
         r->workspace_size = (uint64_t) p.workspace_size;
         r->tmp_size = (uint64_t) p.tmp_size;
         r->cpus_percent = (uint64_t) p.cpus_percent;
+        r->backstop_usec = p.backstop_sec > 0 ? (uint64_t) p.backstop_sec * USEC_PER_SEC : 0;
 
         q = runner_setup_session(r);
         if (q < 0)
@@ -240,6 +249,7 @@ static int runner_handle_init(Runner *r, json_object *req) {
                 return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
         }
         r->initialized = true;
+        runner_touch(r);
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.", r->session_id);
 
         reply = json_object_new_object();
@@ -581,7 +591,9 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 .uid = r->uid,
                 .gid = r->gid,
                 .timeout_ms = e->timeout_ms,
-                .fsize_limit = r->workspace_size,
+                /* No file can be larger than both filesystems together: a backstop only, so that
+                 * hitting a quota gives ENOSPC from the filesystem, not EFBIG. */
+                .fsize_limit = r->workspace_size + r->tmp_size,
                 .cpus_percent = r->cpus_percent,
                 .seccomp = r->seccomp,
         };
@@ -628,6 +640,126 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         return 0;
 }
 
+/* ---- workspace file operations ---- */
+
+static int runner_send_ok(Runner *r, json_object *extra, const int *fds, size_t n_fds) {
+        _cleanup_json_ json_object *reply = extra ?: json_object_new_object();
+        if (!reply)
+                return -ENOMEM;
+        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+        return runner_send(r, r->connection_generation, reply, fds, n_fds);
+}
+
+static const char *request_path(json_object *req) {
+        json_object *v;
+        const char *p;
+
+        if (!json_object_object_get_ex(req, "path", &v) || !json_object_is_type(v, json_type_string))
+                return NULL;
+        p = json_object_get_string(v);
+        /* Already normalised by the manager: relative, no "..", no empty components. */
+        if (p[0] == '/' || strstr(p, "..") || strstr(p, "//") || strlen(p) > 4096)
+                return NULL;
+        return p;
+}
+
+static int runner_handle_write(Runner *r, json_object *req, int data_fd) {
+        const char *path = request_path(req);
+        struct stat st;
+        int q;
+
+        if (!path || data_fd < 0 || fstat(data_fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid write request");
+        q = workspace_write(r->workspace_fd, path, data_fd, r->uid, r->gid);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        return runner_send_ok(r, NULL, NULL, 0);
+}
+
+static int runner_handle_read(Runner *r, json_object *req) {
+        const char *path = request_path(req);
+        _cleanup_close_ int fd = -EBADF;
+        json_object *v;
+        int64_t max;
+        int q;
+
+        if (!path || !json_object_object_get_ex(req, "max", &v) || !json_object_is_type(v, json_type_int) ||
+            (max = json_object_get_int64(v)) <= 0)
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid read request");
+        q = workspace_read(r->workspace_fd, path, (uint64_t) max, &fd);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        return runner_send_ok(r, NULL, &fd, 1);
+}
+
+static int runner_handle_list(Runner *r) {
+        _cleanup_json_ json_object *list = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        OutputSet s = {};
+        const char *text;
+        int q;
+
+        q = workspace_list(r->workspace_fd, &s);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        list = json_object_new_array();
+        for (size_t i = 0; list && i < s.n; i++) {
+                json_object *e = json_object_new_object();
+                if (!e)
+                        break;
+                json_object_object_add(e, "path", json_object_new_string(s.entries[i].path));
+                json_object_object_add(e, "size", json_object_new_int64((int64_t) s.entries[i].size));
+                json_object_array_add(list, e);
+        }
+        output_set_done(&s);
+        if (!list)
+                return -ENOMEM;
+        /* 500 paths of up to 4 KiB don't fit a control message: the list travels in a memfd. */
+        text = json_object_to_json_string_ext(list, JSON_C_TO_STRING_PLAIN);
+        fd = memfd_new_data("workspace-list", text, strlen(text));
+        if (fd < 0)
+                return runner_send_error(r, r->connection_generation, fd, "%s", strerror(-fd));
+        return runner_send_ok(r, NULL, &fd, 1);
+}
+
+static int runner_handle_reset_inputs(Runner *r) {
+        int q = workspace_reset_inputs(r->workspace_fd, r->uid, r->gid);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        return runner_send_ok(r, NULL, NULL, 0);
+}
+
+/* ---- backstop ---- */
+
+/* The manager releases idle sessions; should it be gone for good, the runner ends its own
+ * session after the same idle time plus a margin, so no scope outlives its TTL for long. */
+static int on_backstop(sd_event_source *s, uint64_t usec, void *userdata) {
+        Runner *r = userdata;
+
+        if (r->exec) {
+                /* Busy is not idle: look again later. */
+                runner_touch(r);
+                return 0;
+        }
+        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), "SCOPEBOX_EVENT=runner-backstop"),
+                   "No request for session %s in %llus; ending the session.", r->session_id,
+                   (unsigned long long) (r->backstop_usec / USEC_PER_SEC));
+        return sd_event_exit(r->event, 0);
+}
+
+static void runner_touch(Runner *r) {
+        if (r->backstop_usec == 0)
+                return;
+        if (!r->backstop_source) {
+                if (sd_event_add_time_relative(r->event, &r->backstop_source, CLOCK_BOOTTIME, r->backstop_usec,
+                                               USEC_PER_SEC, on_backstop, r) < 0)
+                        log_warning("Failed to arm the idle backstop, ignoring.");
+                return;
+        }
+        (void) sd_event_source_set_time_relative(r->backstop_source, r->backstop_usec);
+        (void) sd_event_source_set_enabled(r->backstop_source, SD_EVENT_ONESHOT);
+}
+
 /* ---- control connection ---- */
 
 static void runner_close_connection(Runner *r) {
@@ -658,10 +790,25 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 }
 
                 op = json_object_object_get_ex(req, "op", &op_obj) ? json_object_get_string(op_obj) : NULL;
+                if (r->exec && op && !streq(op, "ping")) {
+                        /* One request at a time; the manager queues. */
+                        for (size_t i = 0; i < n_fds; i++)
+                                safe_close(fds[i]);
+                        (void) runner_send_error(r, r->connection_generation, EBUSY, "an exec is running");
+                        continue;
+                }
                 if (op && streq(op, "init"))
                         q = runner_handle_init(r, req);
                 else if (op && streq(op, "exec"))
                         q = runner_handle_exec(r, req, n_fds > 0 ? fds[0] : -EBADF);
+                else if (op && r->initialized && streq(op, "write"))
+                        q = runner_handle_write(r, req, n_fds > 0 ? fds[0] : -EBADF);
+                else if (op && r->initialized && streq(op, "read"))
+                        q = runner_handle_read(r, req);
+                else if (op && r->initialized && streq(op, "list"))
+                        q = runner_handle_list(r);
+                else if (op && r->initialized && streq(op, "reset-inputs"))
+                        q = runner_handle_reset_inputs(r);
                 else if (op && streq(op, "ping")) {
                         _cleanup_json_ json_object *reply = json_object_new_object();
                         if (reply) {
@@ -676,6 +823,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
 
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
+                runner_touch(r);
                 if (q < 0 && r->conn_fd >= 0 && q != -ENOTCONN)
                         log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Request failed: %m");
                 if (r->conn_fd < 0)
@@ -740,7 +888,7 @@ static int parse_argv(int argc, char *argv[], Runner *r) {
 
 int main(int argc, char *argv[]) {
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
-        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF };
+        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF, .workspace_fd = -EBADF };
         Runner *r = &runner;
         sigset_t ss;
         int q, fd;
@@ -801,7 +949,9 @@ int main(int argc, char *argv[]) {
         r->exec = runner_exec_free(r->exec);
         runner_close_connection(r);
         r->listen_source = sd_event_source_disable_unref(r->listen_source);
+        r->backstop_source = sd_event_source_disable_unref(r->backstop_source);
         safe_close(r->listen_fd);
+        safe_close(r->workspace_fd);
         if (r->seccomp)
                 seccomp_release(r->seccomp);
         free(r->session_root);

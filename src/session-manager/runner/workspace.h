@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* File operations on a session's workspace for the API: confined, never racing the sandbox (no
+ * sandbox process runs while they do), files owned by the sandbox user. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "outputs.h"
+
+#define WORKSPACE_LIST_DEPTH_MAX 6
+#define WORKSPACE_LIST_ENTRIES_MAX 500
+
+/* 'relative' is already normalised (workspace_path_normalize()). Errors: -EXDEV when the path
+ * resolves outside the workspace, -EISDIR when it names a directory, -ENOSPC at the quota. */
+int workspace_write(int ws_fd, const char *relative, int data_fd, uid_t uid, gid_t gid);
+/* A sealed memfd with the file's content. -ENOENT when missing or not a regular file, -EFBIG
+ * when larger than max, -EXDEV when it resolves outside. */
+int workspace_read(int ws_fd, const char *relative, uint64_t max, int *ret_memfd);
+/* Regular files, not following symlinks, at most WORKSPACE_LIST_DEPTH_MAX components deep,
+ * sorted; names that are not UTF-8 are left out. Truncated to WORKSPACE_LIST_ENTRIES_MAX. */
+int workspace_list(int ws_fd, OutputSet *ret);
+/* Empties and recreates uploads/ and skills/. */
+int workspace_reset_inputs(int ws_fd, uid_t uid, gid_t gid);

@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Session lifecycle under load and failure: serialized execs, queue timeouts, the workspace
+quota, restarts of each daemon with live sessions, and runners that die."""
+import concurrent.futures
+import contextlib
+import time
+
+from conftest import create_session, delete_session, in_system, request, run
+
+MANAGER = "scopebox-session-manager.service"
+DROPIN_DIR = f"/run/systemd/system/{MANAGER}.d"
+
+
+@contextlib.contextmanager
+def manager_environment(**env):
+    """Run the session manager with extra settings (a runtime drop-in), then restore it. Both
+    restarts keep the live sessions: that is part of what is tested."""
+    lines = "\\n".join(f"Environment={k}={v}" for k, v in env.items())
+    in_system("sh", "-c", f"mkdir -p {DROPIN_DIR} && printf '[Service]\\n{lines}\\n' > {DROPIN_DIR}/test.conf",
+              check=True)
+    in_system("systemctl", "daemon-reload", check=True)
+    in_system("systemctl", "restart", MANAGER, check=True)
+    try:
+        yield
+    finally:
+        in_system("rm", "-rf", DROPIN_DIR)
+        in_system("systemctl", "daemon-reload")
+        in_system("systemctl", "restart", MANAGER)
+
+
+def test_parallel_execs_on_one_session_never_interleave(session):
+    code = ("import time, os\n"
+            "with open('/workspace/order.log', 'a') as f:\n"
+            "    f.write('start %d\\n' % os.getpid()); f.flush()\n"
+            "    time.sleep(0.3)\n"
+            "    f.write('end %d\\n' % os.getpid())\n")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: run(session, code), range(4)))
+    assert all(r["exit_code"] == 0 for r in results), results
+    log = run(session, "print(open('/workspace/order.log').read(), end='')")["stdout"].split("\n")
+    log = [l for l in log if l]
+    assert len(log) == 8
+    for i in range(0, 8, 2):
+        kind_a, pid_a = log[i].split()
+        kind_b, pid_b = log[i + 1].split()
+        assert (kind_a, kind_b) == ("start", "end") and pid_a == pid_b, log
+
+
+def test_queue_timeouts_answer_429():
+    with manager_environment(SANDBOX_QUEUE_TIMEOUT_SECONDS=2, SANDBOX_MAX_CONCURRENT_EXECS=1):
+        a, b = create_session(), create_session()
+        try:
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                slow = pool.submit(run, a, "import time; time.sleep(8); print('slow done')", 20000)
+                time.sleep(1)
+                # Same session: waits for the session, then gives up.
+                same = pool.submit(request, "POST", "/exec", {"session_id": a, "code": "print(1)"})
+                # Other session: waits for the only exec slot, then gives up.
+                other = pool.submit(request, "POST", "/exec", {"session_id": b, "code": "print(2)"})
+                r_same, r_other = same.result(timeout=30), other.result(timeout=30)
+                assert slow.result(timeout=30)["stdout"] == "slow done\n"
+            assert r_same.status == 429 and r_same.json == {"detail": "session is busy"}, r_same
+            assert r_other.status == 429 and r_other.json == {"detail": "exec queue is full"}, r_other
+            # Nothing is stuck afterwards.
+            assert run(b, "print(3)")["stdout"] == "3\n"
+        finally:
+            delete_session(a)
+            delete_session(b)
+
+
+def test_workspace_quota_gives_enospc(session):
+    res = run(session, (
+        "import os, errno\n"
+        "fd = os.open('/workspace/big', os.O_CREAT | os.O_WRONLY)\n"
+        "try:\n"
+        "    os.posix_fallocate(fd, 0, 600 * 1024 * 1024)\n"
+        "    print('no limit')\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno])\n"
+        "os.unlink('/workspace/big')\n"
+        "with open('/workspace/ok', 'wb') as f: f.write(b'x' * (100 * 1024 * 1024))\n"
+        "print(os.path.getsize('/workspace/ok'))\n"
+        "os.unlink('/workspace/ok')\n"), timeout_ms=60000)
+    assert res["stdout"] == f"ENOSPC\n{100 * 1024 * 1024}\n", res
+
+
+def test_restarting_the_manager_keeps_sessions():
+    sid = create_session(idle_ttl_sec=600)
+    try:
+        run(sid, "open('/workspace/keep.txt', 'w').write('kept')")
+        r = in_system("systemctl", "restart", MANAGER)
+        assert r.returncode == 0, r.stderr
+        assert run(sid, "print(open('/workspace/keep.txt').read())")["stdout"] == "kept\n"
+        # SIGKILL: systemd restarts it (or the next call activates it); still nothing lost.
+        r = in_system("systemctl", "kill", "-s", "KILL", MANAGER)
+        assert r.returncode == 0, r.stderr
+        time.sleep(1.5)
+        assert run(sid, "print(open('/workspace/keep.txt').read())")["stdout"] == "kept\n"
+        assert in_system("systemctl", "is-active", f"scopebox-runner-{sid}.scope").stdout.strip() == "active"
+    finally:
+        delete_session(sid)
+    assert request("POST", "/exec", {"session_id": sid, "code": "1"}).status == 404
+
+
+def test_recovered_session_keeps_its_ttl():
+    sid = create_session(idle_ttl_sec=4)
+    in_system("systemctl", "restart", MANAGER, check=True)
+    assert run(sid, "print(1)")["stdout"] == "1\n"
+    time.sleep(7)
+    r = request("POST", "/exec", {"session_id": sid, "code": "print(1)"})
+    assert r.status == 404, r
+
+
+def test_restarting_the_gateway_keeps_sessions(session):
+    run(session, "open('/workspace/g.txt', 'w').write('g')")
+    r = in_system("systemctl", "restart", "scopebox-gateway.service")
+    assert r.returncode == 0, r.stderr
+    assert run(session, "print(open('/workspace/g.txt').read())")["stdout"] == "g\n"
+
+
+def test_session_whose_runner_died_is_cleaned_up():
+    sid = create_session()
+    unit = f"scopebox-runner-{sid}.scope"
+    r = in_system("systemctl", "kill", "-s", "KILL", unit)
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        r = request("POST", "/exec", {"session_id": sid, "code": "print(1)"})
+        if r.status == 404:
+            break
+        time.sleep(0.3)
+    assert r.status == 404 and r.json == {"detail": "session not found or not running"}, r
+    assert in_system("systemctl", "is-active", unit).stdout.strip() != "active"
+    assert request("DELETE", f"/sessions/{sid}", {}).json == {"ok": True}
