@@ -5,6 +5,7 @@
  * It keeps the session's private filesystems in a mount namespace of its own and runs each exec
  * in fresh PID/mount/network/IPC/UTS namespaces (sandbox.c). It survives restarts of the
  * manager, which reconnects through the socket's path. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -38,6 +39,7 @@
 #include "string-util.h"
 
 #define RUNNER_LISTEN_FD 3
+#define MATPLOTLIB_CACHE_DIR SCOPEBOX_CACHE_DIR "/matplotlib"
 #define SESSION_ROOT_TMPFS_OPTIONS "mode=0700,size=1m,nr_inodes=64"
 #define OUTPUT_PIPE_CHUNK (64U * 1024U)
 /* After PID 1 of an exec is gone, every writer of the pipes is gone too; this is a safety net. */
@@ -158,6 +160,46 @@ static void runner_touch(Runner *r);
 
 /* ---- session setup ---- */
 
+/* matplotlib's font list, built once at install (tools/build-font-cache), copied into the
+ * session's writable MPLCONFIGDIR so that the first chart needs no scan of all fonts. It must be
+ * the sandbox user's own file: matplotlib rewrites it when fonts change. Missing cache: skip,
+ * matplotlib builds its own. */
+static void runner_seed_font_cache(Runner *r, int scratch_fd) {
+        _cleanup_closedir_ DIR *d = NULL;
+        _cleanup_close_ int dst_dir = -EBADF;
+        struct dirent *de;
+
+        if (mkdirat(scratch_fd, "tmp/matplotlib", 0700) < 0 ||
+            fchownat(scratch_fd, "tmp/matplotlib", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0) {
+                log_warning_errno(errno, "Failed to create the matplotlib directory, ignoring: %m");
+                return;
+        }
+        d = opendir(MATPLOTLIB_CACHE_DIR);
+        if (!d)
+                return;
+        dst_dir = openat(scratch_fd, "tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dst_dir < 0)
+                return;
+        while ((de = readdir(d))) {
+                _cleanup_close_ int in = -EBADF, out = -EBADF;
+                struct stat st;
+                off_t off = 0;
+
+                if (!startswith(de->d_name, "fontlist-") || !endswith(de->d_name, ".json"))
+                        continue;
+                in = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
+                        continue;
+                out = openat(dst_dir, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (out < 0)
+                        continue;
+                while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)
+                        ;
+                (void) fchown(out, r->uid, r->gid);
+                (void) fchmod(out, 0600);
+        }
+}
+
 static int runner_setup_session(Runner *r) {
         _cleanup_close_ int ws_fd = -EBADF, scratch_fd = -EBADF;
         const char *ws = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR);
@@ -204,6 +246,7 @@ static int runner_setup_session(Runner *r) {
             mkdirat(scratch_fd, "home", 0700) < 0 || fchownat(scratch_fd, "home", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0)
                 return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
 
+        runner_seed_font_cache(r, scratch_fd);
         r->workspace_fd = TAKE_FD(ws_fd);
         return 0;
 }

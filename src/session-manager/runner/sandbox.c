@@ -55,9 +55,20 @@ static const char etc_nsswitch[] =
         "protocols: files\n"
         "services: files\n";
 
-/* Host files and directories bound read-only into the sandbox's /etc when present. */
-static const char *const etc_binds[] = {
-        "ld.so.cache", "fonts", "mime.types", "protocols", "services", "matplotlibrc",
+/* Files and directories bound read-only into the sandbox's /etc when present: the host's (the
+ * dynamic linker's cache, fonts, and "alternatives", through which Debian links BLAS/LAPACK),
+ * and our own matplotlibrc (CJK fonts first) rather than the host's. */
+static const struct {
+        const char *source;
+        const char *name;
+} etc_binds[] = {
+        { "/etc/ld.so.cache", "ld.so.cache" },
+        { "/etc/alternatives", "alternatives" },
+        { "/etc/fonts", "fonts" },
+        { "/etc/mime.types", "mime.types" },
+        { "/etc/protocols", "protocols" },
+        { "/etc/services", "services" },
+        { SCOPEBOX_DATA_DIR "/matplotlibrc", "matplotlibrc" },
 };
 
 static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom" };
@@ -127,7 +138,7 @@ static int setup_etc(const char *root, SetupError *err) {
                 return FAIL("symlink /etc/localtime", errno);
 
         for (size_t i = 0; i < ELEMENTSOF(etc_binds); i++) {
-                const char *src = strjoina("/etc/", etc_binds[i]), *dst = strjoina(etc, "/", etc_binds[i]);
+                const char *src = etc_binds[i].source, *dst = strjoina(etc, "/", etc_binds[i].name);
                 struct stat st;
 
                 if (stat(src, &st) < 0)
