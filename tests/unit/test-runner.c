@@ -246,6 +246,7 @@ static void test_workspace_ops(void) {
         uid_t uid = geteuid() == 0 ? 1000 : geteuid();
         gid_t gid = geteuid() == 0 ? 1000 : getegid();
         int ws, data, fd;
+        Workspace w;
         OutputSet s = {};
         char *text = NULL;
         struct stat st;
@@ -255,39 +256,40 @@ static void test_workspace_ops(void) {
         ASSERT_TRUE(ws >= 0);
         data = memfd_new_data("t", "hello", 5);
         ASSERT_TRUE(data >= 0);
+        w = (Workspace) { .fd = ws, .view_fd = -EBADF, .uid = uid, .gid = gid };
 
         /* Parents are created, owned by the sandbox user; content round-trips. */
-        ASSERT_EQ(workspace_write(ws, "uploads/deep/er/f.txt", data, uid, gid), 0);
+        ASSERT_EQ(workspace_write(&w, "uploads/deep/er/f.txt", data), 0);
         ASSERT_EQ(fstatat(ws, "uploads/deep/er/f.txt", &st, 0), 0);
         ASSERT_EQ(st.st_uid, uid);
         ASSERT_EQ(fstatat(ws, "uploads/deep", &st, 0), 0);
         ASSERT_EQ(st.st_uid, uid);
-        ASSERT_EQ(workspace_read(ws, "uploads/deep/er/f.txt", 100, &fd), 0);
+        ASSERT_EQ(workspace_read(&w, "uploads/deep/er/f.txt", 100, &fd), 0);
         ASSERT_EQ(read_full_memfd(fd, 100, &text, NULL), 0);
         ASSERT_STREQ(text, "hello");
         free(text);
         close(fd);
-        ASSERT_EQ(workspace_read(ws, "uploads/deep/er/f.txt", 4, &fd), -EFBIG);
-        ASSERT_EQ(workspace_read(ws, "uploads/deep", 100, &fd), -ENOENT);
-        ASSERT_EQ(workspace_read(ws, "missing", 100, &fd), -ENOENT);
-        ASSERT_EQ(workspace_write(ws, "uploads", data, uid, gid), -EISDIR);
+        ASSERT_EQ(workspace_read(&w, "uploads/deep/er/f.txt", 4, &fd), -EFBIG);
+        ASSERT_EQ(workspace_read(&w, "uploads/deep", 100, &fd), -ENOENT);
+        ASSERT_EQ(workspace_read(&w, "missing", 100, &fd), -ENOENT);
+        ASSERT_EQ(workspace_write(&w, "uploads", data), -EISDIR);
 
         /* Links: inside is fine to read, outside never, and writes never go through them. */
         ASSERT_EQ(symlinkat("/etc", ws, "evil"), 0);
         ASSERT_EQ(symlinkat("/etc/hostname", ws, "evil-file"), 0);
         ASSERT_EQ(symlinkat("uploads/deep/er/f.txt", ws, "inside"), 0);
-        ASSERT_EQ(workspace_read(ws, "evil/passwd", 1 << 20, &fd), -EXDEV);
-        ASSERT_EQ(workspace_read(ws, "evil-file", 1 << 20, &fd), -EXDEV);
-        ASSERT_EQ(workspace_write(ws, "evil/passwd", data, uid, gid), -EXDEV);
-        ASSERT_EQ(workspace_write(ws, "evil-file", data, uid, gid), -EXDEV);
-        ASSERT_EQ(workspace_read(ws, "inside", 100, &fd), 0);
+        ASSERT_EQ(workspace_read(&w, "evil/passwd", 1 << 20, &fd), -EXDEV);
+        ASSERT_EQ(workspace_read(&w, "evil-file", 1 << 20, &fd), -EXDEV);
+        ASSERT_EQ(workspace_write(&w, "evil/passwd", data), -EXDEV);
+        ASSERT_EQ(workspace_write(&w, "evil-file", data), -EXDEV);
+        ASSERT_EQ(workspace_read(&w, "inside", 100, &fd), 0);
         close(fd);
 
         /* List: regular files only, sorted, no links followed, depth bounded. */
-        ASSERT_EQ(workspace_write(ws, "a/b/c/d/e/six.txt", data, uid, gid), 0);
-        ASSERT_EQ(workspace_write(ws, "a/b/c/d/e/f/seven.txt", data, uid, gid), 0);
-        ASSERT_EQ(workspace_write(ws, "odd\nname\"x", data, uid, gid), 0);
-        ASSERT_EQ(workspace_list(ws, &s), 0);
+        ASSERT_EQ(workspace_write(&w, "a/b/c/d/e/six.txt", data), 0);
+        ASSERT_EQ(workspace_write(&w, "a/b/c/d/e/f/seven.txt", data), 0);
+        ASSERT_EQ(workspace_write(&w, "odd\nname\"x", data), 0);
+        ASSERT_EQ(workspace_list(&w, &s), 0);
         ASSERT_EQ(s.n, 3);
         ASSERT_STREQ(s.entries[0].path, "a/b/c/d/e/six.txt");
         ASSERT_STREQ(s.entries[1].path, "odd\nname\"x");
@@ -296,7 +298,7 @@ static void test_workspace_ops(void) {
         output_set_done(&s);
 
         /* Reset empties uploads/ and skills/ only. */
-        ASSERT_EQ(workspace_reset_inputs(ws, uid, gid), 0);
+        ASSERT_EQ(workspace_reset_inputs(&w), 0);
         ASSERT_TRUE(fstatat(ws, "uploads/deep", &st, 0) < 0);
         ASSERT_EQ(fstatat(ws, "uploads", &st, 0), 0);
         ASSERT_TRUE(S_ISDIR(st.st_mode));

@@ -89,7 +89,7 @@ struct Runner {
         uint64_t connection_generation;
 
         bool initialized;
-        int workspace_fd;
+        Workspace workspace;
         sd_event_source *backstop_source;
         uint64_t backstop_usec;
         uid_t uid;
@@ -204,6 +204,7 @@ static int runner_setup_session(Runner *r) {
         _cleanup_close_ int ws_fd = -EBADF, scratch_fd = -EBADF;
         const char *ws = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR);
         const char *scratch = strjoina(r->session_root, "/" SESSION_SCRATCH_DIR);
+        const char *view = strjoina(r->session_root, "/view");
         char opts[256];
 
         /* A mount namespace of our own: the session's filesystems are invisible to everyone else,
@@ -247,7 +248,18 @@ static int runner_setup_session(Runner *r) {
                 return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
 
         runner_seed_font_cache(r, scratch_fd);
-        r->workspace_fd = TAKE_FD(ws_fd);
+
+        /* The workspace once more, at "workspace" in an otherwise empty directory: the root
+         * against which absolute links to /workspace/... are resolved for the file API. */
+        if (mkdir(view, 0755) < 0 || mkdir(strjoina(view, "/workspace"), 0755) < 0 ||
+            mount(ws, strjoina(view, "/workspace"), NULL, MS_BIND, NULL) < 0)
+                return log_error_errno(errno, "Failed to set up the workspace view: %m");
+        r->workspace.view_fd = open(view, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (r->workspace.view_fd < 0)
+                return log_error_errno(errno, "Failed to open the workspace view: %m");
+        r->workspace.fd = TAKE_FD(ws_fd);
+        r->workspace.uid = r->uid;
+        r->workspace.gid = r->gid;
         return 0;
 }
 
@@ -713,7 +725,7 @@ static int runner_handle_write(Runner *r, json_object *req, int data_fd) {
 
         if (!path || data_fd < 0 || fstat(data_fd, &st) < 0 || !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid write request");
-        q = workspace_write(r->workspace_fd, path, data_fd, r->uid, r->gid);
+        q = workspace_write(&r->workspace, path, data_fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
         return runner_send_ok(r, NULL, NULL, 0);
@@ -729,7 +741,7 @@ static int runner_handle_read(Runner *r, json_object *req) {
         if (!path || !json_object_object_get_ex(req, "max", &v) || !json_object_is_type(v, json_type_int) ||
             (max = json_object_get_int64(v)) <= 0)
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid read request");
-        q = workspace_read(r->workspace_fd, path, (uint64_t) max, &fd);
+        q = workspace_read(&r->workspace, path, (uint64_t) max, &fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
         return runner_send_ok(r, NULL, &fd, 1);
@@ -742,7 +754,7 @@ static int runner_handle_list(Runner *r) {
         const char *text;
         int q;
 
-        q = workspace_list(r->workspace_fd, &s);
+        q = workspace_list(&r->workspace, &s);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
         list = json_object_new_array();
@@ -766,7 +778,7 @@ static int runner_handle_list(Runner *r) {
 }
 
 static int runner_handle_reset_inputs(Runner *r) {
-        int q = workspace_reset_inputs(r->workspace_fd, r->uid, r->gid);
+        int q = workspace_reset_inputs(&r->workspace);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
         return runner_send_ok(r, NULL, NULL, 0);
@@ -931,7 +943,8 @@ static int parse_argv(int argc, char *argv[], Runner *r) {
 
 int main(int argc, char *argv[]) {
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
-        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF, .workspace_fd = -EBADF };
+        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF,
+                           .workspace = { .fd = -EBADF, .view_fd = -EBADF } };
         Runner *r = &runner;
         sigset_t ss;
         int q, fd;
@@ -994,7 +1007,8 @@ int main(int argc, char *argv[]) {
         r->listen_source = sd_event_source_disable_unref(r->listen_source);
         r->backstop_source = sd_event_source_disable_unref(r->backstop_source);
         safe_close(r->listen_fd);
-        safe_close(r->workspace_fd);
+        safe_close(r->workspace.fd);
+        safe_close(r->workspace.view_fd);
         if (r->seccomp)
                 seccomp_release(r->seccomp);
         free(r->session_root);

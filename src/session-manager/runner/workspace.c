@@ -2,12 +2,14 @@
 /* File operations on a session's workspace for the API: confined, never racing the sandbox (no
  * sandbox process runs while they do), files owned by the sandbox user. */
 #include <errno.h>
+#include <linux/openat2.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fs-util.h"
@@ -15,8 +17,38 @@
 #include "string-util.h"
 #include "workspace.h"
 
-/* Opens (creating as needed, owned by uid:gid) the directory 'relative' below ws_fd. */
-static int open_parent_dirs(int ws_fd, const char *relative, uid_t uid, gid_t gid) {
+/* Opens 'relative' below the workspace, following links as the sandbox would see them: relative
+ * links and absolute links to /workspace/... that stay inside; -EXDEV for anything that leaves. */
+static int workspace_open(const Workspace *w, const char *relative, int flags) {
+        _cleanup_free_ char *inside = NULL;
+        struct open_how how = {
+                .flags = (uint64_t) (flags | O_CLOEXEC),
+                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        };
+        struct stat ws_st, st;
+        int fd;
+
+        fd = openat_beneath_follow(w->fd, relative, flags, 0);
+        if (fd != -EXDEV || w->view_fd < 0)
+                return fd == -ELOOP ? -EXDEV : fd;
+
+        /* RESOLVE_BENEATH refuses every absolute link. Resolve again with the view as the root:
+         * "/workspace/x" then means the workspace, anything else doesn't exist in the view. What
+         * we get must be on the workspace's filesystem. */
+        if (asprintf(&inside, "workspace/%s", relative) < 0)
+                return -ENOMEM;
+        fd = (int) syscall(SYS_openat2, w->view_fd, inside, &how, sizeof(how));
+        if (fd < 0)
+                return errno == ENOENT && (flags & O_CREAT) ? -ENOENT : -EXDEV;
+        if (fstat(w->fd, &ws_st) < 0 || fstat(fd, &st) < 0 || st.st_dev != ws_st.st_dev) {
+                safe_close(fd);
+                return -EXDEV;
+        }
+        return fd;
+}
+
+/* Opens (creating as needed, owned by the sandbox user) the directory 'relative'. */
+static int open_parent_dirs(const Workspace *w, const char *relative) {
         _cleanup_free_ char *prefix = strdup(relative);
         char *slash;
         int fd;
@@ -24,7 +56,7 @@ static int open_parent_dirs(int ws_fd, const char *relative, uid_t uid, gid_t gi
         if (!prefix)
                 return -ENOMEM;
         if (*prefix == 0) {
-                fd = openat(ws_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                fd = openat(w->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 return fd < 0 ? -errno : fd;
         }
 
@@ -34,7 +66,7 @@ static int open_parent_dirs(int ws_fd, const char *relative, uid_t uid, gid_t gi
                 if (slash)
                         *slash = 0;
 
-                fd = openat_beneath_follow(ws_fd, prefix, O_RDONLY | O_DIRECTORY, 0);
+                fd = workspace_open(w, prefix, O_RDONLY | O_DIRECTORY);
                 if (fd == -ENOENT) {
                         _cleanup_close_ int parent = -EBADF;
                         char *name = strrchr(prefix, '/');
@@ -42,10 +74,10 @@ static int open_parent_dirs(int ws_fd, const char *relative, uid_t uid, gid_t gi
 
                         if (name) {
                                 *name = 0;
-                                parent = openat_beneath_follow(ws_fd, prefix, O_RDONLY | O_DIRECTORY, 0);
+                                parent = workspace_open(w, prefix, O_RDONLY | O_DIRECTORY);
                                 *name++ = '/';
                         } else {
-                                parent = openat(ws_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                                parent = openat(w->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                                 name = prefix;
                                 if (parent < 0)
                                         parent = -errno;
@@ -54,10 +86,10 @@ static int open_parent_dirs(int ws_fd, const char *relative, uid_t uid, gid_t gi
                                 return parent;
                         if (mkdirat(parent, name, 0755) < 0 && errno != EEXIST)
                                 return -errno;
-                        r = fchownat(parent, name, uid, gid, AT_SYMLINK_NOFOLLOW);
+                        r = fchownat(parent, name, w->uid, w->gid, AT_SYMLINK_NOFOLLOW);
                         if (r < 0)
                                 return -errno;
-                        fd = openat_beneath_follow(ws_fd, prefix, O_RDONLY | O_DIRECTORY, 0);
+                        fd = workspace_open(w, prefix, O_RDONLY | O_DIRECTORY);
                 }
                 if (fd < 0)
                         return fd == -ELOOP ? -EXDEV : fd;
@@ -68,7 +100,7 @@ static int open_parent_dirs(int ws_fd, const char *relative, uid_t uid, gid_t gi
         }
 }
 
-int workspace_write(int ws_fd, const char *relative, int data_fd, uid_t uid, gid_t gid) {
+int workspace_write(const Workspace *w, const char *relative, int data_fd) {
         _cleanup_free_ char *dir = NULL;
         _cleanup_close_ int dir_fd = -EBADF, fd = -EBADF;
         char *name;
@@ -92,7 +124,7 @@ int workspace_write(int ws_fd, const char *relative, int data_fd, uid_t uid, gid
                 *dir = 0;
         }
 
-        dir_fd = open_parent_dirs(ws_fd, dir, uid, gid);
+        dir_fd = open_parent_dirs(w, dir);
         if (dir_fd < 0)
                 return dir_fd == -ENOTDIR ? -EXDEV : dir_fd;
 
@@ -102,8 +134,8 @@ int workspace_write(int ws_fd, const char *relative, int data_fd, uid_t uid, gid
                 if (S_ISDIR(st.st_mode))
                         return -EISDIR;
                 if (S_ISLNK(st.st_mode)) {
-                        _cleanup_close_ int t = openat_beneath_follow(ws_fd, relative, O_PATH, 0);
-                        if (t == -EXDEV || t == -ELOOP)
+                        _cleanup_close_ int t = workspace_open(w, relative, O_PATH);
+                        if (t == -EXDEV)
                                 return -EXDEV;
                 }
         }
@@ -130,7 +162,7 @@ int workspace_write(int ws_fd, const char *relative, int data_fd, uid_t uid, gid
                         goto fail;
                 }
         }
-        if (fchown(fd, uid, gid) < 0 || fchmod(fd, 0644) < 0) {
+        if (fchown(fd, w->uid, w->gid) < 0 || fchmod(fd, 0644) < 0) {
                 r = -errno;
                 goto fail;
         }
@@ -145,7 +177,7 @@ fail:
         return r == -EFBIG ? -ENOSPC : r;
 }
 
-int workspace_read(int ws_fd, const char *relative, uint64_t max, int *ret_memfd) {
+int workspace_read(const Workspace *w, const char *relative, uint64_t max, int *ret_memfd) {
         _cleanup_close_ int fd = -EBADF, mfd = -EBADF;
         struct stat st;
         off_t off = 0;
@@ -153,9 +185,7 @@ int workspace_read(int ws_fd, const char *relative, uint64_t max, int *ret_memfd
 
         if (*relative == 0)
                 return -ENOENT;
-        fd = openat_beneath_follow(ws_fd, relative, O_RDONLY | O_NONBLOCK, 0);
-        if (fd == -ELOOP)
-                return -EXDEV;
+        fd = workspace_open(w, relative, O_RDONLY | O_NONBLOCK);
         if (fd == -ENOTDIR || fd == -EISDIR)
                 return -ENOENT;
         if (fd < 0)
@@ -184,11 +214,11 @@ int workspace_read(int ws_fd, const char *relative, uint64_t max, int *ret_memfd
         return 0;
 }
 
-int workspace_list(int ws_fd, OutputSet *ret) {
+int workspace_list(const Workspace *w, OutputSet *ret) {
         OutputSet s = {};
         int r;
 
-        r = output_set_scan_bounded(ws_fd, WORKSPACE_LIST_DEPTH_MAX, OUTPUTS_ENTRIES_MAX, &s);
+        r = output_set_scan_bounded(w->fd, WORKSPACE_LIST_DEPTH_MAX, OUTPUTS_ENTRIES_MAX, &s);
         if (r < 0)
                 return r;
         /* Names must survive JSON and D-Bus unchanged; others are left out. */
@@ -207,30 +237,30 @@ int workspace_list(int ws_fd, OutputSet *ret) {
         return 0;
 }
 
-int workspace_reset_inputs(int ws_fd, uid_t uid, gid_t gid) {
+int workspace_reset_inputs(const Workspace *w) {
         static const char *const dirs[] = { "uploads", "skills" };
 
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
                 struct stat st;
                 int r;
 
-                if (fstatat(ws_fd, dirs[i], &st, AT_SYMLINK_NOFOLLOW) >= 0) {
+                if (fstatat(w->fd, dirs[i], &st, AT_SYMLINK_NOFOLLOW) >= 0) {
                         if (S_ISDIR(st.st_mode)) {
-                                _cleanup_close_ int fd = openat(ws_fd, dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                                _cleanup_close_ int fd = openat(w->fd, dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                                 if (fd < 0)
                                         return -errno;
                                 r = rm_rf_children(fd);
                                 if (r < 0)
                                         return r;
-                        } else if (unlinkat(ws_fd, dirs[i], 0) < 0)
+                        } else if (unlinkat(w->fd, dirs[i], 0) < 0)
                                 return -errno;
                 } else if (errno != ENOENT)
                         return -errno;
 
-                if (mkdirat(ws_fd, dirs[i], 0755) < 0 && errno != EEXIST)
+                if (mkdirat(w->fd, dirs[i], 0755) < 0 && errno != EEXIST)
                         return -errno;
-                if (fchownat(ws_fd, dirs[i], uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    fchmodat(ws_fd, dirs[i], 0755, 0) < 0)
+                if (fchownat(w->fd, dirs[i], w->uid, w->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    fchmodat(w->fd, dirs[i], 0755, 0) < 0)
                         return -errno;
         }
         return 0;

@@ -11,14 +11,22 @@
 #define WORKSPACE_LIST_DEPTH_MAX 6
 #define WORKSPACE_LIST_ENTRIES_MAX 500
 
+typedef struct Workspace {
+        int fd;         /* the workspace's root directory */
+        int view_fd;    /* a directory holding the workspace at "workspace", as the sandbox sees
+                         * it, to resolve absolute links to /workspace/...; -EBADF: none */
+        uid_t uid;      /* owner of what we create */
+        gid_t gid;
+} Workspace;
+
 /* 'relative' is already normalised (workspace_path_normalize()). Errors: -EXDEV when the path
  * resolves outside the workspace, -EISDIR when it names a directory, -ENOSPC at the quota. */
-int workspace_write(int ws_fd, const char *relative, int data_fd, uid_t uid, gid_t gid);
+int workspace_write(const Workspace *w, const char *relative, int data_fd);
 /* A sealed memfd with the file's content. -ENOENT when missing or not a regular file, -EFBIG
  * when larger than max, -EXDEV when it resolves outside. */
-int workspace_read(int ws_fd, const char *relative, uint64_t max, int *ret_memfd);
+int workspace_read(const Workspace *w, const char *relative, uint64_t max, int *ret_memfd);
 /* Regular files, not following symlinks, at most WORKSPACE_LIST_DEPTH_MAX components deep,
  * sorted; names that are not UTF-8 are left out. Truncated to WORKSPACE_LIST_ENTRIES_MAX. */
-int workspace_list(int ws_fd, OutputSet *ret);
+int workspace_list(const Workspace *w, OutputSet *ret);
 /* Empties and recreates uploads/ and skills/. */
-int workspace_reset_inputs(int ws_fd, uid_t uid, gid_t gid);
+int workspace_reset_inputs(const Workspace *w);
