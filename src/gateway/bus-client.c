@@ -2,11 +2,31 @@
 /* Talking to io.scopebox.SessionManager1 (docs/dbus-api.md): method calls and reply decoding. */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "io-util.h"
+
+uint64_t bus_timeout_session_usec(const Config *c) {
+        assert(c);
+        return (c->queue_timeout_sec + c->archive_timeout_sec) * USEC_PER_SEC + BUS_TIMEOUT_SLACK_USEC;
+}
+
+uint64_t bus_timeout_exec_usec(const Config *c, uint64_t timeout_ms) {
+        assert(c);
+        return 2 * c->queue_timeout_sec * USEC_PER_SEC + timeout_ms * USEC_PER_MSEC + BUS_TIMEOUT_SLACK_USEC;
+}
+
+uint64_t bus_timeout_files_usec(const Config *c) {
+        assert(c);
+        return c->queue_timeout_sec * USEC_PER_SEC + c->exec_timeout_cap_ms * USEC_PER_MSEC +
+               BUS_TIMEOUT_SLACK_USEC;
+}
 
 int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **ret) {
         assert(member);
@@ -96,4 +116,53 @@ int bus_message_read_dict(sd_bus_message *m, const BusDictField fields[], void *
         }
 
         return sd_bus_message_exit_container(m);
+}
+
+void bus_data_done(BusData *d) {
+        assert(d);
+
+        if (d->map)
+                (void) munmap(d->map, d->map_size);
+        free(d->copy);
+        *d = (BusData) {};
+}
+
+int bus_data_load(int fd, uint64_t max, BusData *ret) {
+        struct stat st;
+        int seals, r;
+
+        assert(ret);
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EBADMSG;
+        if ((uint64_t) st.st_size > max)
+                return -EFBIG;
+        if (st.st_size == 0) {
+                *ret = (BusData) { .data = (const uint8_t *) "" };
+                return 0;
+        }
+
+        seals = fcntl(fd, F_GET_SEALS);
+        if (seals >= 0 && (seals & F_SEAL_SHRINK)) {
+                void *p = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+                if (p == MAP_FAILED)
+                        return -errno;
+                *ret = (BusData) {
+                        .map = p,
+                        .map_size = (size_t) st.st_size,
+                        .data = p,
+                        .size = (size_t) st.st_size,
+                };
+                return 0;
+        }
+
+        /* Bounded again while reading: the file may have grown since fstat(). */
+        *ret = (BusData) {};
+        r = read_full_memfd(fd, (size_t) max, &ret->copy, &ret->size);
+        if (r < 0)
+                return r;
+        ret->data = (const uint8_t *) ret->copy;
+        return 0;
 }

@@ -7,14 +7,25 @@
 
 #include <systemd/sd-bus.h>
 
+#include "config.h"
 #include "macro.h"
 
-/* How long the gateway waits for the session manager. Creation and release may wait for a slot in
- * the queue (SANDBOX_QUEUE_TIMEOUT_SECONDS, 150 s) and archive or restore a workspace
- * (SANDBOX_ARCHIVE_TIMEOUT_S, 120 s). An exec waits for its own timeout plus the queue. */
+/* How long the gateway waits for the session manager. The manager answers every call on its own
+ * (429 when a queue times out), so these only catch a manager that hangs: they are generous, a
+ * client's own timeout is the one that matters. */
 #define BUS_TIMEOUT_HEALTH_USEC   (15U * USEC_PER_SEC)
-#define BUS_TIMEOUT_SESSION_USEC  (330U * USEC_PER_SEC)
-#define BUS_TIMEOUT_EXEC_SLACK_USEC (180U * USEC_PER_SEC)
+/* On top of the longest wait the configuration allows: the manager's own work and scheduling. */
+#define BUS_TIMEOUT_SLACK_USEC    (60U * USEC_PER_SEC)
+
+/* Creation waits for a create slot, release for the session; both may archive or restore a
+ * workspace (SANDBOX_ARCHIVE_TIMEOUT_S). */
+uint64_t bus_timeout_session_usec(const Config *c);
+/* An exec waits for its session, then for an exec slot (each up to SANDBOX_QUEUE_TIMEOUT_SECONDS),
+ * then runs for up to its timeout. */
+uint64_t bus_timeout_exec_usec(const Config *c, uint64_t timeout_ms);
+/* A file call waits for its session, which may be running an exec of up to
+ * SANDBOX_EXEC_TIMEOUT_CAP_MS. */
+uint64_t bus_timeout_files_usec(const Config *c);
 
 /* A new method call on the session manager's object. */
 int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **ret);
@@ -29,3 +40,18 @@ typedef struct BusDictField {
 /* Reads an a{sv} into the struct at 'base'. Unknown keys are skipped (the manager may grow new ones);
  * a known key with another type fails with -EBADMSG. Strings stay owned by the message. */
 int bus_message_read_dict(sd_bus_message *m, const BusDictField fields[], void *base);
+
+/* The content of a data fd a reply carries (a memfd). Mapped when it is sealed against shrinking;
+ * copied otherwise, since the sender could shrink it under a mapping and turn our reads into
+ * SIGBUS. */
+typedef struct BusData {
+        void *map;
+        size_t map_size;
+        char *copy;
+        const uint8_t *data;    /* never NULL after a successful load */
+        size_t size;
+} BusData;
+
+/* -EBADMSG if the fd is not a regular file (memfd), -EFBIG if it holds more than 'max' bytes. */
+int bus_data_load(int fd, uint64_t max, BusData *ret);
+void bus_data_done(BusData *d);

@@ -2,13 +2,10 @@
 /* POST /exec: run code in a session and return its output and artifacts. */
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 
 #include "base64.h"
 #include "bus-client.h"
@@ -49,15 +46,6 @@ uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms)
 
         /* The cap wins over the minimum if an operator configured it lower. */
         return MIN(MAX(t, (uint64_t) EXEC_TIMEOUT_MIN_MS), MAX(cap_ms, (uint64_t) EXEC_TIMEOUT_MIN_MS));
-}
-
-/* Length of a string member as json-c stores it, which may include NULs that C strings hide. */
-static size_t json_member_string_length(json_object *o, const char *name) {
-        json_object *v;
-
-        if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
-                return 0;
-        return (size_t) json_object_get_string_len(v);
 }
 
 int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error) {
@@ -274,60 +262,6 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         return http_response_new_take(HTTP_OK, body, size, ret);
 }
 
-/* The reply's data memfd, mapped (sealed) or copied (not sealed: the sender could shrink it under a
- * mapping and turn our reads into SIGBUS). */
-typedef struct ExecData {
-        void *map;
-        size_t map_size;
-        char *copy;
-        const uint8_t *data;
-        size_t size;
-} ExecData;
-
-static void exec_data_done(ExecData *d) {
-        if (d->map)
-                (void) munmap(d->map, d->map_size);
-        free(d->copy);
-        *d = (ExecData) {};
-}
-
-static int exec_data_load(int fd, uint64_t max, ExecData *ret) {
-        struct stat st;
-        int seals, r;
-
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (!S_ISREG(st.st_mode))
-                return -EBADMSG;
-        if ((uint64_t) st.st_size > max)
-                return -EFBIG;
-        if (st.st_size == 0) {
-                *ret = (ExecData) { .data = (const uint8_t *) "" };
-                return 0;
-        }
-
-        seals = fcntl(fd, F_GET_SEALS);
-        if (seals >= 0 && (seals & F_SEAL_SHRINK)) {
-                void *p = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-                if (p == MAP_FAILED)
-                        return -errno;
-                *ret = (ExecData) {
-                        .map = p,
-                        .map_size = (size_t) st.st_size,
-                        .data = p,
-                        .size = (size_t) st.st_size,
-                };
-                return 0;
-        }
-
-        ret->map = NULL;
-        r = read_full_memfd(fd, (size_t) max, &ret->copy, &ret->size);
-        if (r < 0)
-                return r;
-        ret->data = (const uint8_t *) ret->copy;
-        return 0;
-}
-
 typedef struct ExecInfo {
         bool timed_out;
         bool stdout_truncated;
@@ -391,7 +325,7 @@ typedef struct ExecContext {
 
 static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         const Config *config = &req->server->config;
-        _cleanup_(exec_data_done) ExecData data = {};
+        _cleanup_(bus_data_done) BusData data = {};
         _cleanup_free_ ExecFile *files = NULL;
         const ExecContext *ctx = req->userdata;
         const sd_bus_error *e;
@@ -426,7 +360,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.timeout_ms = ctx->timeout_ms;
 
         max = 2 * config->max_output_bytes + config->max_total_artifact_bytes + EXEC_DATA_SLACK;
-        r = exec_data_load(fd, max, &data);
+        r = bus_data_load(fd, max, &data);
         if (r < 0)
                 return r;
 
@@ -473,6 +407,6 @@ int http_exec_post(HttpRequest *req) {
         req->userdata = ctx;
         req->userdata_free = free;
 
-        return http_request_call(req, m, x.timeout_ms * USEC_PER_MSEC + BUS_TIMEOUT_EXEC_SLACK_USEC,
+        return http_request_call(req, m, bus_timeout_exec_usec(&req->server->config, x.timeout_ms),
                                  exec_on_reply);
 }

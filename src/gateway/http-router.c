@@ -18,10 +18,14 @@
 #define HTTP_BODY_CHUNK_MIN (16U * 1024U)
 
 const HttpRoute http_sidecar_routes[] = {
-        { "GET",    "/healthz",   HTTP_ROUTE_PUBLIC,                      http_health_get      },
-        { "POST",   "/sessions",  HTTP_ROUTE_JSON,                        http_sessions_post   },
-        { "DELETE", "/sessions/", HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG,  http_sessions_delete },
-        { "POST",   "/exec",      HTTP_ROUTE_JSON,                        http_exec_post       },
+        { "GET",    "/healthz",             HTTP_ROUTE_PUBLIC,                     http_health_get         },
+        { "POST",   "/sessions",            HTTP_ROUTE_JSON,                       http_sessions_post      },
+        { "DELETE", "/sessions/",           HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_delete    },
+        { "POST",   "/exec",                HTTP_ROUTE_JSON,                       http_exec_post          },
+        { "POST",   "/files",               HTTP_ROUTE_JSON,                       http_files_post         },
+        { "POST",   "/files/get",           HTTP_ROUTE_JSON,                       http_files_get          },
+        { "POST",   "/files/list",          HTTP_ROUTE_JSON,                       http_files_list         },
+        { "POST",   "/files/reset-inputs",  HTTP_ROUTE_JSON,                       http_files_reset_inputs },
         {}
 };
 

@@ -138,3 +138,7 @@ int http_health_get(HttpRequest *req);
 int http_sessions_post(HttpRequest *req);
 int http_sessions_delete(HttpRequest *req);
 int http_exec_post(HttpRequest *req);
+int http_files_post(HttpRequest *req);
+int http_files_get(HttpRequest *req);
+int http_files_list(HttpRequest *req);
+int http_files_reset_inputs(HttpRequest *req);

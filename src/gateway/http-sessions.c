@@ -14,6 +14,14 @@
 #include "log.h"
 #include "string-util.h"
 
+/* The longest archive key that can be a valid archive stem (^[A-Za-z0-9_-]{1,128}$). */
+#define SESSION_ARCHIVE_KEY_MAX 128U
+/* The largest storage block forwarded, as JSON text; the manager refuses larger ones as well. A body
+ * may be 56 MiB, a bus message must stay well below the bus's own limit (32 MiB for dbus-daemon,
+ * which disconnects the sender of a larger one). */
+#define SESSION_STORAGE_JSON_MAX (64U * 1024U)
+#define SESSION_DETAIL_STORAGE_TOO_LARGE "storage is too large"
+
 typedef struct SessionBody {
         int64_t idle_ttl_sec;
         const char *archive_key;
@@ -54,15 +62,16 @@ static int session_body_parse(HttpRequest *req, const JsonField fields[], Sessio
 }
 
 /* Appends the archive_key and storage options shared by both calls. Contains the storage block's
- * credentials: never log the message. */
+ * credentials: never log the message. -E2BIG if the storage block is too large to forward. */
 static int session_append_storage_options(sd_bus_message *m, json_object *body, const SessionBody *b) {
         json_object *v;
         int r;
 
-        /* A key with an embedded NUL cannot cross the bus; it is invalid as an archive stem anyway,
-         * and an invalid key means "use the session id", which is what leaving it out does. */
+        /* A key with an embedded NUL cannot cross the bus, an overlong one is no valid archive stem
+         * either, and an invalid key means "use the session id", which is what leaving it out does. */
         if (b->archive_key && json_object_object_get_ex(body, "archive_key", &v) &&
-            (size_t) json_object_get_string_len(v) == strlen(b->archive_key)) {
+            (size_t) json_object_get_string_len(v) == strlen(b->archive_key) &&
+            strlen(b->archive_key) <= SESSION_ARCHIVE_KEY_MAX) {
                 r = sd_bus_message_append(m, "{sv}", "archive_key", "s", b->archive_key);
                 if (r < 0)
                         return r;
@@ -75,6 +84,8 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
                                                                   JSON_C_TO_STRING_NOSLASHESCAPE);
                 if (!text)
                         return -ENOMEM;
+                if (strlen(text) > SESSION_STORAGE_JSON_MAX)
+                        return -E2BIG;
                 r = sd_bus_message_append(m, "{sv}", "storage", "s", text);
                 if (r < 0)
                         return r;
@@ -135,6 +146,9 @@ int http_sessions_post(HttpRequest *req) {
 
         if (req->json) {
                 r = session_append_storage_options(m, req->json, &b);
+                if (r == -E2BIG)
+                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
+                                                         SESSION_DETAIL_STORAGE_TOO_LARGE);
                 if (r < 0)
                         return r;
         }
@@ -143,7 +157,7 @@ int http_sessions_post(HttpRequest *req) {
         if (r < 0)
                 return r;
 
-        return http_request_call(req, m, BUS_TIMEOUT_SESSION_USEC, sessions_post_on_reply);
+        return http_request_call(req, m, bus_timeout_session_usec(config), sessions_post_on_reply);
 }
 
 static int sessions_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
@@ -188,6 +202,9 @@ int http_sessions_delete(HttpRequest *req) {
         }
         if (req->json) {
                 r = session_append_storage_options(m, req->json, &b);
+                if (r == -E2BIG)
+                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
+                                                         SESSION_DETAIL_STORAGE_TOO_LARGE);
                 if (r < 0)
                         return r;
         }
@@ -195,5 +212,6 @@ int http_sessions_delete(HttpRequest *req) {
         if (r < 0)
                 return r;
 
-        return http_request_call(req, m, BUS_TIMEOUT_SESSION_USEC, sessions_delete_on_reply);
+        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
+                                 sessions_delete_on_reply);
 }

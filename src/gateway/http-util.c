@@ -220,6 +220,14 @@ int json_add_bool(json_object *o, const char *key, bool b) {
         return json_add(o, key, json_object_new_boolean(b));
 }
 
+size_t json_member_string_length(json_object *o, const char *name) {
+        json_object *v;
+
+        if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
+                return 0;
+        return (size_t) json_object_get_string_len(v);
+}
+
 int http_parse_content_length(const char *value, uint64_t max, uint64_t *ret) {
         uint64_t v;
         int r;

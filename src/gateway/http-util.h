@@ -63,6 +63,9 @@ int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool 
 /* json-c's adders store a NULL value (from a failed allocation) as JSON null; these fail instead. */
 int json_add_string(json_object *o, const char *key, const char *value);
 int json_add_bool(json_object *o, const char *key, bool b);
+/* Length of a string member as json-c stores it, which may include NULs that C strings hide; 0 if
+ * the member is absent or not a string. */
+size_t json_member_string_length(json_object *o, const char *name);
 
 /* Parses a Content-Length value: -EINVAL if it is not a plain decimal integer (400), -EFBIG if it
  * exceeds 'max' (413). */

@@ -136,10 +136,11 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         r = read_options(m, create_option, &o, error);
         if (r < 0)
                 return r;
+        /* An archive key that can't be a valid stem means "use the session id" (COMPAT.md). */
         if (o.archive_key && strlen(o.archive_key) > ARCHIVE_KEY_MAX)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "archive_key is too long.");
+                o.archive_key = NULL;
         if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large.");
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
 
         if (mgr->config.max_sessions > 0 && mgr->n_sessions >= (uint64_t) mgr->config.max_sessions)
                 return sd_bus_error_set(error, BUS_ERROR_LIMIT_EXCEEDED, "too many active sessions");

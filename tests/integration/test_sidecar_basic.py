@@ -215,3 +215,42 @@ def test_gateway_status_and_structured_access_log():
     assert "SCOPEBOX_DURATION_USEC=" in log
     # Where the entry was logged, exactly once (not the logger's own location).
     assert log.count("CODE_FILE=") == 1 and "http-router.c" in log, log
+
+
+def test_artifact_limits_skip_what_does_not_fit(session):
+    res = run(session, (
+        "import os\n"
+        "for i in range(22):\n"
+        "    open(f'/workspace/outputs/f{i:02d}.txt', 'w').write(str(i))\n"
+        "with open('/workspace/outputs/big.bin', 'wb') as f:\n"
+        "    f.truncate(21 * 1024 * 1024)\n"), timeout_ms=60000)
+    names = [f["name"] for f in res["files"]]
+    # Path order: big.bin (too large) is skipped, then f00..f19 fit, f20 and f21 don't.
+    assert names == [f"f{i:02d}.txt" for i in range(20)], names
+    assert res["stderr"] == ("[sandbox] skipped 3 output file(s) because artifact limits are 20 files, "
+                             "20971520 bytes per file, 52428800 bytes total")
+    assert {f["mime_type"] for f in res["files"]} == {"text/plain"}
+
+
+def test_tmp_and_home_are_size_bounded(session):
+    res = run(session, (
+        "import os, errno\n"
+        "for path in ('/tmp/big', '/home/sandbox/big'):\n"
+        "    fd = os.open(path, os.O_CREAT | os.O_WRONLY)\n"
+        "    try:\n"
+        "        os.posix_fallocate(fd, 0, 300 * 1024 * 1024)\n"
+        "        print('no limit')\n"
+        "    except OSError as e:\n"
+        "        print(errno.errorcode[e.errno])\n"
+        "    os.unlink(path)\n"))
+    assert res["stdout"] == "ENOSPC\nENOSPC\n", res
+
+
+def test_exec_environment_of_the_contract(session):
+    res = run(session, "import os, sys\n"
+                       "for k in ('PYTHONUNBUFFERED', 'PYTHONDONTWRITEBYTECODE', 'MPLBACKEND', 'HOME'):\n"
+                       "    print(k, os.environ.get(k))\n"
+                       "d = os.environ['MPLCONFIGDIR']\n"
+                       "print(os.access(d, os.W_OK), sys.dont_write_bytecode)\n")
+    assert res["stdout"] == ("PYTHONUNBUFFERED 1\nPYTHONDONTWRITEBYTECODE 1\nMPLBACKEND Agg\n"
+                             "HOME /home/sandbox\nTrue True\n"), res

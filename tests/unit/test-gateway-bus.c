@@ -41,7 +41,7 @@ typedef struct Fake {
         /* What the last call carried. */
         bool have_ttl, discard;
         uint64_t ttl, timeout_ms;
-        char *archive_key, *storage, *language, *session_id, *code;
+        char *archive_key, *storage, *language, *session_id, *code, *path;
         size_t code_size;
 } Fake;
 
@@ -52,7 +52,8 @@ static void fake_clear(Fake *f) {
         free(f->language);
         free(f->session_id);
         free(f->code);
-        f->archive_key = f->storage = f->language = f->session_id = f->code = NULL;
+        free(f->path);
+        f->archive_key = f->storage = f->language = f->session_id = f->code = f->path = NULL;
         f->have_ttl = f->discard = false;
         f->ttl = f->timeout_ms = 0;
         f->code_size = 0;
@@ -190,12 +191,125 @@ static int fake_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         }
 }
 
+/* The file methods answer with f->error_name in FAKE_ERROR mode, NoSuchSession for SID_GONE. */
+static int fake_file_call(Fake *f, sd_bus_message *m, bool with_path, sd_bus_error *error) {
+        const char *id, *path;
+
+        f->calls++;
+        fake_clear(f);
+        ASSERT_TRUE(sd_bus_message_read(m, "s", &id) >= 0);
+        f->session_id = strdup(id);
+        if (with_path) {
+                ASSERT_TRUE(sd_bus_message_read(m, "s", &path) >= 0);
+                f->path = strdup(path);
+        }
+        if (streq(id, SID_GONE))
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "Session is gone");
+        if (f->mode == FAKE_ERROR)
+                return sd_bus_error_set(error, f->error_name,
+                                        streq(f->error_name, BUS_ERROR_INVALID_PATH) ?
+                                        "path resolves outside /workspace" :
+                                        streq(f->error_name, BUS_ERROR_BUSY) ?
+                                        "session is busy" :
+                                        streq(f->error_name, BUS_ERROR_TOO_LARGE) ?
+                                        "workspace is full" : "No such file 'x'");
+        return 0;
+}
+
+static int fake_write_file(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Fake *f = userdata;
+        int fd, r;
+
+        r = fake_file_call(f, m, true, error);
+        if (r != 0)
+                return r;
+        ASSERT_TRUE(sd_bus_message_read(m, "h", &fd) >= 0);
+        /* The content arrives sealed, complete. */
+        ASSERT_TRUE((fcntl(fd, F_GET_SEALS) & (F_SEAL_WRITE | F_SEAL_SHRINK)) ==
+                    (F_SEAL_WRITE | F_SEAL_SHRINK));
+        ASSERT_TRUE(read_full_memfd(fd, 1 << 20, &f->code, &f->code_size) >= 0);
+        return sd_bus_reply_method_return(m, NULL);
+}
+
+static const char fake_file[] = "\x00\x01" "binary" "\xff";
+
+static int fake_read_file(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_close_pair_ int pair[2] = { -EBADF, -EBADF };
+        Fake *f = userdata;
+        int r;
+
+        r = fake_file_call(f, m, true, error);
+        if (r != 0)
+                return r;
+
+        switch (f->mode) {
+        case FAKE_UNSEALED:
+                fd = memfd_new_empty("fake-file");
+                ASSERT_TRUE(fd >= 0);
+                ASSERT_TRUE(write_all(fd, fake_file, sizeof(fake_file) - 1) == 0);
+                break;
+        case FAKE_HOSTILE:
+                /* Bigger than the gateway's SANDBOX_MAX_UPLOAD_BYTES (1 MiB here). */
+                fd = memfd_new_empty("fake-file");
+                ASSERT_TRUE(fd >= 0 && ftruncate(fd, (2 << 20)) == 0);
+                ASSERT_TRUE(memfd_seal(fd) == 0);
+                break;
+        case FAKE_HOLD:
+                /* Not a memfd at all. */
+                ASSERT_TRUE(pipe2(pair, O_CLOEXEC) == 0);
+                return sd_bus_reply_method_return(m, "h", pair[0]);
+        default:
+                fd = memfd_new_data("fake-file", fake_file, sizeof(fake_file) - 1);
+                ASSERT_TRUE(fd >= 0);
+        }
+        return sd_bus_reply_method_return(m, "h", fd);
+}
+
+static int fake_list_files(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Fake *f = userdata;
+        int r;
+
+        r = fake_file_call(f, m, false, error);
+        if (r != 0)
+                return r;
+
+        ASSERT_TRUE(sd_bus_message_new_method_return(m, &reply) >= 0);
+        ASSERT_TRUE(sd_bus_message_open_container(reply, 'a', "(st)") >= 0);
+        if (f->mode == FAKE_HOSTILE)
+                /* More than the contract's 500. */
+                for (unsigned i = 0; i < 501; i++)
+                        ASSERT_TRUE(sd_bus_message_append(reply, "(st)", "f", (uint64_t) i) >= 0);
+        else
+                ASSERT_TRUE(sd_bus_message_append(reply, "(st)(st)(st)",
+                                                  "outputs/result.txt", (uint64_t) 5,
+                                                  "uploads/a\n\",\"size\":1},{\"path\":\"x", (uint64_t) 7,
+                                                  "z/\xe4\xbd\xa0\"\\", (uint64_t) 0) >= 0);
+        ASSERT_TRUE(sd_bus_message_close_container(reply) >= 0);
+        return sd_bus_send(NULL, reply, NULL);
+}
+
+static int fake_reset_inputs(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Fake *f = userdata;
+        int r;
+
+        r = fake_file_call(f, m, false, error);
+        if (r != 0)
+                return r;
+        return sd_bus_reply_method_return(m, NULL);
+}
+
 static const sd_bus_vtable fake_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_METHOD("GetHealth", "", "ba{sv}", fake_get_health, 0),
         SD_BUS_METHOD("CreateSession", "a{sv}", "s", fake_create, 0),
         SD_BUS_METHOD("ReleaseSession", "sa{sv}", "", fake_release, 0),
         SD_BUS_METHOD("Exec", "sha{sv}", "itta(stt)a{sv}h", fake_exec, 0),
+        SD_BUS_METHOD("WriteFile", "ssh", "", fake_write_file, 0),
+        SD_BUS_METHOD("ReadFile", "ss", "h", fake_read_file, 0),
+        SD_BUS_METHOD("ListFiles", "s", "a(st)", fake_list_files, 0),
+        SD_BUS_METHOD("ResetInputs", "s", "", fake_reset_inputs, 0),
         SD_BUS_VTABLE_END,
 };
 
@@ -251,6 +365,9 @@ static void env_setup(Env *env) {
                         .max_artifact_bytes = 20971520,
                         .max_files_per_exec = 20,
                         .max_total_artifact_bytes = 52428800,
+                        .max_upload_bytes = 1 << 20,
+                        .queue_timeout_sec = 150,
+                        .archive_timeout_sec = 120,
                 },
                 .body_budget = 1ULL << 30,
         };
@@ -372,6 +489,45 @@ static void test_sessions(Env *env) {
         roundtrip(env, "POST", "/sessions", "{\"archive_key\":\"conv\\u0000x\"}", 200, CREATED);
         ASSERT_TRUE(!env->fake.archive_key);
 
+        /* Archive keys that can't be archive stems are dropped: the session id is the stem. */
+        fake_reset(&env->fake);
+        {
+                _cleanup_free_ char *b = NULL;
+                char key[130];
+
+                memset(key, 'k', sizeof(key) - 1);
+                key[sizeof(key) - 1] = 0;
+                ASSERT_TRUE(asprintf(&b, "{\"archive_key\":\"%s\"}", key) > 0);
+                roundtrip(env, "POST", "/sessions", b, 200, CREATED);
+                ASSERT_TRUE(!env->fake.archive_key);
+                key[128] = 0;
+                free(b);
+                ASSERT_TRUE(asprintf(&b, "{\"archive_key\":\"%s\"}", key) > 0);
+                roundtrip(env, "POST", "/sessions", b, 200, CREATED);
+                ASSERT_TRUE(env->fake.archive_key && strlen(env->fake.archive_key) == 128);
+        }
+
+        /* A storage block too large for a bus message is refused, never sent. */
+        fake_reset(&env->fake);
+        env->fake.calls = 0;
+        {
+                _cleanup_free_ char *pad = malloc(64 * 1024 + 1), *b = NULL;
+
+                ASSERT_TRUE(pad);
+                memset(pad, 'x', 64 * 1024);
+                pad[64 * 1024] = 0;
+                ASSERT_TRUE(asprintf(&b, "{\"storage\":{\"provider\":\"local\",\"pad\":\"%s\"}}", pad) > 0);
+                roundtrip(env, "POST", "/sessions", b, 400, DETAIL("storage is too large"));
+                roundtrip(env, "DELETE", "/sessions/" SID, b, 400, DETAIL("storage is too large"));
+                ASSERT_TRUE(env->fake.calls == 0);
+                /* Just below the limit it goes through. */
+                free(b);
+                pad[64 * 1024 - sizeof("{\"provider\":\"local\",\"pad\":\"\"}") + 1] = 0;
+                ASSERT_TRUE(asprintf(&b, "{\"storage\":{\"provider\":\"local\",\"pad\":\"%s\"}}", pad) > 0);
+                roundtrip(env, "POST", "/sessions", b, 200, CREATED);
+                ASSERT_TRUE(env->fake.storage && strlen(env->fake.storage) == 64 * 1024);
+        }
+
         /* Schema errors never reach the manager. */
         fake_reset(&env->fake);
         env->fake.calls = 0;
@@ -454,6 +610,110 @@ static void test_exec(Env *env) {
         roundtrip(env, "POST", "/exec", EXEC_BODY, 404, DETAIL("session not found or not running"));
 }
 
+#define FILE_BODY(path, data) \
+        "{\"session_id\":\"" SID "\",\"path\":\"" path "\",\"data_base64\":\"" data "\"}"
+#define GET_BODY(sid, path) "{\"session_id\":\"" sid "\",\"path\":\"" path "\"}"
+#define SESSION_BODY(sid) "{\"session_id\":\"" sid "\"}"
+
+static void test_files(Env *env) {
+        /* Write: decoded, sealed, the path as the client gave it. */
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files", FILE_BODY("../uploads/./x.bin", "AAH/YmluYXJ5"), 200,
+                  "{\"ok\":true}");
+        ASSERT_STREQ(env->fake.session_id, SID);
+        ASSERT_STREQ(env->fake.path, "../uploads/./x.bin");
+        ASSERT_TRUE(env->fake.code_size == 9 && memcmp(env->fake.code, "\x00\x01\xff" "binary", 9) == 0);
+
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files", FILE_BODY("/workspace/empty", ""), 200, "{\"ok\":true}");
+        ASSERT_TRUE(env->fake.code_size == 0);
+        ASSERT_STREQ(env->fake.path, "/workspace/empty");
+
+        /* Client errors never reach the manager. */
+        fake_reset(&env->fake);
+        env->fake.calls = 0;
+        roundtrip(env, "POST", "/files", FILE_BODY("a", "aGVsbG8"), 400, DETAIL("invalid base64"));
+        roundtrip(env, "POST", "/files", FILE_BODY("a\\u0000", "aGVsbG8="), 400,
+                  DETAIL("path must be under /workspace"));
+        roundtrip(env, "POST", "/files", "{\"session_id\":\"x\",\"path\":\"a\",\"data_base64\":\"\"}", 400,
+                  DETAIL("invalid session_id"));
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID, "a\\u0000"), 400,
+                  DETAIL("path must be under /workspace"));
+        roundtrip(env, "POST", "/files/list", "{}", 422,
+                  "{\"detail\":[{\"type\":\"missing\",\"loc\":[\"body\",\"session_id\"],"
+                  "\"msg\":\"Field required\"}]}");
+        roundtrip(env, "POST", "/files/reset-inputs", SESSION_BODY("nope"), 400,
+                  DETAIL("invalid session_id"));
+        ASSERT_TRUE(env->fake.calls == 0);
+
+        /* The manager's path verdicts pass through with their text. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_INVALID_PATH;
+        roundtrip(env, "POST", "/files", FILE_BODY("evil/passwd", "QQ=="), 400,
+                  DETAIL("path resolves outside /workspace"));
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID, "evil/passwd"), 400,
+                  DETAIL("path resolves outside /workspace"));
+        env->fake.error_name = BUS_ERROR_BUSY;
+        roundtrip(env, "POST", "/files", FILE_BODY("a", "QQ=="), 429, DETAIL("session is busy"));
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files",
+                  "{\"session_id\":\"" SID_GONE "\",\"path\":\"a\",\"data_base64\":\"\"}", 404,
+                  DETAIL("session not found or not running"));
+
+        /* Read: sealed memfds are mapped, unsealed ones copied; both encode the same. */
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID, "uploads/x.bin"), 200,
+                  "{\"data_base64\":\"AAFiaW5hcnn/\"}");
+        ASSERT_STREQ(env->fake.path, "uploads/x.bin");
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_UNSEALED;
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID, "x"), 200, "{\"data_base64\":\"AAFiaW5hcnn/\"}");
+        /* Too big, or not a file: the manager's bug, never encoded. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOSTILE;
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID, "x"), 500, DETAIL("internal error"));
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOLD;
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID, "x"), 500, DETAIL("internal error"));
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_NOT_FOUND;
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID, "outputs"), 404, DETAIL("file not found"));
+        env->fake.error_name = BUS_ERROR_TOO_LARGE;
+        roundtrip(env, "POST", "/files", FILE_BODY("big", "QQ=="), 413, DETAIL("workspace is full"));
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files/get", GET_BODY(SID_GONE, "x"), 404,
+                  DETAIL("session not found or not running"));
+
+        /* List: the manager's order, names escaped. */
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files/list", SESSION_BODY(SID), 200,
+                  "{\"files\":[{\"path\":\"outputs/result.txt\",\"size\":5},"
+                  "{\"path\":\"uploads/a\\n\\\",\\\"size\\\":1},{\\\"path\\\":\\\"x\",\"size\":7},"
+                  "{\"path\":\"z/\xe4\xbd\xa0\\\"\\\\\",\"size\":0}]}");
+        ASSERT_STREQ(env->fake.session_id, SID);
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOSTILE;
+        roundtrip(env, "POST", "/files/list", SESSION_BODY(SID), 500, DETAIL("internal error"));
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files/list", SESSION_BODY(SID_GONE), 404,
+                  DETAIL("session not found or not running"));
+
+        /* Reset: a gone session is a 200 too. */
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files/reset-inputs", SESSION_BODY(SID), 200,
+                  "{\"ok\":true,\"session_gone\":false}");
+        ASSERT_STREQ(env->fake.session_id, SID);
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/files/reset-inputs", SESSION_BODY(SID_GONE), 200,
+                  "{\"ok\":false,\"session_gone\":true}");
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_BUSY;
+        roundtrip(env, "POST", "/files/reset-inputs", SESSION_BODY(SID), 429, DETAIL("session is busy"));
+}
+
 static void test_client_gone(Env *env) {
         HttpRequest *req;
         unsigned calls;
@@ -525,6 +785,7 @@ int main(void) {
         test_health(&env);
         test_sessions(&env);
         test_exec(&env);
+        test_files(&env);
         test_client_gone(&env);
         env_done(&env);
 

@@ -180,6 +180,23 @@ static void test_route_lookup(void) {
         ASSERT_TRUE(LOOKUP("post", "/exec") == -EOPNOTSUPP);  /* methods are case-sensitive */
         ASSERT_TRUE(LOOKUP("POST", "/exec/") == -ENOENT);
         ASSERT_TRUE(LOOKUP("POST", "/EXEC") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/files") == 0);
+        ASSERT_TRUE(r->handler == http_files_post && (r->flags & HTTP_ROUTE_JSON) && !arg);
+        ASSERT_TRUE(LOOKUP("POST", "/files/get") == 0);
+        ASSERT_TRUE(r->handler == http_files_get && (r->flags & HTTP_ROUTE_JSON));
+        ASSERT_TRUE(LOOKUP("GET", "/files/get") == -EOPNOTSUPP);
+        ASSERT_STREQ(allow, "POST");
+        ASSERT_TRUE(LOOKUP("POST", "/files/list") == 0);
+        ASSERT_TRUE(r->handler == http_files_list);
+        ASSERT_TRUE(LOOKUP("POST", "/files/reset-inputs") == 0);
+        ASSERT_TRUE(r->handler == http_files_reset_inputs && !(r->flags & HTTP_ROUTE_PUBLIC));
+        ASSERT_TRUE(LOOKUP("PUT", "/files") == -EOPNOTSUPP);
+        ASSERT_TRUE(LOOKUP("POST", "/files/") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/files/put") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/files/get/x") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/files/reset") == -ENOENT);
+        /* Storage arrives with the storage agent. */
+        ASSERT_TRUE(LOOKUP("POST", "/storage/put") == -ENOENT);
         ASSERT_TRUE(LOOKUP("GET", "/healthz/") == -ENOENT);
         ASSERT_TRUE(LOOKUP("GET", "") == -ENOENT);
         ASSERT_TRUE(LOOKUP("GET", "/") == -ENOENT);
@@ -319,8 +336,19 @@ static void test_request_begin(void) {
         check_refused(&s, "POST", "/exec", "", NULL, 401, "{\"error\":\"unauthorized\"}");
         /* Auth comes before the body size: no hint about limits to strangers. */
         check_refused(&s, "POST", "/exec", NULL, "999999", 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/files", NULL, NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/files/get", "Bearer wrong", NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/files/list", NULL, NULL, 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/files/reset-inputs", NULL, "10", 401, "{\"error\":\"unauthorized\"}");
+        check_refused(&s, "POST", "/storage/put", NULL, NULL, 401, "{\"error\":\"unauthorized\"}");
 
         check_accepted(&s, "POST", "/exec", auth, NULL);
+        check_accepted(&s, "POST", "/files", auth, "1000");
+        check_accepted(&s, "POST", "/files/get", auth, NULL);
+        check_accepted(&s, "POST", "/files/list", auth, NULL);
+        check_accepted(&s, "POST", "/files/reset-inputs", auth, NULL);
+        check_refused(&s, "POST", "/files", auth, "1001", 413,
+                      "{\"error\":\"request body exceeds 1000 bytes\"}");
         check_accepted(&s, "POST", "/sessions", auth, "0");
         check_accepted(&s, "DELETE", "/sessions/0123456789abcdef0123456789abcdef", auth, "2");
         check_refused(&s, "GET", "/nope", auth, NULL, 404, "{\"detail\":\"Not Found\"}");
