@@ -3,6 +3,7 @@
 quota, restarts of each daemon with live sessions, and runners that die."""
 import concurrent.futures
 import contextlib
+import json
 import time
 
 from conftest import create_session, delete_session, in_system, request, run
@@ -132,3 +133,73 @@ def test_session_whose_runner_died_is_cleaned_up():
     assert r.status == 404 and r.json == {"detail": "session not found or not running"}, r
     assert in_system("systemctl", "is-active", unit).stdout.strip() != "active"
     assert request("DELETE", f"/sessions/{sid}", {}).json == {"ok": True}
+
+
+def test_create_slots_queue_instead_of_failing():
+    # One create at a time: parallel creates wait their turn and all succeed.
+    with manager_environment(SANDBOX_MAX_CONCURRENT_CREATES=1):
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            responses = list(pool.map(lambda _: request("POST", "/sessions", {}), range(6)))
+        try:
+            assert [r.status for r in responses] == [200] * 6, responses
+            assert len({r.json["session_id"] for r in responses}) == 6
+        finally:
+            for r in responses:
+                if r.status == 200:
+                    delete_session(r.json["session_id"])
+
+
+def test_restart_keeps_archive_key_and_storage():
+    storage = {"provider": "local", "prefix": "workspaces/"}
+    sid = create_session(archive_key="conv_keep", storage=storage)
+    try:
+        in_system("systemctl", "restart", MANAGER, check=True)
+        assert run(sid, "print(1)")["stdout"] == "1\n"
+        state = json.loads(in_system("cat", f"/var/lib/scopebox/sessions/{sid}.json").stdout)
+        assert state["archive_key"] == "conv_keep"
+        assert json.loads(state["storage"]) == storage
+        mode = in_system("stat", "-c", "%a %U", f"/var/lib/scopebox/sessions/{sid}.json").stdout.split()
+        assert mode == ["600", "root"], mode
+    finally:
+        delete_session(sid)
+    assert in_system("test", "-e", f"/var/lib/scopebox/sessions/{sid}.json").returncode != 0
+
+
+def test_restarting_the_storage_agent():
+    r = in_system("systemctl", "restart", "scopebox-storage-agent.service")
+    assert r.returncode == 0, r.stderr
+    r = in_system("busctl", "call", "io.scopebox.StorageAgent1", "/io/scopebox/StorageAgent1",
+                  "io.scopebox.StorageAgent1", "GetVersion")
+    assert r.returncode == 0 and r.stdout.startswith('s "'), r
+
+
+def test_idle_ttl_is_clamped_and_defaulted():
+    big, default = create_session(idle_ttl_sec=10 ** 9), create_session()
+    try:
+        for sid, want in ((big, 86400), (default, 1800)):
+            state = json.loads(in_system("cat", f"/var/lib/scopebox/sessions/{sid}.json").stdout)
+            assert state["idle_ttl_usec"] == want * 1000000, state
+    finally:
+        delete_session(big)
+        delete_session(default)
+
+
+def test_every_call_resets_the_idle_timer():
+    sid = create_session(idle_ttl_sec=3)
+    try:
+        # Active for twice the TTL: execs and file calls keep it alive.
+        for i in range(6):
+            time.sleep(1)
+            if i % 2:
+                assert run(sid, "print(1)")["stdout"] == "1\n"
+            else:
+                assert request("POST", "/files/list", {"session_id": sid}).status == 200
+        assert run(sid, "print('alive')")["stdout"] == "alive\n"
+    finally:
+        delete_session(sid)
+
+
+def test_timeout_is_clamped_to_one_second(session):
+    res = run(session, "import time; time.sleep(5)", timeout_ms=1)
+    assert res["exit_code"] == 124
+    assert res["stderr"].endswith("[sandbox] execution exceeded 1.000s and was killed"), res
