@@ -13,6 +13,7 @@
 #include "mime.h"
 #include "parse-util.h"
 #include "path-util.h"
+#include "storage-config.h"
 #include "string-util.h"
 #include "tests.h"
 
@@ -160,6 +161,70 @@ static void test_workspace_path(void) {
         memset(longname, 'a', sizeof(longname) - 1);
         longname[sizeof(longname) - 1] = 0;
         ASSERT_EQ(workspace_path_normalize(longname, &rel), -ENAMETOOLONG);
+}
+
+static void test_storage_config(void) {
+        StorageConfig c;
+        const char *err;
+        json_object *o;
+        char *k;
+
+        /* Defaults: local, prefix workspaces/ → the sidecar's doubled archive layout. */
+        ASSERT_EQ(json_parse("{}", 2, JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
+        json_object_put(o);
+        ASSERT_EQ(c.provider, STORAGE_LOCAL);
+        ASSERT_STREQ(c.prefix, "workspaces");
+        ASSERT_EQ(storage_archive_key(&c, "conv_6211e497a1db", &k), 0);
+        ASSERT_STREQ(k, "workspaces/workspaces/conv_6211e497a1db.tgz");
+        free(k);
+        ASSERT_EQ(storage_archive_key(&c, "bad/stem", &k), -EINVAL);
+        ASSERT_TRUE(!storage_config_effective(&c, NULL));
+        ASSERT_TRUE(!storage_config_effective(&c, "/nonexistent/dir"));
+        ASSERT_TRUE(storage_config_effective(&c, "/tmp"));
+        storage_config_done(&c);
+
+        /* Keys: joined under the prefix; a full key is accepted where allowed; never outside. */
+        const char *j = "{\"provider\":\"s3\",\"prefix\":\"aivory/\",\"s3_bucket\":\"b\",\"s3_secret_key\":\"s\"}";
+        ASSERT_EQ(json_parse(j, strlen(j), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
+        json_object_put(o);
+        ASSERT_TRUE(storage_config_effective(&c, NULL));
+        ASSERT_EQ(storage_full_key(&c, "mineru/document.pdf", false, &k), 0);
+        ASSERT_STREQ(k, "aivory/mineru/document.pdf");
+        free(k);
+        ASSERT_EQ(storage_full_key(&c, "aivory/mineru/document.pdf", true, &k), 0);
+        ASSERT_STREQ(k, "aivory/mineru/document.pdf");
+        free(k);
+        ASSERT_EQ(storage_full_key(&c, "aivory/mineru/document.pdf", false, &k), 0);
+        ASSERT_STREQ(k, "aivory/aivory/mineru/document.pdf");
+        free(k);
+        static const char *const bad[] = { "", "/etc/passwd", "../x", "a/../../b", "a\nb", "a\x01" };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                ASSERT_EQ(storage_full_key(&c, bad[i], true, &k), -EINVAL);
+        storage_config_done(&c);
+
+        /* OSS needs all four settings to be effective; bad providers and endpoints are refused. */
+        j = "{\"provider\":\"aliyun_oss\",\"oss_bucket\":\"b\"}";
+        ASSERT_EQ(json_parse(j, strlen(j), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
+        json_object_put(o);
+        ASSERT_TRUE(!storage_config_effective(&c, NULL));
+        storage_config_done(&c);
+        static const char *const refused[] = {
+                "{\"provider\":\"ftp\"}", "{\"provider\":\"s3\",\"s3_endpoint\":\"file:///etc\"}",
+                "{\"prefix\":\"../up\"}", "{\"prefix\":\"/abs\"}", "{\"s3_bucket\":5}",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refused); i++) {
+                ASSERT_EQ(json_parse(refused[i], strlen(refused[i]), JSON_DEPTH_MAX, &o), 0);
+                ASSERT_EQ(storage_config_parse(o, &c, &err), -EINVAL);
+                ASSERT_TRUE(err != NULL);
+                json_object_put(o);
+        }
+
+        ASSERT_TRUE(archive_stem_is_valid("conv_example-1"));
+        ASSERT_TRUE(!archive_stem_is_valid("api smoke"));
+        ASSERT_TRUE(!archive_stem_is_valid(""));
 }
 
 static void test_utf8(void) {
@@ -374,6 +439,7 @@ int main(int argc, char *argv[]) {
         RUN(test_mime);
         RUN(test_parse);
         RUN(test_workspace_path);
+        RUN(test_storage_config);
         RUN(test_utf8);
         RUN(test_secret_equal);
         RUN(test_json_parse);

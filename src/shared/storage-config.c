@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The "storage" block of the sidecar API: parsing, when it is effective, and object key rules. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "json-util.h"
+#include "storage-config.h"
+#include "string-util.h"
+
+static const char *const provider_table[_STORAGE_PROVIDER_MAX] = {
+        [STORAGE_LOCAL] = "local",
+        [STORAGE_S3] = "s3",
+        [STORAGE_ALIYUN_OSS] = "aliyun_oss",
+};
+
+const char *storage_provider_to_string(StorageProvider p) {
+        return p >= 0 && p < _STORAGE_PROVIDER_MAX ? provider_table[p] : NULL;
+}
+
+StorageProvider storage_provider_from_string(const char *s) {
+        for (int i = 0; i < _STORAGE_PROVIDER_MAX; i++)
+                if (s && streq(s, provider_table[i]))
+                        return (StorageProvider) i;
+        return _STORAGE_PROVIDER_INVALID;
+}
+
+void storage_config_done(StorageConfig *c) {
+        char **secrets[] = { &c->s3_secret_key, &c->oss_access_key_secret };
+
+        for (size_t i = 0; i < ELEMENTSOF(secrets); i++)
+                if (*secrets[i])
+                        explicit_bzero(*secrets[i], strlen(*secrets[i]));
+        free(c->prefix);
+        free(c->s3_bucket);
+        free(c->s3_region);
+        free(c->s3_endpoint);
+        free(c->s3_access_key);
+        free(c->s3_secret_key);
+        free(c->oss_bucket);
+        free(c->oss_endpoint);
+        free(c->oss_access_key_id);
+        free(c->oss_access_key_secret);
+        *c = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
+}
+
+int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error) {
+        struct {
+                const char *provider, *prefix, *s3_bucket, *s3_region, *s3_endpoint, *s3_access_key, *s3_secret_key,
+                        *oss_bucket, *oss_endpoint, *oss_access_key_id, *oss_access_key_secret;
+        } p = {};
+        static const JsonField fields[] = {
+                { "provider", JSON_FIELD_STRING, offsetof(typeof(p), provider), JSON_NULLABLE },
+                { "prefix", JSON_FIELD_STRING, offsetof(typeof(p), prefix), JSON_NULLABLE },
+                { "s3_bucket", JSON_FIELD_STRING, offsetof(typeof(p), s3_bucket), JSON_NULLABLE },
+                { "s3_region", JSON_FIELD_STRING, offsetof(typeof(p), s3_region), JSON_NULLABLE },
+                { "s3_endpoint", JSON_FIELD_STRING, offsetof(typeof(p), s3_endpoint), JSON_NULLABLE },
+                { "s3_access_key", JSON_FIELD_STRING, offsetof(typeof(p), s3_access_key), JSON_NULLABLE },
+                { "s3_secret_key", JSON_FIELD_STRING, offsetof(typeof(p), s3_secret_key), JSON_NULLABLE },
+                { "oss_bucket", JSON_FIELD_STRING, offsetof(typeof(p), oss_bucket), JSON_NULLABLE },
+                { "oss_endpoint", JSON_FIELD_STRING, offsetof(typeof(p), oss_endpoint), JSON_NULLABLE },
+                { "oss_access_key_id", JSON_FIELD_STRING, offsetof(typeof(p), oss_access_key_id), JSON_NULLABLE },
+                { "oss_access_key_secret", JSON_FIELD_STRING, offsetof(typeof(p), oss_access_key_secret), JSON_NULLABLE },
+                {},
+        };
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        JsonDispatchError jerr;
+        const char *prefix;
+        size_t l;
+
+        *ret_error = "invalid storage config";
+        if (json_dispatch(o, fields, &p, &jerr) < 0)
+                return -EINVAL;
+
+        c.provider = storage_provider_from_string(p.provider ?: "local");
+        if (c.provider < 0) {
+                *ret_error = "unsupported storage provider";
+                return -EINVAL;
+        }
+
+        prefix = isempty(p.prefix) ? STORAGE_DEFAULT_PREFIX : p.prefix;
+        l = strlen(prefix);
+        while (l > 0 && prefix[l - 1] == '/')
+                l--;
+        c.prefix = strndup(prefix, l);
+        if (!c.prefix)
+                return -ENOMEM;
+        /* The prefix joins keys: it obeys the key rules itself. */
+        if (*c.prefix && !storage_key_is_valid(c.prefix)) {
+                *ret_error = "invalid storage prefix";
+                return -EINVAL;
+        }
+
+#define DUP(field)                                                      \
+        do {                                                            \
+                if (!isempty(p.field) && !(c.field = strdup(p.field)))  \
+                        return -ENOMEM;                                 \
+        } while (0)
+        DUP(s3_bucket);
+        DUP(s3_region);
+        DUP(s3_endpoint);
+        DUP(s3_access_key);
+        DUP(s3_secret_key);
+        DUP(oss_bucket);
+        DUP(oss_endpoint);
+        DUP(oss_access_key_id);
+        DUP(oss_access_key_secret);
+#undef DUP
+
+        /* Endpoints are URLs with a scheme; nothing else is fetched. */
+        if ((c.s3_endpoint && !startswith(c.s3_endpoint, "https://") && !startswith(c.s3_endpoint, "http://")) ||
+            (c.oss_endpoint && !startswith(c.oss_endpoint, "https://") && !startswith(c.oss_endpoint, "http://"))) {
+                *ret_error = "storage endpoint must be an http(s) URL";
+                return -EINVAL;
+        }
+
+        *ret_error = NULL;
+        *ret = c;
+        c = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
+        return 0;
+}
+
+bool storage_config_effective(const StorageConfig *c, const char *local_storage_dir) {
+        struct stat st;
+
+        switch (c->provider) {
+        case STORAGE_LOCAL:
+                return !isempty(local_storage_dir) && stat(local_storage_dir, &st) >= 0 && S_ISDIR(st.st_mode);
+        case STORAGE_S3:
+                return c->s3_bucket != NULL;
+        case STORAGE_ALIYUN_OSS:
+                return c->oss_bucket && c->oss_endpoint && c->oss_access_key_id && c->oss_access_key_secret;
+        default:
+                return false;
+        }
+}
+
+bool storage_key_is_valid(const char *key) {
+        size_t l;
+
+        if (isempty(key) || key[0] == '/')
+                return false;
+        l = strlen(key);
+        if (l > STORAGE_KEY_MAX || strstr(key, ".."))
+                return false;
+        /* Control characters have no business in object names (and would corrupt logs). */
+        for (size_t i = 0; i < l; i++)
+                if ((unsigned char) key[i] < 0x20 || key[i] == 0x7f)
+                        return false;
+        return utf8_is_valid_n(key, l);
+}
+
+int storage_full_key(const StorageConfig *c, const char *key, bool accept_full, char **ret) {
+        const char *rest;
+        char *full;
+
+        if (!storage_key_is_valid(key))
+                return -EINVAL;
+        if (isempty(c->prefix)) {
+                full = strdup(key);
+                if (!full)
+                        return -ENOMEM;
+                *ret = full;
+                return 0;
+        }
+        if (accept_full && (rest = startswith(key, c->prefix)) && rest[0] == '/' && rest[1]) {
+                full = strdup(key);
+        } else if (asprintf(&full, "%s/%s", c->prefix, key) < 0)
+                full = NULL;
+        if (!full)
+                return -ENOMEM;
+        if (strlen(full) > STORAGE_KEY_MAX) {
+                free(full);
+                return -EINVAL;
+        }
+        *ret = full;
+        return 0;
+}
+
+bool archive_stem_is_valid(const char *stem) {
+        size_t l;
+
+        if (isempty(stem))
+                return false;
+        l = strlen(stem);
+        if (l > ARCHIVE_STEM_MAX)
+                return false;
+        for (size_t i = 0; i < l; i++) {
+                char ch = stem[i];
+                if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                      ch == '-'))
+                        return false;
+        }
+        return true;
+}
+
+int storage_archive_key(const StorageConfig *c, const char *stem, char **ret) {
+        char *k;
+
+        if (!archive_stem_is_valid(stem))
+                return -EINVAL;
+        if (asprintf(&k, "%s%sworkspaces/%s.tgz", strempty(c->prefix), isempty(c->prefix) ? "" : "/", stem) < 0)
+                return -ENOMEM;
+        *ret = k;
+        return 0;
+}

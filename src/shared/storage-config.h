@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The "storage" block of the sidecar API: parsing, when it is effective, and object key rules. */
+#pragma once
+
+#include <stdbool.h>
+
+#include <json-c/json.h>
+
+#include "macro.h"
+
+typedef enum StorageProvider {
+        STORAGE_LOCAL,
+        STORAGE_S3,
+        STORAGE_ALIYUN_OSS,
+        _STORAGE_PROVIDER_MAX,
+        _STORAGE_PROVIDER_INVALID = -EINVAL,
+} StorageProvider;
+
+const char *storage_provider_to_string(StorageProvider p);
+StorageProvider storage_provider_from_string(const char *s);
+
+#define STORAGE_DEFAULT_PREFIX "workspaces/"
+#define STORAGE_KEY_MAX 1024
+#define ARCHIVE_STEM_MAX 128
+
+typedef struct StorageConfig {
+        StorageProvider provider;
+        char *prefix;             /* as given (default "workspaces/"), trailing '/' removed */
+        char *s3_bucket;
+        char *s3_region;
+        char *s3_endpoint;        /* NULL: AWS */
+        char *s3_access_key;
+        char *s3_secret_key;
+        char *oss_bucket;
+        char *oss_endpoint;
+        char *oss_access_key_id;
+        char *oss_access_key_secret;
+} StorageConfig;
+
+/* Parses the block (a JSON object). -EINVAL with *ret_error set to a client-facing reason. */
+int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error);
+void storage_config_done(StorageConfig *c);
+
+/* Whether archives and the storage endpoints work with this block (COMPAT.md "Storage effective"). */
+bool storage_config_effective(const StorageConfig *c, const char *local_storage_dir);
+
+/* Object keys from clients: not empty, no "..", no NUL or control characters, not absolute,
+ * at most STORAGE_KEY_MAX bytes. */
+bool storage_key_is_valid(const char *key);
+/* "<prefix>/<key>"; when 'key' already starts with "<prefix>/" it is taken as full (delete accepts
+ * both). -EINVAL for invalid keys and for keys that would leave the prefix. */
+int storage_full_key(const StorageConfig *c, const char *key, bool accept_full, char **ret);
+
+/* Archive stems: ^[A-Za-z0-9_-]{1,128}$. */
+bool archive_stem_is_valid(const char *stem);
+/* "<prefix>/workspaces/<stem>.tgz" (the Aivory sidecar's layout: the default prefix makes it
+ * "workspaces/workspaces/<stem>.tgz"). */
+int storage_archive_key(const StorageConfig *c, const char *stem, char **ret);
