@@ -14,6 +14,7 @@
 #define _unused_ __attribute__((unused))
 #define _noreturn_ __attribute__((noreturn))
 #define _pure_ __attribute__((pure))
+#define _fallthrough_ __attribute__((fallthrough))
 #define _likely_(x) (__builtin_expect(!!(x), 1))
 #define _unlikely_(x) (__builtin_expect(!!(x), 0))
 #define _warn_unused_result_ __attribute__((warn_unused_result))

@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Workspace archives: a gzip'd tar of /workspace ("./" entries, without uploads/ and skills/),
+ * and the restore that lets nothing out of the workspace. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include "workspace-archive.h"
+#include "fs-util.h"
+#include "io-util.h"
+#include "macro.h"
+#include "string-util.h"
+
+#define ARCHIVE_DEPTH_MAX 64
+
+DEFINE_CLEANUP_FUNC(struct archive *, archive_write_free);
+DEFINE_CLEANUP_FUNC(struct archive_entry *, archive_entry_free);
+
+/* Entries the archive never carries: Aivory re-syncs inputs into a new session. */
+static bool name_is_excluded(const char *rel) {
+        static const char *const excluded[] = { "uploads", "skills" };
+        for (size_t i = 0; i < ELEMENTSOF(excluded); i++) {
+                size_t l = strlen(excluded[i]);
+                if (strneq(rel, excluded[i], l) && (rel[l] == 0 || rel[l] == '/'))
+                        return true;
+        }
+        return false;
+}
+
+/* "a/./b" → not canonical: every component must be a plain name. */
+static bool relative_path_is_plain(const char *p) {
+        if (isempty(p) || p[0] == '/')
+                return false;
+        for (const char *c = p; *c;) {
+                size_t l = strcspn(c, "/");
+                if (l == 0 || (l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c += l;
+                if (*c == '/')
+                        c++;
+        }
+        return true;
+}
+
+ArchiveVerdict archive_entry_check(const char *name, mode_t type, const char *symlink, const char *hardlink) {
+        const char *rel;
+
+        if (!name || !utf8_is_valid_n(name, strlen(name)))
+                return ARCHIVE_ENTRY_REFUSE;
+        rel = startswith(name, "./") ?: name;
+        while (*rel == '/' && rel == name)
+                return ARCHIVE_ENTRY_REFUSE; /* absolute */
+        if (streq(name, ".") || streq(name, "./"))
+                return ARCHIVE_ENTRY_SKIP;    /* the root itself */
+        {
+                /* Tolerate one trailing slash on directories. */
+                char buf[4097];
+                size_t l = strlen(rel);
+                if (l == 0 || l >= sizeof(buf))
+                        return ARCHIVE_ENTRY_REFUSE;
+                memcpy(buf, rel, l + 1);
+                if (buf[l - 1] == '/')
+                        buf[l - 1] = 0;
+                if (!relative_path_is_plain(buf))
+                        return ARCHIVE_ENTRY_REFUSE;
+                if (name_is_excluded(buf))
+                        return ARCHIVE_ENTRY_SKIP;
+        }
+        if (hardlink)
+                return ARCHIVE_ENTRY_REFUSE;  /* could name a file we must not touch */
+        switch (type) {
+        case S_IFREG:
+        case S_IFDIR:
+                return ARCHIVE_ENTRY_EXTRACT;
+        case S_IFLNK:
+                /* Only links that stay inside: relative, no "..". Absolute ones would point into
+                 * the host as soon as anything outside the sandbox followed them. */
+                if (!symlink || !relative_path_is_plain(symlink))
+                        return ARCHIVE_ENTRY_REFUSE;
+                return ARCHIVE_ENTRY_EXTRACT;
+        case S_IFIFO:
+                return ARCHIVE_ENTRY_SKIP;
+        default:
+                return ARCHIVE_ENTRY_REFUSE;  /* devices, sockets, unknown */
+        }
+}
+
+/* ---- create ---- */
+
+typedef struct WriteState {
+        int fd;
+        uint64_t written;
+        uint64_t max;
+        bool too_big;
+} WriteState;
+
+static la_ssize_t write_callback(struct archive *a, void *userdata, const void *buf, size_t n) {
+        WriteState *w = userdata;
+
+        if (w->written + n > w->max) {
+                w->too_big = true;
+                archive_set_error(a, EFBIG, "archive too large");
+                return -1;
+        }
+        if (write_all(w->fd, buf, n) < 0) {
+                archive_set_error(a, errno, "write failed");
+                return -1;
+        }
+        w->written += n;
+        return (la_ssize_t) n;
+}
+
+static int add_tree(struct archive *a, int dir_fd, const char *prefix, unsigned depth, uint64_t *entries,
+                    const ArchiveLimits *limits) {
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        int r;
+
+        if (depth > ARCHIVE_DEPTH_MAX)
+                return 0;
+        r = opendir_at(dir_fd, &d);
+        if (r < 0)
+                return r;
+        while ((de = readdir(d))) {
+                _cleanup_(archive_entry_freep) struct archive_entry *e = NULL;
+                _cleanup_free_ char *rel = NULL, *name = NULL;
+                struct stat st;
+
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                if (asprintf(&rel, "%s%s%s", prefix, *prefix ? "/" : "", de->d_name) < 0 ||
+                    asprintf(&name, "./%s", rel) < 0)
+                        return -ENOMEM;
+                if (depth == 0 && name_is_excluded(rel))
+                        continue;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue;
+                if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode))
+                        continue;
+                if (++*entries > limits->max_entries)
+                        return -EFBIG;
+
+                e = archive_entry_new();
+                if (!e)
+                        return -ENOMEM;
+                archive_entry_copy_pathname(e, name);
+                archive_entry_copy_stat(e, &st);
+                /* No owners: the restore gives everything to the sandbox user anyway. */
+                archive_entry_set_uid(e, 0);
+                archive_entry_set_gid(e, 0);
+                archive_entry_set_perm(e, st.st_mode & 0777);
+
+                if (S_ISLNK(st.st_mode)) {
+                        char target[4097];
+                        ssize_t k = readlinkat(dirfd(d), de->d_name, target, sizeof(target) - 1);
+                        if (k < 0)
+                                continue;
+                        target[k] = 0;
+                        archive_entry_copy_symlink(e, target);
+                        archive_entry_set_size(e, 0);
+                }
+                if (archive_write_header(a, e) != ARCHIVE_OK)
+                        return -EIO;
+
+                if (S_ISREG(st.st_mode)) {
+                        _cleanup_close_ int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                        char buf[64 * 1024];
+                        uint64_t left = (uint64_t) st.st_size;
+
+                        if (fd < 0)
+                                return -errno;
+                        while (left > 0) {
+                                ssize_t k = read(fd, buf, MIN(sizeof(buf), left));
+                                if (k < 0)
+                                        return -errno;
+                                if (k == 0) {
+                                        /* Shrank while we read: pad, the header promised the size. */
+                                        memset(buf, 0, sizeof(buf));
+                                        k = (ssize_t) MIN(sizeof(buf), left);
+                                }
+                                if (archive_write_data(a, buf, (size_t) k) < 0)
+                                        return -EIO;
+                                left -= (uint64_t) k;
+                        }
+                } else if (S_ISDIR(st.st_mode)) {
+                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (sub < 0)
+                                continue;
+                        r = add_tree(a, sub, rel, depth + 1, entries, limits);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
+int archive_create(int dir_fd, int out_fd, const ArchiveLimits *limits) {
+        _cleanup_(archive_write_freep) struct archive *a = NULL;
+        WriteState w = { .fd = out_fd, .max = limits->max_bytes };
+        uint64_t entries = 0;
+        int r;
+
+        a = archive_write_new();
+        if (!a)
+                return -ENOMEM;
+        if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK || archive_write_add_filter_gzip(a) != ARCHIVE_OK ||
+            archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
+            archive_write_open(a, &w, NULL, write_callback, NULL) != ARCHIVE_OK)
+                return w.too_big ? -EFBIG : -EIO;
+
+        r = add_tree(a, dir_fd, "", 0, &entries, limits);
+        if (r >= 0 && archive_write_close(a) != ARCHIVE_OK)
+                r = -EIO;
+        if (w.too_big)
+                return -EFBIG;
+        return r;
+}
+
+/* ---- extract ---- */
+
+DEFINE_CLEANUP_FUNC(struct archive *, archive_read_free);
+
+int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extracted) {
+        _cleanup_(archive_read_freep) struct archive *in = NULL;
+        _cleanup_(archive_write_freep) struct archive *out = NULL;
+        struct archive_entry *e;
+        uint64_t total = 0, entries = 0;
+        int refused = 0, r;
+
+        in = archive_read_new();
+        out = archive_write_disk_new();
+        if (!in || !out)
+                return -ENOMEM;
+        archive_read_support_format_tar(in);
+        archive_read_support_format_gnutar(in);
+        archive_read_support_filter_gzip(in);
+        /* Belt and braces on top of our own checks; never owners, never set-id bits. */
+        archive_write_disk_set_options(out, ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                                    ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_TIME |
+                                                    ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_UNLINK);
+        if (archive_read_open_fd(in, in_fd, 64 * 1024) != ARCHIVE_OK)
+                return -EBADMSG;
+
+        while ((r = archive_read_next_header(in, &e)) == ARCHIVE_OK) {
+                const char *name = archive_entry_pathname(e);
+                mode_t type = archive_entry_filetype(e);
+                int64_t size = archive_entry_size(e);
+
+                if (++entries > limits->max_entries)
+                        return -EFBIG;
+                switch (archive_entry_check(name, type, archive_entry_symlink(e), archive_entry_hardlink(e))) {
+                case ARCHIVE_ENTRY_REFUSE:
+                        refused++;
+                        _fallthrough_;
+                case ARCHIVE_ENTRY_SKIP:
+                        continue;
+                case ARCHIVE_ENTRY_EXTRACT:
+                        break;
+                }
+                if (size < 0 || total + (uint64_t) size > limits->max_bytes)
+                        return -EFBIG;
+                total += (uint64_t) size;
+
+                archive_entry_set_perm(e, (archive_entry_perm(e) & 0777) | (type == S_IFDIR ? 0700 : 0600));
+                archive_entry_set_uid(e, getuid());
+                archive_entry_set_gid(e, getgid());
+                if (archive_write_header(out, e) != ARCHIVE_OK) {
+                        refused++;
+                        continue;
+                }
+                if (type == S_IFREG && size > 0) {
+                        const void *buf;
+                        size_t len;
+                        la_int64_t off;
+
+                        while ((r = archive_read_data_block(in, &buf, &len, &off)) == ARCHIVE_OK)
+                                if (archive_write_data_block(out, buf, len, off) != ARCHIVE_OK)
+                                        break;
+                        if (r != ARCHIVE_EOF && r != ARCHIVE_OK)
+                                return -EBADMSG;
+                }
+                if (archive_write_finish_entry(out) != ARCHIVE_OK)
+                        refused++;
+        }
+        if (r != ARCHIVE_EOF)
+                return -EBADMSG;
+        if (archive_write_close(out) != ARCHIVE_OK)
+                return -EIO;
+        if (ret_extracted)
+                *ret_extracted = total;
+        return refused;
+}
