@@ -169,14 +169,14 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
 
 /* ---- ReleaseSession ---- */
 
-typedef struct ReleaseOptions {
+typedef struct ReleaseArgs {
         int discard;
         const char *archive_key;
         const char *storage;
-} ReleaseOptions;
+} ReleaseArgs;
 
 static int release_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        ReleaseOptions *o = userdata;
+        ReleaseArgs *o = userdata;
 
         if (streq(key, "discard"))
                 return read_variant(m, key, 'b', &o->discard, error);
@@ -202,7 +202,7 @@ static void on_session_released(Session *s, int error, const char *message, void
 
 static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
-        ReleaseOptions o = {};
+        ReleaseArgs o = {};
         const char *id;
         Session *s;
         int r;
@@ -220,7 +220,12 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         if (!s)
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
 
-        r = session_release(s, "released by client", on_session_released, sd_bus_message_ref(m));
+        if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
+        ReleaseOptions ro = { .archive = !o.discard, .discard = o.discard, .archive_key = o.archive_key,
+                              .storage_json = o.storage };
+        r = session_release_full(s, o.discard ? "discarded by client" : "released by client", &ro, on_session_released,
+                                 sd_bus_message_ref(m));
         if (r < 0) {
                 sd_bus_message_unref(m);
                 return r;

@@ -24,6 +24,8 @@
 #include "manager.h"
 #include "runner-protocol.h"
 #include "session.h"
+#include "bus-util.h"
+#include "storage-config.h"
 #include "string-util.h"
 #include "systemd-client.h"
 
@@ -213,6 +215,8 @@ Session *session_free(Session *s) {
         free(s->session_root);
         free(s->archive_key);
         free(s->storage_json);
+        free(s->archive_token);
+        free(s->stop_reason);
         free(s);
         return NULL;
 }
@@ -270,18 +274,12 @@ static void on_stop_job_done(Manager *m, const char *result, int error, const sd
         session_finalize(s);
 }
 
-/* Stop the scope (killing the runner and everything of the session) and then finalize. */
-static void session_teardown(Session *s, const char *reason) {
-        int r;
-
-        if (s->state == SESSION_STOPPING && s->finalize_when_idle)
-                return;
-        s->state = SESSION_STOPPING;
-        s->finalize_when_idle = true;
-        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-
-        /* Nothing queued will run now; clients see the session as gone at once. */
+/* From now on the session takes no calls: clients see it as gone at once. */
+static void session_begin_stopping(Session *s) {
         RunnerRequest *q;
+
+        s->state = SESSION_STOPPING;
+        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
         while ((q = s->queue_head)) {
                 s->queue_head = q->next;
                 s->n_queued--;
@@ -289,7 +287,15 @@ static void session_teardown(Session *s, const char *reason) {
                 runner_request_free(q);
         }
         s->queue_tail = NULL;
+}
 
+/* Stop the scope (killing the runner and everything of the session) and then finalize. */
+static void session_stop_scope(Session *s, const char *reason) {
+        int r;
+
+        if (s->finalize_when_idle)
+                return;
+        s->finalize_when_idle = true;
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Releasing session %s (%s).", s->id, reason);
 
         r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, NULL);
@@ -305,14 +311,28 @@ static void session_teardown(Session *s, const char *reason) {
         manager_state_changed(s->manager);
 }
 
+static void session_teardown(Session *s, const char *reason) {
+        session_begin_stopping(s);
+        session_stop_scope(s, reason);
+}
+
+static int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *userdata) {
+        ReleaseWaiter *w;
+
+        if (!cb)
+                return 0;
+        w = calloc(1, sizeof(ReleaseWaiter));
+        if (!w)
+                return -ENOMEM;
+        *w = (ReleaseWaiter) { .next = s->release_waiters, .callback = cb, .userdata = userdata };
+        s->release_waiters = w;
+        return 0;
+}
+
 int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata) {
-        if (cb) {
-                ReleaseWaiter *w = calloc(1, sizeof(ReleaseWaiter));
-                if (!w)
-                        return -ENOMEM;
-                *w = (ReleaseWaiter) { .next = s->release_waiters, .callback = cb, .userdata = userdata };
-                s->release_waiters = w;
-        }
+        int r = session_add_release_waiter(s, cb, userdata);
+        if (r < 0)
+                return r;
         session_teardown(s, reason);
         return 0;
 }
@@ -532,7 +552,7 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
         }
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-idle"),
                    "Session %s was idle for %llus.", s->id, (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
-        (void) session_release(s, "idle timeout", NULL, NULL);
+        (void) session_release_full(s, "idle timeout", &(ReleaseOptions) { .archive = true }, NULL, NULL);
         return 0;
 }
 
@@ -586,11 +606,16 @@ static void session_start_done(Session *s, int error, const char *message) {
                 session_teardown(s, "start failed");
 }
 
+static void session_restore_then_ready(Session *s);
+
 static void on_init_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
-        if (error < 0)
+        if (error < 0) {
                 log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Runner of session %s failed to initialize: %s",
                            s->id, strempty(message));
-        session_start_done(s, error < 0 ? -EHOSTDOWN : 0, error < 0 ? "failed to initialize the workspace" : NULL);
+                session_start_done(s, -EHOSTDOWN, "failed to initialize the workspace");
+                return;
+        }
+        session_restore_then_ready(s);
 }
 
 static int session_connect(Session *s) {
@@ -940,6 +965,253 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         }
         session_touch(s);
         return 0;
+}
+
+/* ---- archives: storage agent + runner ---- */
+
+#define STORAGE_CALL_SLACK_USEC (30 * USEC_PER_SEC)
+
+/* The storage block to use (the call's, else the one remembered at create) if it is effective,
+ * else NULL: then archives are no-ops (COMPAT.md). */
+static const char *session_effective_storage(Session *s, const char *override) {
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_json_ json_object *o = NULL;
+        const char *json = override ?: s->storage_json, *why;
+
+        if (!json || json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object) ||
+            storage_config_parse(o, &c, &why) < 0)
+                return NULL;
+        return storage_config_effective(&c, s->manager->config.local_storage_dir) ? json : NULL;
+}
+
+static const char *session_archive_stem(Session *s, const char *override) {
+        if (override && archive_stem_is_valid(override))
+                return override;
+        if (s->archive_key && archive_stem_is_valid(s->archive_key))
+                return s->archive_key;
+        return s->id;
+}
+
+static int storage_call(Session *s, const char *method, sd_bus_message_handler_t cb, uint64_t timeout_usec,
+                        const char *storage, const char *arg) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_call(s->manager->bus, &m, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
+                                           STORAGE_AGENT_INTERFACE, method);
+        if (r >= 0)
+                r = storage ? sd_bus_message_append(m, "ss", storage, arg) : sd_bus_message_append(m, "s", arg);
+        if (r >= 0)
+                r = sd_bus_call_async(s->manager->bus, NULL, m, cb, s, timeout_usec);
+        if (r >= 0)
+                s->systemd_calls_pending++;
+        return r;
+}
+
+/* Answers that arrive for a session stopping anyway: account, and continue the stop. */
+static bool storage_reply_begin(Session *s) {
+        s->systemd_calls_pending--;
+        return true;
+}
+
+static void session_archive_finished(Session *s) {
+        free(s->archive_token);
+        s->archive_token = NULL;
+        session_stop_scope(s, s->stop_reason ?: "released");
+}
+
+static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+        uint64_t size = 0;
+
+        storage_reply_begin(s);
+        if (sd_bus_message_is_method_error(reply, NULL))
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to store the archive of %s: %s",
+                           s->id, sd_bus_message_get_error(reply)->message);
+        else if (sd_bus_message_read(reply, "t", &size) >= 0)
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
+                           "Archived session %s (%llu bytes).", s->id, (unsigned long long) size);
+        session_archive_finished(s);
+        return 0;
+}
+
+static int on_abort_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+        storage_reply_begin(s);
+        session_archive_finished(s);
+        return 0;
+}
+
+static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        int r;
+
+        if (error < 0) {
+                /* Too large or too slow: skipped, logged, not an error for the client. */
+                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
+                           "Archive of session %s skipped: %s", s->id, strempty(message));
+                r = storage_call(s, "AbortArchive", on_abort_reply, STORAGE_CALL_SLACK_USEC, NULL, s->archive_token);
+        } else
+                r = storage_call(s, "CommitArchive", on_commit_reply, STORAGE_CALL_SLACK_USEC, NULL, s->archive_token);
+        if (r < 0)
+                session_archive_finished(s);
+}
+
+static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+        Config *c = &s->manager->config;
+        json_object *msg;
+        const char *token;
+        int fd, r;
+
+        storage_reply_begin(s);
+        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Not archiving session %s: %s", s->id,
+                           sd_bus_message_is_method_error(reply, NULL) ? sd_bus_message_get_error(reply)->message
+                                                                         : "malformed reply");
+                session_archive_finished(s);
+                return 0;
+        }
+        s->archive_token = strdup(token);
+        fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        msg = json_object_new_object();
+        if (!s->archive_token || fd < 0 || !msg) {
+                safe_close(fd);
+                json_object_put(msg);
+                session_archive_finished(s);
+                return 0;
+        }
+        json_object_object_add(msg, "op", json_object_new_string("archive"));
+        json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->max_archive_bytes));
+        json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
+        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, false, true,
+                            on_runner_archived, NULL);
+        if (r < 0)
+                session_archive_finished(s);
+        return 0;
+}
+
+static int on_delete_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+
+        storage_reply_begin(s);
+        if (sd_bus_message_is_method_error(reply, NULL))
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to delete the archive of %s: %s",
+                           s->id, sd_bus_message_get_error(reply)->message);
+        session_stop_scope(s, s->stop_reason ?: "discarded");
+        return 0;
+}
+
+int session_release_full(Session *s, const char *reason, const ReleaseOptions *o, SessionDoneCallback cb,
+                         void *userdata) {
+        const char *storage;
+        int r;
+
+        r = session_add_release_waiter(s, cb, userdata);
+        if (r < 0)
+                return r;
+        if (s->state == SESSION_STOPPING)
+                return 0; /* already on its way out; the waiter hears when it is gone */
+
+        session_begin_stopping(s);
+        free(s->stop_reason);
+        s->stop_reason = strdup(reason);
+
+        storage = session_effective_storage(s, o ? o->storage_json : NULL);
+        if (storage && o && o->discard) {
+                r = storage_call(s, "DeleteArchive", on_delete_archive_reply,
+                                 STORAGE_CALL_SLACK_USEC, storage, session_archive_stem(s, o->archive_key));
+                if (r >= 0)
+                        return 0;
+        } else if (storage && (!o || o->archive) && !s->in_flight && s->control_fd >= 0) {
+                r = storage_call(s, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, storage,
+                                 session_archive_stem(s, NULL));
+                if (r >= 0)
+                        return 0;
+        } else if (storage && s->in_flight)
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Not archiving session %s: a call is still running in it.", s->id);
+
+        session_stop_scope(s, reason);
+        return 0;
+}
+
+/* ---- restore at create ---- */
+
+static void on_inputs_reset(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        if (error < 0)
+                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to clear the inputs of session %s: %s", s->id, strempty(message));
+        session_start_done(s, 0, NULL);
+}
+
+static void session_reset_inputs_then_ready(Session *s) {
+        json_object *msg = json_object_new_object();
+        if (!msg || (json_object_object_add(msg, "op", json_object_new_string("reset-inputs")),
+                     session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_inputs_reset, NULL)) < 0)
+                session_start_done(s, 0, NULL);
+}
+
+static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        json_object *v;
+
+        if (error < 0)
+                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to restore the archive of session %s, starting empty: %s", s->id, strempty(message));
+        else
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-restored"),
+                           "Restored session %s from its archive (%lld bytes).", s->id,
+                           json_object_object_get_ex(reply, "bytes", &v) ? (long long) json_object_get_int64(v) : 0LL);
+        session_reset_inputs_then_ready(s);
+}
+
+static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+        Config *c = &s->manager->config;
+        json_object *msg;
+        int found = 0, fd, r;
+
+        s->systemd_calls_pending--;
+        if (s->state == SESSION_STOPPING) {
+                session_finalize(s);
+                return 0;
+        }
+        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "bh", &found, &fd) < 0) {
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to fetch the archive of session %s, starting empty: %s", s->id,
+                           sd_bus_message_is_method_error(reply, NULL) ? sd_bus_message_get_error(reply)->message : "malformed reply");
+                found = 0;
+        }
+        if (!found) {
+                session_reset_inputs_then_ready(s);
+                return 0;
+        }
+        fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        msg = json_object_new_object();
+        if (fd < 0 || !msg) {
+                safe_close(fd);
+                json_object_put(msg);
+                session_reset_inputs_then_ready(s);
+                return 0;
+        }
+        json_object_object_add(msg, "op", json_object_new_string("restore"));
+        /* Expansion is bounded like the workspace itself. */
+        json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->workspace_size));
+        json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
+        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, false, true,
+                            on_runner_restored, NULL);
+        if (r < 0)
+                session_reset_inputs_then_ready(s);
+        return 0;
+}
+
+/* After the runner is up: restore the archive if there is one, then clear the inputs. */
+static void session_restore_then_ready(Session *s) {
+        const char *storage = s->archive_key ? session_effective_storage(s, NULL) : NULL;
+
+        if (storage && storage_call(s, "OpenArchive", on_open_archive_reply, STORAGE_CALL_SLACK_USEC, storage,
+                                    session_archive_stem(s, NULL)) >= 0)
+                return;
+        session_start_done(s, 0, NULL);
 }
 
 /* ---- workspace files ---- */

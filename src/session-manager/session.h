@@ -98,6 +98,8 @@ struct Session {
 
         char *archive_key;
         char *storage_json;
+        char *archive_token;      /* the storage agent's staging of our archive, while it runs */
+        char *stop_reason;
 
         unsigned systemd_calls_pending;
         bool finalize_when_idle;
@@ -120,6 +122,17 @@ Session *session_free(Session *s);
 int session_start(Session *s, SessionDoneCallback cb, void *userdata);
 /* Stop the scope and forget the session. cb (optional) runs when it is gone. */
 int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata);
+/* Release with the client's options: archive the workspace first (default, when storage is
+ * effective and no call is running), or delete the archive instead (discard). */
+typedef struct ReleaseOptions {
+        bool archive;
+        bool discard;
+        const char *archive_key;   /* for discard */
+        const char *storage_json;  /* overrides the remembered block */
+} ReleaseOptions;
+int session_release_full(Session *s, const char *reason, const ReleaseOptions *o, SessionDoneCallback cb,
+                         void *userdata);
+
 /* Queue an exec. code_fd is taken over. */
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata);
 

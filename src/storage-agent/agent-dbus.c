@@ -1,7 +1,94 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The io.scopebox.StorageAgent1 bus API. */
+/* The io.scopebox.StorageAgent1 bus API (docs/dbus-api.md). */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "agent.h"
 #include "bus-util.h"
+#include "id.h"
+#include "json-util.h"
+#include "log.h"
+#include "storage-config.h"
+
+#define STAGED_EXPIRY_SLACK_USEC (60 * USEC_PER_SEC)
+
+/* Parses and checks a storage block; errors are set on 'error'. */
+static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_error *error) {
+        _cleanup_json_ json_object *o = NULL;
+        const char *why = NULL;
+        int r;
+
+        if (json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage config");
+        r = storage_config_parse(o, ret, &why);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, why);
+        if (!storage_config_effective(ret, a->config.local_storage_dir)) {
+                storage_config_done(ret);
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured");
+        }
+        if (ret->provider != STORAGE_LOCAL) {
+                /* S3 and OSS arrive with the signing code; until then they fail like a down server. */
+                const char *p = storage_provider_to_string(ret->provider);
+                storage_config_done(ret);
+                return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED, "the %s provider is not available yet", p);
+        }
+        return 0;
+}
+
+static int archive_key_from(Agent *a, const char *storage, const char *stem, char **ret, sd_bus_error *error) {
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        int r;
+
+        r = parse_storage(a, storage, &c, error);
+        if (r != 0)
+                return r < 0 ? r : -EINVAL;
+        r = storage_archive_key(&c, stem, ret);
+        if (r == -EINVAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid archive stem");
+        return r;
+}
+
+static StagedArchive *staged_free(StagedArchive *s) {
+        if (!s)
+                return NULL;
+        for (StagedArchive **p = &s->agent->staged; *p; p = &(*p)->next)
+                if (*p == s) {
+                        *p = s->next;
+                        break;
+                }
+        local_abort(&s->local);
+        s->expiry = sd_event_source_disable_unref(s->expiry);
+        free(s->full_key);
+        if (s->agent->n_jobs > 0)
+                s->agent->n_jobs--;
+        free(s);
+        return NULL;
+}
+
+static int on_staged_expired(sd_event_source *source, uint64_t usec, void *userdata) {
+        StagedArchive *s = userdata;
+        log_warning("Archive '%s' was never committed; discarding it.", s->full_key);
+        staged_free(s);
+        return 0;
+}
+
+static StagedArchive *staged_find(Agent *a, const char *token) {
+        for (StagedArchive *s = a->staged; s; s = s->next)
+                if (streq(s->token, token))
+                        return s;
+        return NULL;
+}
+
+void agent_done(Agent *a) {
+        while (a->staged)
+                staged_free(a->staged);
+        config_done(&a->config);
+}
 
 static int method_get_version(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
@@ -10,10 +97,149 @@ static int method_get_version(sd_bus_message *m, void *userdata, sd_bus_error *e
         return sd_bus_reply_method_return(m, "s", PROJECT_VERSION);
 }
 
+static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_free_ char *key = NULL;
+        const char *storage, *stem;
+        StagedArchive *s;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "ss", &storage, &stem);
+        if (r < 0)
+                return r;
+        r = archive_key_from(a, storage, stem, &key, error);
+        if (r != 0)
+                return r;
+
+        s = calloc(1, sizeof(StagedArchive));
+        if (!s)
+                return -ENOMEM;
+        *s = (StagedArchive) { .agent = a, .local = { .dir_fd = -EBADF, .fd = -EBADF } };
+        r = session_id_generate(s->token);
+        if (r >= 0)
+                r = local_stage(a->config.local_storage_dir, key, &s->local);
+        if (r < 0) {
+                free(s);
+                log_warning_errno(r, "Failed to stage archive '%s': %m", key);
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to write to storage");
+        }
+        s->full_key = TAKE_PTR(key);
+        s->next = a->staged;
+        a->staged = s;
+        a->n_jobs++;
+        r = sd_event_add_time_relative(a->event, &s->expiry, CLOCK_MONOTONIC,
+                                       a->config.archive_timeout_sec * USEC_PER_SEC + STAGED_EXPIRY_SLACK_USEC,
+                                       USEC_PER_SEC, on_staged_expired, s);
+        if (r < 0) {
+                staged_free(s);
+                return r;
+        }
+        return sd_bus_reply_method_return(m, "sh", s->token, s->local.fd);
+}
+
+static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        const char *token;
+        StagedArchive *s;
+        uint64_t size = 0;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "s", &token);
+        if (r < 0)
+                return r;
+        s = staged_find(a, token);
+        if (!s)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unknown archive token");
+        r = local_commit(&s->local, &size);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to publish archive '%s': %m", s->full_key);
+                staged_free(s);
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to write to storage");
+        }
+        log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) size);
+        staged_free(s);
+        return sd_bus_reply_method_return(m, "t", size);
+}
+
+static int method_abort_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        const char *token;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "s", &token);
+        if (r < 0)
+                return r;
+        staged_free(staged_find(a, token));
+        return sd_bus_reply_method_return(m, NULL);
+}
+
+static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_free_ char *key = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        const char *storage, *stem;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "ss", &storage, &stem);
+        if (r < 0)
+                return r;
+        r = archive_key_from(a, storage, stem, &key, error);
+        if (r != 0)
+                return r;
+        r = local_open(a->config.local_storage_dir, key, &fd);
+        if (r == -ENOENT) {
+                fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return -errno;
+                return sd_bus_reply_method_return(m, "bh", false, fd);
+        }
+        if (r < 0) {
+                log_warning_errno(r, "Failed to open archive '%s': %m", key);
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to read from storage");
+        }
+        return sd_bus_reply_method_return(m, "bh", true, fd);
+}
+
+static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_free_ char *key = NULL;
+        const char *storage, *stem;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "ss", &storage, &stem);
+        if (r < 0)
+                return r;
+        r = archive_key_from(a, storage, stem, &key, error);
+        if (r != 0)
+                return r;
+        r = local_delete(a->config.local_storage_dir, key);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to delete archive '%s': %m", key);
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to delete from storage");
+        }
+        log_info("Deleted archive '%s'.", key);
+        return sd_bus_reply_method_return(m, NULL);
+}
+
 static const sd_bus_vtable agent_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_METHOD_WITH_ARGS("GetVersion", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", version), method_get_version,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("BeginArchive", SD_BUS_ARGS("s", storage, "s", stem),
+                                SD_BUS_RESULT("s", token, "h", sink), method_begin_archive, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("CommitArchive", SD_BUS_ARGS("s", token), SD_BUS_RESULT("t", size),
+                                method_commit_archive, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("AbortArchive", SD_BUS_ARGS("s", token), SD_BUS_NO_RESULT, method_abort_archive,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("OpenArchive", SD_BUS_ARGS("s", storage, "s", stem),
+                                SD_BUS_RESULT("b", found, "h", source), method_open_archive, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("DeleteArchive", SD_BUS_ARGS("s", storage, "s", stem), SD_BUS_NO_RESULT,
+                                method_delete_archive, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 

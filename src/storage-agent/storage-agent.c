@@ -37,6 +37,15 @@ int main(int argc, char *argv[]) {
 
         log_setup("scopebox-storage-agent");
 
+        {
+                _cleanup_free_ char *config_error = NULL;
+                r = config_load(&a->config, getenv("SCOPEBOX_CONFIG"), &config_error);
+                if (r < 0) {
+                        log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
+                        goto finish;
+                }
+        }
+
         sigemptyset(&ss);
         sigaddset(&ss, SIGTERM);
         sigaddset(&ss, SIGINT);
@@ -88,6 +97,7 @@ int main(int argc, char *argv[]) {
         r = sd_event_loop(event);
 
 finish:
+        agent_done(a);
         a->idle_source = sd_event_source_disable_unref(a->idle_source);
         if (r < 0) {
                 (void) sd_notifyf(false, "ERRNO=%i", -r);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #include "runner-protocol.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
+#include "workspace-archive.h"
 #include "workspace.h"
 #include "string-util.h"
 
@@ -100,6 +102,7 @@ struct Runner {
         scmp_filter_ctx seccomp;
 
         RunnerExec *exec;
+        struct ArchiveJob *archive_job;
 };
 
 static void output_buffer_done(OutputBuffer *b) {
@@ -784,6 +787,167 @@ static int runner_handle_reset_inputs(Runner *r) {
         return runner_send_ok(r, NULL, NULL, 0);
 }
 
+/* ---- archives ---- */
+
+/* Archive and restore run in a child chrooted into the workspace as the sandbox user: libarchive
+ * parses hostile input there, and nothing it does can reach past /workspace. */
+typedef struct ArchiveJob {
+        Runner *runner;
+        uint64_t connection_generation;
+        bool restore;
+        pid_t pid;
+        int result_fd;                 /* pipe: the child's ArchiveResult */
+        sd_event_source *child_source;
+        sd_event_source *timer_source;
+        bool timed_out;
+} ArchiveJob;
+
+typedef struct ArchiveResult {
+        int32_t error;                 /* 0 or a negative errno */
+        int32_t refused;
+        uint64_t bytes;
+} ArchiveResult;
+
+static ArchiveJob *archive_job_free(ArchiveJob *j) {
+        if (!j)
+                return NULL;
+        if (j->pid > 0)
+                (void) kill(j->pid, SIGKILL);
+        j->child_source = sd_event_source_disable_unref(j->child_source);
+        j->timer_source = sd_event_source_disable_unref(j->timer_source);
+        safe_close(j->result_fd);
+        free(j);
+        return NULL;
+}
+
+_noreturn_ static void archive_child(Runner *r, bool restore, int data_fd, int result_fd, uint64_t max_bytes) {
+        ArchiveResult res = {};
+        ArchiveLimits limits = { .max_bytes = max_bytes, .max_entries = ARCHIVE_ENTRIES_MAX };
+        const char *ws = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR);
+        int q;
+
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        if (chdir(ws) < 0 || chroot(".") < 0 || chdir("/") < 0 || setgroups(0, NULL) < 0 ||
+            setresgid(r->gid, r->gid, r->gid) < 0 || setresuid(r->uid, r->uid, r->uid) < 0 ||
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+                res.error = -errno;
+                goto done;
+        }
+        if (restore) {
+                uint64_t total = 0;
+                q = archive_extract(data_fd, &limits, &total);
+                if (q < 0)
+                        res.error = q;
+                else {
+                        res.refused = q;
+                        res.bytes = total;
+                }
+        } else {
+                _cleanup_close_ int root = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                struct stat st;
+
+                q = root < 0 ? -errno : archive_create(root, data_fd, &limits);
+                res.error = q < 0 ? q : 0;
+                if (q >= 0 && fstat(data_fd, &st) >= 0)
+                        res.bytes = (uint64_t) st.st_size;
+        }
+done:
+        (void) write_all(result_fd, &res, sizeof(res));
+        _exit(0);
+}
+
+static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        ArchiveJob *j = userdata;
+        Runner *r = j->runner;
+        _cleanup_json_ json_object *reply = NULL;
+        ArchiveResult res = { .error = -EIO };
+
+        j->pid = 0;
+        if (j->timed_out)
+                res.error = -ETIME;
+        else if (read(j->result_fd, &res, sizeof(res)) != (ssize_t) sizeof(res))
+                res = (ArchiveResult) { .error = -EIO };
+
+        if (res.error < 0)
+                (void) runner_send_error(r, j->connection_generation, res.error, "%s failed: %s",
+                                         j->restore ? "restore" : "archive", strerror(-res.error));
+        else {
+                reply = json_object_new_object();
+                if (reply) {
+                        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+                        json_object_object_add(reply, "bytes", json_object_new_int64((int64_t) res.bytes));
+                        json_object_object_add(reply, "refused", json_object_new_int(res.refused));
+                        (void) runner_send(r, j->connection_generation, reply, NULL, 0);
+                }
+                if (res.refused > 0)
+                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Restore of session %s refused %i hostile archive entries.", r->session_id,
+                                   res.refused);
+        }
+        r->archive_job = archive_job_free(r->archive_job);
+        return 0;
+}
+
+static int on_archive_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        ArchiveJob *j = userdata;
+
+        j->timed_out = true;
+        if (j->pid > 0)
+                (void) kill(j->pid, SIGKILL);
+        return 0;
+}
+
+static int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore) {
+        ArchiveJob *j;
+        json_object *v;
+        int64_t max_bytes = 0, timeout_sec = 0;
+        int pipefd[2];
+        struct stat st;
+        pid_t pid;
+        int q;
+
+        if (json_object_object_get_ex(req, "max_bytes", &v))
+                max_bytes = json_object_get_int64(v);
+        if (json_object_object_get_ex(req, "timeout_sec", &v))
+                timeout_sec = json_object_get_int64(v);
+        if (data_fd < 0 || fstat(data_fd, &st) < 0 || max_bytes <= 0 || timeout_sec <= 0 || r->archive_job)
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid archive request");
+
+        if (pipe2(pipefd, O_CLOEXEC) < 0)
+                return runner_send_error(r, r->connection_generation, errno, "failed to create a pipe");
+        pid = fork();
+        if (pid < 0) {
+                q = -errno;
+                safe_close(pipefd[0]);
+                safe_close(pipefd[1]);
+                return runner_send_error(r, r->connection_generation, q, "failed to fork");
+        }
+        if (pid == 0) {
+                safe_close(pipefd[0]);
+                archive_child(r, restore, data_fd, pipefd[1], (uint64_t) max_bytes);
+        }
+        safe_close(pipefd[1]);
+
+        j = calloc(1, sizeof(ArchiveJob));
+        if (!j) {
+                (void) kill(pid, SIGKILL);
+                safe_close(pipefd[0]);
+                return log_oom();
+        }
+        *j = (ArchiveJob) { .runner = r, .connection_generation = r->connection_generation, .restore = restore,
+                            .pid = pid, .result_fd = pipefd[0] };
+        r->archive_job = j;
+        q = sd_event_add_child(r->event, &j->child_source, pid, WEXITED, on_archive_child, j);
+        if (q >= 0)
+                q = sd_event_add_time_relative(r->event, &j->timer_source, CLOCK_MONOTONIC,
+                                               (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC, on_archive_timeout, j);
+        if (q < 0) {
+                r->archive_job = archive_job_free(r->archive_job);
+                return runner_send_error(r, r->connection_generation, q, "failed to watch the archive job");
+        }
+        return 0;
+}
+
 /* ---- backstop ---- */
 
 /* The manager releases idle sessions; should it be gone for good, the runner ends its own
@@ -791,7 +955,7 @@ static int runner_handle_reset_inputs(Runner *r) {
 static int on_backstop(sd_event_source *s, uint64_t usec, void *userdata) {
         Runner *r = userdata;
 
-        if (r->exec) {
+        if (r->exec || r->archive_job) {
                 /* Busy is not idle: look again later. */
                 runner_touch(r);
                 return 0;
@@ -845,7 +1009,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 }
 
                 op = json_object_object_get_ex(req, "op", &op_obj) ? json_object_get_string(op_obj) : NULL;
-                if (r->exec && op && !streq(op, "ping")) {
+                if ((r->exec || r->archive_job) && op && !streq(op, "ping")) {
                         /* One request at a time; the manager queues. */
                         for (size_t i = 0; i < n_fds; i++)
                                 safe_close(fds[i]);
@@ -864,6 +1028,8 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         q = runner_handle_list(r);
                 else if (op && r->initialized && streq(op, "reset-inputs"))
                         q = runner_handle_reset_inputs(r);
+                else if (op && r->initialized && (streq(op, "archive") || streq(op, "restore")))
+                        q = runner_handle_archive(r, req, n_fds > 0 ? fds[0] : -EBADF, streq(op, "restore"));
                 else if (op && streq(op, "ping")) {
                         _cleanup_json_ json_object *reply = json_object_new_object();
                         if (reply) {
@@ -1003,6 +1169,7 @@ int main(int argc, char *argv[]) {
 
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Runner of session %s exiting.", r->session_id);
         r->exec = runner_exec_free(r->exec);
+        r->archive_job = archive_job_free(r->archive_job);
         runner_close_connection(r);
         r->listen_source = sd_event_source_disable_unref(r->listen_source);
         r->backstop_source = sd_event_source_disable_unref(r->backstop_source);

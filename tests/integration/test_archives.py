@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Workspace archives through the local provider: release archives, create restores (before the
+inputs are cleared), discard deletes, idle reaping archives, and hostile archives planted in the
+storage directory can't reach outside the workspace."""
+import io
+import os
+import tarfile
+import time
+
+from conftest import create_session, delete_session, in_system, run
+
+STORAGE = {"provider": "local", "prefix": "workspaces/"}
+ROOT = "/var/lib/scopebox-storage"
+
+
+def archive_path(stem, prefix="workspaces"):
+    return f"{ROOT}/{prefix}/workspaces/{stem}.tgz"
+
+
+def exists(path):
+    return in_system("test", "-e", path).returncode == 0
+
+
+def test_release_archives_and_create_restores():
+    stem = f"conv_{time.time_ns()}"
+    sid = create_session(archive_key=stem, storage=STORAGE)
+    run(sid, "import os\n"
+             "open('/workspace/keep.txt', 'w').write('kept')\n"
+             "os.makedirs('/workspace/outputs/sub', exist_ok=True)\n"
+             "open('/workspace/outputs/sub/o.txt', 'w').write('o')\n"
+             "open('/workspace/uploads/u.csv', 'w').write('u')\n"
+             "open('/workspace/skills/s.md', 'w').write('s')\n"
+             "os.symlink('keep.txt', '/workspace/lnk')\n")
+    assert delete_session(sid).json == {"ok": True}
+    assert exists(archive_path(stem))
+    # The upstream layout: a gzip'd tar with ./ entries and no inputs.
+    with tarfile.open(archive_path(stem), "r:gz") as t:
+        names = t.getnames()
+    assert "./keep.txt" in names and "./outputs/sub/o.txt" in names, names
+    assert not any(n.startswith("./uploads") or n.startswith("./skills") for n in names), names
+
+    sid2 = create_session(archive_key=stem, storage=STORAGE)
+    try:
+        res = run(sid2, "import os\n"
+                        "print(open('/workspace/keep.txt').read(), os.readlink('/workspace/lnk'),\n"
+                        "      open('/workspace/outputs/sub/o.txt').read(), os.listdir('/workspace/uploads'),\n"
+                        "      os.listdir('/workspace/skills'), os.stat('/workspace/keep.txt').st_uid)\n")
+        assert res["stdout"] == "kept keep.txt o [] [] 1000\n", res
+        assert res["files"] == []  # restored outputs are not new artifacts
+    finally:
+        delete_session(sid2, discard=True, archive_key=stem, storage=STORAGE)
+    assert not exists(archive_path(stem))
+
+
+def test_without_storage_nothing_is_archived():
+    stem = f"conv_none_{time.time_ns()}"
+    sid = create_session(archive_key=stem)
+    run(sid, "open('/workspace/x', 'w').write('x')")
+    delete_session(sid)
+    assert not exists(archive_path(stem))
+
+
+def test_invalid_archive_key_uses_the_session_id():
+    sid = create_session(archive_key="not a valid/key", storage=STORAGE)
+    run(sid, "open('/workspace/x', 'w').write('x')")
+    delete_session(sid)
+    try:
+        assert exists(archive_path(sid))
+    finally:
+        in_system("rm", "-f", archive_path(sid))
+
+
+def test_idle_reaping_archives():
+    stem = f"conv_idle_{time.time_ns()}"
+    sid = create_session(archive_key=stem, storage=STORAGE, idle_ttl_sec=2)
+    run(sid, "open('/workspace/idle.txt', 'w').write('i')")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not exists(archive_path(stem)):
+        time.sleep(0.5)
+    try:
+        assert exists(archive_path(stem))
+    finally:
+        in_system("rm", "-f", archive_path(stem))
+
+
+def hostile_archive():
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        def add(name, data=b"pwned", **kw):
+            info = tarfile.TarInfo(name)
+            for k, v in kw.items():
+                setattr(info, k, v)
+            if info.type == tarfile.REGTYPE:
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+            else:
+                t.addfile(info)
+        add("../escape.txt")
+        add("/tmp/abs-escape.txt")
+        add("./out", type=tarfile.SYMTYPE, linkname="/etc")
+        add("./out/passwd")
+        add("./hl", type=tarfile.LNKTYPE, linkname="/etc/hostname")
+        add("./dev", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+        add("./suid", data=b"#!/bin/sh\n", mode=0o4755)
+        add("./fine.txt", data=b"fine")
+    return buf.getvalue()
+
+
+def test_hostile_archive_stays_inside():
+    stem = f"conv_evil_{time.time_ns()}"
+    path = archive_path(stem)
+    data = hostile_archive()
+    hostname_before = open("/etc/hostname", "rb").read() if os.path.exists("/etc/hostname") else None
+    in_system("sh", "-c", f"install -d -o scopebox-storage -g scopebox-storage -m 0700 {os.path.dirname(path)}",
+              check=True)
+    with open(path, "wb") as f:  # the storage directory is on the shared filesystem
+        f.write(data)
+    sid = create_session(archive_key=stem, storage=STORAGE)
+    try:
+        res = run(sid, "import os, stat\n"
+                       "print(sorted(os.listdir('/workspace')))\n"
+                       "print(os.path.islink('/workspace/out'), oct(os.stat('/workspace/suid').st_mode & 0o7777))\n"
+                       "print(open('/workspace/fine.txt').read())\n")
+        lines = res["stdout"].splitlines()
+        listing = eval(lines[0])
+        assert "fine.txt" in listing and "hl" not in listing and "dev" not in listing, listing
+        assert lines[1] == "False 0o755", lines
+        assert lines[2] == "fine"
+    finally:
+        delete_session(sid, discard=True, archive_key=stem, storage=STORAGE)
+    assert not os.path.exists("/var/lib/scopebox-storage/workspaces/escape.txt")
+    assert not os.path.exists("/tmp/abs-escape.txt")
+    if hostname_before is not None:
+        assert open("/etc/hostname", "rb").read() == hostname_before
