@@ -53,6 +53,18 @@ static int archive_key_from(Agent *a, const char *storage, const char *stem, cha
         return r;
 }
 
+/* The (storage, stem) arguments of the archive methods, as the object key they name. */
+static int read_archive_key(sd_bus_message *m, Agent *a, char **ret, sd_bus_error *error) {
+        const char *storage, *stem;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "ss", &storage, &stem);
+        if (r < 0)
+                return r;
+        return archive_key_from(a, storage, stem, ret, error);
+}
+
 static StagedArchive *staged_free(StagedArchive *s) {
         if (!s)
                 return NULL;
@@ -100,15 +112,10 @@ static int method_get_version(sd_bus_message *m, void *userdata, sd_bus_error *e
 static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
         _cleanup_free_ char *key = NULL;
-        const char *storage, *stem;
         StagedArchive *s;
         int r;
 
-        agent_touch(a);
-        r = sd_bus_message_read(m, "ss", &storage, &stem);
-        if (r < 0)
-                return r;
-        r = archive_key_from(a, storage, stem, &key, error);
+        r = read_archive_key(m, a, &key, error);
         if (r != 0)
                 return r;
 
@@ -180,14 +187,9 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
         Agent *a = userdata;
         _cleanup_free_ char *key = NULL;
         _cleanup_close_ int fd = -EBADF;
-        const char *storage, *stem;
         int r;
 
-        agent_touch(a);
-        r = sd_bus_message_read(m, "ss", &storage, &stem);
-        if (r < 0)
-                return r;
-        r = archive_key_from(a, storage, stem, &key, error);
+        r = read_archive_key(m, a, &key, error);
         if (r != 0)
                 return r;
         r = local_open(a->config.local_storage_dir, key, &fd);
@@ -207,14 +209,9 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
 static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
         _cleanup_free_ char *key = NULL;
-        const char *storage, *stem;
         int r;
 
-        agent_touch(a);
-        r = sd_bus_message_read(m, "ss", &storage, &stem);
-        if (r < 0)
-                return r;
-        r = archive_key_from(a, storage, stem, &key, error);
+        r = read_archive_key(m, a, &key, error);
         if (r != 0)
                 return r;
         r = local_delete(a->config.local_storage_dir, key);
