@@ -2,7 +2,9 @@
 /* The io.scopebox.StorageAgent1 bus API (docs/dbus-api.md). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -14,7 +16,7 @@
 
 #define STAGED_EXPIRY_SLACK_USEC (60 * USEC_PER_SEC)
 
-/* Parses and checks a storage block; errors are set on 'error'. */
+/* Parses a storage block and checks it is effective; errors are set on 'error'. */
 static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_error *error) {
         _cleanup_json_ json_object *o = NULL;
         const char *why = NULL;
@@ -31,13 +33,15 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
                 storage_config_done(ret);
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured");
         }
-        if (ret->provider != STORAGE_LOCAL) {
-                /* S3 and OSS arrive with the signing code; until then they fail like a down server. */
-                const char *p = storage_provider_to_string(ret->provider);
-                storage_config_done(ret);
-                return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED, "the %s provider is not available yet", p);
-        }
         return 0;
+}
+
+/* S3 and OSS arrive with their signing code; until then they fail like an unreachable server. */
+static int require_available(const StorageConfig *c, sd_bus_error *error) {
+        if (c->provider == STORAGE_LOCAL)
+                return 0;
+        return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED, "the %s provider is not available yet",
+                                 storage_provider_to_string(c->provider));
 }
 
 static int archive_key_from(Agent *a, const char *storage, const char *stem, char **ret, sd_bus_error *error) {
@@ -45,8 +49,10 @@ static int archive_key_from(Agent *a, const char *storage, const char *stem, cha
         int r;
 
         r = parse_storage(a, storage, &c, error);
+        if (r == 0)
+                r = require_available(&c, error);
         if (r != 0)
-                return r < 0 ? r : -EINVAL;
+                return r;
         r = storage_archive_key(&c, stem, ret);
         if (r == -EINVAL)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid archive stem");
@@ -223,6 +229,99 @@ static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error
         return sd_bus_reply_method_return(m, NULL);
 }
 
+static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_free_ char *key = NULL;
+        const char *storage, *k, *content_type;
+        uint64_t expires_in;
+        int fd, r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "sssht", &storage, &k, &content_type, &fd, &expires_in);
+        if (r < 0)
+                return r;
+        r = parse_storage(a, storage, &c, error);
+        if (r != 0)
+                return r;
+        r = storage_full_key(&c, k, false, &key);
+        if (r == -EINVAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
+        if (r < 0)
+                return r;
+        if (c.provider == STORAGE_LOCAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "presigned URLs are unsupported for local storage");
+        return require_available(&c, error);
+}
+
+static int method_delete_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_free_ char *key = NULL;
+        const char *storage, *k;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "ss", &storage, &k);
+        if (r < 0)
+                return r;
+        r = parse_storage(a, storage, &c, error);
+        if (r != 0)
+                return r;
+        r = storage_full_key(&c, k, true, &key);
+        if (r == -EINVAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
+        if (r < 0)
+                return r;
+        r = require_available(&c, error);
+        if (r != 0)
+                return r;
+        r = local_delete(a->config.local_storage_dir, key);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to delete '%s': %m", key);
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to delete from storage");
+        }
+        log_info("Deleted object '%s'.", key);
+        return sd_bus_reply_method_return(m, "s", key);
+}
+
+static int method_collect_garbage(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_free_ char *workspaces = NULL, *mineru = NULL;
+        GcCounters counters = {};
+        const char *storage;
+        int64_t max_age;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "sx", &storage, &max_age);
+        if (r < 0)
+                return r;
+        /* Nothing to do, or nowhere to do it: all zeros, as the contract says. */
+        if (max_age <= 0 || parse_storage(a, storage, &c, NULL) != 0)
+                return sd_bus_reply_method_return(m, "ttt", (uint64_t) 0, (uint64_t) 0, (uint64_t) 0);
+        r = require_available(&c, error);
+        if (r != 0)
+                return r;
+
+        if (asprintf(&workspaces, "%s%sworkspaces", c.prefix, *c.prefix ? "/" : "") < 0 ||
+            asprintf(&mineru, "%s%smineru", c.prefix, *c.prefix ? "/" : "") < 0)
+                return -ENOMEM;
+        int64_t cutoff = (int64_t) time(NULL) - max_age;
+        r = local_gc(a->config.local_storage_dir, workspaces, ".tgz", cutoff, &counters);
+        if (r >= 0)
+                r = local_gc(a->config.local_storage_dir, mineru, NULL, cutoff, &counters);
+        if (r < 0) {
+                log_warning_errno(r, "Garbage collection under '%s' failed: %m", c.prefix);
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "storage garbage collection failed");
+        }
+        log_info("Garbage collection under '%s': %llu of %llu objects deleted, %llu bytes freed.", c.prefix,
+                 (unsigned long long) counters.deleted, (unsigned long long) counters.scanned,
+                 (unsigned long long) counters.freed_bytes);
+        return sd_bus_reply_method_return(m, "ttt", counters.deleted, counters.scanned, counters.freed_bytes);
+}
+
 static const sd_bus_vtable agent_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_METHOD_WITH_ARGS("GetVersion", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", version), method_get_version,
@@ -235,6 +334,15 @@ static const sd_bus_vtable agent_vtable[] = {
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("OpenArchive", SD_BUS_ARGS("s", storage, "s", stem),
                                 SD_BUS_RESULT("b", found, "h", source), method_open_archive, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("PutObject",
+                                SD_BUS_ARGS("s", storage, "s", key, "s", content_type, "h", data, "t", expires_in),
+                                SD_BUS_RESULT("s", provider, "s", full_key, "s", url, "t", expires_in),
+                                method_put_object, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("DeleteObject", SD_BUS_ARGS("s", storage, "s", key), SD_BUS_RESULT("s", full_key),
+                                method_delete_object, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("CollectGarbage", SD_BUS_ARGS("s", storage, "x", max_age_seconds),
+                                SD_BUS_RESULT("t", deleted, "t", scanned, "t", freed_bytes), method_collect_garbage,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("DeleteArchive", SD_BUS_ARGS("s", storage, "s", stem), SD_BUS_NO_RESULT,
                                 method_delete_archive, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,

@@ -13,6 +13,7 @@
 #include "backend-local.h"
 #include "fs-util.h"
 #include "macro.h"
+#include "string-util.h"
 
 /* Opens the directory part of 'full_key' below root, creating it when asked; *ret_name points
  * at the last component inside 'full_key'. Keys are validated already (no "..", not absolute). */
@@ -134,4 +135,65 @@ int local_delete(const char *root, const char *full_key) {
         if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT)
                 return -errno;
         return 0;
+}
+
+#define GC_DEPTH_MAX 16
+
+static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth, GcCounters *c) {
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        int r;
+
+        if (depth > GC_DEPTH_MAX)
+                return 0;
+        r = opendir_at(dir_fd, &d);
+        if (r < 0)
+                return r;
+        while ((de = readdir(d))) {
+                struct stat st;
+
+                if (streq(de->d_name, ".") || streq(de->d_name, "..") || startswith(de->d_name, ".staging-"))
+                        continue;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue;
+                if (S_ISDIR(st.st_mode)) {
+                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (sub >= 0) {
+                                r = gc_dir(sub, suffix, cutoff, depth + 1, c);
+                                if (r < 0)
+                                        return r;
+                        }
+                        continue;
+                }
+                if (!S_ISREG(st.st_mode))
+                        continue;
+                c->scanned++;
+                if (suffix && !endswith(de->d_name, suffix))
+                        continue;
+                if ((int64_t) st.st_mtim.tv_sec >= cutoff)
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) < 0) {
+                        if (errno == ENOENT)
+                                continue;
+                        return -errno;
+                }
+                c->deleted++;
+                c->freed_bytes += (uint64_t) st.st_size;
+        }
+        return 0;
+}
+
+int local_gc(const char *root, const char *dir_key, const char *suffix, int64_t cutoff, GcCounters *c) {
+        _cleanup_close_ int root_fd = -EBADF, fd = -EBADF;
+
+        root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root_fd < 0)
+                return -errno;
+        /* dir_key is built from a validated prefix: no "..", not absolute. */
+        fd = openat_beneath(root_fd, dir_key, O_RDONLY | O_DIRECTORY, 0);
+        if (fd == -ENOENT || fd == -ENOTDIR)
+                return 0;
+        if (fd < 0)
+                return fd;
+        return gc_dir(fd, suffix, cutoff, 0, c);
 }

@@ -20,3 +20,13 @@ void local_abort(LocalStaged *s);
 int local_open(const char *root, const char *full_key, int *ret_fd);
 /* Missing objects are not an error. */
 int local_delete(const char *root, const char *full_key);
+
+typedef struct GcCounters {
+        uint64_t deleted;
+        uint64_t scanned;
+        uint64_t freed_bytes;
+} GcCounters;
+
+/* Deletes regular files below root/dir_key strictly older than 'cutoff' (unix seconds); only
+ * names ending in 'suffix' when given. A missing directory scans nothing. */
+int local_gc(const char *root, const char *dir_key, const char *suffix, int64_t cutoff, GcCounters *c);
