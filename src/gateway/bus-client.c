@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Talking to io.scopebox.SessionManager1 (docs/dbus-api.md): method calls and reply decoding. */
+/* Talking to io.scopebox.SessionManager1 and io.scopebox.StorageAgent1 (docs/dbus-api.md): method calls
+ * and reply decoding. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +39,29 @@ int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **r
                                               SESSION_MANAGER_BUS_NAME,
                                               SESSION_MANAGER_OBJECT_PATH,
                                               SESSION_MANAGER_INTERFACE,
+                                              member);
+}
+
+uint64_t bus_timeout_storage_usec(const Config *c) {
+        assert(c);
+        return c->archive_timeout_sec * USEC_PER_SEC + BUS_TIMEOUT_SLACK_USEC;
+}
+
+uint64_t bus_timeout_storage_gc_usec(const Config *c) {
+        assert(c);
+        return bus_timeout_storage_usec(c) + BUS_TIMEOUT_STORAGE_GC_EXTRA_USEC;
+}
+
+int storage_agent_new_call(sd_bus *bus, const char *member, sd_bus_message **ret) {
+        assert(member);
+        assert(ret);
+
+        if (!bus)
+                return -ENOTCONN;
+        return sd_bus_message_new_method_call(bus, ret,
+                                              STORAGE_AGENT_BUS_NAME,
+                                              STORAGE_AGENT_OBJECT_PATH,
+                                              STORAGE_AGENT_INTERFACE,
                                               member);
 }
 

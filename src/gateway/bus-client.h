@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Talking to io.scopebox.SessionManager1 (docs/dbus-api.md): method calls and reply decoding. */
+/* Talking to io.scopebox.SessionManager1 and io.scopebox.StorageAgent1 (docs/dbus-api.md): method calls
+ * and reply decoding. */
 #pragma once
 
 #include <stddef.h>
@@ -29,6 +30,16 @@ uint64_t bus_timeout_files_usec(const Config *c);
 
 /* A new method call on the session manager's object. */
 int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **ret);
+
+/* How long the gateway waits for the storage agent. The agent bounds a transfer by
+ * SANDBOX_ARCHIVE_TIMEOUT_S (120 s); on top of that come its activation and scheduling. */
+uint64_t bus_timeout_storage_usec(const Config *c);
+/* A sweep lists and deletes page by page, many requests to the provider: this much on top. */
+#define BUS_TIMEOUT_STORAGE_GC_EXTRA_USEC (600U * USEC_PER_SEC)
+uint64_t bus_timeout_storage_gc_usec(const Config *c);
+
+/* A new method call on the storage agent's object. */
+int storage_agent_new_call(sd_bus *bus, const char *member, sd_bus_message **ret);
 
 /* One entry of an a{sv} the gateway understands. */
 typedef struct BusDictField {

@@ -269,7 +269,7 @@ int server_new(Config *config, Server **ret) {
                 return -ENOMEM;
         s->config = *config;
         *config = (Config) {};
-        s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * s->config.max_body_bytes);
+        s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * MAX(s->config.max_body_bytes, s->config.max_storage_body_bytes));
         s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
 
         r = sd_event_default(&s->event);

@@ -26,8 +26,18 @@ const HttpRoute http_sidecar_routes[] = {
         { "POST",   "/files/get",           HTTP_ROUTE_JSON,                       http_files_get          },
         { "POST",   "/files/list",          HTTP_ROUTE_JSON,                       http_files_list         },
         { "POST",   "/files/reset-inputs",  HTTP_ROUTE_JSON,                       http_files_reset_inputs },
+        { "POST",   "/storage/put",         HTTP_ROUTE_JSON | HTTP_ROUTE_BIG_BODY, http_storage_put        },
+        { "POST",   "/storage/delete",      HTTP_ROUTE_JSON,                       http_storage_delete     },
+        { "POST",   "/storage/gc",          HTTP_ROUTE_JSON,                       http_storage_gc         },
         {}
 };
+
+uint64_t http_route_body_max(const HttpRoute *route, const Config *config) {
+        assert(route);
+        assert(config);
+
+        return route->flags & HTTP_ROUTE_BIG_BODY ? config->max_storage_body_bytes : config->max_body_bytes;
+}
 
 static void allow_append(char *allow, size_t allow_size, const char *method) {
         size_t l;
@@ -218,10 +228,10 @@ void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ou
 
                 http_request_log_ids(req, method, path);
                 log_warning_errno(sd_bus_error_get_errno(e),
-                                  "Session manager call for %s \"%s\" failed: %s: %s",
+                                  "Bus call for %s \"%s\" failed: %s: %s",
                                   method, path, name, message);
         } else
-                log_debug("Session manager answered %s: %s", name, message);
+                log_debug("Bus call answered %s: %s", name, message);
 }
 
 int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
@@ -382,12 +392,12 @@ int http_request_begin(HttpRequest *req, const char *authorization, size_t autho
                 return r;
         }
 
-        req->body_max = s->config.max_body_bytes;
+        /* Per route: /storage/put carries objects of up to 300 MiB, everything else 56 MiB. */
+        req->body_max = http_route_body_max(req->route, &s->config);
         if (content_length) {
                 r = http_parse_content_length(content_length, req->body_max, &req->content_length);
-                if (r == -EFBIG) {
+                if (r == -EFBIG)
                         return http_request_reply_too_large(req);
-                }
                 if (r < 0)
                         return http_request_reply_error(req, HTTP_BAD_REQUEST, "invalid content-length");
                 req->has_content_length = true;

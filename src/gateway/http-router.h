@@ -18,13 +18,14 @@
 /* A resource handler. Either prepares a response (http_request_reply*()) or starts a bus call
  * (http_request_call()); a negative return becomes a 500. */
 typedef int (*HttpHandler)(HttpRequest *req);
-/* Called with the session manager's reply (or error) to a http_request_call(). Same contract. */
+/* Called with the bus service's reply (or error) to a http_request_call(). Same contract. */
 typedef int (*HttpReplyHandler)(HttpRequest *req, sd_bus_message *reply);
 
 typedef enum HttpRouteFlags {
         HTTP_ROUTE_PUBLIC   = 1 << 0, /* served without Authorization */
         HTTP_ROUTE_PATH_ARG = 1 << 1, /* 'path' is a prefix followed by one non-empty segment */
         HTTP_ROUTE_JSON     = 1 << 2, /* a non-empty body is parsed as JSON */
+        HTTP_ROUTE_BIG_BODY = 1 << 3, /* body limit SANDBOX_MAX_STORAGE_BODY_BYTES (/storage/put) */
 } HttpRouteFlags;
 
 struct HttpRoute {
@@ -36,6 +37,9 @@ struct HttpRoute {
 
 /* The sidecar (Aivory) API. Terminated by an entry with method NULL. */
 extern const HttpRoute http_sidecar_routes[];
+
+/* The body limit of a route: Content-Length above it is refused, a chunked body cut off there. */
+uint64_t http_route_body_max(const HttpRoute *route, const Config *config);
 
 /* Finds the route for a request. -ENOENT: no route has this path (404). -EOPNOTSUPP: the path exists
  * with other methods (405), listed in 'allow' if given. HEAD is served by GET routes. */
@@ -78,7 +82,7 @@ struct HttpRequest {
 
         char session_id[SESSION_ID_LEN + 1];  /* for the access log, "" if unknown */
 
-        /* A pending session-manager call; unref'd (which cancels it) when the request goes away. */
+        /* A pending bus call; unref'd (which cancels it) when the request goes away. */
         sd_bus_slot *slot;
         HttpReplyHandler reply_handler;
         bool suspended;
@@ -105,10 +109,10 @@ int http_request_reply_json(HttpRequest *req, unsigned status, json_object *o);
 int http_request_reply_literal(HttpRequest *req, unsigned status, const char *json);
 /* Answers a failed bus call; logs the real cause when it is ours (500) and hidden from the client. */
 int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e);
-/* Logs a failed session-manager call: rate-limited warning if 'ours', debug otherwise. */
+/* Logs a failed bus call: rate-limited warning if 'ours', debug otherwise. */
 void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ours);
-/* Sends 'm' to the session manager; 'handler' runs with the reply. The connection stays suspended
- * in the meantime. */
+/* Sends 'm' (to the session manager or the storage agent); 'handler' runs with the reply. The
+ * connection stays suspended in the meantime. */
 int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler);
 /* Records the session a request is about, for the access log. Ignores invalid ids. */
 void http_request_set_session_id(HttpRequest *req, const char *id);
@@ -142,3 +146,6 @@ int http_files_post(HttpRequest *req);
 int http_files_get(HttpRequest *req);
 int http_files_list(HttpRequest *req);
 int http_files_reset_inputs(HttpRequest *req);
+int http_storage_put(HttpRequest *req);
+int http_storage_delete(HttpRequest *req);
+int http_storage_gc(HttpRequest *req);

@@ -16,11 +16,6 @@
 
 /* The longest archive key that can be a valid archive stem (^[A-Za-z0-9_-]{1,128}$). */
 #define SESSION_ARCHIVE_KEY_MAX 128U
-/* The largest storage block forwarded, as JSON text; the manager refuses larger ones as well. A body
- * may be 56 MiB, a bus message must stay well below the bus's own limit (32 MiB for dbus-daemon,
- * which disconnects the sender of a larger one). */
-#define SESSION_STORAGE_JSON_MAX (64U * 1024U)
-#define SESSION_DETAIL_STORAGE_TOO_LARGE "storage is too large"
 
 typedef struct SessionBody {
         int64_t idle_ttl_sec;
@@ -80,12 +75,10 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
         if (b->storage) {
                 const char *text;
 
-                text = json_object_to_json_string_ext(b->storage, JSON_C_TO_STRING_PLAIN |
-                                                                  JSON_C_TO_STRING_NOSLASHESCAPE);
-                if (!text)
-                        return -ENOMEM;
-                if (strlen(text) > SESSION_STORAGE_JSON_MAX)
-                        return -E2BIG;
+                /* The manager refuses larger ones as well. */
+                r = http_storage_json(b->storage, &text);
+                if (r < 0)
+                        return r;
                 r = sd_bus_message_append(m, "{sv}", "storage", "s", text);
                 if (r < 0)
                         return r;
@@ -148,7 +141,7 @@ int http_sessions_post(HttpRequest *req) {
                 r = session_append_storage_options(m, req->json, &b);
                 if (r == -E2BIG)
                         return http_request_reply_detail(req, HTTP_BAD_REQUEST,
-                                                         SESSION_DETAIL_STORAGE_TOO_LARGE);
+                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
                 if (r < 0)
                         return r;
         }
@@ -204,7 +197,7 @@ int http_sessions_delete(HttpRequest *req) {
                 r = session_append_storage_options(m, req->json, &b);
                 if (r == -E2BIG)
                         return http_request_reply_detail(req, HTTP_BAD_REQUEST,
-                                                         SESSION_DETAIL_STORAGE_TOO_LARGE);
+                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
                 if (r < 0)
                         return r;
         }

@@ -220,6 +220,22 @@ int json_add_bool(json_object *o, const char *key, bool b) {
         return json_add(o, key, json_object_new_boolean(b));
 }
 
+int http_storage_json(json_object *storage, const char **ret) {
+        const char *text;
+        size_t n = 0;
+
+        assert(storage);
+        assert(ret);
+
+        text = json_object_to_json_string_length(storage, JSON_OUTPUT_FLAGS, &n);
+        if (!text)
+                return -ENOMEM;
+        if (n > HTTP_STORAGE_JSON_MAX)
+                return -E2BIG;
+        *ret = text;
+        return 0;
+}
+
 size_t json_member_string_length(json_object *o, const char *name) {
         json_object *v;
 

@@ -31,6 +31,12 @@ enum {
 /* The exact text clients match to recognise a gone session (COMPAT.md A). */
 #define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
 
+/* The largest storage block forwarded to a bus service, as JSON text. A body may be 56 MiB (300 MiB
+ * for /storage/put), a bus message must stay well below the bus's own limit (32 MiB for
+ * dbus-daemon, which disconnects the sender of a larger one). */
+#define HTTP_STORAGE_JSON_MAX (64U * 1024U)
+#define HTTP_DETAIL_STORAGE_TOO_LARGE "storage is too large"
+
 /* A prepared response: status and a JSON body (application/json). The body is owned and handed
  * to libmicrohttpd without copying. */
 typedef struct HttpResponse {
@@ -63,6 +69,10 @@ int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool 
 /* json-c's adders store a NULL value (from a failed allocation) as JSON null; these fail instead. */
 int json_add_string(json_object *o, const char *key, const char *value);
 int json_add_bool(json_object *o, const char *key, bool b);
+/* The storage block of a request as compact JSON text for the bus, owned by 'storage' (valid until
+ * it is serialised again or freed). -E2BIG when it is longer than HTTP_STORAGE_JSON_MAX. The text
+ * holds credentials: never log it. */
+int http_storage_json(json_object *storage, const char **ret);
 /* Length of a string member as json-c stores it, which may include NULs that C strings hide; 0 if
  * the member is absent or not a string. */
 size_t json_member_string_length(json_object *o, const char *name);

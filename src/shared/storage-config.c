@@ -149,6 +149,16 @@ bool storage_key_is_valid(const char *key) {
         for (size_t i = 0; i < l; i++)
                 if ((unsigned char) key[i] < 0x20 || key[i] == 0x7f)
                         return false;
+        /* Every component a plain name: no empty ones ("a//b", "a/"), no ".". Providers and the
+         * local directory would each read such names differently. */
+        for (const char *c = key; *c;) {
+                size_t n = strcspn(c, "/");
+                if (n == 0 || (n == 1 && c[0] == '.'))
+                        return false;
+                c += n;
+                if (*c == '/' && *++c == 0)
+                        return false;
+        }
         return utf8_is_valid_n(key, l);
 }
 

@@ -199,7 +199,8 @@ static void test_storage_config(void) {
         ASSERT_EQ(storage_full_key(&c, "aivory/mineru/document.pdf", false, &k), 0);
         ASSERT_STREQ(k, "aivory/aivory/mineru/document.pdf");
         free(k);
-        static const char *const bad[] = { "", "/etc/passwd", "../x", "a/../../b", "a\nb", "a\x01" };
+        static const char *const bad[] = { "", "/etc/passwd", "../x", "a/../../b", "a\nb", "a\x01",
+                                           "mineru//x.pdf", "mineru/./x.pdf", "mineru/", "./x", "." };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++)
                 ASSERT_EQ(storage_full_key(&c, bad[i], true, &k), -EINVAL);
         storage_config_done(&c);

@@ -1,0 +1,453 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* POST /storage/put, /storage/delete and /storage/gc: the caller's object storage, via the storage agent. */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base64.h"
+#include "bus-client.h"
+#include "bus-util.h"
+#include "http-router.h"
+#include "http-storage.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "storage-config.h"
+#include "string-util.h"
+
+typedef struct StorageBody {
+        const char *key;
+        const char *data_base64;
+        const char *content_type;
+        int64_t expires_in;
+        int64_t max_age_seconds;
+        json_object *storage;
+} StorageBody;
+
+/* In the contract's order, which decides which missing member a 422 names. A missing storage block
+ * is not a schema error: the contract answers "not configured" for it (put, delete) or zeros (gc). */
+static const JsonField storage_put_fields[] = {
+        { "key",          JSON_FIELD_STRING, offsetof(StorageBody, key),          JSON_MANDATORY },
+        { "data_base64",  JSON_FIELD_STRING, offsetof(StorageBody, data_base64),  JSON_MANDATORY },
+        { "content_type", JSON_FIELD_STRING, offsetof(StorageBody, content_type), JSON_NULLABLE  },
+        { "expires_in",   JSON_FIELD_INT64,  offsetof(StorageBody, expires_in),   JSON_NULLABLE  },
+        { "storage",      JSON_FIELD_OBJECT, offsetof(StorageBody, storage),      JSON_NULLABLE  },
+        {}
+};
+
+static const JsonField storage_delete_fields[] = {
+        { "key",     JSON_FIELD_STRING, offsetof(StorageBody, key),     JSON_MANDATORY },
+        { "storage", JSON_FIELD_OBJECT, offsetof(StorageBody, storage), JSON_NULLABLE  },
+        {}
+};
+
+static const JsonField storage_gc_fields[] = {
+        { "max_age_seconds", JSON_FIELD_INT64,  offsetof(StorageBody, max_age_seconds), JSON_MANDATORY },
+        { "storage",         JSON_FIELD_OBJECT, offsetof(StorageBody, storage),         JSON_NULLABLE  },
+        {}
+};
+
+static const JsonField *const storage_request_fields[_STORAGE_REQUEST_KIND_MAX] = {
+        [STORAGE_REQUEST_PUT]    = storage_put_fields,
+        [STORAGE_REQUEST_DELETE] = storage_delete_fields,
+        [STORAGE_REQUEST_GC]     = storage_gc_fields,
+};
+
+/* Returns 0 (an answer was prepared) or the failure to prepare it. */
+static int storage_answer_detail(unsigned status, const char *detail, HttpResponse **ret_answer) {
+        int r = http_response_new_detail(status, detail, ret_answer);
+        return r < 0 ? r : 0;
+}
+
+static int storage_answer_zeros(HttpResponse **ret_answer) {
+        int r = storage_gc_response_new(0, 0, 0, ret_answer);
+        return r < 0 ? r : 0;
+}
+
+static bool storage_content_type_is_valid(const char *s, size_t n) {
+        if (n != strlen(s) || n > STORAGE_CONTENT_TYPE_MAX)
+                return false;
+        /* It becomes a header of the provider's request: no line breaks, no controls. */
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char) s[i] < 0x20 || s[i] == 0x7f)
+                        return false;
+        return true;
+}
+
+int storage_request_parse(StorageRequestKind kind, json_object *body, StorageRequest *ret,
+                          HttpResponse **ret_answer) {
+        JsonDispatchError e = {};
+        StorageBody b = {};
+        const char *storage = NULL;
+        int r;
+
+        assert(kind >= 0 && kind < _STORAGE_REQUEST_KIND_MAX);
+        assert(ret);
+        assert(ret_answer);
+
+        *ret_answer = NULL;
+
+        if (!body) {
+                r = http_response_new_body_missing(ret_answer);
+                return r < 0 ? r : 0;
+        }
+        if (json_dispatch(body, storage_request_fields[kind], &b, &e) < 0) {
+                r = http_response_new_validation(&e, ret_answer);
+                return r < 0 ? r : 0;
+        }
+
+        if (b.storage) {
+                r = http_storage_json(b.storage, &storage);
+                if (r == -E2BIG)
+                        return storage_answer_detail(HTTP_BAD_REQUEST, HTTP_DETAIL_STORAGE_TOO_LARGE,
+                                                     ret_answer);
+                if (r < 0)
+                        return r;
+        }
+
+        if (kind == STORAGE_REQUEST_GC) {
+                /* Nothing to sweep: no storage, or no age. The contract answers zeros for both. */
+                if (!storage || b.max_age_seconds <= 0)
+                        return storage_answer_zeros(ret_answer);
+
+                *ret = (StorageRequest) {
+                        .storage = storage,
+                        .max_age_sec = b.max_age_seconds,
+                };
+                return 1;
+        }
+
+        if (!storage)
+                return storage_answer_detail(HTTP_BAD_REQUEST, STORAGE_DETAIL_NOT_CONFIGURED, ret_answer);
+
+        /* A bus string cannot hold a NUL, and the agent refuses longer keys with the same text. */
+        if (json_member_string_length(body, "key") != strlen(b.key) || strlen(b.key) > STORAGE_KEY_MAX)
+                return storage_answer_detail(HTTP_BAD_REQUEST, STORAGE_DETAIL_INVALID_KEY, ret_answer);
+
+        if (kind == STORAGE_REQUEST_PUT) {
+                /* As received: "\u0000text" is not empty. */
+                size_t n = b.content_type ? json_member_string_length(body, "content_type") : 0;
+
+                if (n == 0)
+                        b.content_type = STORAGE_CONTENT_TYPE_DEFAULT;
+                else if (!storage_content_type_is_valid(b.content_type, n))
+                        return storage_answer_detail(HTTP_BAD_REQUEST, STORAGE_DETAIL_INVALID_CONTENT_TYPE,
+                                                     ret_answer);
+        }
+
+        *ret = (StorageRequest) {
+                .storage = storage,
+                .key = b.key,
+        };
+        if (kind == STORAGE_REQUEST_PUT) {
+                ret->content_type = b.content_type;
+                /* The length as received: an embedded NUL must fail decoding, not end the text. */
+                ret->data_base64 = b.data_base64;
+                ret->data_base64_size = json_member_string_length(body, "data_base64");
+                /* Absent, 0 or negative: the agent's default (3600 s); it caps the rest. */
+                ret->expires_in = b.expires_in > 0 ? (uint64_t) b.expires_in : 0;
+        }
+        return 1;
+}
+
+int storage_data_memfd(const char *text, size_t n, size_t chunk, int *ret_fd) {
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        assert(text || n == 0);
+        assert(chunk >= 4 && chunk % 4 == 0);
+        assert(ret_fd);
+
+        fd = memfd_new_empty("scopebox-object");
+        if (fd < 0)
+                return fd;
+
+        for (size_t off = 0; off < n;) {
+                _cleanup_free_ void *data = NULL;
+                size_t l = MIN(chunk, n - off), size = 0;
+
+                /* Padding ends the text: it may only close the last step. Whole quanta decode the
+                 * same on their own as within the whole, so nothing else differs. */
+                if (off + l < n && text[off + l - 1] == '=')
+                        return -EINVAL;
+
+                r = base64_decode(text + off, l, &data, &size);
+                if (r < 0)
+                        return r;
+                r = write_all(fd, data, size);
+                if (r < 0)
+                        return r;
+                off += l;
+        }
+
+        r = memfd_seal(fd);
+        if (r < 0)
+                return r;
+
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+static int storage_writer_respond(JsonWriter *w, HttpResponse **ret) {
+        char *body;
+        size_t n;
+
+        body = json_writer_steal(w, &n);
+        if (!body)
+                return -ENOMEM;
+        return http_response_new_take(HTTP_OK, body, n, ret);
+}
+
+static int json_writer_append_member(JsonWriter *w, const char *prefix, const char *value) {
+        size_t n = strlen(value);
+        int r;
+
+        if (!utf8_is_valid_n(value, n))
+                return -EBADMSG;
+        r = json_writer_append_str(w, prefix);
+        if (r < 0)
+                return r;
+        return json_writer_append_string(w, value, n);
+}
+
+int storage_put_response_new(const char *provider, const char *key, const char *url, uint64_t expires_in,
+                             HttpResponse **ret) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        int r;
+
+        assert(provider);
+        assert(key);
+        assert(url);
+        assert(ret);
+
+        if ((r = json_writer_append_member(&w, "{\"provider\":", provider)) < 0 ||
+            (r = json_writer_append_member(&w, ",\"key\":", key)) < 0 ||
+            (r = json_writer_append_member(&w, ",\"url\":", url)) < 0 ||
+            (r = json_writer_appendf(&w, ",\"expires_in\":%" PRIu64 "}", expires_in)) < 0)
+                return r;
+        return storage_writer_respond(&w, ret);
+}
+
+int storage_delete_response_new(const char *key, HttpResponse **ret) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        int r;
+
+        assert(key);
+        assert(ret);
+
+        if ((r = json_writer_append_member(&w, "{\"ok\":true,\"key\":", key)) < 0 ||
+            (r = json_writer_append_str(&w, "}")) < 0)
+                return r;
+        return storage_writer_respond(&w, ret);
+}
+
+int storage_gc_response_new(uint64_t deleted, uint64_t scanned, uint64_t freed_bytes, HttpResponse **ret) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        int r;
+
+        assert(ret);
+
+        r = json_writer_appendf(&w, "{\"deleted\":%" PRIu64 ",\"scanned\":%" PRIu64
+                                ",\"freed_bytes\":%" PRIu64 "}", deleted, scanned, freed_bytes);
+        if (r < 0)
+                return r;
+        return storage_writer_respond(&w, ret);
+}
+
+int storage_response_new_bus_error(StorageRequestKind kind, const sd_bus_error *e, HttpResponse **ret,
+                                   bool *ret_internal) {
+        const char *detail;
+
+        assert(ret);
+
+        if (ret_internal)
+                *ret_internal = false;
+
+        /* The contract: a sweep of storage that is not in effect finds nothing. */
+        if (kind == STORAGE_REQUEST_GC && sd_bus_error_has_name(e, SD_BUS_ERROR_INVALID_ARGS) &&
+            streq_ptr(e->message, STORAGE_DETAIL_NOT_CONFIGURED))
+                return storage_gc_response_new(0, 0, 0, ret);
+
+        /* InvalidArgs → 400 and StorageFailed → 502 with the agent's message. */
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_INVALID_ARGS, BUS_ERROR_STORAGE_FAILED))
+                return http_response_new_bus_error(e, ret, ret_internal);
+
+        /* Everything else is on our side. The generic texts name the session manager; sd-bus
+         * answers a call timeout and a lost connection alike with NoReply. */
+        if (ret_internal)
+                *ret_internal = true;
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_NO_REPLY, SD_BUS_ERROR_TIMEOUT))
+                detail = "storage agent did not answer";
+        else if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER,
+                                        SD_BUS_ERROR_DISCONNECTED))
+                detail = "storage agent unavailable";
+        else
+                detail = "internal error";
+        return http_response_new_detail(HTTP_INTERNAL_SERVER_ERROR, detail, ret);
+}
+
+/* The handlers. */
+
+static int storage_reply_bus_error(HttpRequest *req, StorageRequestKind kind, const sd_bus_error *e) {
+        bool internal = false;
+        HttpResponse *resp;
+        int r;
+
+        r = storage_response_new_bus_error(kind, e, &resp, &internal);
+        if (r < 0)
+                return r;
+        http_request_log_bus_error(req, e, internal);
+        return http_request_reply(req, resp);
+}
+
+/* Returns 1 when the call may go ahead, 0 when the answer is prepared. */
+static int storage_parse(HttpRequest *req, StorageRequestKind kind, StorageRequest *ret) {
+        HttpResponse *answer;
+        int r;
+
+        r = storage_request_parse(kind, req->json, ret, &answer);
+        if (r == 0)
+                (void) http_request_reply(req, answer);
+        return r;
+}
+
+/* POST /storage/put */
+
+static int storage_put_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const char *provider, *key, *url;
+        const sd_bus_error *e;
+        uint64_t expires_in;
+        HttpResponse *resp;
+        int r;
+
+        e = sd_bus_message_get_error(reply);
+        if (e)
+                return storage_reply_bus_error(req, STORAGE_REQUEST_PUT, e);
+
+        r = sd_bus_message_read(reply, "ssst", &provider, &key, &url, &expires_in);
+        if (r < 0)
+                return r;
+        r = storage_put_response_new(provider, key, url, expires_in, &resp);
+        if (r < 0)
+                return r;
+        return http_request_reply(req, resp);
+}
+
+int http_storage_put(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        StorageRequest x;
+        int r;
+
+        r = storage_parse(req, STORAGE_REQUEST_PUT, &x);
+        if (r <= 0)
+                return r;
+
+        /* The object crosses the bus as a sealed memfd, decoded into it piece by piece. */
+        r = storage_data_memfd(x.data_base64, x.data_base64_size, STORAGE_DECODE_CHUNK, &fd);
+        if (r == -EINVAL)
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, STORAGE_DETAIL_INVALID_BASE64);
+        if (r < 0)
+                return r;
+
+        r = storage_agent_new_call(req->server->bus, "PutObject", &m);
+        if (r < 0)
+                return r;
+        /* The message holds the storage block's credentials: never log it. */
+        r = sd_bus_message_append(m, "sssht", x.storage, x.key, x.content_type, fd, x.expires_in);
+        if (r < 0)
+                return r;
+
+        /* Everything the call needs is in the message now. The parsed body is as large as the
+         * upload: let it go rather than hold it while the agent transfers. */
+        json_object_put(req->json);
+        req->json = NULL;
+        x = (StorageRequest) {};
+
+        return http_request_call(req, m, bus_timeout_storage_usec(&req->server->config),
+                                 storage_put_on_reply);
+}
+
+/* POST /storage/delete */
+
+static int storage_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e;
+        HttpResponse *resp;
+        const char *key;
+        int r;
+
+        e = sd_bus_message_get_error(reply);
+        if (e)
+                return storage_reply_bus_error(req, STORAGE_REQUEST_DELETE, e);
+
+        r = sd_bus_message_read(reply, "s", &key);
+        if (r < 0)
+                return r;
+        r = storage_delete_response_new(key, &resp);
+        if (r < 0)
+                return r;
+        return http_request_reply(req, resp);
+}
+
+int http_storage_delete(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        StorageRequest x;
+        int r;
+
+        r = storage_parse(req, STORAGE_REQUEST_DELETE, &x);
+        if (r <= 0)
+                return r;
+
+        r = storage_agent_new_call(req->server->bus, "DeleteObject", &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "ss", x.storage, x.key);
+        if (r < 0)
+                return r;
+
+        return http_request_call(req, m, bus_timeout_storage_usec(&req->server->config),
+                                 storage_delete_on_reply);
+}
+
+/* POST /storage/gc */
+
+static int storage_gc_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        uint64_t deleted, scanned, freed_bytes;
+        const sd_bus_error *e;
+        HttpResponse *resp;
+        int r;
+
+        e = sd_bus_message_get_error(reply);
+        if (e)
+                return storage_reply_bus_error(req, STORAGE_REQUEST_GC, e);
+
+        r = sd_bus_message_read(reply, "ttt", &deleted, &scanned, &freed_bytes);
+        if (r < 0)
+                return r;
+        r = storage_gc_response_new(deleted, scanned, freed_bytes, &resp);
+        if (r < 0)
+                return r;
+        return http_request_reply(req, resp);
+}
+
+int http_storage_gc(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        StorageRequest x;
+        int r;
+
+        r = storage_parse(req, STORAGE_REQUEST_GC, &x);
+        if (r <= 0)
+                return r;
+
+        r = storage_agent_new_call(req->server->bus, "CollectGarbage", &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "sx", x.storage, x.max_age_sec);
+        if (r < 0)
+                return r;
+
+        return http_request_call(req, m, bus_timeout_storage_gc_usec(&req->server->config),
+                                 storage_gc_on_reply);
+}
