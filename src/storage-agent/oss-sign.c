@@ -1,0 +1,587 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Aliyun OSS version 1 signatures (HMAC-SHA1) for request headers and signed URLs. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "base64.h"
+#include "macro.h"
+#include "oss-sign.h"
+#include "string-util.h"
+
+/* A growing string; the first allocation failure sticks and is reported by str_steal(). */
+typedef struct Str {
+        char *s;
+        size_t len, cap;
+        bool oom;
+} Str;
+
+static void str_done(Str *b) {
+        free(b->s);
+        *b = (Str) {};
+}
+
+static void str_append_n(Str *b, const char *p, size_t n) {
+        if (b->oom)
+                return;
+        if (b->len + n + 1 > b->cap) {
+                size_t cap = MAX(MAX(b->cap * 2, b->len + n + 1), (size_t) 64);
+                char *s = realloc(b->s, cap);
+                if (!s) {
+                        b->oom = true;
+                        return;
+                }
+                b->s = s;
+                b->cap = cap;
+        }
+        memcpy(b->s + b->len, p, n);
+        b->len += n;
+        b->s[b->len] = 0;
+}
+
+static void str_append(Str *b, const char *p) {
+        str_append_n(b, p, strlen(p));
+}
+
+static void str_append_c(Str *b, char c) {
+        str_append_n(b, &c, 1);
+}
+
+static int str_steal(Str *b, char **ret) {
+        if (!b->oom && !b->s)
+                str_append_n(b, "", 0);
+        if (b->oom) {
+                str_done(b);
+                return -ENOMEM;
+        }
+        *ret = TAKE_PTR(b->s);
+        *b = (Str) {};
+        return 0;
+}
+
+/* The characters ali-oss leaves alone in signed URLs: those of encodeURIComponent() but the
+ * apostrophe, which Node's URL formatting escapes as well. */
+static bool is_uri_component_char(unsigned char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                (c && strchr("-_.!~*()", c));
+}
+
+static void str_append_encoded(Str *b, const char *s, bool keep_slash) {
+        static const char hex[] = "0123456789ABCDEF";
+
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+                if (is_uri_component_char(*p) || (keep_slash && *p == '/'))
+                        str_append_c(b, (char) *p);
+                else {
+                        char e[3] = { '%', hex[*p >> 4], hex[*p & 15] };
+                        str_append_n(b, e, 3);
+                }
+        }
+}
+
+static bool is_tchar(char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static bool is_token(const char *s) {
+        if (isempty(s))
+                return false;
+        for (; *s; s++)
+                if (!is_tchar(*s))
+                        return false;
+        return true;
+}
+
+static bool is_blank(char c) {
+        return c == ' ' || c == '\t';
+}
+
+/* No control characters but tab: nothing can break a line of the string to sign or the request. */
+static bool value_ok(const char *s) {
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+                        return false;
+        return true;
+}
+
+static bool access_key_id_ok(const char *s) {
+        if (isempty(s))
+                return false;
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if (*p <= 0x20 || *p == 0x7f || *p == ':')
+                        return false;
+        return true;
+}
+
+static bool credentials_ok(const OssCredentials *c) {
+        return c && access_key_id_ok(c->access_key_id) && !isempty(c->access_key_secret);
+}
+
+/* Bucket names are 3…63 of a-z 0-9 '-'; accept what can at least not break the resource or host. */
+static bool bucket_ok(const char *b) {
+        if (isempty(b))
+                return false;
+        for (; *b; b++)
+                if (!((*b >= 'a' && *b <= 'z') || (*b >= 'A' && *b <= 'Z') || (*b >= '0' && *b <= '9') ||
+                      *b == '-' || *b == '.' || *b == '_'))
+                        return false;
+        return true;
+}
+
+/* Object names are UTF-8 and do not start with '/'. */
+static bool key_ok(const char *k) {
+        return k[0] != '/' && utf8_is_valid_n(k, strlen(k));
+}
+
+/* A copy of the value without leading and trailing blanks. */
+static char *strdup_trimmed(const char *v) {
+        size_t l;
+
+        while (is_blank(*v))
+                v++;
+        l = strlen(v);
+        while (l > 0 && is_blank(v[l - 1]))
+                l--;
+        return strndup(v, l);
+}
+
+int oss_http_date(time_t t, char ret[static OSS_HTTP_DATE_LEN + 1]) {
+        static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+        static const char months[12][4] = {
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"
+        };
+        struct tm tm;
+
+        if (!gmtime_r(&t, &tm) || tm.tm_year < 70 || tm.tm_year > 9999 - 1900)
+                return -ERANGE;
+        if (snprintf(ret, OSS_HTTP_DATE_LEN + 1, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
+                     tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec) != OSS_HTTP_DATE_LEN)
+                return -ERANGE;
+        return 0;
+}
+
+typedef struct Entry {
+        char *name;
+        char *value;
+        size_t index;
+} Entry;
+
+static void entries_free(Entry *e, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(e[i].name);
+                free(e[i].value);
+        }
+        free(e);
+}
+
+static int entry_cmp(const void *a, const void *b) {
+        const Entry *x = a, *y = b;
+        int r;
+
+        r = strcmp(x->name, y->name);
+        if (r != 0)
+                return r;
+        return x->index < y->index ? -1 : x->index > y->index;
+}
+
+int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
+        _cleanup_(str_done) Str b = {};
+        Entry *e;
+        size_t m = 0;
+        int r = 0;
+
+        if (n > 0 && !headers)
+                return -EINVAL;
+
+        e = calloc(MAX(n, (size_t) 1), sizeof(Entry));
+        if (!e)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                if (!headers[i].name || !headers[i].value || !is_token(headers[i].name) ||
+                    !value_ok(headers[i].value)) {
+                        r = -EINVAL;
+                        goto finish;
+                }
+                if (strncasecmp(headers[i].name, "x-oss-", 6) != 0)
+                        continue;
+
+                e[m].name = strdup(headers[i].name);
+                e[m].value = strdup_trimmed(headers[i].value);
+                e[m].index = i;
+                m++;
+                if (!e[m - 1].name || !e[m - 1].value) {
+                        r = -ENOMEM;
+                        goto finish;
+                }
+                for (char *c = e[m - 1].name; *c; c++)
+                        if (*c >= 'A' && *c <= 'Z')
+                                *c = (char) (*c - 'A' + 'a');
+        }
+        qsort(e, m, sizeof(Entry), entry_cmp);
+
+        for (size_t i = 0; i < m; i++) {
+                if (i > 0 && streq(e[i].name, e[i - 1].name)) {
+                        /* Repeated headers are joined with ',' (RFC 9110 §5.3): drop the "\n". */
+                        if (!b.oom)
+                                b.len--;
+                        str_append_c(&b, ',');
+                } else {
+                        str_append(&b, e[i].name);
+                        str_append_c(&b, ':');
+                }
+                str_append(&b, e[i].value);
+                str_append_c(&b, '\n');
+        }
+        r = str_steal(&b, ret);
+finish:
+        entries_free(e, n);
+        return r;
+}
+
+int oss_v1_canonicalized_resource(const char *bucket, const char *key, const OssPair *subresources, size_t n,
+                                  char **ret) {
+        _cleanup_(str_done) Str b = {};
+        Entry *e;
+        int r;
+
+        if ((n > 0 && !subresources) || (!isempty(key) && isempty(bucket)) ||
+            (!isempty(bucket) && !bucket_ok(bucket)) || (!isempty(key) && !key_ok(key)))
+                return -EINVAL;
+
+        str_append_c(&b, '/');
+        if (!isempty(bucket)) {
+                str_append(&b, bucket);
+                str_append_c(&b, '/');
+                str_append(&b, strempty(key));
+        }
+
+        e = calloc(MAX(n, (size_t) 1), sizeof(Entry));
+        if (!e)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                if (isempty(subresources[i].name) || !value_ok(subresources[i].name) ||
+                    strpbrk(subresources[i].name, "&=") ||
+                    (subresources[i].value && !value_ok(subresources[i].value))) {
+                        entries_free(e, n);
+                        return -EINVAL;
+                }
+                e[i].name = strdup(subresources[i].name);
+                e[i].value = isempty(subresources[i].value) ? NULL : strdup(subresources[i].value);
+                e[i].index = i;
+                if (!e[i].name || (!isempty(subresources[i].value) && !e[i].value)) {
+                        entries_free(e, n);
+                        return -ENOMEM;
+                }
+        }
+        qsort(e, n, sizeof(Entry), entry_cmp);
+
+        for (size_t i = 0; i < n; i++) {
+                str_append_c(&b, i == 0 ? '?' : '&');
+                str_append(&b, e[i].name);
+                if (e[i].value) {
+                        str_append_c(&b, '=');
+                        str_append(&b, e[i].value);
+                }
+        }
+        entries_free(e, n);
+
+        r = str_steal(&b, ret);
+        return r;
+}
+
+/* The trimmed value of a header that may appear at most once; NULL if absent. */
+static int find_single_header(const OssPair *headers, size_t n, const char *name, char **ret) {
+        _cleanup_free_ char *v = NULL;
+
+        for (size_t i = 0; i < n; i++) {
+                if (!headers[i].name || strcasecmp(headers[i].name, name) != 0)
+                        continue;
+                if (v || !headers[i].value || !value_ok(headers[i].value))
+                        return -EINVAL;
+                v = strdup_trimmed(headers[i].value);
+                if (!v)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(v);
+        return 0;
+}
+
+int oss_v1_string_to_sign(const OssRequest *req, const char *date, char **ret) {
+        _cleanup_free_ char *method = NULL, *md5 = NULL, *type = NULL, *headers = NULL, *resource = NULL;
+        int r;
+
+        if (!req || !is_token(req->method) || isempty(date) || !value_ok(date) ||
+            (req->n_headers > 0 && !req->headers))
+                return -EINVAL;
+
+        method = strdup(req->method);
+        if (!method)
+                return -ENOMEM;
+        for (char *c = method; *c; c++)
+                if (*c >= 'a' && *c <= 'z')
+                        *c = (char) (*c - 'a' + 'A');
+
+        r = find_single_header(req->headers, req->n_headers, "Content-MD5", &md5);
+        if (r < 0)
+                return r;
+        r = find_single_header(req->headers, req->n_headers, "Content-Type", &type);
+        if (r < 0)
+                return r;
+        r = oss_v1_canonicalized_headers(req->headers, req->n_headers, &headers);
+        if (r < 0)
+                return r;
+        r = oss_v1_canonicalized_resource(req->bucket, req->key, req->subresources, req->n_subresources,
+                                          &resource);
+        if (r < 0)
+                return r;
+
+        if (asprintf(ret, "%s\n%s\n%s\n%s\n%s%s", method, strempty(md5), strempty(type), date, headers,
+                     resource) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+int oss_v1_signature(const char *access_key_secret, const char *string_to_sign, char **ret) {
+        unsigned char mac[EVP_MAX_MD_SIZE];
+        unsigned mac_len = 0;
+        char *s;
+
+        if (isempty(access_key_secret) || !string_to_sign)
+                return -EINVAL;
+        if (!HMAC(EVP_sha1(), access_key_secret, (int) strlen(access_key_secret),
+                  (const unsigned char *) string_to_sign, strlen(string_to_sign), mac, &mac_len))
+                return -EIO;
+        s = base64_encode(mac, mac_len);
+        explicit_bzero(mac, sizeof(mac));
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}
+
+int oss_v1_authorization(const OssRequest *req, const OssCredentials *creds, const char *date,
+                         char **ret_authorization, char **ret_string_to_sign) {
+        _cleanup_free_ char *sts = NULL, *signature = NULL, *authorization = NULL;
+        int r;
+
+        if (!credentials_ok(creds) || !ret_authorization)
+                return -EINVAL;
+        r = oss_v1_string_to_sign(req, date, &sts);
+        if (r < 0)
+                return r;
+        r = oss_v1_signature(creds->access_key_secret, sts, &signature);
+        if (r < 0)
+                return r;
+        if (asprintf(&authorization, "OSS %s:%s", creds->access_key_id, signature) < 0) {
+                authorization = NULL;
+                return -ENOMEM;
+        }
+
+        *ret_authorization = TAKE_PTR(authorization);
+        if (ret_string_to_sign)
+                *ret_string_to_sign = TAKE_PTR(sts);
+        return 0;
+}
+
+static bool is_ipv4(const char *s, size_t n) {
+        unsigned parts = 0;
+        const char *e = s + n;
+
+        for (;;) {
+                size_t l = 0;
+                unsigned v = 0;
+
+                while (s + l < e && s[l] >= '0' && s[l] <= '9' && l < 4)
+                        v = v * 10 + (unsigned) (s[l++] - '0');
+                if (l == 0 || l > 3 || v > 255 || (l > 1 && s[0] == '0'))
+                        return false;
+                parts++;
+                s += l;
+                if (s == e)
+                        return parts == 4;
+                if (*s != '.')
+                        return false;
+                s++;
+        }
+}
+
+/* "scheme://host[:port]" of the endpoint, lowercased, and whether the host is an IP address. */
+static int parse_endpoint(const char *endpoint, char **ret_scheme, char **ret_authority, bool *ret_ip) {
+        _cleanup_free_ char *scheme = NULL, *authority = NULL;
+        const char *p, *port;
+        size_t l;
+        bool ip;
+
+        if (isempty(endpoint))
+                return -EINVAL;
+        p = strstr(endpoint, "://");
+        if (p) {
+                scheme = strndup(endpoint, (size_t) (p - endpoint));
+                p += 3;
+        } else {
+                scheme = strdup("https");
+                p = endpoint;
+        }
+        if (!scheme)
+                return -ENOMEM;
+        for (char *c = scheme; *c; c++)
+                if (*c >= 'A' && *c <= 'Z')
+                        *c = (char) (*c - 'A' + 'a');
+        if (!streq(scheme, "http") && !streq(scheme, "https"))
+                return -EINVAL;
+
+        l = strcspn(p, "/");
+        if (l == 0 || (p[l] == '/' && p[l + 1] != 0))
+                return -EINVAL; /* no base paths on OSS endpoints */
+        authority = strndup(p, l);
+        if (!authority)
+                return -ENOMEM;
+        for (char *c = authority; *c; c++) {
+                if (*c >= 'A' && *c <= 'Z')
+                        *c = (char) (*c - 'A' + 'a');
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || strchr("-._:[]", *c)))
+                        return -EINVAL;
+        }
+
+        /* "host", "[v6 address]", either with ":port". */
+        if (authority[0] == '[') {
+                const char *close = strchr(authority, ']');
+                if (!close || close == authority + 1 || strchr(close + 1, '['))
+                        return -EINVAL;
+                port = close + 1;
+                ip = true;
+        } else {
+                l = strcspn(authority, ":");
+                if (l == 0 || strpbrk(authority, "[]"))
+                        return -EINVAL;
+                port = authority + l;
+                ip = is_ipv4(authority, l);
+        }
+        if (*port) {
+                size_t n = strlen(port + 1);
+                if (port[0] != ':' || n == 0 || n > 5 || strspn(port + 1, "0123456789") != n ||
+                    strtoul(port + 1, NULL, 10) > 65535)
+                        return -EINVAL;
+        }
+
+        *ret_scheme = TAKE_PTR(scheme);
+        *ret_authority = TAKE_PTR(authority);
+        *ret_ip = ip;
+        return 0;
+}
+
+static void str_append_query_pair(Str *b, const char *name, const char *value) {
+        str_append_encoded(b, name, false);
+        str_append_c(b, '=');
+        str_append_encoded(b, strempty(value), false);
+}
+
+/* scheme://host/path of a location, without query. */
+static int location_base(const OssLocation *loc, Str *b) {
+        _cleanup_free_ char *scheme = NULL, *authority = NULL;
+        const char *bucket, *key;
+        bool ip;
+        int r;
+
+        if (!loc)
+                return -EINVAL;
+        bucket = strempty(loc->bucket);
+        key = strempty(loc->key);
+        if ((!isempty(bucket) && !bucket_ok(bucket)) || (!isempty(key) && (isempty(bucket) || !key_ok(key))))
+                return -EINVAL;
+        r = parse_endpoint(loc->endpoint, &scheme, &authority, &ip);
+        if (r < 0)
+                return r;
+        if (!isempty(bucket) && !loc->path_style && ip)
+                return -EINVAL; /* an IP address cannot have the bucket as subdomain */
+
+        str_append(b, scheme);
+        str_append(b, "://");
+        if (!isempty(bucket) && !loc->path_style) {
+                str_append(b, bucket);
+                str_append_c(b, '.');
+        }
+        str_append(b, authority);
+        str_append_c(b, '/');
+        if (!isempty(bucket) && loc->path_style) {
+                str_append(b, bucket);
+                str_append_c(b, '/');
+        }
+        str_append_encoded(b, key, true);
+        return 0;
+}
+
+int oss_request_url(const OssLocation *loc, const OssPair *query, size_t n_query, char **ret) {
+        _cleanup_(str_done) Str b = {};
+        int r;
+
+        if (n_query > 0 && !query)
+                return -EINVAL;
+        r = location_base(loc, &b);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n_query; i++) {
+                if (isempty(query[i].name))
+                        return -EINVAL;
+                str_append_c(&b, i == 0 ? '?' : '&');
+                str_append_query_pair(&b, query[i].name, query[i].value);
+        }
+        return str_steal(&b, ret);
+}
+
+int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair *headers, size_t n_headers,
+                      const OssPair *subresources, size_t n_subresources, const OssCredentials *creds,
+                      time_t now, unsigned expires, char **ret_url) {
+        _cleanup_free_ char *authorization = NULL;
+        _cleanup_(str_done) Str b = {};
+        char expires_str[24];
+        int r;
+
+        if (!loc || !credentials_ok(creds) || !ret_url || expires == 0 || now < 0 ||
+            (n_subresources > 0 && !subresources))
+                return -EINVAL;
+        for (size_t i = 0; i < n_subresources; i++)
+                if (subresources[i].name && (strcasecmp(subresources[i].name, "OSSAccessKeyId") == 0 ||
+                                             strcasecmp(subresources[i].name, "Expires") == 0 ||
+                                             strcasecmp(subresources[i].name, "Signature") == 0))
+                        return -EINVAL;
+        (void) snprintf(expires_str, sizeof(expires_str), "%lld", (long long) now + (long long) expires);
+
+        OssRequest req = {
+                .method = method,
+                .bucket = loc->bucket,
+                .key = loc->key,
+                .headers = headers,
+                .n_headers = n_headers,
+                .subresources = subresources,
+                .n_subresources = n_subresources,
+        };
+        r = oss_v1_authorization(&req, creds, expires_str, &authorization, NULL);
+        if (r < 0)
+                return r;
+
+        r = location_base(loc, &b);
+        if (r < 0)
+                return r;
+        str_append_c(&b, '?');
+        str_append_query_pair(&b, "OSSAccessKeyId", creds->access_key_id);
+        str_append_c(&b, '&');
+        str_append_query_pair(&b, "Expires", expires_str);
+        str_append_c(&b, '&');
+        /* authorization is "OSS <id>:<signature>"; the signature follows the last ':'. */
+        str_append_query_pair(&b, "Signature", strrchr(authorization, ':') + 1);
+        for (size_t i = 0; i < n_subresources; i++) {
+                str_append_c(&b, '&');
+                str_append_query_pair(&b, subresources[i].name, subresources[i].value);
+        }
+        return str_steal(&b, ret_url);
+}
