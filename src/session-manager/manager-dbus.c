@@ -514,8 +514,9 @@ static int method_read_file(sd_bus_message *m, void *userdata, sd_bus_error *err
         return queue_file_call(m, r, error);
 }
 
-static int method_list_files(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Manager *mgr = userdata;
+/* Calls that name only a session: ListFiles, ResetInputs. */
+static int session_only_call(sd_bus_message *m, Manager *mgr, sd_bus_error *error,
+                             int (*op)(Session *s, FileCallback cb, void *userdata)) {
         const char *id;
         Session *s;
         int r;
@@ -526,24 +527,16 @@ static int method_list_files(sd_bus_message *m, void *userdata, sd_bus_error *er
         s = bus_find_running_session(mgr, id, error);
         if (!s)
                 return -EINVAL;
-        r = session_list_files(s, on_file_done, sd_bus_message_ref(m));
+        r = op(s, on_file_done, sd_bus_message_ref(m));
         return queue_file_call(m, r, error);
 }
 
-static int method_reset_inputs(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Manager *mgr = userdata;
-        const char *id;
-        Session *s;
-        int r;
+static int method_list_files(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return session_only_call(m, userdata, error, session_list_files);
+}
 
-        r = sd_bus_message_read(m, "s", &id);
-        if (r < 0)
-                return r;
-        s = bus_find_running_session(mgr, id, error);
-        if (!s)
-                return -EINVAL;
-        r = session_reset_inputs(s, on_file_done, sd_bus_message_ref(m));
-        return queue_file_call(m, r, error);
+static int method_reset_inputs(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return session_only_call(m, userdata, error, session_reset_inputs);
 }
 
 /* ---- GetHealth ---- */

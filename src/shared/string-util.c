@@ -119,3 +119,24 @@ char *hexmem(const void *p, size_t l) {
         r[l * 2] = 0;
         return r;
 }
+
+static bool http_tchar(char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+bool http_token_is_valid(const char *s) {
+        if (!s || !*s)
+                return false;
+        for (; *s; s++)
+                if (!http_tchar(*s))
+                        return false;
+        return true;
+}
+
+bool http_field_value_is_valid(const char *s) {
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+                        return false;
+        return true;
+}

@@ -37,3 +37,8 @@ char *utf8_sanitize(const char *s, size_t n, size_t *ret_len);
 bool secret_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 char *hexmem(const void *p, size_t l);
+
+/* RFC 9110 tokens (header names, methods): non-empty, tchar only. */
+bool http_token_is_valid(const char *s) _pure_;
+/* Header field values: no control characters but tab, so no CR/LF can split a request. */
+bool http_field_value_is_valid(const char *s) _pure_;

@@ -86,30 +86,8 @@ static void str_append_encoded(Str *b, const char *s, bool keep_slash) {
         }
 }
 
-static bool is_tchar(char c) {
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
-static bool is_token(const char *s) {
-        if (isempty(s))
-                return false;
-        for (; *s; s++)
-                if (!is_tchar(*s))
-                        return false;
-        return true;
-}
-
 static bool is_blank(char c) {
         return c == ' ' || c == '\t';
-}
-
-/* No control characters but tab: nothing can break a line of the string to sign or the request. */
-static bool value_ok(const char *s) {
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
-                if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
-                        return false;
-        return true;
 }
 
 static bool access_key_id_ok(const char *s) {
@@ -206,8 +184,8 @@ int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
         if (!e)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
-                if (!headers[i].name || !headers[i].value || !is_token(headers[i].name) ||
-                    !value_ok(headers[i].value)) {
+                if (!headers[i].name || !headers[i].value || !http_token_is_valid(headers[i].name) ||
+                    !http_field_value_is_valid(headers[i].value)) {
                         r = -EINVAL;
                         goto finish;
                 }
@@ -268,9 +246,9 @@ int oss_v1_canonicalized_resource(const char *bucket, const char *key, const Oss
         if (!e)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
-                if (isempty(subresources[i].name) || !value_ok(subresources[i].name) ||
+                if (isempty(subresources[i].name) || !http_field_value_is_valid(subresources[i].name) ||
                     strpbrk(subresources[i].name, "&=") ||
-                    (subresources[i].value && !value_ok(subresources[i].value))) {
+                    (subresources[i].value && !http_field_value_is_valid(subresources[i].value))) {
                         entries_free(e, n);
                         return -EINVAL;
                 }
@@ -305,7 +283,7 @@ static int find_single_header(const OssPair *headers, size_t n, const char *name
         for (size_t i = 0; i < n; i++) {
                 if (!headers[i].name || strcasecmp(headers[i].name, name) != 0)
                         continue;
-                if (v || !headers[i].value || !value_ok(headers[i].value))
+                if (v || !headers[i].value || !http_field_value_is_valid(headers[i].value))
                         return -EINVAL;
                 v = strdup_trimmed(headers[i].value);
                 if (!v)
@@ -319,7 +297,7 @@ int oss_v1_string_to_sign(const OssRequest *req, const char *date, char **ret) {
         _cleanup_free_ char *method = NULL, *md5 = NULL, *type = NULL, *headers = NULL, *resource = NULL;
         int r;
 
-        if (!req || !is_token(req->method) || isempty(date) || !value_ok(date) ||
+        if (!req || !http_token_is_valid(req->method) || isempty(date) || !http_field_value_is_valid(date) ||
             (req->n_headers > 0 && !req->headers))
                 return -EINVAL;
 

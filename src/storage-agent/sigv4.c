@@ -96,31 +96,8 @@ int sigv4_uri_encode(const char *s, bool keep_slash, char **ret) {
         return str_steal(&b, ret);
 }
 
-/* RFC 9110 token characters, the only ones allowed in header names and methods. */
-static bool is_tchar(char c) {
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
-static bool is_token(const char *s) {
-        if (isempty(s))
-                return false;
-        for (; *s; s++)
-                if (!is_tchar(*s))
-                        return false;
-        return true;
-}
-
 static bool is_blank(char c) {
         return c == ' ' || c == '\t';
-}
-
-/* Header values: no control characters but tab (so no CR/LF smuggled into a request). */
-static bool header_value_ok(const char *s) {
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
-                if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
-                        return false;
-        return true;
 }
 
 /* Region and service names end up in the scope, separated by '/'. */
@@ -304,7 +281,7 @@ static int normalize_header(const SigV4Pair *h, size_t index, EncodedPair *ret) 
         char *name, *value, *o;
         const char *v;
 
-        if (!h->name || !h->value || !is_token(h->name) || !header_value_ok(h->value))
+        if (!h->name || !h->value || !http_token_is_valid(h->name) || !http_field_value_is_valid(h->value))
                 return -EINVAL;
 
         name = strdup(h->name);
@@ -534,7 +511,7 @@ static bool strcaseeq_any(const char *s, const char *const *list) {
 }
 
 static int validate_request(const SigV4Request *req, const SigV4Credentials *creds) {
-        if (!req || !is_token(req->method) || !host_ok(req->host) || !scope_part_ok(req->region) ||
+        if (!req || !http_token_is_valid(req->method) || !host_ok(req->host) || !scope_part_ok(req->region) ||
             !scope_part_ok(req->service) || !credentials_ok(creds))
                 return -EINVAL;
         if ((req->n_headers > 0 && !req->headers) || (req->n_query > 0 && !req->query))
