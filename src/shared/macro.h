@@ -55,6 +55,11 @@
                         *p = func(*p);                          \
         }
 
+static inline void *mfree(void *p) {
+        free(p);
+        return NULL;
+}
+
 static inline void freep(void *p) {
         free(*(void **) p);
 }

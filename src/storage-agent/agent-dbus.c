@@ -36,31 +36,32 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
         return 0;
 }
 
-/* S3 and OSS arrive with their signing code; until then they fail like an unreachable server. */
+/* OSS transfers arrive later; until then it fails like an unreachable server. */
+#define IN_SET_PROVIDER(p) ((p) == STORAGE_LOCAL || (p) == STORAGE_S3)
 static int require_available(const StorageConfig *c, sd_bus_error *error) {
-        if (c->provider == STORAGE_LOCAL)
+        if (IN_SET_PROVIDER(c->provider))
                 return 0;
         return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED, "the %s provider is not available yet",
                                  storage_provider_to_string(c->provider));
 }
 
-static int archive_key_from(Agent *a, const char *storage, const char *stem, char **ret, sd_bus_error *error) {
-        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+static int archive_key_from(Agent *a, const char *storage, const char *stem, StorageConfig *c, char **ret,
+                            sd_bus_error *error) {
         int r;
 
-        r = parse_storage(a, storage, &c, error);
+        r = parse_storage(a, storage, c, error);
         if (r == 0)
-                r = require_available(&c, error);
+                r = require_available(c, error);
         if (r != 0)
                 return r;
-        r = storage_archive_key(&c, stem, ret);
+        r = storage_archive_key(c, stem, ret);
         if (r == -EINVAL)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid archive stem");
         return r;
 }
 
 /* The (storage, stem) arguments of the archive methods, as the object key they name. */
-static int read_archive_key(sd_bus_message *m, Agent *a, char **ret, sd_bus_error *error) {
+static int read_archive_key(sd_bus_message *m, Agent *a, StorageConfig *c, char **ret, sd_bus_error *error) {
         const char *storage, *stem;
         int r;
 
@@ -68,7 +69,7 @@ static int read_archive_key(sd_bus_message *m, Agent *a, char **ret, sd_bus_erro
         r = sd_bus_message_read(m, "ss", &storage, &stem);
         if (r < 0)
                 return r;
-        return archive_key_from(a, storage, stem, ret, error);
+        return archive_key_from(a, storage, stem, c, ret, error);
 }
 
 static StagedArchive *staged_free(StagedArchive *s) {
@@ -80,6 +81,8 @@ static StagedArchive *staged_free(StagedArchive *s) {
                         break;
                 }
         local_abort(&s->local);
+        safe_close(s->spool_fd);
+        storage_config_done(&s->s3);
         s->expiry = sd_event_source_disable_unref(s->expiry);
         free(s->full_key);
         if (s->agent->n_jobs > 0)
@@ -117,22 +120,30 @@ static int method_get_version(sd_bus_message *m, void *userdata, sd_bus_error *e
 
 static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
         _cleanup_free_ char *key = NULL;
         StagedArchive *s;
         int r;
 
-        r = read_archive_key(m, a, &key, error);
+        r = read_archive_key(m, a, &c, &key, error);
         if (r != 0)
                 return r;
 
         s = calloc(1, sizeof(StagedArchive));
         if (!s)
                 return -ENOMEM;
-        *s = (StagedArchive) { .agent = a, .local = { .dir_fd = -EBADF, .fd = -EBADF } };
+        *s = (StagedArchive) { .agent = a, .local = { .dir_fd = -EBADF, .fd = -EBADF }, .spool_fd = -EBADF,
+                               .s3 = { .provider = _STORAGE_PROVIDER_INVALID } };
         r = session_id_generate(s->token);
-        if (r >= 0)
+        if (r >= 0 && c.provider == STORAGE_S3) {
+                /* Spooled in our private /var/tmp, uploaded on commit: streamed, never in memory. */
+                s->spool_fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+                r = s->spool_fd < 0 ? -errno : storage_config_copy(&c, &s->s3);
+        } else if (r >= 0)
                 r = local_stage(a->config.local_storage_dir, key, &s->local);
         if (r < 0) {
+                safe_close(s->spool_fd);
+                storage_config_done(&s->s3);
                 free(s);
                 log_warning_errno(r, "Failed to stage archive '%s': %m", key);
                 return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to write to storage");
@@ -148,7 +159,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
                 staged_free(s);
                 return r;
         }
-        return sd_bus_reply_method_return(m, "sh", s->token, s->local.fd);
+        return sd_bus_reply_method_return(m, "sh", s->token, s->spool_fd >= 0 ? s->spool_fd : s->local.fd);
 }
 
 static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -165,6 +176,11 @@ static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error
         s = staged_find(a, token);
         if (!s)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unknown archive token");
+        if (s->spool_fd >= 0) {
+                r = agent_s3_upload_archive(a, m, s);
+                staged_free(s);
+                return r;
+        }
         r = local_commit(&s->local, &size);
         if (r < 0) {
                 log_warning_errno(r, "Failed to publish archive '%s': %m", s->full_key);
@@ -191,13 +207,16 @@ static int method_abort_archive(sd_bus_message *m, void *userdata, sd_bus_error 
 
 static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
         _cleanup_free_ char *key = NULL;
         _cleanup_close_ int fd = -EBADF;
         int r;
 
-        r = read_archive_key(m, a, &key, error);
+        r = read_archive_key(m, a, &c, &key, error);
         if (r != 0)
                 return r;
+        if (c.provider == STORAGE_S3)
+                return agent_s3_open_archive(a, m, &c, key);
         r = local_open(a->config.local_storage_dir, key, &fd);
         if (r == -ENOENT) {
                 fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -214,12 +233,15 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
 
 static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
         _cleanup_free_ char *key = NULL;
         int r;
 
-        r = read_archive_key(m, a, &key, error);
+        r = read_archive_key(m, a, &c, &key, error);
         if (r != 0)
                 return r;
+        if (c.provider == STORAGE_S3)
+                return agent_s3_delete(a, m, &c, key, false);
         r = local_delete(a->config.local_storage_dir, key);
         if (r < 0) {
                 log_warning_errno(r, "Failed to delete archive '%s': %m", key);
@@ -251,7 +273,10 @@ static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *er
                 return r;
         if (c.provider == STORAGE_LOCAL)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "presigned URLs are unsupported for local storage");
-        return require_available(&c, error);
+        r = require_available(&c, error);
+        if (r != 0)
+                return r;
+        return agent_s3_put(a, m, &c, key, content_type, fd, expires_in);
 }
 
 static int method_delete_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -276,6 +301,8 @@ static int method_delete_object(sd_bus_message *m, void *userdata, sd_bus_error 
         r = require_available(&c, error);
         if (r != 0)
                 return r;
+        if (c.provider == STORAGE_S3)
+                return agent_s3_delete(a, m, &c, key, true);
         r = local_delete(a->config.local_storage_dir, key);
         if (r < 0) {
                 log_warning_errno(r, "Failed to delete '%s': %m", key);
@@ -304,6 +331,8 @@ static int method_collect_garbage(sd_bus_message *m, void *userdata, sd_bus_erro
         r = require_available(&c, error);
         if (r != 0)
                 return r;
+        if (c.provider == STORAGE_S3)
+                return agent_s3_gc(a, m, &c, max_age);
 
         if (asprintf(&workspaces, "%s%sworkspaces", c.prefix, *c.prefix ? "/" : "") < 0 ||
             asprintf(&mineru, "%s%smineru", c.prefix, *c.prefix ? "/" : "") < 0)

@@ -6,6 +6,8 @@
 #include <systemd/sd-event.h>
 
 #include "backend-local.h"
+#include "curl-driver.h"
+#include "storage-config.h"
 #include "config.h"
 #include "macro.h"
 
@@ -18,6 +20,8 @@ typedef struct StagedArchive {
         char token[33];
         char *full_key;
         LocalStaged local;
+        int spool_fd;                 /* s3: the archive is spooled here, then uploaded */
+        StorageConfig s3;             /* s3: where it goes */
         sd_event_source *expiry;      /* abandoned stagings are removed */
 } StagedArchive;
 
@@ -28,7 +32,18 @@ typedef struct Agent {
         sd_event_source *idle_source;
         unsigned n_jobs;
         StagedArchive *staged;
+        CurlDriver *curl;
 } Agent;
+
+/* S3 operations (agent-s3.c). Each replies to 'm' itself, later. */
+int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key, const char *content_type,
+                 int data_fd, uint64_t expires_in);
+int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key, bool reply_key);
+int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max_age);
+int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s);
+int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key);
+/* Copies the fields a request needs into a config that outlives the call. */
+int storage_config_copy(const StorageConfig *c, StorageConfig *ret);
 
 void agent_done(Agent *a);
 

@@ -64,6 +64,12 @@ int main(int argc, char *argv[]) {
         (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
         (void) sd_event_set_watchdog(event, true);
 
+        r = curl_driver_new(event, &a->curl);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up libcurl: %m");
+                goto finish;
+        }
+
         r = bus_errors_register();
         if (r >= 0)
                 r = sd_bus_default_system(&bus);
@@ -98,6 +104,7 @@ int main(int argc, char *argv[]) {
 
 finish:
         agent_done(a);
+        a->curl = curl_driver_free(a->curl);
         a->idle_source = sd_event_source_disable_unref(a->idle_source);
         if (r < 0) {
                 (void) sd_notifyf(false, "ERRNO=%i", -r);

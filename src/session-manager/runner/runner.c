@@ -686,7 +686,7 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 q = sd_event_add_io(r->event, &e->err.source, e->err.fd, EPOLLIN, on_output, e);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &e->timer_source, CLOCK_MONOTONIC,
-                                               e->timeout_ms * USEC_PER_MSEC, 0, on_exec_timeout, e);
+                                               e->timeout_ms * USEC_PER_MSEC, USEC_PER_MSEC, on_exec_timeout, e);
         if (q < 0) {
                 log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to watch the sandbox: %m");
                 return runner_send_error(r, r->connection_generation, q, "failed to watch the sandbox");

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* S3 requests: SigV4-signed, path-style for custom endpoints, virtual-hosted for AWS, with the
+ * timeouts and retries of COMPAT.md (connect 10 s, total 120 s, 3 attempts). */
+#pragma once
+
+#include <stdint.h>
+
+#include "curl-driver.h"
+#include "storage-config.h"
+
+#define S3_CONNECT_TIMEOUT_SEC 10
+#define S3_TOTAL_TIMEOUT_SEC 120
+#define S3_ATTEMPTS 3
+#define S3_PAIRS_MAX 4
+
+typedef struct S3Call S3Call;
+
+/* error < 0: transport failure after all attempts; else status is the final HTTP status and
+ * body the (bounded) response body for non-download calls. */
+typedef void (*S3Callback)(S3Call *call, int error, long status, const char *body, void *userdata);
+
+typedef struct S3CallParams {
+        const char *method;
+        const char *key;                  /* full object key; NULL: bucket-level */
+        const char *query[S3_PAIRS_MAX][2];
+        const char *headers[S3_PAIRS_MAX][2];
+        int upload_fd;                    /* -1: no body */
+        int download_fd;                  /* -1: body into memory */
+} S3CallParams;
+
+int s3_call(CurlDriver *d, const StorageConfig *c, const S3CallParams *p, S3Callback cb, void *userdata);
+
+/* A presigned GET URL for 'key' (X-Amz-Content-Sha256 in the query, as the AWS SDK makes them). */
+int s3_presigned_get(const StorageConfig *c, const char *key, unsigned expires, char **ret_url);

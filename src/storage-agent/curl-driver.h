@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* libcurl's multi interface driven from sd-event: transfers never block the agent's loop. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+#include <systemd/sd-event.h>
+
+typedef struct CurlDriver CurlDriver;
+typedef struct Transfer Transfer;
+
+/* error: 0, or a negative errno for transport failures (-ETIMEDOUT, -ECONNREFUSED, -EIO...);
+ * status: the HTTP status when a response arrived. */
+typedef void (*TransferCallback)(Transfer *t, int error, long status, void *userdata);
+
+#define TRANSFER_BODY_MAX (8U * 1024U * 1024U)   /* kept response bodies (XML listings, errors) */
+
+struct Transfer {
+        CurlDriver *driver;
+        CURL *easy;
+        struct curl_slist *headers;
+        char *body;                 /* response body, NUL-terminated, bounded */
+        size_t body_size;
+        int upload_fd;              /* request body from this fd (borrowed), -1: none */
+        uint64_t upload_size;
+        int download_fd;            /* response body into this fd (borrowed), -1: into 'body' */
+        bool download_failed;
+        TransferCallback callback;
+        void *userdata;
+        char error_buffer[CURL_ERROR_SIZE];
+};
+
+int curl_driver_new(sd_event *event, CurlDriver **ret);
+CurlDriver *curl_driver_free(CurlDriver *d);
+unsigned curl_driver_running(CurlDriver *d);
+sd_event *curl_driver_event(CurlDriver *d);
+
+/* A transfer for 'method' on 'url' with the given headers ("Name: value"), connect/total
+ * timeouts in seconds. Body source/sink are set on the returned object before start. */
+int transfer_new(CurlDriver *d, const char *method, const char *url, long connect_timeout_sec,
+                 long total_timeout_sec, Transfer **ret);
+int transfer_add_header(Transfer *t, const char *name, const char *value);
+int transfer_start(Transfer *t, TransferCallback cb, void *userdata);
+Transfer *transfer_free(Transfer *t);

@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The S3 provider end to end against an S3-compatible test server that verifies every SigV4
+signature with the official signer (tests/storage/s3server): put and presigned URLs, refused
+altered and expired signatures, delete with and without the prefix, garbage collection over
+more than one listing page, workspace archives through S3, and a storage outage."""
+import base64
+import concurrent.futures
+import json
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import REPO, create_session, delete_session, request, run
+
+SERVER = REPO / "tests/storage/s3server/run"
+SECRET = "ScopeboxTestSecretKey/0123456789+abcdefgh"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    data = tempfile.mkdtemp(prefix="scopebox-s3-")
+    out = subprocess.run([str(SERVER), "start", "0", data], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    endpoint = out.stdout.strip().splitlines()[-1]
+    assert endpoint.startswith("http://127.0.0.1:"), out.stdout
+    yield {"endpoint": endpoint, "data": data}
+    subprocess.run([str(SERVER), "stop", data], capture_output=True, timeout=60)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def storage(s3, prefix="aivory/"):
+    return {"provider": "s3", "prefix": prefix, "s3_bucket": "scopebox-test", "s3_region": "us-east-1",
+            "s3_endpoint": s3["endpoint"], "s3_access_key": "AKIDSCOPEBOXTEST", "s3_secret_key": SECRET}
+
+
+def put(st, key, data, **extra):
+    return request("POST", "/storage/put", {"key": key, "data_base64": base64.b64encode(data).decode(),
+                                            "storage": st, **extra})
+
+
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def age(s3, prefix, seconds):
+    q = urllib.parse.urlencode({"bucket": "scopebox-test", "prefix": prefix, "seconds": seconds})
+    req = urllib.request.Request(f"{s3['endpoint']}/__test__/age?{q}", method="POST", data=b"")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def test_put_gives_a_working_presigned_url(s3):
+    st = storage(s3)
+    body = bytes(range(256)) * 40
+    r = put(st, "mineru/doc one.pdf", body, content_type="application/pdf", expires_in=600)
+    assert r.status == 200, r
+    assert r.json["provider"] == "s3" and r.json["key"] == "aivory/mineru/doc one.pdf"
+    assert r.json["expires_in"] == 600
+    status, got = fetch(r.json["url"])
+    assert (status, got) == (200, body)
+    # One signature digit altered: refused, as AWS refuses it.
+    url = r.json["url"]
+    i = url.index("X-Amz-Signature=") + len("X-Amz-Signature=")
+    bad = url[:i] + ("0" if url[i] != "0" else "1") + url[i + 1:]
+    assert fetch(bad)[0] == 403
+    # Default and capped expiry.
+    assert put(st, "mineru/d.bin", b"d").json["expires_in"] == 3600
+    assert put(st, "mineru/d.bin", b"d", expires_in=10 ** 9).json["expires_in"] == 86400
+
+
+def test_expired_url_is_refused(s3):
+    r = put(storage(s3), "mineru/short.txt", b"short", expires_in=1)
+    assert r.status == 200, r
+    time.sleep(2.5)
+    assert fetch(r.json["url"])[0] == 403
+
+
+def test_delete_with_and_without_prefix(s3):
+    st = storage(s3)
+    for key in ("mineru/a.txt", "aivory/mineru/a.txt"):
+        assert put(st, "mineru/a.txt", b"a").status == 200
+        r = request("POST", "/storage/delete", {"key": key, "storage": st})
+        assert r.status == 200 and r.json == {"ok": True, "key": "aivory/mineru/a.txt"}, r
+    # Gone already: still success.
+    assert request("POST", "/storage/delete", {"key": "mineru/a.txt", "storage": st}).status == 200
+
+
+def test_gc_pages_through_more_than_a_thousand_objects(s3):
+    st = storage(s3, prefix=f"gc{time.time_ns()}/")
+    base = st["prefix"].rstrip("/")
+    keys = [f"workspaces/old{i:04d}.tgz" for i in range(1005)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(lambda k: put(st, k, b"x" * 10).status, keys))
+    assert statuses == [200] * len(keys)
+    for key, data in (("workspaces/new.tgz", b"n"), ("workspaces/old-notes.txt", b"keep"),
+                      ("mineru/old.pdf", b"pdf"), ("mineru/new.pdf", b"pdf"), ("elsewhere/old.tgz", b"e")):
+        assert put(st, key, data).status == 200
+    age(s3, f"{base}/workspaces/old", 10 * 86400)
+    age(s3, f"{base}/mineru/old", 10 * 86400)
+    age(s3, f"{base}/elsewhere/", 10 * 86400)
+    r = request("POST", "/storage/gc", {"max_age_seconds": 7 * 86400, "storage": st}, timeout=600)
+    assert r.status == 200, r
+    # 1005 old archives and the old mineru file; the .txt, the new ones and elsewhere/ stay.
+    assert r.json == {"deleted": 1006, "scanned": 1005 + 2 + 2, "freed_bytes": 1005 * 10 + 3}, r.json
+    r = request("POST", "/storage/gc", {"max_age_seconds": 7 * 86400, "storage": st}, timeout=600)
+    assert r.json == {"deleted": 0, "scanned": 3, "freed_bytes": 0}, r.json
+
+
+def test_archives_through_s3(s3):
+    st = storage(s3)
+    stem = f"s3_{time.time_ns()}"
+    sid = create_session(archive_key=stem, storage=st)
+    run(sid, "open('/workspace/s3.txt', 'w').write('via s3')\nopen('/workspace/uploads/in.csv', 'w').write('u')")
+    assert delete_session(sid).json == {"ok": True}
+    sid2 = create_session(archive_key=stem, storage=st)
+    try:
+        res = run(sid2, "import os\nprint(open('/workspace/s3.txt').read(), os.listdir('/workspace/uploads'))")
+        assert res["stdout"] == "via s3 []\n", res
+    finally:
+        delete_session(sid2, discard=True, archive_key=stem, storage=st)
+    # Discarded: a new session starts empty.
+    sid3 = create_session(archive_key=stem, storage=st)
+    try:
+        assert run(sid3, "import os\nprint(os.path.exists('/workspace/s3.txt'))")["stdout"] == "False\n"
+    finally:
+        delete_session(sid3, discard=True, archive_key=stem, storage=st)
+
+
+def test_storage_outage_gives_502_and_sessions_still_work(s3):
+    st = storage(s3)
+    down = dict(st, s3_endpoint="http://127.0.0.1:9")  # nothing listens on the discard port
+    r = put(down, "mineru/x.pdf", b"x")
+    assert r.status == 502 and r.json["detail"], r
+    assert request("POST", "/storage/delete", {"key": "mineru/x.pdf", "storage": down}).status == 502
+    assert request("POST", "/storage/gc", {"max_age_seconds": 60, "storage": down}).status == 502
+    # Sessions with unreachable storage: create (restore fails, logged) and release (archive
+    # fails, logged) still work.
+    sid = create_session(archive_key="outage", storage=down)
+    assert run(sid, "print(1)")["stdout"] == "1\n"
+    assert delete_session(sid).json == {"ok": True}
