@@ -11,6 +11,7 @@
 #include "io-util.h"
 #include "json-util.h"
 #include "path-util.h"
+#include "storage-config.h"
 #include "log.h"
 #include "manager.h"
 #include "session.h"
@@ -200,6 +201,16 @@ static void on_session_released(Session *s, int error, const char *message, void
                 log_debug_errno(r, "Failed to reply to ReleaseSession, ignoring: %m");
 }
 
+static int on_orphan_archive_deleted(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
+
+        if (sd_bus_message_is_method_error(reply, NULL))
+                log_warning("Failed to delete the archive of a released session: %s",
+                            sd_bus_message_get_error(reply)->message);
+        reply_error(m, -ENXIO, "session not found or not running");
+        return 0;
+}
+
 static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         ReleaseArgs o = {};
@@ -216,9 +227,25 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         if (r < 0)
                 return r;
 
+        if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
+
         s = manager_find_session(mgr, id);
-        if (!s)
+        if (!s) {
+                /* Gone already (reaped, or an earlier release): a discard still deletes the archive
+                 * the client names. The answer stays "no such session", which the gateway turns into
+                 * the contract's idempotent {"ok":true}. */
+                if (o.discard && o.archive_key && archive_stem_is_valid(o.archive_key) &&
+                    storage_json_effective(o.storage, mgr->config.local_storage_dir)) {
+                        r = sd_bus_call_method_async(mgr->bus, NULL, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
+                                                     STORAGE_AGENT_INTERFACE, "DeleteArchive", on_orphan_archive_deleted,
+                                                     sd_bus_message_ref(m), "ss", o.storage, o.archive_key);
+                        if (r >= 0)
+                                return 1;
+                        sd_bus_message_unref(m);
+                }
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+        }
 
         if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");

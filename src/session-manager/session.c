@@ -974,14 +974,8 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
 /* The storage block to use (the call's, else the one remembered at create) if it is effective,
  * else NULL: then archives are no-ops (COMPAT.md). */
 static const char *session_effective_storage(Session *s, const char *override) {
-        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
-        _cleanup_json_ json_object *o = NULL;
-        const char *json = override ?: s->storage_json, *why;
-
-        if (!json || json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object) ||
-            storage_config_parse(o, &c, &why) < 0)
-                return NULL;
-        return storage_config_effective(&c, s->manager->config.local_storage_dir) ? json : NULL;
+        const char *json = override ?: s->storage_json;
+        return storage_json_effective(json, s->manager->config.local_storage_dir) ? json : NULL;
 }
 
 static const char *session_archive_stem(Session *s, const char *override) {

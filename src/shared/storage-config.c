@@ -137,6 +137,17 @@ bool storage_config_effective(const StorageConfig *c, const char *local_storage_
         }
 }
 
+bool storage_json_effective(const char *json, const char *local_storage_dir) {
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_json_ json_object *o = NULL;
+        const char *why;
+
+        if (!json || json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object) ||
+            storage_config_parse(o, &c, &why) < 0)
+                return false;
+        return storage_config_effective(&c, local_storage_dir);
+}
+
 bool storage_key_is_valid(const char *key) {
         size_t l;
 

@@ -44,6 +44,9 @@ void storage_config_done(StorageConfig *c);
 /* Whether archives and the storage endpoints work with this block (COMPAT.md "Storage effective"). */
 bool storage_config_effective(const StorageConfig *c, const char *local_storage_dir);
 
+/* The same for a block given as JSON text (as it crosses the bus). */
+bool storage_json_effective(const char *json, const char *local_storage_dir);
+
 /* Object keys from clients: not empty, no "..", no NUL or control characters, not absolute,
  * at most STORAGE_KEY_MAX bytes. */
 bool storage_key_is_valid(const char *key);

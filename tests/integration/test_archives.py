@@ -132,3 +132,15 @@ def test_hostile_archive_stays_inside():
     assert not os.path.exists("/tmp/abs-escape.txt")
     if hostname_before is not None:
         assert open("/etc/hostname", "rb").read() == hostname_before
+
+
+def test_discard_after_the_session_is_gone_deletes_the_archive():
+    stem = f"conv_gone_{time.time_ns()}"
+    sid = create_session(archive_key=stem, storage=STORAGE)
+    run(sid, "open('/workspace/x', 'w').write('x')")
+    assert delete_session(sid).json == {"ok": True}
+    assert exists(archive_path(stem))
+    # The session is gone; discarding it again still removes the archive it left.
+    r = delete_session(sid, discard=True, archive_key=stem, storage=STORAGE)
+    assert r.status == 200 and r.json == {"ok": True}, r
+    assert not exists(archive_path(stem))

@@ -149,3 +149,16 @@ def test_storage_outage_gives_502_and_sessions_still_work(s3):
     sid = create_session(archive_key="outage", storage=down)
     assert run(sid, "print(1)")["stdout"] == "1\n"
     assert delete_session(sid).json == {"ok": True}
+
+
+def test_credentials_never_reach_the_journal(s3):
+    st = storage(s3)
+    assert put(st, "mineru/log.txt", b"x").status == 200
+    bad = dict(st, s3_endpoint="http://127.0.0.1:9")
+    assert put(bad, "mineru/log.txt", b"x").status == 502
+    sid = create_session(archive_key="journal_check", storage=st)
+    delete_session(sid, discard=True, archive_key="journal_check", storage=st)
+    from conftest import in_system
+    log = in_system("journalctl", "-o", "verbose", "--no-pager", "-n", "5000").stdout
+    assert "scopebox-storage-agent" in log or "Stored object" in log
+    assert SECRET not in log and SECRET.split("/")[0] not in log
