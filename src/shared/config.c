@@ -78,6 +78,8 @@ static const ConfigItem config_table[] = {
              "Most output bytes returned by an exec in total."),
         ITEM("SANDBOX_LOCAL_STORAGE_DIR", CONFIG_STRING, local_storage_dir, "", 0, 0,
              "Directory of the local storage provider (empty: local storage not configured)."),
+        ITEM("SANDBOX_STORAGE_ALLOWED_ENDPOINTS", CONFIG_STRING, storage_allowed_endpoints, "", 0, 0,
+             "Storage endpoints requests may name (origins, or aws); empty: any."),
         ITEM("SANDBOX_STORAGE_MAX_TTL", CONFIG_UINT, storage_max_ttl_sec, "86400", 1, 7ULL * 86400,
              "Upper bound of expires_in of presigned URLs, seconds."),
         ITEM("SANDBOX_MAX_ARCHIVE_BYTES", CONFIG_SIZE, max_archive_bytes, "200M", 0, 1ULL << 40,
@@ -254,6 +256,7 @@ int config_load(Config *c, const char *path, char **ret_error) {
 
 void config_done(Config *c) {
         free(c->local_storage_dir);
+        free(c->storage_allowed_endpoints);
         if (c->api_key) {
                 explicit_bzero(c->api_key, strlen(c->api_key));
                 free(c->api_key);

@@ -137,6 +137,45 @@ bool storage_config_effective(const StorageConfig *c, const char *local_storage_
         }
 }
 
+/* "HTTPS://Host:443/base/" → "https://host:443": scheme and authority, lowercase. */
+static char *endpoint_origin(const char *url) {
+        const char *rest = strstr(url, "://");
+        size_t l;
+        char *o;
+
+        if (!rest)
+                return NULL;
+        rest += 3;
+        l = (size_t) (rest - url) + strcspn(rest, "/?#");
+        o = strndup(url, l);
+        if (!o)
+                return NULL;
+        for (char *p = o; *p; p++)
+                if (*p >= 'A' && *p <= 'Z')
+                        *p = (char) (*p - 'A' + 'a');
+        return o;
+}
+
+bool storage_endpoint_allowed(const StorageConfig *c, const char *allowlist) {
+        _cleanup_free_ char *want = NULL, *list = NULL;
+        const char *endpoint;
+        char *save = NULL;
+
+        if (isempty(allowlist) || c->provider == STORAGE_LOCAL)
+                return true;
+        endpoint = c->provider == STORAGE_S3 ? c->s3_endpoint : c->oss_endpoint;
+        want = endpoint ? endpoint_origin(endpoint) : strdup("aws");
+        list = strdup(allowlist);
+        if (!want || !list)
+                return false;
+        for (char *e = strtok_r(list, " ,\t", &save); e; e = strtok_r(NULL, " ,\t", &save)) {
+                _cleanup_free_ char *allowed = streq(e, "aws") ? strdup("aws") : endpoint_origin(e);
+                if (allowed && streq(allowed, want))
+                        return true;
+        }
+        return false;
+}
+
 bool storage_json_effective(const char *json, const char *local_storage_dir) {
         _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
         _cleanup_json_ json_object *o = NULL;

@@ -44,6 +44,10 @@ void storage_config_done(StorageConfig *c);
 /* Whether archives and the storage endpoints work with this block (COMPAT.md "Storage effective"). */
 bool storage_config_effective(const StorageConfig *c, const char *local_storage_dir);
 
+/* Whether the endpoint the block names is on the operator's list (SANDBOX_STORAGE_ALLOWED_ENDPOINTS:
+ * origins "scheme://host[:port]" or "aws", separated by spaces or commas; empty allows any). */
+bool storage_endpoint_allowed(const StorageConfig *c, const char *allowlist);
+
 /* The same for a block given as JSON text (as it crosses the bus). */
 bool storage_json_effective(const char *json, const char *local_storage_dir);
 

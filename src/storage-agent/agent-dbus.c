@@ -33,6 +33,12 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
                 storage_config_done(ret);
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured");
         }
+        /* Requests carry their storage block: the operator decides where we may connect. */
+        if (!storage_endpoint_allowed(ret, a->config.storage_allowed_endpoints)) {
+                log_info("Refusing a storage block naming an endpoint that is not allowed.");
+                storage_config_done(ret);
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage endpoint not allowed");
+        }
         return 0;
 }
 

@@ -162,3 +162,23 @@ def test_credentials_never_reach_the_journal(s3):
     log = in_system("journalctl", "-o", "verbose", "--no-pager", "-n", "5000").stdout
     assert "scopebox-storage-agent" in log or "Stored object" in log
     assert SECRET not in log and SECRET.split("/")[0] not in log
+
+
+def test_operator_allowlist_of_storage_endpoints(s3):
+    agent = "scopebox-storage-agent.service"
+    dropin = f"/run/systemd/system/{agent}.d"
+    from conftest import in_system
+    in_system("sh", "-c", f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=SANDBOX_STORAGE_ALLOWED_ENDPOINTS="
+                          f"aws,http://127.0.0.1:1\\n' > {dropin}/test.conf", check=True)
+    in_system("systemctl", "daemon-reload", check=True)
+    in_system("systemctl", "restart", agent, check=True)
+    try:
+        r = put(storage(s3), "mineru/x.pdf", b"x")
+        assert r.status == 400 and r.json == {"detail": "storage endpoint not allowed"}, r
+        r = request("POST", "/storage/delete", {"key": "mineru/x.pdf", "storage": storage(s3)})
+        assert r.status == 400, r
+    finally:
+        in_system("rm", "-rf", dropin)
+        in_system("systemctl", "daemon-reload")
+        in_system("systemctl", "restart", agent)
+    assert put(storage(s3), "mineru/x.pdf", b"x").status == 200

@@ -223,6 +223,27 @@ static void test_storage_config(void) {
                 json_object_put(o);
         }
 
+        /* The operator's endpoint allowlist. */
+        j = "{\"provider\":\"s3\",\"s3_bucket\":\"b\",\"s3_endpoint\":\"http://MinIO.internal:9000/base/\"}";
+        ASSERT_EQ(json_parse(j, strlen(j), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
+        json_object_put(o);
+        ASSERT_TRUE(storage_endpoint_allowed(&c, NULL));
+        ASSERT_TRUE(storage_endpoint_allowed(&c, ""));
+        ASSERT_TRUE(storage_endpoint_allowed(&c, "aws, http://minio.internal:9000"));
+        ASSERT_TRUE(!storage_endpoint_allowed(&c, "aws"));
+        ASSERT_TRUE(!storage_endpoint_allowed(&c, "http://minio.internal"));          /* other port */
+        ASSERT_TRUE(!storage_endpoint_allowed(&c, "https://minio.internal:9000"));    /* other scheme */
+        ASSERT_TRUE(!storage_endpoint_allowed(&c, "http://minio.internal:9000.evil")); /* other host */
+        storage_config_done(&c);
+        j = "{\"provider\":\"s3\",\"s3_bucket\":\"b\"}";
+        ASSERT_EQ(json_parse(j, strlen(j), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
+        json_object_put(o);
+        ASSERT_TRUE(storage_endpoint_allowed(&c, "aws"));
+        ASSERT_TRUE(!storage_endpoint_allowed(&c, "http://127.0.0.1:9000"));
+        storage_config_done(&c);
+
         ASSERT_TRUE(archive_stem_is_valid("conv_example-1"));
         ASSERT_TRUE(!archive_stem_is_valid("api smoke"));
         ASSERT_TRUE(!archive_stem_is_valid(""));
