@@ -42,22 +42,11 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
         return 0;
 }
 
-/* OSS transfers arrive later; until then it fails like an unreachable server. */
-#define IN_SET_PROVIDER(p) ((p) == STORAGE_LOCAL || (p) == STORAGE_S3)
-static int require_available(const StorageConfig *c, sd_bus_error *error) {
-        if (IN_SET_PROVIDER(c->provider))
-                return 0;
-        return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED, "the %s provider is not available yet",
-                                 storage_provider_to_string(c->provider));
-}
-
 static int archive_key_from(Agent *a, const char *storage, const char *stem, StorageConfig *c, char **ret,
                             sd_bus_error *error) {
         int r;
 
         r = parse_storage(a, storage, c, error);
-        if (r == 0)
-                r = require_available(c, error);
         if (r != 0)
                 return r;
         r = storage_archive_key(c, stem, ret);
@@ -141,7 +130,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         *s = (StagedArchive) { .agent = a, .local = { .dir_fd = -EBADF, .fd = -EBADF }, .spool_fd = -EBADF,
                                .s3 = { .provider = _STORAGE_PROVIDER_INVALID } };
         r = session_id_generate(s->token);
-        if (r >= 0 && c.provider == STORAGE_S3) {
+        if (r >= 0 && c.provider != STORAGE_LOCAL) {
                 /* Spooled in our private /var/tmp, uploaded on commit: streamed, never in memory. */
                 s->spool_fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
                 r = s->spool_fd < 0 ? -errno : storage_config_copy(&c, &s->s3);
@@ -221,7 +210,7 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
         r = read_archive_key(m, a, &c, &key, error);
         if (r != 0)
                 return r;
-        if (c.provider == STORAGE_S3)
+        if (c.provider != STORAGE_LOCAL)
                 return agent_s3_open_archive(a, m, &c, key);
         r = local_open(a->config.local_storage_dir, key, &fd);
         if (r == -ENOENT) {
@@ -246,7 +235,7 @@ static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error
         r = read_archive_key(m, a, &c, &key, error);
         if (r != 0)
                 return r;
-        if (c.provider == STORAGE_S3)
+        if (c.provider != STORAGE_LOCAL)
                 return agent_s3_delete(a, m, &c, key, false);
         r = local_delete(a->config.local_storage_dir, key);
         if (r < 0) {
@@ -279,9 +268,6 @@ static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *er
                 return r;
         if (c.provider == STORAGE_LOCAL)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "presigned URLs are unsupported for local storage");
-        r = require_available(&c, error);
-        if (r != 0)
-                return r;
         return agent_s3_put(a, m, &c, key, content_type, fd, expires_in);
 }
 
@@ -304,10 +290,7 @@ static int method_delete_object(sd_bus_message *m, void *userdata, sd_bus_error 
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
         if (r < 0)
                 return r;
-        r = require_available(&c, error);
-        if (r != 0)
-                return r;
-        if (c.provider == STORAGE_S3)
+        if (c.provider != STORAGE_LOCAL)
                 return agent_s3_delete(a, m, &c, key, true);
         r = local_delete(a->config.local_storage_dir, key);
         if (r < 0) {
@@ -334,10 +317,7 @@ static int method_collect_garbage(sd_bus_message *m, void *userdata, sd_bus_erro
         /* Nothing to do, or nowhere to do it: all zeros, as the contract says. */
         if (max_age <= 0 || parse_storage(a, storage, &c, NULL) != 0)
                 return sd_bus_reply_method_return(m, "ttt", (uint64_t) 0, (uint64_t) 0, (uint64_t) 0);
-        r = require_available(&c, error);
-        if (r != 0)
-                return r;
-        if (c.provider == STORAGE_S3)
+        if (c.provider != STORAGE_LOCAL)
                 return agent_s3_gc(a, m, &c, max_age);
 
         if (asprintf(&workspaces, "%s%sworkspaces", c.prefix, *c.prefix ? "/" : "") < 0 ||

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The agent's S3 operations: put with a presigned URL, delete, garbage collection over paginated
+/* The agent's S3 and OSS operations: put with a presigned URL, delete, garbage collection over paginated
  * listings, and archive upload/download through spool files. Each answers its bus call when the
  * transfers are done; failures are StorageFailed (502), never blocking anyone. */
 #include <errno.h>
@@ -23,10 +23,11 @@
 
 int storage_config_copy(const StorageConfig *c, StorageConfig *ret) {
         StorageConfig n = { .provider = c->provider };
-        const char *const *src[] = { (const char *const *) &c->prefix, (const char *const *) &c->s3_bucket,
-                                     (const char *const *) &c->s3_region, (const char *const *) &c->s3_endpoint,
-                                     (const char *const *) &c->s3_access_key, (const char *const *) &c->s3_secret_key };
-        char **dst[] = { &n.prefix, &n.s3_bucket, &n.s3_region, &n.s3_endpoint, &n.s3_access_key, &n.s3_secret_key };
+        char *const *src[] = { &c->prefix, &c->s3_bucket, &c->s3_region, &c->s3_endpoint, &c->s3_access_key,
+                               &c->s3_secret_key, &c->oss_bucket, &c->oss_endpoint, &c->oss_access_key_id,
+                               &c->oss_access_key_secret };
+        char **dst[] = { &n.prefix, &n.s3_bucket, &n.s3_region, &n.s3_endpoint, &n.s3_access_key, &n.s3_secret_key,
+                         &n.oss_bucket, &n.oss_endpoint, &n.oss_access_key_id, &n.oss_access_key_secret };
 
         for (size_t i = 0; i < ELEMENTSOF(src); i++)
                 if (*src[i] && !(*dst[i] = strdup(*src[i]))) {
@@ -85,7 +86,8 @@ static void on_put_done(S3Call *call, int error, long status, const char *body, 
                 reply_failed(p->message, r, 0, "presigning failed");
         } else {
                 log_info("Stored object '%s'.", p->key);
-                r = sd_bus_reply_method_return(p->message, "ssst", "s3", p->key, url, (uint64_t) p->expires);
+                r = sd_bus_reply_method_return(p->message, "ssst", storage_provider_to_string(p->config.provider), p->key,
+                                               url, (uint64_t) p->expires);
                 if (r < 0)
                         log_debug_errno(r, "Failed to reply, ignoring: %m");
         }
@@ -98,7 +100,7 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
         int r;
 
         /* Like the upstream SDK's missing-credentials failure: a provider error, 502. */
-        if (!c->s3_access_key || !c->s3_secret_key)
+        if (c->provider == STORAGE_S3 && (!c->s3_access_key || !c->s3_secret_key))
                 return sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED, "presigned URLs need s3 credentials");
         p = calloc(1, sizeof(PutCall));
         if (!p)

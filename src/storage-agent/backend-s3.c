@@ -11,7 +11,10 @@
 
 #include "backend-s3.h"
 #include "macro.h"
+#include "agent.h"
+#include "oss-sign.h"
 #include "sigv4.h"
+#include "string-util.h"
 
 #define S3_DEFAULT_REGION "us-east-1"
 
@@ -98,6 +101,75 @@ static void on_transfer_done(Transfer *t, int error, long status, void *userdata
         s3_call_free(c);
 }
 
+/* Test servers and private deployments are addressed by IP or localhost: no bucket in the host. */
+static bool endpoint_is_literal(const char *endpoint) {
+        const char *h = strstr(endpoint, "://");
+        h = h ? h + 3 : endpoint;
+        return startswith(h, "127.") || startswith(h, "localhost") || startswith(h, "[") ||
+               strspn(h, "0123456789.") >= 7;
+}
+
+static void oss_location_of(const StorageConfig *c, const char *key, OssLocation *ret) {
+        *ret = (OssLocation) {
+                .endpoint = c->oss_endpoint,
+                .bucket = c->oss_bucket,
+                .key = key,
+                .path_style = endpoint_is_literal(c->oss_endpoint),
+        };
+}
+
+static int oss_attempt(S3Call *c, const SigV4Pair *query, size_t nq, const SigV4Pair *headers, size_t nh,
+                       uint64_t upload_size) {
+        _cleanup_free_ char *url = NULL, *authorization = NULL, *sts = NULL;
+        OssPair q[S3_PAIRS_MAX], h[S3_PAIRS_MAX + 1];
+        char date[OSS_HTTP_DATE_LEN + 1];
+        OssCredentials creds = { c->config.oss_access_key_id, c->config.oss_access_key_secret };
+        OssLocation loc;
+        int r;
+
+        for (size_t i = 0; i < nq; i++)
+                q[i] = (OssPair) { query[i].name, query[i].value };
+        for (size_t i = 0; i < nh; i++)
+                h[i] = (OssPair) { headers[i].name, headers[i].value };
+        r = oss_http_date(time(NULL), date);
+        if (r < 0)
+                return r;
+        h[nh] = (OssPair) { "Date", date };
+
+        oss_location_of(&c->config, c->key, &loc);
+        r = oss_request_url(&loc, q, nq, &url);
+        if (r < 0)
+                return r;
+        /* Version 1 signs only OSS's sub-resources among the query parameters (for listings, the
+         * continuation token, raw); list-type, prefix and max-keys are not signed. */
+        OssPair sub[S3_PAIRS_MAX];
+        size_t nsub = 0;
+        for (size_t i = 0; i < nq; i++)
+                if (streq(q[i].name, "continuation-token") || streq(q[i].name, "delete") || streq(q[i].name, "acl") ||
+                    startswith(q[i].name, "response-"))
+                        sub[nsub++] = q[i];
+        OssRequest req = { .method = c->method, .bucket = c->config.oss_bucket, .key = c->key, .headers = h,
+                           .n_headers = nh + 1, .subresources = sub, .n_subresources = nsub };
+        r = oss_v1_authorization(&req, &creds, date, &authorization, &sts);
+        if (r < 0)
+                return r;
+
+        r = transfer_new(c->driver, c->method, url, OSS_CONNECT_TIMEOUT_SEC, S3_TOTAL_TIMEOUT_SEC, &c->transfer);
+        for (size_t i = 0; r >= 0 && i <= nh; i++)
+                r = transfer_add_header(c->transfer, h[i].name, h[i].value);
+        if (r >= 0)
+                r = transfer_add_header(c->transfer, "Authorization", authorization);
+        if (r < 0)
+                return r;
+        if (c->upload_fd >= 0) {
+                c->transfer->upload_fd = c->upload_fd;
+                c->transfer->upload_size = upload_size;
+        } else if (streq(c->method, "PUT"))
+                c->transfer->upload_size = 0;
+        c->transfer->download_fd = c->download_fd;
+        return transfer_start(c->transfer, on_transfer_done, c);
+}
+
 static int s3_attempt(S3Call *c) {
         _cleanup_free_ char *url = NULL;
         SigV4Pair query[S3_PAIRS_MAX], headers[S3_PAIRS_MAX + 1];
@@ -118,6 +190,9 @@ static int s3_attempt(S3Call *c) {
                 return -errno;
         if (c->download_fd >= 0 && (ftruncate(c->download_fd, 0) < 0 || lseek(c->download_fd, 0, SEEK_SET) < 0))
                 return -errno;
+
+        if (c->config.provider == STORAGE_ALIYUN_OSS)
+                return oss_attempt(c, query, nq, headers, nh, c->upload_fd >= 0 ? (uint64_t) st.st_size : 0);
 
         location_of(&c->config, c->key, &loc);
         if (c->config.s3_access_key && c->config.s3_secret_key) {
@@ -171,15 +246,9 @@ int s3_call(CurlDriver *d, const StorageConfig *conf, const S3CallParams *p, S3C
                 return -ENOMEM;
         *c = (S3Call) { .driver = d, .upload_fd = p->upload_fd, .download_fd = p->download_fd, .callback = cb,
                         .userdata = userdata };
-        c->config = (StorageConfig) {
-                .provider = conf->provider,
-                .prefix = strdup_or_null(conf->prefix, &oom),
-                .s3_bucket = strdup_or_null(conf->s3_bucket, &oom),
-                .s3_region = strdup_or_null(conf->s3_region, &oom),
-                .s3_endpoint = strdup_or_null(conf->s3_endpoint, &oom),
-                .s3_access_key = strdup_or_null(conf->s3_access_key, &oom),
-                .s3_secret_key = strdup_or_null(conf->s3_secret_key, &oom),
-        };
+        c->config = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
+        if (storage_config_copy(conf, &c->config) < 0)
+                oom = true;
         c->method = strdup_or_null(p->method, &oom);
         c->key = strdup_or_null(p->key, &oom);
         for (size_t i = 0; i < S3_PAIRS_MAX; i++) {
@@ -203,6 +272,14 @@ int s3_call(CurlDriver *d, const StorageConfig *conf, const S3CallParams *p, S3C
 int s3_presigned_get(const StorageConfig *c, const char *key, unsigned expires, char **ret_url) {
         SigV4Credentials creds = { c->s3_access_key, c->s3_secret_key };
         S3Location loc;
+
+        if (c->provider == STORAGE_ALIYUN_OSS) {
+                OssCredentials oc = { c->oss_access_key_id, c->oss_access_key_secret };
+                OssLocation ol;
+
+                oss_location_of(c, key, &ol);
+                return oss_v1_signed_url(&ol, "GET", NULL, 0, NULL, 0, &oc, time(NULL), expires, ret_url);
+        }
 
         if (!c->s3_access_key || !c->s3_secret_key)
                 return -ENOKEY;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* S3 requests: SigV4-signed, path-style for custom endpoints, virtual-hosted for AWS, with the
+/* Object-store requests (S3 and Aliyun OSS). S3: SigV4-signed, path-style for custom endpoints, virtual-hosted for AWS, with the
  * timeouts and retries of COMPAT.md (connect 10 s, total 120 s, 3 attempts). */
 #pragma once
 
@@ -9,6 +9,7 @@
 #include "storage-config.h"
 
 #define S3_CONNECT_TIMEOUT_SEC 10
+#define OSS_CONNECT_TIMEOUT_SEC 30
 #define S3_TOTAL_TIMEOUT_SEC 120
 #define S3_ATTEMPTS 3
 #define S3_PAIRS_MAX 4

@@ -196,7 +196,7 @@ def test_put_not_configured():
 
 
 def test_put_provider_failures_are_502():
-    # S3 without credentials can't presign; OSS transfers are not implemented yet.
+    # S3 without credentials can't presign; an OSS endpoint that doesn't resolve fails.
     r = put("mineru/a.pdf", b"x", storage={"provider": "s3", "s3_bucket": "b", "prefix": "aivory/"})
     assert r.status == 502, r
     assert isinstance(r.json["detail"], str) and r.json["detail"], r

@@ -215,6 +215,31 @@ static void test_hostile(void) {
         ASSERT_EQ(extract_confined(dst, mfd, NULL), -EFBIG);
         close(mfd);
 
+        /* Expansion bomb: a small archive of one entry larger than the byte budget. */
+        mfd = memfd_new_empty("bytes-bomb");
+        a = evil_new(mfd);
+        {
+                struct archive_entry *e = archive_entry_new();
+                static char zeros[64 * 1024];
+                archive_entry_set_pathname(e, "./zeros");
+                archive_entry_set_mode(e, S_IFREG | 0644);
+                archive_entry_set_size(e, (la_int64_t) limits.max_bytes + 1);
+                ASSERT_EQ(archive_write_header(a, e), ARCHIVE_OK);
+                for (uint64_t left = limits.max_bytes + 1; left > 0;) {
+                        size_t n = left < sizeof(zeros) ? (size_t) left : sizeof(zeros);
+                        ASSERT_EQ(archive_write_data(a, zeros, n), (la_ssize_t) n);
+                        left -= n;
+                }
+                archive_entry_free(e);
+        }
+        ASSERT_EQ(archive_write_close(a), ARCHIVE_OK);
+        archive_write_free(a);
+        ASSERT_TRUE(lseek(mfd, 0, SEEK_END) < 1 << 20); /* it really is small */
+        ASSERT_EQ(lseek(mfd, 0, SEEK_SET), 0);
+        ASSERT_EQ(extract_confined(dst, mfd, NULL), -EFBIG);
+        close(mfd);
+        ASSERT_TRUE(fstatat(dfd, "zeros", &st, 0) < 0);
+
         /* Garbage is not an archive. */
         mfd = memfd_new_data("junk", "this is not gzip", 16);
         ASSERT_EQ(extract_confined(dst, mfd, NULL), -EBADMSG);

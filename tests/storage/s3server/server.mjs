@@ -5,7 +5,11 @@
 // signer, @smithy/signature-v4, and refused the way AWS refuses it. Objects live on disk under DATA_DIR,
 // so they survive a stop/start ("outage"). See README.md for the supported API and the /__test__ hooks.
 //
-// Usage: node server.mjs [--port PORT] [--data DATA_DIR] [--host 127.0.0.1]
+// Usage: node server.mjs [--port PORT] [--data DATA_DIR] [--host 127.0.0.1] [--provider s3|oss] [--oss]
+//   --oss (or S3_TEST_PROVIDER=oss): Aliyun OSS mode, see oss.mjs: OSS V1 signatures instead of SigV4,
+//   OSS's error bodies and headers, x-oss-meta-*, path-style and virtual-hosted addressing; the same store,
+//   operations and hooks. Credentials then come from OSS_TEST_ACCESS_KEY_ID [LTAIscopeboxTEST] and
+//   OSS_TEST_ACCESS_KEY_SECRET [ScopeboxOssTestSecret0123456789].
 //   Environment (defaults in brackets):
 //     S3_TEST_PORT [0 = any free port], S3_TEST_DATA_DIR, S3_TEST_HOST [127.0.0.1]
 //     S3_TEST_ACCESS_KEY [AKIDSCOPEBOXTEST], S3_TEST_SECRET_KEY [see DEFAULT_SECRET], S3_TEST_REGION [us-east-1]
@@ -26,6 +30,7 @@ import { once } from "node:events";
 import { SignatureV4, createScope, getCanonicalHeaders } from "@smithy/signature-v4";
 import { HttpRequest } from "@smithy/protocol-http";
 import { Hash } from "@smithy/hash-node";
+import { OSS_DEFAULT_ACCESS_KEY, OSS_DEFAULT_SECRET, makeOssAuth, ossBucketFromHost } from "./oss.mjs";
 
 const DEFAULT_SECRET = "ScopeboxTestSecretKey/0123456789+abcdefgh";
 
@@ -49,6 +54,10 @@ function parseArgs(argv) {
       o.hooks = "0";
       continue;
     }
+    if (name === "oss") {
+      o.provider = "oss";
+      continue;
+    }
     const value = inline ?? argv[++i];
     if (value === undefined) throw new Error(`--${name} needs a value`);
     o[name] = value;
@@ -58,12 +67,19 @@ function parseArgs(argv) {
 
 const args = parseArgs(process.argv.slice(2));
 const env = process.env;
+const PROVIDER = args.provider ?? env.S3_TEST_PROVIDER ?? "s3";
+if (PROVIDER !== "s3" && PROVIDER !== "oss") {
+  console.error(`server.mjs: unknown provider '${PROVIDER}' (s3 or oss)`);
+  process.exit(2);
+}
+const OSS = PROVIDER === "oss";
 const CONFIG = {
+  provider: PROVIDER,
   host: args.host ?? env.S3_TEST_HOST ?? "127.0.0.1",
   port: Number(args.port ?? env.S3_TEST_PORT ?? 0),
   dataDir: args.data ?? env.S3_TEST_DATA_DIR,
-  accessKey: env.S3_TEST_ACCESS_KEY || "AKIDSCOPEBOXTEST",
-  secretKey: env.S3_TEST_SECRET_KEY || DEFAULT_SECRET,
+  accessKey: OSS ? env.OSS_TEST_ACCESS_KEY_ID || OSS_DEFAULT_ACCESS_KEY : env.S3_TEST_ACCESS_KEY || "AKIDSCOPEBOXTEST",
+  secretKey: OSS ? env.OSS_TEST_ACCESS_KEY_SECRET || OSS_DEFAULT_SECRET : env.S3_TEST_SECRET_KEY || DEFAULT_SECRET,
   region: env.S3_TEST_REGION || "us-east-1",
   buckets: (env.S3_TEST_BUCKETS ?? "scopebox-test").split(",").map((s) => s.trim()).filter(Boolean),
   maxKeys: Number(env.S3_TEST_MAX_KEYS || 1000),
@@ -459,6 +475,7 @@ function signerRequest(ctx, headers, query) {
 }
 
 async function authenticate(ctx) {
+  if (OSS) return authenticateOss(ctx);
   const { req, query } = ctx;
   const headers = headerValues(req);
   const authorization = headers.authorization;
@@ -606,6 +623,9 @@ async function authenticatePresigned(ctx, headers) {
     throw signatureMismatch(signer, akid, provided);
 }
 
+// OSS mode: V1 signatures, verified with ali-oss's string-to-sign builder (oss.mjs).
+const authenticateOss = OSS ? makeOssAuth({ CONFIG, S3Error, authNow, headerValues, single, sameSignature }) : null;
+
 // ---------------------------------------------------------------------------------------------------
 // Responses
 
@@ -614,6 +634,7 @@ function newRequestId() {
 }
 
 function baseHeaders(ctx) {
+  if (OSS) return { "x-oss-request-id": ctx.requestId, server: "AliyunOSS" };
   return {
     "x-amz-request-id": ctx.requestId,
     "x-amz-id-2": Buffer.from(`scopebox-${ctx.requestId}`).toString("base64"),
@@ -648,6 +669,23 @@ function sendError(ctx, err) {
     return;
   }
   let body = `<Error>${xmlElement("Code", err.code)}${xmlElement("Message", err.message)}`;
+  if (OSS) {
+    // OSS's shape: Code, Message, RequestId, HostId (the Host), then the details, the EC number last.
+    body += `${xmlElement("RequestId", ctx.requestId)}${xmlElement("HostId", ctx.req.headers.host ?? "")}`;
+    for (const [k, v] of err.extra) if (k !== "EC") body += xmlElement(k, v);
+    if (ctx.bucket && err.code === "NoSuchBucket" && !err.extra.some(([k]) => k === "BucketName")) body += xmlElement("BucketName", ctx.bucket);
+    if (ctx.key !== undefined && err.code === "NoSuchKey") body += xmlElement("Key", ctx.key);
+    const ec = err.extra.find(([k]) => k === "EC")?.[1];
+    if (ec) {
+      body += xmlElement("EC", ec);
+      headers["x-oss-ec"] = ec;
+    }
+    body += "</Error>";
+    const data = Buffer.from(xmlDocument(body), "utf8");
+    ctx.res.writeHead(err.status, { ...headers, "content-type": "application/xml", "content-length": data.length });
+    ctx.res.end(data);
+    return;
+  }
   for (const [k, v] of err.extra) body += xmlElement(k, v);
   if (ctx.bucket && !err.extra.some(([k]) => k === "BucketName")) body += xmlElement("BucketName", ctx.bucket);
   if (ctx.key !== undefined) body += xmlElement("Key", ctx.key);
@@ -667,10 +705,15 @@ function sendJson(ctx, status, value) {
 // ---------------------------------------------------------------------------------------------------
 // Object operations
 
+// OSS writes the MD5 ETag in upper case, S3 in lower case.
+function etagOf(meta) {
+  return `"${OSS ? meta.etag.toUpperCase() : meta.etag}"`;
+}
+
 function objectHeaders(meta) {
   const h = {
     "content-type": meta.contentType,
-    etag: `"${meta.etag}"`,
+    etag: etagOf(meta),
     "last-modified": new Date(meta.lastModified).toUTCString(),
     "accept-ranges": "bytes",
   };
@@ -686,7 +729,7 @@ function notImplemented(what) {
 async function putObject(ctx) {
   const { req } = ctx;
   const bucket = getBucket(ctx.bucket);
-  if (req.headers["x-amz-copy-source"] !== undefined) throw notImplemented("CopyObject");
+  if (req.headers["x-amz-copy-source"] !== undefined || req.headers["x-oss-copy-source"] !== undefined) throw notImplemented("CopyObject");
   const lengthHeader = req.headers["content-length"];
   if (lengthHeader === undefined) throw new S3Error(411, "MissingContentLength", "You must provide the Content-Length HTTP header.");
   if (Number(lengthHeader) > MAX_PUT_BYTES)
@@ -697,12 +740,13 @@ async function putObject(ctx) {
   const headers = {};
   for (const h of STORED_HEADERS) if (req.headers[h] !== undefined) headers[h] = req.headers[h];
   const userMeta = {};
-  for (const [k, v] of Object.entries(req.headers)) if (k.startsWith("x-amz-meta-")) userMeta[k] = v;
+  const metaPrefix = OSS ? "x-oss-meta-" : "x-amz-meta-";
+  for (const [k, v] of Object.entries(req.headers)) if (k.startsWith(metaPrefix)) userMeta[k] = v;
   const meta = {
     key: ctx.key,
     size: body.size,
     etag: body.md5,
-    contentType: req.headers["content-type"] ?? "binary/octet-stream",
+    contentType: req.headers["content-type"] ?? (OSS ? "application/octet-stream" : "binary/octet-stream"),
     lastModified: Math.floor(Date.now() / 1000) * 1000,
     headers,
     userMeta,
@@ -716,13 +760,14 @@ async function putObject(ctx) {
   if (old) await fsp.rm(path.join(dir, old.file), { force: true });
   const extra = {};
   if (req.headers["x-amz-checksum-crc32"]) extra["x-amz-checksum-crc32"] = req.headers["x-amz-checksum-crc32"];
-  sendEmpty(ctx, 200, { etag: `"${meta.etag}"`, ...extra });
+  sendEmpty(ctx, 200, { etag: etagOf(meta), ...extra });
 }
 
 function etagMatches(header, etag) {
   return header.split(",").some((t) => {
     t = t.trim();
-    return t === "*" || t.replace(/^W\//, "").replace(/^"|"$/g, "") === etag;
+    const tag = t.replace(/^W\//, "").replace(/^"|"$/g, "");
+    return t === "*" || (OSS ? tag.toLowerCase() : tag) === etag;
   });
 }
 
@@ -868,14 +913,16 @@ function listMaxKeys(query) {
   return Math.min(Number(v), CONFIG.maxKeys);
 }
 
-function contentsXml(meta, enc) {
+function contentsXml(meta, enc, owner = false) {
   return (
     "<Contents>" +
     xmlElement("Key", enc(meta.key)) +
     xmlElement("LastModified", new Date(meta.lastModified).toISOString()) +
-    xmlElement("ETag", `"${meta.etag}"`) +
+    xmlElement("ETag", etagOf(meta)) +
+    (OSS ? xmlElement("Type", "Normal") : "") +
     xmlElement("Size", meta.size) +
-    xmlElement("StorageClass", "STANDARD") +
+    xmlElement("StorageClass", OSS ? "Standard" : "STANDARD") +
+    (owner ? `<Owner>${xmlElement("ID", "scopebox")}${xmlElement("DisplayName", "scopebox")}</Owner>` : "") +
     "</Contents>"
   );
 }
@@ -896,7 +943,9 @@ async function listObjects(ctx) {
   const requestedMaxKeys = single(q, "max-keys") ?? String(CONFIG.maxKeys);
   let after = null;
   let afterPrefix = false;
-  let body = `<ListBucketResult xmlns="${XMLNS}">${xmlElement("Name", ctx.bucket)}${xmlElement("Prefix", enc(prefix))}`;
+  // OSS: no namespace; Owner in v1 listings always, in v2 with fetch-owner=true (ali-oss's list() needs it).
+  const owner = OSS && (!v2 || single(q, "fetch-owner") === "true");
+  let body = `<ListBucketResult${OSS ? "" : ` xmlns="${XMLNS}"`}>${xmlElement("Name", ctx.bucket)}${xmlElement("Prefix", enc(prefix))}`;
   if (v2) {
     const token = single(q, "continuation-token");
     const startAfter = single(q, "start-after");
@@ -913,7 +962,7 @@ async function listObjects(ctx) {
     if (encodingType) body += xmlElement("EncodingType", encodingType);
     body += xmlElement("IsTruncated", r.truncated);
     if (r.truncated) body += xmlElement("NextContinuationToken", makeToken(r.lastItem.kind, r.lastItem.value));
-    for (const m of r.contents) body += contentsXml(m, enc);
+    for (const m of r.contents) body += contentsXml(m, enc, owner);
     for (const p of r.prefixes) body += `<CommonPrefixes>${xmlElement("Prefix", enc(p))}</CommonPrefixes>`;
   } else {
     const marker = single(q, "marker") ?? "";
@@ -927,7 +976,7 @@ async function listObjects(ctx) {
     if (delimiter) body += xmlElement("Delimiter", enc(delimiter));
     if (encodingType) body += xmlElement("EncodingType", encodingType);
     body += xmlElement("IsTruncated", r.truncated);
-    for (const m of r.contents) body += contentsXml(m, enc);
+    for (const m of r.contents) body += contentsXml(m, enc, owner);
     for (const p of r.prefixes) body += `<CommonPrefixes>${xmlElement("Prefix", enc(p))}</CommonPrefixes>`;
   }
   body += "</ListBucketResult>";
@@ -1077,7 +1126,7 @@ async function hooks(ctx, sub) {
   ctx.bodyDone = true;
   try {
     if (sub === "health" && req.method === "GET")
-      return sendJson(ctx, 200, { ok: true, pid: process.pid, port: CONFIG.port, region: CONFIG.region, buckets: [...buckets.keys()], access_key: CONFIG.accessKey });
+      return sendJson(ctx, 200, { ok: true, provider: CONFIG.provider, pid: process.pid, port: CONFIG.port, region: CONFIG.region, buckets: [...buckets.keys()], access_key: CONFIG.accessKey });
     if (sub === "age" && req.method === "POST") {
       const bucketName = single(query, "bucket");
       const bucket = buckets.get(bucketName);
@@ -1158,7 +1207,10 @@ function logRequest(ctx) {
     if (requestLog.length > REQUEST_LOG_MAX) requestLog.splice(0, requestLog.length - REQUEST_LOG_MAX);
   }
   process.stdout.write(`${entry.time} ${entry.method} ${entry.url} ${entry.status}${entry.code ? ` ${entry.code}` : ""} ${entry.auth ?? "-"} ${entry.ms}ms\n`);
-  if (ctx.error?.code === "SignatureDoesNotMatch") {
+  if (ctx.error?.code === "SignatureDoesNotMatch" && OSS) {
+    const sts = ctx.error.extra.find(([k]) => k === "StringToSign")?.[1] ?? "";
+    process.stdout.write(`  string to sign:\n    ${sts.split("\n").join("\n    ")}\n`);
+  } else if (ctx.error?.code === "SignatureDoesNotMatch") {
     const get = (n) => ctx.error.extra.find(([k]) => k === n)?.[1] ?? "";
     process.stdout.write(`  canonical request:\n    ${get("CanonicalRequest").split("\n").join("\n    ")}\n  string to sign:\n    ${get("StringToSign").split("\n").join("\n    ")}\n`);
   }
@@ -1180,10 +1232,17 @@ async function handle(req, res, expectContinue) {
     const decodedPath = decodeComponent(rawPath);
     ctx.canonicalPath = awsUriEncode(decodedPath, true);
     ctx.query = parseQuery(q < 0 ? "" : req.url.slice(q + 1));
-    const slash = decodedPath.indexOf("/", 1);
-    const bucket = slash < 0 ? decodedPath.slice(1) : decodedPath.slice(1, slash);
-    if (bucket !== "") ctx.bucket = bucket;
-    if (slash >= 0 && slash + 1 < decodedPath.length) ctx.key = decodedPath.slice(slash + 1);
+    const vhostBucket = OSS ? ossBucketFromHost(req.headers.host, buckets) : null;
+    if (vhostBucket !== null) {
+      // OSS virtual-hosted: Host "<bucket>.<endpoint>", the whole path is the key.
+      ctx.bucket = vhostBucket;
+      if (decodedPath.length > 1) ctx.key = decodedPath.slice(1);
+    } else {
+      const slash = decodedPath.indexOf("/", 1);
+      const bucket = slash < 0 ? decodedPath.slice(1) : decodedPath.slice(1, slash);
+      if (bucket !== "") ctx.bucket = bucket;
+      if (slash >= 0 && slash + 1 < decodedPath.length) ctx.key = decodedPath.slice(slash + 1);
+    }
     if (ctx.key !== undefined && Buffer.byteLength(ctx.key, "utf8") > 1024)
       throw new S3Error(400, "KeyTooLongError", "Your key is too long", [["MaxSizeAllowed", "1024"], ["Size", String(Buffer.byteLength(ctx.key, "utf8"))]]);
     const failure = takeFailure(ctx);
@@ -1221,7 +1280,7 @@ server.listen(CONFIG.port, CONFIG.host, async () => {
   CONFIG.port = server.address().port;
   await writeFileAtomic(path.join(CONFIG.dataDir, "port"), `${CONFIG.port}\n`);
   console.log(
-    `s3server: listening on http://${CONFIG.host}:${CONFIG.port} (pid ${process.pid}, region ${CONFIG.region}, ` +
+    `s3server: listening on http://${CONFIG.host}:${CONFIG.port} (pid ${process.pid}, ${OSS ? "Aliyun OSS mode (V1 signatures)" : `region ${CONFIG.region}`}, ` +
       `access key ${CONFIG.accessKey}, buckets ${[...buckets.keys()].join(",") || "none"}, test hooks ${CONFIG.hooks ? "on" : "off"}` +
       `${CONFIG.fixedNow !== null ? `, signature clock fixed at ${new Date(CONFIG.fixedNow).toISOString()}` : ""})`,
   );
