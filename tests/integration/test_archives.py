@@ -144,3 +144,25 @@ def test_discard_after_the_session_is_gone_deletes_the_archive():
     r = delete_session(sid, discard=True, archive_key=stem, storage=STORAGE)
     assert r.status == 200 and r.json == {"ok": True}, r
     assert not exists(archive_path(stem))
+
+
+def test_archives_too_large_or_too_slow_are_skipped():
+    from test_lifecycle import manager_environment
+    big, slow = f"conv_big_{time.time_ns()}", f"conv_slow_{time.time_ns()}"
+    with manager_environment(SANDBOX_MAX_ARCHIVE_BYTES="64K"):
+        sid = create_session(archive_key=big, storage=STORAGE)
+        run(sid, "import os\nopen('/workspace/noise.bin', 'wb').write(os.urandom(256 * 1024))")
+        assert delete_session(sid).json == {"ok": True}  # released all the same
+        assert not exists(archive_path(big))
+    with manager_environment(SANDBOX_ARCHIVE_TIMEOUT_S=1):
+        sid = create_session(archive_key=slow, storage=STORAGE)
+        # Incompressible data that takes gzip well over a second.
+        run(sid, "import os\nwith open('/workspace/noise.bin', 'wb') as f:\n"
+                 "    for _ in range(400): f.write(os.urandom(1 << 20))", timeout_ms=120000)
+        t = time.monotonic()
+        assert delete_session(sid).json == {"ok": True}
+        assert time.monotonic() - t < 30
+        assert not exists(archive_path(slow))
+    log = in_system("journalctl", "-o", "cat", "--no-pager", "-n", "300",
+                    "SCOPEBOX_EVENT=archive-skipped").stdout
+    assert "File too large" in log and "Timer expired" in log, log
