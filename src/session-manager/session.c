@@ -1002,10 +1002,9 @@ static int storage_call(Session *s, const char *method, sd_bus_message_handler_t
         return r;
 }
 
-/* Answers that arrive for a session stopping anyway: account, and continue the stop. */
-static bool storage_reply_begin(Session *s) {
+/* Every answer from the storage agent ends one call the session waits for. */
+static void storage_reply_begin(Session *s) {
         s->systemd_calls_pending--;
-        return true;
 }
 
 static void session_archive_finished(Session *s) {

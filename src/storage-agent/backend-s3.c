@@ -101,20 +101,12 @@ static void on_transfer_done(Transfer *t, int error, long status, void *userdata
         s3_call_free(c);
 }
 
-/* Test servers and private deployments are addressed by IP or localhost: no bucket in the host. */
-static bool endpoint_is_literal(const char *endpoint) {
-        const char *h = strstr(endpoint, "://");
-        h = h ? h + 3 : endpoint;
-        return startswith(h, "127.") || startswith(h, "localhost") || startswith(h, "[") ||
-               strspn(h, "0123456789.") >= 7;
-}
-
 static void oss_location_of(const StorageConfig *c, const char *key, OssLocation *ret) {
         *ret = (OssLocation) {
                 .endpoint = c->oss_endpoint,
                 .bucket = c->oss_bucket,
                 .key = key,
-                .path_style = endpoint_is_literal(c->oss_endpoint),
+                .path_style = oss_endpoint_wants_path_style(c->oss_endpoint),
         };
 }
 

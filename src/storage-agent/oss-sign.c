@@ -14,76 +14,20 @@
 #include "base64.h"
 #include "macro.h"
 #include "oss-sign.h"
+#include "strbuf.h"
 #include "string-util.h"
-
-/* A growing string; the first allocation failure sticks and is reported by str_steal(). */
-typedef struct Str {
-        char *s;
-        size_t len, cap;
-        bool oom;
-} Str;
-
-static void str_done(Str *b) {
-        free(b->s);
-        *b = (Str) {};
-}
-
-static void str_append_n(Str *b, const char *p, size_t n) {
-        if (b->oom)
-                return;
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = MAX(MAX(b->cap * 2, b->len + n + 1), (size_t) 64);
-                char *s = realloc(b->s, cap);
-                if (!s) {
-                        b->oom = true;
-                        return;
-                }
-                b->s = s;
-                b->cap = cap;
-        }
-        memcpy(b->s + b->len, p, n);
-        b->len += n;
-        b->s[b->len] = 0;
-}
-
-static void str_append(Str *b, const char *p) {
-        str_append_n(b, p, strlen(p));
-}
-
-static void str_append_c(Str *b, char c) {
-        str_append_n(b, &c, 1);
-}
-
-static int str_steal(Str *b, char **ret) {
-        if (!b->oom && !b->s)
-                str_append_n(b, "", 0);
-        if (b->oom) {
-                str_done(b);
-                return -ENOMEM;
-        }
-        *ret = TAKE_PTR(b->s);
-        *b = (Str) {};
-        return 0;
-}
 
 /* The characters ali-oss leaves alone in signed URLs: those of encodeURIComponent() but the
  * apostrophe, which Node's URL formatting escapes as well. */
-static bool is_uri_component_char(unsigned char c) {
+static bool is_uri_component_char(unsigned char c, bool keep_slash) {
+        if (keep_slash && c == '/')
+                return true;
         return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
                 (c && strchr("-_.!~*()", c));
 }
 
-static void str_append_encoded(Str *b, const char *s, bool keep_slash) {
-        static const char hex[] = "0123456789ABCDEF";
-
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
-                if (is_uri_component_char(*p) || (keep_slash && *p == '/'))
-                        str_append_c(b, (char) *p);
-                else {
-                        char e[3] = { '%', hex[*p >> 4], hex[*p & 15] };
-                        str_append_n(b, e, 3);
-                }
-        }
+static void str_append_encoded(StrBuf *b, const char *s, bool keep_slash) {
+        strbuf_append_percent_encoded(b, s, is_uri_component_char, keep_slash);
 }
 
 static bool is_blank(char c) {
@@ -172,7 +116,7 @@ static int entry_cmp(const void *a, const void *b) {
 }
 
 int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
         Entry *e;
         size_t m = 0;
         int r = 0;
@@ -211,15 +155,15 @@ int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
                         /* Repeated headers are joined with ',' (RFC 9110 §5.3): drop the "\n". */
                         if (!b.oom)
                                 b.len--;
-                        str_append_c(&b, ',');
+                        strbuf_append_c(&b, ',');
                 } else {
-                        str_append(&b, e[i].name);
-                        str_append_c(&b, ':');
+                        strbuf_append(&b, e[i].name);
+                        strbuf_append_c(&b, ':');
                 }
-                str_append(&b, e[i].value);
-                str_append_c(&b, '\n');
+                strbuf_append(&b, e[i].value);
+                strbuf_append_c(&b, '\n');
         }
-        r = str_steal(&b, ret);
+        r = strbuf_steal(&b, ret);
 finish:
         entries_free(e, n);
         return r;
@@ -227,7 +171,7 @@ finish:
 
 int oss_v1_canonicalized_resource(const char *bucket, const char *key, const OssPair *subresources, size_t n,
                                   char **ret) {
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
         Entry *e;
         int r;
 
@@ -235,11 +179,11 @@ int oss_v1_canonicalized_resource(const char *bucket, const char *key, const Oss
             (!isempty(bucket) && !bucket_ok(bucket)) || (!isempty(key) && !key_ok(key)))
                 return -EINVAL;
 
-        str_append_c(&b, '/');
+        strbuf_append_c(&b, '/');
         if (!isempty(bucket)) {
-                str_append(&b, bucket);
-                str_append_c(&b, '/');
-                str_append(&b, strempty(key));
+                strbuf_append(&b, bucket);
+                strbuf_append_c(&b, '/');
+                strbuf_append(&b, strempty(key));
         }
 
         e = calloc(MAX(n, (size_t) 1), sizeof(Entry));
@@ -263,16 +207,16 @@ int oss_v1_canonicalized_resource(const char *bucket, const char *key, const Oss
         qsort(e, n, sizeof(Entry), entry_cmp);
 
         for (size_t i = 0; i < n; i++) {
-                str_append_c(&b, i == 0 ? '?' : '&');
-                str_append(&b, e[i].name);
+                strbuf_append_c(&b, i == 0 ? '?' : '&');
+                strbuf_append(&b, e[i].name);
                 if (e[i].value) {
-                        str_append_c(&b, '=');
-                        str_append(&b, e[i].value);
+                        strbuf_append_c(&b, '=');
+                        strbuf_append(&b, e[i].value);
                 }
         }
         entries_free(e, n);
 
-        r = str_steal(&b, ret);
+        r = strbuf_steal(&b, ret);
         return r;
 }
 
@@ -457,17 +401,26 @@ static int parse_endpoint(const char *endpoint, char **ret_scheme, char **ret_au
         return 0;
 }
 
-static void str_append_query_pair(Str *b, const char *name, const char *value) {
+static void str_append_query_pair(StrBuf *b, const char *name, const char *value) {
         str_append_encoded(b, name, false);
-        str_append_c(b, '=');
+        strbuf_append_c(b, '=');
         str_append_encoded(b, strempty(value), false);
 }
 
 /* scheme://host/path of a location, without query. */
-static int location_base(const OssLocation *loc, Str *b) {
+bool oss_endpoint_wants_path_style(const char *endpoint) {
+        _cleanup_free_ char *scheme = NULL, *authority = NULL;
+        bool ip;
+
+        if (parse_endpoint(endpoint, &scheme, &authority, &ip) < 0)
+                return false;
+        return ip || streq(authority, "localhost") || startswith(authority, "localhost:");
+}
+
+static int location_base(const OssLocation *loc, StrBuf *b) {
         _cleanup_free_ char *scheme = NULL, *authority = NULL;
         const char *bucket, *key;
-        bool ip;
+        bool ip, path_style;
         int r;
 
         if (!loc)
@@ -479,27 +432,28 @@ static int location_base(const OssLocation *loc, Str *b) {
         r = parse_endpoint(loc->endpoint, &scheme, &authority, &ip);
         if (r < 0)
                 return r;
-        if (!isempty(bucket) && !loc->path_style && ip)
+        path_style = loc->path_style;
+        if (!isempty(bucket) && !path_style && ip)
                 return -EINVAL; /* an IP address cannot have the bucket as subdomain */
 
-        str_append(b, scheme);
-        str_append(b, "://");
-        if (!isempty(bucket) && !loc->path_style) {
-                str_append(b, bucket);
-                str_append_c(b, '.');
+        strbuf_append(b, scheme);
+        strbuf_append(b, "://");
+        if (!isempty(bucket) && !path_style) {
+                strbuf_append(b, bucket);
+                strbuf_append_c(b, '.');
         }
-        str_append(b, authority);
-        str_append_c(b, '/');
-        if (!isempty(bucket) && loc->path_style) {
-                str_append(b, bucket);
-                str_append_c(b, '/');
+        strbuf_append(b, authority);
+        strbuf_append_c(b, '/');
+        if (!isempty(bucket) && path_style) {
+                strbuf_append(b, bucket);
+                strbuf_append_c(b, '/');
         }
         str_append_encoded(b, key, true);
         return 0;
 }
 
 int oss_request_url(const OssLocation *loc, const OssPair *query, size_t n_query, char **ret) {
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
         int r;
 
         if (n_query > 0 && !query)
@@ -510,17 +464,17 @@ int oss_request_url(const OssLocation *loc, const OssPair *query, size_t n_query
         for (size_t i = 0; i < n_query; i++) {
                 if (isempty(query[i].name))
                         return -EINVAL;
-                str_append_c(&b, i == 0 ? '?' : '&');
+                strbuf_append_c(&b, i == 0 ? '?' : '&');
                 str_append_query_pair(&b, query[i].name, query[i].value);
         }
-        return str_steal(&b, ret);
+        return strbuf_steal(&b, ret);
 }
 
 int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair *headers, size_t n_headers,
                       const OssPair *subresources, size_t n_subresources, const OssCredentials *creds,
                       time_t now, unsigned expires, char **ret_url) {
         _cleanup_free_ char *authorization = NULL;
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
         char expires_str[24];
         int r;
 
@@ -550,16 +504,16 @@ int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair 
         r = location_base(loc, &b);
         if (r < 0)
                 return r;
-        str_append_c(&b, '?');
+        strbuf_append_c(&b, '?');
         str_append_query_pair(&b, "OSSAccessKeyId", creds->access_key_id);
-        str_append_c(&b, '&');
+        strbuf_append_c(&b, '&');
         str_append_query_pair(&b, "Expires", expires_str);
-        str_append_c(&b, '&');
+        strbuf_append_c(&b, '&');
         /* authorization is "OSS <id>:<signature>"; the signature follows the last ':'. */
         str_append_query_pair(&b, "Signature", strrchr(authorization, ':') + 1);
         for (size_t i = 0; i < n_subresources; i++) {
-                str_append_c(&b, '&');
+                strbuf_append_c(&b, '&');
                 str_append_query_pair(&b, subresources[i].name, subresources[i].value);
         }
-        return str_steal(&b, ret_url);
+        return strbuf_steal(&b, ret_url);
 }

@@ -79,6 +79,10 @@ typedef struct OssLocation {
         bool path_style;
 } OssLocation;
 
+/* Whether the endpoint can't take the bucket as a subdomain (an IP address or localhost: test
+ * servers, private gateways), so requests must be path-style. */
+bool oss_endpoint_wants_path_style(const char *endpoint);
+
 /* The URL of a request: the key encoded like encodeURIComponent() (and "'" too) with '/' kept, then
  * "?" and the query parameters in the given order, "name=value" (NULL value: "name="). */
 int oss_request_url(const OssLocation *loc, const OssPair *query, size_t n_query, char **ret);

@@ -13,87 +13,27 @@
 
 #include "macro.h"
 #include "sigv4.h"
+#include "strbuf.h"
 #include "string-util.h"
 
-/* A growing string. Appends remember the first allocation failure, so call sites can append freely
- * and check once in str_steal(). */
-typedef struct Str {
-        char *s;
-        size_t len, cap;
-        bool oom;
-} Str;
-
-static void str_done(Str *b) {
-        free(b->s);
-        b->s = NULL;
-        b->len = b->cap = 0;
-}
-
-static void str_append_n(Str *b, const char *p, size_t n) {
-        if (b->oom)
-                return;
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = MAX(b->cap * 2, b->len + n + 1);
-                cap = MAX(cap, (size_t) 64);
-                char *s = realloc(b->s, cap);
-                if (!s) {
-                        b->oom = true;
-                        return;
-                }
-                b->s = s;
-                b->cap = cap;
-        }
-        memcpy(b->s + b->len, p, n);
-        b->len += n;
-        b->s[b->len] = 0;
-}
-
-static void str_append(Str *b, const char *p) {
-        str_append_n(b, p, strlen(p));
-}
-
-static void str_append_c(Str *b, char c) {
-        str_append_n(b, &c, 1);
-}
-
-/* Hand the string out (an empty string if nothing was appended). */
-static int str_steal(Str *b, char **ret) {
-        if (!b->oom && !b->s)
-                str_append_n(b, "", 0);
-        if (b->oom) {
-                str_done(b);
-                return -ENOMEM;
-        }
-        *ret = TAKE_PTR(b->s);
-        b->len = b->cap = 0;
-        return 0;
-}
-
-static bool is_unreserved(unsigned char c) {
+static bool is_unreserved(unsigned char c, bool keep_slash) {
+        if (keep_slash && c == '/')
+                return true;
         return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
                 c == '-' || c == '_' || c == '.' || c == '~';
 }
 
-static void str_append_encoded(Str *b, const char *s, bool keep_slash) {
-        static const char hex[] = "0123456789ABCDEF";
-
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
-                if (is_unreserved(*p) || (keep_slash && *p == '/'))
-                        str_append_c(b, (char) *p);
-                else {
-                        char e[3] = { '%', hex[*p >> 4], hex[*p & 15] };
-                        str_append_n(b, e, 3);
-                }
-        }
+static void str_append_encoded(StrBuf *b, const char *s, bool keep_slash) {
+        strbuf_append_percent_encoded(b, s, is_unreserved, keep_slash);
 }
 
 int sigv4_uri_encode(const char *s, bool keep_slash, char **ret) {
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
 
         if (!s)
                 return -EINVAL;
         str_append_encoded(&b, s, keep_slash);
-        return str_steal(&b, ret);
+        return strbuf_steal(&b, ret);
 }
 
 static bool is_blank(char c) {
@@ -146,7 +86,7 @@ static bool payload_hash_ok(const char *s) {
 }
 
 int sigv4_canonical_uri(const char *path, bool normalize, char **ret) {
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
 
         if (isempty(path))
                 path = "/";
@@ -155,7 +95,7 @@ int sigv4_canonical_uri(const char *path, bool normalize, char **ret) {
 
         if (!normalize) {
                 str_append_encoded(&b, path, true);
-                return str_steal(&b, ret);
+                return strbuf_steal(&b, ret);
         }
 
         /* Drop empty and "." segments, let ".." eat the previous one, keep a trailing slash if
@@ -186,18 +126,18 @@ int sigv4_canonical_uri(const char *path, bool normalize, char **ret) {
                 p += l;
         }
 
-        str_append_c(&b, '/');
+        strbuf_append_c(&b, '/');
         for (size_t i = 0; i < n; i++) {
                 _cleanup_free_ char *s = strndup(seg[i], seg_len[i]);
                 if (!s)
                         return -ENOMEM;
                 if (i > 0)
-                        str_append_c(&b, '/');
+                        strbuf_append_c(&b, '/');
                 str_append_encoded(&b, s, false);
         }
         if (n > 0 && path[strlen(path) - 1] == '/')
-                str_append_c(&b, '/');
-        return str_steal(&b, ret);
+                strbuf_append_c(&b, '/');
+        return strbuf_steal(&b, ret);
 }
 
 typedef struct EncodedPair {
@@ -253,18 +193,18 @@ static int encode_query(const SigV4Pair *query, size_t n, EncodedPair **ret) {
         return 0;
 }
 
-static void str_append_query(Str *b, const EncodedPair *p, size_t n) {
+static void str_append_query(StrBuf *b, const EncodedPair *p, size_t n) {
         for (size_t i = 0; i < n; i++) {
                 if (i > 0)
-                        str_append_c(b, '&');
-                str_append(b, p[i].name);
-                str_append_c(b, '=');
-                str_append(b, p[i].value);
+                        strbuf_append_c(b, '&');
+                strbuf_append(b, p[i].name);
+                strbuf_append_c(b, '=');
+                strbuf_append(b, p[i].value);
         }
 }
 
 int sigv4_canonical_query(const SigV4Pair *query, size_t n, char **ret) {
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
         EncodedPair *p = NULL;
         int r;
 
@@ -273,7 +213,7 @@ int sigv4_canonical_query(const SigV4Pair *query, size_t n, char **ret) {
                 return r;
         str_append_query(&b, p, n);
         encoded_pairs_free(p, n);
-        return str_steal(&b, ret);
+        return strbuf_steal(&b, ret);
 }
 
 /* Lowercase name, value trimmed and inner runs of blanks collapsed to one space. */
@@ -326,7 +266,7 @@ static int header_cmp(const void *a, const void *b) {
 }
 
 int sigv4_canonical_headers(const SigV4Pair *headers, size_t n, char **ret_canonical, char **ret_signed) {
-        _cleanup_(str_done) Str c = {}, s = {};
+        _cleanup_(strbuf_done) StrBuf c = {}, s = {};
         _cleanup_free_ char *canonical = NULL;
         EncodedPair *p;
         int r = 0;
@@ -346,25 +286,25 @@ int sigv4_canonical_headers(const SigV4Pair *headers, size_t n, char **ret_canon
 
         for (size_t i = 0; i < n; i++) {
                 if (i > 0 && streq(p[i].name, p[i - 1].name)) {
-                        str_append_c(&c, ',');
-                        str_append(&c, p[i].value);
+                        strbuf_append_c(&c, ',');
+                        strbuf_append(&c, p[i].value);
                         continue;
                 }
                 if (i > 0) {
-                        str_append_c(&c, '\n');
-                        str_append_c(&s, ';');
+                        strbuf_append_c(&c, '\n');
+                        strbuf_append_c(&s, ';');
                 }
-                str_append(&c, p[i].name);
-                str_append_c(&c, ':');
-                str_append(&c, p[i].value);
-                str_append(&s, p[i].name);
+                strbuf_append(&c, p[i].name);
+                strbuf_append_c(&c, ':');
+                strbuf_append(&c, p[i].value);
+                strbuf_append(&s, p[i].name);
         }
-        str_append_c(&c, '\n');
+        strbuf_append_c(&c, '\n');
 
-        r = str_steal(&c, &canonical);
+        r = strbuf_steal(&c, &canonical);
         if (r < 0)
                 goto finish;
-        r = str_steal(&s, ret_signed);
+        r = strbuf_steal(&s, ret_signed);
         if (r < 0)
                 goto finish;
         *ret_canonical = TAKE_PTR(canonical);
@@ -652,7 +592,7 @@ int sigv4_presign(const SigV4Request *req, const SigV4Credentials *creds, time_t
                 *canonical_headers = NULL;
         _cleanup_free_ SigV4Pair *headers = NULL, *params = NULL;
         char amz_date[SIGV4_AMZ_DATE_LEN + 1], expires_str[16];
-        _cleanup_(str_done) Str q = {};
+        _cleanup_(strbuf_done) StrBuf q = {};
         EncodedPair *encoded = NULL;
         size_t n_headers, n_params = 0;
         SigV4Pair host = { "host", req ? req->host : NULL };
@@ -713,7 +653,7 @@ int sigv4_presign(const SigV4Request *req, const SigV4Credentials *creds, time_t
                 return r;
         str_append_query(&q, encoded, n_params);
         encoded_pairs_free(encoded, n_params);
-        r = str_steal(&q, &res.query);
+        r = strbuf_steal(&q, &res.query);
         if (r < 0)
                 return r;
 
@@ -909,15 +849,15 @@ int s3_location_resolve(const S3Location *loc, S3Target *ret) {
 }
 
 static int s3_url(const S3Target *t, const char *query, char **ret) {
-        _cleanup_(str_done) Str b = {};
+        _cleanup_(strbuf_done) StrBuf b = {};
 
-        str_append(&b, t->origin);
+        strbuf_append(&b, t->origin);
         str_append_encoded(&b, t->path, true);
         if (!isempty(query)) {
-                str_append_c(&b, '?');
-                str_append(&b, query);
+                strbuf_append_c(&b, '?');
+                strbuf_append(&b, query);
         }
-        return str_steal(&b, ret);
+        return strbuf_steal(&b, ret);
 }
 
 int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *query, size_t n_query,

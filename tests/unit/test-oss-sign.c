@@ -228,6 +228,13 @@ static void test_request_url(void) {
         ASSERT_EQ(oss_request_url(&v6, NULL, 0, &d), 0);
         ASSERT_STREQ(d, "http://[::1]:9000/bkt/k");
 
+        ASSERT_TRUE(oss_endpoint_wants_path_style("http://127.0.0.1:9000"));
+        ASSERT_TRUE(oss_endpoint_wants_path_style("http://[::1]:9000"));
+        ASSERT_TRUE(oss_endpoint_wants_path_style("http://localhost:9000"));
+        ASSERT_TRUE(!oss_endpoint_wants_path_style("https://oss-cn-hangzhou.aliyuncs.com"));
+        ASSERT_TRUE(!oss_endpoint_wants_path_style("http://127.0.0.1.example.com"));
+        ASSERT_TRUE(!oss_endpoint_wants_path_style("ftp://127.0.0.1"));
+
         static const OssLocation bad[] = {
                 { .endpoint = "https://10.0.0.1", .bucket = "bkt", .key = "k" }, /* IP needs path style */
                 { .endpoint = "ftp://h", .bucket = "bkt" },
