@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """Shared helpers of the black-box tests: HTTP calls against the running service and commands
 run inside the system that hosts it (the host's systemd, or the private one of tools/sysbox)."""
+import base64
 import json
 import os
 import pathlib
@@ -54,6 +55,21 @@ def request(method, path, body=None, key=..., headers=None, raw=None, timeout=12
             return Response(r.status, r.read(), dict(r.headers))
     except urllib.error.HTTPError as e:
         return Response(e.code, e.read(), dict(e.headers))
+
+
+def storage_put(storage, key, data, **extra):
+    """POST /storage/put of raw bytes with a storage block."""
+    return request("POST", "/storage/put", {"key": key, "data_base64": base64.b64encode(data).decode(),
+                                            "storage": storage, **extra})
+
+
+def fetch(url):
+    """GET a (presigned) URL: (status, body), also for error statuses."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 def in_system(*cmd, check=False):

@@ -3,20 +3,18 @@
 V1 signature with ali-oss's own signing code (tests/storage/s3server): put with signed URLs
 (altered and expired refused), delete, gc over more than one listing page (the continuation token
 is a signed sub-resource), archives through OSS, and an outage."""
-import base64
 import concurrent.futures
-import json
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from conftest import REPO, create_session, delete_session, request, run
+from conftest import REPO, create_session, delete_session, fetch, request, run
+from conftest import storage_put as put
 
 SERVER = REPO / "tests/storage/s3server/run"
 KEY_ID, SECRET = "LTAIscopeboxTEST", "ScopeboxOssTestSecret0123456789"
@@ -37,19 +35,6 @@ def oss():
 def storage(endpoint, prefix="aivory/"):
     return {"provider": "aliyun_oss", "prefix": prefix, "oss_bucket": "scopebox-test", "oss_endpoint": endpoint,
             "oss_access_key_id": KEY_ID, "oss_access_key_secret": SECRET}
-
-
-def put(st, key, data, **extra):
-    return request("POST", "/storage/put", {"key": key, "data_base64": base64.b64encode(data).decode(),
-                                            "storage": st, **extra})
-
-
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_put_gives_a_working_signed_url(oss):

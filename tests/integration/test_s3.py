@@ -3,21 +3,19 @@
 signature with the official signer (tests/storage/s3server): put and presigned URLs, refused
 altered and expired signatures, delete with and without the prefix, garbage collection over
 more than one listing page, workspace archives through S3, and a storage outage."""
-import base64
 import concurrent.futures
 import json
-import pathlib
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from conftest import REPO, create_session, delete_session, request, run
+from conftest import REPO, create_session, delete_session, fetch, request, run
+from conftest import storage_put as put
 
 SERVER = REPO / "tests/storage/s3server/run"
 SECRET = "ScopeboxTestSecretKey/0123456789+abcdefgh"
@@ -38,19 +36,6 @@ def s3():
 def storage(s3, prefix="aivory/"):
     return {"provider": "s3", "prefix": prefix, "s3_bucket": "scopebox-test", "s3_region": "us-east-1",
             "s3_endpoint": s3["endpoint"], "s3_access_key": "AKIDSCOPEBOXTEST", "s3_secret_key": SECRET}
-
-
-def put(st, key, data, **extra):
-    return request("POST", "/storage/put", {"key": key, "data_base64": base64.b64encode(data).decode(),
-                                            "storage": st, **extra})
-
-
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def age(s3, prefix, seconds):
