@@ -37,6 +37,22 @@ class Response:
         return f"<Response {self.status} {self.body[:300]!r}>"
 
 
+# Bodies of every response while a test records them (the security suite checks that no host
+# secret ever appears in anything the service answers).
+RECORDED = None
+
+
+def record_responses(enabled):
+    global RECORDED
+    RECORDED = [] if enabled else None
+
+
+def _recorded(resp):
+    if RECORDED is not None:
+        RECORDED.append(resp.body)
+    return resp
+
+
 def request(method, path, body=None, key=..., headers=None, raw=None, timeout=120):
     """One HTTP request. body is JSON-encoded unless raw bytes are given. key=... means the
     configured key, None means no Authorization header."""
@@ -52,9 +68,9 @@ def request(method, path, body=None, key=..., headers=None, raw=None, timeout=12
     req = urllib.request.Request(BASE_URL + path, data=data, method=method, headers=hdrs)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return Response(r.status, r.read(), dict(r.headers))
+            return _recorded(Response(r.status, r.read(), dict(r.headers)))
     except urllib.error.HTTPError as e:
-        return Response(e.code, e.read(), dict(e.headers))
+        return _recorded(Response(e.code, e.read(), dict(e.headers)))
 
 
 def storage_put(storage, key, data, **extra):
