@@ -301,13 +301,29 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         if (r >= 0)
-                r = sd_bus_message_append(reply, "a{sv}", 6,
+                r = sd_bus_message_open_container(reply, 'a', "{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
                                           "timed_out", "b", (int) res->timed_out,
                                           "duration_usec", "t", res->duration_usec,
                                           "stdout_truncated", "b", (int) res->stdout_truncated,
                                           "stderr_truncated", "b", (int) res->stderr_truncated,
                                           "files_skipped", "u", (uint32_t) MIN(res->files_skipped, UINT32_MAX),
-                                          "signal", "i", res->signal);
+                                          "signal", "i", res->signal,
+                                          "killed_by_syscall", "s", strempty(res->killed_by_syscall));
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'e', "sv");
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "s", "blocked_syscalls");
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'v', "a(ssu)");
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(ssu)");
+        for (size_t i = 0; r >= 0 && i < res->n_blocked; i++)
+                r = sd_bus_message_append(reply, "(ssu)", res->blocked[i].name, res->blocked[i].verdict,
+                                          res->blocked[i].count);
+        for (unsigned i = 0; r >= 0 && i < 4; i++) /* array, variant, dict entry, dict */
+                r = sd_bus_message_close_container(reply);
         if (r >= 0)
                 r = sd_bus_message_append(reply, "h", res->data_fd);
         if (r >= 0)

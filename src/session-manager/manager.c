@@ -244,6 +244,27 @@ void manager_state_changed(Manager *m) {
                 log_warning_errno(r, "Failed to arm the idle exit timer, ignoring: %m");
 }
 
+static bool manager_uid_in_use(Manager *m, uid_t uid) {
+        for (Session *s = m->sessions; s; s = s->next)
+                if (s->uid == uid)
+                        return true;
+        return false;
+}
+
+int manager_allocate_uid(Manager *m, uid_t *ret) {
+        for (uint32_t i = 0; i < MANAGER_UID_POOL_SIZE; i++) {
+                uint32_t slot = (m->uid_cursor + i) % MANAGER_UID_POOL_SIZE;
+                uid_t uid = (uid_t) (m->config.uid_base + slot);
+
+                if (manager_uid_in_use(m, uid))
+                        continue;
+                m->uid_cursor = (slot + 1) % MANAGER_UID_POOL_SIZE;
+                *ret = uid;
+                return 0;
+        }
+        return -EUSERS;
+}
+
 static int manager_recover_one(Manager *m, const char *id, int dir_fd, const char *name) {
         _cleanup_free_ char *text = NULL;
         _cleanup_json_ json_object *o = NULL;
@@ -275,6 +296,9 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
         if (json_object_object_get_ex(o, "storage", &v) && json_object_is_type(v, json_type_string) &&
             !(s->storage_json = strdup(json_object_get_string(v))))
                 return -ENOMEM;
+        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
+        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
+                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
         if (s->idle_ttl_usec == 0)
                 s->idle_ttl_usec = m->config.idle_ttl_sec * USEC_PER_SEC;
         s->state_saved_realtime_usec = s->last_active_realtime_usec;

@@ -29,6 +29,7 @@ typedef struct Manager {
 
         sd_event_source *idle_exit_source;
         uint64_t exec_counter;
+        uint32_t uid_cursor;   /* next slot of the session uid pool to try */
 
         /* Sessions whose next exec waits for one of config.max_concurrent_execs slots (FIFO). */
         Session **exec_waiters;
@@ -63,6 +64,12 @@ void manager_create_finished(Manager *m);
 
 /* Sessions that survived a restart of the manager: found again, or cleaned up. */
 int manager_recover_sessions(Manager *m);
+
+/* Host uids (and gids, same numbers) for sessions: config.uid_base + [0, MANAGER_UID_POOL_SIZE). */
+#define MANAGER_UID_POOL_SIZE 65536U
+/* A pool id no live session holds. Ids go round the pool rather than being reused at once; a
+ * session holds its id until its scope is gone. */
+int manager_allocate_uid(Manager *m, uid_t *ret);
 
 /* Re-evaluate STATUS=, property changes and the idle exit timer. */
 void manager_state_changed(Manager *m);

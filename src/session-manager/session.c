@@ -102,6 +102,7 @@ static int session_alloc(Manager *m, const char *id, Session **ret) {
 
 int session_new(Manager *m, Session **ret) {
         char id[SESSION_ID_LEN + 1];
+        uid_t uid;
         int r;
 
         /* Ids are random; a collision with a live session is retried, not trusted away. */
@@ -110,7 +111,14 @@ int session_new(Manager *m, Session **ret) {
                 if (r < 0)
                         return r;
         } while (manager_find_session(m, id));
-        return session_alloc(m, id, ret);
+        r = manager_allocate_uid(m, &uid);
+        if (r < 0)
+                return r;
+        r = session_alloc(m, id, ret);
+        if (r < 0)
+                return r;
+        (*ret)->uid = uid;
+        return 0;
 }
 
 int session_new_with_id(Manager *m, const char *id, Session **ret) {
@@ -141,6 +149,7 @@ static int session_save_state(Session *s) {
                 return -ENOMEM;
         json_object_object_add(o, "id", json_object_new_string(s->id));
         json_object_object_add(o, "idle_ttl_usec", json_object_new_int64((int64_t) s->idle_ttl_usec));
+        json_object_object_add(o, "uid", json_object_new_int64((int64_t) s->uid));
         json_object_object_add(o, "created_realtime_usec", json_object_new_int64((int64_t) s->created_realtime_usec));
         json_object_object_add(o, "last_active_realtime_usec",
                                json_object_new_int64((int64_t) s->last_active_realtime_usec));
@@ -672,8 +681,8 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                 return;
         }
         json_object_object_add(init, "op", json_object_new_string("init"));
-        json_object_object_add(init, "uid", json_object_new_int(1000));
-        json_object_object_add(init, "gid", json_object_new_int(1000));
+        json_object_object_add(init, "uid", json_object_new_int64((int64_t) s->uid));
+        json_object_object_add(init, "gid", json_object_new_int64((int64_t) s->uid));
         json_object_object_add(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size));
         json_object_object_add(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size));
         json_object_object_add(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent));
@@ -825,6 +834,44 @@ typedef struct ExecCall {
         void *userdata;
 } ExecCall;
 
+/* The sandbox's report of refused system calls; strings stay owned by the reply. */
+static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_t *ret_n, const char **ret_killed) {
+        _cleanup_free_ ExecBlocked *blocked = NULL;
+        json_object *arr, *v;
+        size_t n = 0;
+
+        *ret_killed = NULL;
+        if (json_object_object_get_ex(reply, "killed_by_syscall", &v)) {
+                if (!json_object_is_type(v, json_type_string))
+                        return -EBADMSG;
+                *ret_killed = json_object_get_string(v);
+        }
+        if (json_object_object_get_ex(reply, "blocked_syscalls", &arr)) {
+                if (!json_object_is_type(arr, json_type_array))
+                        return -EBADMSG;
+                n = json_object_array_length(arr);
+                blocked = calloc(n + 1, sizeof(ExecBlocked));
+                if (!blocked)
+                        return -ENOMEM;
+                for (size_t i = 0; i < n; i++) {
+                        json_object *c = json_object_array_get_idx(arr, i), *name, *verdict, *count;
+
+                        if (!json_object_object_get_ex(c, "name", &name) || !json_object_is_type(name, json_type_string) ||
+                            !json_object_object_get_ex(c, "verdict", &verdict) || !json_object_is_type(verdict, json_type_string) ||
+                            !json_object_object_get_ex(c, "count", &count) || !json_object_is_type(count, json_type_int))
+                                return -EBADMSG;
+                        blocked[i] = (ExecBlocked) {
+                                .name = json_object_get_string(name),
+                                .verdict = json_object_get_string(verdict),
+                                .count = (uint32_t) MIN(MAX(json_object_get_int64(count), 0), (int64_t) UINT32_MAX),
+                        };
+                }
+        }
+        *ret = TAKE_PTR(blocked);
+        *ret_n = n;
+        return 0;
+}
+
 static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, ExecFile **ret_files) {
         struct {
                 int64_t exit_code, signal, duration_usec, stdout_size, stderr_size, files_skipped;
@@ -832,6 +879,9 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 json_object *files;
         } p = {};
         _cleanup_free_ ExecFile *files = NULL;
+        _cleanup_free_ ExecBlocked *blocked = NULL;
+        const char *killed_by = NULL;
+        size_t n_blocked = 0;
         JsonDispatchError jerr;
         json_object *farr = NULL;
         struct stat st;
@@ -883,6 +933,10 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 files[i].size = (uint64_t) size;
         }
 
+        r = exec_reply_parse_blocked(reply, &blocked, &n_blocked, &killed_by);
+        if (r < 0)
+                return r;
+
         *ret = (ExecResult) {
                 .exit_code = (int) p.exit_code,
                 .signal = (int) p.signal,
@@ -895,6 +949,9 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 .files = files,
                 .n_files = n,
                 .files_skipped = (uint64_t) p.files_skipped,
+                .blocked = TAKE_PTR(blocked),
+                .n_blocked = n_blocked,
+                .killed_by_syscall = killed_by,
                 .data_fd = data_fd,
         };
         *ret_files = TAKE_PTR(files);
@@ -921,6 +978,7 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         }
         session_touch(s);
         c->callback(s, 0, NULL, &result, c->userdata);
+        free(result.blocked);
         free(c);
 }
 

@@ -45,6 +45,12 @@ typedef struct ExecFile {
         uint64_t size;
 } ExecFile;
 
+typedef struct ExecBlocked {
+        const char *name;     /* the system call the sandbox refused */
+        const char *verdict;  /* "EPERM", "ENOSYS", ..., or "killed" */
+        uint32_t count;
+} ExecBlocked;
+
 typedef struct ExecResult {
         int exit_code;
         int signal;
@@ -57,6 +63,9 @@ typedef struct ExecResult {
         ExecFile *files;
         size_t n_files;
         uint64_t files_skipped;
+        ExecBlocked *blocked;
+        size_t n_blocked;
+        const char *killed_by_syscall;  /* NULL unless a refused call killed the process */
         int data_fd;       /* borrowed; stdout, stderr, then the files */
 } ExecResult;
 
@@ -78,6 +87,7 @@ struct Session {
         char *runtime_dir;
         char *socket_path;
         char *session_root;
+        uid_t uid;                /* host uid and gid of the sandbox; 0 until allocated */
         SessionState state;
 
         pid_t runner_pid;

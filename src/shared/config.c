@@ -64,6 +64,8 @@ static const ConfigItem config_table[] = {
              "CPUs per runner scope (CPUQuota=, 1 = 100%)."),
         ITEM("SANDBOX_PIDS_LIMIT", CONFIG_UINT, pids_limit, "256", 8, 1000000,
              "TasksMax= of each runner scope."),
+        ITEM("SANDBOX_UID_BASE", CONFIG_UINT, uid_base, "1879048192", 65536, 2147418112ULL,
+             "First host uid/gid of the per-session pool (65536 ids, one per session)."),
         ITEM("SANDBOX_WORKSPACE_SIZE", CONFIG_SIZE, workspace_size, "512M", 1ULL << 20, 1ULL << 40,
              "Size of each session's /workspace (writes past it fail with ENOSPC)."),
         ITEM("SANDBOX_TMP_SIZE", CONFIG_SIZE, tmp_size, "256M", 1ULL << 20, 1ULL << 40,

@@ -29,6 +29,7 @@ typedef struct Config {
         uint64_t memory_limit;
         uint64_t cpu_quota_percent;
         uint64_t pids_limit;
+        uint64_t uid_base;
         uint64_t workspace_size;
         uint64_t tmp_size;
 

@@ -17,3 +17,8 @@ int read_full_memfd(int fd, size_t max, char **ret, size_t *ret_size);
 int memfd_new_data(const char *name, const void *data, size_t len);
 int memfd_new_empty(const char *name);
 int memfd_seal(int fd);
+
+/* Passes one fd over a unix socket (one byte of payload), and receives it (O_CLOEXEC).
+ * fd_receive_one() fails with -EPIPE at EOF and -EBADMSG when no fd came along. */
+int fd_send_one(int sock, int fd);
+int fd_receive_one(int sock);

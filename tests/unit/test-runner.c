@@ -5,8 +5,14 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -140,68 +146,142 @@ static void test_protocol(void) {
         close(sv[1]);
 }
 
-/* Loads the policy in a child and reports how a few probes fared as a bitmask. */
-static void test_seccomp_policy(void) {
+/* Forks a child that loads the policy and runs probe(); answers its refused calls as the
+ * sandbox's PID 1 does. Returns the child's wait status. */
+static int run_under_policy(int (*probe)(void), SeccompReport *report) {
         SeccompOptions o = { .allow_inet = false };
         scmp_filter_ctx ctx = NULL;
+        int sv[2], listener, status = 0;
         pid_t pid;
+
+        ASSERT_EQ(seccomp_policy_build(&o, &ctx), 0);
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        seccomp_report_init(report);
+        pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                close(sv[0]);
+                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || seccomp_load(ctx) < 0)
+                        _exit(100);
+                if (fd_send_one(sv[1], seccomp_notify_fd(ctx)) < 0)
+                        _exit(101);
+                _exit(probe());
+        }
+        close(sv[1]);
+        listener = fd_receive_one(sv[0]);
+        close(sv[0]);
+        ASSERT_TRUE(listener >= 0);
+        for (;;) {
+                struct pollfd p = { .fd = listener, .events = POLLIN };
+                pid_t w = waitpid(pid, &status, WNOHANG);
+
+                ASSERT_TRUE(w >= 0);
+                if (w == pid)
+                        break;
+                if (poll(&p, 1, 50) > 0 && (p.revents & POLLIN))
+                        ASSERT_EQ(seccomp_notify_handle_one(listener, report), 0);
+        }
+        close(listener);
+        seccomp_release(ctx);
+        return status;
+}
+
+static const SeccompBlocked *report_find(const SeccompReport *report, long nr) {
+        for (uint32_t i = 0; i < report->n_calls; i++)
+                if (report->calls[i].nr == nr)
+                        return &report->calls[i];
+        return NULL;
+}
+
+/* Each probe that fares as the policy says leaves its bit clear. */
+static int probe_refusals(void) {
+        int fails = 0, fd;
+        pid_t p;
+
+        /* Namespaces: refused softly, also through clone(). */
+        if (!(unshare(CLONE_NEWUSER) < 0 && errno == EPERM))
+                fails |= 1;
+        if (!(syscall(SYS_clone, CLONE_NEWNET | SIGCHLD, NULL, NULL, NULL, 0) < 0 && errno == EPERM))
+                fails |= 2;
+        /* clone3 answers ENOSYS so libc falls back to clone. */
+        if (!(syscall(SYS_clone3, NULL, 0) < 0 && errno == ENOSYS))
+                fails |= 4;
+        /* Socket families. */
+        if (!(socket(AF_NETLINK, SOCK_RAW, 0) < 0 && errno == EAFNOSUPPORT))
+                fails |= 8;
+        if (!(socket(AF_INET, SOCK_STREAM, 0) < 0 && errno == EAFNOSUPPORT))
+                fails |= 16;
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (fd < 0)
+                fails |= 32;
+        /* Plain fork still works. */
+        p = fork();
+        if (p == 0)
+                _exit(0);
+        if (p < 0 || waitpid(p, NULL, 0) != p)
+                fails |= 64;
+        /* io_uring is invisible. */
+        if (!(syscall(SYS_io_uring_setup, 1, NULL) < 0 && errno == ENOSYS))
+                fails |= 128;
+        /* Terminal injection, also with the high bits set (CVE-2019-10063); other requests look
+         * unsupported. */
+        if (!(syscall(SYS_ioctl, fd, TIOCSTI | 0x100000000ULL, "x") < 0 && errno == EPERM))
+                fails |= 256;
+        if (!(ioctl(fd, 0x1234, 0) < 0 && errno == ENOTTY))
+                fails |= 512;
+        /* FIFOs yes, devices no. */
+        if (mknodat(AT_FDCWD, "/dev/null-probe", S_IFCHR | 0600, makedev(1, 3)) == 0 || errno != EPERM)
+                fails |= 1024;
+        /* personality: only the query and PER_LINUX. */
+        if (!(personality(ADDR_NO_RANDOMIZE) < 0 && errno == EPERM))
+                fails |= 2048;
+        if (personality(0xffffffff) < 0)
+                fails |= 4096;
+        /* A number no kernel knows: ENOSYS, and still reported. */
+        if (!(syscall(1000) < 0 && errno == ENOSYS))
+                fails |= 8192;
+        return fails;
+}
+
+static int probe_reboot(void) {
+        (void) syscall(SYS_reboot, 0, 0, 0, NULL);
+        return 0;
+}
+
+static void test_seccomp_policy(void) {
+        SeccompReport report;
+        const SeccompBlocked *b;
         int status;
 
-        ASSERT_EQ(seccomp_policy_build(&o, &ctx), 0);
-        pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                int fails = 0, fd;
-                pid_t p;
-
-                if (seccomp_load(ctx) < 0)
-                        _exit(100);
-                /* Namespaces: refused softly. */
-                if (!(unshare(CLONE_NEWUSER) < 0 && errno == EPERM))
-                        fails |= 1;
-                if (!(syscall(SYS_clone, CLONE_NEWNET | SIGCHLD, NULL, NULL, NULL, 0) < 0 && errno == EPERM))
-                        fails |= 2;
-                /* clone3 answers ENOSYS so libc falls back to clone. */
-                if (!(syscall(SYS_clone3, NULL, 0) < 0 && errno == ENOSYS))
-                        fails |= 4;
-                /* Socket families. */
-                if (!(socket(AF_NETLINK, SOCK_RAW, 0) < 0 && errno == EAFNOSUPPORT))
-                        fails |= 8;
-                if (!(socket(AF_INET, SOCK_STREAM, 0) < 0 && errno == EAFNOSUPPORT))
-                        fails |= 16;
-                fd = socket(AF_UNIX, SOCK_STREAM, 0);
-                if (fd < 0)
-                        fails |= 32;
-                /* Plain fork still works. */
-                p = fork();
-                if (p == 0)
-                        _exit(0);
-                if (p < 0 || waitpid(p, NULL, 0) != p)
-                        fails |= 64;
-                /* io_uring is invisible. */
-                if (!(syscall(SYS_io_uring_setup, 1, NULL) < 0 && errno == ENOSYS))
-                        fails |= 128;
-                _exit(fails);
-        }
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        status = run_under_policy(probe_refusals, &report);
         ASSERT_TRUE(WIFEXITED(status));
         ASSERT_EQ(WEXITSTATUS(status), 0);
-        seccomp_release(ctx);
+        ASSERT_EQ(report.killed_nr, -1);
+        ASSERT_TRUE((b = report_find(&report, SYS_unshare)) && b->verdict == EPERM && b->count == 1);
+        ASSERT_TRUE((b = report_find(&report, SYS_clone)) && b->verdict == EPERM);
+        ASSERT_TRUE((b = report_find(&report, SYS_socket)) && b->verdict == EAFNOSUPPORT && b->count == 2);
+        ASSERT_TRUE((b = report_find(&report, SYS_ioctl)) && b->count == 2);
+        ASSERT_TRUE((b = report_find(&report, SYS_mknodat)) && b->verdict == EPERM);
+        ASSERT_TRUE((b = report_find(&report, 1000)) && b->verdict == ENOSYS);
+        /* The expected probes are answered by the kernel and not reported. */
+        ASSERT_TRUE(!report_find(&report, SYS_clone3));
+        ASSERT_TRUE(!report_find(&report, SYS_io_uring_setup));
 
-        /* A killed call really kills the process. */
-        ASSERT_EQ(seccomp_policy_build(&o, &ctx), 0);
-        pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                if (seccomp_load(ctx) < 0)
-                        _exit(100);
-                (void) syscall(SYS_reboot, 0, 0, 0, NULL);
-                _exit(0);
-        }
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        /* A call with no legitimate use kills the process, and the report names it. */
+        status = run_under_policy(probe_reboot, &report);
         ASSERT_TRUE(WIFSIGNALED(status));
-        ASSERT_EQ(WTERMSIG(status), SIGSYS);
-        seccomp_release(ctx);
+        ASSERT_EQ(WTERMSIG(status), SIGKILL);
+        ASSERT_EQ(report.killed_nr, SYS_reboot);
+        ASSERT_STREQ(seccomp_verdict_to_string(report.calls[0].verdict), "killed");
+
+        /* The report keeps the first SECCOMP_REPORT_MAX distinct calls and counts the rest. */
+        seccomp_report_init(&report);
+        for (int nr = 0; nr < SECCOMP_REPORT_MAX + 3; nr++)
+                seccomp_report_add(&report, nr, ENOSYS);
+        seccomp_report_add(&report, 0, ENOSYS);
+        ASSERT_EQ(report.n_calls, SECCOMP_REPORT_MAX);
+        ASSERT_EQ(report.overflow, 3);
+        ASSERT_EQ(report.calls[0].count, 2);
 }
 
 static void test_openat_beneath(void) {

@@ -381,6 +381,11 @@ static int runner_exec_finish(RunnerExec *e) {
                         sig = WTERMSIG(st.value);
                         exit_code = 128 + sig;
                 }
+                /* A call with no legitimate use got the process killed: say so as the kernel would. */
+                if (sig == SIGKILL && st.seccomp.killed_nr >= 0) {
+                        sig = SIGSYS;
+                        exit_code = 128 + sig;
+                }
         } else {
                 /* PID 1 itself died without reporting (killed from outside the sandbox). */
                 sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED ? e->init_info.si_status : SIGKILL;
@@ -478,6 +483,17 @@ static int runner_exec_finish(RunnerExec *e) {
         json_object_object_add(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size));
         json_object_object_add(reply, "files", TAKE_PTR(files));
         json_object_object_add(reply, "files_skipped", json_object_new_int64((int64_t) skipped));
+        if (k == (ssize_t) sizeof(st)) {
+                q = seccomp_report_to_json(&st.seccomp, reply);
+                if (q < 0)
+                        goto fail;
+                if (st.seccomp.n_calls > 0) {
+                        _cleanup_free_ char *calls = seccomp_report_format(&st.seccomp);
+                        log_struct(LOG_INFO, 0,
+                                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                                   "Exec %s: the sandbox refused %s.", e->exec_id, calls ?: "some system calls");
+                }
+        }
 
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),

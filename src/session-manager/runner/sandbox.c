@@ -22,6 +22,10 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,6 +38,9 @@
 #define ROOT_TMPFS_OPTIONS "mode=0755,size=72m,nr_inodes=4096"
 #define DEV_TMPFS_OPTIONS "mode=0755,size=64k,nr_inodes=64"
 #define SHM_TMPFS_OPTIONS "mode=1777,size=64m,nr_inodes=4096"
+
+/* Where the payload keeps its end of the socket to PID 1 until it executes the interpreter. */
+#define SANDBOX_SYNC_FD 3
 
 static const char etc_passwd[] =
         "root:x:0:0:root:/root:/usr/sbin/nologin\n"
@@ -91,6 +98,7 @@ typedef struct SetupError {
 
 _noreturn_ static void report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step, int code) {
         SandboxStatus s = { .kind = kind, .value = value };
+        seccomp_report_init(&s.seccomp);
         if (step)
                 snprintf(s.step, sizeof(s.step), "%s", step);
         (void) write_all(status_fd, &s, sizeof(s));
@@ -356,6 +364,52 @@ static int drop_capabilities_bounding(void) {
         return 0;
 }
 
+/* Empties the permitted, effective and inheritable sets. Needed explicitly: inside the user
+ * namespace the kernel's "leaving uid 0" rule does not apply (uid 0 is not mapped). */
+static int drop_capabilities(void) {
+        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct d[2] = {};
+
+        if (syscall(SYS_capset, &h, d) < 0)
+                return -errno;
+        if (syscall(SYS_capget, &h, d) < 0)
+                return -errno;
+        if (d[0].permitted || d[0].effective || d[0].inheritable || d[1].permitted || d[1].effective ||
+            d[1].inheritable)
+                return -EPERM;
+        return 0;
+}
+
+static int write_proc_file(pid_t pid, const char *name, const char *content) {
+        char path[64];
+        _cleanup_close_ int fd = -EBADF;
+
+        snprintf(path, sizeof(path), "/proc/%i/%s", (int) pid, name);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, content, strlen(content)) != (ssize_t) strlen(content))
+                return errno > 0 ? -errno : -EIO;
+        return 0;
+}
+
+/* PID 1 maps the payload's user namespace: SANDBOX_UID/GID inside are the session's host ids,
+ * nothing else (in particular not uid 0) is mapped. */
+static int map_payload_ids(pid_t payload, uid_t uid, gid_t gid) {
+        char map[64];
+        int r;
+
+        snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) SANDBOX_UID, (unsigned) uid);
+        r = write_proc_file(payload, "uid_map", map);
+        if (r < 0)
+                return r;
+        r = write_proc_file(payload, "setgroups", "deny");
+        if (r < 0)
+                return r;
+        snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) SANDBOX_GID, (unsigned) gid);
+        return write_proc_file(payload, "gid_map", map);
+}
+
 static int set_rlimits(const SandboxExec *e) {
         uint64_t cpu = e->timeout_ms / 1000 + 5;
         struct {
@@ -364,6 +418,9 @@ static int set_rlimits(const SandboxExec *e) {
         } limits[] = {
                 { RLIMIT_CORE, 0 },
                 { RLIMIT_NOFILE, 1024 },
+                /* Counted per host uid, which is the session's own: the scope's TasksMax= is the
+                 * primary bound, this one holds even outside it. */
+                { RLIMIT_NPROC, 1024 },
                 { RLIMIT_MEMLOCK, 64 * 1024 },
                 { RLIMIT_MSGQUEUE, 64 * 1024 },
                 { RLIMIT_RTPRIO, 0 },
@@ -382,7 +439,9 @@ static int set_rlimits(const SandboxExec *e) {
         return 0;
 }
 
-_noreturn_ static void payload_exec(const SandboxExec *e) {
+/* Runs as root in the sandbox's namespaces, forked by PID 1; sync_fd is our end of the socket
+ * over which PID 1 maps our user namespace and receives the seccomp listener. */
+_noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         char openblas[64];
         char *const argv[] = { (char *) "python3", (char *) SANDBOX_CELL_PATH, NULL };
         char *envp[] = {
@@ -404,7 +463,7 @@ _noreturn_ static void payload_exec(const SandboxExec *e) {
         sigset_t ss;
         uid_t ru, eu, su;
         gid_t rg, eg, sg;
-        int null_fd, r;
+        int null_fd, listener, ack = 0, r;
 
         snprintf(openblas, sizeof(openblas), "OPENBLAS_NUM_THREADS=%llu",
                  (unsigned long long) MAX(e->cpus_percent / 100, 1ULL));
@@ -433,7 +492,7 @@ _noreturn_ static void payload_exec(const SandboxExec *e) {
         step = "stdio";
         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(e->stdout_fd, STDOUT_FILENO) < 0 ||
-            dup2(e->stderr_fd, STDERR_FILENO) < 0)
+            dup2(e->stderr_fd, STDERR_FILENO) < 0 || dup2(sync_fd, SANDBOX_SYNC_FD) < 0)
                 goto fail;
 
         step = "rlimits";
@@ -446,6 +505,21 @@ _noreturn_ static void payload_exec(const SandboxExec *e) {
         if (chdir("/workspace") < 0)
                 goto fail;
 
+        /* Our own user namespace, mapped by PID 1: the session's host uid appears as SANDBOX_UID,
+         * nothing else is mapped. Supplementary groups go first, while we still may. */
+        step = "supplementary groups";
+        if (setgroups(0, NULL) < 0)
+                goto fail;
+        step = "user namespace";
+        if (unshare(CLONE_NEWUSER) < 0)
+                goto fail;
+        if (write(SANDBOX_SYNC_FD, "u", 1) != 1 || read(SANDBOX_SYNC_FD, &ack, sizeof(ack)) != (ssize_t) sizeof(ack))
+                goto fail;
+        if (ack != 0) {
+                errno = ack;
+                goto fail;
+        }
+
         step = "capability bounding set";
         r = drop_capabilities_bounding();
         if (r < 0) {
@@ -453,11 +527,17 @@ _noreturn_ static void payload_exec(const SandboxExec *e) {
                 goto fail;
         }
         step = "credentials";
-        if (setgroups(0, NULL) < 0 || setresgid(e->gid, e->gid, e->gid) < 0 || setresuid(e->uid, e->uid, e->uid) < 0)
+        if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0 || setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
                 goto fail;
-        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != e->uid || eu != e->uid ||
-            su != e->uid || rg != e->gid || eg != e->gid || sg != e->gid) {
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != SANDBOX_UID || eu != SANDBOX_UID ||
+            su != SANDBOX_UID || rg != SANDBOX_GID || eg != SANDBOX_GID || sg != SANDBOX_GID) {
                 errno = EPERM;
+                goto fail;
+        }
+        step = "capabilities";
+        r = drop_capabilities();
+        if (r < 0) {
+                errno = -r;
                 goto fail;
         }
         step = "ambient capabilities";
@@ -468,16 +548,30 @@ _noreturn_ static void payload_exec(const SandboxExec *e) {
                 goto fail;
 
         step = "close fds";
-        if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0)
+        if (syscall(SYS_close_range, SANDBOX_SYNC_FD + 1U, ~0U, 0U) < 0)
                 goto fail;
 
-        /* Last: from here on only the interpreter's own calls are filtered. */
+        /* Last: from here on only the interpreter's own calls are filtered. PID 1 answers the
+         * calls the filter refuses, through the listener we hand it. */
         step = "seccomp";
         r = seccomp_load(e->seccomp);
         if (r < 0) {
                 errno = -r;
                 goto fail;
         }
+        listener = seccomp_notify_fd(e->seccomp);
+        if (listener < 0) {
+                errno = -listener;
+                goto fail;
+        }
+        r = fd_send_one(SANDBOX_SYNC_FD, listener);
+        if (r < 0) {
+                errno = -r;
+                goto fail;
+        }
+        (void) close(listener);
+        (void) close(SANDBOX_SYNC_FD);
+
         execve(SANDBOX_PYTHON, argv, envp);
         step = "execve " SANDBOX_PYTHON;
 
@@ -487,13 +581,71 @@ fail:
         _exit(127);
 }
 
+/* PID 1 after the fork: map the payload's ids, take its seccomp listener, then answer refused
+ * calls and reap children until the payload is gone. */
+static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd, SandboxStatus *st) {
+        _cleanup_close_ int listener = -EBADF;
+        char byte;
+        ssize_t k;
+        int r;
+
+        do
+                k = read(sync_fd, &byte, 1);
+        while (k < 0 && errno == EINTR);
+        if (k == 1) {
+                int ack = -map_payload_ids(payload, e->uid, e->gid);
+                if (write(sync_fd, &ack, sizeof(ack)) != (ssize_t) sizeof(ack) || ack != 0)
+                        return -(ack ?: EIO);
+                /* Only a payload that failed before its filter sends nothing; it reports why. */
+                listener = fd_receive_one(sync_fd);
+        }
+
+        for (;;) {
+                struct pollfd p[2] = {
+                        { .fd = signal_fd, .events = POLLIN },
+                        { .fd = listener, .events = POLLIN },
+                };
+
+                if (poll(p, listener >= 0 ? 2 : 1, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (listener >= 0 && (p[1].revents & POLLIN)) {
+                        r = seccomp_notify_handle_one(listener, &st->seccomp);
+                        if (r < 0)
+                                listener = safe_close(listener); /* calls now fail with ENOSYS */
+                } else if (listener >= 0 && p[1].revents)
+                        listener = safe_close(listener); /* no process uses the filter any more */
+
+                if (p[0].revents & POLLIN) {
+                        struct signalfd_siginfo si;
+                        while (read(signal_fd, &si, sizeof(si)) > 0)
+                                ;
+                        for (;;) {
+                                int ws;
+                                pid_t c = waitpid(-1, &ws, WNOHANG | __WALL);
+                                if (c <= 0)
+                                        break;
+                                if (c == payload) {
+                                        st->value = ws;
+                                        return 0;
+                                }
+                        }
+                }
+        }
+}
+
 _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         SetupError err = {};
-        int status = 0, r;
+        SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
+        int sync[2], signal_fd, r;
+        sigset_t mask;
         pid_t payload;
 
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         (void) prctl(PR_SET_NAME, (unsigned long) "sandbox-init", 0, 0, 0);
+        seccomp_report_init(&st.seccomp);
 
         r = setup_root(e, &err);
         if (r < 0)
@@ -502,30 +654,33 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         /* Our memory holds nothing secret, but keep /proc/1 unreadable for the payload anyway. */
         (void) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 ||
+            (signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "signalfd", 125);
+
         payload = fork();
         if (payload < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload", 125);
-        if (payload == 0)
-                payload_exec(e);
+        if (payload == 0) {
+                safe_close(sync[0]);
+                payload_exec(e, sync[1]);
+        }
 
         /* PID 1 must not keep the output pipes open, or readers never see EOF. */
+        safe_close(sync[1]);
         safe_close(e->stdout_fd);
         safe_close(e->stderr_fd);
         safe_close(e->code_fd);
 
-        for (;;) {
-                int st;
-                pid_t p = waitpid(-1, &st, __WALL);
-                if (p < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        break;
-                }
-                if (p == payload) {
-                        status = st;
-                        break;
-                }
-        }
+        r = supervise_payload(e, payload, sync[0], signal_fd, &st);
+        if (r < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "user namespace", 125);
+
         /* Exiting kills everything the payload left behind in this PID namespace. */
-        report_and_exit(e->status_fd, SANDBOX_STATUS_EXITED, status, NULL, 0);
+        (void) write_all(e->status_fd, &st, sizeof(st));
+        _exit(0);
 }

@@ -8,11 +8,14 @@
 #include <seccomp.h>
 
 #include "macro.h"
+#include "seccomp-policy.h"
 
 /* Namespaces every exec gets (the mount namespace is a copy of the runner's private one). */
 #define SANDBOX_CLONE_FLAGS \
         (CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
 
+/* The sandbox's uid and gid as the code sees them, inside its user namespace; each session maps
+ * them to its own host uid and gid. */
 #define SANDBOX_UID 1000
 #define SANDBOX_GID 1000
 #define SANDBOX_HOSTNAME "sandbox"
@@ -34,6 +37,7 @@ typedef struct SandboxStatus {
         int32_t kind;
         int32_t value;
         char step[64];
+        SeccompReport seccomp;           /* the calls the filter refused */
 } SandboxStatus;
 
 typedef struct SandboxExec {
@@ -42,7 +46,7 @@ typedef struct SandboxExec {
         int stdout_fd;
         int stderr_fd;
         int status_fd;
-        uid_t uid;
+        uid_t uid;                       /* host ids the sandbox's SANDBOX_UID/GID map to */
         gid_t gid;
         uint64_t timeout_ms;
         uint64_t fsize_limit;

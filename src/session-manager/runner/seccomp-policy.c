@@ -1,18 +1,85 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The seccomp filter loaded as the last step before the sandboxed interpreter is executed.
  *
- * Layout follows ../shared/SECURITY.md §1.3: calls that libraries may probe fail softly with
- * EPERM, calls that have no legitimate use in a runner kill the process, clone() may not create
- * namespaces, clone3() and io_uring answer ENOSYS (glibc and libuv fall back), and foreign
- * architectures are killed. The namespaces bound what remains (no route, private IPC). */
+ * Layout follows ../shared/SECURITY.md §1.3: an allow-list; clone() may not create namespaces,
+ * socket() only makes local (or, with networking, inet) sockets, a few calls are allowed only
+ * with harmless arguments. clone3(), io_uring, AIO and openat2() answer ENOSYS straight from the
+ * kernel (glibc and libuv fall back; nobody needs to hear about it). Everything else goes to the
+ * supervisor (PID 1 of the sandbox) through a user-notification listener, which answers EPERM for
+ * what libraries may probe, ENOSYS for what it does not know, kills the process for calls that
+ * have no legitimate use, and remembers what it refused, so that the exec's result can say which
+ * call was blocked. Foreign architectures are killed by the kernel. */
 #include <errno.h>
+#include <linux/seccomp.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
+#include "json-util.h"
 #include "seccomp-policy.h"
 
+static const char *const allow[] = {
+        /* file descriptors and I/O */
+        "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2",
+        "pwritev2", "lseek", "close", "close_range", "dup", "dup2", "dup3", "fcntl", "flock", "fsync",
+        "fdatasync", "ftruncate", "truncate", "fallocate", "fadvise64", "readahead", "sendfile",
+        "copy_file_range", "splice", "tee",
+        /* paths */
+        "open", "openat", "creat", "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
+        "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "getcwd",
+        "chdir", "fchdir", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat",
+        "renameat2", "link", "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "fchmodat2",
+        "chown", "fchown", "fchownat", "lchown", "utime", "utimes", "utimensat", "futimesat", "umask",
+        "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+        "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+        /* memory */
+        "mmap", "munmap", "mprotect", "mremap", "madvise", "msync", "mincore", "brk", "membarrier",
+        "pkey_alloc", "pkey_free", "pkey_mprotect", "memfd_create",
+        /* signals */
+        "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigsuspend", "rt_sigpending",
+        "rt_sigtimedwait", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "sigaltstack", "signalfd",
+        "signalfd4", "pause", "kill", "tgkill", "tkill", "pidfd_open", "pidfd_send_signal",
+        /* threads and scheduling */
+        "futex", "futex_waitv", "set_robust_list", "get_robust_list", "set_tid_address", "rseq",
+        "sched_yield", "sched_getaffinity", "sched_setaffinity", "sched_getparam", "sched_getscheduler",
+        "sched_getattr", "sched_get_priority_max", "sched_get_priority_min", "sched_rr_get_interval",
+        "getpriority", "setpriority",
+        /* time */
+        "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres", "gettimeofday", "time", "times",
+        "getrusage", "getitimer", "setitimer", "alarm", "timer_create", "timer_settime", "timer_gettime",
+        "timer_getoverrun", "timer_delete", "timerfd_create", "timerfd_settime", "timerfd_gettime",
+        /* waiting */
+        "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll",
+        "ppoll", "select", "pselect6", "eventfd", "eventfd2", "pipe", "pipe2",
+        /* identity (read-only) and process groups */
+        "getpid", "getppid", "gettid", "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid",
+        "getgroups", "getpgid", "getpgrp", "getsid", "setsid", "setpgid",
+        "uname", "sysinfo", "getrandom", "getcpu", "prlimit64", "getrlimit", "setrlimit", "capget",
+        /* processes */
+        "execve", "execveat", "wait4", "waitid", "fork", "vfork", "exit", "exit_group", "restart_syscall",
+        /* sockets (creation is filtered by family below) */
+        "connect", "bind", "listen", "accept", "accept4", "sendto", "recvfrom", "sendmsg", "recvmsg",
+        "sendmmsg", "recvmmsg", "shutdown", "getsockname", "getpeername", "setsockopt", "getsockopt",
+        /* IPC, bounded by the private IPC namespace */
+        "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+        "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
+        "msgget", "msgsnd", "msgrcv", "msgctl",
+        "arch_prctl",
+};
+
+/* Expected probes: plain ENOSYS from the kernel, not reported. */
+static const char *const silent_enosys[] = {
+        "clone3", "io_uring_setup", "io_uring_enter", "io_uring_register",
+        "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents", "openat2",
+};
+
+/* Refused softly: libraries probe these. */
 static const char *const deny_eperm[] = {
         "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
         "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
@@ -21,13 +88,16 @@ static const char *const deny_eperm[] = {
         "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
         "setfsuid", "setfsgid", "capset",
         "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-        "sync", "syncfs", "name_to_handle_at", "open_by_handle_at", "fanotify_init",
-        "mbind", "set_mempolicy", "migrate_pages", "move_pages",
+        "sync", "syncfs", "sync_file_range", "name_to_handle_at", "open_by_handle_at", "fanotify_init",
+        "mbind", "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages",
         "sched_setattr", "sched_setscheduler", "sched_setparam", "ioprio_set",
-        "seccomp", "memfd_secret", "process_madvise", "mlock", "mlock2", "mlockall",
-        "vmsplice", "landlock_create_ruleset",
+        "seccomp", "memfd_secret", "process_madvise", "mlock", "mlock2", "mlockall", "munlock", "munlockall",
+        "vmsplice", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
+        /* allowed only with harmless arguments (see the conditional rules) */
+        "clone", "ioctl", "prctl", "personality", "mknod", "mknodat",
 };
 
+/* Killed: no legitimate use in a runner, and dying loudly aids detection. */
 static const char *const deny_kill[] = {
         "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
         "swapon", "swapoff", "acct", "iopl", "ioperm", "modify_ldt", "settimeofday",
@@ -36,10 +106,64 @@ static const char *const deny_kill[] = {
         "_sysctl", "vhangup", "syslog",
 };
 
-static const char *const deny_enosys[] = {
-        "clone3", "io_uring_setup", "io_uring_enter", "io_uring_register",
-        "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
+/* ioctl() requests allowed (compared on the low 32 bits only: CVE-2019-10063). */
+static const uint64_t ioctl_allowed[] = {
+        TCGETS, TCSETS, TCSETSW, TCSETSF, TIOCGPGRP, TIOCSPGRP, TIOCGWINSZ, TIOCSWINSZ,
+        FIONREAD, FIONBIO, FIONCLEX, FIOCLEX, FIOASYNC, 0x80086601 /* FS_IOC_GETFLAGS */,
 };
+
+static const uint64_t prctl_allowed[] = {
+        PR_SET_NAME, PR_GET_NAME, PR_SET_PDEATHSIG, PR_GET_PDEATHSIG, PR_GET_DUMPABLE,
+        PR_CAPBSET_READ, PR_GET_NO_NEW_PRIVS, PR_SET_NO_NEW_PRIVS, 0x53564d41 /* PR_SET_VMA */,
+        PR_GET_SECCOMP,
+};
+
+/* File types mknod() may create without privileges; devices never. */
+static const uint64_t mknod_types_allowed[] = { 0, S_IFREG, S_IFIFO, S_IFSOCK };
+
+static bool name_in(const char *const *list, size_t n, const char *name) {
+        for (size_t i = 0; i < n; i++)
+                if (streq(list[i], name))
+                        return true;
+        return false;
+}
+
+int seccomp_policy_verdict(const struct seccomp_data *call) {
+        _cleanup_free_ char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, call->nr);
+        uint64_t request;
+
+        if (!name)
+                return ENOSYS;
+        if (name_in(deny_kill, ELEMENTSOF(deny_kill), name))
+                return SECCOMP_VERDICT_KILL;
+        if (streq(name, "socket") || streq(name, "socketpair"))
+                return EAFNOSUPPORT;
+        /* Terminal injection is refused outright; other requests look unsupported by the device. */
+        if (streq(name, "ioctl")) {
+                request = call->args[1] & 0xffffffffULL;
+                return request == TIOCSTI || request == TIOCLINUX ? EPERM : ENOTTY;
+        }
+        if (name_in(deny_eperm, ELEMENTSOF(deny_eperm), name))
+                return EPERM;
+        return ENOSYS;
+}
+
+const char *seccomp_verdict_to_string(int verdict) {
+        switch (verdict) {
+        case SECCOMP_VERDICT_KILL:
+                return "killed";
+        case EPERM:
+                return "EPERM";
+        case EAFNOSUPPORT:
+                return "EAFNOSUPPORT";
+        case ENOSYS:
+                return "ENOSYS";
+        case ENOTTY:
+                return "ENOTTY";
+        default:
+                return "refused";
+        }
+}
 
 /* Add a rule by name; names unknown to this architecture or libseccomp are skipped. */
 static int add_rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n_args,
@@ -50,77 +174,164 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsi
         return seccomp_rule_add_array(ctx, action, nr, n_args, args);
 }
 
+static int allow_if_eq(scmp_filter_ctx ctx, const char *name, unsigned arg, uint64_t mask,
+                       const uint64_t *values, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                struct scmp_arg_cmp cmp = SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, mask, values[i]);
+                int r = add_rule(ctx, SCMP_ACT_ALLOW, name, 1, &cmp);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
         _cleanup_(seccomp_releasep) scmp_filter_ctx ctx = NULL;
         const uint64_t ns_flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
                                   CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET;
+        const uint64_t personality_allowed[] = { 0, 0xffffffffULL };
+        uint64_t families[3] = { AF_UNIX, AF_INET, AF_INET6 };
         int r;
 
-        ctx = seccomp_init(SCMP_ACT_ALLOW);
+        ctx = seccomp_init(SCMP_ACT_NOTIFY);
         if (!ctx)
                 return -ENOMEM;
-        r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-        if (r < 0)
-                return r;
-        r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1);
-        if (r < 0)
+        if ((r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS)) < 0 ||
+            (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1)) < 0 ||
+            (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)) < 0)
                 return r;
 
-        for (size_t i = 0; i < ELEMENTSOF(deny_eperm); i++) {
-                r = add_rule(ctx, SCMP_ACT_ERRNO(EPERM), deny_eperm[i], 0, NULL);
+        for (size_t i = 0; i < ELEMENTSOF(allow); i++) {
+                r = add_rule(ctx, SCMP_ACT_ALLOW, allow[i], 0, NULL);
                 if (r < 0)
                         return r;
         }
-        for (size_t i = 0; i < ELEMENTSOF(deny_kill); i++) {
-                r = add_rule(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
-        for (size_t i = 0; i < ELEMENTSOF(deny_enosys); i++) {
-                r = add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), deny_enosys[i], 0, NULL);
+        for (size_t i = 0; i < ELEMENTSOF(silent_enosys); i++) {
+                r = add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), silent_enosys[i], 0, NULL);
                 if (r < 0)
                         return r;
         }
 
         /* clone(): threads and fork are fine, new namespaces are not. */
-        for (uint64_t bit = 1; bit; bit <<= 1) {
-                if (!(ns_flags & bit))
-                        continue;
-                r = add_rule(ctx, SCMP_ACT_ERRNO(EPERM), "clone", 1,
-                             (struct scmp_arg_cmp[]) { SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit) });
-                if (r < 0)
-                        return r;
-        }
-
-        /* Socket families: unix always, inet only with networking, never netlink/packet/alg/vsock. */
-        static const int families_denied[] = { AF_NETLINK, AF_PACKET, AF_ALG, AF_VSOCK, AF_KEY,
-                                               AF_BLUETOOTH, AF_TIPC, AF_XDP, AF_RDS, AF_CAN };
-        for (size_t i = 0; i < ELEMENTSOF(families_denied); i++) {
-                r = add_rule(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1,
-                             (struct scmp_arg_cmp[]) { SCMP_A0(SCMP_CMP_EQ, (uint64_t) families_denied[i]) });
-                if (r < 0)
-                        return r;
-        }
-        if (!options->allow_inet)
-                for (int f = AF_INET; f != -1; f = f == AF_INET ? AF_INET6 : -1) {
-                        r = add_rule(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1,
-                                     (struct scmp_arg_cmp[]) { SCMP_A0(SCMP_CMP_EQ, (uint64_t) f) });
-                        if (r < 0)
-                                return r;
-                }
-
-        /* Terminal injection: compare only the low 32 bits (CVE-2019-10063). */
-        static const uint64_t tty_denied[] = { TIOCSTI, TIOCLINUX };
-        for (size_t i = 0; i < ELEMENTSOF(tty_denied); i++) {
-                r = add_rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1,
-                             (struct scmp_arg_cmp[]) { SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, tty_denied[i]) });
-                if (r < 0)
-                        return r;
-        }
-
-        /* personality() is locked by LockPersonality= of the session manager's unit, which every
-         * runner inherits. */
+        r = allow_if_eq(ctx, "clone", 0, ns_flags, (const uint64_t[]) { 0 }, 1);
+        if (r < 0)
+                return r;
+        /* Local sockets always; inet only with networking (the namespace has no route anyway). */
+        r = allow_if_eq(ctx, "socket", 0, 0xffffffffULL, families, options->allow_inet ? 3 : 1);
+        if (r >= 0)
+                r = allow_if_eq(ctx, "socketpair", 0, 0xffffffffULL, families, 1);
+        if (r < 0)
+                return r;
+        /* Terminal requests compare only the low 32 bits: TIOCSTI with high bits set stays out. */
+        r = allow_if_eq(ctx, "ioctl", 1, 0xffffffffULL, ioctl_allowed, ELEMENTSOF(ioctl_allowed));
+        if (r >= 0)
+                r = allow_if_eq(ctx, "prctl", 0, 0xffffffffULL, prctl_allowed, ELEMENTSOF(prctl_allowed));
+        if (r >= 0)
+                r = allow_if_eq(ctx, "personality", 0, 0xffffffffULL, personality_allowed,
+                                ELEMENTSOF(personality_allowed));
+        if (r >= 0)
+                r = allow_if_eq(ctx, "mknod", 1, S_IFMT, mknod_types_allowed, ELEMENTSOF(mknod_types_allowed));
+        if (r >= 0)
+                r = allow_if_eq(ctx, "mknodat", 2, S_IFMT, mknod_types_allowed, ELEMENTSOF(mknod_types_allowed));
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(ctx);
         return 0;
+}
+
+void seccomp_report_init(SeccompReport *report) {
+        *report = (SeccompReport) { .killed_nr = -1 };
+}
+
+void seccomp_report_add(SeccompReport *report, int nr, int verdict) {
+        if (verdict == SECCOMP_VERDICT_KILL && report->killed_nr < 0)
+                report->killed_nr = nr;
+        for (uint32_t i = 0; i < report->n_calls; i++)
+                if (report->calls[i].nr == nr) {
+                        if (report->calls[i].count < UINT32_MAX)
+                                report->calls[i].count++;
+                        return;
+                }
+        if (report->n_calls >= SECCOMP_REPORT_MAX) {
+                if (report->overflow < UINT32_MAX)
+                        report->overflow++;
+                return;
+        }
+        report->calls[report->n_calls++] = (SeccompBlocked) { .nr = nr, .verdict = verdict, .count = 1 };
+}
+
+int seccomp_notify_handle_one(int listener_fd, SeccompReport *report) {
+        /* Direct ioctls: the kernel wants the request zeroed, and libseccomp 2.5 turns every
+         * failure into ECANCELED, hiding the harmless ENOENT of a caller that died. */
+        struct seccomp_notif req = {};
+        struct seccomp_notif_resp resp = {};
+        int verdict;
+
+        if (ioctl(listener_fd, SECCOMP_IOCTL_NOTIF_RECV, &req) < 0)
+                return errno == ENOENT || errno == EINTR ? 0 : -errno;
+
+        verdict = seccomp_policy_verdict(&req.data);
+        seccomp_report_add(report, req.data.nr, verdict);
+        if (verdict == SECCOMP_VERDICT_KILL) {
+                /* The whole thread group goes; the call itself is refused should it outrun us. */
+                (void) kill((pid_t) req.pid, SIGKILL);
+                verdict = EPERM;
+        }
+        resp.id = req.id;
+        resp.error = -verdict;
+        if (ioctl(listener_fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
+        _cleanup_json_ json_object *calls = json_object_new_array();
+
+        if (!calls)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < MIN(report->n_calls, (uint32_t) SECCOMP_REPORT_MAX); i++) {
+                _cleanup_free_ char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->calls[i].nr);
+                json_object *c = json_object_new_object();
+                char fallback[32];
+
+                if (!c)
+                        return -ENOMEM;
+                if (!name)
+                        snprintf(fallback, sizeof(fallback), "syscall_%i", report->calls[i].nr);
+                json_object_object_add(c, "name", json_object_new_string(name ?: fallback));
+                json_object_object_add(c, "verdict", json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)));
+                json_object_object_add(c, "count", json_object_new_int64(report->calls[i].count));
+                json_object_array_add(calls, c);
+        }
+        json_object_object_add(reply, "blocked_syscalls", TAKE_PTR(calls));
+        if (report->killed_nr >= 0) {
+                _cleanup_free_ char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->killed_nr);
+                json_object_object_add(reply, "killed_by_syscall", json_object_new_string(name ?: "unknown"));
+        }
+        return 0;
+}
+
+char *seccomp_report_format(const SeccompReport *report) {
+        _cleanup_free_ char *text = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&text, &size);
+
+        if (!f)
+                return NULL;
+        for (uint32_t i = 0; i < MIN(report->n_calls, (uint32_t) SECCOMP_REPORT_MAX); i++) {
+                _cleanup_free_ char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->calls[i].nr);
+
+                if (name)
+                        fprintf(f, "%s%s (%s", i > 0 ? ", " : "", name, seccomp_verdict_to_string(report->calls[i].verdict));
+                else
+                        fprintf(f, "%s#%i (%s", i > 0 ? ", " : "", report->calls[i].nr,
+                                seccomp_verdict_to_string(report->calls[i].verdict));
+                fprintf(f, report->calls[i].count > 1 ? ", %u times)" : ")", report->calls[i].count);
+        }
+        if (report->overflow > 0)
+                fprintf(f, " and %u more", report->overflow);
+        if (fclose(f) != 0)
+                return NULL;
+        return TAKE_PTR(text);
 }

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The seccomp filter loaded as the last step before the sandboxed interpreter is executed. */
+/* The seccomp filter loaded as the last step before the sandboxed interpreter is executed, and
+ * the supervisor side that answers (and records) the calls the filter refuses. */
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <linux/seccomp.h>
 
+#include <json-c/json.h>
 #include <seccomp.h>
 
 #include "macro.h"
@@ -14,5 +18,50 @@ typedef struct SeccompOptions {
         bool allow_inet;      /* AF_INET/AF_INET6 sockets (networking enabled) */
 } SeccompOptions;
 
-/* Builds the filter for the native architecture. Does not load it. */
+/* What the supervisor does with a refused call: fail it with an errno, or kill the process. */
+#define SECCOMP_VERDICT_KILL (-1)
+
+/* Distinct refused calls remembered per exec; more are counted in `overflow`. */
+#define SECCOMP_REPORT_MAX 16
+
+typedef struct SeccompBlocked {
+        int32_t nr;           /* native syscall number */
+        int32_t verdict;      /* errno answered, or SECCOMP_VERDICT_KILL */
+        uint32_t count;
+} SeccompBlocked;
+
+/* Plain data: it crosses a pipe from the sandbox's PID 1 to the runner. */
+typedef struct SeccompReport {
+        uint32_t n_calls;
+        uint32_t overflow;
+        int32_t killed_nr;    /* the call that got the process killed, -1 if none */
+        SeccompBlocked calls[SECCOMP_REPORT_MAX];
+} SeccompReport;
+
+/* Builds the filter for the native architecture: an allow-list; every refused call except the
+ * expected probes (clone3, io_uring, AIO, openat2: plain ENOSYS) is handed to a supervisor
+ * through a seccomp user-notification listener (libseccomp asks for one because the default
+ * action notifies; after
+ * seccomp_load(), seccomp_notify_fd() returns the listener). Does not load it. */
 int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret);
+
+/* The answer to a call the filter handed to the supervisor. */
+int seccomp_policy_verdict(const struct seccomp_data *call);
+
+void seccomp_report_init(SeccompReport *report);
+void seccomp_report_add(SeccompReport *report, int nr, int verdict);
+
+/* Receives one notification from the listener, answers it (killing the caller for the calls
+ * that have no legitimate use) and records it. Returns 0, or -errno when the listener failed;
+ * a caller that died meanwhile is not an error. */
+int seccomp_notify_handle_one(int listener_fd, SeccompReport *report);
+
+/* "EPERM", "ENOSYS", "ENOTTY", "EAFNOSUPPORT" or "killed". */
+const char *seccomp_verdict_to_string(int verdict);
+
+/* Adds "blocked_syscalls" ([{name, verdict, count}]) and, if one killed the process,
+ * "killed_by_syscall" to an exec reply. */
+int seccomp_report_to_json(const SeccompReport *report, json_object *reply);
+
+/* "mount (EPERM), socket (EAFNOSUPPORT, 2 times)", for log messages; NULL on OOM. */
+char *seccomp_report_format(const SeccompReport *report);
