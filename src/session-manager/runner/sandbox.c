@@ -8,12 +8,14 @@
  * capabilities, sets no_new_privs, closes every other fd, loads seccomp last and executes the
  * interpreter. PID 1 reaps everything and reports the payload's status; when it exits the
  * kernel kills whatever the exec left behind in the PID namespace. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -636,6 +638,28 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
         }
 }
 
+static int int_cmp(const void *a, const void *b) {
+        return *(const int *) a < *(const int *) b ? -1 : *(const int *) a > *(const int *) b;
+}
+
+/* PID 1 starts with a copy of every fd of the runner (the control connection among them): keep
+ * only what the exec needs. */
+static int close_fds_except(const int *keep, size_t n) {
+        int sorted[8], next = 3;
+
+        assert(n <= ELEMENTSOF(sorted));
+        memcpy(sorted, keep, n * sizeof(int));
+        qsort(sorted, n, sizeof(int), int_cmp);
+        for (size_t i = 0; i < n; i++) {
+                if (sorted[i] < next)
+                        continue;
+                if (sorted[i] > next && syscall(SYS_close_range, (unsigned) next, (unsigned) sorted[i] - 1, 0U) < 0)
+                        return -errno;
+                next = sorted[i] + 1;
+        }
+        return syscall(SYS_close_range, (unsigned) next, ~0U, 0U) < 0 ? -errno : 0;
+}
+
 _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         SetupError err = {};
         SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
@@ -647,6 +671,9 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         (void) prctl(PR_SET_NAME, (unsigned long) "sandbox-init", 0, 0, 0);
         seccomp_report_init(&st.seccomp);
 
+        r = close_fds_except((const int[]) { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd }, 4);
+        if (r < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
         r = setup_root(e, &err);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, err.error, err.step, 125);
