@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <linux/capability.h>
+#include <linux/securebits.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/signalfd.h>
@@ -522,6 +523,12 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
                 goto fail;
         }
 
+        /* Lock root semantics out for good, while we still hold CAP_SETPCAP in our namespace. */
+        step = "securebits";
+        if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+                  0, 0, 0) < 0)
+                goto fail;
         step = "capability bounding set";
         r = drop_capabilities_bounding();
         if (r < 0) {

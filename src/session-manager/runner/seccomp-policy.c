@@ -325,7 +325,7 @@ char *seccomp_report_format(const SeccompReport *report) {
                 if (name)
                         fprintf(f, "%s%s (%s", i > 0 ? ", " : "", name, seccomp_verdict_to_string(report->calls[i].verdict));
                 else
-                        fprintf(f, "%s#%i (%s", i > 0 ? ", " : "", report->calls[i].nr,
+                        fprintf(f, "%ssyscall_%i (%s", i > 0 ? ", " : "", report->calls[i].nr,
                                 seccomp_verdict_to_string(report->calls[i].verdict));
                 fprintf(f, report->calls[i].count > 1 ? ", %u times)" : ")", report->calls[i].count);
         }
