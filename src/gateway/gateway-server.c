@@ -17,6 +17,7 @@
 #include "bus-util.h"
 #include "gateway-auth.h"
 #include "gateway-server.h"
+#include "http-connection.h"
 #include "http-router.h"
 #include "io-util.h"
 #include "log.h"
@@ -191,6 +192,7 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
                         MHD_OPTION_EXTERNAL_LOGGER, http_daemon_log, d,
                         MHD_OPTION_LISTEN_SOCKET, mhd_fd,
                         MHD_OPTION_NOTIFY_COMPLETED, http_router_request_completed, d,
+                        MHD_OPTION_NOTIFY_CONNECTION, http_connection_notify, d,
                         MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX,
                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_PER_IP_MAX,
                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_IDLE_TIMEOUT_SEC,
@@ -271,6 +273,7 @@ int server_new(Config *config, Server **ret) {
         *config = (Config) {};
         s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * MAX(s->config.max_body_bytes, s->config.max_storage_body_bytes));
         s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
+        s->cut_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
 
         r = sd_event_default(&s->event);
         if (r < 0)
@@ -291,6 +294,10 @@ int server_new(Config *config, Server **ret) {
                 return log_error_errno(r, "Failed to add status timer: %m");
         (void) sd_event_source_set_enabled(s->status_event_source, SD_EVENT_OFF);
 
+        r = server_deadline_timer_new(s);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add HTTP deadline timer: %m");
+
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -306,7 +313,9 @@ Server *server_free(Server *s) {
                 http_daemon_free(s->daemons[i]);
         free(s->daemons);
         assert(!s->requests);
+        assert(!s->connections);
 
+        s->deadline_event_source = sd_event_source_disable_unref(s->deadline_event_source);
         s->status_event_source = sd_event_source_disable_unref(s->status_event_source);
         s->bus = sd_bus_flush_close_unref(s->bus);
         s->event = sd_event_unref(s->event);

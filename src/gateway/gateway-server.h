@@ -15,14 +15,25 @@
 
 /* Limits of the HTTP front end. Connection limits apply per listening socket. */
 #define HTTP_CONNECTIONS_MAX        256U
-/* Every client of the default loopback deployment shares 127.0.0.1, so the per-peer cap equals the
- * total for now; per-peer limits that tell proxies apart come with the HTTP hardening. */
-#define HTTP_CONNECTIONS_PER_IP_MAX HTTP_CONNECTIONS_MAX
+/* Per peer address, so that one client cannot take every connection. Note that every client of
+ * the default loopback deployment (and everything behind one proxy) shares one address. A peer
+ * over the limit is accepted and closed at once. */
+#define HTTP_CONNECTIONS_PER_IP_MAX 64U
 #define HTTP_IDLE_TIMEOUT_SEC       30U             /* no byte in either direction for this long */
 #define HTTP_CONNECTION_MEMORY_MAX  (64U * 1024U)   /* MHD's per-connection pool: request line,
                                                      * headers and read buffer must fit in it */
 #define HTTP_HEADERS_MAX            64U             /* header fields per request */
 #define HTTP_HEADER_BYTES_MAX       (16U * 1024U)   /* names + values of all header fields */
+#define HTTP_REQUEST_TARGET_MAX     (8U * 1024U)    /* path and query arguments */
+/* Deadlines that bytes trickling in do not extend (see http-connection.h). The header deadline
+ * counts from the connection's start, or from the end of the previous request on a kept-alive
+ * connection. The body gets an allowance that grows with every byte received, up to a maximum:
+ * 300 MiB must arrive at 512 KiB/s on average. */
+#define HTTP_HEADER_TIMEOUT_USEC    (10U * USEC_PER_SEC)
+#define HTTP_BODY_TIMEOUT_USEC      (10U * USEC_PER_SEC)
+#define HTTP_BODY_RATE_MIN          (16U * 1024U)   /* bytes per second that extend it */
+#define HTTP_BODY_TIMEOUT_MAX_USEC  (600U * USEC_PER_SEC)
+#define HTTP_DEADLINE_ACCURACY_USEC (250U * USEC_PER_MSEC)
 #define HTTP_BODY_BUDGET_MIN        (1ULL << 30)    /* bytes of request bodies buffered at once,
                                                      * over all connections (at least 2 max bodies) */
 #define HTTP_SHUTDOWN_RUNS_MAX      16U             /* MHD_run() rounds to flush answers at exit */
@@ -32,6 +43,7 @@
 
 typedef struct Server Server;
 typedef struct HttpDaemon HttpDaemon;
+typedef struct HttpConnection HttpConnection;
 typedef struct HttpRequest HttpRequest;
 typedef struct HttpRoute HttpRoute;
 
@@ -63,7 +75,12 @@ struct Server {
         uint64_t body_bytes;           /* request body bytes reserved by all requests */
         uint64_t body_budget;
 
+        HttpConnection *connections;   /* every open connection of every daemon */
+        unsigned n_connections;
+        sd_event_source *deadline_event_source;
+
         RateLimit warning_ratelimit;   /* for warnings clients can provoke (bus failures) */
+        RateLimit cut_ratelimit;       /* for the notices of connections cut off */
 
         sd_event_source *status_event_source;
         uint64_t status_sent_usec;

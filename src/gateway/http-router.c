@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "gateway-auth.h"
+#include "http-connection.h"
 #include "http-router.h"
 #include "json-util.h"
 #include "log.h"
@@ -358,18 +359,49 @@ static const HttpRoute *http_request_routes(const HttpRequest *req) {
         return req->daemon && req->daemon->routes ? req->daemon->routes : http_sidecar_routes;
 }
 
-int http_request_begin(HttpRequest *req, const char *authorization, size_t authorization_size,
-                       const char *content_length, unsigned n_headers, size_t header_bytes) {
+/* Where the body ends must be unambiguous (RFC 9112 §6.3), or a request could be read one way here
+ * and another way by a proxy in front of us ("request smuggling"). libmicrohttpd frames by the first
+ * Transfer-Encoding, else by the first Content-Length: refuse whatever it would have to guess at.
+ * An early answer makes it close the connection after the response, so nothing that follows on
+ * the connection is read as a request. */
+static int http_request_check_framing(HttpRequest *req, const HttpRequestHeaders *h) {
+        /* "Transfer-Encoding : chunked" is no Transfer-Encoding to libmicrohttpd, but may be one to
+         * a proxy; a bare CR may end a line for another parser (RFC 9112 §2.2, §5.1). */
+        if (h->n_invalid > 0)
+                return http_request_reply_error(req, HTTP_BAD_REQUEST, "invalid header field");
+        if (h->n_transfer_encoding > 0) {
+                if (h->n_transfer_encoding > 1 || h->n_content_length > 0)
+                        return http_request_reply_error(req, HTTP_BAD_REQUEST, "invalid transfer-encoding");
+                /* The same comparison libmicrohttpd makes to decide on chunked framing. */
+                if (strcasecmp(strempty(h->transfer_encoding), "chunked") != 0)
+                        return http_request_reply_error(req, HTTP_NOT_IMPLEMENTED,
+                                                        "unsupported transfer-encoding");
+        }
+        if (h->n_content_length > 1)
+                return http_request_reply_error(req, HTTP_BAD_REQUEST, "invalid content-length");
+        return 0;
+}
+
+int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
+        const char *content_length;
         Server *s;
         bool public;
         int lookup, r;
 
         assert(req);
+        assert(h);
         s = req->server;
 
-        if (n_headers > HTTP_HEADERS_MAX || header_bytes > HTTP_HEADER_BYTES_MAX)
+        /* Protocol errors first: they say nothing about us, and a request with ambiguous framing
+         * must never be answered as if it had a body we understood. */
+        if (h->n > HTTP_HEADERS_MAX || h->bytes > HTTP_HEADER_BYTES_MAX)
                 return http_request_reply_error(req, HTTP_HEADER_FIELDS_TOO_LARGE,
                                                 "request header fields too large");
+        if (h->target_bytes > HTTP_REQUEST_TARGET_MAX)
+                return http_request_reply_error(req, HTTP_URI_TOO_LONG, "request target too long");
+        r = http_request_check_framing(req, h);
+        if (r < 0 || req->response)
+                return r;
 
         lookup = http_route_lookup(http_request_routes(req), req->method, req->path, &req->route,
                                    &req->path_arg, req->allow, sizeof(req->allow));
@@ -377,10 +409,11 @@ int http_request_begin(HttpRequest *req, const char *authorization, size_t autho
                 return lookup;
 
         /* Authentication comes before everything else a client could learn from us, including
-         * which paths exist, and before a single body byte is read. */
+         * which paths exist, and before a single body byte is read. A repeated header is no key. */
         public = lookup >= 0 && (req->route->flags & HTTP_ROUTE_PUBLIC);
         if (!public && s->auth_header &&
-            !auth_header_matches(authorization, authorization_size, s->auth_header, s->auth_header_size))
+            !auth_header_matches(h->n_authorization == 1 ? h->authorization : NULL, h->authorization_size,
+                                 s->auth_header, s->auth_header_size))
                 return http_request_reply_error(req, HTTP_UNAUTHORIZED, "unauthorized");
 
         if (lookup == -ENOENT)
@@ -394,6 +427,7 @@ int http_request_begin(HttpRequest *req, const char *authorization, size_t autho
 
         /* Per route: /storage/put carries objects of up to 300 MiB, everything else 56 MiB. */
         req->body_max = http_route_body_max(req->route, &s->config);
+        content_length = h->n_content_length > 0 ? strempty(h->content_length) : NULL;
         if (content_length) {
                 r = http_parse_content_length(content_length, req->body_max, &req->content_length);
                 if (r == -EFBIG)
@@ -524,30 +558,45 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
         return ret;
 }
 
-typedef struct HeaderScan {
-        unsigned n;
-        size_t bytes;
-        unsigned n_authorization;
-        const char *authorization;
-        size_t authorization_size;
-        const char *content_length;
-} HeaderScan;
-
 static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
                                        const char *value, size_t value_size) {
-        HeaderScan *scan = cls;
+        HttpRequestHeaders *h = cls;
 
-        scan->n++;
-        scan->bytes += key_size + value_size;
+        if (kind == MHD_GET_ARGUMENT_KIND) {
+                /* "key=value&": roughly what it took in the request line. */
+                h->target_bytes += key_size + value_size + 2;
+                return MHD_YES;
+        }
+
+        h->n++;
+        h->bytes += key_size + value_size;
+        if (!http_token_is_valid(key) || (value && !http_field_value_is_valid(value)))
+                h->n_invalid++;
         if (!key)
                 return MHD_YES;
         if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) {
-                scan->n_authorization++;
-                scan->authorization = value;
-                scan->authorization_size = value_size;
-        } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0 && !scan->content_length)
-                scan->content_length = strempty(value);
+                h->n_authorization++;
+                h->authorization = value;
+                h->authorization_size = value_size;
+        } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+                if (h->n_content_length++ == 0)
+                        h->content_length = value;
+        } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+                if (h->n_transfer_encoding++ == 0)
+                        h->transfer_encoding = value;
+        }
         return MHD_YES;
+}
+
+/* Sends a response prepared while the body was arriving, which MHD cannot queue any more. */
+static void http_request_answer_in_body(HttpRequest *req) {
+        req->state = HTTP_REQUEST_ANSWERED;
+        req->status = req->response->status;
+        req->close_reason = "answered before the end of the body";
+        http_request_release_body(req);
+        if (http_connection_send_final(req->connection, req->response) < 0)
+                req->status = 0; /* the access log shows that nothing was sent */
+        req->response = http_response_free(req->response);
 }
 
 enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *connection, const char *url,
@@ -561,7 +610,7 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
         assert(d);
 
         if (!req) {
-                HeaderScan scan = {};
+                HttpRequestHeaders h = {};
 
                 /* First call: the headers are in, no body byte has been read yet. */
                 r = http_request_new(d->server, d, connection, method, url, &req);
@@ -571,14 +620,20 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
                 }
                 *con_cls = req;
 
-                (void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND, header_scan_one, &scan);
-                r = http_request_begin(req,
-                                       scan.n_authorization == 1 ? scan.authorization : NULL,
-                                       scan.authorization_size, scan.content_length, scan.n, scan.bytes);
+                h.target_bytes = strlen(strempty(url));
+                (void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND,
+                                                   header_scan_one, &h);
+                r = http_request_begin(req, &h);
                 if (r < 0)
                         http_request_fail(req, r);
-                /* An early answer makes MHD skip the body (and "100 Continue"). */
-                return req->response ? http_request_queue(req) : MHD_YES;
+                if (req->response) {
+                        /* An early answer makes MHD skip the body (and "100 Continue"), and close the
+                         * connection after the answer. */
+                        http_connection_enter(http_connection_get(connection), HTTP_CONNECTION_BUSY, NULL);
+                        return http_request_queue(req);
+                }
+                http_connection_enter(http_connection_get(connection), HTTP_CONNECTION_BODY, req);
+                return MHD_YES;
         }
 
         if (*upload_data_size > 0) {
@@ -588,6 +643,7 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
                 if (req->state != HTTP_REQUEST_RECEIVING)
                         return MHD_YES;
 
+                http_connection_body_received(http_connection_get(connection), n);
                 r = http_request_append_body(req, upload_data, n);
                 if (r == -EFBIG)
                         r = http_request_reply_too_large(req);
@@ -596,17 +652,17 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
                 if (r < 0)
                         return MHD_NO;
                 if (req->response) {
-                        /* MHD cannot answer in the middle of a body; close the connection instead of
-                         * reading on. The access log still shows what we meant to say. */
-                        req->state = HTTP_REQUEST_ANSWERED;
-                        req->status = req->response->status;
-                        http_request_release_body(req);
+                        /* A chunked body over the limit, or no room left for it: answer on the socket
+                         * and have MHD close the connection instead of reading on. */
+                        http_connection_enter(http_connection_get(connection), HTTP_CONNECTION_BUSY, NULL);
+                        http_request_answer_in_body(req);
                         return MHD_NO;
                 }
                 return MHD_YES;
         }
 
         if (req->state == HTTP_REQUEST_RECEIVING) {
+                http_connection_enter(http_connection_get(connection), HTTP_CONNECTION_BUSY, NULL);
                 r = http_request_dispatch(req);
                 if (r < 0)
                         http_request_fail(req, r);
@@ -656,7 +712,7 @@ static void http_request_log_access(HttpRequest *req, enum MHD_RequestTerminatio
 
         http_request_log_ids(req, method, path);
         duration = server_now(req->server) - req->start_usec;
-        why = termination_to_string(toe);
+        why = req->close_reason ?: termination_to_string(toe);
 
         (void) snprintf(f_method, sizeof(f_method), "SCOPEBOX_HTTP_METHOD=%s", method);
         (void) snprintf(f_path, sizeof(f_path), "SCOPEBOX_HTTP_PATH=%s", path);
@@ -686,6 +742,10 @@ void http_router_request_completed(void *cls, struct MHD_Connection *connection,
                                    enum MHD_RequestTerminationCode toe) {
         HttpRequest *req = *con_cls;
 
+        /* A kept-alive connection waits for the next request header from now on. */
+        http_connection_enter(http_connection_get(connection),
+                              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? HTTP_CONNECTION_HEADERS
+                                                                         : HTTP_CONNECTION_CLOSING, NULL);
         if (!req)
                 return;
 

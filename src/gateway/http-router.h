@@ -93,7 +93,24 @@ struct HttpRequest {
 
         HttpResponse *response;             /* prepared, not yet queued */
         unsigned status;                    /* of the queued response, for the access log */
+        const char *close_reason;           /* why we closed the connection, for the access log */
 };
+
+/* What the router looks at in a request's header, collected in one pass over the fields. */
+typedef struct HttpRequestHeaders {
+        unsigned n;                         /* header fields */
+        size_t bytes;                       /* their names and values */
+        size_t target_bytes;                /* path and query arguments */
+        unsigned n_invalid;                 /* fields with a name that is no token or a control
+                                             * character in the value */
+        unsigned n_authorization;
+        const char *authorization;          /* the last one, 'authorization_size' bytes (NULs possible) */
+        size_t authorization_size;
+        unsigned n_content_length;
+        const char *content_length;         /* the first one */
+        unsigned n_transfer_encoding;
+        const char *transfer_encoding;      /* the first one */
+} HttpRequestHeaders;
 
 int http_request_new(Server *s, HttpDaemon *d, struct MHD_Connection *c, const char *method,
                      const char *path, HttpRequest **ret);
@@ -117,10 +134,10 @@ int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec
 /* Records the session a request is about, for the access log. Ignores invalid ids. */
 void http_request_set_session_id(HttpRequest *req, const char *id);
 
-/* Checks done once the headers are in (size caps, route, auth, Content-Length). Prepares an error
- * response when the request is refused. Exposed for tests. */
-int http_request_begin(HttpRequest *req, const char *authorization, size_t authorization_size,
-                       const char *content_length, unsigned n_headers, size_t header_bytes);
+/* Checks done once the headers are in: size caps (431, 414), message framing (400, 501; a request
+ * whose end is ambiguous never reaches a resource), auth (401), route (404, 405), Content-Length
+ * (413). Prepares an error response when the request is refused. Exposed for tests. */
+int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h);
 /* Adds upload data. -EFBIG when the body outgrows its limit, -ENOBUFS when the server-wide budget
  * is exhausted. */
 int http_request_append_body(HttpRequest *req, const char *data, size_t size);

@@ -387,7 +387,7 @@ static HttpRequest *request(Env *env, const char *method, const char *path, cons
         HttpRequest *req = NULL;
 
         ASSERT_TRUE(http_request_new(&env->server, NULL, NULL, method, path, &req) == 0);
-        ASSERT_TRUE(http_request_begin(req, NULL, 0, NULL, 1, 10) == 0);
+        ASSERT_TRUE(http_request_begin(req, &(HttpRequestHeaders) { .n = 1, .bytes = 10 }) == 0);
         ASSERT_TRUE(!req->response);
         if (body)
                 ASSERT_TRUE(http_request_append_body(req, body, strlen(body)) == 0);

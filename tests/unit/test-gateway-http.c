@@ -282,14 +282,26 @@ static void server_done(Server *s) {
         ASSERT_TRUE(server_set_api_key(s, NULL) == 0);
 }
 
-static HttpRequest *begin(Server *s, const char *method, const char *path, const char *authorization,
-                          const char *content_length, unsigned n_headers, size_t header_bytes) {
+static HttpRequest *begin_headers(Server *s, const char *method, const char *path, const HttpRequestHeaders *h) {
         HttpRequest *req = NULL;
 
         ASSERT_TRUE(http_request_new(s, NULL, NULL, method, path, &req) == 0);
-        ASSERT_TRUE(http_request_begin(req, authorization, authorization ? strlen(authorization) : 0,
-                                 content_length, n_headers, header_bytes) == 0);
+        ASSERT_TRUE(http_request_begin(req, h) == 0);
         return req;
+}
+
+static HttpRequest *begin(Server *s, const char *method, const char *path, const char *authorization,
+                          const char *content_length, unsigned n_headers, size_t header_bytes) {
+        return begin_headers(s, method, path, &(HttpRequestHeaders) {
+                .n = n_headers,
+                .bytes = header_bytes,
+                .target_bytes = strlen(path),
+                .n_authorization = !!authorization,
+                .authorization = authorization,
+                .authorization_size = authorization ? strlen(authorization) : 0,
+                .n_content_length = !!content_length,
+                .content_length = content_length,
+        });
 }
 
 static void check_refused(Server *s, const char *method, const char *path, const char *authorization,
@@ -388,6 +400,83 @@ static void test_request_begin(void) {
         check_accepted(&s, "POST", "/exec", "Bearer whatever", NULL);
         check_refused(&s, "GET", "/nope", NULL, NULL, 404, "{\"detail\":\"Not Found\"}");
         server_done(&s);
+}
+
+static void check_framing(Server *s, const HttpRequestHeaders *h, unsigned status, const char *body) {
+        HttpRequest *req = begin_headers(s, "POST", "/exec", h);
+
+        if (status == 0)
+                ASSERT_TRUE(!req->response && req->state == HTTP_REQUEST_RECEIVING);
+        else {
+                ASSERT_TRUE(req->response && req->response->status == status);
+                check_body(req->response, body);
+        }
+        http_request_free(req);
+}
+
+static void test_request_framing(void) {
+        const HttpRequestHeaders base = {
+                .n = 3, .bytes = 100, .target_bytes = 5,
+                .n_authorization = 1, .authorization = "Bearer k", .authorization_size = 8,
+        };
+        HttpRequestHeaders h;
+        Server s;
+
+        server_init(&s, 1000, 1ULL << 30, "k");
+
+        check_framing(&s, &base, 0, NULL);
+        h = base, h.n_content_length = 1, h.content_length = "10";
+        check_framing(&s, &h, 0, NULL);
+        h = base, h.n_transfer_encoding = 1, h.transfer_encoding = "chunked";
+        check_framing(&s, &h, 0, NULL);
+        h.transfer_encoding = "Chunked";
+        check_framing(&s, &h, 0, NULL);
+
+        /* Where the body ends must be unambiguous. */
+        h = base, h.n_content_length = 2, h.content_length = "10";
+        check_framing(&s, &h, 400, "{\"error\":\"invalid content-length\"}");
+        h = base, h.n_content_length = 1, h.content_length = "10";
+        h.n_transfer_encoding = 1, h.transfer_encoding = "chunked";
+        check_framing(&s, &h, 400, "{\"error\":\"invalid transfer-encoding\"}");
+        h = base, h.n_transfer_encoding = 2, h.transfer_encoding = "chunked";
+        check_framing(&s, &h, 400, "{\"error\":\"invalid transfer-encoding\"}");
+        h.n_transfer_encoding = 1;
+        for (unsigned i = 0; i < 4; i++) {
+                h.transfer_encoding = (const char *[]) { "gzip, chunked", "chunked ", "identity", "" }[i];
+                check_framing(&s, &h, 501, "{\"error\":\"unsupported transfer-encoding\"}");
+        }
+        h = base, h.n_invalid = 1;
+        check_framing(&s, &h, 400, "{\"error\":\"invalid header field\"}");
+
+        /* These protocol errors come before auth: they close the connection and say nothing about us. */
+        h = base, h.n_authorization = 0, h.n_content_length = 2, h.content_length = "1";
+        check_framing(&s, &h, 400, "{\"error\":\"invalid content-length\"}");
+
+        /* The request target. */
+        h = base, h.target_bytes = HTTP_REQUEST_TARGET_MAX;
+        check_framing(&s, &h, 0, NULL);
+        h.target_bytes++;
+        check_framing(&s, &h, 414, "{\"error\":\"request target too long\"}");
+
+        /* A repeated Authorization is no key, even the right one twice. */
+        h = base, h.n_authorization = 2;
+        check_framing(&s, &h, 401, "{\"error\":\"unauthorized\"}");
+
+        server_done(&s);
+}
+
+/* The router's scan of header fields relies on these (string-util): the smuggling forms fail. */
+static void test_field_validity(void) {
+        ASSERT_TRUE(http_token_is_valid("Transfer-Encoding"));
+        ASSERT_TRUE(!http_token_is_valid("Transfer-Encoding "));
+        ASSERT_TRUE(!http_token_is_valid("Transfer-Encoding\t"));
+        ASSERT_TRUE(!http_token_is_valid(" Content-Length"));
+        ASSERT_TRUE(!http_token_is_valid("a:b"));
+        ASSERT_TRUE(!http_token_is_valid(""));
+        ASSERT_TRUE(http_field_value_is_valid("Bearer k\t\xc3\xa4"));
+        ASSERT_TRUE(!http_field_value_is_valid("chunked\rTransfer-Encoding: x"));
+        ASSERT_TRUE(!http_field_value_is_valid("a\nb"));
+        ASSERT_TRUE(!http_field_value_is_valid("a\x7f"));
 }
 
 static void test_body(void) {
@@ -538,6 +627,8 @@ int main(void) {
         RUN(test_json_writer);
         RUN(test_ratelimit);
         RUN(test_request_begin);
+        RUN(test_request_framing);
+        RUN(test_field_validity);
         RUN(test_body);
         RUN(test_dispatch);
         return 0;

@@ -568,8 +568,12 @@ static HttpRequest *begin(Server *s, const char *method, const char *path, const
         HttpRequest *req = NULL;
 
         ASSERT_TRUE(http_request_new(s, NULL, NULL, method, path, &req) == 0);
-        ASSERT_TRUE(http_request_begin(req, authorization, authorization ? strlen(authorization) : 0,
-                                       content_length, 3, 100) == 0);
+        ASSERT_TRUE(http_request_begin(req, &(HttpRequestHeaders) {
+                                .n = 3, .bytes = 100,
+                                .n_authorization = !!authorization, .authorization = authorization,
+                                .authorization_size = authorization ? strlen(authorization) : 0,
+                                .n_content_length = !!content_length, .content_length = content_length,
+                        }) == 0);
         return req;
 }
 

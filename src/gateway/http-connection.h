@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The HTTP front end's connections: which phase each is in, its deadline, and cutting it off after that. */
+#pragma once
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+#include "gateway-server.h"
+#include "http-util.h"
+
+/* What a connection is waiting for. libmicrohttpd only knows an idle timeout, which every byte
+ * resets: a client dribbling its header or body could hold a connection for ever. The phases give
+ * each connection an absolute deadline on top of that. */
+typedef enum HttpConnectionPhase {
+        HTTP_CONNECTION_HEADERS,  /* request line and header fields (first request or keep-alive) */
+        HTTP_CONNECTION_BODY,     /* header accepted, body arriving */
+        HTTP_CONNECTION_BUSY,     /* request handled or answered: only MHD's idle timeout applies */
+        HTTP_CONNECTION_CLOSING,  /* cut off, waiting for libmicrohttpd to notice */
+        _HTTP_CONNECTION_PHASE_MAX,
+        _HTTP_CONNECTION_PHASE_INVALID = -EINVAL,
+} HttpConnectionPhase;
+
+struct HttpConnection {
+        HttpDaemon *daemon;
+        struct MHD_Connection *connection;
+        HttpConnection *prev, *next;
+
+        HttpConnectionPhase phase;
+        uint64_t phase_start_usec;
+        uint64_t body_bytes;               /* received in this BODY phase */
+        HttpRequest *request;              /* the request whose body arrives, in the BODY phase */
+};
+
+const char *http_connection_phase_to_string(HttpConnectionPhase p) _pure_;
+
+/* The monotonic time by which a connection in 'phase' since 'start_usec' must have moved on, having
+ * received 'body_bytes' of a body; UINT64_MAX for none. Headers get HTTP_HEADER_TIMEOUT_USEC. A body
+ * gets HTTP_BODY_TIMEOUT_USEC plus one second per HTTP_BODY_RATE_MIN bytes received, at most
+ * HTTP_BODY_TIMEOUT_MAX_USEC: a body slower than the minimum rate, or stalled, runs out of time. */
+uint64_t http_connection_deadline(HttpConnectionPhase phase, uint64_t start_usec, uint64_t body_bytes) _pure_;
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; the closure is the HttpDaemon. */
+void http_connection_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                            enum MHD_ConnectionNotificationCode toe);
+
+/* Our state of an MHD connection, NULL if it is not tracked. */
+HttpConnection *http_connection_get(struct MHD_Connection *connection);
+
+/* Moves to 'phase' now ('req' is the request whose body arrives in the BODY phase) and makes sure
+ * the deadline timer fires in time. */
+void http_connection_enter(HttpConnection *hc, HttpConnectionPhase phase, HttpRequest *req);
+/* Body bytes arrived: they extend the body deadline. */
+void http_connection_body_received(HttpConnection *hc, size_t n);
+
+/* Formats a complete "Connection: close" HTTP/1.1 response for writing to the socket directly. */
+int http_response_format_final(const HttpResponse *resp, char **ret, size_t *ret_size);
+/* Answers on the socket itself and shuts down the sending side. For the one case libmicrohttpd
+ * cannot answer: in the middle of a request body (a chunked body over the limit, a body too slow).
+ * The caller then has libmicrohttpd close the connection. */
+int http_connection_send_final(struct MHD_Connection *connection, const HttpResponse *resp);
+
+/* The deadline timer (one per server, armed only while connections have a deadline). */
+int server_deadline_timer_new(Server *s);

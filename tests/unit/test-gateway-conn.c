@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of the gateway's connection deadlines: the deadline of each phase, the timer, final answers. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-event.h>
+
+#include "gateway-server.h"
+#include "http-connection.h"
+#include "http-util.h"
+#include "tests.h"
+
+#define MIB (1024ULL * 1024ULL)
+
+static void test_phase_strings(void) {
+        for (HttpConnectionPhase p = 0; p < _HTTP_CONNECTION_PHASE_MAX; p++)
+                ASSERT_TRUE(http_connection_phase_to_string(p));
+        ASSERT_STREQ(http_connection_phase_to_string(HTTP_CONNECTION_HEADERS), "headers");
+        ASSERT_TRUE(!http_connection_phase_to_string(_HTTP_CONNECTION_PHASE_MAX));
+        ASSERT_TRUE(!http_connection_phase_to_string(_HTTP_CONNECTION_PHASE_INVALID));
+}
+
+static void test_deadlines(void) {
+        const uint64_t t = 1000 * USEC_PER_SEC;
+
+        /* The header deadline is absolute: bytes received do not move it. */
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_HEADERS, t, 0), t + HTTP_HEADER_TIMEOUT_USEC);
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_HEADERS, t, 12345), t + HTTP_HEADER_TIMEOUT_USEC);
+        ASSERT_EQ(HTTP_HEADER_TIMEOUT_USEC, 10 * USEC_PER_SEC);
+
+        /* A body starts with its allowance and earns one second per HTTP_BODY_RATE_MIN bytes. */
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, 0), t + HTTP_BODY_TIMEOUT_USEC);
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, HTTP_BODY_RATE_MIN),
+                  t + HTTP_BODY_TIMEOUT_USEC + USEC_PER_SEC);
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, HTTP_BODY_RATE_MIN / 2),
+                  t + HTTP_BODY_TIMEOUT_USEC + USEC_PER_SEC / 2);
+        /* ... up to the maximum, however much arrives. */
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, 300 * MIB), t + HTTP_BODY_TIMEOUT_MAX_USEC);
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, UINT64_MAX), t + HTTP_BODY_TIMEOUT_MAX_USEC);
+
+        /* A dribbling client (one byte a second) runs out of time right after the allowance. */
+        for (uint64_t s = 1; s < 60; s++) {
+                uint64_t d = http_connection_deadline(HTTP_CONNECTION_BODY, t, s);
+                if (t + s * USEC_PER_SEC >= d) {
+                        ASSERT_TRUE(s * USEC_PER_SEC >= HTTP_BODY_TIMEOUT_USEC);
+                        ASSERT_TRUE(s * USEC_PER_SEC <= HTTP_BODY_TIMEOUT_USEC + USEC_PER_SEC);
+                        break;
+                }
+                ASSERT_TRUE(s < 20);
+        }
+
+        /* A client at the minimum rate or faster never runs out, up to 300 MiB (the /storage/put
+         * limit) within the maximum. */
+        for (uint64_t bytes = 0; bytes <= 300 * MIB; bytes += 7 * MIB) {
+                uint64_t at_min_rate = t + bytes * USEC_PER_SEC / HTTP_BODY_RATE_MIN;
+                uint64_t at_1mib = t + bytes * USEC_PER_SEC / MIB;
+
+                ASSERT_TRUE(at_1mib < http_connection_deadline(HTTP_CONNECTION_BODY, t, bytes));
+                if (at_min_rate < t + HTTP_BODY_TIMEOUT_MAX_USEC - HTTP_BODY_TIMEOUT_USEC)
+                        ASSERT_TRUE(at_min_rate < http_connection_deadline(HTTP_CONNECTION_BODY, t, bytes));
+        }
+
+        /* No deadline of ours while a request is handled, nor once cut off. */
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BUSY, t, 0), UINT64_MAX);
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_CLOSING, t, 0), UINT64_MAX);
+        /* Never wraps. */
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_HEADERS, UINT64_MAX - 5, 0), UINT64_MAX - 1);
+}
+
+static void test_format_final(void) {
+        HttpResponse *resp = NULL;
+        char *text = NULL;
+        size_t size = 0;
+        const char *expected =
+                "HTTP/1.1 413 Payload Too Large\r\n"
+                "Connection: close\r\n"
+                "Content-Type: application/json\r\n"
+                "Content-Length: 41\r\n"
+                "\r\n"
+                "{\"error\":\"request body exceeds 10 bytes\"}";
+
+        ASSERT_TRUE(http_response_new_error(413, "request body exceeds 10 bytes", &resp) == 0);
+        ASSERT_TRUE(http_response_format_final(resp, &text, &size) == 0);
+        if (!streq(text, expected) && !strstr(text, "413 Content Too Large"))
+                fprintf(stderr, "got: %s\n", text);
+        /* Newer libmicrohttpd calls 413 "Content Too Large" (RFC 9110). */
+        ASSERT_TRUE(streq(text, expected) || strstr(text, "HTTP/1.1 413 Content Too Large\r\n"));
+        ASSERT_EQ(size, strlen(text));
+        ASSERT_TRUE(strstr(text, "\r\n\r\n{\"error\":\"request body exceeds 10 bytes\"}"));
+        free(text);
+        http_response_free(resp);
+
+        ASSERT_TRUE(http_response_new_error(408, "request body too slow", &resp) == 0);
+        ASSERT_TRUE(http_response_format_final(resp, &text, &size) == 0);
+        ASSERT_TRUE(strncmp(text, "HTTP/1.1 408 Request Timeout\r\n", 30) == 0);
+        free(text);
+        http_response_free(resp);
+}
+
+/* The timer against connections that libmicrohttpd does not know (no socket to shut down): it arms
+ * for the earliest deadline, cuts whoever is past theirs, and is off when nobody has one. */
+static void test_timer(void) {
+        HttpConnection a = {}, b = {};
+        HttpDaemon d = {};
+        Server s = {};
+        uint64_t when;
+        int enabled;
+
+        ASSERT_TRUE(sd_event_new(&s.event) >= 0);
+        ASSERT_TRUE(server_deadline_timer_new(&s) >= 0);
+        s.cut_ratelimit = (RateLimit) { .interval_usec = USEC_PER_SEC, .burst = 1 };
+        d.server = &s;
+        a.daemon = b.daemon = &d;
+        a.next = &b;
+        b.prev = &a;
+        s.connections = &a;
+        s.n_connections = 2;
+
+        ASSERT_TRUE(sd_event_source_get_enabled(s.deadline_event_source, &enabled) >= 0);
+        ASSERT_EQ(enabled, SD_EVENT_OFF);
+
+        http_connection_enter(&a, HTTP_CONNECTION_BUSY, NULL);
+        ASSERT_TRUE(sd_event_source_get_enabled(s.deadline_event_source, &enabled) >= 0);
+        ASSERT_EQ(enabled, SD_EVENT_OFF);
+
+        http_connection_enter(&b, HTTP_CONNECTION_BODY, NULL);
+        ASSERT_TRUE(sd_event_source_get_time(s.deadline_event_source, &when) >= 0);
+        ASSERT_EQ(when, b.phase_start_usec + HTTP_BODY_TIMEOUT_USEC);
+        /* A later deadline leaves the earlier one armed; received bytes do not re-arm. */
+        http_connection_enter(&a, HTTP_CONNECTION_HEADERS, NULL);
+        http_connection_body_received(&b, 1000000);
+        ASSERT_TRUE(sd_event_source_get_time(s.deadline_event_source, &when) >= 0);
+        ASSERT_EQ(when, b.phase_start_usec + HTTP_BODY_TIMEOUT_USEC);
+        ASSERT_EQ(b.body_bytes, 1000000);
+
+        /* Time passes: 'a' is past its header deadline, 'b' earned more time with its bytes. */
+        a.phase_start_usec -= HTTP_HEADER_TIMEOUT_USEC + USEC_PER_SEC;
+        b.phase_start_usec -= HTTP_BODY_TIMEOUT_USEC + USEC_PER_SEC;
+        ASSERT_TRUE(sd_event_source_set_time(s.deadline_event_source, 1) >= 0);
+        ASSERT_TRUE(sd_event_run(s.event, 0) > 0);
+        ASSERT_EQ(a.phase, HTTP_CONNECTION_CLOSING);
+        ASSERT_EQ(b.phase, HTTP_CONNECTION_BODY);
+        ASSERT_TRUE(sd_event_source_get_enabled(s.deadline_event_source, &enabled) >= 0);
+        ASSERT_EQ(enabled, SD_EVENT_ONESHOT);
+        ASSERT_TRUE(sd_event_source_get_time(s.deadline_event_source, &when) >= 0);
+        ASSERT_EQ(when, http_connection_deadline(HTTP_CONNECTION_BODY, b.phase_start_usec, b.body_bytes));
+
+        /* A cut connection stays cut, whatever MHD reports about its request afterwards. */
+        http_connection_enter(&a, HTTP_CONNECTION_HEADERS, NULL);
+        ASSERT_EQ(a.phase, HTTP_CONNECTION_CLOSING);
+
+        /* Nobody with a deadline: the timer turns itself off. */
+        http_connection_enter(&b, HTTP_CONNECTION_BUSY, NULL);
+        ASSERT_TRUE(sd_event_source_set_time(s.deadline_event_source, 1) >= 0);
+        ASSERT_TRUE(sd_event_run(s.event, 0) > 0);
+        ASSERT_TRUE(sd_event_source_get_enabled(s.deadline_event_source, &enabled) >= 0);
+        ASSERT_EQ(enabled, SD_EVENT_OFF);
+
+        s.deadline_event_source = sd_event_source_disable_unref(s.deadline_event_source);
+        s.event = sd_event_unref(s.event);
+}
+
+int main(void) {
+        RUN(test_phase_strings);
+        RUN(test_deadlines);
+        RUN(test_format_final);
+        RUN(test_timer);
+        return 0;
+}
