@@ -65,35 +65,37 @@ int storage_agent_new_call(sd_bus *bus, const char *member, sd_bus_message **ret
                                               member);
 }
 
+static int bus_read_basic_value(sd_bus_message *m, char type, void *p) {
+        int b, r;
+
+        switch (type) {
+        case 'b':
+                r = sd_bus_message_read_basic(m, 'b', &b);
+                if (r >= 0)
+                        *(bool *) p = b;
+                return r;
+        case 'u':
+        case 'i':
+        case 't':
+        case 's':
+                return sd_bus_message_read_basic(m, type, p);
+        default:
+                return -EINVAL;
+        }
+}
+
 static int bus_dict_read_value(sd_bus_message *m, const BusDictField *f, void *base) {
         char sig[2] = { f->type, 0 };
         void *p = (uint8_t *) base + f->offset;
         int r;
 
-        r = sd_bus_message_enter_container(m, 'v', sig);
+        r = sd_bus_message_enter_container(m, 'v', f->read ? f->signature : sig);
         if (r == -ENXIO)
                 return -EBADMSG; /* the variant holds another type */
         if (r < 0)
                 return r;
 
-        switch (f->type) {
-        case 'b': {
-                int b;
-
-                r = sd_bus_message_read_basic(m, 'b', &b);
-                if (r >= 0)
-                        *(bool *) p = b;
-                break;
-        }
-        case 'u':
-        case 'i':
-        case 't':
-        case 's':
-                r = sd_bus_message_read_basic(m, f->type, p);
-                break;
-        default:
-                return -EINVAL;
-        }
+        r = f->read ? f->read(m, p) : bus_read_basic_value(m, f->type, p);
         if (r < 0)
                 return r;
 

@@ -154,6 +154,11 @@ static int exec_compose_stdout(const ExecResult *result, const uint8_t *data, co
         return r;
 }
 
+/* Notes go on a line of their own. */
+static const char *exec_note_separator(const JsonWriter *w) {
+        return w->size > 0 && w->data[w->size - 1] != '\n' ? "\n" : "";
+}
+
 static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, const Config *config,
                                JsonWriter *ret) {
         int r;
@@ -177,6 +182,21 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
                 if (r < 0)
                         return r;
         }
+
+        /* Say why the code failed when the sandbox refused something; a refusal the code coped
+         * with stays out of its stderr (the structured fields still list it). */
+        if (!isempty(result->killed_by_syscall))
+                r = json_writer_appendf(ret, "%s[sandbox] killed: system call %s is not allowed in the sandbox",
+                                        exec_note_separator(ret), result->killed_by_syscall);
+        else if (result->n_blocked > 0 && result->exit_code != 0 && !result->timed_out) {
+                r = json_writer_appendf(ret, "%s[sandbox] the sandbox refused these system calls: ",
+                                        exec_note_separator(ret));
+                for (size_t i = 0; r >= 0 && i < result->n_blocked; i++)
+                        r = json_writer_appendf(ret, "%s%s (%s)", i > 0 ? ", " : "", result->blocked[i].name,
+                                                result->blocked[i].verdict);
+        }
+        if (r < 0)
+                return r;
 
         if (result->files_skipped > 0) {
                 if (ret->size > 0 && ret->data[ret->size - 1] != '\n') {
@@ -252,7 +272,25 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
                         return r;
         }
 
-        r = json_writer_append_str(&out, "]}");
+        r = json_writer_append_str(&out, "]");
+        for (size_t i = 0; r >= 0 && i < result->n_blocked; i++) {
+                const ExecBlocked *b = &result->blocked[i];
+
+                if ((r = json_writer_append_str(&out, i > 0 ? ",{\"name\":" : ",\"blocked_syscalls\":[{\"name\":")) < 0 ||
+                    (r = json_writer_append_string(&out, b->name, strlen(b->name))) < 0 ||
+                    (r = json_writer_append_str(&out, ",\"verdict\":")) < 0 ||
+                    (r = json_writer_append_string(&out, b->verdict, strlen(b->verdict))) < 0 ||
+                    (r = json_writer_appendf(&out, ",\"count\":%" PRIu32 "}", b->count)) < 0)
+                        return r;
+        }
+        if (r >= 0 && result->n_blocked > 0)
+                r = json_writer_append_str(&out, "]");
+        if (r >= 0 && !isempty(result->killed_by_syscall)) {
+                if ((r = json_writer_append_str(&out, ",\"killed_by_syscall\":")) >= 0)
+                        r = json_writer_append_string(&out, result->killed_by_syscall, strlen(result->killed_by_syscall));
+        }
+        if (r >= 0)
+                r = json_writer_append_str(&out, "}");
         if (r < 0)
                 return r;
 
@@ -262,6 +300,11 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         return http_response_new_take(HTTP_OK, body, size, ret);
 }
 
+typedef struct ExecBlockedList {
+        ExecBlocked *items;
+        size_t n;
+} ExecBlockedList;
+
 typedef struct ExecInfo {
         bool timed_out;
         bool stdout_truncated;
@@ -269,15 +312,51 @@ typedef struct ExecInfo {
         uint32_t files_skipped;
         uint64_t duration_usec;
         int32_t signal;
+        const char *killed_by_syscall;
+        ExecBlockedList blocked;
 } ExecInfo;
 
+static void exec_info_done(ExecInfo *info) {
+        info->blocked.items = mfree(info->blocked.items);
+}
+
+/* "blocked_syscalls" is a(ssu); strings stay owned by the message. */
+static int exec_read_blocked(sd_bus_message *m, void *dest) {
+        ExecBlockedList *list = dest;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "(ssu)");
+        if (r < 0)
+                return r;
+        for (;;) {
+                ExecBlocked b;
+
+                r = sd_bus_message_read(m, "(ssu)", &b.name, &b.verdict, &b.count);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        break;
+                if (list->n >= EXEC_BLOCKED_MAX)
+                        continue;
+                if (!list->items) {
+                        list->items = calloc(EXEC_BLOCKED_MAX, sizeof(ExecBlocked));
+                        if (!list->items)
+                                return -ENOMEM;
+                }
+                list->items[list->n++] = b;
+        }
+        return sd_bus_message_exit_container(m);
+}
+
 static const BusDictField exec_info_fields[] = {
-        { "timed_out",        'b', offsetof(ExecInfo, timed_out)        },
-        { "stdout_truncated", 'b', offsetof(ExecInfo, stdout_truncated) },
-        { "stderr_truncated", 'b', offsetof(ExecInfo, stderr_truncated) },
-        { "files_skipped",    'u', offsetof(ExecInfo, files_skipped)    },
-        { "duration_usec",    't', offsetof(ExecInfo, duration_usec)    },
-        { "signal",           'i', offsetof(ExecInfo, signal)           },
+        { "timed_out",         'b', offsetof(ExecInfo, timed_out)         },
+        { "stdout_truncated",  'b', offsetof(ExecInfo, stdout_truncated)  },
+        { "stderr_truncated",  'b', offsetof(ExecInfo, stderr_truncated)  },
+        { "files_skipped",     'u', offsetof(ExecInfo, files_skipped)     },
+        { "duration_usec",     't', offsetof(ExecInfo, duration_usec)     },
+        { "signal",            'i', offsetof(ExecInfo, signal)            },
+        { "killed_by_syscall", 's', offsetof(ExecInfo, killed_by_syscall) },
+        { "blocked_syscalls",  0,   offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
         {}
 };
 
@@ -331,7 +410,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         const sd_bus_error *e;
         HttpResponse *resp;
         ExecResult result = {};
-        ExecInfo info = {};
+        _cleanup_(exec_info_done) ExecInfo info = {};
         uint64_t max;
         int fd, r;
 
@@ -358,6 +437,9 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.stderr_truncated = info.stderr_truncated;
         result.files_skipped = info.files_skipped;
         result.timeout_ms = ctx->timeout_ms;
+        result.blocked = info.blocked.items;
+        result.n_blocked = info.blocked.n;
+        result.killed_by_syscall = info.killed_by_syscall;
 
         max = 2 * config->max_output_bytes + config->max_total_artifact_bytes + EXEC_DATA_SLACK;
         r = bus_data_load(fd, max, &data);

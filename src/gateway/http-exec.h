@@ -37,6 +37,16 @@ typedef struct ExecFile {
         uint64_t size;
 } ExecFile;
 
+/* A system call the sandbox refused during the exec. */
+typedef struct ExecBlocked {
+        const char *name;
+        const char *verdict;    /* "EPERM", "ENOSYS", "ENOTTY", "EAFNOSUPPORT" or "killed" */
+        uint32_t count;
+} ExecBlocked;
+
+/* Sanity bound on the refused calls a reply may list (the runner reports at most 16). */
+#define EXEC_BLOCKED_MAX        64U
+
 /* The decoded reply of Exec(), pointing into the shared data buffer by offsets. */
 typedef struct ExecResult {
         int32_t exit_code;
@@ -49,6 +59,9 @@ typedef struct ExecResult {
         bool stderr_truncated;
         uint32_t files_skipped;
         uint64_t timeout_ms;    /* the effective timeout, for the timeout note */
+        const ExecBlocked *blocked;
+        size_t n_blocked;
+        const char *killed_by_syscall; /* NULL or empty unless a refused call killed the process */
 } ExecResult;
 
 /* Checks every offset and size in 'result' against the data buffer. -EBADMSG if any is out of
@@ -57,6 +70,8 @@ int exec_result_validate(const ExecResult *result, size_t data_size);
 
 /* Builds the 200 response {"stdout","stderr","exit_code","files"} from a validated result and the data
  * buffer (stdout at 0, stderr after it, artifacts at their offsets). Artifacts are base64-encoded
- * straight into the response body. */
+ * straight into the response body. When the sandbox refused system calls, "blocked_syscalls"
+ * ([{name, verdict, count}]) and "killed_by_syscall" are added, and stderr gets a note naming
+ * them if the code failed. */
 int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
                         HttpResponse **ret);

@@ -327,6 +327,50 @@ static void test_compose_notes(void) {
 #undef SKIPPED
 }
 
+/* Refused system calls: structured fields always, a note on stderr only when the code failed. */
+static void test_compose_blocked(void) {
+        static const ExecBlocked calls[] = { { "mount", "EPERM", 2 }, { "socket", "EAFNOSUPPORT", 1 } };
+        Config c = test_config();
+        json_object *o, *v, *first;
+        ExecResult r;
+
+        /* Nothing refused: the response has its usual shape. */
+        r = (ExecResult) { .timeout_ms = 1000 };
+        o = compose(&r, "", 0, &c);
+        ASSERT_TRUE(!json_object_object_get_ex(o, "blocked_syscalls", NULL));
+        ASSERT_TRUE(!json_object_object_get_ex(o, "killed_by_syscall", NULL));
+        json_object_put(o);
+
+        /* Refused but coped with: listed, stderr untouched. */
+        r = (ExecResult) { .stderr_size = 2, .timeout_ms = 1000, .blocked = calls, .n_blocked = 2 };
+        ASSERT_STREQ(compose_stderr(&r, "E\n", 2, &c, &o), "E\n");
+        ASSERT_TRUE(json_object_object_get_ex(o, "blocked_syscalls", &v) && json_object_array_length(v) == 2);
+        first = json_object_array_get_idx(v, 0);
+        ASSERT_STREQ(member_string(first, "name"), "mount");
+        ASSERT_STREQ(member_string(first, "verdict"), "EPERM");
+        ASSERT_TRUE(member_int(first, "count") == 2);
+        json_object_put(o);
+
+        /* The code failed: the note names every refused call, on a line of its own. */
+        r.exit_code = 1;
+        r.stderr_size = 1;
+        ASSERT_STREQ(compose_stderr(&r, "E", 1, &c, &o),
+                     "E\n[sandbox] the sandbox refused these system calls: mount (EPERM), socket (EAFNOSUPPORT)");
+        json_object_put(o);
+
+        /* A timeout explains itself; the refused calls stay in the fields only. */
+        r.timed_out = true;
+        ASSERT_STREQ(compose_stderr(&r, "E", 1, &c, &o), "E\n[sandbox] execution exceeded 1.000s and was killed");
+        json_object_put(o);
+
+        /* Killed by a call. */
+        r = (ExecResult) { .exit_code = 159, .timeout_ms = 1000, .blocked = calls, .n_blocked = 1,
+                           .killed_by_syscall = "reboot" };
+        ASSERT_STREQ(compose_stderr(&r, "", 0, &c, &o), "[sandbox] killed: system call reboot is not allowed in the sandbox");
+        ASSERT_STREQ(member_string(o, "killed_by_syscall"), "reboot");
+        json_object_put(o);
+}
+
 static void test_compose_utf8(void) {
         /* Invalid bytes become U+FFFD, valid multi-byte characters stay, a cut character too. */
         static const char data[] = "a\xff" "b\xe4\xbd\xa0" "c\xe4\xbd";
@@ -427,6 +471,7 @@ int main(void) {
         RUN(test_compose_basic);
         RUN(test_compose_exact_text);
         RUN(test_compose_notes);
+        RUN(test_compose_blocked);
         RUN(test_compose_utf8);
         RUN(test_compose_large);
         RUN(test_compose_hostile);
