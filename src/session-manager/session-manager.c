@@ -6,6 +6,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "host-check.h"
 #include "log.h"
 #include "manager.h"
 
@@ -27,6 +28,9 @@ int main(int argc, char *argv[]) {
                 return EXIT_FAILURE;
         }
         (void) signal(SIGPIPE, SIG_IGN);
+
+        /* Weak kernel settings are logged, never fatal: the sandbox does not depend on them. */
+        (void) host_check();
 
         r = manager_new(&m);
         if (r < 0)
