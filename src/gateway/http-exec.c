@@ -2,6 +2,7 @@
 /* POST /exec: run code in a session and return its output and artifacts. */
 #include <assert.h>
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -185,9 +186,9 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
 
         /* Say why the code failed when the sandbox refused something; a refusal the code coped
          * with stays out of its stderr (the structured fields still list it). */
-        if (!isempty(result->killed_by_syscall))
-                r = json_writer_appendf(ret, "%s[sandbox] killed: system call %s is not allowed in the sandbox",
-                                        exec_note_separator(ret), result->killed_by_syscall);
+        if (result->signal == SIGSYS && !result->timed_out)
+                r = json_writer_appendf(ret, "%s[sandbox] killed: the code made a system call that is never "
+                                        "allowed in the sandbox (SIGSYS)", exec_note_separator(ret));
         else if (result->n_blocked > 0 && result->exit_code != 0 && !result->timed_out) {
                 r = json_writer_appendf(ret, "%s[sandbox] the sandbox refused these system calls: ",
                                         exec_note_separator(ret));
@@ -285,10 +286,6 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         }
         if (r >= 0 && result->n_blocked > 0)
                 r = json_writer_append_str(&out, "]");
-        if (r >= 0 && !isempty(result->killed_by_syscall)) {
-                if ((r = json_writer_append_str(&out, ",\"killed_by_syscall\":")) >= 0)
-                        r = json_writer_append_string(&out, result->killed_by_syscall, strlen(result->killed_by_syscall));
-        }
         if (r >= 0)
                 r = json_writer_append_str(&out, "}");
         if (r < 0)
@@ -312,7 +309,6 @@ typedef struct ExecInfo {
         uint32_t files_skipped;
         uint64_t duration_usec;
         int32_t signal;
-        const char *killed_by_syscall;
         ExecBlockedList blocked;
 } ExecInfo;
 
@@ -355,7 +351,6 @@ static const BusDictField exec_info_fields[] = {
         { "files_skipped",     'u', offsetof(ExecInfo, files_skipped)     },
         { "duration_usec",     't', offsetof(ExecInfo, duration_usec)     },
         { "signal",            'i', offsetof(ExecInfo, signal)            },
-        { "killed_by_syscall", 's', offsetof(ExecInfo, killed_by_syscall) },
         { "blocked_syscalls",  0,   offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
         {}
 };
@@ -439,7 +434,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.timeout_ms = ctx->timeout_ms;
         result.blocked = info.blocked.items;
         result.n_blocked = info.blocked.n;
-        result.killed_by_syscall = info.killed_by_syscall;
+        result.signal = info.signal;
 
         max = 2 * config->max_output_bytes + config->max_total_artifact_bytes + EXEC_DATA_SLACK;
         r = bus_data_load(fd, max, &data);

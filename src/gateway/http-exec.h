@@ -40,7 +40,7 @@ typedef struct ExecFile {
 /* A system call the sandbox refused during the exec. */
 typedef struct ExecBlocked {
         const char *name;
-        const char *verdict;    /* "EPERM", "ENOSYS", "ENOTTY", "EAFNOSUPPORT" or "killed" */
+        const char *verdict;    /* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT" */
         uint32_t count;
 } ExecBlocked;
 
@@ -61,7 +61,7 @@ typedef struct ExecResult {
         uint64_t timeout_ms;    /* the effective timeout, for the timeout note */
         const ExecBlocked *blocked;
         size_t n_blocked;
-        const char *killed_by_syscall; /* NULL or empty unless a refused call killed the process */
+        int32_t signal;         /* the signal that ended the interpreter, 0 if none */
 } ExecResult;
 
 /* Checks every offset and size in 'result' against the data buffer. -EBADMSG if any is out of
@@ -71,7 +71,7 @@ int exec_result_validate(const ExecResult *result, size_t data_size);
 /* Builds the 200 response {"stdout","stderr","exit_code","files"} from a validated result and the data
  * buffer (stdout at 0, stderr after it, artifacts at their offsets). Artifacts are base64-encoded
  * straight into the response body. When the sandbox refused system calls, "blocked_syscalls"
- * ([{name, verdict, count}]) and "killed_by_syscall" are added, and stderr gets a note naming
- * them if the code failed. */
+ * ([{name, verdict, count}]) is added, and stderr gets a note naming them if the code failed; a
+ * process the filter killed (SIGSYS) gets a note too. */
 int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
                         HttpResponse **ret);

@@ -303,14 +303,13 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}",
                                           "timed_out", "b", (int) res->timed_out,
                                           "duration_usec", "t", res->duration_usec,
                                           "stdout_truncated", "b", (int) res->stdout_truncated,
                                           "stderr_truncated", "b", (int) res->stderr_truncated,
                                           "files_skipped", "u", (uint32_t) MIN(res->files_skipped, UINT32_MAX),
-                                          "signal", "i", res->signal,
-                                          "killed_by_syscall", "s", strempty(res->killed_by_syscall));
+                                          "signal", "i", res->signal);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'e', "sv");
         if (r >= 0)

@@ -835,17 +835,11 @@ typedef struct ExecCall {
 } ExecCall;
 
 /* The sandbox's report of refused system calls; strings stay owned by the reply. */
-static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_t *ret_n, const char **ret_killed) {
+static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_t *ret_n) {
         _cleanup_free_ ExecBlocked *blocked = NULL;
-        json_object *arr, *v;
+        json_object *arr;
         size_t n = 0;
 
-        *ret_killed = NULL;
-        if (json_object_object_get_ex(reply, "killed_by_syscall", &v)) {
-                if (!json_object_is_type(v, json_type_string))
-                        return -EBADMSG;
-                *ret_killed = json_object_get_string(v);
-        }
         if (json_object_object_get_ex(reply, "blocked_syscalls", &arr)) {
                 if (!json_object_is_type(arr, json_type_array))
                         return -EBADMSG;
@@ -880,7 +874,6 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
         } p = {};
         _cleanup_free_ ExecFile *files = NULL;
         _cleanup_free_ ExecBlocked *blocked = NULL;
-        const char *killed_by = NULL;
         size_t n_blocked = 0;
         JsonDispatchError jerr;
         json_object *farr = NULL;
@@ -933,7 +926,7 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 files[i].size = (uint64_t) size;
         }
 
-        r = exec_reply_parse_blocked(reply, &blocked, &n_blocked, &killed_by);
+        r = exec_reply_parse_blocked(reply, &blocked, &n_blocked);
         if (r < 0)
                 return r;
 
@@ -951,7 +944,6 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 .files_skipped = (uint64_t) p.files_skipped,
                 .blocked = TAKE_PTR(blocked),
                 .n_blocked = n_blocked,
-                .killed_by_syscall = killed_by,
                 .data_fd = data_fd,
         };
         *ret_files = TAKE_PTR(files);

@@ -65,7 +65,6 @@ typedef struct ExecResult {
         uint64_t files_skipped;
         ExecBlocked *blocked;
         size_t n_blocked;
-        const char *killed_by_syscall;  /* NULL unless a refused call killed the process */
         int data_fd;       /* borrowed; stdout, stderr, then the files */
 } ExecResult;
 

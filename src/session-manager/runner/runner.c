@@ -381,11 +381,6 @@ static int runner_exec_finish(RunnerExec *e) {
                         sig = WTERMSIG(st.value);
                         exit_code = 128 + sig;
                 }
-                /* A call with no legitimate use got the process killed: say so as the kernel would. */
-                if (sig == SIGKILL && st.seccomp.killed_nr >= 0) {
-                        sig = SIGSYS;
-                        exit_code = 128 + sig;
-                }
         } else {
                 /* PID 1 itself died without reporting (killed from outside the sandbox). */
                 sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED ? e->init_info.si_status : SIGKILL;

@@ -4,15 +4,18 @@
  * Layout follows ../shared/SECURITY.md §1.3: an allow-list; clone() may not create namespaces,
  * socket() only makes local (or, with networking, inet) sockets, a few calls are allowed only
  * with harmless arguments. clone3(), io_uring, AIO and openat2() answer ENOSYS straight from the
- * kernel (glibc and libuv fall back; nobody needs to hear about it). Everything else goes to the
- * supervisor (PID 1 of the sandbox) through a user-notification listener, which answers EPERM for
- * what libraries may probe, ENOSYS for what it does not know, kills the process for calls that
- * have no legitimate use, and remembers what it refused, so that the exec's result can say which
- * call was blocked. Foreign architectures are killed by the kernel. */
+ * kernel (glibc and libuv fall back; nobody needs to hear about it), and calls with no legitimate
+ * use kill the process. Everything else goes to the supervisor (PID 1 of the sandbox) through a
+ * user-notification listener, which answers EPERM for what libraries may probe and ENOSYS for what
+ * it does not know, and remembers what it refused, so that the exec's result can say which call
+ * was blocked. Foreign architectures are killed by the kernel.
+ *
+ * The kill list stays a kernel kill: filters inherited from the session manager's unit answer some
+ * of those calls with EPERM (ProtectClock=, ProtectKernelModules=, ...), and an errno outranks a
+ * user notification, but not a kill. */
 #include <errno.h>
 #include <linux/seccomp.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +100,7 @@ static const char *const deny_eperm[] = {
         "clone", "ioctl", "prctl", "personality", "mknod", "mknodat",
 };
 
-/* Killed: no legitimate use in a runner, and dying loudly aids detection. */
+/* Killed by the kernel: no legitimate use in a runner, and dying loudly aids detection. */
 static const char *const deny_kill[] = {
         "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
         "swapon", "swapoff", "acct", "iopl", "ioperm", "modify_ldt", "settimeofday",
@@ -134,8 +137,6 @@ int seccomp_policy_verdict(const struct seccomp_data *call) {
 
         if (!name)
                 return ENOSYS;
-        if (name_in(deny_kill, ELEMENTSOF(deny_kill), name))
-                return SECCOMP_VERDICT_KILL;
         if (streq(name, "socket") || streq(name, "socketpair"))
                 return EAFNOSUPPORT;
         /* Terminal injection is refused outright; other requests look unsupported by the device. */
@@ -150,8 +151,6 @@ int seccomp_policy_verdict(const struct seccomp_data *call) {
 
 const char *seccomp_verdict_to_string(int verdict) {
         switch (verdict) {
-        case SECCOMP_VERDICT_KILL:
-                return "killed";
         case EPERM:
                 return "EPERM";
         case EAFNOSUPPORT:
@@ -206,6 +205,11 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
                 if (r < 0)
                         return r;
         }
+        for (size_t i = 0; i < ELEMENTSOF(deny_kill); i++) {
+                r = add_rule(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], 0, NULL);
+                if (r < 0)
+                        return r;
+        }
         for (size_t i = 0; i < ELEMENTSOF(silent_enosys); i++) {
                 r = add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), silent_enosys[i], 0, NULL);
                 if (r < 0)
@@ -241,12 +245,10 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
 }
 
 void seccomp_report_init(SeccompReport *report) {
-        *report = (SeccompReport) { .killed_nr = -1 };
+        *report = (SeccompReport) {};
 }
 
 void seccomp_report_add(SeccompReport *report, int nr, int verdict) {
-        if (verdict == SECCOMP_VERDICT_KILL && report->killed_nr < 0)
-                report->killed_nr = nr;
         for (uint32_t i = 0; i < report->n_calls; i++)
                 if (report->calls[i].nr == nr) {
                         if (report->calls[i].count < UINT32_MAX)
@@ -273,11 +275,6 @@ int seccomp_notify_handle_one(int listener_fd, SeccompReport *report) {
 
         verdict = seccomp_policy_verdict(&req.data);
         seccomp_report_add(report, req.data.nr, verdict);
-        if (verdict == SECCOMP_VERDICT_KILL) {
-                /* The whole thread group goes; the call itself is refused should it outrun us. */
-                (void) kill((pid_t) req.pid, SIGKILL);
-                verdict = EPERM;
-        }
         resp.id = req.id;
         resp.error = -verdict;
         if (ioctl(listener_fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0 && errno != ENOENT)
@@ -305,10 +302,6 @@ int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
                 json_object_array_add(calls, c);
         }
         json_object_object_add(reply, "blocked_syscalls", TAKE_PTR(calls));
-        if (report->killed_nr >= 0) {
-                _cleanup_free_ char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->killed_nr);
-                json_object_object_add(reply, "killed_by_syscall", json_object_new_string(name ?: "unknown"));
-        }
         return 0;
 }
 

@@ -18,15 +18,12 @@ typedef struct SeccompOptions {
         bool allow_inet;      /* AF_INET/AF_INET6 sockets (networking enabled) */
 } SeccompOptions;
 
-/* What the supervisor does with a refused call: fail it with an errno, or kill the process. */
-#define SECCOMP_VERDICT_KILL (-1)
-
 /* Distinct refused calls remembered per exec; more are counted in `overflow`. */
 #define SECCOMP_REPORT_MAX 16
 
 typedef struct SeccompBlocked {
         int32_t nr;           /* native syscall number */
-        int32_t verdict;      /* errno answered, or SECCOMP_VERDICT_KILL */
+        int32_t verdict;      /* errno answered */
         uint32_t count;
 } SeccompBlocked;
 
@@ -34,12 +31,12 @@ typedef struct SeccompBlocked {
 typedef struct SeccompReport {
         uint32_t n_calls;
         uint32_t overflow;
-        int32_t killed_nr;    /* the call that got the process killed, -1 if none */
         SeccompBlocked calls[SECCOMP_REPORT_MAX];
 } SeccompReport;
 
-/* Builds the filter for the native architecture: an allow-list; every refused call except the
- * expected probes (clone3, io_uring, AIO, openat2: plain ENOSYS) is handed to a supervisor
+/* Builds the filter for the native architecture: an allow-list. Calls with no legitimate use kill
+ * the process (SIGSYS) right in the kernel; every other refused call except the expected probes
+ * (clone3, io_uring, AIO, openat2: plain ENOSYS) is handed to a supervisor
  * through a seccomp user-notification listener (libseccomp asks for one because the default
  * action notifies; after
  * seccomp_load(), seccomp_notify_fd() returns the listener). Does not load it. */
@@ -51,16 +48,14 @@ int seccomp_policy_verdict(const struct seccomp_data *call);
 void seccomp_report_init(SeccompReport *report);
 void seccomp_report_add(SeccompReport *report, int nr, int verdict);
 
-/* Receives one notification from the listener, answers it (killing the caller for the calls
- * that have no legitimate use) and records it. Returns 0, or -errno when the listener failed;
+/* Receives one notification from the listener, answers it and records it. Returns 0, or -errno when the listener failed;
  * a caller that died meanwhile is not an error. */
 int seccomp_notify_handle_one(int listener_fd, SeccompReport *report);
 
-/* "EPERM", "ENOSYS", "ENOTTY", "EAFNOSUPPORT" or "killed". */
+/* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT". */
 const char *seccomp_verdict_to_string(int verdict);
 
-/* Adds "blocked_syscalls" ([{name, verdict, count}]) and, if one killed the process,
- * "killed_by_syscall" to an exec reply. */
+/* Adds "blocked_syscalls" ([{name, verdict, count}]) to an exec reply. */
 int seccomp_report_to_json(const SeccompReport *report, json_object *reply);
 
 /* "mount (EPERM), socket (EAFNOSUPPORT, 2 times)", for log messages; NULL on OOM. */
