@@ -126,28 +126,49 @@ def test_denied_syscall(session, name, nr, args, expected):
     assert probe(session, f"print({_call_source(nr, args)})") == [expected]
 
 
-# Neither allowed nor denied by name: the filter's default answers ENOSYS. Without a filter
-# each would fail otherwise (EINVAL, EBADF, EOPNOTSUPP), or succeed.
+# Named by no list of §1.3: the filter's default answers ENOSYS. Without a filter each would
+# succeed or fail otherwise (EINVAL, EBADF, EFAULT).
 DEFAULT_ENOSYS = [
     ("remap_file_pages", "216, 0, 0, 0, 0, 0"),
     ("process_mrelease", "448, -1, 0"),
-    ("futex_waitv", "449, None, 0, 0, None, 0"),
     ("fanotify_mark", "301, -1, 0, 0, -100, None"),
-    ("socketpair_inet", "53, 2, 1, 0, buf(8)"),
-    ("ioctl_tiocgsid", "16, 0, 0x5429, buf(4)"),
-    ("ioctl_figetbsz", "16, 0, 2, buf(4)"),
-    ("prctl_set_ptracer_any", "157, 0x59616d61, -1, 0, 0, 0"),
-    ("prctl_set_dumpable", "157, 4, 1, 0, 0, 0"),
-    ("prctl_set_mm", "157, 35, 8, 0, 0, 0"),
-    ("prctl_set_seccomp", "157, 22, 2, None, 0, 0"),
-    ("prctl_cap_ambient_raise", "157, 47, 2, 13, 0, 0"),
-    ("prctl_set_securebits", "157, 28, 0, 0, 0, 0"),
+    ("ioprio_get", "252, 1, 0"),
+    ("cachestat", "451, 0, None, None, 0"),
 ]
 
 
 @pytest.mark.parametrize("name,args", DEFAULT_ENOSYS, ids=[d[0] for d in DEFAULT_ENOSYS])
 def test_call_outside_the_allow_list_is_enosys(session, name, args):
     assert probe(session, f"print(sc({args}))") == ["ENOSYS"]
+
+
+# prctl() options outside the allowed few (§1.3 conditional rules). The kernel would let the
+# first two and PR_SET_SECCOMP's argument check through for this caller.
+PRCTL_REFUSED = {
+    "set_ptracer_any": "0x59616d61, -1",
+    "set_dumpable": "4, 1",
+    "set_seccomp_filter": "22, 2, None",
+    "set_mm": "35, 8, 0",
+    "cap_ambient_raise": "47, 2, 13",
+    "set_securebits": "28, 0",
+}
+
+
+@pytest.mark.parametrize("option", list(PRCTL_REFUSED))
+def test_prctl_option_outside_the_allowed_set_is_refused(session, option):
+    out = probe(session, f"print(sc(157, {PRCTL_REFUSED[option]}))")
+    assert out in (["EPERM"], ["ENOSYS"]), out
+
+
+def test_ioctl_outside_the_allowed_set_is_refused(session):
+    """FIGETBSZ and FIOQSIZE on a regular file would succeed for anyone; the filter lets only
+    the terminal and fd-flag requests of §1.3 through (refused as ENOTTY or ENOSYS)."""
+    out = probe(session, '''
+fd = os.open("/workspace/plain", os.O_RDWR | os.O_CREAT)
+n = ctypes.c_long(0)
+print(sc(16, fd, 2, ctypes.byref(n)), sc(16, fd, 0x5460, ctypes.byref(n)))
+''')
+    assert len(out) == 1 and all(r in ("ENOTTY", "ENOSYS") for r in out[0].split()), out
 
 
 def test_allowed_prctl_and_ioctl_options_still_work(session):
@@ -261,12 +282,40 @@ KILLED = [
 ]
 
 
+def assert_killed_by_policy(res):
+    """Killed for the call before it could return, and reported as SIGSYS (whether the kernel
+    killed it, SECCOMP_RET_KILL_PROCESS, or the sandbox's supervisor did)."""
+    assert res["exit_code"] == 128 + SIGSYS, res
+    assert res["stdout"] == "before\n", res
+
+
 @pytest.mark.parametrize("name,nr,args", KILLED, ids=[k[0] for k in KILLED])
 def test_kill_list_syscall_kills_the_process(session, name, nr, args):
     code = PRELUDE + f'print("before", flush=True)\nprint({_call_source(nr, args)})\nprint("after")\n'
-    res = run(session, code)
-    assert res["exit_code"] == 128 + SIGSYS, res
-    assert res["stdout"] == "before\n", res
+    assert_killed_by_policy(run(session, code))
+
+
+def test_kill_list_call_cannot_be_survived_with_a_sigsys_handler(session):
+    res = run(session, PRELUDE + '''
+import signal
+signal.signal(signal.SIGSYS, lambda *a: print("caught", flush=True))
+print("before", flush=True)
+print(sc(163, None))   # acct
+print("after")
+''')
+    assert_killed_by_policy(res)
+
+
+def test_kill_list_call_from_a_thread_kills_the_whole_process(session):
+    res = run(session, PRELUDE + '''
+import threading, time
+print("before", flush=True)
+t = threading.Thread(target=lambda: sc(153))   # vhangup
+t.start(); t.join()
+time.sleep(0.5)
+print("after")
+''')
+    assert_killed_by_policy(res)
 
 
 # 32-bit int 0x80 getpid (eax = 20), and the x32 ABI's getpid (39 | __X32_SYSCALL_BIT).
@@ -405,9 +454,9 @@ res["mkfifo"] = stat.S_ISFIFO(os.stat("/tmp/fifo").st_mode)
 res["created"] = [p for p in ("/tmp/mem", "/workspace/kmsg", "/tmp/vda") if os.path.lexists(p)]
 print(json.dumps(res))
 ''')
-    # §1.3: mknod is allowed only for S_IFIFO; device nodes fall to the default (ENOSYS).
+    # §1.3: mknod is allowed only for unprivileged file types; device nodes are refused.
     for k in ("chr_mknod", "chr_mknodat", "blk_mknodat"):
-        assert out[k] == "ENOSYS", out
+        assert out[k] in ("ENOSYS", "EPERM"), out
     assert out["created"] == [], out
     assert out["fifo_mknodat"] == "OK" and out["mkfifo"] is True, out
 
@@ -521,14 +570,16 @@ print(sc(135, 0x0400000))   # READ_IMPLIES_EXEC
 print(sc(135, 0))           # PER_LINUX: allowed
 print(open("/proc/self/personality").read().strip())
 ''')
-    # §1.3: only the query and PER_LINUX are allowed; the rest falls to the default (ENOSYS).
-    assert out[:2] == ["ENOSYS", "ENOSYS"], out
+    # §1.3: only the query and PER_LINUX are allowed.
+    assert out[0] in ("ENOSYS", "EPERM") and out[1] in ("ENOSYS", "EPERM"), out
     assert out[2:] == ["OK", "00000000"], out
 
 
 SOCKETS = {
-    # name: (family, type, protocol, accepted answers)
+    # name: (family, type, protocol, accepted answers) of socket(); "pair_" names socketpair()
     "unix": (1, 1, 0, ("OK",)),
+    "pair_unix": (1, 1, 0, ("OK",)),
+    "pair_inet": (2, 1, 0, ("EAFNOSUPPORT", "ENOSYS")),
     "netlink": (16, 3, 0, ("EAFNOSUPPORT",)),
     "packet": (17, 3, 0x300, ("EAFNOSUPPORT",)),
     "alg": (38, 5, 0, ("EAFNOSUPPORT", "ENOSYS")),
@@ -542,7 +593,11 @@ SOCKETS = {
 @pytest.mark.parametrize("family", list(SOCKETS))
 def test_socket_family(session, family):
     af, kind, proto, expected = SOCKETS[family]
-    out = probe(session, f"print(sc(41, {af}, {kind}, {proto}))")
+    if family.startswith("pair_"):
+        call = f"sc(53, {af}, {kind}, {proto}, buf(8))"
+    else:
+        call = f"sc(41, {af}, {kind}, {proto})"
+    out = probe(session, f"print({call})")
     assert len(out) == 1 and out[0] in expected, out
 
 
