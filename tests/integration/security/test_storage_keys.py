@@ -413,13 +413,9 @@ DISALLOWED = {
     "other-port": "http://127.0.0.1:{B}",
     "https": "https://127.0.0.1:{B}",
     "localhost": "http://localhost:{B}",
-    "userinfo-allowed": "http://127.0.0.1:{A}@127.0.0.1:{B}",
-    "query-allowed": "http://127.0.0.1:{B}/?u=http://127.0.0.1:{A}",
-    "fragment-allowed": "http://127.0.0.1:{B}#http://127.0.0.1:{A}",
     "path-allowed": "http://127.0.0.1:{B}/127.0.0.1:{A}",
     "decimal-ip": "http://2130706433:{B}",
     "short-ip": "http://127.1:{B}",
-    "backslash-userinfo": "http://127.0.0.1:{A}\\@127.0.0.1:{B}",
     "allowed-port-zero-padded": "http://127.0.0.1:0{A}",
     "allowed-host-suffix": "http://127.0.0.1.nip.io:{A}",
 }
@@ -437,18 +433,29 @@ def test_endpoints_outside_the_allowlist_are_never_contacted(allowlist, case):
     assert (b.count, a.count) == (0, before)
 
 
-@pytest.mark.parametrize("trick", ["#@", "?@", "/#@"])
-def test_an_allowed_origin_cannot_smuggle_another_host(allowlist, trick):
-    """An endpoint whose origin is the allowed one but that hides another host behind '#', '?'
-    or '@' is not an endpoint URL: refused as such (the same answer for every call), and no
-    connection is made to either host."""
+HIDING = {
+    "userinfo": "http://127.0.0.1:{A}@127.0.0.1:{B}",
+    "query": "http://127.0.0.1:{B}/?u=http://127.0.0.1:{A}",
+    "fragment": "http://127.0.0.1:{B}#http://127.0.0.1:{A}",
+    "backslash-userinfo": "http://127.0.0.1:{A}\\@127.0.0.1:{B}",
+    "allowed-fragment-userinfo": "http://127.0.0.1:{A}#@127.0.0.1:{B}",
+    "allowed-query-userinfo": "http://127.0.0.1:{A}?@127.0.0.1:{B}",
+    "allowed-path-fragment-userinfo": "http://127.0.0.1:{A}/#@127.0.0.1:{B}",
+}
+
+
+@pytest.mark.parametrize("case", list(HIDING))
+def test_endpoints_hiding_another_host_are_refused(allowlist, case):
+    """Endpoints that put a second host behind '@', '?', '#' or a backslash (some of them with
+    the allowed origin in front) are refused as not allowed or as not an endpoint URL, the same
+    way by every call, and no connection is made to either host."""
     a, b = allowlist
     before = a.count
-    endpoint = f"http://127.0.0.1:{a.port}{trick}127.0.0.1:{b.port}"
-    bad = {"detail": "storage endpoint must be an http(s) URL"}
+    endpoint = HIDING[case].format(A=a.port, B=b.port)
+    refusals = (NOT_ALLOWED, {"detail": "storage endpoint must be an http(s) URL"})
     for block in (s3_block(endpoint), oss_block(endpoint)):
-        check(put("mineru/x.pdf", block), 400, bad)
-        check(delete("mineru/x.pdf", block), 400, bad)
+        for r in (put("mineru/x.pdf", block), delete("mineru/x.pdf", block)):
+            assert r.status == 400 and r.json in refusals, r
         check(gc(block), 200, ZEROS)
     assert (b.count, a.count) == (0, before)
 
