@@ -30,33 +30,42 @@ SNAPSHOT = r"""
 systemctl list-units --all --plain --no-legend 'scopebox-runner-*' | awk '{print "unit", $1}'
 ls -1 /run/scopebox/sessions 2>/dev/null | sed 's/^/run /'
 pgrep -a -f 'scopebox-[r]unner' | sed 's/^/proc /'
-ps -eo uid=,pid=,comm= | awk '$1 >= 1000 && $1 < 65534 {print "uid", $1, $2, $3}'
+ps -eo uid=,pid=,comm= | awk '$1 >= 1000 && $1 != 65534 {print "uid", $1, $2, $3}'
 """
 
 
-def leftovers(sids):
-    """What the released sessions 'sids' still have: {sid: [what, ...]}, and processes running
-    as a sandbox uid (none may exist once no exec runs)."""
+def session_uid(sid):
+    """The host uid the manager gave the session (recorded in its state file)."""
+    with open(f"{STATE_DIR}/{sid}.json") as f:
+        return json.load(f)["uid"]
+
+
+def leftovers(sids, uids=None):
+    """What the released sessions 'sids' still have: {sid: [what, ...]} (their uids, when given
+    as {sid: uid}, still running something counts), and any process running as a sandbox uid
+    (none may exist once no exec runs)."""
     out = in_system("sh", "-c", SNAPSHOT).stdout.splitlines()
     left = {}
     for sid in sids:
         what = [line for line in out if sid in line]
+        if uids and sid in uids:
+            what += [line for line in out if line.startswith(f"uid {uids[sid]} ")]
         if os.path.exists(f"{STATE_DIR}/{sid}.json"):
             what.append("state file")
         if what:
             left[sid] = what
-    uids = [line for line in out if line.startswith("uid ")]
-    return left, uids
+    running = [line for line in out if line.startswith("uid ")]
+    return left, running
 
 
-def assert_all_gone(sids, wait=30):
+def assert_all_gone(sids, uids=None, wait=30):
     deadline = time.monotonic() + wait
     while True:
-        left, uids = leftovers(sids)
-        if (not left and not uids) or time.monotonic() > deadline:
+        left, running = leftovers(sids, uids)
+        if (not left and not running) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert (left, uids) == ({}, []), (left, uids)
+    assert (left, running) == ({}, []), (left, running)
 
 
 def exec_request(sid, code, timeout_ms=30000):
@@ -297,19 +306,24 @@ def test_reset_inputs_racing_an_exec_filling_uploads(session):
 
 def cycle(i):
     sid = create_session()
+    uid = session_uid(sid)
     if i % 3 == 0:
         assert run(sid, "print(1)")["stdout"] == "1\n"
     if i % 5 == 0:
         check(write(sid, "uploads/x.txt", b"x"), 200, {"ok": True})
     check(delete_session(sid), 200, RELEASED)
-    return sid
+    return sid, uid
 
 
 def test_create_delete_storm():
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        sids = list(pool.map(cycle, range(50)))
-    assert len(set(sids)) == 50
-    assert_all_gone(sids)
+        uids = dict(pool.map(cycle, range(50)))
+    sids = list(uids)
+    assert len(sids) == 50
+    # Sessions alive at the same time never share a host uid (at most 4 at once here, and the
+    # pool hands ids round instead of reusing them at once: all 50 differ).
+    assert len(set(uids.values())) == 50, uids
+    assert_all_gone(sids, uids)
     for sid in sids:
         check(exec_request(sid, "print(1)"), 404, GONE)
 
