@@ -5,7 +5,10 @@
 #include <fcntl.h>
 #include <string.h>
 #include <linux/openat2.h>
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
@@ -46,13 +49,13 @@ int opendir_at(int dir_fd, DIR **ret) {
         return 0;
 }
 
-static int rm_rf_children_internal(int dir_fd, dev_t dev, unsigned depth) {
+#define RM_RF_DEPTH_MAX 256
+
+static int rm_rf_children_internal(int dir_fd, int top_fd, dev_t dev, unsigned depth, bool *hoisted) {
         _cleanup_closedir_ DIR *d = NULL;
         struct dirent *de;
         int r;
 
-        if (depth > 256)
-                return -ELOOP;
         r = opendir_at(dir_fd, &d);
         if (r < 0)
                 return r;
@@ -72,13 +75,32 @@ static int rm_rf_children_internal(int dir_fd, dev_t dev, unsigned depth) {
 
                         if (st.st_dev != dev)
                                 continue; /* a mount point: not ours to empty */
+                        if (depth >= RM_RF_DEPTH_MAX) {
+                                /* Too deep to descend with an fd per level: move the subtree up
+                                 * to the top, where the next pass removes it. */
+                                char name[64];
+                                uint64_t rnd;
+
+                                if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+                                        if (r == 0)
+                                                r = -EIO;
+                                        continue;
+                                }
+                                snprintf(name, sizeof(name), ".rm-rf-%016" PRIx64, rnd);
+                                if (renameat(dirfd(d), de->d_name, top_fd, name) < 0) {
+                                        if (r == 0)
+                                                r = -errno;
+                                } else
+                                        *hoisted = true;
+                                continue;
+                        }
                         sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub < 0) {
                                 if (errno != ENOENT && r == 0)
                                         r = -errno;
                                 continue;
                         }
-                        q = rm_rf_children_internal(sub, dev, depth + 1);
+                        q = rm_rf_children_internal(sub, top_fd, dev, depth + 1, hoisted);
                         if (q < 0 && r == 0)
                                 r = q;
                         if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
@@ -93,7 +115,12 @@ int rm_rf_children(int dir_fd) {
         struct stat st;
         if (fstat(dir_fd, &st) < 0)
                 return -errno;
-        return rm_rf_children_internal(dir_fd, st.st_dev, 0);
+        for (;;) {
+                bool hoisted = false;
+                int r = rm_rf_children_internal(dir_fd, dir_fd, st.st_dev, 0, &hoisted);
+                if (r < 0 || !hoisted)
+                        return r;
+        }
 }
 
 int rm_rf(const char *path) {

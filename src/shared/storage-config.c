@@ -46,6 +46,14 @@ void storage_config_done(StorageConfig *c) {
         *c = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
 }
 
+/* "http(s)://authority[/path]": nothing that could hide another host from the allowlist ('@'
+ * userinfo, '?' or '#' before the authority ends, a backslash) and no whitespace, as the
+ * signers' endpoint parser demands. */
+static bool endpoint_is_valid(const char *e) {
+        const char *rest = startswith(e, "https://") ?: startswith(e, "http://");
+        return rest && *rest && *rest != '/' && !strpbrk(rest, "?#@\\ \t\r\n");
+}
+
 int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error) {
         struct {
                 const char *provider, *prefix, *s3_bucket, *s3_region, *s3_endpoint, *s3_access_key, *s3_secret_key,
@@ -73,6 +81,14 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
         *ret_error = "invalid storage config";
         if (json_dispatch(o, fields, &p, &jerr) < 0)
                 return -EINVAL;
+
+        /* A NUL inside a string would silently cut it (and name another prefix). */
+        json_object_object_foreach(o, name, value)
+                if (json_object_is_type(value, json_type_string) &&
+                    strlen(json_object_get_string(value)) != (size_t) json_object_get_string_len(value)) {
+                        *ret_error = streq(name, "prefix") ? "invalid storage prefix" : "invalid storage config";
+                        return -EINVAL;
+                }
 
         c.provider = storage_provider_from_string(p.provider ?: "local");
         if (c.provider < 0) {
@@ -110,8 +126,7 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
 #undef DUP
 
         /* Endpoints are URLs with a scheme; nothing else is fetched. */
-        if ((c.s3_endpoint && !startswith(c.s3_endpoint, "https://") && !startswith(c.s3_endpoint, "http://")) ||
-            (c.oss_endpoint && !startswith(c.oss_endpoint, "https://") && !startswith(c.oss_endpoint, "http://"))) {
+        if ((c.s3_endpoint && !endpoint_is_valid(c.s3_endpoint)) || (c.oss_endpoint && !endpoint_is_valid(c.oss_endpoint))) {
                 *ret_error = "storage endpoint must be an http(s) URL";
                 return -EINVAL;
         }

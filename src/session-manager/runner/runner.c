@@ -433,6 +433,10 @@ static int runner_exec_finish(RunnerExec *e) {
 
                 if (!chosen[i])
                         continue;
+                if (!utf8_is_valid_n(changed[i]->path, strlen(changed[i]->path))) {
+                        skipped++; /* a name that can't be a JSON string */
+                        continue;
+                }
                 fd = openat_beneath(outputs_fd, changed[i]->path, O_RDONLY | O_NONBLOCK, 0);
                 if (fd < 0 || fstat(fd, &sst) < 0 || !S_ISREG(sst.st_mode) || (uint64_t) sst.st_size != changed[i]->size) {
                         log_struct(LOG_DEBUG, fd < 0 ? fd : 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -719,6 +723,18 @@ static int runner_send_ok(Runner *r, json_object *extra, const int *fds, size_t 
         return runner_send(r, r->connection_generation, reply, fds, n_fds);
 }
 
+static bool path_has_dotdot_component(const char *p) {
+        for (const char *c = p; *c;) {
+                size_t l = strcspn(c, "/");
+                if (l == 2 && c[0] == '.' && c[1] == '.')
+                        return true;
+                c += l;
+                if (*c == '/')
+                        c++;
+        }
+        return false;
+}
+
 static const char *request_path(json_object *req) {
         json_object *v;
         const char *p;
@@ -727,7 +743,7 @@ static const char *request_path(json_object *req) {
                 return NULL;
         p = json_object_get_string(v);
         /* Already normalised by the manager: relative, no "..", no empty components. */
-        if (p[0] == '/' || strstr(p, "..") || strstr(p, "//") || strlen(p) > 4096)
+        if (p[0] == '/' || path_has_dotdot_component(p) || strstr(p, "//") || strlen(p) > 4096)
                 return NULL;
         return p;
 }

@@ -2,6 +2,7 @@
 /* File operations on a session's workspace for the API: confined, never racing the sandbox (no
  * sandbox process runs while they do), files owned by the sandbox user. */
 #include <errno.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,6 +28,26 @@ static int workspace_open(const Workspace *w, const char *relative, int flags) {
         };
         struct stat ws_st, st;
         int fd;
+
+        /* The kernel takes at most PATH_MAX - 1 bytes per walk, and the view's walk below adds a
+         * prefix: open long paths a directory at a time (the last step then treats an absolute
+         * link as leaving the workspace). */
+        if (strlen(relative) >= PATH_MAX - sizeof("workspace/")) {
+                const char *slash = strrchr(relative, '/');
+                _cleanup_free_ char *parent = NULL;
+                _cleanup_close_ int dir_fd = -EBADF;
+
+                if (!slash)
+                        return -ENAMETOOLONG;
+                parent = strndup(relative, (size_t) (slash - relative));
+                if (!parent)
+                        return -ENOMEM;
+                dir_fd = workspace_open(w, parent, O_RDONLY | O_DIRECTORY);
+                if (dir_fd < 0)
+                        return dir_fd;
+                fd = openat_beneath_follow(dir_fd, slash + 1, flags, 0);
+                return fd == -ELOOP ? -EXDEV : fd;
+        }
 
         fd = openat_beneath_follow(w->fd, relative, flags, 0);
         if (fd != -EXDEV || w->view_fd < 0)
@@ -186,8 +207,8 @@ int workspace_read(const Workspace *w, const char *relative, uint64_t max, int *
         if (*relative == 0)
                 return -ENOENT;
         fd = workspace_open(w, relative, O_RDONLY | O_NONBLOCK);
-        if (fd == -ENOTDIR || fd == -EISDIR)
-                return -ENOENT;
+        if (fd == -ENOTDIR || fd == -EISDIR || fd == -ENXIO || fd == -ENODEV)
+                return -ENOENT; /* not a regular file (opening a socket gives ENXIO) */
         if (fd < 0)
                 return fd;
         if (fstat(fd, &st) < 0)
