@@ -88,6 +88,23 @@ static const ConfigItem config_table[] = {
              "Workspace archives larger than this are skipped (logged, not an error)."),
         ITEM("SANDBOX_ARCHIVE_TIMEOUT_S", CONFIG_UINT, archive_timeout_sec, "120", 1, 86400,
              "Workspace archives slower than this are skipped (logged, not an error)."),
+        /* The dify-sandbox API, under dify-sandbox's own names (COMPAT.md B). */
+        ITEM("MAX_REQUESTS", CONFIG_UINT, dify_max_requests, "50", 1, 100000,
+             "dify API: runs in flight (running or queued); more get 503 Too many requests."),
+        ITEM("MAX_WORKERS", CONFIG_UINT, dify_max_workers, "4", 1, 1024,
+             "dify API: runs executing at once; the others queue."),
+        ITEM("WORKER_TIMEOUT", CONFIG_UINT, dify_worker_timeout_sec, "15", 1, 3600,
+             "dify API: seconds a run may take before it is killed (exit code -1, error: timeout)."),
+        ITEM("ENABLE_NETWORK", CONFIG_BOOL, dify_enable_network, "0", 0, 1,
+             "dify API: whether a run that asks for enable_network gets a network."),
+        ITEM("ENABLE_PRELOAD", CONFIG_BOOL, dify_enable_preload, "0", 0, 1,
+             "dify API: run a request's preload (inside the sandbox, as user code) instead of ignoring it."),
+        ITEM("HTTP_PROXY", CONFIG_STRING, dify_http_proxy, "", 0, 0,
+             "dify API: HTTP_PROXY handed to runs that have a network."),
+        ITEM("HTTPS_PROXY", CONFIG_STRING, dify_https_proxy, "", 0, 0,
+             "dify API: HTTPS_PROXY handed to runs that have a network."),
+        ITEM("SANDBOX_DIFY_MAX_OUTPUT_BYTES", CONFIG_SIZE, dify_max_output_bytes, "16M", 1024, 1ULL << 30,
+             "dify API: bytes of stdout and of stderr kept per run (no 32 KiB cap there)."),
 };
 
 const ConfigItemInfo *config_items(unsigned *ret_n) {
@@ -259,6 +276,8 @@ int config_load(Config *c, const char *path, char **ret_error) {
 void config_done(Config *c) {
         free(c->local_storage_dir);
         free(c->storage_allowed_endpoints);
+        free(c->dify_http_proxy);
+        free(c->dify_https_proxy);
         if (c->api_key) {
                 explicit_bzero(c->api_key, strlen(c->api_key));
                 free(c->api_key);

@@ -45,6 +45,14 @@ typedef struct Config {
         uint64_t storage_max_ttl_sec;
         uint64_t max_archive_bytes;
         uint64_t archive_timeout_sec;
+        uint64_t dify_max_requests;
+        uint64_t dify_max_workers;
+        uint64_t dify_worker_timeout_sec;
+        bool dify_enable_network;
+        bool dify_enable_preload;
+        char *dify_http_proxy;
+        char *dify_https_proxy;
+        uint64_t dify_max_output_bytes;
 } Config;
 
 /* Load defaults, then the file (if present), then the environment. On a bad value, returns
