@@ -29,6 +29,16 @@ uint64_t bus_timeout_files_usec(const Config *c) {
                BUS_TIMEOUT_SLACK_USEC;
 }
 
+uint64_t bus_timeout_run_usec(const Config *c) {
+        uint64_t rounds;
+
+        assert(c);
+        /* Every run ahead of this one in the manager's queue, MAX_WORKERS at a time, then this one.
+         * Twice MAX_REQUESTS: runs whose clients went away still run in the manager. */
+        rounds = 2 * c->dify_max_requests / MAX(c->dify_max_workers, (uint64_t) 1) + 2;
+        return rounds * c->dify_worker_timeout_sec * USEC_PER_SEC + BUS_TIMEOUT_SLACK_USEC;
+}
+
 int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **ret) {
         assert(member);
         assert(ret);

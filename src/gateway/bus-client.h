@@ -28,6 +28,11 @@ uint64_t bus_timeout_exec_usec(const Config *c, uint64_t timeout_ms);
  * SANDBOX_EXEC_TIMEOUT_CAP_MS. */
 uint64_t bus_timeout_files_usec(const Config *c);
 
+/* A dify-sandbox run waits in the manager's queue behind the others (up to MAX_REQUESTS, and those
+ * of clients that went away), MAX_WORKERS of them at a time, each for up to WORKER_TIMEOUT, then
+ * runs itself. */
+uint64_t bus_timeout_run_usec(const Config *c);
+
 /* A new method call on the session manager's object. */
 int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **ret);
 

@@ -11,8 +11,6 @@
 #include "macro.h"
 #include "string-util.h"
 
-#define BEARER_PREFIX "Bearer "
-
 static bool char_is_space(char c) {
         return c == ' ' || c == '\t';
 }
@@ -109,12 +107,12 @@ int auth_header_expected(const char *key, char **ret, size_t *ret_size) {
         assert(ret);
 
         kl = strlen(key);
-        n = strlen(BEARER_PREFIX) + kl;
+        n = strlen(AUTH_BEARER_PREFIX) + kl;
         s = malloc(n + 1);
         if (!s)
                 return -ENOMEM;
-        memcpy(s, BEARER_PREFIX, strlen(BEARER_PREFIX));
-        memcpy(s + strlen(BEARER_PREFIX), key, kl + 1);
+        memcpy(s, AUTH_BEARER_PREFIX, strlen(AUTH_BEARER_PREFIX));
+        memcpy(s + strlen(AUTH_BEARER_PREFIX), key, kl + 1);
 
         *ret = s;
         if (ret_size)

@@ -20,9 +20,13 @@ int api_key_validate(const char *key, size_t size, const char **ret_reason);
  * -EINVAL and *ret_reason set. */
 int api_key_load_credential(char **ret, const char **ret_reason);
 
+/* The scheme in front of the key in the Authorization value. */
+#define AUTH_BEARER_PREFIX "Bearer "
+
 /* Builds the exact Authorization value accepted: "Bearer <key>". */
 int auth_header_expected(const char *key, char **ret, size_t *ret_size);
 
 /* Constant-time check of an Authorization header value (as received, 'size' bytes, may contain
- * NULs) against the expected one. NULL means the header is absent. */
+ * NULs) against the expected one. NULL means the header is absent. Also checks an X-Api-Key value
+ * (the dify-sandbox API) against the bare key. */
 bool auth_header_matches(const char *value, size_t size, const char *expected, size_t expected_size);

@@ -168,7 +168,7 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
         }
         d->server = s;
         d->fd = fd;
-        d->routes = http_sidecar_routes;
+        d->routes = NULL; /* the sidecar and the dify-sandbox API on every socket */
         d->name = strdup(strempty(name));
         if (!d->name)
                 return log_oom();
@@ -230,10 +230,10 @@ static int server_send_status(Server *s) {
         s->status_sent_usec = server_now(s);
         return sd_notifyf(false,
                           "STATUS=Serving on %zu socket%s, %u request%s in flight (%u waiting for the "
-                          "session manager), %" PRIu64 " completed.",
+                          "session manager, %u dify run%s), %" PRIu64 " completed.",
                           s->n_daemons, s->n_daemons == 1 ? "" : "s",
                           s->n_requests, s->n_requests == 1 ? "" : "s",
-                          s->n_suspended, s->n_completed);
+                          s->n_suspended, s->n_dify_runs, s->n_dify_runs == 1 ? "" : "s", s->n_completed);
 }
 
 static int server_on_status_timer(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -347,6 +347,8 @@ int server_set_api_key(Server *s, const char *key) {
         }
         s->auth_header = h;
         s->auth_header_size = n;
+        s->api_key = h ? h + strlen(AUTH_BEARER_PREFIX) : NULL;
+        s->api_key_size = h ? n - strlen(AUTH_BEARER_PREFIX) : 0;
         return 0;
 }
 
@@ -422,7 +424,8 @@ int server_run(Server *s) {
         s->ready = true;
         (void) sd_notify(false, "READY=1");
         (void) server_send_status(s);
-        log_info("Serving the sidecar API on %zu socket%s%s.", s->n_daemons, s->n_daemons == 1 ? "" : "s",
+        log_info("Serving the sidecar and dify-sandbox APIs on %zu socket%s%s.", s->n_daemons,
+                 s->n_daemons == 1 ? "" : "s",
                  s->auth_header ? "" : " WITHOUT authentication");
 
         /* Exit codes: 0 after SIGTERM/SIGINT, EXIT_FAILURE from sd-bus when the bus goes away, a

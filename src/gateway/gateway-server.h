@@ -52,7 +52,8 @@ struct HttpDaemon {
         struct MHD_Daemon *mhd;
         int fd;                        /* inherited listening socket; MHD gets a duplicate */
         char *name;                    /* FileDescriptorName= of the socket */
-        const HttpRoute *routes;       /* which API this socket serves */
+        const HttpRoute *routes;       /* which API this socket serves; NULL: all of them (their
+                                        * paths are disjoint) */
         sd_event_source *io_event_source;
         sd_event_source *timer_event_source;
 };
@@ -64,6 +65,8 @@ struct Server {
 
         char *auth_header;             /* "Bearer <key>"; NULL when authentication is off */
         size_t auth_header_size;
+        const char *api_key;           /* the key itself, inside auth_header (X-Api-Key) */
+        size_t api_key_size;
 
         HttpDaemon **daemons;
         size_t n_daemons;
@@ -72,6 +75,8 @@ struct Server {
         unsigned n_requests;
         unsigned n_suspended;          /* of which waiting for the session manager */
         uint64_t n_completed;
+        unsigned n_dify_runs;          /* dify-sandbox runs between acceptance and their result
+                                        * (MAX_REQUESTS), queued in the manager or running */
         uint64_t body_bytes;           /* request body bytes reserved by all requests */
         uint64_t body_budget;
 
@@ -93,10 +98,11 @@ int server_new(Config *config, Server **ret);
 Server *server_free(Server *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Server *, server_free);
 
-/* Requires "Authorization: Bearer <key>" on every path but the public ones; NULL turns it off. */
+/* Requires "Authorization: Bearer <key>" on every path but the public ones, "X-Api-Key: <key>" on the
+ * dify-sandbox API's; NULL turns it off. */
 int server_set_api_key(Server *s, const char *key);
 int server_connect_bus(Server *s);
-/* Serves the sidecar API on an inherited listening socket; takes the fd, also on failure. */
+/* Serves both APIs on an inherited listening socket; takes the fd, also on failure. */
 int server_add_listen_fd(Server *s, int fd, const char *name);
 /* Runs until SIGTERM/SIGINT or a fatal error; returns the loop's exit code. */
 int server_run(Server *s);

@@ -152,15 +152,17 @@ int http_response_format_final(const HttpResponse *resp, char **ret, size_t *ret
         assert(ret);
 
         reason = MHD_get_reason_phrase_for(resp->status);
+        /* An empty body (the dify-sandbox API's 401) has no type. */
         n = asprintf(&text,
                      "HTTP/1.1 %u %s\r\n"
                      "Connection: close\r\n"
-                     "Content-Type: application/json\r\n"
+                     "%s"
                      "Content-Length: %zu\r\n"
                      "\r\n"
                      "%.*s",
-                     resp->status, isempty(reason) ? "Unknown" : reason, resp->size, (int) resp->size,
-                     resp->body);
+                     resp->status, isempty(reason) ? "Unknown" : reason,
+                     resp->size > 0 ? "Content-Type: application/json\r\n" : "",
+                     resp->size, (int) resp->size, resp->body);
         if (n < 0)
                 return -ENOMEM;
         *ret = text;

@@ -129,24 +129,11 @@ int exec_result_validate(const ExecResult *result, size_t data_size) {
         return 0;
 }
 
-/* Appends a stream decoded as UTF-8 with replacement (like Python's errors="replace"). */
-static int text_append_utf8(JsonWriter *w, const void *p, size_t n) {
-        _cleanup_free_ char *s = NULL;
-        size_t l;
-
-        if (utf8_is_valid_n(p, n))
-                return json_writer_append(w, p, n);
-        s = utf8_sanitize(p, n, &l);
-        if (!s)
-                return -ENOMEM;
-        return json_writer_append(w, s, l);
-}
-
 static int exec_compose_stdout(const ExecResult *result, const uint8_t *data, const Config *config,
                                JsonWriter *ret) {
         int r;
 
-        r = text_append_utf8(ret, data, result->stdout_size);
+        r = json_writer_append_text_lossy(ret, data, result->stdout_size);
         if (r < 0)
                 return r;
         if (result->stdout_truncated)
@@ -164,7 +151,7 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
                                JsonWriter *ret) {
         int r;
 
-        r = text_append_utf8(ret, data + result->stdout_size, result->stderr_size);
+        r = json_writer_append_text_lossy(ret, data + result->stdout_size, result->stderr_size);
         if (r < 0)
                 return r;
 
@@ -297,22 +284,7 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         return http_response_new_take(HTTP_OK, body, size, ret);
 }
 
-typedef struct ExecBlockedList {
-        ExecBlocked *items;
-        size_t n;
-} ExecBlockedList;
-
-typedef struct ExecInfo {
-        bool timed_out;
-        bool stdout_truncated;
-        bool stderr_truncated;
-        uint32_t files_skipped;
-        uint64_t duration_usec;
-        int32_t signal;
-        ExecBlockedList blocked;
-} ExecInfo;
-
-static void exec_info_done(ExecInfo *info) {
+void exec_info_done(ExecInfo *info) {
         info->blocked.items = mfree(info->blocked.items);
 }
 
@@ -354,6 +326,15 @@ static const BusDictField exec_info_fields[] = {
         { "blocked_syscalls",  0,   offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
         {}
 };
+
+int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd) {
+        int r;
+
+        r = bus_message_read_dict(reply, exec_info_fields, info);
+        if (r < 0)
+                return r;
+        return sd_bus_message_read_basic(reply, 'h', ret_fd);
+}
 
 static int exec_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n) {
         _cleanup_free_ ExecFile *files = NULL;
@@ -420,10 +401,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         if (r < 0)
                 return r;
         result.files = files;
-        r = bus_message_read_dict(reply, exec_info_fields, &info);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_read_basic(reply, 'h', &fd);
+        r = exec_reply_read_info(reply, &info, &fd);
         if (r < 0)
                 return r;
 

@@ -8,6 +8,7 @@
 
 #include <json-c/json.h>
 
+#include "bus-client.h"
 #include "config.h"
 #include "http-util.h"
 
@@ -67,6 +68,26 @@ typedef struct ExecResult {
 /* Checks every offset and size in 'result' against the data buffer. -EBADMSG if any is out of
  * bounds or a file has no usable name. */
 int exec_result_validate(const ExecResult *result, size_t data_size);
+
+typedef struct ExecBlockedList {
+        ExecBlocked *items;
+        size_t n;
+} ExecBlockedList;
+
+/* The "info" dictionary of the manager's Exec() and Run() replies. */
+typedef struct ExecInfo {
+        bool timed_out;
+        bool stdout_truncated;
+        bool stderr_truncated;
+        uint32_t files_skipped;
+        uint64_t duration_usec;
+        int32_t signal;
+        ExecBlockedList blocked;
+} ExecInfo;
+
+void exec_info_done(ExecInfo *info);
+/* Reads the end both replies share: "a{sv} info, h data" (the fd stays owned by the message). */
+int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd);
 
 /* Builds the 200 response {"stdout","stderr","exit_code","files"} from a validated result and the data
  * buffer (stdout at 0, stderr after it, artifacts at their offsets). Artifacts are base64-encoded

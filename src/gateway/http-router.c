@@ -10,6 +10,7 @@
 
 #include "gateway-auth.h"
 #include "http-connection.h"
+#include "http-dify.h"
 #include "http-router.h"
 #include "json-util.h"
 #include "log.h"
@@ -33,10 +34,26 @@ const HttpRoute http_sidecar_routes[] = {
         {}
 };
 
+#define DIFY_ROUTE (HTTP_ROUTE_API_KEY | HTTP_ROUTE_RAW_BODY)
+
+const HttpRoute http_dify_routes[] = {
+        { "GET",  "/health",                          HTTP_ROUTE_PUBLIC,          http_dify_health         },
+        { "POST", "/v1/sandbox/run",                  DIFY_ROUTE | HTTP_ROUTE_CODE_BODY, http_dify_run     },
+        { "GET",  "/v1/sandbox/dependencies",         DIFY_ROUTE, http_dify_dependencies_list              },
+        { "POST", "/v1/sandbox/dependencies/update",  DIFY_ROUTE, http_dify_dependencies_update            },
+        { "GET",  "/v1/sandbox/dependencies/refresh", DIFY_ROUTE, http_dify_dependencies_refresh           },
+        {}
+};
+
+/* Every API a socket serves when its daemon names none. */
+static const HttpRoute *const http_route_tables[] = { http_sidecar_routes, http_dify_routes };
+
 uint64_t http_route_body_max(const HttpRoute *route, const Config *config) {
         assert(route);
         assert(config);
 
+        if (route->flags & HTTP_ROUTE_CODE_BODY)
+                return dify_run_body_max(config);
         return route->flags & HTTP_ROUTE_BIG_BODY ? config->max_storage_body_bytes : config->max_body_bytes;
 }
 
@@ -152,6 +169,8 @@ HttpRequest *http_request_free(HttpRequest *req) {
                 req->userdata_free(req->userdata);
         free(req->method);
         free(req->path);
+        for (unsigned i = 0; i < req->n_log_fields; i++)
+                free(req->log_fields[i]);
 
         if (req->prev)
                 req->prev->next = req->next;
@@ -254,6 +273,30 @@ void http_request_set_session_id(HttpRequest *req, const char *id) {
                 memcpy(req->session_id, id, SESSION_ID_LEN + 1);
 }
 
+int http_request_add_log_field(HttpRequest *req, const char *name, const char *value) {
+        char *f;
+
+        assert(req);
+        assert(name);
+
+        if (req->n_log_fields >= HTTP_LOG_FIELDS_MAX)
+                return -E2BIG;
+        if (asprintf(&f, "%s=%s", name, strempty(value)) < 0)
+                return -ENOMEM;
+        req->log_fields[req->n_log_fields++] = f;
+        return 0;
+}
+
+/* An answer of ours that is no resource's (internal error, shutdown), in the shape of the route's
+ * API. Failures leave no response (the caller closes the connection). */
+static void http_request_reply_failure(HttpRequest *req, unsigned status, const char *message) {
+        req->response = http_response_free(req->response);
+        if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY))
+                (void) dify_response_new_error(status, -(int) status, message, &req->response);
+        else
+                (void) http_response_new_detail(status, message, &req->response);
+}
+
 /* Replaces whatever was prepared by a 500; logs why (rate-limited: the cause may be a request). */
 static void http_request_fail(HttpRequest *req, int error) {
         Server *s = req->server;
@@ -270,7 +313,7 @@ static void http_request_fail(HttpRequest *req, int error) {
         }
 
         /* If even this fails, the caller closes the connection. */
-        (void) http_response_new_detail(HTTP_INTERNAL_SERVER_ERROR, "internal error", &req->response);
+        http_request_reply_failure(req, HTTP_INTERNAL_SERVER_ERROR, "internal error");
 }
 
 static void http_request_resume(HttpRequest *req) {
@@ -355,8 +398,38 @@ static int http_request_reply_busy(HttpRequest *req) {
         return http_request_reply_error(req, HTTP_SERVICE_UNAVAILABLE, "server busy, retry later");
 }
 
-static const HttpRoute *http_request_routes(const HttpRequest *req) {
-        return req->daemon && req->daemon->routes ? req->daemon->routes : http_sidecar_routes;
+/* Looks the request up in the API(s) its socket serves. */
+static int http_request_lookup(HttpRequest *req) {
+        if (req->daemon && req->daemon->routes)
+                return http_route_lookup(req->daemon->routes, req->method, req->path, &req->route,
+                                         &req->path_arg, req->allow, sizeof(req->allow));
+
+        for (size_t i = 0; i < ELEMENTSOF(http_route_tables); i++) {
+                int r = http_route_lookup(http_route_tables[i], req->method, req->path, &req->route,
+                                          &req->path_arg, req->allow, sizeof(req->allow));
+                if (r != -ENOENT)
+                        return r;
+        }
+        return -ENOENT;
+}
+
+/* Whether the request carries the key the way its route wants it. Authorization: Bearer opens the
+ * sidecar API, X-Api-Key the dify-sandbox API; a request that matches no route may show either, so
+ * that both kinds of clients learn of a wrong path or method. A repeated header is no key. */
+static bool http_request_authenticated(const HttpRequest *req, const HttpRequestHeaders *h, int lookup) {
+        const Server *s = req->server;
+        bool api_key_only = lookup >= 0 && (req->route->flags & HTTP_ROUTE_API_KEY);
+
+        if (!s->auth_header)
+                return true;
+        if (api_key_only || lookup < 0)
+                if (auth_header_matches(h->n_api_key == 1 ? h->api_key : NULL, h->api_key_size,
+                                        s->api_key, s->api_key_size))
+                        return true;
+        if (api_key_only)
+                return false;
+        return auth_header_matches(h->n_authorization == 1 ? h->authorization : NULL, h->authorization_size,
+                                   s->auth_header, s->auth_header_size);
 }
 
 /* Where the body ends must be unambiguous (RFC 9112 §6.3), or a request could be read one way here
@@ -403,18 +476,20 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
         if (r < 0 || req->response)
                 return r;
 
-        lookup = http_route_lookup(http_request_routes(req), req->method, req->path, &req->route,
-                                   &req->path_arg, req->allow, sizeof(req->allow));
+        lookup = http_request_lookup(req);
         if (lookup < 0 && lookup != -ENOENT && lookup != -EOPNOTSUPP)
                 return lookup;
+        req->headers = *h;
 
         /* Authentication comes before everything else a client could learn from us, including
-         * which paths exist, and before a single body byte is read. A repeated header is no key. */
+         * which paths exist, and before a single body byte is read. */
         public = lookup >= 0 && (req->route->flags & HTTP_ROUTE_PUBLIC);
-        if (!public && s->auth_header &&
-            !auth_header_matches(h->n_authorization == 1 ? h->authorization : NULL, h->authorization_size,
-                                 s->auth_header, s->auth_header_size))
+        if (!public && !http_request_authenticated(req, h, lookup)) {
+                /* dify-sandbox answers with the bare status. */
+                if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_API_KEY))
+                        return http_request_reply_literal(req, HTTP_UNAUTHORIZED, "");
                 return http_request_reply_error(req, HTTP_UNAUTHORIZED, "unauthorized");
+        }
 
         if (lookup == -ENOENT)
                 return http_request_reply_detail(req, HTTP_NOT_FOUND, "Not Found");
@@ -436,7 +511,7 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
                         return http_request_reply_error(req, HTTP_BAD_REQUEST, "invalid content-length");
                 req->has_content_length = true;
 
-                if (req->route->flags & HTTP_ROUTE_JSON) {
+                if (req->route->flags & HTTP_ROUTE_BUFFERED) {
                         r = http_request_reserve(req, req->content_length);
                         if (r < 0)
                                 return http_request_reply_busy(req);
@@ -464,7 +539,7 @@ int http_request_append_body(HttpRequest *req, const char *data, size_t size) {
 
         /* A resource that takes no body (the public GET /healthz among them) gets none: counted,
          * never buffered, so that nobody can park memory here without a key. */
-        if (!(req->route->flags & HTTP_ROUTE_JSON)) {
+        if (!(req->route->flags & HTTP_ROUTE_BUFFERED)) {
                 req->body_size = need;
                 return 0;
         }
@@ -508,8 +583,10 @@ int http_request_dispatch(HttpRequest *req) {
                 r = json_parse(req->body, req->body_size, JSON_DEPTH_MAX, &req->json);
 
         /* The parsed document holds what the resource needs; a long exec should not keep the raw
-         * bytes counted against the budget. */
-        http_request_release_body(req);
+         * bytes counted against the budget. A resource that binds the body itself gets it until
+         * its handler returns. */
+        if (!(req->route->flags & HTTP_ROUTE_RAW_BODY))
+                http_request_release_body(req);
 
         if (r == -ENOMEM)
                 return r;
@@ -523,6 +600,7 @@ int http_request_dispatch(HttpRequest *req) {
         }
 
         r = req->route->handler(req);
+        http_request_release_body(req);
         if (r < 0)
                 return r;
         if (!req->response && !req->slot)
@@ -545,7 +623,8 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
                 return MHD_NO;
         resp->body = NULL; /* MHD frees it now */
 
-        if (MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES ||
+        if ((resp->size > 0 &&
+             MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES) ||
             (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES)) {
                 MHD_destroy_response(m);
                 return MHD_NO;
@@ -565,6 +644,8 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
         if (kind == MHD_GET_ARGUMENT_KIND) {
                 /* "key=value&": roughly what it took in the request line. */
                 h->target_bytes += key_size + value_size + 2;
+                if (key && streq(key, "language") && !h->language)
+                        h->language = strempty(value);
                 return MHD_YES;
         }
 
@@ -584,6 +665,22 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
         } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
                 if (h->n_transfer_encoding++ == 0)
                         h->transfer_encoding = value;
+        } else if (strcasecmp(key, "X-Api-Key") == 0) {
+                h->n_api_key++;
+                h->api_key = value;
+                h->api_key_size = value_size;
+        } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) {
+                if (!h->content_type)
+                        h->content_type = value;
+        } else if (strcasecmp(key, "traceparent") == 0) {
+                if (h->n_traceparent++ == 0)
+                        h->traceparent = value;
+        } else if (strcasecmp(key, "X-User-ID") == 0) {
+                if (!h->user_id)
+                        h->user_id = value;
+        } else if (strcasecmp(key, "X-User-Type") == 0) {
+                if (!h->user_type)
+                        h->user_type = value;
         }
         return MHD_YES;
 }
@@ -706,7 +803,7 @@ static void http_request_log_access(HttpRequest *req, enum MHD_RequestTerminatio
         char method[4 * HTTP_METHOD_LOG_MAX + 4], path[4 * HTTP_PATH_LOG_MAX + 4];
         char f_method[sizeof(method) + 32], f_path[sizeof(path) + 32], f_status[48], f_duration[64],
                 f_session[64], status[16];
-        const char *fields[6] = {}, *why;
+        const char *fields[6 + HTTP_LOG_FIELDS_MAX] = {}, *why;
         uint64_t duration;
         size_t n = 0;
 
@@ -726,6 +823,8 @@ static void http_request_log_access(HttpRequest *req, enum MHD_RequestTerminatio
                 (void) snprintf(f_session, sizeof(f_session), "SCOPEBOX_SESSION_ID=%s", req->session_id);
                 fields[n++] = f_session;
         }
+        for (unsigned i = 0; i < req->n_log_fields; i++)
+                fields[n++] = req->log_fields[i];
         fields[n] = NULL;
 
         if (req->status > 0)
@@ -764,8 +863,8 @@ void http_router_abort_pending(Server *s, HttpDaemon *d) {
 
                 req->slot = sd_bus_slot_unref(req->slot);
                 req->reply_handler = NULL;
-                req->response = http_response_free(req->response);
-                if (http_request_reply_detail(req, HTTP_SERVICE_UNAVAILABLE, "service is shutting down") < 0)
+                http_request_reply_failure(req, HTTP_SERVICE_UNAVAILABLE, "service is shutting down");
+                if (!req->response)
                         log_oom();
                 http_request_resume(req);
         }

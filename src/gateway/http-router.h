@@ -26,7 +26,14 @@ typedef enum HttpRouteFlags {
         HTTP_ROUTE_PATH_ARG = 1 << 1, /* 'path' is a prefix followed by one non-empty segment */
         HTTP_ROUTE_JSON     = 1 << 2, /* a non-empty body is parsed as JSON */
         HTTP_ROUTE_BIG_BODY = 1 << 3, /* body limit SANDBOX_MAX_STORAGE_BODY_BYTES (/storage/put) */
+        HTTP_ROUTE_API_KEY  = 1 << 4, /* the dify-sandbox API: "X-Api-Key: <key>" instead of Authorization,
+                                       * 401 with an empty body; failures in its envelope */
+        HTTP_ROUTE_RAW_BODY = 1 << 5, /* the body is kept as received, for the resource to bind */
+        HTTP_ROUTE_CODE_BODY = 1 << 6, /* body limit follows SANDBOX_MAX_CODE_BYTES (/v1/sandbox/run) */
 } HttpRouteFlags;
+
+/* Routes whose body is buffered (and counted against the server-wide budget). */
+#define HTTP_ROUTE_BUFFERED (HTTP_ROUTE_JSON | HTTP_ROUTE_RAW_BODY)
 
 struct HttpRoute {
         const char *method;
@@ -37,6 +44,8 @@ struct HttpRoute {
 
 /* The sidecar (Aivory) API. Terminated by an entry with method NULL. */
 extern const HttpRoute http_sidecar_routes[];
+/* The dify-sandbox API (docs/dify.md); its paths are disjoint from the sidecar's. */
+extern const HttpRoute http_dify_routes[];
 
 /* The body limit of a route: Content-Length above it is refused, a chunked body cut off there. */
 uint64_t http_route_body_max(const HttpRoute *route, const Config *config);
@@ -55,6 +64,35 @@ typedef enum HttpRequestState {
 
 #define HTTP_METHOD_LOG_MAX 16U
 #define HTTP_PATH_LOG_MAX   256U
+/* Extra journal fields a resource may add to its request's access-log entry. */
+#define HTTP_LOG_FIELDS_MAX 8U
+
+/* What the router looks at in a request's header, collected in one pass over the fields. The
+ * strings belong to libmicrohttpd and stay valid until the request completes. */
+typedef struct HttpRequestHeaders {
+        unsigned n;                         /* header fields */
+        size_t bytes;                       /* their names and values */
+        size_t target_bytes;                /* path and query arguments */
+        unsigned n_invalid;                 /* fields with a name that is no token or a control
+                                             * character in the value */
+        unsigned n_authorization;
+        const char *authorization;          /* the last one, 'authorization_size' bytes (NULs possible) */
+        size_t authorization_size;
+        unsigned n_api_key;
+        const char *api_key;                /* X-Api-Key, the last one, 'api_key_size' bytes */
+        size_t api_key_size;
+        unsigned n_content_length;
+        const char *content_length;         /* the first one */
+        unsigned n_transfer_encoding;
+        const char *transfer_encoding;      /* the first one */
+        /* For the dify-sandbox API's resources (the first of each). */
+        const char *content_type;
+        unsigned n_traceparent;
+        const char *traceparent;
+        const char *user_id;                /* X-User-ID */
+        const char *user_type;              /* X-User-Type */
+        const char *language;               /* the query argument "language" */
+} HttpRequestHeaders;
 
 struct HttpRequest {
         Server *server;
@@ -80,7 +118,10 @@ struct HttpRequest {
         bool has_content_length;
         json_object *json;                  /* NULL for an empty body or a JSON null */
 
+        HttpRequestHeaders headers;         /* as seen by http_request_begin() */
         char session_id[SESSION_ID_LEN + 1];  /* for the access log, "" if unknown */
+        char *log_fields[HTTP_LOG_FIELDS_MAX]; /* "NAME=value", for the access log */
+        unsigned n_log_fields;
 
         /* A pending bus call; unref'd (which cancels it) when the request goes away. */
         sd_bus_slot *slot;
@@ -95,22 +136,6 @@ struct HttpRequest {
         unsigned status;                    /* of the queued response, for the access log */
         const char *close_reason;           /* why we closed the connection, for the access log */
 };
-
-/* What the router looks at in a request's header, collected in one pass over the fields. */
-typedef struct HttpRequestHeaders {
-        unsigned n;                         /* header fields */
-        size_t bytes;                       /* their names and values */
-        size_t target_bytes;                /* path and query arguments */
-        unsigned n_invalid;                 /* fields with a name that is no token or a control
-                                             * character in the value */
-        unsigned n_authorization;
-        const char *authorization;          /* the last one, 'authorization_size' bytes (NULs possible) */
-        size_t authorization_size;
-        unsigned n_content_length;
-        const char *content_length;         /* the first one */
-        unsigned n_transfer_encoding;
-        const char *transfer_encoding;      /* the first one */
-} HttpRequestHeaders;
 
 int http_request_new(Server *s, HttpDaemon *d, struct MHD_Connection *c, const char *method,
                      const char *path, HttpRequest **ret);
@@ -133,6 +158,9 @@ void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ou
 int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler);
 /* Records the session a request is about, for the access log. Ignores invalid ids. */
 void http_request_set_session_id(HttpRequest *req, const char *id);
+/* Adds the journal field NAME=value to the request's access-log entry; 'value' must already be
+ * bounded and sanitized. Beyond HTTP_LOG_FIELDS_MAX fields, -E2BIG. */
+int http_request_add_log_field(HttpRequest *req, const char *name, const char *value);
 
 /* Checks done once the headers are in: size caps (431, 414), message framing (400, 501; a request
  * whose end is ambiguous never reaches a resource), auth (401), route (404, 405), Content-Length
@@ -166,3 +194,8 @@ int http_files_reset_inputs(HttpRequest *req);
 int http_storage_put(HttpRequest *req);
 int http_storage_delete(HttpRequest *req);
 int http_storage_gc(HttpRequest *req);
+int http_dify_health(HttpRequest *req);
+int http_dify_run(HttpRequest *req);
+int http_dify_dependencies_list(HttpRequest *req);
+int http_dify_dependencies_update(HttpRequest *req);
+int http_dify_dependencies_refresh(HttpRequest *req);

@@ -66,7 +66,6 @@ static int http_response_new_member(unsigned status, const char *key, const char
         _cleanup_(json_writer_done) JsonWriter w = {};
         _cleanup_free_ char *fixed = NULL;
         size_t n = strlen(value);
-        char *body;
         int r;
 
         if (!utf8_is_valid_n(value, n)) {
@@ -83,7 +82,14 @@ static int http_response_new_member(unsigned status, const char *key, const char
             (r = json_writer_append_str(&w, "}")) < 0)
                 return r;
 
-        body = json_writer_steal(&w, &n);
+        return http_response_new_writer(status, &w, ret);
+}
+
+int http_response_new_writer(unsigned status, JsonWriter *w, HttpResponse **ret) {
+        size_t n;
+        char *body;
+
+        body = json_writer_steal(w, &n);
         if (!body)
                 return -ENOMEM;
         return http_response_new_take(status, body, n, ret);
@@ -101,8 +107,6 @@ int http_response_new_error(unsigned status, const char *error, HttpResponse **r
 static int http_response_new_pydantic(const char *type, const char *loc_field, const char *msg,
                                       HttpResponse **ret) {
         _cleanup_(json_writer_done) JsonWriter w = {};
-        char *body;
-        size_t n;
         int r;
 
         assert(type);
@@ -128,10 +132,7 @@ static int http_response_new_pydantic(const char *type, const char *loc_field, c
             (r = json_writer_append_str(&w, "}]}")) < 0)
                 return r;
 
-        body = json_writer_steal(&w, &n);
-        if (!body)
-                return -ENOMEM;
-        return http_response_new_take(HTTP_UNPROCESSABLE_ENTITY, body, n, ret);
+        return http_response_new_writer(HTTP_UNPROCESSABLE_ENTITY, &w, ret);
 }
 
 int http_response_new_validation(const JsonDispatchError *e, HttpResponse **ret) {
@@ -175,11 +176,12 @@ static const BusErrorMapping bus_error_mappings[] = {
         { SD_BUS_ERROR_DISCONNECTED,    HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
 };
 
-int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
+void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const char **ret_detail,
+                             bool *ret_internal) {
         const BusErrorMapping *m = NULL;
-        const char *detail;
 
-        assert(ret);
+        assert(ret_status);
+        assert(ret_detail);
 
         if (e && e->name)
                 for (size_t i = 0; i < ELEMENTSOF(bus_error_mappings); i++)
@@ -191,15 +193,27 @@ int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool 
         if (!m) {
                 /* Activation failures (org.freedesktop.DBus.Error.Spawn.*), access denied, unknown
                  * methods after a version skew, …: all our fault, none of the client's business. */
+                *ret_status = HTTP_INTERNAL_SERVER_ERROR;
+                *ret_detail = "internal error";
                 if (ret_internal)
                         *ret_internal = true;
-                return http_response_new_detail(HTTP_INTERNAL_SERVER_ERROR, "internal error", ret);
+                return;
         }
 
+        *ret_status = m->status;
+        *ret_detail = m->fixed || isempty(e->message) ? m->fallback : e->message;
         if (ret_internal)
                 *ret_internal = m->status >= HTTP_INTERNAL_SERVER_ERROR && m->status != HTTP_BAD_GATEWAY;
-        detail = m->fixed || isempty(e->message) ? m->fallback : e->message;
-        return http_response_new_detail(m->status, detail, ret);
+}
+
+int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
+        const char *detail;
+        unsigned status;
+
+        assert(ret);
+
+        http_bus_error_describe(e, &status, &detail, ret_internal);
+        return http_response_new_detail(status, detail, ret);
 }
 
 static int json_add(json_object *o, const char *key, json_object *v) {
@@ -418,6 +432,27 @@ int json_writer_append_string(JsonWriter *w, const char *s, size_t n) {
         if (r < 0)
                 return r;
         return json_writer_append(w, "\"", 1);
+}
+
+/* Appends bytes as UTF-8 text with replacement, quoted as a JSON string or not. */
+static int json_writer_append_lossy(JsonWriter *w, const char *s, size_t n, bool quoted) {
+        _cleanup_free_ char *fixed = NULL;
+
+        if (!utf8_is_valid_n(s, n)) {
+                fixed = utf8_sanitize(s, n, &n);
+                if (!fixed)
+                        return -ENOMEM;
+                s = fixed;
+        }
+        return quoted ? json_writer_append_string(w, s, n) : json_writer_append(w, s, n);
+}
+
+int json_writer_append_string_lossy(JsonWriter *w, const char *s, size_t n) {
+        return json_writer_append_lossy(w, s, n, true);
+}
+
+int json_writer_append_text_lossy(JsonWriter *w, const void *p, size_t n) {
+        return json_writer_append_lossy(w, p, n, false);
 }
 
 int json_writer_append_base64(JsonWriter *w, const void *p, size_t n) {

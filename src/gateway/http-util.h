@@ -54,6 +54,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpResponse *, http_response_free);
 
 /* Takes ownership of 'body' (malloc'ed, 'size' bytes) in all cases. */
 int http_response_new_take(unsigned status, char *body, size_t size, HttpResponse **ret);
+typedef struct JsonWriter JsonWriter;
+/* Takes the text of 'w' (leaving it empty) as the body. */
+int http_response_new_writer(unsigned status, JsonWriter *w, HttpResponse **ret);
 int http_response_new_json(unsigned status, json_object *o, HttpResponse **ret);
 /* Handler error: {"detail":"<detail>"} */
 int http_response_new_detail(unsigned status, const char *detail, HttpResponse **ret);
@@ -68,6 +71,9 @@ int http_response_new_body_missing(HttpResponse **ret);
 /* The answer for a failed session-manager call. Sets *ret_internal when the cause is on our side
  * (500): the caller should log the real error, which the response does not show. */
 int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal);
+/* The status and the client-safe message of that answer (the message is owned by 'e' or static). */
+void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const char **ret_detail,
+                             bool *ret_internal);
 
 /* json-c's adders store a NULL value (from a failed allocation) as JSON null; these fail instead. */
 int json_add_string(json_object *o, const char *key, const char *value);
@@ -91,11 +97,11 @@ void http_sanitize_for_log(const char *s, size_t max, char *buf, size_t bufsize)
 
 /* Growing buffer for JSON text assembled by hand (large exec results), so that artifacts can be
  * base64-encoded straight into the response body. */
-typedef struct JsonWriter {
+struct JsonWriter {
         char *data;
         size_t size;
         size_t allocated;
-} JsonWriter;
+};
 
 void json_writer_done(JsonWriter *w);
 int json_writer_reserve(JsonWriter *w, size_t more);
@@ -104,6 +110,10 @@ int json_writer_append_str(JsonWriter *w, const char *s);
 int json_writer_appendf(JsonWriter *w, const char *format, ...) _printf_(2, 3);
 /* Appends a quoted JSON string. 's' must be valid UTF-8 (checked by the caller). */
 int json_writer_append_string(JsonWriter *w, const char *s, size_t n);
+/* Appends bytes as a quoted JSON string, invalid UTF-8 replaced by U+FFFD. */
+int json_writer_append_string_lossy(JsonWriter *w, const char *s, size_t n);
+/* The same, unquoted: text to be quoted later (like Python's errors="replace"). */
+int json_writer_append_text_lossy(JsonWriter *w, const void *p, size_t n);
 /* Appends a quoted base64 string of the bytes. */
 int json_writer_append_base64(JsonWriter *w, const void *p, size_t n);
 /* Hands out the text (NUL-terminated) and resets the writer. */
