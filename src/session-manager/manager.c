@@ -198,6 +198,8 @@ void manager_add_session(Manager *m, Session *s) {
         s->next = m->sessions;
         m->sessions = s;
         m->n_sessions++;
+        if (s->ephemeral)
+                m->n_ephemeral++;
         manager_state_changed(m);
 }
 
@@ -206,6 +208,8 @@ void manager_remove_session(Manager *m, Session *s) {
                 if (*p == s) {
                         *p = s->next;
                         m->n_sessions--;
+                        if (s->ephemeral)
+                                m->n_ephemeral--;
                         break;
                 }
         s->next = NULL;

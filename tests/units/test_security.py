@@ -78,6 +78,10 @@ OPEN = {
         "SystemCallFilter=~@resources": "The runner sets each payload's rlimits, and payloads "
                                         "inherit the filter (their own filter refuses the "
                                         "scheduler and NUMA calls).",
+        "PrivateNetwork=": "Runners inherit the manager's network namespace; the slirp4netns of a "
+                           "dify run with ENABLE_NETWORK reaches the network from it. Sandboxes "
+                           "always get namespaces of their own, and IPAddressDeny=any keeps the "
+                           "manager's own cgroup off IP.",
         "ProtectControlGroups=": "It creates transient scopes and writes their cgroup files.",
         "ProtectHostname=": "Inherited by runners: it blocks sethostname() in a sandbox's new UTS "
                             "namespace.",
@@ -97,8 +101,8 @@ OPEN = {
                                                     "up a sandbox's lo; both because payloads "
                                                     "inherit the list and it would answer before "
                                                     "their own filter, which names refused inet "
-                                                    "sockets (the unit itself has no network: "
-                                                    "PrivateNetwork=yes).",
+                                                    "sockets, and slirp4netns needs them for "
+                                                    "dify runs with a network.",
         "ProcSubset=": "The host check at start reads /proc/sys and /proc/swaps.",
         "DeviceAllow=": _RTC,
     },
