@@ -16,6 +16,7 @@
 #include "string-util.h"
 #include "log.h"
 #include "manager.h"
+#include "run.h"
 #include "runner-protocol.h"
 #include "session.h"
 #include "systemd-client.h"
@@ -55,6 +56,7 @@ Manager *manager_free(Manager *m) {
                 pending_create_unlink(m, p);
                 free(p);
         }
+        manager_runs_flush(m);
         while (m->sessions)
                 session_free(m->sessions);
         free(m->exec_waiters);
