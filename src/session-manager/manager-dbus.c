@@ -14,6 +14,7 @@
 #include "storage-config.h"
 #include "log.h"
 #include "manager.h"
+#include "run.h"
 #include "session.h"
 #include "string-util.h"
 #include "systemd-client.h"
@@ -143,7 +144,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
 
-        if (mgr->config.max_sessions > 0 && mgr->n_sessions >= (uint64_t) mgr->config.max_sessions)
+        if (mgr->config.max_sessions > 0 && mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions)
                 return sd_bus_error_set(error, BUS_ERROR_LIMIT_EXCEEDED, "too many active sessions");
 
         r = session_new(mgr, &s);
@@ -280,28 +281,11 @@ static int exec_option(const char *key, sd_bus_message *m, void *userdata, sd_bu
         return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
 }
 
-static void on_exec_done(Session *s, int error, const char *message, const ExecResult *res, void *userdata) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata, *reply = NULL;
+/* The a{sv} info of Exec and Run. */
+static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
         int r;
 
-        if (error < 0) {
-                if (error == -ENXIO)
-                        message = "session not found or not running";
-                reply_error(m, error, message);
-                return;
-        }
-
-        r = sd_bus_message_new_method_return(m, &reply);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "itt", res->exit_code, res->stdout_size, res->stderr_size);
-        if (r >= 0)
-                r = sd_bus_message_open_container(reply, 'a', "(stt)");
-        for (size_t i = 0; r >= 0 && i < res->n_files; i++)
-                r = sd_bus_message_append(reply, "(stt)", res->files[i].path, res->files[i].offset, res->files[i].size);
-        if (r >= 0)
-                r = sd_bus_message_close_container(reply);
-        if (r >= 0)
-                r = sd_bus_message_open_container(reply, 'a', "{sv}");
+        r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
                 r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}",
                                           "timed_out", "b", (int) res->timed_out,
@@ -323,6 +307,31 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
                                           res->blocked[i].count);
         for (unsigned i = 0; r >= 0 && i < 4; i++) /* array, variant, dict entry, dict */
                 r = sd_bus_message_close_container(reply);
+        return r;
+}
+
+static void on_exec_done(Session *s, int error, const char *message, const ExecResult *res, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata, *reply = NULL;
+        int r;
+
+        if (error < 0) {
+                if (error == -ENXIO)
+                        message = "session not found or not running";
+                reply_error(m, error, message);
+                return;
+        }
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "itt", res->exit_code, res->stdout_size, res->stderr_size);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(stt)");
+        for (size_t i = 0; r >= 0 && i < res->n_files; i++)
+                r = sd_bus_message_append(reply, "(stt)", res->files[i].path, res->files[i].offset, res->files[i].size);
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r >= 0)
+                r = append_exec_info(reply, res);
         if (r >= 0)
                 r = sd_bus_message_append(reply, "h", res->data_fd);
         if (r >= 0)
@@ -333,15 +342,34 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         }
 }
 
+/* The code must be a sealed memfd: what we check is what the sandbox runs. Returns 1 with a
+ * duplicate in *ret, or 0/-errno with the error set. */
+static int take_code_fd(Manager *mgr, int fd, int *ret, sd_bus_error *error) {
+        _cleanup_close_ int code_fd = -EBADF;
+        struct stat st;
+        int seals;
+
+        code_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (code_fd < 0)
+                return -errno;
+        seals = fcntl(code_fd, F_GET_SEALS);
+        if (fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
+            (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "code must be a sealed memfd");
+        if ((uint64_t) st.st_size > mgr->config.max_code_bytes)
+                return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, "code too large");
+        *ret = TAKE_FD(code_fd);
+        return 1;
+}
+
 static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         _cleanup_close_ int code_fd = -EBADF;
         ExecOptions o = {};
-        ExecParameters p;
+        ExecParameters p = {};
         const char *id;
-        struct stat st;
         Session *s;
-        int fd, seals, r;
+        int fd, r;
 
         r = sd_bus_message_read(m, "sh", &id, &fd);
         if (r < 0)
@@ -354,16 +382,9 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (o.language && !streq(o.language, "python3"))
                 return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "unsupported language");
 
-        /* The code must be a sealed memfd: what we check is what the sandbox runs. */
-        code_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        if (code_fd < 0)
-                return -errno;
-        seals = fcntl(code_fd, F_GET_SEALS);
-        if (fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
-            (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "code must be a sealed memfd");
-        if ((uint64_t) st.st_size > mgr->config.max_code_bytes)
-                return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, "code too large");
+        r = take_code_fd(mgr, fd, &code_fd, error);
+        if (r <= 0)
+                return r;
 
         s = manager_find_session(mgr, id);
         if (!s || s->state != SESSION_RUNNING)
@@ -380,6 +401,116 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                         return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
                 if (r == -ENXIO)
                         return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                return r;
+        }
+        return 1;
+}
+
+/* ---- Run (the dify API) ---- */
+
+/* Longest user id, user type or traceparent we record. */
+#define RUN_FIELD_MAX 256
+
+typedef struct RunOptions {
+        int enable_network;
+        const char *traceparent;
+        const char *user_id;
+        const char *user_type;
+} RunOptions;
+
+static int run_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        RunOptions *o = userdata;
+
+        if (streq(key, "enable_network"))
+                return read_variant(m, key, 'b', &o->enable_network, error);
+        if (streq(key, "traceparent"))
+                return read_variant(m, key, 's', &o->traceparent, error);
+        if (streq(key, "user_id"))
+                return read_variant(m, key, 's', &o->user_id, error);
+        if (streq(key, "user_type"))
+                return read_variant(m, key, 's', &o->user_type, error);
+        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
+}
+
+/* Journal field values from the caller: short, printable. */
+static bool field_value_is_valid(const char *v) {
+        if (!v)
+                return true;
+        if (strlen(v) > RUN_FIELD_MAX)
+                return false;
+        for (const char *c = v; *c; c++)
+                if ((unsigned char) *c < 0x20 || *c == 0x7f)
+                        return false;
+        return true;
+}
+
+static void on_run_done(int error, const char *message, const ExecResult *res, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata, *reply = NULL;
+        int r;
+
+        if (error < 0) {
+                reply_error(m, error, message);
+                return;
+        }
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "itt", res->exit_code, res->stdout_size, res->stderr_size);
+        if (r >= 0)
+                r = append_exec_info(reply, res);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "h", res->data_fd);
+        if (r >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to send the result of a run: %m");
+                reply_error(m, r, "failed to send the result");
+        }
+}
+
+static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        _cleanup_close_ int code_fd = -EBADF;
+        char trace_id[33] = "", span_id[17] = "";
+        RunOptions o = {};
+        const char *language;
+        int fd, r;
+
+        r = sd_bus_message_read(m, "sh", &language, &fd);
+        if (r < 0)
+                return r;
+        if (!streq(language, "python3") && !streq(language, "nodejs"))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unsupported language");
+        r = read_options(m, run_option, &o, error);
+        if (r < 0)
+                return r;
+        if (o.enable_network && !mgr->config.dify_enable_network)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "network is disabled");
+        if (!field_value_is_valid(o.user_id) || !field_value_is_valid(o.user_type) ||
+            !field_value_is_valid(o.traceparent))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid trace context");
+        /* W3C traceparent "00-<trace id>-<span id>-<flags>": the ids go to the journal. */
+        if (o.traceparent && strlen(o.traceparent) == 55 && o.traceparent[2] == '-' && o.traceparent[35] == '-') {
+                memcpy(trace_id, o.traceparent + 3, 32);
+                memcpy(span_id, o.traceparent + 36, 16);
+        }
+        r = take_code_fd(mgr, fd, &code_fd, error);
+        if (r <= 0)
+                return r;
+
+        r = manager_queue_run(mgr, TAKE_FD(code_fd),
+                        &(RunRequest) {
+                                .language = language,
+                                .network = o.enable_network,
+                                .trace_id = trace_id[0] ? trace_id : NULL,
+                                .span_id = span_id[0] ? span_id : NULL,
+                                .user_id = o.user_id,
+                                .user_type = o.user_type,
+                        },
+                        on_run_done, sd_bus_message_ref(m));
+        if (r < 0) {
+                sd_bus_message_unref(m);
+                if (r == -EBUSY)
+                        return sd_bus_error_set(error, BUS_ERROR_LIMIT_EXCEEDED, "too many runs waiting");
                 return r;
         }
         return 1;
@@ -654,6 +785,11 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size,
                                               "a(stt)", files, "a{sv}", info, "h", data),
                                 method_exec, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Run",
+                                SD_BUS_ARGS("s", language, "h", code, "a{sv}", options),
+                                SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size,
+                                              "a{sv}", info, "h", data),
+                                method_run, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("WriteFile",
                                 SD_BUS_ARGS("s", session_id, "s", path, "h", data),
                                 SD_BUS_NO_RESULT,

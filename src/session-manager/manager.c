@@ -16,6 +16,7 @@
 #include "string-util.h"
 #include "log.h"
 #include "manager.h"
+#include "run.h"
 #include "runner-protocol.h"
 #include "session.h"
 #include "systemd-client.h"
@@ -55,6 +56,7 @@ Manager *manager_free(Manager *m) {
                 pending_create_unlink(m, p);
                 free(p);
         }
+        manager_runs_flush(m);
         while (m->sessions)
                 session_free(m->sessions);
         free(m->exec_waiters);
@@ -198,6 +200,8 @@ void manager_add_session(Manager *m, Session *s) {
         s->next = m->sessions;
         m->sessions = s;
         m->n_sessions++;
+        if (s->ephemeral)
+                m->n_ephemeral++;
         manager_state_changed(m);
 }
 
@@ -206,6 +210,8 @@ void manager_remove_session(Manager *m, Session *s) {
                 if (*p == s) {
                         *p = s->next;
                         m->n_sessions--;
+                        if (s->ephemeral)
+                                m->n_ephemeral--;
                         break;
                 }
         s->next = NULL;

@@ -24,6 +24,12 @@ typedef struct Manager {
 
         Session *sessions;     /* linked list */
         unsigned n_sessions;
+        unsigned n_ephemeral;  /* of them, runs' sessions */
+
+        /* dify runs: at most config.dify_max_workers at once, the rest wait (FIFO). */
+        unsigned n_runs_running;
+        unsigned n_runs_queued;
+        struct Run *runs_queue;
         unsigned n_execs_running;
         void *job_waits;       /* systemd-client.c's list */
 

@@ -143,6 +143,10 @@ static int session_save_state(Session *s) {
         const char *text;
         int r;
 
+        /* A run's session lives for one exec; a restarted manager stops it as unrecorded. */
+        if (s->ephemeral)
+                return 0;
+
         o = json_object_new_object();
         path = session_state_path(s);
         if (!o || !path || asprintf(&tmp, "%s.tmp", path) < 0)
@@ -1006,6 +1010,18 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         json_object_object_add(msg, "max_artifact_bytes", json_object_new_int64((int64_t) cfg->max_artifact_bytes));
         json_object_object_add(msg, "max_files", json_object_new_int64((int64_t) cfg->max_files_per_exec));
         json_object_object_add(msg, "max_total_artifact_bytes", json_object_new_int64((int64_t) cfg->max_total_artifact_bytes));
+        json_object_object_add(msg, "memory_limit", json_object_new_int64((int64_t) cfg->memory_limit));
+        if (p->language)
+                json_object_object_add(msg, "language", json_object_new_string(p->language));
+        if (p->no_processes)
+                json_object_object_add(msg, "no_processes", json_object_new_boolean(true));
+        if (p->network) {
+                json_object_object_add(msg, "network", json_object_new_boolean(true));
+                if (!isempty(p->http_proxy))
+                        json_object_object_add(msg, "http_proxy", json_object_new_string(p->http_proxy));
+                if (!isempty(p->https_proxy))
+                        json_object_object_add(msg, "https_proxy", json_object_new_string(p->https_proxy));
+        }
 
         r = session_enqueue(s, msg, TAKE_FD(fd), p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false,
                             on_exec_reply, c);

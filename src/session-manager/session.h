@@ -73,6 +73,11 @@ typedef void (*ExecCallback)(Session *s, int error, const char *message, const E
 typedef struct ExecParameters {
         uint64_t timeout_ms;
         uint64_t output_limit;
+        const char *language;      /* NULL: python3 */
+        bool no_processes;         /* the dify profile: threads only, no new programs */
+        bool network;
+        const char *http_proxy;    /* handed to the code when it has a network */
+        const char *https_proxy;
 } ExecParameters;
 
 typedef struct RunnerRequest RunnerRequest;
@@ -87,6 +92,7 @@ struct Session {
         char *socket_path;
         char *session_root;
         uid_t uid;                /* host uid and gid of the sandbox; 0 until allocated */
+        bool ephemeral;           /* a dify run's: not recorded, not counted as a session */
         SessionState state;
 
         pid_t runner_pid;

@@ -111,6 +111,10 @@ static inline const char *strempty(const char *s) {
         return s ?: "";
 }
 
+static inline const char *strna(const char *s) {
+        return s ?: "n/a";
+}
+
 static inline const char *yes_no(int b) {
         return b ? "yes" : "no";
 }

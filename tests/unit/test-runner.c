@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/personality.h>
@@ -148,15 +149,14 @@ static void test_protocol(void) {
 
 /* Forks a child that loads the policy and runs probe(); answers its refused calls as the
  * sandbox's PID 1 does. Returns the child's wait status. */
-static int run_under_policy(int (*probe)(void), SeccompReport *report) {
-        SeccompOptions o = { .allow_inet = false };
+static int run_under_policy_with(const SeccompOptions *o, int (*probe)(void), SeccompReport *report) {
+        SeccompSupervisor sup = {};
         scmp_filter_ctx ctx = NULL;
         int sv[2], listener, status = 0;
         pid_t pid;
 
-        ASSERT_EQ(seccomp_policy_build(&o, &ctx), 0);
+        ASSERT_EQ(seccomp_policy_build(o, &ctx), 0);
         ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-        seccomp_report_init(report);
         pid = fork();
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
@@ -168,6 +168,7 @@ static int run_under_policy(int (*probe)(void), SeccompReport *report) {
                 _exit(probe());
         }
         close(sv[1]);
+        sup.first_exec_pid = o->no_processes ? pid : 0;
         listener = fd_receive_one(sv[0]);
         close(sv[0]);
         ASSERT_TRUE(listener >= 0);
@@ -179,11 +180,35 @@ static int run_under_policy(int (*probe)(void), SeccompReport *report) {
                 if (w == pid)
                         break;
                 if (poll(&p, 1, 50) > 0 && (p.revents & POLLIN))
-                        ASSERT_EQ(seccomp_notify_handle_one(listener, report), 0);
+                        ASSERT_EQ(seccomp_notify_handle_one(listener, &sup), 0);
         }
         close(listener);
         seccomp_release(ctx);
+        *report = sup.report;
         return status;
+}
+
+static int run_under_policy(int (*probe)(void), SeccompReport *report) {
+        return run_under_policy_with(&(SeccompOptions) {}, probe, report);
+}
+
+static void *thread_main(void *p) {
+        return p;
+}
+
+/* The no_processes profile: threads yes, the first execve (the interpreter) yes, nothing after. */
+static int probe_no_processes(void) {
+        pthread_t t;
+        void *ret = NULL;
+
+        if (pthread_create(&t, NULL, thread_main, (void *) 0x1) != 0 || pthread_join(t, &ret) != 0 || ret != (void *) 0x1)
+                _exit(1);
+        if (!(fork() < 0 && errno == EPERM))
+                _exit(2);
+        if (!(syscall(SYS_vfork) < 0 && errno == EPERM))
+                _exit(3);
+        execl("/bin/sh", "sh", "-c", "exec /bin/true", NULL);
+        _exit(4);
 }
 
 static const SeccompBlocked *report_find(const SeccompReport *report, long nr) {
@@ -265,6 +290,14 @@ static void test_seccomp_policy(void) {
         /* The expected probes are answered by the kernel and not reported. */
         ASSERT_TRUE(!report_find(&report, SYS_clone3));
         ASSERT_TRUE(!report_find(&report, SYS_io_uring_setup));
+
+        /* Without processes: the probe's own execve of sh works, sh's exec of true doesn't. */
+        status = run_under_policy_with(&(SeccompOptions) { .no_processes = true }, probe_no_processes, &report);
+        ASSERT_TRUE(WIFEXITED(status));
+        ASSERT_TRUE(WEXITSTATUS(status) >= 100); /* sh's "can't exec" */
+        ASSERT_TRUE((b = report_find(&report, SYS_clone)) && b->verdict == EPERM); /* glibc fork() */
+        ASSERT_TRUE((b = report_find(&report, SYS_vfork)) && b->verdict == EPERM);
+        ASSERT_TRUE((b = report_find(&report, SYS_execve)) && b->verdict == EPERM && b->count == 1);
 
         /* A call with no legitimate use is killed by the kernel, before any errno filter. */
         status = run_under_policy(probe_reboot, &report);

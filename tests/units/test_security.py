@@ -20,7 +20,7 @@ from conftest import in_system  # noqa: E402
 # three were 0.8, 4.5 and 1.2.
 EXPOSURE = {
     "scopebox-gateway.service": 0.2,
-    "scopebox-session-manager.service": 3.8,
+    "scopebox-session-manager.service": 4.2,
     "scopebox-storage-agent.service": 1.1,
 }
 
@@ -78,6 +78,10 @@ OPEN = {
         "SystemCallFilter=~@resources": "The runner sets each payload's rlimits, and payloads "
                                         "inherit the filter (their own filter refuses the "
                                         "scheduler and NUMA calls).",
+        "PrivateNetwork=": "Runners inherit the manager's network namespace; the slirp4netns of a "
+                           "dify run with ENABLE_NETWORK reaches the network from it. Sandboxes "
+                           "always get namespaces of their own, and IPAddressDeny=any keeps the "
+                           "manager's own cgroup off IP.",
         "ProtectControlGroups=": "It creates transient scopes and writes their cgroup files.",
         "ProtectHostname=": "Inherited by runners: it blocks sethostname() in a sandbox's new UTS "
                             "namespace.",
@@ -97,8 +101,8 @@ OPEN = {
                                                     "up a sandbox's lo; both because payloads "
                                                     "inherit the list and it would answer before "
                                                     "their own filter, which names refused inet "
-                                                    "sockets (the unit itself has no network: "
-                                                    "PrivateNetwork=yes).",
+                                                    "sockets, and slirp4netns needs them for "
+                                                    "dify runs with a network.",
         "ProcSubset=": "The host check at start reads /proc/sys and /proc/swaps.",
         "DeviceAllow=": _RTC,
     },

@@ -77,6 +77,8 @@ typedef struct RunnerExec {
         bool exited;
         bool timed_out;
         siginfo_t init_info;
+
+        pid_t slirp_pid;          /* the network of this exec, if it has one */
 } RunnerExec;
 
 struct Runner {
@@ -117,6 +119,11 @@ static RunnerExec *runner_exec_free(RunnerExec *e) {
                 return NULL;
         if (e->pid > 0 && !e->exited)
                 (void) kill(e->pid, SIGKILL);
+        if (e->slirp_pid > 0) {
+                /* Its namespace is gone with the sandbox; SIGKILL is immediate, so the wait is. */
+                (void) kill(e->slirp_pid, SIGKILL);
+                (void) waitpid(e->slirp_pid, NULL, 0);
+        }
         e->child_source = sd_event_source_disable_unref(e->child_source);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
         output_buffer_done(&e->out);
@@ -595,13 +602,63 @@ static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
+        char target_s[16];
+        pid_t pid;
+
+        snprintf(target_s, sizeof(target_s), "%i", (int) target);
+        pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                char *const argv[] = {
+                        (char *) "slirp4netns", (char *) "--configure", (char *) "--mtu=65520",
+                        (char *) "--disable-host-loopback", (char *) "--ready-fd=3", target_s, (char *) "tap0", NULL,
+                };
+                char *const envp[] = { (char *) "PATH=/usr/bin:/bin", NULL };
+                int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0)
+                        _exit(127);
+                /* dup2() onto itself keeps O_CLOEXEC: clear it then. */
+                if (ready_fd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(ready_fd, 3) < 0)
+                        _exit(127);
+                if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
+                        _exit(127);
+                execve(SANDBOX_SLIRP4NETNS, argv, envp);
+                _exit(127);
+        }
+        *ret = pid;
+        return 0;
+}
+
+/* Values handed into the sandbox's environment: one printable line, bounded. */
+static bool exec_env_value_is_valid(const char *v) {
+        if (!v)
+                return true;
+        if (strlen(v) > 1024)
+                return false;
+        for (const char *c = v; *c; c++)
+                if ((unsigned char) *c < 0x20 || *c == 0x7f)
+                        return false;
+        return true;
+}
+
 static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         struct {
-                const char *exec_id;
-                int64_t timeout_ms, output_limit, max_file, max_files, max_total;
+                const char *exec_id, *language, *http_proxy, *https_proxy;
+                int64_t timeout_ms, output_limit, max_file, max_files, max_total, memory_limit;
+                bool no_processes, network;
         } p = {};
         static const JsonField fields[] = {
                 { "exec_id", JSON_FIELD_STRING, offsetof(typeof(p), exec_id), JSON_MANDATORY },
+                { "language", JSON_FIELD_STRING, offsetof(typeof(p), language), 0 },
+                { "no_processes", JSON_FIELD_BOOL, offsetof(typeof(p), no_processes), 0 },
+                { "network", JSON_FIELD_BOOL, offsetof(typeof(p), network), 0 },
+                { "http_proxy", JSON_FIELD_STRING, offsetof(typeof(p), http_proxy), 0 },
+                { "https_proxy", JSON_FIELD_STRING, offsetof(typeof(p), https_proxy), 0 },
+                { "memory_limit", JSON_FIELD_INT64, offsetof(typeof(p), memory_limit), 0 },
                 { "timeout_ms", JSON_FIELD_INT64, offsetof(typeof(p), timeout_ms), JSON_MANDATORY },
                 { "output_limit", JSON_FIELD_INT64, offsetof(typeof(p), output_limit), JSON_MANDATORY },
                 { "max_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_file), JSON_MANDATORY },
@@ -611,8 +668,13 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         };
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
-                                  status_pipe[2] = { -EBADF, -EBADF };
+                                  status_pipe[2] = { -EBADF, -EBADF }, ready_pipe[2] = { -EBADF, -EBADF };
         _cleanup_close_ int outputs_fd = -EBADF;
+        _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
+        _cleanup_free_ char *http_proxy = NULL, *https_proxy = NULL;
+        char *extra_env[3] = {};
+        size_t n_env = 0;
+        SandboxLanguage language = SANDBOX_PYTHON3;
         JsonDispatchError jerr;
         struct stat st;
         pid_t pid;
@@ -626,8 +688,31 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         q = json_dispatch(req, fields, &p, &jerr);
         if (q < 0 || p.timeout_ms <= 0 || p.output_limit <= 0 || p.output_limit > (64 << 20) || p.max_file < 0 ||
-            p.max_files < 0 || p.max_total < 0 || strlen(p.exec_id) >= sizeof(e->exec_id))
+            p.max_files < 0 || p.max_total < 0 || strlen(p.exec_id) >= sizeof(e->exec_id) || p.memory_limit < 0 ||
+            !exec_env_value_is_valid(p.http_proxy) || !exec_env_value_is_valid(p.https_proxy))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
+        if (p.language && streq(p.language, "nodejs"))
+                language = SANDBOX_NODEJS;
+        else if (p.language && !streq(p.language, "python3"))
+                return runner_send_error(r, r->connection_generation, EINVAL, "unsupported language");
+
+        /* The session's filter, or one for this exec's profile. */
+        if (p.no_processes || p.network) {
+                q = seccomp_policy_build(&(SeccompOptions) { .allow_inet = p.network, .no_processes = p.no_processes },
+                                         &filter);
+                if (q < 0)
+                        return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
+        }
+        if (p.network && !isempty(p.http_proxy)) {
+                if (asprintf(&http_proxy, "HTTP_PROXY=%s", p.http_proxy) < 0)
+                        return log_oom();
+                extra_env[n_env++] = http_proxy;
+        }
+        if (p.network && !isempty(p.https_proxy)) {
+                if (asprintf(&https_proxy, "HTTPS_PROXY=%s", p.https_proxy) < 0)
+                        return log_oom();
+                extra_env[n_env++] = https_proxy;
+        }
 
         e = calloc(1, sizeof(RunnerExec));
         if (!e)
@@ -652,7 +737,8 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                         return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
         }
 
-        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0)
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0 ||
+            (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0))
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
 
         SandboxExec se = {
@@ -668,7 +754,12 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                  * hitting a quota gives ENOSPC from the filesystem, not EFBIG. */
                 .fsize_limit = r->workspace_size + r->tmp_size,
                 .cpus_percent = r->cpus_percent,
-                .seccomp = r->seccomp,
+                .memory_limit = (uint64_t) p.memory_limit,
+                .language = language,
+                .no_processes = p.no_processes,
+                .extra_env = extra_env,
+                .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
+                .seccomp = filter ?: r->seccomp,
         };
 
         /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. */
@@ -680,9 +771,22 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 safe_close(out_pipe[0]);
                 safe_close(err_pipe[0]);
                 safe_close(status_pipe[0]);
+                safe_close(ready_pipe[1]);
                 sandbox_run_init(&se);
         }
         e->pid = pid;
+
+        /* The network, for an exec that may have one: slirp4netns plugs a user-mode stack into
+         * the sandbox's namespace (no route to the host's loopback) and tells PID 1 when it is
+         * up; PID 1 starts the payload only then. */
+        if (p.network) {
+                ready_pipe[0] = safe_close(ready_pipe[0]);
+                q = spawn_slirp4netns(pid, ready_pipe[1], &e->slirp_pid);
+                ready_pipe[1] = safe_close(ready_pipe[1]);
+                if (q < 0)
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to start slirp4netns, the exec fails: %m");
+        }
 
         out_pipe[1] = safe_close(out_pipe[1]);
         err_pipe[1] = safe_close(err_pipe[1]);

@@ -2,6 +2,7 @@
 /* The per-exec sandbox: PID 1 of fresh namespaces builds the root, then runs the interpreter. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -20,7 +21,17 @@
 #define SANDBOX_GID 1000
 #define SANDBOX_HOSTNAME "sandbox"
 #define SANDBOX_PYTHON "/usr/bin/python3"
+#define SANDBOX_NODE "/usr/bin/node"
 #define SANDBOX_CELL_PATH "/exec/cell.py"
+#define SANDBOX_CELL_PATH_JS "/exec/cell.js"
+#define SANDBOX_SLIRP4NETNS "/usr/bin/slirp4netns"
+/* slirp4netns's built-in DNS forwarder, as the sandbox sees it. */
+#define SANDBOX_SLIRP_DNS "10.0.2.3"
+
+typedef enum SandboxLanguage {
+        SANDBOX_PYTHON3,
+        SANDBOX_NODEJS,
+} SandboxLanguage;
 
 /* The session's private tree (a tmpfs in the runner's mount namespace). */
 #define SESSION_WORKSPACE_DIR "workspace"
@@ -51,6 +62,12 @@ typedef struct SandboxExec {
         uint64_t timeout_ms;
         uint64_t fsize_limit;
         uint64_t cpus_percent;
+        uint64_t memory_limit;           /* the scope's MemoryMax=, sizes Node's heap; 0: unknown */
+        SandboxLanguage language;
+        bool no_processes;               /* the filter was built with no_processes */
+        char *const *extra_env;          /* NULL-terminated "NAME=value" list, or NULL */
+        int network_ready_fd;            /* with a network: slirp4netns says "1" here once the
+                                          * namespace's interface is up; -EBADF without */
         scmp_filter_ctx seccomp;
 } SandboxExec;
 

@@ -76,6 +76,9 @@ static const char *const allow[] = {
         "arch_prctl",
 };
 
+/* Left out of the allow-list in the no_processes profile. */
+static const char *const process_calls[] = { "fork", "vfork", "execve", "execveat" };
+
 /* Expected probes: plain ENOSYS from the kernel, not reported. */
 static const char *const silent_enosys[] = {
         "clone3", "io_uring_setup", "io_uring_enter", "io_uring_register",
@@ -98,6 +101,8 @@ static const char *const deny_eperm[] = {
         "vmsplice", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
         /* allowed only with harmless arguments (see the conditional rules) */
         "clone", "ioctl", "prctl", "personality", "mknod", "mknodat",
+        /* refused in the no_processes profile */
+        "fork", "vfork", "execve", "execveat",
 };
 
 /* Killed by the kernel: no legitimate use in a runner, and dying loudly aids detection. */
@@ -201,6 +206,8 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
                 return r;
 
         for (size_t i = 0; i < ELEMENTSOF(allow); i++) {
+                if (options->no_processes && name_in(process_calls, ELEMENTSOF(process_calls), allow[i]))
+                        continue;
                 r = add_rule(ctx, SCMP_ACT_ALLOW, allow[i], 0, NULL);
                 if (r < 0)
                         return r;
@@ -216,8 +223,12 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
                         return r;
         }
 
-        /* clone(): threads and fork are fine, new namespaces are not. */
-        r = allow_if_eq(ctx, "clone", 0, ns_flags, (const uint64_t[]) { 0 }, 1);
+        /* clone(): threads and fork are fine, new namespaces are not; without processes only
+         * threads. */
+        if (options->no_processes)
+                r = allow_if_eq(ctx, "clone", 0, ns_flags | CLONE_THREAD, (const uint64_t[]) { CLONE_THREAD }, 1);
+        else
+                r = allow_if_eq(ctx, "clone", 0, ns_flags, (const uint64_t[]) { 0 }, 1);
         if (r < 0)
                 return r;
         /* Local sockets always; inet only with networking (the namespace has no route anyway). */
@@ -263,7 +274,7 @@ void seccomp_report_add(SeccompReport *report, int nr, int verdict) {
         report->calls[report->n_calls++] = (SeccompBlocked) { .nr = nr, .verdict = verdict, .count = 1 };
 }
 
-int seccomp_notify_handle_one(int listener_fd, SeccompReport *report) {
+int seccomp_notify_handle_one(int listener_fd, SeccompSupervisor *supervisor) {
         /* Direct ioctls: the kernel wants the request zeroed, and libseccomp 2.5 turns every
          * failure into ECANCELED, hiding the harmless ENOENT of a caller that died. */
         struct seccomp_notif req = {};
@@ -273,10 +284,18 @@ int seccomp_notify_handle_one(int listener_fd, SeccompReport *report) {
         if (ioctl(listener_fd, SECCOMP_IOCTL_NOTIF_RECV, &req) < 0)
                 return errno == ENOENT || errno == EINTR ? 0 : -errno;
 
-        verdict = seccomp_policy_verdict(&req.data);
-        seccomp_report_add(report, req.data.nr, verdict);
         resp.id = req.id;
-        resp.error = -verdict;
+        /* The payload executing the interpreter: no user code has run yet, and the payload is
+         * single-threaded, so nobody can change the arguments between our answer and the call. */
+        if (supervisor->first_exec_pid > 0 && (pid_t) req.pid == supervisor->first_exec_pid &&
+            req.data.nr == (int) seccomp_syscall_resolve_name("execve")) {
+                supervisor->first_exec_pid = 0;
+                resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        } else {
+                verdict = seccomp_policy_verdict(&req.data);
+                seccomp_report_add(&supervisor->report, req.data.nr, verdict);
+                resp.error = -verdict;
+        }
         if (ioctl(listener_fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0 && errno != ENOENT)
                 return -errno;
         return 0;

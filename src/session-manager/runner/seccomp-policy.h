@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <linux/seccomp.h>
 
 #include <json-c/json.h>
@@ -16,6 +17,8 @@ DEFINE_CLEANUP_FUNC(scmp_filter_ctx, seccomp_release);
 
 typedef struct SeccompOptions {
         bool allow_inet;      /* AF_INET/AF_INET6 sockets (networking enabled) */
+        bool no_processes;    /* threads only: no fork, no new programs (the dify profile); the
+                               * supervisor lets the payload's own first execve() through */
 } SeccompOptions;
 
 /* Distinct refused calls remembered per exec; more are counted in `overflow`. */
@@ -48,9 +51,16 @@ int seccomp_policy_verdict(const struct seccomp_data *call);
 void seccomp_report_init(SeccompReport *report);
 void seccomp_report_add(SeccompReport *report, int nr, int verdict);
 
-/* Receives one notification from the listener, answers it and records it. Returns 0, or -errno when the listener failed;
- * a caller that died meanwhile is not an error. */
-int seccomp_notify_handle_one(int listener_fd, SeccompReport *report);
+/* What PID 1 knows while it answers: the record, and in the no_processes profile the payload
+ * whose first execve() (of the interpreter, before any user code) is let through. */
+typedef struct SeccompSupervisor {
+        SeccompReport report;
+        pid_t first_exec_pid;  /* 0: none (any more) */
+} SeccompSupervisor;
+
+/* Receives one notification from the listener, answers it and records it. Returns 0, or -errno
+ * when the listener failed; a caller that died meanwhile is not an error. */
+int seccomp_notify_handle_one(int listener_fd, SeccompSupervisor *supervisor);
 
 /* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT". */
 const char *seccomp_verdict_to_string(int verdict);

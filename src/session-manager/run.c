@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A run of the dify API: a fresh ephemeral session, one exec in the restrictive profile, released.
+ *
+ * Runs are stateless, so each gets a session of its own (its own scope, uid and namespaces, as a
+ * sidecar session), marked ephemeral: never recorded on disk nor counted against
+ * SANDBOX_MAX_SESSIONS, and released as soon as its exec has answered. At most MAX_WORKERS runs
+ * execute at once; the others wait here in order. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-event.h>
+
+#include "log.h"
+#include "macro.h"
+#include "run.h"
+
+/* A run's session outlives its exec by at most this (the runner's own backstop comes later). */
+#define RUN_IDLE_SLACK_USEC (60 * USEC_PER_SEC)
+
+struct Run {
+        Manager *manager;
+        Run *next;
+        int code_fd;
+        char *language;
+        bool network;
+        char *trace_id, *span_id, *user_id, *user_type;
+        Session *session;
+        sd_event_source *release_source;
+        RunCallback callback;
+        void *userdata;
+        bool running;
+};
+
+static Run *run_free(Run *r) {
+        if (!r)
+                return NULL;
+        safe_close(r->code_fd);
+        sd_event_source_disable_unref(r->release_source);
+        free(r->language);
+        free(r->trace_id);
+        free(r->span_id);
+        free(r->user_id);
+        free(r->user_type);
+        return mfree(r);
+}
+DEFINE_CLEANUP_FUNC(Run *, run_free);
+
+static void run_log(Run *r, int level, int error, const char *what) {
+        log_struct(level, error,
+                   LOG_FIELDS(r->session ? LOG_SESSION_FIELD(r->session->id) : "SCOPEBOX_SESSION_ID=",
+                              strjoina("SCOPEBOX_LANGUAGE=", r->language),
+                              strjoina("SCOPEBOX_TRACE_ID=", strempty(r->trace_id)),
+                              strjoina("SCOPEBOX_SPAN_ID=", strempty(r->span_id)),
+                              strjoina("SCOPEBOX_USER_ID=", strempty(r->user_id)),
+                              strjoina("SCOPEBOX_USER_TYPE=", strempty(r->user_type))),
+                   "Run (%s) in session %s %s.", r->language, r->session ? r->session->id : "-", what);
+}
+
+static void manager_runs_next(Manager *m);
+
+/* The run is over: its session goes (from an event of its own, not from inside the session's
+ * callback), its worker slot goes to the next run. */
+static int on_release(sd_event_source *source, void *userdata) {
+        Run *r = userdata;
+        Manager *m = r->manager;
+
+        if (r->session)
+                (void) session_release(r->session, "run finished", NULL, NULL);
+        run_free(r);
+        manager_runs_next(m);
+        return 0;
+}
+
+static void run_finish(Run *r, int error, const char *message, const ExecResult *result) {
+        Manager *m = r->manager;
+        RunCallback cb = TAKE_PTR(r->callback);
+        int q;
+
+        if (cb)
+                cb(error, message, result, r->userdata);
+        if (r->running) {
+                r->running = false;
+                m->n_runs_running--;
+        }
+        q = sd_event_add_defer(m->event, &r->release_source, on_release, r);
+        if (q < 0) {
+                /* Can't defer: release now, the session is not inside a callback of its own here
+                 * unless the exec answered, and then its runner is idle. */
+                if (r->session)
+                        (void) session_release(r->session, "run finished", NULL, NULL);
+                run_free(r);
+                manager_runs_next(m);
+        }
+}
+
+static void on_exec_done(Session *s, int error, const char *message, const ExecResult *result, void *userdata) {
+        Run *r = userdata;
+        char detail[128];
+
+        if (error < 0)
+                snprintf(detail, sizeof(detail), "failed: %s", strna(message));
+        else
+                snprintf(detail, sizeof(detail), "finished with exit code %i%s after %llu ms", result->exit_code,
+                         result->timed_out ? " (timed out)" : "",
+                         (unsigned long long) (result->duration_usec / USEC_PER_MSEC));
+        run_log(r, error < 0 ? LOG_WARNING : LOG_INFO, error, detail);
+        run_finish(r, error, message, error < 0 ? NULL : result);
+}
+
+static void on_session_started(Session *s, int error, const char *message, void *userdata) {
+        Run *r = userdata;
+        const Config *c = &r->manager->config;
+        ExecParameters p = {
+                .timeout_ms = c->dify_worker_timeout_sec * 1000,
+                .output_limit = c->dify_max_output_bytes,
+                .language = r->language,
+                .no_processes = true,
+                .network = r->network,
+                .http_proxy = c->dify_http_proxy,
+                .https_proxy = c->dify_https_proxy,
+        };
+        int q;
+
+        if (error < 0) {
+                run_log(r, LOG_WARNING, error, "could not start");
+                run_finish(r, error, message ?: "failed to start the sandbox", NULL);
+                return;
+        }
+        q = session_exec(s, TAKE_FD(r->code_fd), &p, on_exec_done, r);
+        if (q < 0)
+                run_finish(r, q, "failed to start the run", NULL);
+}
+
+static int run_start(Run *r) {
+        Manager *m = r->manager;
+        Session *s;
+        int q;
+
+        q = session_new(m, &s);
+        if (q < 0)
+                return q;
+        s->ephemeral = true;
+        s->idle_ttl_usec = m->config.dify_worker_timeout_sec * USEC_PER_SEC + RUN_IDLE_SLACK_USEC;
+        manager_add_session(m, s);
+        r->session = s;
+        r->running = true;
+        m->n_runs_running++;
+
+        q = manager_start_session(m, s, on_session_started, r);
+        if (q < 0) {
+                r->running = false;
+                m->n_runs_running--;
+                r->session = NULL;
+                manager_remove_session(m, s);
+                session_free(s);
+                return q;
+        }
+        return 0;
+}
+
+static void manager_runs_next(Manager *m) {
+        while (m->runs_queue && m->n_runs_running < m->config.dify_max_workers) {
+                Run *r = m->runs_queue;
+                int q;
+
+                m->runs_queue = r->next;
+                r->next = NULL;
+                m->n_runs_queued--;
+                q = run_start(r);
+                if (q < 0) {
+                        run_log(r, LOG_WARNING, q, "could not start");
+                        run_finish(r, q, "failed to start the sandbox", NULL);
+                }
+        }
+}
+
+static int strdup_opt(const char *s, char **ret) {
+        if (!s)
+                return 0;
+        *ret = strdup(s);
+        return *ret ? 0 : -ENOMEM;
+}
+
+int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallback cb, void *userdata) {
+        _cleanup_(run_freep) Run *r = NULL;
+        Run **tail;
+
+        r = calloc(1, sizeof(Run));
+        if (!r) {
+                safe_close(code_fd);
+                return -ENOMEM;
+        }
+        *r = (Run) { .manager = m, .code_fd = code_fd, .network = req->network, .callback = cb, .userdata = userdata };
+        if (m->n_runs_queued >= RUN_QUEUE_MAX)
+                return -EBUSY;
+        r->language = strdup(req->language);
+        if (!r->language || strdup_opt(req->trace_id, &r->trace_id) < 0 || strdup_opt(req->span_id, &r->span_id) < 0 ||
+            strdup_opt(req->user_id, &r->user_id) < 0 || strdup_opt(req->user_type, &r->user_type) < 0)
+                return -ENOMEM;
+
+        for (tail = &m->runs_queue; *tail; tail = &(*tail)->next)
+                ;
+        *tail = TAKE_PTR(r);
+        m->n_runs_queued++;
+        manager_runs_next(m);
+        return 0;
+}
+
+void manager_runs_flush(Manager *m) {
+        while (m->runs_queue) {
+                Run *r = m->runs_queue;
+
+                m->runs_queue = r->next;
+                m->n_runs_queued--;
+                if (r->callback)
+                        r->callback(-ESHUTDOWN, "the service is stopping", NULL, r->userdata);
+                run_free(r);
+        }
+}
