@@ -121,12 +121,15 @@ typedef struct DifyResult {
 /* The exit code clients see: -1 on timeout and when a signal ended the interpreter (what Go's
  * ProcessState.ExitCode() gave upstream), else the interpreter's. */
 int32_t dify_result_exit_code(const DifyResult *r);
-/* Whether the sandbox refused what the code tried: the filter killed it (SIGSYS), or answered a call
- * with EPERM or EAFNOSUPPORT (processes, privileges, sockets of a forbidden family). ENOSYS and ENOTTY
- * answer the probes of libraries that cope with them; they say nothing. */
-bool dify_result_refused(const DifyResult *r);
+/* Whether the code failed on something the sandbox refused: the filter killed it (SIGSYS), or it
+ * answered a call with EPERM (new processes and programs, privileged calls) and stderr shows that
+ * error ("Operation not permitted", Node's "EPERM"). Libraries probe and cope: Debian's pandas runs
+ * "uname -p" at import, urllib3 opens an IPv6 socket (EAFNOSUPPORT without a network); a later,
+ * unrelated failure must not be blamed on those. ENOSYS, ENOTTY and EAFNOSUPPORT never count. */
+bool dify_result_refused(const DifyResult *r, const char *stderr_text, size_t stderr_size);
 /* The sandbox's own lines for "error": the timeout, then a refusal. */
-const char *dify_result_sandbox_message(const DifyResult *r, char buf[static 64]);
+const char *dify_result_sandbox_message(const DifyResult *r, const char *stderr_text, size_t stderr_size,
+                                        char buf[static 64]);
 
 /* Upstream's buildExecutionError(): empty when the exit code is 0; otherwise
  * "process exited with code N", then the sandbox's message and the whole stderr, each on a new line

@@ -99,10 +99,26 @@ static void test_error_composition(void) {
                       ENVELOPE("", "PermissionError: [Errno 1] Operation not permitted\\n",
                                "process exited with code 1\\nerror: operation not permitted\\n"
                                "PermissionError: [Errno 1] Operation not permitted\\n", "1"));
-        check_compose(&(DifyResult) { .exit_code = 1, .blocked = inet, .n_blocked = 1 }, "", "",
-                      ENVELOPE("", "", "process exited with code 1\\nerror: operation not permitted\\n",
-                               "1"));
-        /* Library probes answered ENOTTY/ENOSYS are no refusal. */
+        check_compose(&(DifyResult) { .exit_code = 1, .blocked = eperm, .n_blocked = 1 }, "",
+                      "node:events:495\n      throw er;\nError: spawn EPERM\n",
+                      ENVELOPE("", "node:events:495\\n      throw er;\\nError: spawn EPERM\\n",
+                               "process exited with code 1\\nerror: operation not permitted\\n"
+                               "node:events:495\\n      throw er;\\nError: spawn EPERM\\n", "1"));
+        /* A refusal the code got over (pandas asks "uname -p" at import) is not why it failed. */
+        check_compose(&(DifyResult) { .exit_code = 1, .blocked = eperm, .n_blocked = 1 }, "",
+                      "ValueError: bad input\n",
+                      ENVELOPE("", "ValueError: bad input\\n",
+                               "process exited with code 1\\nValueError: bad input\\n", "1"));
+        /* Library probes answered ENOTTY/ENOSYS, or sockets without a network, are no refusal. */
+        check_compose(&(DifyResult) { .exit_code = 1, .blocked = inet, .n_blocked = 1 }, "",
+                      "OSError: [Errno 97] Address family not supported by protocol\n",
+                      ENVELOPE("", "OSError: [Errno 97] Address family not supported by protocol\\n",
+                               "process exited with code 1\\n"
+                               "OSError: [Errno 97] Address family not supported by protocol\\n", "1"));
+        check_compose(&(DifyResult) { .exit_code = 1, .blocked = probes, .n_blocked = 2 }, "",
+                      "Operation not permitted\n",
+                      ENVELOPE("", "Operation not permitted\\n",
+                               "process exited with code 1\\nOperation not permitted\\n", "1"));
         check_compose(&(DifyResult) { .exit_code = 1, .blocked = probes, .n_blocked = 2 }, "", "boom\n",
                       ENVELOPE("", "boom\\n", "process exited with code 1\\nboom\\n", "1"));
         /* Killed by the filter (SIGSYS): -1 like upstream, and the refusal. */
@@ -112,11 +128,11 @@ static void test_error_composition(void) {
         /* Any other signal: -1, no sandbox line. */
         check_compose(&(DifyResult) { .exit_code = 128 + SIGSEGV, .signal = SIGSEGV }, "", "",
                       ENVELOPE("", "", "process exited with code -1", "-1"));
-        /* Both lines when a run that was refused something then ran out of time. */
+        /* Both lines when a run that failed on a refusal then ran out of time. */
         check_compose(&(DifyResult) { .exit_code = 137, .timed_out = true, .signal = SIGKILL,
-                                      .blocked = eperm, .n_blocked = 1 }, "", "",
-                      ENVELOPE("", "", "process exited with code -1\\nerror: timeout\\n"
-                               "error: operation not permitted\\n", "-1"));
+                                      .blocked = eperm, .n_blocked = 1 }, "", "EPERM\n",
+                      ENVELOPE("", "EPERM\\n", "process exited with code -1\\nerror: timeout\\n"
+                               "error: operation not permitted\\nEPERM\\n", "-1"));
 
         /* Raw streams: escaped, NULs kept, invalid UTF-8 replaced, in "error" as in "stderr". */
         check_compose(&(DifyResult) { .exit_code = 2 }, "<<RESULT>>{\"a\": 1}<<RESULT>>\n", "bad \xff\t\n",
@@ -754,11 +770,17 @@ static void fake_clear(Fake *f) {
 }
 
 static int fake_run_reply(sd_bus_message *m) {
-        static const char data[] = "<<RESULT>>{\"b\": 1}<<RESULT>>\n" "Traceback\nPermissionError\n";
-        _cleanup_close_ int fd = memfd_new_data("fake-run", data, sizeof(data) - 1);
+        static const char out[] = "<<RESULT>>{\"b\": 1}<<RESULT>>\n";
+        static const char err[] = "PermissionError: [Errno 1] Operation not permitted\n";
+        char data[sizeof(out) + sizeof(err)];
+        _cleanup_close_ int fd = -EBADF;
 
+        memcpy(data, out, sizeof(out) - 1);
+        memcpy(data + sizeof(out) - 1, err, sizeof(err) - 1);
+        fd = memfd_new_data("fake-run", data, sizeof(data) - 2);
         ASSERT_TRUE(fd >= 0);
-        return sd_bus_reply_method_return(m, "itta{sv}h", 1, (uint64_t) 29, (uint64_t) 26, 5,
+        return sd_bus_reply_method_return(m, "itta{sv}h", 1, (uint64_t) sizeof(out) - 1,
+                                          (uint64_t) sizeof(err) - 1, 5,
                                           "timed_out", "b", 0,
                                           "duration_usec", "t", (uint64_t) 1234,
                                           "signal", "i", 0,
@@ -881,9 +903,10 @@ static void test_run(void) {
         ASSERT_EQ(env.server.n_dify_runs, 0);
         ASSERT_TRUE(req->response->status == 200);
         check_body(req->response,
-                   ENVELOPE("<<RESULT>>{\\\"b\\\": 1}<<RESULT>>\\n", "Traceback\\nPermissionError\\n",
+                   ENVELOPE("<<RESULT>>{\\\"b\\\": 1}<<RESULT>>\\n",
+                            "PermissionError: [Errno 1] Operation not permitted\\n",
                             "process exited with code 1\\nerror: operation not permitted\\n"
-                            "Traceback\\nPermissionError\\n", "1"));
+                            "PermissionError: [Errno 1] Operation not permitted\\n", "1"));
         http_request_free(req);
         ASSERT_STREQ(env.fake.language, "python3");
         /* ENABLE_PRELOAD is off: the preload is dropped. */
