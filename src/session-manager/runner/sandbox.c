@@ -139,7 +139,8 @@ static int write_etc_file(int etc_fd, const char *name, const char *content) {
         return write_file_at(etc_fd, name, content, strlen(content), 0644);
 }
 
-static int setup_etc(const char *root, bool network, SetupError *err) {
+static int setup_etc(const SandboxExec *e, const char *root, SetupError *err) {
+        bool network = e->network_ready_fd >= 0;
         _cleanup_close_ int etc_fd = -EBADF;
         const char *etc = strjoina(root, "/etc");
         int r;
@@ -150,9 +151,11 @@ static int setup_etc(const char *root, bool network, SetupError *err) {
         if (etc_fd < 0)
                 return FAIL("open /etc", errno);
 
-        if ((r = write_etc_file(etc_fd, "passwd", etc_passwd)) < 0 ||
-            (r = write_etc_file(etc_fd, "group", etc_group)) < 0 ||
-            (r = write_etc_file(etc_fd, "hosts", etc_hosts)) < 0 ||
+        /* The dify profile has no user database, as dify-sandbox's chroot (its clients test it). */
+        if (!e->no_processes && ((r = write_etc_file(etc_fd, "passwd", etc_passwd)) < 0 ||
+                                 (r = write_etc_file(etc_fd, "group", etc_group)) < 0))
+                return FAIL("write /etc", r);
+        if ((r = write_etc_file(etc_fd, "hosts", etc_hosts)) < 0 ||
             (r = write_etc_file(etc_fd, "hostname", SANDBOX_HOSTNAME "\n")) < 0 ||
             (r = write_etc_file(etc_fd, "nsswitch.conf", network ? etc_nsswitch_network : etc_nsswitch)) < 0)
                 return FAIL("write /etc", r);
@@ -327,7 +330,7 @@ static int setup_root(const SandboxExec *e, SetupError *err) {
                         return FAIL("symlink into /usr", errno);
         }
 
-        r = setup_etc(root, e->network_ready_fd >= 0, err);
+        r = setup_etc(e, root, err);
         if (r < 0)
                 return r;
 
@@ -341,6 +344,11 @@ static int setup_root(const SandboxExec *e, SetupError *err) {
         r = bind_mount(tmp, strjoina(root, "/tmp"), MS_NOSUID | MS_NODEV);
         if (r < 0)
                 return FAIL("bind /tmp", r);
+        /* The dify profile has a /var/tmp (dify-sandbox's clients test it): it is /tmp. Nothing else
+         * of /var exists, and sidecar sandboxes have no /var at all. */
+        if (e->no_processes &&
+            (mkdir(strjoina(root, "/var"), 0755) < 0 || symlink("../tmp", strjoina(root, "/var/tmp")) < 0))
+                return FAIL("create /var/tmp", errno);
         if (mkdir(strjoina(root, "/home"), 0755) < 0 || mkdir(strjoina(root, "/home/sandbox"), 0755) < 0)
                 return FAIL("mkdir /home/sandbox", errno);
         r = bind_mount(home, strjoina(root, "/home/sandbox"), MS_NOSUID | MS_NODEV);

@@ -5,7 +5,7 @@ body is read, and tells nothing about paths or limits."""
 import pytest
 
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import api_key, request
+from conftest import api_key, delete_session, request
 from rawhttp import Reader, connect, exchange, head
 
 UNAUTHORIZED = {"error": "unauthorized"}
@@ -51,6 +51,8 @@ def test_every_authenticated_route_refuses_a_wrong_key(method, path, body):
     # And opens with the right one (whatever the resource then says about the made-up ids).
     r = request(method, path, body)
     assert r.status != 401, r
+    if path == "/sessions" and method == "POST" and r.status == 200:
+        delete_session(r.json["session_id"])
 
 
 @pytest.mark.parametrize("value", [
