@@ -32,8 +32,9 @@ check: run
 unit-test: build
 	meson test -C $(BUILDDIR) --print-errorlogs
 
-bench: build
-	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet"; fi
+# Figures of the service that `make run` started (docs/benchmarks.md); BENCH_ARGS=--json for JSON.
+bench: deps
+	bench/run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILDDIR) $(BUILDDIR)-asan
