@@ -690,6 +690,9 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
         json_object_object_add(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size));
         json_object_object_add(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size));
         json_object_object_add(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent));
+        /* A run's session has one exec, in another profile: nothing to keep warm. */
+        if (m->config.preload && !s->ephemeral)
+                json_object_object_add(init, "preload_modules", json_object_new_string(strempty(m->config.preload_modules)));
         json_object_object_add(init, "idle_backstop_sec",
                                json_object_new_int64((int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC)));
         r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);

@@ -70,6 +70,10 @@ static const ConfigItem config_table[] = {
              "Size of each session's /workspace (writes past it fail with ENOSPC)."),
         ITEM("SANDBOX_TMP_SIZE", CONFIG_SIZE, tmp_size, "256M", 1ULL << 20, 1ULL << 40,
              "Size of each session's /tmp and /home/sandbox."),
+        ITEM("SANDBOX_PRELOAD", CONFIG_BOOL, preload, "1", 0, 1,
+             "Keep a warm interpreter, sandboxed and with the preload modules imported, ready for each session's next exec."),
+        ITEM("SANDBOX_PRELOAD_MODULES", CONFIG_STRING, preload_modules, "numpy pandas matplotlib matplotlib.pyplot", 0, 0,
+             "Modules the warm interpreter imports before it waits for code (space-separated)."),
         ITEM("SANDBOX_MAX_OUTPUT_BYTES", CONFIG_SIZE, max_output_bytes, "32768", 1024, 64ULL << 20,
              "Bytes of stdout and of stderr kept per exec."),
         ITEM("SANDBOX_MAX_ARTIFACT_BYTES", CONFIG_SIZE, max_artifact_bytes, "20M", 0, 1ULL << 30,
@@ -277,6 +281,7 @@ void config_done(Config *c) {
         free(c->local_storage_dir);
         free(c->storage_allowed_endpoints);
         free(c->dify_http_proxy);
+        free(c->preload_modules);
         free(c->dify_https_proxy);
         if (c->api_key) {
                 explicit_bzero(c->api_key, strlen(c->api_key));

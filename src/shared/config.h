@@ -30,6 +30,8 @@ typedef struct Config {
         uint64_t cpu_quota_percent;
         uint64_t pids_limit;
         uint64_t uid_base;
+        bool preload;
+        char *preload_modules;
         uint64_t workspace_size;
         uint64_t tmp_size;
 

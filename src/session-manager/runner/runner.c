@@ -79,6 +79,7 @@ typedef struct RunnerExec {
         siginfo_t init_info;
 
         pid_t slirp_pid;          /* the network of this exec, if it has one */
+        bool warm;                /* runs in the warm interpreter */
 } RunnerExec;
 
 struct Runner {
@@ -105,7 +106,48 @@ struct Runner {
 
         RunnerExec *exec;
         struct ArchiveJob *archive_job;
+
+        char *preload_modules;    /* NULL: no warm interpreters */
+        struct Warm *warm;
 };
+
+/* A sandbox made in advance for the session's next python exec: complete (namespaces, uid,
+ * filter) and running preload.py, which has imported the preload modules and waits on ctl_fd for
+ * the code. Nothing of the session's code has run in it. */
+typedef struct Warm {
+        pid_t pid;                /* PID 1 of the sandbox */
+        int out_fd, err_fd, status_fd, ctl_fd;
+        sd_event_source *child_source;
+        bool ready;               /* its imports are done */
+} Warm;
+
+static Warm *warm_free(Warm *w);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Warm *, warm_free);
+
+/* preload.py says "R" once its imports are done. */
+static bool warm_is_ready(Warm *w) {
+        char c;
+
+        if (!w->ready && recv(w->ctl_fd, &c, 1, MSG_DONTWAIT) == 1 && c == 'R')
+                w->ready = true;
+        return w->ready;
+}
+
+static Warm *warm_free(Warm *w) {
+        if (!w)
+                return NULL;
+        w->child_source = sd_event_source_disable_unref(w->child_source);
+        if (w->pid > 0) {
+                /* PID 1 takes its namespace with it; SIGKILL makes the wait short. */
+                (void) kill(w->pid, SIGKILL);
+                (void) waitpid(w->pid, NULL, 0);
+        }
+        safe_close(w->out_fd);
+        safe_close(w->err_fd);
+        safe_close(w->status_fd);
+        safe_close(w->ctl_fd);
+        return mfree(w);
+}
 
 static void output_buffer_done(OutputBuffer *b) {
         b->source = sd_event_source_disable_unref(b->source);
@@ -273,11 +315,29 @@ static int runner_setup_session(Runner *r) {
         return 0;
 }
 
+/* RLIMIT_CPU of a warm interpreter, which starts before its exec's timeout is known. */
+#define WARM_CPU_BACKSTOP_MS (24ULL * 3600 * 1000)
+
+/* Module names for the warm interpreter: dotted identifiers separated by spaces. */
+static bool module_list_is_valid(const char *s) {
+        if (strlen(s) > 4096)
+                return false;
+        for (const char *c = s; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                      *c == '_' || *c == '.' || *c == ' '))
+                        return false;
+        return true;
+}
+
+static void runner_warm_prepare(Runner *r);
+
 static int runner_handle_init(Runner *r, json_object *req) {
         struct {
                 int64_t uid, gid, workspace_size, tmp_size, cpus_percent, backstop_sec;
+                const char *preload_modules;
         } p = {};
         static const JsonField fields[] = {
+                { "preload_modules", JSON_FIELD_STRING, offsetof(typeof(p), preload_modules), 0 },
                 { "uid", JSON_FIELD_INT64, offsetof(typeof(p), uid), JSON_MANDATORY },
                 { "gid", JSON_FIELD_INT64, offsetof(typeof(p), gid), JSON_MANDATORY },
                 { "workspace_size", JSON_FIELD_INT64, offsetof(typeof(p), workspace_size), JSON_MANDATORY },
@@ -295,8 +355,10 @@ static int runner_handle_init(Runner *r, json_object *req) {
                 return runner_send_error(r, r->connection_generation, EALREADY, "session already initialized");
         q = json_dispatch(req, fields, &p, &jerr);
         if (q < 0 || p.uid <= 0 || p.gid <= 0 || p.uid > 0xfffffffe || p.gid > 0xfffffffe || p.workspace_size <= 0 ||
-            p.tmp_size <= 0 || p.cpus_percent <= 0)
+            p.tmp_size <= 0 || p.cpus_percent <= 0 || (p.preload_modules && !module_list_is_valid(p.preload_modules)))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
+        if (p.preload_modules && !(r->preload_modules = strdup(p.preload_modules)))
+                return log_oom();
 
         r->uid = (uid_t) p.uid;
         r->gid = (gid_t) p.gid;
@@ -322,7 +384,9 @@ static int runner_handle_init(Runner *r, json_object *req) {
                 return -ENOMEM;
         json_object_object_add(reply, "ok", json_object_new_boolean(true));
         json_object_object_add(reply, "pid", json_object_new_int(getpid()));
-        return runner_send(r, r->connection_generation, reply, NULL, 0);
+        q = runner_send(r, r->connection_generation, reply, NULL, 0);
+        runner_warm_prepare(r);
+        return q;
 }
 
 /* ---- exec ---- */
@@ -516,6 +580,7 @@ fail:
 done:
         output_set_done(&after);
         r->exec = runner_exec_free(r->exec);
+        runner_warm_prepare(r);
         return q;
 }
 
@@ -737,6 +802,25 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                         return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
         }
 
+        /* A plain python exec takes the warm interpreter, if it has finished its imports: it gets
+         * the code and runs it as the cold path would. One still importing is left to a later
+         * exec; this one starts cold, which is quicker than waiting. */
+        if (r->warm && language == SANDBOX_PYTHON3 && !p.no_processes && !p.network && warm_is_ready(r->warm)) {
+                _cleanup_(warm_freep) Warm *w = TAKE_PTR(r->warm);
+
+                w->child_source = sd_event_source_disable_unref(w->child_source);
+                if (fd_send_one(w->ctl_fd, code_fd) >= 0) {
+                        e->pid = w->pid;
+                        w->pid = 0;
+                        e->out.fd = TAKE_FD(w->out_fd);
+                        e->err.fd = TAKE_FD(w->err_fd);
+                        e->status_fd = TAKE_FD(w->status_fd);
+                        e->warm = true;
+                        goto watch;
+                }
+                /* It died before we got to it: warm_free() reaps it, the exec starts cold. */
+        }
+
         if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0 ||
             (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0))
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
@@ -759,6 +843,7 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 .no_processes = p.no_processes,
                 .extra_env = extra_env,
                 .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
+                .warm_ctl_fd = -EBADF,
                 .seccomp = filter ?: r->seccomp,
         };
 
@@ -794,6 +879,9 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         e->out.fd = TAKE_FD(out_pipe[0]);
         e->err.fd = TAKE_FD(err_pipe[0]);
         e->status_fd = TAKE_FD(status_pipe[0]);
+
+watch:
+        pid = e->pid;
         (void) fd_nonblock(e->out.fd, true);
         (void) fd_nonblock(e->err.fd, true);
         (void) fd_nonblock(e->status_fd, true);
@@ -812,9 +900,96 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         }
 
         log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
-                   "Exec %s started as PID %i.", e->exec_id, (int) pid);
+                   "Exec %s started as PID %i (%s).", e->exec_id, (int) pid, e->warm ? "warm" : "cold");
         r->exec = TAKE_PTR(e);
         return 0;
+}
+
+/* The warm sandbox died while it waited (out of memory, a broken preload module, ...): the next
+ * exec starts cold, and the one after it gets a new warm sandbox. */
+static int on_warm_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        Runner *r = userdata;
+
+        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                   "The warm interpreter of session %s exited before use (code=%i status=%i).", r->session_id,
+                   si->si_code, si->si_status);
+        r->warm->pid = 0; /* reaped */
+        r->warm = warm_free(r->warm);
+        return 0;
+}
+
+static void runner_warm_prepare(Runner *r) {
+        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
+                                  status_pipe[2] = { -EBADF, -EBADF }, ctl[2] = { -EBADF, -EBADF };
+        _cleanup_(warm_freep) Warm *w = NULL;
+        int q;
+
+        if (!r->preload_modules || r->warm || r->exec || !r->initialized)
+                return;
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0 ||
+            socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
+                log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to prepare a warm interpreter, ignoring: %m");
+                return;
+        }
+
+        SandboxExec se = {
+                .session_root = r->session_root,
+                .code_fd = -EBADF,
+                .stdout_fd = out_pipe[1],
+                .stderr_fd = err_pipe[1],
+                .status_fd = status_pipe[1],
+                .uid = r->uid,
+                .gid = r->gid,
+                /* The exec's own timeout is enforced by its timer; RLIMIT_CPU is a backstop. */
+                .timeout_ms = WARM_CPU_BACKSTOP_MS,
+                .fsize_limit = r->workspace_size + r->tmp_size,
+                .cpus_percent = r->cpus_percent,
+                .language = SANDBOX_PYTHON3,
+                .network_ready_fd = -EBADF,
+                .warm_ctl_fd = ctl[1],
+                .seccomp = r->seccomp,
+        };
+
+        w = calloc(1, sizeof(Warm));
+        if (!w) {
+                log_oom();
+                return;
+        }
+        *w = (Warm) { .out_fd = -EBADF, .err_fd = -EBADF, .status_fd = -EBADF, .ctl_fd = -EBADF };
+
+        w->pid = (pid_t) syscall(SYS_clone, SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+        if (w->pid < 0) {
+                log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to create a warm sandbox, ignoring: %m");
+                w->pid = 0;
+                return;
+        }
+        if (w->pid == 0) {
+                safe_close(out_pipe[0]);
+                safe_close(err_pipe[0]);
+                safe_close(status_pipe[0]);
+                safe_close(ctl[0]);
+                sandbox_run_init(&se);
+        }
+        w->out_fd = TAKE_FD(out_pipe[0]);
+        w->err_fd = TAKE_FD(err_pipe[0]);
+        w->status_fd = TAKE_FD(status_pipe[0]);
+        w->ctl_fd = TAKE_FD(ctl[0]);
+
+        /* The modules to import; the code follows when an exec takes this sandbox. */
+        if (send(w->ctl_fd, r->preload_modules, strlen(r->preload_modules), MSG_NOSIGNAL) < 0) {
+                log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to start the warm interpreter, ignoring: %m");
+                return;
+        }
+        q = sd_event_add_child(r->event, &w->child_source, w->pid, WEXITED, on_warm_exit, r);
+        if (q < 0) {
+                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to watch the warm sandbox, ignoring: %m");
+                return;
+        }
+        r->warm = TAKE_PTR(w);
 }
 
 /* ---- workspace file operations ---- */
@@ -1300,6 +1475,8 @@ int main(int argc, char *argv[]) {
 
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Runner of session %s exiting.", r->session_id);
         r->exec = runner_exec_free(r->exec);
+        r->warm = warm_free(r->warm);
+        free(r->preload_modules);
         r->archive_job = archive_job_free(r->archive_job);
         runner_close_connection(r);
         r->listen_source = sd_event_source_disable_unref(r->listen_source);

@@ -361,7 +361,10 @@ static int setup_root(const SandboxExec *e, SetupError *err) {
         r = setup_proc(root, err);
         if (r < 0)
                 return r;
-        r = setup_code(e, root, e->code_fd, err);
+        if (e->code_fd >= 0)
+                r = setup_code(e, root, e->code_fd, err);
+        else
+                r = mkdir(strjoina(root, "/exec"), 0755) < 0 ? FAIL("mkdir /exec", errno) : 0;
         if (r < 0)
                 return r;
 
@@ -509,6 +512,7 @@ static size_t build_env(const SandboxExec *e, char *openblas, size_t openblas_si
 _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         char openblas[64], node_options[96];
         char *const argv_python[] = { (char *) "python3", (char *) SANDBOX_CELL_PATH, NULL };
+        char *const argv_warm[] = { (char *) "python3", (char *) SANDBOX_PRELOAD_SCRIPT, NULL };
         char *const argv_node[] = { (char *) "node", (char *) SANDBOX_CELL_PATH_JS, NULL };
         const char *binary = e->language == SANDBOX_NODEJS ? SANDBOX_NODE : SANDBOX_PYTHON;
         char *envp[32];
@@ -516,7 +520,7 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         sigset_t ss;
         uid_t ru, eu, su;
         gid_t rg, eg, sg;
-        int null_fd, listener, ack = 0, r;
+        int null_fd, ctl_fd, listener, ack = 0, r;
 
         build_env(e, openblas, sizeof(openblas), node_options, sizeof(node_options), envp, ELEMENTSOF(envp));
 
@@ -542,9 +546,12 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         }
 
         step = "stdio";
+        /* Out of the way first, so that none of the dup2()s below lands on it. */
+        ctl_fd = e->warm_ctl_fd >= 0 ? fcntl(e->warm_ctl_fd, F_DUPFD_CLOEXEC, 10) : -EBADF;
         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(e->stdout_fd, STDOUT_FILENO) < 0 ||
-            dup2(e->stderr_fd, STDERR_FILENO) < 0 || dup2(sync_fd, SANDBOX_SYNC_FD) < 0)
+        if (null_fd < 0 || (e->warm_ctl_fd >= 0 && ctl_fd < 0) || dup2(null_fd, STDIN_FILENO) < 0 ||
+            dup2(e->stdout_fd, STDOUT_FILENO) < 0 || dup2(e->stderr_fd, STDERR_FILENO) < 0 ||
+            dup2(sync_fd, SANDBOX_SYNC_FD) < 0 || (ctl_fd >= 0 && dup2(ctl_fd, SANDBOX_WARM_CTL_FD) < 0))
                 goto fail;
 
         step = "rlimits";
@@ -606,7 +613,7 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
                 goto fail;
 
         step = "close fds";
-        if (syscall(SYS_close_range, SANDBOX_SYNC_FD + 1U, ~0U, 0U) < 0)
+        if (syscall(SYS_close_range, (e->warm_ctl_fd >= 0 ? SANDBOX_WARM_CTL_FD : SANDBOX_SYNC_FD) + 1U, ~0U, 0U) < 0)
                 goto fail;
 
         /* Last: from here on only the interpreter's own calls are filtered. PID 1 answers the
@@ -630,7 +637,7 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         (void) close(listener);
         (void) close(SANDBOX_SYNC_FD);
 
-        execve(binary, e->language == SANDBOX_NODEJS ? argv_node : argv_python, envp);
+        execve(binary, e->language == SANDBOX_NODEJS ? argv_node : e->warm_ctl_fd >= 0 ? argv_warm : argv_python, envp);
         step = e->language == SANDBOX_NODEJS ? "execve " SANDBOX_NODE : "execve " SANDBOX_PYTHON;
 
 fail:
@@ -729,7 +736,8 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         (void) prctl(PR_SET_NAME, (unsigned long) "sandbox-init", 0, 0, 0);
         seccomp_report_init(&st.seccomp);
 
-        r = close_fds_except((const int[]) { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd, e->network_ready_fd },
+        r = close_fds_except((const int[]) { e->stdout_fd, e->stderr_fd, e->status_fd,
+                                             e->code_fd >= 0 ? e->code_fd : e->warm_ctl_fd, e->network_ready_fd },
                              e->network_ready_fd >= 0 ? 5 : 4);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
@@ -776,6 +784,7 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         safe_close(e->stdout_fd);
         safe_close(e->stderr_fd);
         safe_close(e->code_fd);
+        safe_close(e->warm_ctl_fd);
 
         r = supervise_payload(e, payload, sync[0], signal_fd, &st);
         if (r < 0)

@@ -24,6 +24,9 @@
 #define SANDBOX_NODE "/usr/bin/node"
 #define SANDBOX_CELL_PATH "/exec/cell.py"
 #define SANDBOX_CELL_PATH_JS "/exec/cell.js"
+#define SANDBOX_PRELOAD_SCRIPT SCOPEBOX_DATA_DIR "/preload.py"
+/* Where the warm interpreter finds its socket. */
+#define SANDBOX_WARM_CTL_FD 4
 #define SANDBOX_SLIRP4NETNS "/usr/bin/slirp4netns"
 /* slirp4netns's built-in DNS forwarder, as the sandbox sees it. */
 #define SANDBOX_SLIRP_DNS "10.0.2.3"
@@ -68,6 +71,9 @@ typedef struct SandboxExec {
         char *const *extra_env;          /* NULL-terminated "NAME=value" list, or NULL */
         int network_ready_fd;            /* with a network: slirp4netns says "1" here once the
                                           * namespace's interface is up; -EBADF without */
+        int warm_ctl_fd;                 /* a warm interpreter (code_fd is -EBADF): the socket over
+                                          * which it gets its preload list and then its code;
+                                          * -EBADF for a cold exec */
         scmp_filter_ctx seccomp;
 } SandboxExec;
 

@@ -43,7 +43,7 @@ def session_uid(sid):
 def leftovers(sids, uids=None):
     """What the released sessions 'sids' still have: {sid: [what, ...]} (their uids, when given
     as {sid: uid}, still running something counts), and any process running as a sandbox uid
-    (none may exist once no exec runs)."""
+    that belongs to no live session."""
     out = in_system("sh", "-c", SNAPSHOT).stdout.splitlines()
     left = {}
     for sid in sids:
@@ -54,7 +54,16 @@ def leftovers(sids, uids=None):
             what.append("state file")
         if what:
             left[sid] = what
-    running = [line for line in out if line.startswith("uid ")]
+    # Live sessions may run something between execs (their warm interpreter, SANDBOX_PRELOAD);
+    # nothing else may run under a sandbox uid.
+    live = set()
+    for name in os.listdir(STATE_DIR):
+        try:
+            with open(os.path.join(STATE_DIR, name)) as f:
+                live.add(json.load(f)["uid"])
+        except (OSError, ValueError, KeyError):
+            pass
+    running = [line for line in out if line.startswith("uid ") and int(line.split()[1]) not in live]
     return left, running
 
 
