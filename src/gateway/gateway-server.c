@@ -212,8 +212,10 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
                 return log_error_errno(r, "Failed to watch MHD's epoll fd: %m");
         (void) sd_event_source_set_description(d->io_event_source, "http-io");
 
+        /* Accuracy 1 µs: the timer also carries http_daemon_kick(), the answer of every resumed
+         * request, which a coarser accuracy would delay by up to as much. */
         r = sd_event_add_time(s->event, &d->timer_event_source, CLOCK_MONOTONIC, UINT64_MAX - 1,
-                              USEC_PER_MSEC, http_daemon_on_timer, d);
+                              1, http_daemon_on_timer, d);
         if (r < 0)
                 return log_error_errno(r, "Failed to add HTTP timer: %m");
         (void) sd_event_source_set_description(d->timer_event_source, "http-timer");

@@ -109,6 +109,7 @@ struct Runner {
 
         char *preload_modules;    /* NULL: no warm interpreters */
         struct Warm *warm;
+        sd_event_source *warm_timer;
 };
 
 /* A sandbox made in advance for the session's next python exec: complete (namespaces, uid,
@@ -315,6 +316,9 @@ static int runner_setup_session(Runner *r) {
         return 0;
 }
 
+/* How long a session must be quiet before its next warm interpreter is prepared. */
+#define WARM_PREPARE_DELAY_USEC (250 * USEC_PER_MSEC)
+
 /* RLIMIT_CPU of a warm interpreter, which starts before its exec's timeout is known. */
 #define WARM_CPU_BACKSTOP_MS (24ULL * 3600 * 1000)
 
@@ -329,7 +333,7 @@ static bool module_list_is_valid(const char *s) {
         return true;
 }
 
-static void runner_warm_prepare(Runner *r);
+static void runner_warm_schedule(Runner *r);
 
 static int runner_handle_init(Runner *r, json_object *req) {
         struct {
@@ -385,7 +389,7 @@ static int runner_handle_init(Runner *r, json_object *req) {
         json_object_object_add(reply, "ok", json_object_new_boolean(true));
         json_object_object_add(reply, "pid", json_object_new_int(getpid()));
         q = runner_send(r, r->connection_generation, reply, NULL, 0);
-        runner_warm_prepare(r);
+        runner_warm_schedule(r);
         return q;
 }
 
@@ -580,7 +584,7 @@ fail:
 done:
         output_set_done(&after);
         r->exec = runner_exec_free(r->exec);
-        runner_warm_prepare(r);
+        runner_warm_schedule(r);
         return q;
 }
 
@@ -749,6 +753,9 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 return runner_send_error(r, r->connection_generation, ENOTCONN, "session not initialized");
         if (r->exec)
                 return runner_send_error(r, r->connection_generation, EBUSY, "an exec is already running");
+        /* Busy again: no preparing while this one runs (it is scheduled anew when it ends). */
+        if (r->warm_timer)
+                (void) sd_event_source_set_enabled(r->warm_timer, SD_EVENT_OFF);
         if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         q = json_dispatch(req, fields, &p, &jerr);
@@ -909,13 +916,43 @@ watch:
  * exec starts cold, and the one after it gets a new warm sandbox. */
 static int on_warm_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
         Runner *r = userdata;
+        char why[512] = "";
+        ssize_t k;
 
+        /* What it said on stderr (nothing, normally) says why. */
+        (void) fd_nonblock(r->warm->err_fd, true);
+        k = read(r->warm->err_fd, why, sizeof(why) - 1);
+        why[MAX(k, (ssize_t) 0)] = 0;
+        for (char *c = why; *c; c++)
+                if (*c == '\n')
+                        *c = ' ';
         log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                   "The warm interpreter of session %s exited before use (code=%i status=%i).", r->session_id,
-                   si->si_code, si->si_status);
+                   "The warm interpreter of session %s exited before use (code=%i status=%i): %s", r->session_id,
+                   si->si_code, si->si_status, why[0] ? why : "no message");
         r->warm->pid = 0; /* reaped */
         r->warm = warm_free(r->warm);
         return 0;
+}
+
+static int on_warm_timer(sd_event_source *s, uint64_t usec, void *userdata);
+
+/* The next warm interpreter is prepared once the session has been quiet for a moment: its imports
+ * take the scope's CPU for half a second, which execs coming back to back shouldn't compete with
+ * (they start cold, as fast as ever); between the cells of a conversation there is time. */
+static void runner_warm_schedule(Runner *r) {
+        int q;
+
+        if (!r->preload_modules || r->warm)
+                return;
+        if (r->warm_timer)
+                q = sd_event_source_set_time_relative(r->warm_timer, WARM_PREPARE_DELAY_USEC) < 0 ? -EIO :
+                    sd_event_source_set_enabled(r->warm_timer, SD_EVENT_ONESHOT);
+        else
+                q = sd_event_add_time_relative(r->event, &r->warm_timer, CLOCK_MONOTONIC, WARM_PREPARE_DELAY_USEC,
+                                               10 * USEC_PER_MSEC, on_warm_timer, r);
+        if (q < 0)
+                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to schedule a warm interpreter, ignoring: %m");
 }
 
 static void runner_warm_prepare(Runner *r) {
@@ -990,6 +1027,11 @@ static void runner_warm_prepare(Runner *r) {
                 return;
         }
         r->warm = TAKE_PTR(w);
+}
+
+static int on_warm_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        runner_warm_prepare(userdata);
+        return 0;
 }
 
 /* ---- workspace file operations ---- */
@@ -1476,6 +1518,7 @@ int main(int argc, char *argv[]) {
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Runner of session %s exiting.", r->session_id);
         r->exec = runner_exec_free(r->exec);
         r->warm = warm_free(r->warm);
+        r->warm_timer = sd_event_source_disable_unref(r->warm_timer);
         free(r->preload_modules);
         r->archive_job = archive_job_free(r->archive_job);
         runner_close_connection(r);
