@@ -317,6 +317,7 @@ Server *server_free(Server *s) {
         assert(!s->requests);
         assert(!s->connections);
 
+        json_object_put(s->health_cache);
         s->deadline_event_source = sd_event_source_disable_unref(s->deadline_event_source);
         s->status_event_source = sd_event_source_disable_unref(s->status_event_source);
         s->bus = sd_bus_flush_close_unref(s->bus);

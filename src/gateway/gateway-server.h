@@ -71,6 +71,11 @@ struct Server {
         HttpDaemon **daemons;
         size_t n_daemons;
 
+        /* The last healthy /healthz answer and when it was composed (CLOCK_MONOTONIC): probes
+         * within HEALTH_CACHE_USEC of it are answered without asking the session manager. */
+        struct json_object *health_cache;
+        uint64_t health_cache_usec;
+
         HttpRequest *requests;         /* every request between its headers and its completion */
         unsigned n_requests;
         unsigned n_suspended;          /* of which waiting for the session manager */

@@ -13,6 +13,11 @@
 /* The reason the manager gives is meant to be short; never echo more than this. */
 #define HEALTH_REASON_MAX 200U
 
+/* How long a healthy answer is reused. Load balancers and wrk alike probe far more often than
+ * health changes; each fresh answer costs two bus round trips (the manager asks systemd). An
+ * unhealthy answer is never reused: a failure shows at once, a recovery within this. */
+#define HEALTH_CACHE_USEC (1 * USEC_PER_SEC)
+
 typedef struct HealthInfo {
         const char *systemd_version;
         const char *runner;
@@ -86,12 +91,21 @@ static int health_on_reply(HttpRequest *req, sd_bus_message *reply) {
             json_add_string(o, "systemd", strempty(info.systemd_version)) < 0 ||
             json_add_string(o, "runner", "scopebox-runner " PROJECT_VERSION) < 0)
                 return -ENOMEM;
+        json_object_put(req->server->health_cache);
+        req->server->health_cache = json_object_get(o);
+        (void) sd_event_now(req->server->event, CLOCK_MONOTONIC, &req->server->health_cache_usec);
         return http_request_reply_json(req, HTTP_OK, o);
 }
 
 int http_health_get(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        Server *s = req->server;
+        uint64_t now;
         int r;
+
+        if (s->health_cache && sd_event_now(s->event, CLOCK_MONOTONIC, &now) >= 0 &&
+            now < s->health_cache_usec + HEALTH_CACHE_USEC)
+                return http_request_reply_json(req, HTTP_OK, s->health_cache);
 
         r = session_manager_new_call(req->server->bus, "GetHealth", &m);
         if (r >= 0)

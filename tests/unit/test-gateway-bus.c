@@ -379,6 +379,8 @@ static void env_done(Env *env) {
         env->fake.held = sd_bus_message_unref(env->fake.held);
         env->fake.bus = sd_bus_flush_close_unref(env->fake.bus);
         env->server.bus = sd_bus_flush_close_unref(env->server.bus);
+        json_object_put(env->server.health_cache);
+        env->server.health_cache = NULL;
         env->event = sd_event_unref(env->event);
 }
 
@@ -438,7 +440,13 @@ static void test_health(Env *env) {
                   "{\"ok\":true,\"image_ready\":true,\"backend\":\"systemd\",\"systemd\":\"252\","
                   "\"runner\":\"scopebox-runner " PROJECT_VERSION "\"}");
 
+        /* A healthy answer is reused for a second: the manager isn't asked again. */
         env->fake.health_ok = false;
+        roundtrip(env, "GET", "/healthz", NULL, 200,
+                  "{\"ok\":true,\"image_ready\":true,\"backend\":\"systemd\",\"systemd\":\"252\","
+                  "\"runner\":\"scopebox-runner " PROJECT_VERSION "\"}");
+        /* Once it is older than that, the manager is asked, and an unhealthy answer is never kept. */
+        env->server.health_cache_usec = 0;
         roundtrip(env, "GET", "/healthz", NULL, 503, UNHEALTHY("runner missing"));
 
         /* A failing manager: 503, and nothing of its message. */
