@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The io.scopebox.SessionManager1 bus API (docs/dbus-api.md): parse, validate, act, reply. */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -56,32 +57,12 @@ static void reply_error(sd_bus_message *m, int error, const char *message) {
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
 }
 
-/* Reads an a{sv} of options, calling 'handle' for each. */
-typedef int (*OptionHandler)(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error);
-
-static int read_options(sd_bus_message *m, OptionHandler handle, void *userdata, sd_bus_error *error) {
-        int r;
-
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const char *key;
-
-                r = sd_bus_message_read(m, "s", &key);
-                if (r < 0)
-                        return r;
-                r = handle(key, m, userdata, error);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
-        }
-        if (r < 0)
-                return r;
-        return sd_bus_message_exit_container(m);
-}
+/* One option a method takes: its name, D-Bus type and where it goes. */
+typedef struct BusOption {
+        const char *name;
+        char type;              /* 'b' (into an int), 't', 's' (borrowed from the message) */
+        size_t offset;
+} BusOption;
 
 static int read_variant(sd_bus_message *m, const char *key, char type, void *ret, sd_bus_error *error) {
         char sig[2] = { type, 0 };
@@ -96,6 +77,37 @@ static int read_variant(sd_bus_message *m, const char *key, char type, void *ret
         return sd_bus_message_exit_container(m);
 }
 
+/* Reads an a{sv} of options into the struct at 'base'; an unknown option is an error. */
+static int read_options(sd_bus_message *m, const BusOption options[], void *base, sd_bus_error *error) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const BusOption *o = NULL;
+                const char *key;
+
+                r = sd_bus_message_read(m, "s", &key);
+                if (r < 0)
+                        return r;
+                for (const BusOption *i = options; i->name && !o; i++)
+                        if (streq(i->name, key))
+                                o = i;
+                if (!o)
+                        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
+                r = read_variant(m, key, o->type, (uint8_t *) base + o->offset, error);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
 /* ---- CreateSession ---- */
 
 typedef struct CreateOptions {
@@ -104,17 +116,12 @@ typedef struct CreateOptions {
         const char *storage;
 } CreateOptions;
 
-static int create_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        CreateOptions *o = userdata;
-
-        if (streq(key, "idle_ttl_sec"))
-                return read_variant(m, key, 't', &o->idle_ttl_sec, error);
-        if (streq(key, "archive_key"))
-                return read_variant(m, key, 's', &o->archive_key, error);
-        if (streq(key, "storage"))
-                return read_variant(m, key, 's', &o->storage, error);
-        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
-}
+static const BusOption create_options[] = {
+        { "idle_ttl_sec", 't', offsetof(CreateOptions, idle_ttl_sec) },
+        { "archive_key",  's', offsetof(CreateOptions, archive_key)  },
+        { "storage",      's', offsetof(CreateOptions, storage)      },
+        {}
+};
 
 static void on_session_started(Session *s, int error, const char *message, void *userdata) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
@@ -135,7 +142,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         Session *s;
         int r;
 
-        r = read_options(m, create_option, &o, error);
+        r = read_options(m, create_options, &o, error);
         if (r < 0)
                 return r;
         /* An archive key that can't be a valid stem means "use the session id" (COMPAT.md). */
@@ -177,17 +184,12 @@ typedef struct ReleaseArgs {
         const char *storage;
 } ReleaseArgs;
 
-static int release_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        ReleaseArgs *o = userdata;
-
-        if (streq(key, "discard"))
-                return read_variant(m, key, 'b', &o->discard, error);
-        if (streq(key, "archive_key"))
-                return read_variant(m, key, 's', &o->archive_key, error);
-        if (streq(key, "storage"))
-                return read_variant(m, key, 's', &o->storage, error);
-        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
-}
+static const BusOption release_options[] = {
+        { "discard",     'b', offsetof(ReleaseArgs, discard)     },
+        { "archive_key", 's', offsetof(ReleaseArgs, archive_key) },
+        { "storage",     's', offsetof(ReleaseArgs, storage)     },
+        {}
+};
 
 static void on_session_released(Session *s, int error, const char *message, void *userdata) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
@@ -224,7 +226,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
                 return r;
         if (!session_id_is_valid(id))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
-        r = read_options(m, release_option, &o, error);
+        r = read_options(m, release_options, &o, error);
         if (r < 0)
                 return r;
 
@@ -269,17 +271,12 @@ typedef struct ExecOptions {
         const char *language;
 } ExecOptions;
 
-static int exec_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        ExecOptions *o = userdata;
-
-        if (streq(key, "timeout_ms"))
-                return read_variant(m, key, 't', &o->timeout_ms, error);
-        if (streq(key, "output_limit"))
-                return read_variant(m, key, 't', &o->output_limit, error);
-        if (streq(key, "language"))
-                return read_variant(m, key, 's', &o->language, error);
-        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
-}
+static const BusOption exec_options[] = {
+        { "timeout_ms",   't', offsetof(ExecOptions, timeout_ms)   },
+        { "output_limit", 't', offsetof(ExecOptions, output_limit) },
+        { "language",     's', offsetof(ExecOptions, language)     },
+        {}
+};
 
 /* The a{sv} info of Exec and Run. */
 static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
@@ -376,7 +373,7 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return r;
         if (!session_id_is_valid(id))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
-        r = read_options(m, exec_option, &o, error);
+        r = read_options(m, exec_options, &o, error);
         if (r < 0)
                 return r;
         if (o.language && !streq(o.language, "python3"))
@@ -418,31 +415,14 @@ typedef struct RunOptions {
         const char *user_type;
 } RunOptions;
 
-static int run_option(const char *key, sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        RunOptions *o = userdata;
+static const BusOption run_options[] = {
+        { "enable_network", 'b', offsetof(RunOptions, enable_network) },
+        { "traceparent",    's', offsetof(RunOptions, traceparent)    },
+        { "user_id",        's', offsetof(RunOptions, user_id)        },
+        { "user_type",      's', offsetof(RunOptions, user_type)      },
+        {}
+};
 
-        if (streq(key, "enable_network"))
-                return read_variant(m, key, 'b', &o->enable_network, error);
-        if (streq(key, "traceparent"))
-                return read_variant(m, key, 's', &o->traceparent, error);
-        if (streq(key, "user_id"))
-                return read_variant(m, key, 's', &o->user_id, error);
-        if (streq(key, "user_type"))
-                return read_variant(m, key, 's', &o->user_type, error);
-        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
-}
-
-/* Journal field values from the caller: short, printable. */
-static bool field_value_is_valid(const char *v) {
-        if (!v)
-                return true;
-        if (strlen(v) > RUN_FIELD_MAX)
-                return false;
-        for (const char *c = v; *c; c++)
-                if ((unsigned char) *c < 0x20 || *c == 0x7f)
-                        return false;
-        return true;
-}
 
 static void on_run_done(int error, const char *message, const ExecResult *res, void *userdata) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata, *reply = NULL;
@@ -480,13 +460,15 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return r;
         if (!streq(language, "python3") && !streq(language, "nodejs"))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unsupported language");
-        r = read_options(m, run_option, &o, error);
+        r = read_options(m, run_options, &o, error);
         if (r < 0)
                 return r;
         if (o.enable_network && !mgr->config.dify_enable_network)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "network is disabled");
-        if (!field_value_is_valid(o.user_id) || !field_value_is_valid(o.user_type) ||
-            !field_value_is_valid(o.traceparent))
+        /* Journal field values from the caller: short, printable. */
+        if (!string_is_printable_line(o.user_id, RUN_FIELD_MAX) ||
+            !string_is_printable_line(o.user_type, RUN_FIELD_MAX) ||
+            !string_is_printable_line(o.traceparent, RUN_FIELD_MAX))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid trace context");
         /* W3C traceparent "00-<trace id>-<span id>-<flags>": the ids go to the journal. */
         if (o.traceparent && strlen(o.traceparent) == 55 && o.traceparent[2] == '-' && o.traceparent[35] == '-') {

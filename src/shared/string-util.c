@@ -140,3 +140,14 @@ bool http_field_value_is_valid(const char *s) {
                         return false;
         return true;
 }
+
+bool string_is_printable_line(const char *s, size_t max) {
+        if (!s)
+                return true;
+        if (strlen(s) > max)
+                return false;
+        for (const char *c = s; *c; c++)
+                if ((unsigned char) *c < 0x20 || *c == 0x7f)
+                        return false;
+        return true;
+}

@@ -42,3 +42,6 @@ char *hexmem(const void *p, size_t l);
 bool http_token_is_valid(const char *s) _pure_;
 /* Header field values: no control characters but tab, so no CR/LF can split a request. */
 bool http_field_value_is_valid(const char *s) _pure_;
+
+/* NULL, or at most max bytes without control characters (one line of printable text). */
+bool string_is_printable_line(const char *s, size_t max) _pure_;

@@ -316,6 +316,9 @@ static int runner_setup_session(Runner *r) {
         return 0;
 }
 
+/* Values handed into the sandbox's environment (proxies): one printable line, bounded. */
+#define EXEC_ENV_VALUE_MAX 1024
+
 /* How long a session must be quiet before its next warm interpreter is prepared. */
 #define WARM_PREPARE_DELAY_USEC (250 * USEC_PER_MSEC)
 
@@ -702,17 +705,6 @@ static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
         return 0;
 }
 
-/* Values handed into the sandbox's environment: one printable line, bounded. */
-static bool exec_env_value_is_valid(const char *v) {
-        if (!v)
-                return true;
-        if (strlen(v) > 1024)
-                return false;
-        for (const char *c = v; *c; c++)
-                if ((unsigned char) *c < 0x20 || *c == 0x7f)
-                        return false;
-        return true;
-}
 
 static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         struct {
@@ -761,7 +753,8 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         q = json_dispatch(req, fields, &p, &jerr);
         if (q < 0 || p.timeout_ms <= 0 || p.output_limit <= 0 || p.output_limit > (64 << 20) || p.max_file < 0 ||
             p.max_files < 0 || p.max_total < 0 || strlen(p.exec_id) >= sizeof(e->exec_id) || p.memory_limit < 0 ||
-            !exec_env_value_is_valid(p.http_proxy) || !exec_env_value_is_valid(p.https_proxy))
+            !string_is_printable_line(p.http_proxy, EXEC_ENV_VALUE_MAX) ||
+            !string_is_printable_line(p.https_proxy, EXEC_ENV_VALUE_MAX))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
         if (p.language && streq(p.language, "nodejs"))
                 language = SANDBOX_NODEJS;
