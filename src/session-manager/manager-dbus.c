@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The io.scopebox.SessionManager1 bus API (docs/dbus-api.md): parse, validate, act, reply. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <fcntl.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "path-util.h"
 #include "storage-config.h"
 #include "log.h"
+#include "message-ids.h"
 #include "manager.h"
 #include "run.h"
 #include "session.h"
@@ -151,8 +153,13 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
 
-        if (mgr->config.max_sessions > 0 && mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions)
+        if (mgr->config.max_sessions > 0 && mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions) {
+                /* A client can ask at will: info, not a warning. */
+                log_struct(LOG_INFO, 0, LOG_FIELDS("SCOPEBOX_LIMIT=SANDBOX_MAX_SESSIONS", SCOPEBOX_MESSAGE_LIMIT_REACHED),
+                           "Refused a session: SANDBOX_MAX_SESSIONS=%" PRIi64 " sessions are running.",
+                           (int64_t) mgr->config.max_sessions);
                 return sd_bus_error_set(error, BUS_ERROR_LIMIT_EXCEEDED, "too many active sessions");
+        }
 
         r = session_new(mgr, &s);
         if (r < 0)

@@ -21,6 +21,7 @@
 #include "io-util.h"
 #include "json-util.h"
 #include "log.h"
+#include "message-ids.h"
 #include "manager.h"
 #include "runner-protocol.h"
 #include "session.h"
@@ -269,7 +270,8 @@ static void session_finalize(Session *s) {
                 free(w);
         }
 
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released"),
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released",
+                                           SCOPEBOX_MESSAGE_SESSION_RELEASED),
                    "Session %s released.", s->id);
         session_free(s);
 }
@@ -368,7 +370,8 @@ static void session_complete_in_flight(Session *s, int error, const char *messag
 
 static void session_runner_lost(Session *s, const char *why) {
         if (s->state != SESSION_STOPPING)
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=runner-lost"),
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=runner-lost",
+                                                      SCOPEBOX_MESSAGE_RUNNER_LOST),
                            "Runner of session %s is gone (%s); cleaning up.", s->id, why);
         s->control_source = sd_event_source_disable_unref(s->control_source);
         s->control_fd = safe_close(s->control_fd);
@@ -563,7 +566,8 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
                 session_touch(s);
                 return 0;
         }
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-idle"),
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-idle",
+                                           SCOPEBOX_MESSAGE_SESSION_REAPED),
                    "Session %s was idle for %llus.", s->id, (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
         (void) session_release_full(s, "idle timeout", &(ReleaseOptions) { .archive = true }, NULL, NULL);
         return 0;
@@ -609,7 +613,8 @@ static void session_start_done(Session *s, int error, const char *message) {
                 if (r < 0)
                         log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                    "Failed to record session %s; it won't survive a restart of the manager: %m", s->id);
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-created"),
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-created",
+                                                   SCOPEBOX_MESSAGE_SESSION_CREATED),
                            "Session %s started in %s.", s->id, s->unit);
                 manager_state_changed(s->manager);
         }
@@ -1088,7 +1093,8 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
 
         storage_reply_begin(s);
         if (sd_bus_message_is_method_error(reply, NULL))
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to store the archive of %s: %s",
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
+                           "Failed to store the archive of %s: %s",
                            s->id, sd_bus_message_get_error(reply)->message);
         else if (sd_bus_message_read(reply, "t", &size) >= 0)
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
@@ -1109,7 +1115,8 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
 
         if (error < 0) {
                 /* Too large or too slow: skipped, logged, not an error for the client. */
-                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
+                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
+                                                      SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
                            "Archive of session %s skipped: %s", s->id, strempty(message));
                 r = storage_call(s, "AbortArchive", on_abort_reply, STORAGE_CALL_SLACK_USEC, NULL, s->archive_token);
         } else

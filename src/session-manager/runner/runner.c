@@ -32,6 +32,7 @@
 #include "io-util.h"
 #include "json-util.h"
 #include "log.h"
+#include "message-ids.h"
 #include "outputs.h"
 #include "runner-protocol.h"
 #include "sandbox.h"
@@ -577,6 +578,17 @@ static int runner_exec_finish(RunnerExec *e) {
                               e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" : sig ? "SCOPEBOX_EXIT_REASON=signal" : "SCOPEBOX_EXIT_REASON=exited"),
                    "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
                    e->timed_out ? " (timed out)" : "", (unsigned long long) ((now_usec() - e->started_usec) / 1000));
+        if (e->timed_out || sig) {
+                const char *reason = e->timed_out ? "timeout" : sig == SIGSYS ? "sigsys" : "signal";
+                char signal_field[32];
+
+                snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", sig);
+                log_struct(LOG_NOTICE, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
+                                      strjoina("SCOPEBOX_EXIT_REASON=", reason), signal_field,
+                                      SCOPEBOX_MESSAGE_EXEC_KILLED),
+                           "Exec %s of session %s was killed (%s).", e->exec_id, r->session_id, reason);
+        }
 
         q = runner_send(r, e->connection_generation, reply, &data_fd, 1);
         goto done;
