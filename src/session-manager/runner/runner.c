@@ -718,6 +718,53 @@ static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
 }
 
 
+/* The read ends of a sandbox's pipes, and its PID 1. */
+typedef struct SandboxProcess {
+        pid_t pid;
+        int out_fd, err_fd, status_fd;
+} SandboxProcess;
+
+/* Creates the pipes of a sandbox, fills in what every sandbox of the session shares and clones
+ * PID 1 of a new one, which runs 'se'. 'parent_only_fd' (or -EBADF) is closed in the child. */
+static int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret) {
+        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
+                                  status_pipe[2] = { -EBADF, -EBADF };
+        pid_t pid;
+
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0)
+                return -errno;
+
+        se->session_root = r->session_root;
+        se->stdout_fd = out_pipe[1];
+        se->stderr_fd = err_pipe[1];
+        se->status_fd = status_pipe[1];
+        se->uid = r->uid;
+        se->gid = r->gid;
+        /* No file can be larger than both filesystems together: a backstop only, so that hitting
+         * a quota gives ENOSPC from the filesystem, not EFBIG. */
+        se->fsize_limit = r->workspace_size + r->tmp_size;
+        se->cpus_percent = r->cpus_percent;
+
+        /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. */
+        pid = (pid_t) syscall(SYS_clone, SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                safe_close(out_pipe[0]);
+                safe_close(err_pipe[0]);
+                safe_close(status_pipe[0]);
+                safe_close(parent_only_fd);
+                sandbox_run_init(se);
+        }
+        *ret = (SandboxProcess) {
+                .pid = pid,
+                .out_fd = TAKE_FD(out_pipe[0]),
+                .err_fd = TAKE_FD(err_pipe[0]),
+                .status_fd = TAKE_FD(status_pipe[0]),
+        };
+        return 0;
+}
+
 static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         struct {
                 const char *exec_id, *language, *http_proxy, *https_proxy;
@@ -740,9 +787,9 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 {},
         };
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
-        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
-                                  status_pipe[2] = { -EBADF, -EBADF }, ready_pipe[2] = { -EBADF, -EBADF };
+        _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
         _cleanup_close_ int outputs_fd = -EBADF;
+        SandboxProcess sp;
         _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
         _cleanup_free_ char *http_proxy = NULL, *https_proxy = NULL;
         char *extra_env[3] = {};
@@ -833,23 +880,12 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 /* It died before we got to it: warm_free() reaps it, the exec starts cold. */
         }
 
-        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0 ||
-            (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0))
+        if (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
 
         SandboxExec se = {
-                .session_root = r->session_root,
                 .code_fd = code_fd,
-                .stdout_fd = out_pipe[1],
-                .stderr_fd = err_pipe[1],
-                .status_fd = status_pipe[1],
-                .uid = r->uid,
-                .gid = r->gid,
                 .timeout_ms = e->timeout_ms,
-                /* No file can be larger than both filesystems together: a backstop only, so that
-                 * hitting a quota gives ENOSPC from the filesystem, not EFBIG. */
-                .fsize_limit = r->workspace_size + r->tmp_size,
-                .cpus_percent = r->cpus_percent,
                 .memory_limit = (uint64_t) p.memory_limit,
                 .language = language,
                 .no_processes = p.no_processes,
@@ -858,20 +894,14 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 .warm_ctl_fd = -EBADF,
                 .seccomp = filter ?: r->seccomp,
         };
-
-        /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. */
-        pid = (pid_t) syscall(SYS_clone, SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
-        if (pid < 0)
-                return runner_send_error(r, r->connection_generation, errno, "failed to create the sandbox: %s",
-                                         strerror(errno));
-        if (pid == 0) {
-                safe_close(out_pipe[0]);
-                safe_close(err_pipe[0]);
-                safe_close(status_pipe[0]);
-                safe_close(ready_pipe[1]);
-                sandbox_run_init(&se);
-        }
-        e->pid = pid;
+        q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, -q, "failed to create the sandbox: %s",
+                                         strerror(-q));
+        e->pid = pid = sp.pid;
+        e->out.fd = sp.out_fd;
+        e->err.fd = sp.err_fd;
+        e->status_fd = sp.status_fd;
 
         /* The network, for an exec that may have one: slirp4netns plugs a user-mode stack into
          * the sandbox's namespace (no route to the host's loopback) and tells PID 1 when it is
@@ -884,13 +914,6 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                         log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Failed to start slirp4netns, the exec fails: %m");
         }
-
-        out_pipe[1] = safe_close(out_pipe[1]);
-        err_pipe[1] = safe_close(err_pipe[1]);
-        status_pipe[1] = safe_close(status_pipe[1]);
-        e->out.fd = TAKE_FD(out_pipe[0]);
-        e->err.fd = TAKE_FD(err_pipe[0]);
-        e->status_fd = TAKE_FD(status_pipe[0]);
 
 watch:
         pid = e->pid;
@@ -961,63 +984,42 @@ static void runner_warm_schedule(Runner *r) {
 }
 
 static void runner_warm_prepare(Runner *r) {
-        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
-                                  status_pipe[2] = { -EBADF, -EBADF }, ctl[2] = { -EBADF, -EBADF };
+        _cleanup_close_pair_ int ctl[2] = { -EBADF, -EBADF };
         _cleanup_(warm_freep) Warm *w = NULL;
+        SandboxProcess sp;
         int q;
 
         if (!r->preload_modules || r->warm || r->exec || !r->initialized)
                 return;
-        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0 ||
-            socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
                 log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Failed to prepare a warm interpreter, ignoring: %m");
                 return;
         }
 
         SandboxExec se = {
-                .session_root = r->session_root,
                 .code_fd = -EBADF,
-                .stdout_fd = out_pipe[1],
-                .stderr_fd = err_pipe[1],
-                .status_fd = status_pipe[1],
-                .uid = r->uid,
-                .gid = r->gid,
                 /* The exec's own timeout is enforced by its timer; RLIMIT_CPU is a backstop. */
                 .timeout_ms = WARM_CPU_BACKSTOP_MS,
-                .fsize_limit = r->workspace_size + r->tmp_size,
-                .cpus_percent = r->cpus_percent,
                 .language = SANDBOX_PYTHON3,
                 .network_ready_fd = -EBADF,
                 .warm_ctl_fd = ctl[1],
                 .seccomp = r->seccomp,
         };
-
         w = calloc(1, sizeof(Warm));
         if (!w) {
                 log_oom();
                 return;
         }
         *w = (Warm) { .out_fd = -EBADF, .err_fd = -EBADF, .status_fd = -EBADF, .ctl_fd = -EBADF };
-
-        w->pid = (pid_t) syscall(SYS_clone, SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
-        if (w->pid < 0) {
-                log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+        q = runner_spawn_sandbox(r, &se, ctl[0], &sp);
+        if (q < 0) {
+                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Failed to create a warm sandbox, ignoring: %m");
-                w->pid = 0;
                 return;
         }
-        if (w->pid == 0) {
-                safe_close(out_pipe[0]);
-                safe_close(err_pipe[0]);
-                safe_close(status_pipe[0]);
-                safe_close(ctl[0]);
-                sandbox_run_init(&se);
-        }
-        w->out_fd = TAKE_FD(out_pipe[0]);
-        w->err_fd = TAKE_FD(err_pipe[0]);
-        w->status_fd = TAKE_FD(status_pipe[0]);
-        w->ctl_fd = TAKE_FD(ctl[0]);
+        *w = (Warm) { .pid = sp.pid, .out_fd = sp.out_fd, .err_fd = sp.err_fd, .status_fd = sp.status_fd,
+                      .ctl_fd = TAKE_FD(ctl[0]) };
 
         /* The modules to import; the code follows when an exec takes this sandbox. */
         if (send(w->ctl_fd, r->preload_modules, strlen(r->preload_modules), MSG_NOSIGNAL) < 0) {
