@@ -84,14 +84,10 @@ static void run_finish(Run *r, int error, const char *message, const ExecResult 
                 m->n_runs_running--;
         }
         q = sd_event_add_defer(m->event, &r->release_source, on_release, r);
-        if (q < 0) {
+        if (q < 0)
                 /* Can't defer: release now, the session is not inside a callback of its own here
                  * unless the exec answered, and then its runner is idle. */
-                if (r->session)
-                        (void) session_release(r->session, "run finished", NULL, NULL);
-                run_free(r);
-                manager_runs_next(m);
-        }
+                (void) on_release(NULL, r);
 }
 
 static void on_exec_done(Session *s, int error, const char *message, const ExecResult *result, void *userdata) {
