@@ -8,6 +8,7 @@
 
 #include "agent.h"
 #include "bus-util.h"
+#include "daemon-util.h"
 #include "log.h"
 
 static int on_idle(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -34,6 +35,12 @@ int main(int argc, char *argv[]) {
         Agent agent = {}, *a = &agent;
         sigset_t ss;
         int r;
+
+        r = daemon_parse_argv(argc, argv, "scopebox-storage-agent",
+                              "The storage agent of scopebox (io.scopebox.StorageAgent1).",
+                              "by the system bus (scopebox-storage-agent.service)");
+        if (r != 0)
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 
         log_setup("scopebox-storage-agent");
 
