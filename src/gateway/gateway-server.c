@@ -263,6 +263,7 @@ void server_status_changed(Server *s) {
 
 int server_new(Config *config, Server **ret) {
         _cleanup_(server_freep) Server *s = NULL;
+        struct timespec ts;
         int r;
 
         assert(config);
@@ -276,6 +277,8 @@ int server_new(Config *config, Server **ret) {
         s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * MAX(s->config.max_body_bytes, s->config.max_storage_body_bytes));
         s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
         s->cut_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
+        if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+                s->start_realtime_usec = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
 
         r = sd_event_default(&s->event);
         if (r < 0)
