@@ -25,10 +25,19 @@ def documentation(unit):
 
 
 def programs():
-    progs = sorted(p.name for p in LIBEXEC.iterdir() if p.is_file())
-    progs += sorted(p.name for p in pathlib.Path("/usr/bin").glob("scopebox*"))
-    assert "scopebox-gateway" in progs
-    return progs
+    """The programs an operator meets: the units' ExecStart=, the runner in every session scope,
+    and the commands in bindir (helper scripts the package runs at install time are not)."""
+    progs = {"scopebox-runner"}
+    for unit in UNITS:
+        cp = configparser.ConfigParser(strict=False, interpolation=None)
+        cp.read(UNITDIR / unit)
+        if cp.has_option("Service", "ExecStart"):
+            progs.add(pathlib.Path(cp["Service"]["ExecStart"].split()[0].lstrip("@-:+!")).name)
+    progs |= {p.name for p in pathlib.Path("/usr/bin").glob("scopebox*")}
+    assert {"scopebox-gateway", "scopebox-session-manager", "scopebox-storage-agent"} <= progs, progs
+    for p in progs - {p.name for p in pathlib.Path("/usr/bin").glob("scopebox*")}:
+        assert (LIBEXEC / p).is_file(), p
+    return sorted(progs)
 
 
 def man_page(name, section):
