@@ -86,6 +86,7 @@ bool manager_take_exec_slot(Manager *m, Session *s) {
                 return false; /* the request's queue timer still fires */
         m->exec_waiters = n;
         m->exec_waiters[m->n_exec_waiters++] = s;
+        manager_send_status(m);
         return false;
 }
 
@@ -95,6 +96,7 @@ void manager_forget_exec_waiter(Manager *m, Session *s) {
                         memmove(m->exec_waiters + i, m->exec_waiters + i + 1,
                                 sizeof(Session *) * (m->n_exec_waiters - i - 1));
                         m->n_exec_waiters--;
+                        manager_send_status(m);
                         return;
                 }
 }
@@ -236,11 +238,18 @@ static int on_idle_exit(sd_event_source *s, uint64_t usec, void *userdata) {
         return sd_event_exit(m->event, 0);
 }
 
+void manager_send_status(Manager *m) {
+        unsigned sessions = m->n_sessions - m->n_ephemeral;
+
+        (void) sd_notifyf(false, "STATUS=%u session%s, %u exec%s running, %zu waiting; %u dify run%s running, %u waiting",
+                          sessions, sessions == 1 ? "" : "s", m->n_execs_running, m->n_execs_running == 1 ? "" : "s",
+                          m->n_exec_waiters, m->n_runs_running, m->n_runs_running == 1 ? "" : "s", m->n_runs_queued);
+}
+
 void manager_state_changed(Manager *m) {
         int r;
 
-        (void) sd_notifyf(false, "STATUS=%u session%s, %u exec%s running", m->n_sessions,
-                          m->n_sessions == 1 ? "" : "s", m->n_execs_running, m->n_execs_running == 1 ? "" : "s");
+        manager_send_status(m);
         manager_emit_properties_changed(m);
 
         if (m->n_sessions > 0) {

@@ -82,6 +82,8 @@ int manager_recover_sessions(Manager *m);
  * session holds its id until its scope is gone. */
 int manager_allocate_uid(Manager *m, uid_t *ret);
 
+/* STATUS= alone: sessions, and execs and dify runs running and waiting. */
+void manager_send_status(Manager *m);
 /* Re-evaluate STATUS=, property changes and the idle exit timer. */
 void manager_state_changed(Manager *m);
 

@@ -201,6 +201,7 @@ int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallbac
         m->n_runs_queued++;
         m->metrics.runs++;
         manager_runs_next(m);
+        manager_send_status(m);
         return 0;
 }
 

@@ -105,6 +105,6 @@ def test_status_and_watchdog(service):
     assert show(service, "WatchdogUSec") == "1min"
     status = show(service, "StatusText")
     expected = {"scopebox-gateway.service": r"Serving on \d+ sockets?, \d+ requests? in flight",
-                "scopebox-session-manager.service": r"\d+ sessions?, \d+ execs? running",
+                "scopebox-session-manager.service": r"\d+ sessions?, \d+ execs? running, \d+ waiting; \d+ dify runs? running, \d+ waiting",
                 "scopebox-storage-agent.service": r"\d+ transfers? in progress, [1-9]\d* calls? served"}[service]
     assert re.match(expected, status), status
