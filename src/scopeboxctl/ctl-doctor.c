@@ -19,6 +19,7 @@
 
 #include "ctl.h"
 #include "host-check.h"
+#include "fs-util.h"
 #include "io-util.h"
 #include "json-util.h"
 #include "strbuf.h"
@@ -48,6 +49,7 @@ typedef struct Doctor {
         Table *table;
         json_object *checks;
         unsigned counts[_CHECK_STATE_MAX];
+        char home[40];     /* $HOME of the probes: python and fontconfig write caches there */
 } Doctor;
 
 static void report(Doctor *d, CheckState state, const char *name, const char *format, ...) _printf_(4, 5);
@@ -69,17 +71,21 @@ static void report(Doctor *d, CheckState state, const char *name, const char *fo
         json_object_array_add(d->checks, o);
 }
 
-/* Runs argv with stdout captured (stdin and stderr on /dev/null) in a minimal environment; returns
- * the exit status, or -errno. */
-static int probe(char *const argv[], char **ret_output) {
-        static char *const env[] = { (char *) "PATH=/usr/bin:/bin", (char *) "LANG=C.UTF-8",
-                                     (char *) "HOME=/nonexistent", (char *) "MPLBACKEND=Agg", NULL };
+/* Runs argv with stdout captured (stdin and stderr on /dev/null) in a minimal environment whose
+ * $HOME is 'home' (python's caches go there); returns the exit status, or -errno. */
+static int probe(char *const argv[], const char *home, char **ret_output) {
         _cleanup_close_pair_ int pipefd[2] = { -EBADF, -EBADF };
+        _cleanup_free_ char *home_env = NULL, *mpl_env = NULL;
         _cleanup_(strbuf_done) StrBuf out = {};
         posix_spawn_file_actions_t fa;
         struct timespec start, now;
         int status, r;
         pid_t pid;
+
+        if (asprintf(&home_env, "HOME=%s", home) < 0 || asprintf(&mpl_env, "MPLCONFIGDIR=%s", home) < 0)
+                return -ENOMEM;
+        char *const env[] = { (char *) "PATH=/usr/bin:/bin", (char *) "LANG=C.UTF-8", (char *) "MPLBACKEND=Agg",
+                              home_env, mpl_env, NULL };
 
         if (pipe2(pipefd, O_CLOEXEC) < 0)
                 return -errno;
@@ -244,7 +250,7 @@ static void check_python(Doctor *d) {
                 argv[n++] = (char *) python_extra_modules[i];
         argv[n] = NULL;
 
-        r = probe(argv, &out);
+        r = probe(argv, d->home, &out);
         if (r != 0) {
                 report(d, CHECK_FAIL, "python", "%s -I failed: %s", SANDBOX_PYTHON,
                        r < 0 ? strerror(-r) : "non-zero exit status");
@@ -280,7 +286,7 @@ static void check_node(Doctor *d) {
                 report(d, CHECK_WARN, "nodejs", "%s is missing: dify runs in nodejs fail", SANDBOX_NODE);
                 return;
         }
-        r = probe(argv, &out);
+        r = probe(argv, d->home, &out);
         if (r != 0)
                 report(d, CHECK_WARN, "nodejs", "%s --version failed", SANDBOX_NODE);
         else
@@ -318,7 +324,7 @@ static void check_fonts(Doctor *d) {
                        "(run tools/build-font-cache)", FONT_CACHE_DIR);
         globfree(&g);
 
-        r = access(argv[0], X_OK) < 0 ? -errno : probe(argv, &out);
+        r = access(argv[0], X_OK) < 0 ? -errno : probe(argv, d->home, &out);
         for (const char *p = out; p && *p; p = strchrnul(p, '\n'), p += *p == '\n')
                 lines++;
         if (r != 0 || lines == 0)
@@ -415,7 +421,9 @@ int verb_doctor(Ctl *c) {
         r = table_new(&table, "STATE", "CHECK", "DETAIL", NULL);
         if (!checks || r < 0)
                 return ctl_error(ENOMEM, "Out of memory.");
-        d = (Doctor) { .table = table, .checks = checks };
+        d = (Doctor) { .table = table, .checks = checks, .home = "/tmp/scopeboxctl-doctor-XXXXXX" };
+        if (!mkdtemp(d.home))
+                return ctl_error(errno, "Failed to create a temporary directory: %m");
 
         config_ok = ctl_load_config(&cfg, &config_error) >= 0;
         if (config_ok)
@@ -431,6 +439,7 @@ int verb_doctor(Ctl *c) {
         check_fonts(&d);
         check_api_key(&d, &cfg, config_ok);
         check_installation(&d);
+        (void) rm_rf(d.home);
 
         if (c->json) {
                 _cleanup_json_ json_object *o = json_object_new_object();
@@ -443,7 +452,7 @@ int verb_doctor(Ctl *c) {
                 json_object_object_add(o, "checks", TAKE_PTR(checks));
                 json_print(o);
         } else {
-                table_print(table, false);
+                table_print(table, false, false);
                 if (c->legend)
                         printf("\n%u ok, %u warnings, %u failed.\n", d.counts[CHECK_OK], d.counts[CHECK_WARN],
                                d.counts[CHECK_FAIL]);

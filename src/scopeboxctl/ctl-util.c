@@ -248,14 +248,14 @@ int table_add_row(Table *t, const char *first_cell, ...) {
         return r;
 }
 
-void table_print(Table *t, bool legend) {
+void table_print(Table *t, bool header, bool footer) {
         size_t width[TABLE_COLUMNS_MAX] = {};
 
-        for (size_t row = legend ? 0 : 1; row < t->n_rows; row++)
+        for (size_t row = header ? 0 : 1; row < t->n_rows; row++)
                 for (size_t col = 0; col < t->n_columns; col++)
                         width[col] = MAX(width[col], strlen(t->cells[row * t->n_columns + col]));
 
-        for (size_t row = legend ? 0 : 1; row < t->n_rows; row++) {
+        for (size_t row = header ? 0 : 1; row < t->n_rows; row++) {
                 for (size_t col = 0; col < t->n_columns; col++) {
                         const char *s = t->cells[row * t->n_columns + col];
                         if (col + 1 == t->n_columns)
@@ -265,7 +265,7 @@ void table_print(Table *t, bool legend) {
                 }
                 fputc('\n', stdout);
         }
-        if (legend)
+        if (footer)
                 printf("\n%zu %s listed.\n", t->n_rows - 1, t->n_rows == 2 ? "entry" : "entries");
 }
 

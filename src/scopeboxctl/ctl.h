@@ -92,7 +92,8 @@ int ctl_name_has_owner(sd_bus *bus, const char *name);
 typedef struct Table Table;
 int table_new(Table **ret, const char *first_header, ...);
 int table_add_row(Table *t, const char *first_cell, ...);
-void table_print(Table *t, bool legend);
+/* Columns aligned; the header line first, "N entries listed." last, if asked for. */
+void table_print(Table *t, bool header, bool footer);
 Table *table_free(Table *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Table *, table_free);
 
