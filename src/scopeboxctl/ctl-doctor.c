@@ -452,7 +452,7 @@ int verb_doctor(Ctl *c) {
                 json_object_object_add(o, "checks", TAKE_PTR(checks));
                 json_print(o);
         } else {
-                table_print(table, false, false);
+                table_print(table, stdout, false, false);
                 if (c->legend)
                         printf("\n%u ok, %u warnings, %u failed.\n", d.counts[CHECK_OK], d.counts[CHECK_WARN],
                                d.counts[CHECK_FAIL]);

@@ -109,7 +109,7 @@ int verb_sessions(Ctl *c) {
         if (c->json)
                 json_print(list);
         else
-                table_print(table, c->legend, c->legend);
+                table_print(table, stdout, c->legend, c->legend);
         return 0;
 }
 

@@ -200,7 +200,7 @@ int verb_status(Ctl *c) {
                 return 0;
         }
 
-        table_print(table, c->legend, false);
+        table_print(table, stdout, c->legend, false);
         printf("\n");
         if (mgr.active)
                 printf("Sessions:             %" PRIu32 " (%" PRIu32 " running an exec)\n", mgr.sessions,

@@ -248,7 +248,7 @@ int table_add_row(Table *t, const char *first_cell, ...) {
         return r;
 }
 
-void table_print(Table *t, bool header, bool footer) {
+void table_print(Table *t, FILE *f, bool header, bool footer) {
         size_t width[TABLE_COLUMNS_MAX] = {};
 
         for (size_t row = header ? 0 : 1; row < t->n_rows; row++)
@@ -259,14 +259,14 @@ void table_print(Table *t, bool header, bool footer) {
                 for (size_t col = 0; col < t->n_columns; col++) {
                         const char *s = t->cells[row * t->n_columns + col];
                         if (col + 1 == t->n_columns)
-                                fputs(s, stdout);
+                                fputs(s, f);
                         else
-                                printf("%-*s ", (int) width[col], s);
+                                fprintf(f, "%-*s ", (int) width[col], s);
                 }
-                fputc('\n', stdout);
+                fputc('\n', f);
         }
         if (footer)
-                printf("\n%zu %s listed.\n", t->n_rows - 1, t->n_rows == 2 ? "entry" : "entries");
+                fprintf(f, "\n%zu %s listed.\n", t->n_rows - 1, t->n_rows == 2 ? "entry" : "entries");
 }
 
 Table *table_free(Table *t) {

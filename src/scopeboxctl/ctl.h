@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <json-c/json.h>
 #include <systemd/sd-bus.h>
@@ -93,7 +94,7 @@ typedef struct Table Table;
 int table_new(Table **ret, const char *first_header, ...);
 int table_add_row(Table *t, const char *first_cell, ...);
 /* Columns aligned; the header line first, "N entries listed." last, if asked for. */
-void table_print(Table *t, bool header, bool footer);
+void table_print(Table *t, FILE *f, bool header, bool footer);
 Table *table_free(Table *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Table *, table_free);
 
