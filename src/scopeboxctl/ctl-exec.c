@@ -13,6 +13,7 @@
 
 /* The manager's default when no timeout is given (docs/dbus-api.md). */
 #define EXEC_DEFAULT_TIMEOUT_MS 120000ULL
+#define EXEC_MIN_TIMEOUT_MS 1000ULL
 /* Room for what the data memfd may hold beyond the configured limits. */
 #define EXEC_DATA_SLACK (16ULL << 20)
 
@@ -102,8 +103,9 @@ int verb_exec(Ctl *c) {
         r = read_code(path, cfg.max_code_bytes, &code, &code_size);
         if (r < 0)
                 return r;
-        /* What the manager would do with it: the cap wins. */
-        timeout_ms = MIN(c->timeout_ms ?: EXEC_DEFAULT_TIMEOUT_MS, cfg.exec_timeout_cap_ms);
+        /* What the manager does with it: at least a second, at most the cap. */
+        timeout_ms = CLAMP(c->timeout_ms ?: EXEC_DEFAULT_TIMEOUT_MS, EXEC_MIN_TIMEOUT_MS,
+                           MAX(cfg.exec_timeout_cap_ms, EXEC_MIN_TIMEOUT_MS));
 
         code_fd = memfd_new_data("scopeboxctl-exec-code", code, code_size);
         if (code_fd < 0)
