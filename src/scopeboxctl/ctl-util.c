@@ -15,6 +15,7 @@
 #include "bus-util.h"
 #include "ctl.h"
 #include "id.h"
+#include "parse-util.h"
 #include "string-util.h"
 
 int ctl_error(int error, const char *format, ...) {
@@ -334,6 +335,41 @@ const char *format_u64(char *buf, size_t size, uint64_t v) {
                 return "-";
         snprintf(buf, size, "%" PRIu64, v);
         return buf;
+}
+
+int parse_time_span(const char *s, uint64_t default_unit_usec, uint64_t *ret_usec) {
+        static const struct {
+                const char *suffix;
+                uint64_t usec;
+        } units[] = {
+                { "ms",  USEC_PER_MSEC },
+                { "s",   USEC_PER_SEC },
+                { "min", 60 * USEC_PER_SEC },
+                { "m",   60 * USEC_PER_SEC },
+                { "h",   3600 * USEC_PER_SEC },
+                { "d",   86400 * USEC_PER_SEC },
+                { "w",   7 * 86400 * USEC_PER_SEC },
+        };
+        uint64_t unit = default_unit_usec, n;
+        size_t digits = strspn(s, "0123456789");
+        char number[24];
+
+        if (digits == 0 || digits >= sizeof(number))
+                return -EINVAL;
+        if (s[digits]) {
+                unit = 0;
+                for (size_t i = 0; i < ELEMENTSOF(units) && !unit; i++)
+                        if (streq(s + digits, units[i].suffix))
+                                unit = units[i].usec;
+                if (!unit)
+                        return -EINVAL;
+        }
+        memcpy(number, s, digits);
+        number[digits] = 0;
+        if (safe_atou64(number, &n) < 0 || n > UINT64_MAX / 2 / unit)
+                return -ERANGE;
+        *ret_usec = n * unit;
+        return 0;
 }
 
 uint64_t now_realtime_usec(void) {

@@ -110,6 +110,8 @@ const char *format_duration(char *buf, size_t size, uint64_t usec);
 /* A number, or "-" for UINT64_MAX. */
 const char *format_u64(char *buf, size_t size, uint64_t v);
 uint64_t now_realtime_usec(void);
+/* "90", "500ms", "30s", "5min", "2h", "7d", "1w": a bare number is in 'default_unit_usec'. */
+int parse_time_span(const char *s, uint64_t default_unit_usec, uint64_t *ret_usec);
 
 /* Session ids: 32 lowercase hex characters. Prints an error for anything else. */
 int ctl_check_session_id(const char *id);

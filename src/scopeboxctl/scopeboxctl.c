@@ -43,8 +43,9 @@ static void help(void) {
                "     --version        Show the version\n"
                "     --json           Print JSON (stable keys, see scopeboxctl(1))\n"
                "     --no-legend      Print no table headers and footers\n"
-               "     --timeout=MS     exec: timeout in milliseconds (default 120000)\n"
-               "     --max-age=SECS   gc: age of the archives to delete (default 604800)\n"
+               "     --timeout=TIME   exec: timeout (ms, or with s, min; default 120s)\n"
+               "     --max-age=TIME   gc: delete archives older than this (s, or with min, h, d, w;\n"
+               "                      default 7d)\n"
                "     --archive        kill: archive the workspace instead of discarding it\n\n"
                "Exit status: 0 success, 1 failure (doctor: a check failed), 2 usage error,\n"
                "4 no such session; exec exits with the code's exit status.\n");
@@ -71,6 +72,7 @@ static int parse_argv(Ctl *c, int argc, char *argv[]) {
                 { "archive",   no_argument,       NULL, ARG_ARCHIVE   },
                 {}
         };
+        uint64_t usec;
         int opt;
 
         /* '+' would stop at the verb; options may follow it, as with systemctl. */
@@ -89,14 +91,16 @@ static int parse_argv(Ctl *c, int argc, char *argv[]) {
                         c->legend = false;
                         break;
                 case ARG_TIMEOUT:
-                        if (safe_atou64(optarg, &c->timeout_ms) < 0 || c->timeout_ms == 0)
-                                return ctl_error(EINVAL, "Invalid --timeout '%s': a positive number of milliseconds.",
-                                                 optarg);
+                        if (parse_time_span(optarg, USEC_PER_MSEC, &usec) < 0 || usec < USEC_PER_MSEC)
+                                return ctl_error(EINVAL, "Invalid --timeout '%s': milliseconds, or a number "
+                                                 "with ms, s, min, h.", optarg);
+                        c->timeout_ms = usec / USEC_PER_MSEC;
                         break;
                 case ARG_MAX_AGE:
-                        if (safe_atoi64(optarg, &c->max_age_sec) < 0 || c->max_age_sec <= 0)
-                                return ctl_error(EINVAL, "Invalid --max-age '%s': a positive number of seconds.",
-                                                 optarg);
+                        if (parse_time_span(optarg, USEC_PER_SEC, &usec) < 0 || usec < USEC_PER_SEC)
+                                return ctl_error(EINVAL, "Invalid --max-age '%s': seconds, or a number with "
+                                                 "s, min, h, d, w.", optarg);
+                        c->max_age_sec = (int64_t) (usec / USEC_PER_SEC);
                         break;
                 case ARG_ARCHIVE:
                         c->archive = true;

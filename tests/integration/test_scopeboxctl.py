@@ -170,7 +170,7 @@ def test_exec_prints_output_passes_the_exit_code_and_lists_artifacts(session):
 
 
 def test_exec_honours_timeout(session):
-    r = ctl("exec", "--timeout=1000", session, "-", stdin="import time\ntime.sleep(30)\n")
+    r = ctl("exec", "--timeout=1s", session, "-", stdin="import time\ntime.sleep(30)\n")
     assert r.returncode == 124
     assert "timed out after 1000 ms" in r.stderr
 
@@ -238,7 +238,7 @@ def test_gc_deletes_old_archives_only():
         assert out["deleted"] >= 1 and out["freed_bytes"] >= 100 and out["scanned"] >= 2
         assert not old.exists()
         assert young.exists()
-        r = ctl("gc", "--max-age=86400")
+        r = ctl("gc", "--max-age", "1d")  # the same age, with a unit
         assert r.returncode == 0 and r.stdout.startswith("Deleted 0 of ")
     finally:
         for f in (old, young):

@@ -77,6 +77,40 @@ static void test_table(void) {
         assert_printed(t, false, false, "long cell \nx         y\n");
 }
 
+static void test_parse_time_span(void) {
+        uint64_t u = 0;
+
+        ASSERT_EQ(parse_time_span("1500", USEC_PER_MSEC, &u), 0);
+        ASSERT_EQ(u, 1500 * USEC_PER_MSEC);
+        ASSERT_EQ(parse_time_span("90", USEC_PER_SEC, &u), 0);
+        ASSERT_EQ(u, 90 * USEC_PER_SEC);
+        ASSERT_EQ(parse_time_span("500ms", USEC_PER_SEC, &u), 0);
+        ASSERT_EQ(u, 500 * USEC_PER_MSEC);
+        ASSERT_EQ(parse_time_span("30s", USEC_PER_MSEC, &u), 0);
+        ASSERT_EQ(u, 30 * USEC_PER_SEC);
+        ASSERT_EQ(parse_time_span("5min", USEC_PER_SEC, &u), 0);
+        ASSERT_EQ(u, 300 * USEC_PER_SEC);
+        ASSERT_EQ(parse_time_span("5m", USEC_PER_SEC, &u), 0);
+        ASSERT_EQ(u, 300 * USEC_PER_SEC);
+        ASSERT_EQ(parse_time_span("2h", USEC_PER_SEC, &u), 0);
+        ASSERT_EQ(u, 7200 * USEC_PER_SEC);
+        ASSERT_EQ(parse_time_span("7d", USEC_PER_SEC, &u), 0);
+        ASSERT_EQ(u, 7 * 86400 * USEC_PER_SEC);
+        ASSERT_EQ(parse_time_span("1w", USEC_PER_SEC, &u), 0);
+        ASSERT_EQ(u, 7 * 86400 * USEC_PER_SEC);
+
+        u = 42;
+        ASSERT_EQ(parse_time_span("", USEC_PER_SEC, &u), -EINVAL);
+        ASSERT_EQ(parse_time_span("d", USEC_PER_SEC, &u), -EINVAL);
+        ASSERT_EQ(parse_time_span("-5", USEC_PER_SEC, &u), -EINVAL);
+        ASSERT_EQ(parse_time_span("5 d", USEC_PER_SEC, &u), -EINVAL);
+        ASSERT_EQ(parse_time_span("5y", USEC_PER_SEC, &u), -EINVAL);
+        ASSERT_EQ(parse_time_span("1.5h", USEC_PER_SEC, &u), -EINVAL);
+        ASSERT_EQ(parse_time_span("99999999999999999999", USEC_PER_SEC, &u), -ERANGE);
+        ASSERT_EQ(parse_time_span("99999999999999w", USEC_PER_SEC, &u), -ERANGE);
+        ASSERT_EQ(u, 42); /* untouched on failure */
+}
+
 int main(void) {
         RUN(test_format_bytes);
         RUN(test_format_duration);
@@ -84,5 +118,6 @@ int main(void) {
         RUN(test_json_unknown);
         RUN(test_session_id);
         RUN(test_table);
+        RUN(test_parse_time_span);
         return 0;
 }
