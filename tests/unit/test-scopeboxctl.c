@@ -78,37 +78,38 @@ static void test_table(void) {
 }
 
 static void test_parse_time_span(void) {
-        uint64_t u = 0;
+        static const struct {
+                const char *text;
+                uint64_t default_unit, want;
+        } good[] = {
+                { "1500",  USEC_PER_MSEC, 1500 * USEC_PER_MSEC },
+                { "90",    USEC_PER_SEC,  90 * USEC_PER_SEC },
+                { "500ms", USEC_PER_SEC,  500 * USEC_PER_MSEC },
+                { "30s",   USEC_PER_MSEC, 30 * USEC_PER_SEC },
+                { "5min",  USEC_PER_SEC,  300 * USEC_PER_SEC },
+                { "5m",    USEC_PER_SEC,  300 * USEC_PER_SEC },
+                { "2h",    USEC_PER_SEC,  7200 * USEC_PER_SEC },
+                { "7d",    USEC_PER_SEC,  7 * 86400 * USEC_PER_SEC },
+                { "1w",    USEC_PER_SEC,  7 * 86400 * USEC_PER_SEC },
+        };
+        static const struct {
+                const char *text;
+                int error;
+        } bad[] = {
+                { "", -EINVAL }, { "d", -EINVAL }, { "-5", -EINVAL }, { "5 d", -EINVAL }, { "5y", -EINVAL },
+                { "1.5h", -EINVAL }, { "99999999999999999999", -ERANGE }, { "99999999999999w", -ERANGE },
+        };
+        uint64_t u;
 
-        ASSERT_EQ(parse_time_span("1500", USEC_PER_MSEC, &u), 0);
-        ASSERT_EQ(u, 1500 * USEC_PER_MSEC);
-        ASSERT_EQ(parse_time_span("90", USEC_PER_SEC, &u), 0);
-        ASSERT_EQ(u, 90 * USEC_PER_SEC);
-        ASSERT_EQ(parse_time_span("500ms", USEC_PER_SEC, &u), 0);
-        ASSERT_EQ(u, 500 * USEC_PER_MSEC);
-        ASSERT_EQ(parse_time_span("30s", USEC_PER_MSEC, &u), 0);
-        ASSERT_EQ(u, 30 * USEC_PER_SEC);
-        ASSERT_EQ(parse_time_span("5min", USEC_PER_SEC, &u), 0);
-        ASSERT_EQ(u, 300 * USEC_PER_SEC);
-        ASSERT_EQ(parse_time_span("5m", USEC_PER_SEC, &u), 0);
-        ASSERT_EQ(u, 300 * USEC_PER_SEC);
-        ASSERT_EQ(parse_time_span("2h", USEC_PER_SEC, &u), 0);
-        ASSERT_EQ(u, 7200 * USEC_PER_SEC);
-        ASSERT_EQ(parse_time_span("7d", USEC_PER_SEC, &u), 0);
-        ASSERT_EQ(u, 7 * 86400 * USEC_PER_SEC);
-        ASSERT_EQ(parse_time_span("1w", USEC_PER_SEC, &u), 0);
-        ASSERT_EQ(u, 7 * 86400 * USEC_PER_SEC);
-
-        u = 42;
-        ASSERT_EQ(parse_time_span("", USEC_PER_SEC, &u), -EINVAL);
-        ASSERT_EQ(parse_time_span("d", USEC_PER_SEC, &u), -EINVAL);
-        ASSERT_EQ(parse_time_span("-5", USEC_PER_SEC, &u), -EINVAL);
-        ASSERT_EQ(parse_time_span("5 d", USEC_PER_SEC, &u), -EINVAL);
-        ASSERT_EQ(parse_time_span("5y", USEC_PER_SEC, &u), -EINVAL);
-        ASSERT_EQ(parse_time_span("1.5h", USEC_PER_SEC, &u), -EINVAL);
-        ASSERT_EQ(parse_time_span("99999999999999999999", USEC_PER_SEC, &u), -ERANGE);
-        ASSERT_EQ(parse_time_span("99999999999999w", USEC_PER_SEC, &u), -ERANGE);
-        ASSERT_EQ(u, 42); /* untouched on failure */
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                ASSERT_EQ(parse_time_span(good[i].text, good[i].default_unit, &u), 0);
+                ASSERT_EQ(u, good[i].want);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                u = 42;
+                ASSERT_EQ(parse_time_span(bad[i].text, USEC_PER_SEC, &u), bad[i].error);
+                ASSERT_EQ(u, 42); /* untouched on failure */
+        }
 }
 
 int main(void) {
