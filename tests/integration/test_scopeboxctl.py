@@ -26,6 +26,16 @@ def ctl(*args, stdin=None, timeout=120):
                           timeout=timeout)
 
 
+def conf_value(name, default):
+    """A setting of /etc/scopebox/scopebox.conf as written there (last assignment wins)."""
+    value = default
+    for line in pathlib.Path("/etc/scopebox/scopebox.conf").read_text().splitlines():
+        key, sep, rest = line.strip().partition("=")
+        if sep and key == name:
+            value = rest.strip().strip('"')
+    return value
+
+
 def ctl_json(*args):
     r = ctl(*args, "--json")
     assert r.returncode == 0, (r.returncode, r.stderr)
@@ -56,10 +66,16 @@ def test_status_json_reports_daemons_limits_and_sessions():
     assert units["scopebox-session-manager.service"]["main_pid"] > 0
     assert "sessions" in units["scopebox-session-manager.service"]["status_text"]
     assert before["config"] == {"path": "/etc/scopebox/scopebox.conf", "ok": True, "error": None}
-    assert before["limits"]["max_sessions"] == 16
-    assert before["limits"]["memory_bytes"] == 2 << 30
-    assert before["limits"]["tasks"] == 256
-    assert before["limits"]["idle_ttl_sec"] == 1800
+    # The file's values, else the built-in defaults (docs/configuration.md).
+    assert before["limits"]["max_sessions"] == int(conf_value("SANDBOX_MAX_SESSIONS", "16"))
+    assert before["limits"]["tasks"] == int(conf_value("SANDBOX_PIDS_LIMIT", "256"))
+    assert before["limits"]["idle_ttl_sec"] == int(conf_value("SANDBOX_IDLE_TTL_SECONDS", "1800"))
+    if conf_value("SANDBOX_MEMORY_LIMIT", None) is None:
+        assert before["limits"]["memory_bytes"] == 2 << 30
+    assert set(before["limits"]) == {
+        "max_sessions", "max_concurrent_execs", "max_concurrent_creates", "memory_bytes", "cpu_percent", "tasks",
+        "workspace_bytes", "idle_ttl_sec", "idle_ttl_cap_sec", "exec_timeout_cap_ms", "queue_timeout_sec",
+        "archive_timeout_sec", "max_code_bytes", "max_output_bytes"}
     assert before["storage"]["local_dir"] == str(STORAGE_DIR)
     assert before["storage"]["local_dir_exists"] is True
     assert before["manager"]["active"] is True
@@ -104,7 +120,7 @@ def test_sessions_lists_a_session_with_its_usage_until_released():
         for key in ("age_sec", "idle_sec", "idle_ttl_sec", "expires_in_sec", "execs", "created_usec",
                     "last_active_usec", "uid", "runner_pid"):
             assert isinstance(s[key], int), key
-        assert s["idle_ttl_sec"] == 1800
+        assert s["idle_ttl_sec"] == int(conf_value("SANDBOX_IDLE_TTL_SECONDS", "1800"))
         assert s["execs"] == 1
         assert s["exec_running"] is False
         assert s["ephemeral"] is False
