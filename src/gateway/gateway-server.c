@@ -263,6 +263,7 @@ void server_status_changed(Server *s) {
 
 int server_new(Config *config, Server **ret) {
         _cleanup_(server_freep) Server *s = NULL;
+        struct timespec ts;
         int r;
 
         assert(config);
@@ -276,6 +277,8 @@ int server_new(Config *config, Server **ret) {
         s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * MAX(s->config.max_body_bytes, s->config.max_storage_body_bytes));
         s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
         s->cut_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
+        if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+                s->start_realtime_usec = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
 
         r = sd_event_default(&s->event);
         if (r < 0)
@@ -355,6 +358,15 @@ int server_set_api_key(Server *s, const char *key) {
         return 0;
 }
 
+static int on_name_acquired(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        if (e)
+                log_warning("Could not own the bus name %s (%s); systemctl service-log-level will not "
+                            "reach the gateway.", GATEWAY_BUS_NAME, e->message ?: e->name);
+        return 0;
+}
+
 int server_connect_bus(Server *s) {
         const char *unique;
         int r;
@@ -379,6 +391,15 @@ int server_connect_bus(Server *s) {
         r = sd_bus_attach_event(s->bus, s->event, SD_EVENT_PRIORITY_NORMAL);
         if (r < 0)
                 return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
+
+        /* systemctl service-log-level finds the gateway by its unit's BusName=. Not owning the name
+         * (a development run without the policy installed) costs only that. */
+        r = bus_add_log_control(s->bus);
+        if (r < 0)
+                return log_error_errno(r, "Failed to register LogControl1: %m");
+        r = sd_bus_request_name_async(s->bus, NULL, GATEWAY_BUS_NAME, 0, on_name_acquired, NULL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to request the bus name %s: %m", GATEWAY_BUS_NAME);
 
         /* Without the bus every request would fail: exit, and let socket activation start a fresh
          * instance on the next connection. */

@@ -80,6 +80,8 @@ struct Server {
         unsigned n_requests;
         unsigned n_suspended;          /* of which waiting for the session manager */
         uint64_t n_completed;
+        uint64_t n_responses[6];       /* of them, by status class: [2] 2xx ... [5] 5xx, [0] none sent */
+        uint64_t start_realtime_usec;  /* when this process started (CLOCK_REALTIME) */
         unsigned n_dify_runs;          /* dify-sandbox runs between acceptance and their result
                                         * (MAX_REQUESTS), queued in the manager or running */
         uint64_t body_bytes;           /* request body bytes reserved by all requests */

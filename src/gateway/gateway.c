@@ -10,6 +10,7 @@
 #include "config.h"
 #include "gateway-auth.h"
 #include "gateway-server.h"
+#include "daemon-util.h"
 #include "log.h"
 #include "macro.h"
 
@@ -76,11 +77,13 @@ static int run(int argc, char *argv[]) {
         _cleanup_(config_done) Config config = {};
         int n, r;
 
-        log_setup("scopebox-gateway");
+        r = daemon_parse_argv(argc, argv, "scopebox-gateway",
+                              "The HTTP gateway of scopebox: the sidecar and dify-sandbox APIs.",
+                              "by scopebox-gateway.socket");
+        if (r != 0)
+                return r;
 
-        if (argc > 1)
-                return log_error_errno(-EINVAL, "This program takes no arguments; it is started by "
-                                       "scopebox-gateway.socket.");
+        log_setup("scopebox-gateway");
 
         /* MHD sends with MSG_NOSIGNAL, but a peer vanishing must never kill us. */
         (void) signal(SIGPIPE, SIG_IGN);

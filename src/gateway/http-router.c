@@ -31,6 +31,7 @@ const HttpRoute http_sidecar_routes[] = {
         { "POST",   "/storage/put",         HTTP_ROUTE_JSON | HTTP_ROUTE_BIG_BODY, http_storage_put        },
         { "POST",   "/storage/delete",      HTTP_ROUTE_JSON,                       http_storage_delete     },
         { "POST",   "/storage/gc",          HTTP_ROUTE_JSON,                       http_storage_gc         },
+        { "GET",    "/metrics",             0,                                     http_metrics_get        },
         {}
 };
 
@@ -624,7 +625,8 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
         resp->body = NULL; /* MHD frees it now */
 
         if ((resp->size > 0 &&
-             MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES) ||
+             MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                     resp->content_type ?: "application/json") != MHD_YES) ||
             (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES)) {
                 MHD_destroy_response(m);
                 return MHD_NO;
@@ -850,6 +852,7 @@ void http_router_request_completed(void *cls, struct MHD_Connection *connection,
 
         http_request_log_access(req, toe);
         req->server->n_completed++;
+        req->server->n_responses[req->status >= 100 && req->status < 600 ? req->status / 100 : 0]++;
         *con_cls = NULL;
         http_request_free(req);
 }

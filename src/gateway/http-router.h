@@ -194,6 +194,7 @@ int http_files_reset_inputs(HttpRequest *req);
 int http_storage_put(HttpRequest *req);
 int http_storage_delete(HttpRequest *req);
 int http_storage_gc(HttpRequest *req);
+int http_metrics_get(HttpRequest *req);
 int http_dify_health(HttpRequest *req);
 int http_dify_run(HttpRequest *req);
 int http_dify_dependencies_list(HttpRequest *req);

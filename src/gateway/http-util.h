@@ -47,6 +47,7 @@ typedef struct HttpResponse {
         char *body;
         size_t size;
         const char *allow; /* static "Allow:" header value for 405, or NULL */
+        const char *content_type; /* static; NULL: application/json */
 } HttpResponse;
 
 HttpResponse *http_response_free(HttpResponse *r);

@@ -291,8 +291,10 @@ static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}",
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
                                           "timed_out", "b", (int) res->timed_out,
+                                          "oom_killed", "b", (int) res->oom_killed,
+                                          "pids_limited", "b", (int) res->pids_limited,
                                           "duration_usec", "t", res->duration_usec,
                                           "stdout_truncated", "b", (int) res->stdout_truncated,
                                           "stderr_truncated", "b", (int) res->stderr_truncated,
@@ -741,6 +743,97 @@ static int method_get_health(sd_bus_message *m, void *userdata, sd_bus_error *er
         return 1;
 }
 
+/* ---- GetMetrics ---- */
+
+/* Opens the {sv} entry 'key' of an a{sv} with an array of 'element' in its variant, ready for the
+ * elements; close_array_entry() closes all three. */
+static int open_array_entry(sd_bus_message *reply, const char *key, const char *element) {
+        char sig[16];
+        int r;
+
+        (void) snprintf(sig, sizeof(sig), "a%s", element);
+        r = sd_bus_message_open_container(reply, 'e', "sv");
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "s", key);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'v', sig);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', element);
+        return r;
+}
+
+static int close_array_entry(sd_bus_message *reply) {
+        int r = 0;
+
+        for (unsigned i = 0; r >= 0 && i < 3; i++) /* array, variant, dict entry */
+                r = sd_bus_message_close_container(reply);
+        return r;
+}
+
+/* A counter per label value, as a{st}. */
+static int append_labeled(sd_bus_message *reply, const char *key, const uint64_t *values, unsigned n,
+                          const char *(*label)(int)) {
+        int r = open_array_entry(reply, key, "{st}");
+
+        for (unsigned i = 0; r >= 0 && i < n; i++)
+                r = sd_bus_message_append(reply, "{st}", label((int) i), values[i]);
+        return r < 0 ? r : close_array_entry(reply);
+}
+
+static const char *exec_outcome_label(int i) {
+        return exec_outcome_to_string((ExecOutcome) i);
+}
+
+static const char *kill_reason_label(int i) {
+        return kill_reason_to_string((KillReason) i);
+}
+
+static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Manager *mgr = userdata;
+        const Metrics *mt = &mgr->metrics;
+        int r;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                                          "start_time_usec", "t", mt->start_realtime_usec,
+                                          "sessions", "u", mgr->n_sessions - mgr->n_ephemeral,
+                                          "sessions_started", "t", mt->sessions_started,
+                                          "sessions_ended", "t", mt->sessions_ended,
+                                          "sessions_reaped", "t", mt->sessions_reaped,
+                                          "execs_running", "u", mgr->n_execs_running,
+                                          "execs_waiting", "u", (uint32_t) mgr->n_exec_waiters,
+                                          "creates_running", "u", mgr->n_creating,
+                                          "creates_waiting", "u", manager_count_pending_creates(mgr),
+                                          "runs_running", "u", mgr->n_runs_running,
+                                          "runs_waiting", "u", mgr->n_runs_queued,
+                                          "runs", "t", mt->runs,
+                                          "exec_duration_sum_usec", "t", mt->exec_duration_sum_usec,
+                                          "exec_duration_count", "t", mt->exec_duration_count,
+                                          "archive_bytes_written", "t", mt->archive_bytes_written,
+                                          "archive_bytes_restored", "t", mt->archive_bytes_restored);
+        if (r >= 0)
+                r = append_labeled(reply, "execs", mt->execs, _EXEC_OUTCOME_MAX, exec_outcome_label);
+        if (r >= 0)
+                r = append_labeled(reply, "kills", mt->kills, _KILL_REASON_MAX, kill_reason_label);
+
+        /* The histogram: (upper bound in µs, execs that took at most that), ascending. */
+        if (r >= 0)
+                r = open_array_entry(reply, "exec_duration_buckets", "(tt)");
+        for (unsigned i = 0; r >= 0 && i < METRICS_EXEC_BUCKETS; i++)
+                r = sd_bus_message_append(reply, "(tt)", metrics_exec_bucket_usec[i], metrics_exec_cumulative(mt, i));
+        if (r >= 0)
+                r = close_array_entry(reply);
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply); /* the a{sv} */
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 /* ---- ListSessions, GetSession (scopeboxctl) ---- */
 
 /* What we know of a session, as the a{sv} of ListSessions and GetSession. Never the storage block:
@@ -876,6 +969,10 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("b", ok, "a{sv}", info),
                                 method_get_health, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetMetrics",
+                                SD_BUS_NO_ARGS,
+                                SD_BUS_RESULT("a{sv}", metrics),
+                                method_get_metrics, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ListSessions",
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("a(sa{sv})", sessions),

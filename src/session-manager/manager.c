@@ -32,6 +32,7 @@ int manager_new(Manager **ret) {
         m = calloc(1, sizeof(Manager));
         if (!m)
                 return -ENOMEM;
+        metrics_init(&m->metrics);
 
         r = config_load(&m->config, getenv("SCOPEBOX_CONFIG"), &config_error);
         if (r < 0)
@@ -187,6 +188,14 @@ void manager_create_finished(Manager *m) {
                         m->n_creating++;
                 free(p);
         }
+}
+
+unsigned manager_count_pending_creates(Manager *m) {
+        unsigned n = 0;
+
+        for (PendingCreate *p = m->pending_creates; p; p = p->next)
+                n++;
+        return n;
 }
 
 Session *manager_find_session(Manager *m, const char *id) {

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "macro.h"
+#include "metrics.h"
 
 typedef struct Session Session;
 
@@ -44,6 +45,8 @@ typedef struct Manager {
         /* Sessions being started (at most config.max_concurrent_creates) and waiting to be. */
         unsigned n_creating;
         struct PendingCreate *pending_creates;
+
+        Metrics metrics;
 } Manager;
 
 int manager_new(Manager **ret);
@@ -67,6 +70,8 @@ void manager_forget_exec_waiter(Manager *m, Session *s);
 typedef void (*SessionDoneCallback_)(Session *s, int error, const char *message, void *userdata);
 int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata);
 void manager_create_finished(Manager *m);
+/* Session creates waiting for a slot. */
+unsigned manager_count_pending_creates(Manager *m);
 
 /* Sessions that survived a restart of the manager: found again, or cleaned up. */
 int manager_recover_sessions(Manager *m);

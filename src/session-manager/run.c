@@ -199,6 +199,7 @@ int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallbac
                 ;
         *tail = TAKE_PTR(r);
         m->n_runs_queued++;
+        m->metrics.runs++;
         manager_runs_next(m);
         return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "daemon-util.h"
 #include "host-check.h"
 #include "log.h"
 #include "manager.h"
@@ -34,6 +35,12 @@ int main(int argc, char *argv[]) {
         _cleanup_(manager_freep) Manager *m = NULL;
         sigset_t ss;
         int r;
+
+        r = daemon_parse_argv(argc, argv, "scopebox-session-manager",
+                              "The session manager of scopebox (io.scopebox.SessionManager1).",
+                              "by the system bus (scopebox-session-manager.service)");
+        if (r != 0)
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 
         log_setup("scopebox-session-manager");
         umask(0022);

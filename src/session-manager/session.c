@@ -270,6 +270,8 @@ static void session_finalize(Session *s) {
                 free(w);
         }
 
+        if (s->counted)
+                s->manager->metrics.sessions_ended++;
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released",
                                            SCOPEBOX_MESSAGE_SESSION_RELEASED),
                    "Session %s released.", s->id);
@@ -569,6 +571,8 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-idle",
                                            SCOPEBOX_MESSAGE_SESSION_REAPED),
                    "Session %s was idle for %llus.", s->id, (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
+        if (s->counted)
+                s->manager->metrics.sessions_reaped++;
         (void) session_release_full(s, "idle timeout", &(ReleaseOptions) { .archive = true }, NULL, NULL);
         return 0;
 }
@@ -613,6 +617,10 @@ static void session_start_done(Session *s, int error, const char *message) {
                 if (r < 0)
                         log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                    "Failed to record session %s; it won't survive a restart of the manager: %m", s->id);
+                if (!s->ephemeral) {
+                        s->manager->metrics.sessions_started++;
+                        s->counted = true;
+                }
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-created",
                                                    SCOPEBOX_MESSAGE_SESSION_CREATED),
                            "Session %s started in %s.", s->id, s->unit);
@@ -881,7 +889,7 @@ static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_
 static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, ExecFile **ret_files) {
         struct {
                 int64_t exit_code, signal, duration_usec, stdout_size, stderr_size, files_skipped;
-                bool timed_out, stdout_truncated, stderr_truncated;
+                bool timed_out, stdout_truncated, stderr_truncated, oom_killed, pids_limited;
                 json_object *files;
         } p = {};
         _cleanup_free_ ExecFile *files = NULL;
@@ -903,6 +911,8 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 { "timed_out", JSON_FIELD_BOOL, offsetof(typeof(p), timed_out), 0 },
                 { "stdout_truncated", JSON_FIELD_BOOL, offsetof(typeof(p), stdout_truncated), 0 },
                 { "stderr_truncated", JSON_FIELD_BOOL, offsetof(typeof(p), stderr_truncated), 0 },
+                { "oom_killed", JSON_FIELD_BOOL, offsetof(typeof(p), oom_killed), 0 },
+                { "pids_limited", JSON_FIELD_BOOL, offsetof(typeof(p), pids_limited), 0 },
                 {},
         };
 
@@ -946,6 +956,8 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 .exit_code = (int) p.exit_code,
                 .signal = (int) p.signal,
                 .timed_out = p.timed_out,
+                .oom_killed = p.oom_killed,
+                .pids_limited = p.pids_limited,
                 .duration_usec = (uint64_t) MAX(p.duration_usec, 0),
                 .stdout_size = (uint64_t) p.stdout_size,
                 .stderr_size = (uint64_t) p.stderr_size,
@@ -969,6 +981,7 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         int r;
 
         if (error < 0) {
+                metrics_count_exec(&s->manager->metrics, error, NULL);
                 c->callback(s, error, message, NULL, c->userdata);
                 free(c);
                 return;
@@ -976,10 +989,12 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         r = exec_reply_parse(reply, fd, &result, &files);
         if (r < 0) {
                 log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Malformed exec result from the runner of %s.", s->id);
+                metrics_count_exec(&s->manager->metrics, -EHOSTDOWN, NULL);
                 c->callback(s, -EHOSTDOWN, "malformed result from the runner", NULL, c->userdata);
                 free(c);
                 return;
         }
+        metrics_count_exec(&s->manager->metrics, 0, &result);
         session_touch(s);
         c->callback(s, 0, NULL, &result, c->userdata);
         free(result.blocked);
@@ -996,8 +1011,10 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
 
         if (s->state != SESSION_RUNNING)
                 return -ENXIO;
-        if (s->n_queued >= SESSION_QUEUE_MAX)
+        if (s->n_queued >= SESSION_QUEUE_MAX) {
+                metrics_count_exec(&s->manager->metrics, -EBUSY, NULL);
                 return -EBUSY;
+        }
 
         /* Exec ids only correlate log entries; the counter makes them unique per manager run. */
         snprintf(exec_id, sizeof(exec_id), "%08x%08llx", (unsigned) getpid(),
@@ -1101,9 +1118,11 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
                            "Failed to store the archive of %s: %s",
                            s->id, sd_bus_message_get_error(reply)->message);
-        else if (sd_bus_message_read(reply, "t", &size) >= 0)
+        else if (sd_bus_message_read(reply, "t", &size) >= 0) {
+                s->manager->metrics.archive_bytes_written += size;
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
                            "Archived session %s (%llu bytes).", s->id, (unsigned long long) size);
+        }
         session_archive_finished(s);
         return 0;
 }
@@ -1231,10 +1250,12 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
         if (error < 0)
                 log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Failed to restore the archive of session %s, starting empty: %s", s->id, strempty(message));
-        else
+        else {
+                s->manager->metrics.archive_bytes_restored += s->restore_size;
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-restored"),
                            "Restored session %s from its archive (%lld bytes).", s->id,
                            json_object_object_get_ex(reply, "bytes", &v) ? (long long) json_object_get_int64(v) : 0LL);
+        }
         session_reset_inputs_then_ready(s);
 }
 
@@ -1242,6 +1263,7 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         Session *s = userdata;
         Config *c = &s->manager->config;
         json_object *msg;
+        struct stat st;
         int found = 0, fd, r;
 
         s->systemd_calls_pending--;
@@ -1267,6 +1289,8 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
                 session_reset_inputs_then_ready(s);
                 return 0;
         }
+        /* Counted as restored once the runner unpacked it. */
+        s->restore_size = fstat(fd, &st) >= 0 && S_ISREG(st.st_mode) ? (uint64_t) st.st_size : 0;
         json_object_object_add(msg, "op", json_object_new_string("restore"));
         /* Expansion is bounded like the workspace itself. */
         json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->workspace_size));

@@ -55,6 +55,8 @@ typedef struct ExecResult {
         int exit_code;
         int signal;
         bool timed_out;
+        bool oom_killed;      /* the OOM killer struck in the session's scope during the exec */
+        bool pids_limited;    /* a fork or thread was refused at the tasks limit */
         uint64_t duration_usec;
         uint64_t stdout_size;
         uint64_t stderr_size;
@@ -93,6 +95,8 @@ struct Session {
         char *session_root;
         uid_t uid;                /* host uid and gid of the sandbox; 0 until allocated */
         bool ephemeral;           /* a dify run's: not recorded, not counted as a session */
+        bool counted;             /* counted in metrics.sessions_started: its end is counted too */
+        uint64_t restore_size;    /* bytes of the archive being restored into it */
         SessionState state;
 
         pid_t runner_pid;

@@ -9,6 +9,9 @@
 #define SESSION_MANAGER_INTERFACE "io.scopebox.SessionManager1"
 
 #define STORAGE_AGENT_BUS_NAME "io.scopebox.StorageAgent1"
+/* The gateway serves no bus API; it owns this name only so that systemctl service-log-level
+ * reaches its org.freedesktop.LogControl1 (BusName= in its unit). */
+#define GATEWAY_BUS_NAME "io.scopebox.Gateway1"
 #define STORAGE_AGENT_OBJECT_PATH "/io/scopebox/StorageAgent1"
 #define STORAGE_AGENT_INTERFACE "io.scopebox.StorageAgent1"
 

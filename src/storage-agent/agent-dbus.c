@@ -80,8 +80,7 @@ static StagedArchive *staged_free(StagedArchive *s) {
         storage_config_done(&s->s3);
         s->expiry = sd_event_source_disable_unref(s->expiry);
         free(s->full_key);
-        if (s->agent->n_jobs > 0)
-                s->agent->n_jobs--;
+        agent_job_end(s->agent);
         free(s);
         return NULL;
 }
@@ -146,7 +145,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         s->full_key = TAKE_PTR(key);
         s->next = a->staged;
         a->staged = s;
-        a->n_jobs++;
+        agent_job_begin(a);
         r = sd_event_add_time_relative(a->event, &s->expiry, CLOCK_MONOTONIC,
                                        a->config.archive_timeout_sec * USEC_PER_SEC + STAGED_EXPIRY_SLACK_USEC,
                                        USEC_PER_SEC, on_staged_expired, s);

@@ -63,8 +63,7 @@ typedef struct PutCall {
 } PutCall;
 
 static void put_call_free(PutCall *p) {
-        if (p->agent->n_jobs > 0)
-                p->agent->n_jobs--;
+        agent_job_end(p->agent);
         sd_bus_message_unref(p->message);
         storage_config_done(&p->config);
         free(p->key);
@@ -106,7 +105,7 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
         if (!p)
                 return -ENOMEM;
         *p = (PutCall) { .agent = a, .message = sd_bus_message_ref(m), .data_fd = fcntl(data_fd, F_DUPFD_CLOEXEC, 3) };
-        a->n_jobs++;
+        agent_job_begin(a);
         p->expires = expires_in == 0 ? S3_PRESIGN_DEFAULT : (unsigned) MIN(expires_in, a->config.storage_max_ttl_sec);
         p->expires = MIN(p->expires, 604800U);
         p->key = strdup(key);
@@ -148,8 +147,7 @@ static void on_delete_done(S3Call *call, int error, long status, const char *bod
                         log_debug_errno(r, "Failed to reply, ignoring: %m");
         } else
                 reply_failed(d->message, error, status, "delete failed");
-        if (d->agent->n_jobs > 0)
-                d->agent->n_jobs--;
+        agent_job_end(d->agent);
         sd_bus_message_unref(d->message);
         free(d->key);
         free(d);
@@ -163,7 +161,7 @@ int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const c
         if (!d)
                 return -ENOMEM;
         *d = (DeleteCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key), .reply_key = reply_key };
-        a->n_jobs++;
+        agent_job_begin(a);
         S3CallParams params = { .method = "DELETE", .key = key, .upload_fd = -1, .download_fd = -1 };
         r = d->key ? s3_call(a->curl, c, &params, on_delete_done, d) : -ENOMEM;
         if (r < 0) {
@@ -237,8 +235,7 @@ typedef struct GcJob {
 } GcJob;
 
 static void gc_job_free(GcJob *g) {
-        if (g->agent->n_jobs > 0)
-                g->agent->n_jobs--;
+        agent_job_end(g->agent);
         sd_bus_message_unref(g->message);
         storage_config_done(&g->config);
         free(g->prefixes[0]);
@@ -382,7 +379,7 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
         if (!g)
                 return -ENOMEM;
         *g = (GcJob) { .agent = a, .message = sd_bus_message_ref(m), .cutoff = time(NULL) - (time_t) max_age };
-        a->n_jobs++;
+        agent_job_begin(a);
         if (storage_config_copy(c, &g->config) < 0 ||
             asprintf(&g->prefixes[0], "%s%sworkspaces/", c->prefix, *c->prefix ? "/" : "") < 0 ||
             asprintf(&g->prefixes[1], "%s%smineru/", c->prefix, *c->prefix ? "/" : "") < 0) {
@@ -404,8 +401,7 @@ typedef struct ArchiveCall {
 } ArchiveCall;
 
 static void archive_call_free(ArchiveCall *c) {
-        if (c->agent->n_jobs > 0)
-                c->agent->n_jobs--;
+        agent_job_end(c->agent);
         sd_bus_message_unref(c->message);
         free(c->key);
         safe_close(c->fd);
@@ -440,7 +436,7 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s) {
                 return -ENOMEM;
         *c = (ArchiveCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(s->full_key),
                              .fd = fcntl(s->spool_fd, F_DUPFD_CLOEXEC, 3) };
-        a->n_jobs++;
+        agent_job_begin(a);
         if (!c->key || c->fd < 0) {
                 archive_call_free(c);
                 return -ENOMEM;
@@ -484,7 +480,7 @@ int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf
         /* An unnamed file in our private /var/tmp: streamed to disk, never held in memory. */
         *c = (ArchiveCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key),
                              .fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600) };
-        a->n_jobs++;
+        agent_job_begin(a);
         if (!c->key || c->fd < 0) {
                 r = c->fd < 0 ? -errno : -ENOMEM;
                 archive_call_free(c);

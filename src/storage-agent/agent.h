@@ -30,7 +30,8 @@ typedef struct Agent {
         sd_bus *bus;
         Config config;
         sd_event_source *idle_source;
-        unsigned n_jobs;
+        unsigned n_jobs;              /* transfers and stagings in progress */
+        uint64_t n_calls;             /* method calls since start */
         StagedArchive *staged;
         CurlDriver *curl;
 } Agent;
@@ -48,5 +49,8 @@ int storage_config_copy(const StorageConfig *c, StorageConfig *ret);
 void agent_done(Agent *a);
 
 int agent_add_bus_objects(Agent *a);
-/* Called on every call: pushes the idle exit further out. */
+/* Called on every call: counts it (STATUS=) and pushes the idle exit further out. */
 void agent_touch(Agent *a);
+/* A transfer or staging started or ended: counted for the idle exit and the STATUS= line. */
+void agent_job_begin(Agent *a);
+void agent_job_end(Agent *a);

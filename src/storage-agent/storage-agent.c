@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* scopebox-storage-agent: bus-activated owner of io.scopebox.StorageAgent1; exits when idle. */
+#include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,24 +9,48 @@
 
 #include "agent.h"
 #include "bus-util.h"
+#include "daemon-util.h"
 #include "log.h"
+
+static void agent_arm_idle(Agent *a) {
+        if (!a->idle_source)
+                return;
+        (void) sd_event_source_set_time_relative(a->idle_source, AGENT_IDLE_EXIT_USEC);
+        (void) sd_event_source_set_enabled(a->idle_source, SD_EVENT_ONESHOT);
+}
 
 static int on_idle(sd_event_source *s, uint64_t usec, void *userdata) {
         Agent *a = userdata;
 
         if (a->n_jobs > 0) {
-                agent_touch(a);
+                agent_arm_idle(a);
                 return 0;
         }
         log_debug("Idle, exiting.");
         return sd_event_exit(a->event, 0);
 }
 
+static void agent_send_status(Agent *a) {
+        (void) sd_notifyf(false, "STATUS=%u transfer%s in progress, %" PRIu64 " call%s served; exits after %llus without calls.",
+                          a->n_jobs, a->n_jobs == 1 ? "" : "s", a->n_calls, a->n_calls == 1 ? "" : "s",
+                          (unsigned long long) (AGENT_IDLE_EXIT_USEC / USEC_PER_SEC));
+}
+
+void agent_job_begin(Agent *a) {
+        a->n_jobs++;
+        agent_send_status(a);
+}
+
+void agent_job_end(Agent *a) {
+        if (a->n_jobs > 0)
+                a->n_jobs--;
+        agent_send_status(a);
+}
+
 void agent_touch(Agent *a) {
-        if (!a->idle_source)
-                return;
-        (void) sd_event_source_set_time_relative(a->idle_source, AGENT_IDLE_EXIT_USEC);
-        (void) sd_event_source_set_enabled(a->idle_source, SD_EVENT_ONESHOT);
+        a->n_calls++;
+        agent_send_status(a);
+        agent_arm_idle(a);
 }
 
 int main(int argc, char *argv[]) {
@@ -34,6 +59,12 @@ int main(int argc, char *argv[]) {
         Agent agent = {}, *a = &agent;
         sigset_t ss;
         int r;
+
+        r = daemon_parse_argv(argc, argv, "scopebox-storage-agent",
+                              "The storage agent of scopebox (io.scopebox.StorageAgent1).",
+                              "by the system bus (scopebox-storage-agent.service)");
+        if (r != 0)
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 
         log_setup("scopebox-storage-agent");
 
@@ -99,7 +130,8 @@ int main(int argc, char *argv[]) {
                 goto finish;
         }
 
-        (void) sd_notify(false, "READY=1\nSTATUS=Idle; exits after 30s without calls.");
+        agent_send_status(a);
+        (void) sd_notify(false, "READY=1");
         r = sd_event_loop(event);
 
 finish:

@@ -27,6 +27,7 @@
 
 #include <systemd/sd-event.h>
 
+#include "cgroup-events.h"
 #include "fs-util.h"
 #include "id.h"
 #include "io-util.h"
@@ -78,6 +79,9 @@ typedef struct RunnerExec {
         bool exited;
         bool timed_out;
         siginfo_t init_info;
+        /* The scope's limit event counters when the exec started. */
+        uint64_t oom_kills_before;
+        uint64_t pids_max_before;
 
         pid_t slirp_pid;          /* the network of this exec, if it has one */
         bool warm;                /* runs in the warm interpreter */
@@ -104,6 +108,7 @@ struct Runner {
         uint64_t tmp_size;
         uint64_t cpus_percent;
         scmp_filter_ctx seccomp;
+        CgroupEvents cgroup_events;   /* of the session's scope, opened at init */
 
         RunnerExec *exec;
         struct ArchiveJob *archive_job;
@@ -374,6 +379,9 @@ static int runner_handle_init(Runner *r, json_object *req) {
         r->tmp_size = (uint64_t) p.tmp_size;
         r->cpus_percent = (uint64_t) p.cpus_percent;
         r->backstop_usec = p.backstop_sec > 0 ? (uint64_t) p.backstop_sec * USEC_PER_SEC : 0;
+        /* We are in the session's scope by now (the manager sends init once systemd started it). */
+        cgroup_events_close(&r->cgroup_events);
+        cgroup_events_open("/sys/fs/cgroup", &r->cgroup_events);
 
         q = runner_setup_session(r);
         if (q < 0)
@@ -561,6 +569,12 @@ static int runner_exec_finish(RunnerExec *e) {
         json_object_object_add(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size));
         json_object_object_add(reply, "files", TAKE_PTR(files));
         json_object_object_add(reply, "files_skipped", json_object_new_int64((int64_t) skipped));
+        /* Whether the scope's limits struck during the exec: the OOM killer (which spares the
+         * runner), or a fork or thread refused at TasksMax. */
+        json_object_object_add(reply, "oom_killed", json_object_new_boolean(
+                        cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before));
+        json_object_object_add(reply, "pids_limited", json_object_new_boolean(
+                        cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before));
         if (k == (ssize_t) sizeof(st)) {
                 q = seccomp_report_to_json(&st.seccomp, reply);
                 if (q < 0)
@@ -850,6 +864,8 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 .timeout_ms = (uint64_t) p.timeout_ms,
                 .limits = { (uint64_t) p.max_file, (uint64_t) p.max_files, (uint64_t) p.max_total },
                 .started_usec = now_usec(),
+                .oom_kills_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL),
+                .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
         };
         snprintf(e->exec_id, sizeof(e->exec_id), "%s", p.exec_id);
 
@@ -1465,7 +1481,8 @@ static int parse_argv(int argc, char *argv[], Runner *r) {
 int main(int argc, char *argv[]) {
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
         Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF,
-                           .workspace = { .fd = -EBADF, .view_fd = -EBADF } };
+                           .workspace = { .fd = -EBADF, .view_fd = -EBADF },
+                           .cgroup_events = CGROUP_EVENTS_NULL };
         Runner *r = &runner;
         sigset_t ss;
         int q, fd;
@@ -1534,6 +1551,7 @@ int main(int argc, char *argv[]) {
         safe_close(r->listen_fd);
         safe_close(r->workspace.fd);
         safe_close(r->workspace.view_fd);
+        cgroup_events_close(&r->cgroup_events);
         if (r->seccomp)
                 seccomp_release(r->seccomp);
         free(r->session_root);

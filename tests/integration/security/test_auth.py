@@ -23,6 +23,7 @@ ROUTES = [
     ("POST", "/storage/put", {"key": "mineru/a.pdf", "data_base64": ""}),
     ("POST", "/storage/delete", {"key": "mineru/a.pdf"}),
     ("POST", "/storage/gc", {"max_age_seconds": 1}),
+    ("GET", "/metrics", None),
 ]
 
 

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon-util.h"
+
+int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summary, const char *how) {
+        if (argc <= 1)
+                return 0;
+
+        if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+                printf("%s [--help|--version]\n\n"
+                       "%s\n\n"
+                       "Started %s; takes no arguments then. Configuration: /etc/scopebox/scopebox.conf.\n"
+                       "See man:%s(8) and scopeboxctl(1).\n",
+                       name, summary, how, name);
+                return 1;
+        }
+        if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+                printf("%s %s\n", name, PROJECT_VERSION);
+                return 1;
+        }
+
+        fprintf(stderr, "%s: unexpected argument '%s'. It is started %s; try --help.\n", name, argv[1], how);
+        return -EINVAL;
+}

@@ -1,0 +1,9 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Command line of the daemons: systemd starts them without arguments; --help and --version are
+ * for the operator at a shell. */
+#pragma once
+
+/* Returns 0 when the daemon should start (no arguments), 1 when --help or --version was answered
+ * on stdout, -EINVAL after naming a bad argument on stderr. `how` says how the daemon is started,
+ * e.g. "by scopebox-gateway.socket". */
+int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summary, const char *how);
