@@ -24,6 +24,8 @@ typedef struct ExecInfo {
         bool stderr_truncated;
         uint32_t files_skipped;
         int32_t signal;
+        bool oom_killed;
+        bool pids_limited;
 } ExecInfo;
 
 static const BusDictField exec_info_fields[] = {
@@ -33,6 +35,8 @@ static const BusDictField exec_info_fields[] = {
         { "stderr_truncated", 'b', offsetof(ExecInfo, stderr_truncated) },
         { "files_skipped",    'u', offsetof(ExecInfo, files_skipped)    },
         { "signal",           'i', offsetof(ExecInfo, signal)           },
+        { "oom_killed",       'b', offsetof(ExecInfo, oom_killed)       },
+        { "pids_limited",     'b', offsetof(ExecInfo, pids_limited)     },
         {}
 };
 
@@ -153,6 +157,8 @@ int verb_exec(Ctl *c) {
                                                             (const char *) data.data + stdout_size, stderr_size));
                 json_object_object_add(o, "timed_out", json_object_new_boolean(info.timed_out));
                 json_object_object_add(o, "signal", json_object_new_int(info.signal));
+                json_object_object_add(o, "oom_killed", json_object_new_boolean(info.oom_killed));
+                json_object_object_add(o, "pids_limited", json_object_new_boolean(info.pids_limited));
                 json_object_object_add(o, "duration_usec", json_object_new_uint64(info.duration_usec));
                 json_object_object_add(o, "stdout_truncated", json_object_new_boolean(info.stdout_truncated));
                 json_object_object_add(o, "stderr_truncated", json_object_new_boolean(info.stderr_truncated));
@@ -180,6 +186,10 @@ int verb_exec(Ctl *c) {
                         fprintf(stderr, "scopeboxctl: timed out after %" PRIu64 " ms\n", timeout_ms);
                 else if (info.signal > 0)
                         fprintf(stderr, "scopeboxctl: killed by signal %s\n", strsignal(info.signal));
+                if (info.oom_killed)
+                        fprintf(stderr, "scopeboxctl: the session's memory limit was reached (OOM kill)\n");
+                if (info.pids_limited)
+                        fprintf(stderr, "scopeboxctl: the session's tasks limit refused a process or thread\n");
         }
         /* The code's status, as a shell would see it. */
         return exit_code < 0 ? EXIT_FAILURE : exit_code & 0xff;

@@ -182,7 +182,8 @@ def test_exec_prints_output_passes_the_exit_code_and_lists_artifacts(session):
     assert r.returncode == 0
     out = json.loads(r.stdout)
     assert out["exit_code"] == 0 and out["stdout"] == "5\n" and out["files"] == []
-    assert out["timed_out"] is False
+    assert out["timed_out"] is False and out["signal"] == 0
+    assert out["oom_killed"] is False and out["pids_limited"] is False
 
 
 def test_exec_honours_timeout(session):
