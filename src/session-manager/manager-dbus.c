@@ -509,8 +509,8 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
 
 /* ---- workspace files ---- */
 
-/* The session named by a call, if it can take requests; otherwise an error is set. */
-static Session *bus_find_running_session(Manager *mgr, const char *id, sd_bus_error *error) {
+/* The session named by a call (when 'running': if it can take requests); otherwise an error is set. */
+static Session *bus_find_session(Manager *mgr, const char *id, bool running, sd_bus_error *error) {
         Session *s;
 
         if (!session_id_is_valid(id)) {
@@ -518,11 +518,15 @@ static Session *bus_find_running_session(Manager *mgr, const char *id, sd_bus_er
                 return NULL;
         }
         s = manager_find_session(mgr, id);
-        if (!s || s->state != SESSION_RUNNING) {
+        if (!s || (running && s->state != SESSION_RUNNING)) {
                 sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
                 return NULL;
         }
         return s;
+}
+
+static Session *bus_find_running_session(Manager *mgr, const char *id, sd_bus_error *error) {
+        return bus_find_session(mgr, id, true, error);
 }
 
 static int bus_normalize_path(const char *path, char **ret, sd_bus_error *error) {
@@ -830,6 +834,79 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
         return sd_bus_send(NULL, reply, NULL);
 }
 
+/* ---- ListSessions, GetSession (scopeboxctl) ---- */
+
+/* What we know of a session, as the a{sv} of ListSessions and GetSession. Never the storage block:
+ * it may carry credentials. */
+static int append_session_info(sd_bus_message *reply, const Session *s) {
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                                          "state", "s", session_state_to_string(s->state),
+                                          "unit", "s", strempty(s->unit),
+                                          "created_usec", "t", s->created_realtime_usec,
+                                          "last_active_usec", "t", s->last_active_realtime_usec,
+                                          "idle_ttl_usec", "t", s->idle_ttl_usec,
+                                          "uid", "u", (uint32_t) s->uid,
+                                          "runner_pid", "u", (uint32_t) MAX(s->runner_pid, 0),
+                                          "execs", "t", s->n_execs,
+                                          "exec_running", "b", (int) session_exec_running(s),
+                                          "queued", "u", (uint32_t) s->n_queued,
+                                          "ephemeral", "b", (int) s->ephemeral,
+                                          "archive_key", "s", strempty(s->archive_key));
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        return r;
+}
+
+static int method_list_sessions(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Manager *mgr = userdata;
+        int r;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(sa{sv})");
+        for (Session *s = mgr->sessions; r >= 0 && s; s = s->next) {
+                r = sd_bus_message_open_container(reply, 'r', "sa{sv}");
+                if (r >= 0)
+                        r = sd_bus_message_append(reply, "s", s->id);
+                if (r >= 0)
+                        r = append_session_info(reply, s);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(reply);
+        }
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
+static int method_get_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Manager *mgr = userdata;
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        s = bus_find_session(mgr, id, false, error);
+        if (!s)
+                return -EINVAL;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = append_session_info(reply, s);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 /* ---- properties ---- */
 
 static int property_get_sessions(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -896,6 +973,14 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("a{sv}", metrics),
                                 method_get_metrics, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListSessions",
+                                SD_BUS_NO_ARGS,
+                                SD_BUS_RESULT("a(sa{sv})", sessions),
+                                method_list_sessions, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetSession",
+                                SD_BUS_ARGS("s", session_id),
+                                SD_BUS_RESULT("a{sv}", info),
+                                method_get_session, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 

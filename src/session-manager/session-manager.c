@@ -11,6 +11,26 @@
 #include "log.h"
 #include "manager.h"
 
+static void log_host_finding(const HostFinding *f, void *userdata) {
+        char f_setting[96], f_value[96], f_recommended[128];
+
+        if (f->verdict == HOST_UNKNOWN) {
+                if (f->error == -ENOENT)
+                        log_debug("Host setting %s does not exist on this kernel, skipping.", f->setting);
+                else
+                        log_warning_errno(f->error, "Failed to read host setting %s, not checking it: %m",
+                                          f->setting);
+                return;
+        }
+        if (f->verdict != HOST_WEAK)
+                return;
+        (void) snprintf(f_setting, sizeof(f_setting), "SCOPEBOX_SYSCTL=%s", f->setting);
+        (void) snprintf(f_value, sizeof(f_value), "SCOPEBOX_VALUE=%s", f->value);
+        (void) snprintf(f_recommended, sizeof(f_recommended), "SCOPEBOX_RECOMMENDED=%s", f->recommended);
+        log_struct(LOG_WARNING, 0, LOG_FIELDS(f_setting, f_value, f_recommended),
+                   "Host setting %s is %s, recommended %s: %s.", f->setting, f->value, f->recommended, f->risk);
+}
+
 int main(int argc, char *argv[]) {
         _cleanup_(manager_freep) Manager *m = NULL;
         sigset_t ss;
@@ -37,7 +57,8 @@ int main(int argc, char *argv[]) {
         (void) signal(SIGPIPE, SIG_IGN);
 
         /* Weak kernel settings are logged, never fatal: the sandbox does not depend on them. */
-        (void) host_check();
+        if (host_check_run(log_host_finding, NULL) == 0)
+                log_debug("Host prerequisites met.");
 
         r = manager_new(&m);
         if (r < 0)

@@ -1054,8 +1054,13 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                 free(c);
                 return r;
         }
+        s->n_execs++;
         session_touch(s);
         return 0;
+}
+
+bool session_exec_running(const Session *s) {
+        return s->in_flight && s->in_flight->is_exec;
 }
 
 /* ---- archives: storage agent + runner ---- */

@@ -114,6 +114,7 @@ struct Session {
         uint64_t created_realtime_usec;
         uint64_t last_active_realtime_usec;
         uint64_t state_saved_realtime_usec;
+        uint64_t n_execs;         /* execs queued since the session started (or was recovered) */
 
         char *archive_key;
         char *storage_json;
@@ -166,6 +167,9 @@ int session_reset_inputs(Session *s, FileCallback cb, void *userdata);
 
 /* Dispatch the next queued request if the session and a slot are free. */
 void session_kick(Session *s);
+
+/* Whether the runner is executing code for the session right now. */
+bool session_exec_running(const Session *s);
 
 /* Any successful call resets the idle timer. */
 void session_touch(Session *s);

@@ -3,6 +3,7 @@
  * session manager's vtable must appear there with the same signature and argument names. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 
 #include "io-util.h"
 #include "manager.h"
@@ -37,6 +38,19 @@ static void format_args(const char *sig, const char **names, char *out, size_t s
                 *names += strlen(*names) + 1;
                 sig += l;
         }
+}
+
+/* What the gateway and scopeboxctl call: each must stay in the vtable (and so in the docs). */
+static const char *const required_methods[] = {
+        "CreateSession", "ReleaseSession", "Exec", "Run", "WriteFile", "ReadFile", "ListFiles",
+        "ResetInputs", "GetHealth", "GetMetrics", "ListSessions", "GetSession",
+};
+
+static bool vtable_has_method(const char *name) {
+        for (const sd_bus_vtable *v = manager_get_vtable(); v->type != _SD_BUS_VTABLE_END; v++)
+                if (v->type == _SD_BUS_VTABLE_METHOD && strcmp(v->x.method.member, name) == 0)
+                        return true;
+        return false;
 }
 
 int main(int argc, char *argv[]) {
@@ -78,6 +92,13 @@ int main(int argc, char *argv[]) {
                         printf("ok - property %s\n", v->x.property.member);
                         properties++;
                 }
+        }
+        for (size_t i = 0; i < sizeof(required_methods) / sizeof(required_methods[0]); i++) {
+                if (!vtable_has_method(required_methods[i])) {
+                        fprintf(stderr, "the vtable lacks %s\n", required_methods[i]);
+                        abort();
+                }
+                printf("ok - required method %s\n", required_methods[i]);
         }
         ASSERT_TRUE(methods >= 4);
         ASSERT_TRUE(properties >= 3);

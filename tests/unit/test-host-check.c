@@ -91,11 +91,49 @@ static void test_swaps(void) {
         ASSERT_EQ(host_swaps_count("Filename\n\n/swapfile file 1024 0 -3\n\n"), 1);
 }
 
+typedef struct Seen {
+        unsigned n, weak;
+        char settings[16][64];
+} Seen;
+
+static void on_finding(const HostFinding *f, void *userdata) {
+        Seen *seen = userdata;
+
+        ASSERT_TRUE(seen->n < 16);
+        ASSERT_TRUE(f->setting && f->recommended && f->risk);
+        snprintf(seen->settings[seen->n++], sizeof(seen->settings[0]), "%s", f->setting);
+        if (f->verdict == HOST_UNKNOWN)
+                ASSERT_TRUE(f->error < 0);
+        else
+                ASSERT_EQ(f->error, 0);
+        seen->weak += f->verdict == HOST_WEAK;
+        /* A sysctl's verdict is the rule applied to the value reported. */
+        const HostSysctl *s = find(f->setting);
+        if (s && f->verdict != HOST_UNKNOWN)
+                ASSERT_EQ(host_sysctl_evaluate(s, f->value), f->verdict == HOST_OK);
+}
+
+static void test_run(void) {
+        const HostSysctl *table;
+        Seen seen = {};
+        size_t n;
+
+        /* This host's real settings: every sysctl in table order, then cgroup and swap, once. */
+        table = host_sysctls(&n);
+        ASSERT_EQ(host_check_run(on_finding, &seen), seen.weak);
+        ASSERT_EQ(seen.n, n + 2);
+        for (size_t i = 0; i < n; i++)
+                ASSERT_STREQ(seen.settings[i], table[i].name);
+        ASSERT_STREQ(seen.settings[n], "cgroup");
+        ASSERT_STREQ(seen.settings[n + 1], "swap");
+}
+
 int main(void) {
         RUN(test_table);
         RUN(test_evaluate);
         RUN(test_path);
         RUN(test_cgroup_mode);
         RUN(test_swaps);
+        RUN(test_run);
         return 0;
 }

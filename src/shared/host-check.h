@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Host prerequisites of the sandbox (docs/security.md): checked once at start, weak ones logged. */
+/* Host prerequisites of the sandbox (docs/security.md): the kernel settings worth checking, how to
+ * judge them, and reading them. The session manager logs the weak ones; scopeboxctl doctor shows all. */
 #pragma once
 
 #include <errno.h>
@@ -45,6 +46,24 @@ const char *cgroup_mode_to_string(CgroupMode m);
 /* Number of active swap areas listed in the text of /proc/swaps. */
 size_t host_swaps_count(const char *proc_swaps);
 
-/* Reads everything and logs one LOG_WARNING per weak setting (SCOPEBOX_SYSCTL=,
- * SCOPEBOX_VALUE=, SCOPEBOX_RECOMMENDED=). Never fails: returns the number of weak settings. */
-unsigned host_check(void);
+typedef enum HostVerdict {
+        HOST_OK,
+        HOST_WEAK,
+        HOST_UNKNOWN,            /* not checked: see 'error' (-ENOENT: the knob is not on this kernel) */
+} HostVerdict;
+
+/* One setting as found on this host. */
+typedef struct HostFinding {
+        const char *setting;     /* a sysctl name, "cgroup" or "swap" */
+        char value[64];          /* as read, without the newline; "" when unknown */
+        const char *recommended;
+        const char *risk;        /* what a weaker value allows */
+        HostVerdict verdict;
+        int error;               /* negative errno when HOST_UNKNOWN */
+} HostFinding;
+
+typedef void (*HostFindingFunc)(const HostFinding *f, void *userdata);
+
+/* Reads every sysctl of host_sysctls(), the cgroup hierarchy and swap, and hands each finding to
+ * 'f' in that order. Never fails: returns the number of weak settings. */
+unsigned host_check_run(HostFindingFunc f, void *userdata);

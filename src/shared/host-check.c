@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Host prerequisites of the sandbox (docs/security.md): checked once at start, weak ones logged.
- * The sandbox works without them, so nothing here stops the manager; an operator learns from the
- * journal which kernel settings to raise. */
+/* Host prerequisites of the sandbox (docs/security.md): the kernel settings worth checking, judged.
+ * The sandbox works without them; the session manager logs the weak ones at start (an operator
+ * learns from the journal which settings to raise) and scopeboxctl doctor lists them all. */
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "host-check.h"
 #include "io-util.h"
-#include "log.h"
+#include "macro.h"
 #include "parse-util.h"
 
 /* Sysctl files and /proc/swaps are a few bytes; anything longer is not what we expect. */
@@ -124,49 +124,39 @@ static int read_small_file(const char *path, char **ret) {
         return read_full_fd(fd, HOST_FILE_MAX, ret, NULL);
 }
 
-static void log_weak(const char *setting, const char *value, const char *recommended, const char *risk) {
-        char f_setting[96], f_value[64], f_recommended[128];
-        size_t len = strcspn(value, "\n");
-
-        (void) snprintf(f_setting, sizeof(f_setting), "SCOPEBOX_SYSCTL=%s", setting);
-        (void) snprintf(f_value, sizeof(f_value), "SCOPEBOX_VALUE=%.*s", (int) len, value);
-        (void) snprintf(f_recommended, sizeof(f_recommended), "SCOPEBOX_RECOMMENDED=%s", recommended);
-        log_struct(LOG_WARNING, 0, LOG_FIELDS(f_setting, f_value, f_recommended),
-                   "Host setting %s is %.*s, recommended %s: %s.", setting, (int) len, value, recommended,
-                   risk);
+static void finding_set_value(HostFinding *f, const char *value) {
+        (void) snprintf(f->value, sizeof(f->value), "%.*s", (int) strcspn(value, "\n"), value);
 }
 
-static unsigned check_sysctls(void) {
+static unsigned check_sysctls(HostFindingFunc f, void *userdata) {
         unsigned weak = 0;
 
         for (size_t i = 0; i < ELEMENTSOF(sysctl_table); i++) {
                 const HostSysctl *s = sysctl_table + i;
                 _cleanup_free_ char *value = NULL;
+                HostFinding finding = {
+                        .setting = s->name,
+                        .recommended = s->recommended,
+                        .risk = s->risk,
+                        .verdict = HOST_UNKNOWN,
+                };
                 char path[128];
                 int r;
 
                 r = host_sysctl_path(s->name, path, sizeof(path));
+                if (r >= 0)
+                        r = read_small_file(path, &value);
+                if (r >= 0) {
+                        finding_set_value(&finding, value);
+                        r = host_sysctl_evaluate(s, value);
+                }
                 if (r < 0)
-                        continue;
-                r = read_small_file(path, &value);
-                if (r == -ENOENT) {
-                        /* Older kernels lack some knobs (legacy_tiocsti, io_uring_disabled). */
-                        log_debug("Host setting %s does not exist on this kernel, skipping.", s->name);
-                        continue;
+                        finding.error = r;  /* -ENOENT: older kernels lack some knobs */
+                else {
+                        finding.verdict = r > 0 ? HOST_OK : HOST_WEAK;
+                        weak += r == 0;
                 }
-                if (r < 0) {
-                        log_warning_errno(r, "Failed to read %s, not checking it: %m", path);
-                        continue;
-                }
-                r = host_sysctl_evaluate(s, value);
-                if (r < 0) {
-                        log_warning("Host setting %s has an unexpected value, not checking it.", s->name);
-                        continue;
-                }
-                if (r == 0) {
-                        log_weak(s->name, value, s->recommended, s->risk);
-                        weak++;
-                }
+                f(&finding, userdata);
         }
         return weak;
 }
@@ -175,42 +165,56 @@ static CgroupMode cgroup_mode(void) {
         struct statfs root, unified;
 
         if (statfs("/sys/fs/cgroup", &root) < 0)
-                return log_warning_errno(errno, "Failed to look at /sys/fs/cgroup, not checking it: %m");
+                return -errno;
         if (statfs("/sys/fs/cgroup/unified", &unified) < 0)
                 unified.f_type = 0;
         return cgroup_mode_from_magic((int64_t) root.f_type, (int64_t) unified.f_type);
 }
 
-unsigned host_check(void) {
+unsigned host_check_run(HostFindingFunc f, void *userdata) {
         _cleanup_free_ char *swaps = NULL;
-        unsigned weak;
         CgroupMode mode;
+        unsigned weak;
         int r;
 
-        weak = check_sysctls();
+        weak = check_sysctls(f, userdata);
 
         mode = cgroup_mode();
-        if (mode >= 0 && mode != CGROUP_UNIFIED) {
-                log_weak("cgroup", cgroup_mode_to_string(mode), "unified",
-                         "the session scopes' MemoryMax, MemorySwapMax, cgroup.kill and memory.oom.group "
-                         "need cgroup v2");
-                weak++;
-        }
+        HostFinding cgroup = {
+                .setting = "cgroup",
+                .recommended = "unified",
+                .risk = "the session scopes' MemoryMax, MemorySwapMax, cgroup.kill and memory.oom.group "
+                        "need cgroup v2",
+                .verdict = mode < 0 ? HOST_UNKNOWN : mode == CGROUP_UNIFIED ? HOST_OK : HOST_WEAK,
+                .error = mode < 0 ? (int) mode : 0,
+        };
+        if (mode >= 0)
+                finding_set_value(&cgroup, cgroup_mode_to_string(mode));
+        weak += cgroup.verdict == HOST_WEAK;
+        f(&cgroup, userdata);
 
         /* Memory limits don't cover swapped-out pages; MemorySwapMax=0 of the scopes and the slice
          * only works with cgroup v2. */
+        HostFinding swap = {
+                .setting = "swap",
+                .recommended = "off",
+                .risk = "sandboxes can swap beyond their memory limit",
+                .verdict = HOST_UNKNOWN,
+        };
         r = read_small_file("/proc/swaps", &swaps);
         if (r < 0)
-                log_warning_errno(r, "Failed to read /proc/swaps, not checking swap: %m");
-        else if (mode != CGROUP_UNIFIED && host_swaps_count(swaps) > 0) {
-                char value[32];
+                swap.error = r;
+        else {
+                size_t n = host_swaps_count(swaps);
 
-                (void) snprintf(value, sizeof(value), "on (%zu areas)", host_swaps_count(swaps));
-                log_weak("swap", value, "off", "sandboxes can swap beyond their memory limit");
-                weak++;
+                if (n == 0)
+                        finding_set_value(&swap, "off");
+                else
+                        (void) snprintf(swap.value, sizeof(swap.value), "on (%zu areas)", n);
+                swap.verdict = mode != CGROUP_UNIFIED && n > 0 ? HOST_WEAK : HOST_OK;
         }
+        weak += swap.verdict == HOST_WEAK;
+        f(&swap, userdata);
 
-        if (weak == 0)
-                log_debug("Host prerequisites met.");
         return weak;
 }

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* scopeboxctl status: the daemons' units, the manager's counters, the configured limits, storage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "bus-client.h"
+#include "bus-util.h"
+#include "ctl.h"
+#include "json-util.h"
+
+static const char *const daemon_units[] = {
+        "scopebox-gateway.socket",
+        "scopebox-gateway.service",
+        "scopebox-session-manager.service",
+        "scopebox-storage-agent.service",
+};
+#define STORAGE_AGENT_UNIT "scopebox-storage-agent.service"
+
+typedef struct ManagerState {
+        bool active;
+        const char *version;
+        uint32_t sessions;
+        uint32_t running_execs;
+        sd_bus_message *reply;
+} ManagerState;
+
+static const BusDictField manager_fields[] = {
+        { "Version",      's', offsetof(ManagerState, version)       },
+        { "Sessions",     'u', offsetof(ManagerState, sessions)      },
+        { "RunningExecs", 'u', offsetof(ManagerState, running_execs) },
+        {}
+};
+
+/* The manager's properties, only when it runs: status must not start it by bus activation. */
+static int manager_state_get(sd_bus *bus, ManagerState *ret) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        *ret = (ManagerState) {};
+        r = ctl_name_has_owner(bus, SESSION_MANAGER_BUS_NAME);
+        if (r <= 0)
+                return r;
+        r = sd_bus_message_new_method_call(bus, &m, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                                           "org.freedesktop.DBus.Properties", "GetAll");
+        if (r >= 0)
+                r = sd_bus_message_set_auto_start(m, false);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", SESSION_MANAGER_INTERFACE);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 0, &e, &ret->reply);
+        if (r < 0) {
+                /* It may just have exited after its idle time. */
+                if (sd_bus_error_has_name(&e, SD_BUS_ERROR_SERVICE_UNKNOWN) ||
+                    sd_bus_error_has_name(&e, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+                        return 0;
+                return ctl_bus_error(&e, r, "Failed to ask the session manager");
+        }
+        r = bus_message_read_dict(ret->reply, manager_fields, ret);
+        if (r < 0)
+                return ctl_error(r, "Failed to read the session manager's properties: %m");
+        ret->active = true;
+        return 1;
+}
+
+/* The limits an operator asks about first, under stable JSON keys. */
+static json_object *limits_to_json(const Config *cfg) {
+        json_object *o = json_object_new_object();
+
+        json_object_object_add(o, "max_sessions", json_object_new_int64(MAX(cfg->max_sessions, (int64_t) 0)));
+        json_object_object_add(o, "max_concurrent_execs", json_object_new_uint64(cfg->max_concurrent_execs));
+        json_object_object_add(o, "max_concurrent_creates", json_object_new_uint64(cfg->max_concurrent_creates));
+        json_object_object_add(o, "memory_bytes", json_object_new_uint64(cfg->memory_limit));
+        json_object_object_add(o, "cpu_percent", json_object_new_uint64(cfg->cpu_quota_percent));
+        json_object_object_add(o, "tasks", json_object_new_uint64(cfg->pids_limit));
+        json_object_object_add(o, "workspace_bytes", json_object_new_uint64(cfg->workspace_size));
+        json_object_object_add(o, "idle_ttl_sec", json_object_new_uint64(cfg->idle_ttl_sec));
+        json_object_object_add(o, "idle_ttl_cap_sec", json_object_new_uint64(cfg->idle_ttl_cap_sec));
+        json_object_object_add(o, "exec_timeout_cap_ms", json_object_new_uint64(cfg->exec_timeout_cap_ms));
+        json_object_object_add(o, "queue_timeout_sec", json_object_new_uint64(cfg->queue_timeout_sec));
+        json_object_object_add(o, "archive_timeout_sec", json_object_new_uint64(cfg->archive_timeout_sec));
+        json_object_object_add(o, "max_code_bytes", json_object_new_uint64(cfg->max_code_bytes));
+        json_object_object_add(o, "max_output_bytes", json_object_new_uint64(cfg->max_output_bytes));
+        return o;
+}
+
+static void limits_print(const Config *cfg) {
+        char a[32], b[32];
+
+        printf("Limits:\n");
+        if (cfg->max_sessions > 0)
+                printf("  Sessions:           %" PRIi64 " at most\n", cfg->max_sessions);
+        else
+                printf("  Sessions:           unlimited\n");
+        printf("  Execs at once:      %" PRIu64 " (creates at once: %" PRIu64 ")\n", cfg->max_concurrent_execs,
+               cfg->max_concurrent_creates);
+        printf("  Per session:        memory %s, CPU %" PRIu64 "%%, tasks %" PRIu64 ", workspace %s\n",
+               format_bytes(a, sizeof(a), cfg->memory_limit), cfg->cpu_quota_percent, cfg->pids_limit,
+               format_bytes(b, sizeof(b), cfg->workspace_size));
+        printf("  Idle TTL:           %" PRIu64 "s (clients may ask for up to %" PRIu64 "s)\n", cfg->idle_ttl_sec,
+               cfg->idle_ttl_cap_sec);
+        printf("  Timeouts:           exec at most %" PRIu64 " ms, queue %" PRIu64 "s, archive %" PRIu64 "s\n",
+               cfg->exec_timeout_cap_ms, cfg->queue_timeout_sec, cfg->archive_timeout_sec);
+}
+
+static bool dir_exists(const char *path) {
+        struct stat st;
+        return !isempty(path) && stat(path, &st) >= 0 && S_ISDIR(st.st_mode);
+}
+
+int verb_status(Ctl *c) {
+        _cleanup_json_ json_object *root = NULL, *daemons = NULL;
+        _cleanup_(table_freep) Table *table = NULL;
+        _cleanup_free_ char *config_error = NULL;
+        _cleanup_(config_done) Config cfg = {};
+        ManagerState mgr = {};
+        const char *agent_state = "unknown";
+        bool config_ok;
+        sd_bus *bus;
+        int r;
+
+        r = ctl_bus(c, &bus);
+        if (r < 0)
+                return r;
+
+        root = json_object_new_object();
+        daemons = json_object_new_array();
+        r = table_new(&table, "UNIT", "LOAD", "ACTIVE", "SUB", "PID", "MEMORY", "STATUS", NULL);
+        if (!root || !daemons || r < 0)
+                return ctl_error(ENOMEM, "Out of memory.");
+
+        for (size_t i = 0; i < ELEMENTSOF(daemon_units); i++) {
+                _cleanup_(unit_info_done) UnitInfo u = {};
+                char pid[16], mem[32];
+                json_object *d;
+
+                r = unit_info_get(bus, daemon_units[i], &u);
+                if (r < 0)
+                        return ctl_error(r, "Failed to ask systemd about %s: %m", daemon_units[i]);
+                if (streq(daemon_units[i], STORAGE_AGENT_UNIT))
+                        agent_state = strdupa(u.active_state ?: "unknown");
+
+                snprintf(pid, sizeof(pid), "%" PRIu32, u.main_pid);
+                r = table_add_row(table, daemon_units[i], strna(u.load_state), strna(u.active_state),
+                                  strna(u.sub_state), u.main_pid > 0 ? pid : "-",
+                                  format_bytes(mem, sizeof(mem), u.memory_current), strempty(u.status_text));
+                if (r < 0)
+                        return ctl_error(r, "Out of memory.");
+
+                d = json_object_new_object();
+                json_object_object_add(d, "unit", json_object_new_string(daemon_units[i]));
+                json_object_object_add(d, "load_state", json_object_new_string(strna(u.load_state)));
+                json_object_object_add(d, "active_state", json_object_new_string(strna(u.active_state)));
+                json_object_object_add(d, "sub_state", json_object_new_string(strna(u.sub_state)));
+                json_object_object_add(d, "main_pid", u.main_pid > 0 ? json_object_new_int64(u.main_pid) : NULL);
+                json_object_object_add(d, "status_text", json_object_new_string(strempty(u.status_text)));
+                json_object_object_add(d, "memory_bytes", json_uint64_or_null(u.memory_current));
+                json_object_array_add(daemons, d);
+        }
+
+        r = manager_state_get(bus, &mgr);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *mgr_reply = mgr.reply;
+        if (r < 0)
+                return r;
+
+        config_ok = ctl_load_config(&cfg, &config_error) >= 0;
+
+        if (c->json) {
+                json_object *m = json_object_new_object(), *conf = json_object_new_object(),
+                            *storage = json_object_new_object();
+
+                json_object_object_add(root, "version", json_object_new_string(PROJECT_VERSION));
+                json_object_object_add(root, "daemons", TAKE_PTR(daemons));
+
+                json_object_object_add(m, "active", json_object_new_boolean(mgr.active));
+                json_object_object_add(m, "version", mgr.active ? json_object_new_string(strempty(mgr.version)) : NULL);
+                json_object_object_add(m, "sessions", mgr.active ? json_object_new_int64(mgr.sessions) : NULL);
+                json_object_object_add(m, "running_execs", mgr.active ? json_object_new_int64(mgr.running_execs) : NULL);
+                json_object_object_add(root, "manager", m);
+
+                json_object_object_add(conf, "path", json_object_new_string(SCOPEBOX_CONFIG_FILE));
+                json_object_object_add(conf, "ok", json_object_new_boolean(config_ok));
+                json_object_object_add(conf, "error", config_ok ? NULL : json_object_new_string(strempty(config_error)));
+                json_object_object_add(root, "config", conf);
+                json_object_object_add(root, "limits", config_ok ? limits_to_json(&cfg) : NULL);
+
+                json_object_object_add(storage, "local_dir",
+                                       config_ok && !isempty(cfg.local_storage_dir)
+                                               ? json_object_new_string(cfg.local_storage_dir) : NULL);
+                json_object_object_add(storage, "local_dir_exists",
+                                       json_object_new_boolean(config_ok && dir_exists(cfg.local_storage_dir)));
+                json_object_object_add(storage, "allowed_endpoints",
+                                       json_object_new_string(config_ok ? strempty(cfg.storage_allowed_endpoints) : ""));
+                json_object_object_add(storage, "agent_active_state", json_object_new_string(agent_state));
+                json_object_object_add(storage, "agent_active", json_object_new_boolean(streq(agent_state, "active")));
+                json_object_object_add(root, "storage", storage);
+                json_print(root);
+                return 0;
+        }
+
+        table_print(table, stdout, c->legend, false);
+        printf("\n");
+        if (mgr.active)
+                printf("Sessions:             %" PRIu32 " (%" PRIu32 " running an exec)\n", mgr.sessions,
+                       mgr.running_execs);
+        else
+                printf("Sessions:             inactive (the session manager is not running; it starts on demand)\n");
+
+        if (!config_ok) {
+                printf("Configuration:        %s is invalid: %s\n", SCOPEBOX_CONFIG_FILE, strempty(config_error));
+                return 0;
+        }
+        limits_print(&cfg);
+        printf("Storage:\n");
+        if (isempty(cfg.local_storage_dir))
+                printf("  local:              not configured (SANDBOX_LOCAL_STORAGE_DIR is empty)\n");
+        else
+                printf("  local:              %s%s\n", cfg.local_storage_dir,
+                       dir_exists(cfg.local_storage_dir) ? "" : " (missing!)");
+        printf("  s3, aliyun_oss:     per request (endpoints allowed: %s)\n",
+               isempty(cfg.storage_allowed_endpoints) ? "any" : cfg.storage_allowed_endpoints);
+        printf("  storage agent:      %s (started on demand, exits when idle)\n", agent_state);
+        return 0;
+}
