@@ -382,7 +382,7 @@ static void check_installation(Doctor *d) {
                 "scopebox-storage-agent.service", "scopebox.slice",
         };
         static const char *const policies[] = {
-                "io.scopebox.SessionManager1.conf", "io.scopebox.StorageAgent1.conf",
+                "io.scopebox.Gateway1.conf", "io.scopebox.SessionManager1.conf", "io.scopebox.StorageAgent1.conf",
         };
         static const char *const activations[] = {
                 "io.scopebox.SessionManager1.service", "io.scopebox.StorageAgent1.service",
