@@ -39,12 +39,17 @@ SHIPPED = [
     "/lib/systemd/system/scopebox.slice",
     "/usr/share/dbus-1/system.d/io.scopebox.SessionManager1.conf",
     "/usr/share/dbus-1/system.d/io.scopebox.StorageAgent1.conf",
+    "/usr/share/dbus-1/system.d/io.scopebox.Gateway1.conf",
     "/usr/share/dbus-1/system-services/io.scopebox.SessionManager1.service",
     "/usr/share/dbus-1/system-services/io.scopebox.StorageAgent1.service",
     "/usr/lib/sysusers.d/scopebox.conf",
     "/usr/lib/systemd/catalog/scopebox.catalog",
     "/usr/share/scopebox/scopebox.conf.example",
+    "/usr/share/doc/scopebox/README.md",
 ]
+# Man pages are compressed by both packagers.
+MAN_PAGES = ["man8/scopebox-gateway.8", "man8/scopebox-session-manager.8",
+             "man8/scopebox-storage-agent.8", "man8/scopebox-runner.8", "man5/scopebox.conf.5"]
 # What the development install left on the host and a fresh machine does not have: removed in
 # the overlay before installing, so that the maintainer scripts really create it.
 DEV_INSTALL = ["/etc/scopebox", "/var/lib/scopebox", "/var/lib/scopebox-storage",
@@ -103,6 +108,7 @@ def test_deb_builds_with_everything_meson_installs(debs):
     listing = sh("dpkg-deb", "-c", str(deb)).stdout
     files = {line.split()[5].lstrip(".") for line in listing.splitlines()}
     assert not set(SHIPPED) - files
+    assert not {f"/usr/share/man/{m}.gz" for m in MAN_PAGES} - files
     fields = sh("dpkg-deb", "-f", str(deb), "Depends").stdout
     deps = {d.strip().split()[0] for d in fields.split(",")}
     assert {"systemd", "dbus", "slirp4netns", "nodejs", "python3-numpy", "python3-matplotlib",
@@ -246,6 +252,7 @@ def test_rpm_builds_with_everything_meson_installs(tmp_path):
     assert len(rpms) == 1, list(tmp_path.iterdir())
     files = set(sh("rpm", "-qlp", str(rpms[0])).stdout.split())
     assert not set(SHIPPED) - files
+    assert all(any(f.startswith(f"/usr/share/man/{m}") for f in files) for m in MAN_PAGES), files
     assert {"/etc/scopebox/api-key", "/etc/scopebox/scopebox.conf"} <= files
     scripts = sh("rpm", "-qp", "--scripts", str(rpms[0])).stdout
     assert "systemd-sysusers" in scripts and "scopebox-gateway.socket" in scripts
