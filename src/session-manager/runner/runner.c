@@ -254,8 +254,11 @@ static void runner_seed_font_cache(Runner *r, int scratch_fd) {
                         continue;
                 while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)
                         ;
-                (void) fchown(out, r->uid, r->gid);
-                (void) fchmod(out, 0600);
+                /* A cut or foreign-owned copy is worse than none: matplotlib would rebuild anyway. */
+                if (off != st.st_size || fchown(out, r->uid, r->gid) < 0) {
+                        log_debug_errno(errno, "Failed to seed %s, leaving it out: %m", de->d_name);
+                        (void) unlinkat(dst_dir, de->d_name, 0);
+                }
         }
 }
 
