@@ -5,7 +5,6 @@ import json
 import os
 import pathlib
 import subprocess
-import tempfile
 import time
 
 from conftest import REPO, create_session, delete_session, in_system, request, run
@@ -196,11 +195,13 @@ def test_exec_reads_code_from_a_file(session):
     r = ctl("exec", session, "/nonexistent/code.py")
     assert r.returncode == 1
     assert "Failed to open '/nonexistent/code.py'" in r.stderr
-    # /tmp inside the sysbox is its own: the file goes where both sides see it.
-    with tempfile.NamedTemporaryFile("w", dir=REPO, prefix=".scopeboxctl-", suffix=".py") as f:
-        f.write("print(40 + 2)\n")
-        f.flush()
-        r = ctl("exec", session, f.name)
+    # Written where scopeboxctl runs: in the system that runs scopebox (its /tmp may be private).
+    path = in_system("mktemp", "/tmp/scopeboxctl-XXXXXX.py", check=True).stdout.strip()
+    try:
+        in_system("sh", "-c", f"printf 'print(40 + 2)\\n' > {path}", check=True)
+        r = ctl("exec", session, path)
+    finally:
+        in_system("rm", "-f", path)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "42\n"
 
