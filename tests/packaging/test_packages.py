@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """The distro packages (packaging/): the .deb builds and lintian has nothing beyond the justified
 overrides; installed into a private systemd it creates the users, the configuration and the API
-key, enables and starts the socket and passes the smoke flow (sidecar and dify APIs); purging it
+key, enables and starts the socket and passes the smoke flow (sidecar and dify APIs) and
+scopeboxctl's checks; installing it again (the upgrade path) keeps a live session, the
+configuration and the key; purging it
 stops everything, leaves no runner scope and removes the configuration. The binary RPM builds and
 carries the binaries, units and bus files.
 
@@ -32,6 +34,7 @@ SHIPPED = [
     "/usr/libexec/scopebox/scopebox-session-manager",
     "/usr/libexec/scopebox/scopebox-runner",
     "/usr/libexec/scopebox/scopebox-storage-agent",
+    "/usr/bin/scopeboxctl",
     "/lib/systemd/system/scopebox-gateway.socket",
     "/lib/systemd/system/scopebox-gateway.service",
     "/lib/systemd/system/scopebox-session-manager.service",
@@ -49,7 +52,8 @@ SHIPPED = [
 ]
 # Man pages are compressed by both packagers.
 MAN_PAGES = ["man8/scopebox-gateway.8", "man8/scopebox-session-manager.8",
-             "man8/scopebox-storage-agent.8", "man8/scopebox-runner.8", "man5/scopebox.conf.5"]
+             "man8/scopebox-storage-agent.8", "man8/scopebox-runner.8", "man5/scopebox.conf.5",
+             "man1/scopeboxctl.1"]
 # What the development install left on the host and a fresh machine does not have: removed in
 # the overlay before installing, so that the maintainer scripts really create it.
 DEV_INSTALL = ["/etc/scopebox", "/var/lib/scopebox", "/var/lib/scopebox-storage",
@@ -216,6 +220,46 @@ def test_smoke_flow(installed):
     status, run = call(installed, "POST", "/v1/sandbox/run", {"language": "python3", "code": "print(1)"},
                        dify=True)
     assert status == 200 and run["code"] == 0 and run["data"]["stdout"] == "1\n", run
+
+
+def test_scopeboxctl_sees_the_packaged_installation(installed):
+    r = box("scopeboxctl", "--json", "status")
+    assert r.returncode == 0, r.stderr
+    status = json.loads(r.stdout)
+    units = {d["unit"]: d for d in status["daemons"]}
+    assert units["scopebox-gateway.socket"]["active_state"] == "active"
+    assert status["config"]["ok"] is True
+    assert status["storage"]["local_dir"] == "/var/lib/scopebox-storage"
+    r = box("scopeboxctl", "--json", "doctor")
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    for name in ("config", "api-key", "units", "bus-policy", "bus-activation", "runner", "users"):
+        assert checks[name]["state"] == "ok", checks[name]
+
+
+def test_upgrade_keeps_sessions_configuration_and_key(installed):
+    """Installing the package over itself runs the upgrade path (prerm upgrade, postinst
+    configure with the old version): the socket comes back, the operator's configuration and the
+    key stay, and a live session keeps its workspace."""
+    status, created = call(installed, "POST", "/sessions", {})
+    assert status == 200, created
+    sid = created["session_id"]
+    status, result = call(installed, "POST", "/exec",
+                          {"session_id": sid, "code": "open('/workspace/kept.txt', 'w').write('before')"})
+    assert status == 200 and result["exit_code"] == 0, result
+    r = box("sh", "-ec", "echo '# operator was here' >> /etc/scopebox/scopebox.conf")
+    assert r.returncode == 0, r.stderr
+
+    r = box("dpkg", "-i", "/var/tmp/scopebox.deb", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    assert box("cat", "/etc/scopebox/api-key").stdout.strip() == installed["key"]
+    assert "# operator was here" in box("cat", "/etc/scopebox/scopebox.conf").stdout.splitlines()
+    assert box("systemctl", "is-active", "scopebox-gateway.socket").stdout.strip() == "active"
+    status, result = call(installed, "POST", "/exec",
+                          {"session_id": sid, "code": "print(open('/workspace/kept.txt').read())"})
+    assert status == 200 and result["stdout"] == "before\n", result
+    status, _ = call(installed, "DELETE", f"/sessions/{sid}", {})
+    assert status == 200
 
 
 def test_purge_stops_everything_and_removes_the_configuration(installed):
