@@ -19,9 +19,6 @@
 #include "mime.h"
 #include "string-util.h"
 
-/* Room for what the reply's data memfd may hold beyond the configured limits (alignment, skew). */
-#define EXEC_DATA_SLACK (16ULL << 20)
-
 typedef struct ExecBody {
         const char *session_id;
         const char *code;
@@ -284,96 +281,6 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         return http_response_new_take(HTTP_OK, body, size, ret);
 }
 
-void exec_info_done(ExecInfo *info) {
-        info->blocked.items = mfree(info->blocked.items);
-}
-
-/* "blocked_syscalls" is a(ssu); strings stay owned by the message. */
-static int exec_read_blocked(sd_bus_message *m, void *dest) {
-        ExecBlockedList *list = dest;
-        int r;
-
-        r = sd_bus_message_enter_container(m, 'a', "(ssu)");
-        if (r < 0)
-                return r;
-        for (;;) {
-                ExecBlocked b;
-
-                r = sd_bus_message_read(m, "(ssu)", &b.name, &b.verdict, &b.count);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (list->n >= EXEC_BLOCKED_MAX)
-                        continue;
-                if (!list->items) {
-                        list->items = calloc(EXEC_BLOCKED_MAX, sizeof(ExecBlocked));
-                        if (!list->items)
-                                return -ENOMEM;
-                }
-                list->items[list->n++] = b;
-        }
-        return sd_bus_message_exit_container(m);
-}
-
-static const BusDictField exec_info_fields[] = {
-        { "timed_out",         'b', offsetof(ExecInfo, timed_out)         },
-        { "stdout_truncated",  'b', offsetof(ExecInfo, stdout_truncated)  },
-        { "stderr_truncated",  'b', offsetof(ExecInfo, stderr_truncated)  },
-        { "files_skipped",     'u', offsetof(ExecInfo, files_skipped)     },
-        { "duration_usec",     't', offsetof(ExecInfo, duration_usec)     },
-        { "signal",            'i', offsetof(ExecInfo, signal)            },
-        { "blocked_syscalls",  0,   offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
-        {}
-};
-
-int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd) {
-        int r;
-
-        r = bus_message_read_dict(reply, exec_info_fields, info);
-        if (r < 0)
-                return r;
-        return sd_bus_message_read_basic(reply, 'h', ret_fd);
-}
-
-static int exec_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n) {
-        _cleanup_free_ ExecFile *files = NULL;
-        size_t n = 0, allocated = 0;
-        int r;
-
-        r = sd_bus_message_enter_container(reply, 'a', "(stt)");
-        if (r < 0)
-                return r;
-        for (;;) {
-                ExecFile f;
-
-                r = sd_bus_message_read(reply, "(stt)", &f.path, &f.offset, &f.size);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (n >= EXEC_FILES_MAX)
-                        return -EBADMSG;
-                if (n >= allocated) {
-                        ExecFile *a;
-
-                        allocated = MAX(allocated * 2, (size_t) 8);
-                        a = realloc(files, allocated * sizeof(ExecFile));
-                        if (!a)
-                                return -ENOMEM;
-                        files = a;
-                }
-                files[n++] = f;
-        }
-        r = sd_bus_message_exit_container(reply);
-        if (r < 0)
-                return r;
-
-        *ret = TAKE_PTR(files);
-        *ret_n = n;
-        return 0;
-}
-
 typedef struct ExecContext {
         uint64_t timeout_ms;
 } ExecContext;
@@ -397,7 +304,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         r = sd_bus_message_read(reply, "itt", &result.exit_code, &result.stdout_size, &result.stderr_size);
         if (r < 0)
                 return r;
-        r = exec_read_files(reply, &files, &result.n_files);
+        r = exec_reply_read_files(reply, &files, &result.n_files);
         if (r < 0)
                 return r;
         result.files = files;
@@ -414,7 +321,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.n_blocked = info.blocked.n;
         result.signal = info.signal;
 
-        max = 2 * config->max_output_bytes + config->max_total_artifact_bytes + EXEC_DATA_SLACK;
+        max = exec_reply_data_max(config);
         r = bus_data_load(fd, max, &data);
         if (r < 0)
                 return r;

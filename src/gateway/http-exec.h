@@ -10,12 +10,11 @@
 
 #include "bus-client.h"
 #include "config.h"
+#include "exec-reply.h"
 #include "http-util.h"
 
 #define EXEC_TIMEOUT_DEFAULT_MS 120000U
 #define EXEC_TIMEOUT_MIN_MS     1000U
-/* Sanity bound on the artifacts a reply may list, whatever the manager's configuration says. */
-#define EXEC_FILES_MAX          1000U
 
 typedef struct ExecRequest {
         const char *session_id; /* borrowed from the JSON body */
@@ -31,22 +30,6 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
 
 /* Effective timeout: absent or 0 → default, then clamped to [EXEC_TIMEOUT_MIN_MS, cap]. */
 uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms);
-
-typedef struct ExecFile {
-        const char *path;       /* relative to /workspace/outputs */
-        uint64_t offset;
-        uint64_t size;
-} ExecFile;
-
-/* A system call the sandbox refused during the exec. */
-typedef struct ExecBlocked {
-        const char *name;
-        const char *verdict;    /* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT" */
-        uint32_t count;
-} ExecBlocked;
-
-/* Sanity bound on the refused calls a reply may list (the runner reports at most 16). */
-#define EXEC_BLOCKED_MAX        64U
 
 /* The decoded reply of Exec(), pointing into the shared data buffer by offsets. */
 typedef struct ExecResult {
@@ -68,26 +51,6 @@ typedef struct ExecResult {
 /* Checks every offset and size in 'result' against the data buffer. -EBADMSG if any is out of
  * bounds or a file has no usable name. */
 int exec_result_validate(const ExecResult *result, size_t data_size);
-
-typedef struct ExecBlockedList {
-        ExecBlocked *items;
-        size_t n;
-} ExecBlockedList;
-
-/* The "info" dictionary of the manager's Exec() and Run() replies. */
-typedef struct ExecInfo {
-        bool timed_out;
-        bool stdout_truncated;
-        bool stderr_truncated;
-        uint32_t files_skipped;
-        uint64_t duration_usec;
-        int32_t signal;
-        ExecBlockedList blocked;
-} ExecInfo;
-
-void exec_info_done(ExecInfo *info);
-/* Reads the end both replies share: "a{sv} info, h data" (the fd stays owned by the message). */
-int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd);
 
 /* Builds the 200 response {"stdout","stderr","exit_code","files"} from a validated result and the data
  * buffer (stdout at 0, stderr after it, artifacts at their offsets). Artifacts are base64-encoded

@@ -8,45 +8,13 @@
 #include "bus-client.h"
 #include "bus-util.h"
 #include "ctl.h"
+#include "exec-reply.h"
 #include "io-util.h"
 #include "json-util.h"
 
 /* The manager's default when no timeout is given (docs/dbus-api.md). */
 #define EXEC_DEFAULT_TIMEOUT_MS 120000ULL
 #define EXEC_MIN_TIMEOUT_MS 1000ULL
-/* Room for what the data memfd may hold beyond the configured limits. */
-#define EXEC_DATA_SLACK (16ULL << 20)
-
-typedef struct ExecInfo {
-        bool timed_out;
-        uint64_t duration_usec;
-        bool stdout_truncated;
-        bool stderr_truncated;
-        uint32_t files_skipped;
-        int32_t signal;
-        bool oom_killed;
-        bool pids_limited;
-} ExecInfo;
-
-static const BusDictField exec_info_fields[] = {
-        { "timed_out",        'b', offsetof(ExecInfo, timed_out)        },
-        { "duration_usec",    't', offsetof(ExecInfo, duration_usec)    },
-        { "stdout_truncated", 'b', offsetof(ExecInfo, stdout_truncated) },
-        { "stderr_truncated", 'b', offsetof(ExecInfo, stderr_truncated) },
-        { "files_skipped",    'u', offsetof(ExecInfo, files_skipped)    },
-        { "signal",           'i', offsetof(ExecInfo, signal)           },
-        { "oom_killed",       'b', offsetof(ExecInfo, oom_killed)       },
-        { "pids_limited",     'b', offsetof(ExecInfo, pids_limited)     },
-        {}
-};
-
-typedef struct Artifact {
-        const char *path;
-        uint64_t offset;
-        uint64_t size;
-} Artifact;
-
-#define ARTIFACTS_MAX 1024
 
 static int read_code(const char *path, size_t max, char **ret, size_t *ret_size) {
         _cleanup_close_ int fd = -EBADF;
@@ -67,32 +35,17 @@ static int read_code(const char *path, size_t max, char **ret, size_t *ret_size)
         return 0;
 }
 
-static int read_artifacts(sd_bus_message *reply, Artifact *files, size_t *ret_n) {
-        size_t n = 0;
-        int r;
-
-        r = sd_bus_message_enter_container(reply, 'a', "(stt)");
-        while (r >= 0 && (r = sd_bus_message_read(reply, "(stt)", &files[n].path, &files[n].offset,
-                                                   &files[n].size)) > 0)
-                if (++n >= ARTIFACTS_MAX)
-                        return -EBADMSG;
-        if (r >= 0)
-                r = sd_bus_message_exit_container(reply);
-        *ret_n = n;
-        return r;
-}
-
 int verb_exec(Ctl *c) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
         _cleanup_free_ char *config_error = NULL, *code = NULL;
-        _cleanup_free_ Artifact *files = NULL;
+        _cleanup_free_ ExecFile *files = NULL;
         _cleanup_(config_done) Config cfg = {};
         _cleanup_(bus_data_done) BusData data = {};
         _cleanup_close_ int code_fd = -EBADF;
         const char *id = c->args[0], *path = c->args[1];
         uint64_t timeout_ms, stdout_size, stderr_size;
-        ExecInfo info = {};
+        _cleanup_(exec_info_done) ExecInfo info = {};
         size_t code_size, n_files = 0;
         int32_t exit_code;
         sd_bus *bus;
@@ -128,19 +81,13 @@ int verb_exec(Ctl *c) {
         if (r < 0)
                 return ctl_bus_error(&e, r, id);
 
-        files = calloc(ARTIFACTS_MAX, sizeof(Artifact));
-        if (!files)
-                return ctl_error(ENOMEM, "Out of memory.");
         r = sd_bus_message_read(reply, "itt", &exit_code, &stdout_size, &stderr_size);
         if (r >= 0)
-                r = read_artifacts(reply, files, &n_files);
+                r = exec_reply_read_files(reply, &files, &n_files);
         if (r >= 0)
-                r = bus_message_read_dict(reply, exec_info_fields, &info);
+                r = exec_reply_read_info(reply, &info, &data_fd);
         if (r >= 0)
-                r = sd_bus_message_read_basic(reply, 'h', &data_fd);
-        if (r >= 0)
-                r = bus_data_load(data_fd, 2 * cfg.max_output_bytes + cfg.max_total_artifact_bytes + EXEC_DATA_SLACK,
-                                  &data);
+                r = bus_data_load(data_fd, exec_reply_data_max(&cfg), &data);
         if (r < 0)
                 return ctl_error(r, "Failed to read the exec's result: %m");
         if (stdout_size > data.size || stderr_size > data.size - stdout_size)
@@ -170,6 +117,15 @@ int verb_exec(Ctl *c) {
                 }
                 json_object_object_add(o, "files", list);
                 json_object_object_add(o, "files_skipped", json_object_new_uint64(info.files_skipped));
+                list = json_object_new_array();
+                for (size_t i = 0; i < info.blocked.n; i++) {
+                        json_object *b = json_object_new_object();
+                        json_object_object_add(b, "name", json_object_new_string(info.blocked.items[i].name));
+                        json_object_object_add(b, "verdict", json_object_new_string(info.blocked.items[i].verdict));
+                        json_object_object_add(b, "count", json_object_new_uint64(info.blocked.items[i].count));
+                        json_object_array_add(list, b);
+                }
+                json_object_object_add(o, "blocked_syscalls", list);
                 json_print(o);
         } else {
                 (void) write_all(STDOUT_FILENO, data.data, stdout_size);
@@ -190,6 +146,9 @@ int verb_exec(Ctl *c) {
                         fprintf(stderr, "scopeboxctl: the session's memory limit was reached (OOM kill)\n");
                 if (info.pids_limited)
                         fprintf(stderr, "scopeboxctl: the session's tasks limit refused a process or thread\n");
+                for (size_t i = 0; i < info.blocked.n; i++)
+                        fprintf(stderr, "scopeboxctl: the sandbox refused %s (%s) %" PRIu32 "x\n",
+                                info.blocked.items[i].name, info.blocked.items[i].verdict, info.blocked.items[i].count);
         }
         /* The code's status, as a shell would see it. */
         return exit_code < 0 ? EXIT_FAILURE : exit_code & 0xff;

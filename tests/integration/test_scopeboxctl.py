@@ -183,6 +183,18 @@ def test_exec_prints_output_passes_the_exit_code_and_lists_artifacts(session):
     assert out["exit_code"] == 0 and out["stdout"] == "5\n" and out["files"] == []
     assert out["timed_out"] is False and out["signal"] == 0
     assert out["oom_killed"] is False and out["pids_limited"] is False
+    assert out["blocked_syscalls"] == []
+
+
+def test_exec_names_refused_system_calls(session):
+    code = "import os\nos.setuid(0)\n"
+    r = ctl("exec", session, "-", stdin=code)
+    assert r.returncode == 1
+    assert "PermissionError" in r.stderr
+    assert "scopeboxctl: the sandbox refused setuid (EPERM) 1x" in r.stderr
+    out = json.loads(ctl("exec", "--json", session, "-", stdin=code).stdout)
+    assert out["exit_code"] == 1
+    assert out["blocked_syscalls"] == [{"name": "setuid", "verdict": "EPERM", "count": 1}]
 
 
 def test_exec_honours_timeout(session):

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Decoding the session manager's Exec() and Run() replies: artifacts, the info dictionary, the
+ * data memfd. Shared by the gateway and scopeboxctl, so both read the contract the same way. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <systemd/sd-bus.h>
+
+#include "config.h"
+
+/* Sanity bound on the artifacts a reply may list, whatever the manager's configuration says. */
+#define EXEC_FILES_MAX          1000U
+/* Sanity bound on the refused calls a reply may list (the runner reports at most 16). */
+#define EXEC_BLOCKED_MAX        64U
+
+typedef struct ExecFile {
+        const char *path;       /* relative to /workspace/outputs */
+        uint64_t offset;
+        uint64_t size;
+} ExecFile;
+
+/* A system call the sandbox refused during the exec. */
+typedef struct ExecBlocked {
+        const char *name;
+        const char *verdict;    /* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT" */
+        uint32_t count;
+} ExecBlocked;
+
+typedef struct ExecBlockedList {
+        ExecBlocked *items;
+        size_t n;
+} ExecBlockedList;
+
+/* The "info" dictionary of the manager's Exec() and Run() replies. Strings point into the message. */
+typedef struct ExecInfo {
+        bool timed_out;
+        bool stdout_truncated;
+        bool stderr_truncated;
+        uint32_t files_skipped;
+        uint64_t duration_usec;
+        int32_t signal;
+        bool oom_killed;        /* the OOM killer struck in the session's scope during the exec */
+        bool pids_limited;      /* the scope's tasks limit refused a process or thread */
+        ExecBlockedList blocked;
+} ExecInfo;
+
+void exec_info_done(ExecInfo *info);
+/* Reads the end both replies share: "a{sv} info, h data" (the fd stays owned by the message). */
+int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd);
+/* Reads Exec()'s "a(stt) files" into a new array (paths point into the message); -EBADMSG past
+ * EXEC_FILES_MAX. */
+int exec_reply_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n);
+/* The most an Exec() reply's data memfd may hold under 'config': both streams, the artifacts, and
+ * room for the truncation notes. */
+uint64_t exec_reply_data_max(const Config *config);
