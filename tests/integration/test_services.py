@@ -41,6 +41,15 @@ def test_bus_policy_refuses_other_users():
                   "io.scopebox.SessionManager1", "GetHealth")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ba{sv} true"), r.stdout
+    # Listing and inspecting sessions is for root (scopeboxctl), not the gateway.
+    for method, args in (("ListSessions", []), ("GetSession", ["s", "0" * 32])):
+        r = in_system("setpriv", "--reuid=scopebox-gateway", "--regid=scopebox-gateway", "--clear-groups",
+                      "busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+                      "io.scopebox.SessionManager1", method, *args)
+        assert r.returncode != 0 and ("Access denied" in r.stderr or "AccessDenied" in r.stderr), (method, r)
+    r = in_system("busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+                  "io.scopebox.SessionManager1", "ListSessions")
+    assert r.returncode == 0 and r.stdout.startswith("a(sa{sv})"), r
 
 
 def test_idle_session_is_reaped():
