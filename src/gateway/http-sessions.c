@@ -12,10 +12,8 @@
 #include "id.h"
 #include "json-util.h"
 #include "log.h"
+#include "storage-config.h"
 #include "string-util.h"
-
-/* The longest archive key that can be a valid archive stem (^[A-Za-z0-9_-]{1,128}$). */
-#define SESSION_ARCHIVE_KEY_MAX 128U
 
 typedef struct SessionBody {
         int64_t idle_ttl_sec;
@@ -62,11 +60,11 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
         json_object *v;
         int r;
 
-        /* A key with an embedded NUL cannot cross the bus, an overlong one is no valid archive stem
-         * either, and an invalid key means "use the session id", which is what leaving it out does. */
+        /* A key with an embedded NUL cannot cross the bus, and an invalid key means "use the session
+         * id", which is what leaving it out does (COMPAT.md). */
         if (b->archive_key && json_object_object_get_ex(body, "archive_key", &v) &&
             (size_t) json_object_get_string_len(v) == strlen(b->archive_key) &&
-            strlen(b->archive_key) <= SESSION_ARCHIVE_KEY_MAX) {
+            archive_stem_is_valid(b->archive_key)) {
                 r = sd_bus_message_append(m, "{sv}", "archive_key", "s", b->archive_key);
                 if (r < 0)
                         return r;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 
 #include "bus-client.h"
@@ -11,6 +12,7 @@
 #include "exec-reply.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "string-util.h"
 
 /* The manager's default when no timeout is given (docs/dbus-api.md). */
 #define EXEC_DEFAULT_TIMEOUT_MS 120000ULL
@@ -132,7 +134,8 @@ int verb_exec(Ctl *c) {
                 (void) write_all(STDERR_FILENO, data.data + stdout_size, stderr_size);
                 for (size_t i = 0; i < n_files; i++)
                         fprintf(stderr, "scopeboxctl: artifact /workspace/outputs/%s (%" PRIu64 " bytes)\n",
-                                files[i].path, files[i].size);
+                                string_is_printable_line(files[i].path, PATH_MAX) ? files[i].path : "(name not printable)",
+                                files[i].size);
                 if (info.files_skipped > 0)
                         fprintf(stderr, "scopeboxctl: %" PRIu32 " artifacts left out by the limits\n",
                                 info.files_skipped);

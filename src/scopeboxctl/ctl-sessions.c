@@ -7,6 +7,7 @@
 #include "bus-client.h"
 #include "bus-util.h"
 #include "ctl.h"
+#include "string-util.h"
 #include "json-util.h"
 
 /* Fallback wait for a release when the configuration can't be read. */
@@ -193,8 +194,9 @@ int verb_inspect(Ctl *c) {
         printf("Sandbox uid: %" PRIu32 "\n", s.uid);
         if (s.runner_pid > 0)
                 printf("Runner PID:  %" PRIu32 "\n", s.runner_pid);
+        /* Client-chosen text never reaches the operator's terminal raw. */
         if (!isempty(s.archive_key))
-                printf("Archive key: %s\n", s.archive_key);
+                printf("Archive key: %s\n", string_is_printable_line(s.archive_key, 1024) ? s.archive_key : "(not printable)");
         return 0;
 }
 

@@ -514,6 +514,20 @@ static void test_sessions(Env *env) {
                 roundtrip(env, "POST", "/sessions", b, 200, CREATED);
                 ASSERT_TRUE(env->fake.archive_key && strlen(env->fake.archive_key) == 128);
         }
+        /* Nor does anything else outside the stem alphabet reach the manager (or an operator's
+         * terminal through scopeboxctl inspect): control characters, slashes, dots. */
+        {
+                static const char *const bad[] = {
+                        "{\"archive_key\":\"a\\u001b]52;c;eA==\\u0007\"}", "{\"archive_key\":\"../x\"}",
+                        "{\"archive_key\":\"a.b\"}", "{\"archive_key\":\"\"}",
+                };
+
+                for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                        fake_reset(&env->fake);
+                        roundtrip(env, "POST", "/sessions", bad[i], 200, CREATED);
+                        ASSERT_TRUE(!env->fake.archive_key);
+                }
+        }
 
         /* A storage block too large for a bus message is refused, never sent. */
         fake_reset(&env->fake);
