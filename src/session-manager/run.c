@@ -119,6 +119,9 @@ static void on_session_started(Session *s, int error, const char *message, void 
         int q;
 
         if (error < 0) {
+                /* Never became an exec, but the run failed (or waited too long for a create slot):
+                 * count it, so that scopebox_execs_total covers every run. */
+                metrics_count_exec(&r->manager->metrics, error, NULL);
                 run_log(r, LOG_WARNING, error, "could not start");
                 run_finish(r, error, message ?: "failed to start the sandbox", NULL);
                 return;
@@ -165,6 +168,7 @@ static void manager_runs_next(Manager *m) {
                 m->n_runs_queued--;
                 q = run_start(r);
                 if (q < 0) {
+                        metrics_count_exec(&m->metrics, q, NULL);
                         run_log(r, LOG_WARNING, q, "could not start");
                         run_finish(r, q, "failed to start the sandbox", NULL);
                 }
@@ -188,8 +192,10 @@ int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallbac
                 return -ENOMEM;
         }
         *r = (Run) { .manager = m, .code_fd = code_fd, .network = req->network, .callback = cb, .userdata = userdata };
-        if (m->n_runs_queued >= RUN_QUEUE_MAX)
+        if (m->n_runs_queued >= RUN_QUEUE_MAX) {
+                metrics_count_exec(&m->metrics, -EBUSY, NULL);
                 return -EBUSY;
+        }
         r->language = strdup(req->language);
         if (!r->language || strdup_opt(req->trace_id, &r->trace_id) < 0 || strdup_opt(req->span_id, &r->span_id) < 0 ||
             strdup_opt(req->user_id, &r->user_id) < 0 || strdup_opt(req->user_type, &r->user_type) < 0)

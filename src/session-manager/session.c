@@ -1025,6 +1025,7 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         if (!msg || !c) {
                 json_object_put(msg);
                 free(c);
+                metrics_count_exec(&s->manager->metrics, -ENOMEM, NULL);
                 return -ENOMEM;
         }
         *c = (ExecCall) { .callback = cb, .userdata = userdata };
@@ -1052,6 +1053,7 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                             on_exec_reply, c);
         if (r < 0) {
                 free(c);
+                metrics_count_exec(&s->manager->metrics, r, NULL);
                 return r;
         }
         s->n_execs++;

@@ -15,6 +15,15 @@ LIBC = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 SIGKILL, SIGSYS = 9, 31
 
 
+@pytest.fixture(scope="module", autouse=True)
+def manager_stays_up():
+    """A session held through the module: the manager exits a minute after its last session, and a
+    restart between two scrapes would reset its counters under a test's deltas."""
+    sid = create_session()
+    yield
+    delete_session(sid)
+
+
 def scrape():
     """{(sample name, frozenset of labels): value} and the families, of one valid exposition."""
     r = request("GET", "/metrics")

@@ -90,8 +90,8 @@ def test_status_json_reports_daemons_limits_and_sessions():
 
 
 def test_status_does_not_start_the_manager():
-    if ctl_json("sessions"):
-        return  # sessions of other tests keep the manager; nothing to show here
+    # Sessions of other tests may be live: they outlive the manager (their runners keep their
+    # scopes) and the next call that activates it finds them again.
     assert in_system("systemctl", "stop", "scopebox-session-manager.service").returncode == 0
     try:
         st = ctl_json("status")

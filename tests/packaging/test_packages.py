@@ -76,10 +76,16 @@ def sysbox(*argv):
     return sh(str(SYSBOX), *argv, timeout=180, env={**os.environ, "SYSBOX_INSTANCE": INSTANCE})
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct ports free right now (all bound at once, so they can't repeat)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def sha256(path):
@@ -143,7 +149,7 @@ def installed(debs):
     r = sysbox("start", "--overlay")
     assert r.returncode == 0, r.stderr
     try:
-        ports = [free_port(), free_port()]
+        ports = free_ports(2)
         deb = (debs / "scopebox_0.1.0_amd64.deb").read_bytes()
         listing = sh("dpkg-deb", "-c", str(debs / "scopebox_0.1.0_amd64.deb")).stdout
         shipped = [l.split()[5].lstrip(".") for l in listing.splitlines() if not l.startswith("d")]
