@@ -48,7 +48,7 @@ int api_key_validate(const char *key, size_t size, const char **ret_reason) {
         return 0;
 }
 
-int api_key_load_credential(char **ret, const char **ret_reason) {
+int key_load_credential(const char *name, char **ret, const char **ret_reason) {
         _cleanup_close_ int dfd = -EBADF, fd = -EBADF;
         _cleanup_erase_free_ char *buf = NULL;
         const char *dir;
@@ -68,7 +68,7 @@ int api_key_load_credential(char **ret, const char **ret_reason) {
         dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return -errno;
-        fd = openat(dfd, API_KEY_CREDENTIAL, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
+        fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
         if (fd < 0) {
                 if (errno == ENOENT) {
                         *ret = NULL;

@@ -7,6 +7,9 @@
 
 /* Name of the credential (LoadCredential=api_key:/etc/scopebox/api-key). */
 #define API_KEY_CREDENTIAL "api_key"
+/* The optional scrape key: opens GET /metrics and nothing else (LoadCredential=scopebox-metrics-key,
+ * from /etc/credstore/scopebox-metrics-key when the operator creates it). */
+#define METRICS_KEY_CREDENTIAL "scopebox-metrics-key"
 /* A key file larger than this is certainly not a key. */
 #define API_KEY_SIZE_MAX 4096U
 
@@ -15,10 +18,10 @@
  * strips from header values). On failure returns -EINVAL and a static reason. */
 int api_key_validate(const char *key, size_t size, const char **ret_reason);
 
-/* Reads the key from $CREDENTIALS_DIRECTORY/api_key, dropping one trailing newline. Returns 0 and
+/* Reads the key from $CREDENTIALS_DIRECTORY/<name>, dropping one trailing newline. Returns 0 and
  * *ret = NULL if there is no such credential, 1 with the key otherwise. An unusable key fails with
  * -EINVAL and *ret_reason set. */
-int api_key_load_credential(char **ret, const char **ret_reason);
+int key_load_credential(const char *name, char **ret, const char **ret_reason);
 
 /* The scheme in front of the key in the Authorization value. */
 #define AUTH_BEARER_PREFIX "Bearer "

@@ -307,6 +307,14 @@ int server_new(Config *config, Server **ret) {
         return 0;
 }
 
+/* The expected Authorization values hold keys: wipe them. */
+static void auth_header_free(char *p, size_t size) {
+        if (!p)
+                return;
+        explicit_bzero(p, size);
+        free(p);
+}
+
 Server *server_free(Server *s) {
         if (!s)
                 return NULL;
@@ -326,36 +334,49 @@ Server *server_free(Server *s) {
         s->bus = sd_bus_flush_close_unref(s->bus);
         s->event = sd_event_unref(s->event);
 
-        if (s->auth_header) {
-                explicit_bzero(s->auth_header, s->auth_header_size);
-                free(s->auth_header);
-        }
+        auth_header_free(s->auth_header, s->auth_header_size);
+        auth_header_free(s->metrics_auth_header, s->metrics_auth_header_size);
         config_done(&s->config);
         free(s);
         return NULL;
 }
 
-int server_set_api_key(Server *s, const char *key) {
+/* Replaces *header with "Bearer <key>" (or nothing for a NULL key); the old value is wiped. */
+static int auth_header_replace(char **header, size_t *size, const char *key) {
         char *h = NULL;
         size_t n = 0;
         int r;
-
-        assert(s);
 
         if (key) {
                 r = auth_header_expected(key, &h, &n);
                 if (r < 0)
                         return r;
         }
-        if (s->auth_header) {
-                explicit_bzero(s->auth_header, s->auth_header_size);
-                free(s->auth_header);
-        }
-        s->auth_header = h;
-        s->auth_header_size = n;
-        s->api_key = h ? h + strlen(AUTH_BEARER_PREFIX) : NULL;
-        s->api_key_size = h ? n - strlen(AUTH_BEARER_PREFIX) : 0;
+        auth_header_free(*header, *size);
+        *header = h;
+        *size = n;
         return 0;
+}
+
+int server_set_api_key(Server *s, const char *key) {
+        int r;
+
+        assert(s);
+
+        r = auth_header_replace(&s->auth_header, &s->auth_header_size, key);
+        if (r < 0)
+                return r;
+        s->api_key = s->auth_header ? s->auth_header + strlen(AUTH_BEARER_PREFIX) : NULL;
+        s->api_key_size = s->auth_header ? s->auth_header_size - strlen(AUTH_BEARER_PREFIX) : 0;
+        return 0;
+}
+
+int server_set_metrics_key(Server *s, const char *key) {
+        assert(s);
+
+        if (key && s->api_key && strlen(key) == s->api_key_size && memcmp(key, s->api_key, s->api_key_size) == 0)
+                return -EEXIST;
+        return auth_header_replace(&s->metrics_auth_header, &s->metrics_auth_header_size, key);
 }
 
 static int on_name_acquired(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {

@@ -67,6 +67,8 @@ struct Server {
         size_t auth_header_size;
         const char *api_key;           /* the key itself, inside auth_header (X-Api-Key) */
         size_t api_key_size;
+        char *metrics_auth_header;     /* "Bearer <scrape key>": GET /metrics only; NULL if none */
+        size_t metrics_auth_header_size;
 
         HttpDaemon **daemons;
         size_t n_daemons;
@@ -108,6 +110,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Server *, server_free);
 /* Requires "Authorization: Bearer <key>" on every path but the public ones, "X-Api-Key: <key>" on the
  * dify-sandbox API's; NULL turns it off. */
 int server_set_api_key(Server *s, const char *key);
+/* An additional key that opens only routes flagged HTTP_ROUTE_METRICS (NULL: none). -EEXIST when it
+ * equals the API key, which would make it pointless. */
+int server_set_metrics_key(Server *s, const char *key);
 int server_connect_bus(Server *s);
 /* Serves both APIs on an inherited listening socket; takes the fd, also on failure. */
 int server_add_listen_fd(Server *s, int fd, const char *name);

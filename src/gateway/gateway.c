@@ -35,7 +35,7 @@ static int load_api_key(const Config *config, char **ret) {
         const char *reason;
         int r;
 
-        r = api_key_load_credential(&key, &reason);
+        r = key_load_credential(API_KEY_CREDENTIAL, &key, &reason);
         if (r == -EINVAL)
                 return log_error_errno(r, "Credential \"%s\" %s, refusing to start.",
                                        API_KEY_CREDENTIAL, reason);
@@ -66,6 +66,31 @@ static int load_api_key(const Config *config, char **ret) {
         log_warning("No API key configured and SANDBOX_ALLOW_NO_AUTH is set: every client that can reach "
                     "the socket can run code. Never use this in production.");
         *ret = NULL;
+        return 0;
+}
+
+/* The scrape key is optional: without it /metrics takes the API key, like every other endpoint. */
+static int load_metrics_key(Server *s) {
+        _cleanup_erase_free_ char *key = NULL;
+        const char *reason;
+        int r;
+
+        r = key_load_credential(METRICS_KEY_CREDENTIAL, &key, &reason);
+        if (r == -EINVAL)
+                return log_error_errno(r, "Credential \"%s\" %s, refusing to start.", METRICS_KEY_CREDENTIAL, reason);
+        if (r < 0)
+                return log_error_errno(r, "Failed to read credential \"%s\": %m", METRICS_KEY_CREDENTIAL);
+        if (r == 0)
+                return 0;
+        if (!s->auth_header)
+                return 0; /* no authentication at all: nothing to open */
+        r = server_set_metrics_key(s, key);
+        if (r == -EEXIST)
+                return log_error_errno(r, "Credential \"%s\" equals the API key; it must differ, refusing to start.",
+                                       METRICS_KEY_CREDENTIAL);
+        if (r < 0)
+                return log_oom();
+        log_info("GET /metrics also accepts the scrape key from credential \"%s\".", METRICS_KEY_CREDENTIAL);
         return 0;
 }
 
@@ -118,6 +143,11 @@ static int run(int argc, char *argv[]) {
         if (r < 0) {
                 close_listen_fds(0, n);
                 return log_oom();
+        }
+        r = load_metrics_key(s);
+        if (r < 0) {
+                close_listen_fds(0, n);
+                return r;
         }
 
         /* The bus first: without it there is nothing to serve, and the sockets stay untouched. */

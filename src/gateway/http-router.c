@@ -31,7 +31,7 @@ const HttpRoute http_sidecar_routes[] = {
         { "POST",   "/storage/put",         HTTP_ROUTE_JSON | HTTP_ROUTE_BIG_BODY, http_storage_put        },
         { "POST",   "/storage/delete",      HTTP_ROUTE_JSON,                       http_storage_delete     },
         { "POST",   "/storage/gc",          HTTP_ROUTE_JSON,                       http_storage_gc         },
-        { "GET",    "/metrics",             0,                                     http_metrics_get        },
+        { "GET",    "/metrics",             HTTP_ROUTE_METRICS,                    http_metrics_get        },
         {}
 };
 
@@ -429,6 +429,10 @@ static bool http_request_authenticated(const HttpRequest *req, const HttpRequest
                         return true;
         if (api_key_only)
                 return false;
+        if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_METRICS) && s->metrics_auth_header &&
+            auth_header_matches(h->n_authorization == 1 ? h->authorization : NULL, h->authorization_size,
+                                s->metrics_auth_header, s->metrics_auth_header_size))
+                return true;
         return auth_header_matches(h->n_authorization == 1 ? h->authorization : NULL, h->authorization_size,
                                    s->auth_header, s->auth_header_size);
 }

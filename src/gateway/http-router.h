@@ -30,6 +30,7 @@ typedef enum HttpRouteFlags {
                                        * 401 with an empty body; failures in its envelope */
         HTTP_ROUTE_RAW_BODY = 1 << 5, /* the body is kept as received, for the resource to bind */
         HTTP_ROUTE_CODE_BODY = 1 << 6, /* body limit follows SANDBOX_MAX_CODE_BYTES (/v1/sandbox/run) */
+        HTTP_ROUTE_METRICS  = 1 << 7, /* the scrape key opens it too (GET /metrics) */
 } HttpRouteFlags;
 
 /* Routes whose body is buffered (and counted against the server-wide budget). */

@@ -2,12 +2,15 @@
 """GET /metrics: OpenMetrics text behind the API key, parsed with prometheus_client's OpenMetrics
 parser; the counters move with what happens: sessions, exec outcomes and durations, kills by reason
 (timeout, memory, tasks, blocked syscall), archive bytes. Other tests ran before: only deltas."""
+import os
+import pathlib
+import secrets
 import time
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from conftest import create_session, delete_session, request, run, session  # noqa: F401 (fixture)
+from conftest import create_session, delete_session, in_system, request, run, session  # noqa: F401 (fixture)
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 STORAGE = {"provider": "local", "prefix": "workspaces/"}
@@ -205,3 +208,41 @@ def test_archive_bytes_written_and_restored():
         assert delta(mid, after, "scopebox_archive_bytes_total", direction="restored") == written
     finally:
         delete_session(sid, discard=True, archive_key=stem, storage=STORAGE)
+
+
+def restart_gateway():
+    in_system("systemctl", "restart", "scopebox-gateway.service", check=True)
+    assert request("GET", "/healthz").status == 200
+
+
+def test_scrape_key_opens_metrics_and_nothing_else():
+    """/etc/credstore/scopebox-metrics-key (LoadCredential=scopebox-metrics-key) gives a scraper a
+    key of its own: /metrics takes it, no other endpoint does, and the API key still works."""
+    store = pathlib.Path("/etc/credstore")
+    created_store = not store.exists()
+    path = store / "scopebox-metrics-key"
+    assert not path.exists()
+    scrape_key = secrets.token_urlsafe(32)
+    store.mkdir(mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(scrape_key + "\n")
+        restart_gateway()
+        r = request("GET", "/metrics", key=scrape_key)
+        assert r.status == 200 and r.body.decode().endswith("# EOF\n"), r
+        assert request("GET", "/metrics").status == 200
+        for method, target, body in (("POST", "/sessions", {}), ("POST", "/exec", {"session_id": "0" * 32, "code": "1"}),
+                                     ("POST", "/storage/gc", {})):
+            r = request(method, target, body, key=scrape_key)
+            assert r.status == 401, (target, r)
+        r = request("POST", "/v1/sandbox/run", {"language": "python3", "code": "print(1)"}, key=None,
+                    headers={"X-Api-Key": scrape_key})
+        assert r.status == 401, r
+    finally:
+        path.unlink(missing_ok=True)
+        if created_store:
+            store.rmdir()
+        restart_gateway()
+    # Without the credential the scrape key is nothing again.
+    assert request("GET", "/metrics", key=scrape_key).status == 401

@@ -92,7 +92,7 @@ static int load(const char *dir, char **ret, const char **reason) {
         else
                 ASSERT_TRUE(unsetenv("CREDENTIALS_DIRECTORY") == 0);
         *ret = NULL;
-        return api_key_load_credential(ret, reason);
+        return key_load_credential(API_KEY_CREDENTIAL, ret, reason);
 }
 
 static void test_credential(void) {

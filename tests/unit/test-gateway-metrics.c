@@ -181,23 +181,28 @@ static void env_setup(Env *env) {
 static void env_done(Env *env) {
         ASSERT_TRUE(!env->server.requests && env->server.n_requests == 0);
         ASSERT_TRUE(server_set_api_key(&env->server, NULL) == 0);
+        ASSERT_TRUE(server_set_metrics_key(&env->server, NULL) == 0);
         env->manager = sd_bus_flush_close_unref(env->manager);
         env->server.bus = sd_bus_flush_close_unref(env->server.bus);
         env->event = sd_event_unref(env->event);
 }
 
-/* Runs GET /metrics with the key to its answer. */
-static HttpRequest *scrape(Env *env) {
+/* Runs GET /metrics with this Authorization value to its answer. */
+static HttpRequest *scrape_as(Env *env, const char *authorization) {
         HttpRequest *req = NULL;
 
         ASSERT_TRUE(http_request_new(&env->server, NULL, NULL, "GET", "/metrics", &req) == 0);
-        ASSERT_TRUE(http_request_begin(req, H(BEARER("Bearer k"))) == 0);
+        ASSERT_TRUE(http_request_begin(req, H(BEARER(authorization))) == 0);
         ASSERT_TRUE(!req->response);
         ASSERT_TRUE(http_request_dispatch(req) == 0);
         for (unsigned i = 0; i < 200 && !req->response; i++)
                 ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
         ASSERT_TRUE(req->response && !req->slot);
         return req;
+}
+
+static HttpRequest *scrape(Env *env) {
+        return scrape_as(env, "Bearer k");
 }
 
 static void test_scrape(void) {
@@ -257,6 +262,30 @@ static void test_auth(void) {
         ASSERT_TRUE(req->response && req->response->status == 401);
         http_request_free(req);
         ASSERT_EQ(env.fake.calls, 0);
+
+        /* The scrape key opens /metrics and nothing else; the API key still opens /metrics. */
+        ASSERT_EQ(server_set_metrics_key(&env.server, "k"), -EEXIST);
+        ASSERT_TRUE(server_set_metrics_key(&env.server, "scrape") == 0);
+        req = scrape_as(&env, "Bearer scrape");
+        ASSERT_EQ(req->response->status, 200);
+        http_request_free(req);
+        req = scrape(&env);
+        ASSERT_EQ(req->response->status, 200);
+        http_request_free(req);
+        static const char *const others[][2] = {
+                { "POST", "/sessions" }, { "POST", "/exec" }, { "DELETE", "/sessions/0123" },
+                { "POST", "/files/get" }, { "POST", "/storage/gc" }, { "GET", "/nowhere" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(others); i++) {
+                ASSERT_TRUE(http_request_new(&env.server, NULL, NULL, others[i][0], others[i][1], &req) == 0);
+                ASSERT_TRUE(http_request_begin(req, H(BEARER("Bearer scrape"))) == 0);
+                ASSERT_TRUE(req->response && req->response->status == 401);
+                http_request_free(req);
+        }
+        ASSERT_TRUE(http_request_new(&env.server, NULL, NULL, "POST", "/v1/sandbox/run", &req) == 0);
+        ASSERT_TRUE(http_request_begin(req, H(.n_api_key = 1, .api_key = "scrape", .api_key_size = 6)) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 401);
+        http_request_free(req);
         env_done(&env);
 }
 
