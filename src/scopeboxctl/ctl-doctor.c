@@ -25,6 +25,7 @@
 #include "strbuf.h"
 
 #define API_KEY_FILE "/etc/scopebox/api-key"
+#define METRICS_KEY_FILE "/etc/credstore/scopebox-metrics-key"
 #define FONT_CACHE_DIR SCOPEBOX_CACHE_DIR "/matplotlib"
 #define SANDBOX_PYTHON "/usr/bin/python3"
 #define SANDBOX_NODE "/usr/bin/node"
@@ -336,6 +337,22 @@ static void check_fonts(Doctor *d) {
 
 /* ---- scopebox's own files ---- */
 
+/* A key file: a non-empty regular file of root's that nobody else may read. Reports the verdict. */
+static bool check_key_file(Doctor *d, const char *name, const char *path, const struct stat *st) {
+        if (!S_ISREG(st->st_mode))
+                report(d, CHECK_FAIL, name, "%s is not a regular file", path);
+        else if (st->st_size == 0)
+                report(d, CHECK_FAIL, name, "%s is empty", path);
+        else if (st->st_uid != 0)
+                report(d, CHECK_FAIL, name, "%s is owned by uid %u, not root", path, (unsigned) st->st_uid);
+        else if (st->st_mode & 0077)
+                report(d, CHECK_FAIL, name, "%s has mode %04o: others may read the key (chmod 0600)", path,
+                       (unsigned) (st->st_mode & 07777));
+        else
+                return true;
+        return false;
+}
+
 static void check_api_key(Doctor *d, const Config *cfg, bool config_ok) {
         struct stat st;
 
@@ -347,18 +364,46 @@ static void check_api_key(Doctor *d, const Config *cfg, bool config_ok) {
                         report(d, CHECK_FAIL, "api-key", "%s: %s", API_KEY_FILE, strerror(errno));
                 return;
         }
-        if (!S_ISREG(st.st_mode))
-                report(d, CHECK_FAIL, "api-key", "%s is not a regular file", API_KEY_FILE);
-        else if (st.st_size == 0)
-                report(d, CHECK_FAIL, "api-key", "%s is empty", API_KEY_FILE);
-        else if (st.st_uid != 0)
-                report(d, CHECK_FAIL, "api-key", "%s is owned by uid %u, not root", API_KEY_FILE, (unsigned) st.st_uid);
-        else if (st.st_mode & 0077)
-                report(d, CHECK_FAIL, "api-key", "%s has mode %04o: others may read the key (chmod 0600)",
-                       API_KEY_FILE, (unsigned) (st.st_mode & 07777));
-        else
+        if (check_key_file(d, "api-key", API_KEY_FILE, &st))
                 report(d, CHECK_OK, "api-key", "%s: mode %04o, owner root", API_KEY_FILE,
                        (unsigned) (st.st_mode & 07777));
+}
+
+/* A key file's content without the trailing newline editors add; NULL if unreadable. */
+static char *read_key(const char *path) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+        char *buf = NULL;
+        size_t size = 0;
+
+        if (fd < 0 || read_full_fd(fd, 4096, &buf, &size) < 0)
+                return NULL;
+        if (size > 0 && buf[size - 1] == '\n')
+                buf[size - 1] = 0;
+        return buf;
+}
+
+/* The optional scrape key of GET /metrics (the gateway's credential scopebox-metrics-key). */
+static void check_metrics_key(Doctor *d) {
+        _cleanup_erase_free_ char *key = NULL, *api_key = NULL;
+        struct stat st;
+
+        if (lstat(METRICS_KEY_FILE, &st) < 0) {
+                if (errno == ENOENT)
+                        report(d, CHECK_OK, "metrics-key", "not configured: GET /metrics takes the API key");
+                else
+                        report(d, CHECK_FAIL, "metrics-key", "%s: %s", METRICS_KEY_FILE, strerror(errno));
+                return;
+        }
+        if (!check_key_file(d, "metrics-key", METRICS_KEY_FILE, &st))
+                return;
+        key = read_key(METRICS_KEY_FILE);
+        api_key = read_key(API_KEY_FILE);
+        if (key && api_key && streq(key, api_key))
+                report(d, CHECK_FAIL, "metrics-key", "%s equals the API key; the gateway refuses to start",
+                       METRICS_KEY_FILE);
+        else
+                report(d, CHECK_OK, "metrics-key", "%s: mode %04o, owner root; opens GET /metrics only",
+                       METRICS_KEY_FILE, (unsigned) (st.st_mode & 07777));
 }
 
 static void check_files(Doctor *d, const char *name, const char *dir, const char *const files[], size_t n) {
@@ -438,6 +483,7 @@ int verb_doctor(Ctl *c) {
         check_slirp(&d, &cfg, config_ok);
         check_fonts(&d);
         check_api_key(&d, &cfg, config_ok);
+        check_metrics_key(&d);
         check_installation(&d);
         (void) rm_rf(d.home);
 

@@ -2,6 +2,7 @@
 """GET /metrics: OpenMetrics text behind the API key, parsed with prometheus_client's OpenMetrics
 parser; the counters move with what happens: sessions, exec outcomes and durations, kills by reason
 (timeout, memory, tasks, blocked syscall), archive bytes. Other tests ran before: only deltas."""
+import json
 import os
 import pathlib
 import secrets
@@ -210,6 +211,12 @@ def test_archive_bytes_written_and_restored():
         delete_session(sid, discard=True, archive_key=stem, storage=STORAGE)
 
 
+def doctor_check(name):
+    r = in_system("scopeboxctl", "--json", "doctor")
+    check = {c["name"]: c for c in json.loads(r.stdout)["checks"]}[name]
+    return check["state"], check["detail"]
+
+
 def restart_gateway():
     in_system("systemctl", "restart", "scopebox-gateway.service", check=True)
     assert request("GET", "/healthz").status == 200
@@ -222,12 +229,22 @@ def test_scrape_key_opens_metrics_and_nothing_else():
     created_store = not store.exists()
     path = store / "scopebox-metrics-key"
     assert not path.exists()
+    assert doctor_check("metrics-key") == ("ok", "not configured: GET /metrics takes the API key")
     scrape_key = secrets.token_urlsafe(32)
     store.mkdir(mode=0o700, exist_ok=True)
     try:
+        # The same as the API key: doctor says the gateway would refuse it.
+        path.write_text(pathlib.Path("/etc/scopebox/api-key").read_text())
+        path.chmod(0o600)
+        state, detail = doctor_check("metrics-key")
+        assert state == "fail" and "equals the API key" in detail, detail
+        path.unlink()
+
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(scrape_key + "\n")
+        state, detail = doctor_check("metrics-key")
+        assert state == "ok" and detail.endswith("opens GET /metrics only"), detail
         restart_gateway()
         r = request("GET", "/metrics", key=scrape_key)
         assert r.status == 200 and r.body.decode().endswith("# EOF\n"), r
