@@ -348,24 +348,30 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         }
 }
 
-/* The code must be a sealed memfd: what we check is what the sandbox runs. Returns 1 with a
- * duplicate in *ret, or 0/-errno with the error set. */
-static int take_code_fd(Manager *mgr, int fd, int *ret, sd_bus_error *error) {
-        _cleanup_close_ int code_fd = -EBADF;
+/* Payloads (code, uploaded files) must be sealed memfds: what we check is what the sandbox gets.
+ * 'what' names the argument in the error, 'too_large' is the message past 'max' bytes. Returns 1
+ * with a duplicate in *ret, or 0/-errno with the error set. */
+static int take_sealed_memfd(int fd, uint64_t max, const char *what, const char *too_large, int *ret,
+                             sd_bus_error *error) {
+        _cleanup_close_ int dup_fd = -EBADF;
         struct stat st;
         int seals;
 
-        code_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        if (code_fd < 0)
+        dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (dup_fd < 0)
                 return -errno;
-        seals = fcntl(code_fd, F_GET_SEALS);
-        if (fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
+        seals = fcntl(dup_fd, F_GET_SEALS);
+        if (fstat(dup_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
             (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "code must be a sealed memfd");
-        if ((uint64_t) st.st_size > mgr->config.max_code_bytes)
-                return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, "code too large");
-        *ret = TAKE_FD(code_fd);
+                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "%s must be a sealed memfd", what);
+        if ((uint64_t) st.st_size > max)
+                return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, too_large);
+        *ret = TAKE_FD(dup_fd);
         return 1;
+}
+
+static int take_code_fd(Manager *mgr, int fd, int *ret, sd_bus_error *error) {
+        return take_sealed_memfd(fd, mgr->config.max_code_bytes, "code", "code too large", ret, error);
 }
 
 static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -633,9 +639,8 @@ static int method_write_file(sd_bus_message *m, void *userdata, sd_bus_error *er
         _cleanup_free_ char *rel = NULL;
         _cleanup_close_ int data_fd = -EBADF;
         const char *id, *path;
-        struct stat st;
         Session *s;
-        int fd, seals, r;
+        int fd, r;
 
         r = sd_bus_message_read(m, "ssh", &id, &path, &fd);
         if (r < 0)
@@ -646,15 +651,9 @@ static int method_write_file(sd_bus_message *m, void *userdata, sd_bus_error *er
         r = bus_normalize_path(path, &rel, error);
         if (r != 0)
                 return r;
-        data_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        if (data_fd < 0)
-                return -errno;
-        seals = fcntl(data_fd, F_GET_SEALS);
-        if (fstat(data_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
-            (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "data must be a sealed memfd");
-        if ((uint64_t) st.st_size > mgr->config.max_upload_bytes)
-                return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, "file too large");
+        r = take_sealed_memfd(fd, mgr->config.max_upload_bytes, "data", "file too large", &data_fd, error);
+        if (r <= 0)
+                return r;
         if (*rel == 0)
                 return sd_bus_error_set(error, BUS_ERROR_INVALID_PATH, "path is a directory");
 
