@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <systemd/sd-daemon.h>
 
@@ -23,6 +25,7 @@
 
 typedef struct PendingCreate PendingCreate;
 static void pending_create_unlink(Manager *m, PendingCreate *p);
+static ChildWatch *child_watch_free(ChildWatch *w);
 
 int manager_new(Manager **ret) {
         _cleanup_(manager_freep) Manager *m = NULL;
@@ -58,10 +61,17 @@ Manager *manager_free(Manager *m) {
                 free(p);
         }
         manager_runs_flush(m);
+        /* Finalized sessions finish going; the others stay, and so do their runners and scopes,
+         * for the next instance to recover. */
+        manager_gc(m);
         while (m->sessions)
                 session_free(m->sessions);
+        manager_gc(m);
+        m->gc_source = sd_event_source_disable_unref(m->gc_source);
+        /* Runners still running keep running; whoever inherits them reaps them. */
+        while (m->child_watches)
+                child_watch_free(m->child_watches);
         free(m->exec_waiters);
-        systemd_forget_job_waits(m, NULL);
         m->idle_exit_source = sd_event_source_disable_unref(m->idle_exit_source);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
@@ -140,7 +150,7 @@ static int on_create_queue_timeout(sd_event_source *source, uint64_t usec, void 
         pending_create_unlink(m, p);
         log_info("A session create waited %llus for a slot; refusing it.", (unsigned long long) m->config.queue_timeout_sec);
         p->callback(p->session, -EUSERS, "session create queue is full", p->userdata);
-        session_free(p->session);
+        session_add_to_gc_queue(p->session);
         free(p);
         return 0;
 }
@@ -185,11 +195,22 @@ void manager_create_finished(Manager *m) {
                 r = session_start(p->session, p->callback, p->userdata);
                 if (r < 0) {
                         p->callback(p->session, -EHOSTDOWN, "failed to start the session", p->userdata);
-                        session_free(p->session);
+                        session_add_to_gc_queue(p->session);
                 } else
                         m->n_creating++;
                 free(p);
         }
+}
+
+void manager_cancel_pending_create(Manager *m, Session *s) {
+        for (PendingCreate *p = m->pending_creates; p; p = p->next)
+                if (p->session == s) {
+                        pending_create_unlink(m, p);
+                        p->callback(s, -EHOSTDOWN, "the session was released before it started",
+                                    p->userdata);
+                        free(p);
+                        return;
+                }
 }
 
 unsigned manager_count_pending_creates(Manager *m) {
@@ -229,6 +250,94 @@ void manager_remove_session(Manager *m, Session *s) {
         manager_state_changed(m);
 }
 
+/* ---- garbage collection ---- */
+
+void manager_gc(Manager *m) {
+        Session *s;
+
+        /* Sessions freed here may queue others (their callbacks run from here): drained until empty. */
+        while ((s = m->session_gc_queue)) {
+                m->session_gc_queue = s->gc_next;
+                s->gc_next = NULL;
+                session_free(s);
+        }
+}
+
+static int on_gc(sd_event_source *source, void *userdata) {
+        manager_gc(userdata);
+        return 0;
+}
+
+int manager_arm_gc(Manager *m) {
+        int r;
+
+        /* Going: manager_free() drains the queue. */
+        if (sd_event_get_state(m->event) == SD_EVENT_FINISHED)
+                return 0;
+        if (!m->gc_source) {
+                r = sd_event_add_defer(m->event, &m->gc_source, on_gc, m);
+                if (r < 0)
+                        return r;
+                /* After whatever else is pending in this iteration. */
+                (void) sd_event_source_set_priority(m->gc_source, SD_EVENT_PRIORITY_IDLE);
+                (void) sd_event_source_set_description(m->gc_source, "session-gc");
+        }
+        return sd_event_source_set_enabled(m->gc_source, SD_EVENT_ONESHOT);
+}
+
+/* ---- children of freed sessions ---- */
+
+struct ChildWatch {
+        ChildWatch *next;
+        Manager *manager;
+        sd_event_source *source;
+};
+
+static ChildWatch *child_watch_free(ChildWatch *w) {
+        if (!w)
+                return NULL;
+        for (ChildWatch **p = &w->manager->child_watches; *p; p = &(*p)->next)
+                if (*p == w) {
+                        *p = w->next;
+                        w->manager->n_child_watches--;
+                        break;
+                }
+        /* Inside its own callback the source stays valid until sd-event has reaped the child. */
+        w->source = sd_event_source_disable_unref(w->source);
+        return mfree(w);
+}
+
+static int on_child_exit(sd_event_source *source, const siginfo_t *si, void *userdata) {
+        ChildWatch *w = userdata;
+
+        log_debug("Reaped runner %i of a session that is gone (code=%i status=%i).", (int) si->si_pid,
+                  si->si_code, si->si_status);
+        child_watch_free(w);
+        return 0;
+}
+
+int manager_watch_child(Manager *m, pid_t pid) {
+        ChildWatch *w;
+        int r;
+
+        /* The manager is going: the runner stays, and whoever inherits it reaps it. */
+        if (sd_event_get_state(m->event) == SD_EVENT_FINISHED)
+                return 0;
+        w = calloc(1, sizeof(ChildWatch));
+        if (!w)
+                return -ENOMEM;
+        *w = (ChildWatch) { .manager = m };
+        r = sd_event_add_child(m->event, &w->source, pid, WEXITED, on_child_exit, w);
+        if (r < 0) {
+                free(w);
+                return r;
+        }
+        w->next = m->child_watches;
+        m->child_watches = w;
+        m->n_child_watches++;
+        return 0;
+}
+
 static int on_idle_exit(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
 
@@ -252,7 +361,7 @@ void manager_state_changed(Manager *m) {
         manager_send_status(m);
         manager_emit_properties_changed(m);
 
-        if (m->n_sessions > 0) {
+        if (m->n_sessions > 0 || sd_event_get_state(m->event) == SD_EVENT_FINISHED) {
                 if (m->idle_exit_source)
                         (void) sd_event_source_set_enabled(m->idle_exit_source, SD_EVENT_OFF);
                 return;

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
@@ -13,6 +14,8 @@
 #include "metrics.h"
 
 typedef struct Session Session;
+typedef struct SystemdJob SystemdJob;
+typedef struct ChildWatch ChildWatch;
 
 /* Exit after this long without sessions or calls (bus activation starts us again). */
 #define MANAGER_IDLE_EXIT_USEC (60 * USEC_PER_SEC)
@@ -32,7 +35,16 @@ typedef struct Manager {
         unsigned n_runs_queued;
         struct Run *runs_queue;
         unsigned n_execs_running;
-        void *job_waits;       /* systemd-client.c's list */
+        SystemdJob *job_waits; /* systemd-client.c's jobs whose JobRemoved we wait for */
+
+        /* Sessions that are over (finalized) or never started, freed from the event loop
+         * (gc_source), never inside a call chain that may still use them. */
+        Session *session_gc_queue;
+        sd_event_source *gc_source;
+
+        /* Runners of freed sessions that have not exited yet: reaped when they do. */
+        ChildWatch *child_watches;
+        unsigned n_child_watches;
 
         sd_event_source *idle_exit_source;
         uint64_t exec_counter;
@@ -60,6 +72,13 @@ Session *manager_find_session(Manager *m, const char *id);
 void manager_add_session(Manager *m, Session *s);
 void manager_remove_session(Manager *m, Session *s);
 
+/* Free the sessions in the GC queue (session_add_to_gc_queue()); normally from gc_source. */
+void manager_gc(Manager *m);
+int manager_arm_gc(Manager *m);
+
+/* Reap pid, a child of ours, when it exits; it is not killed, not even when the manager goes. */
+int manager_watch_child(Manager *m, pid_t pid);
+
 /* Global exec slots. take() returns false and queues the session when none is free. */
 bool manager_take_exec_slot(Manager *m, Session *s);
 void manager_release_exec_slot(Manager *m);
@@ -70,6 +89,8 @@ void manager_forget_exec_waiter(Manager *m, Session *s);
 typedef void (*SessionDoneCallback_)(Session *s, int error, const char *message, void *userdata);
 int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata);
 void manager_create_finished(Manager *m);
+/* A session that waits for a create slot stops waiting: its callback gets -EHOSTDOWN. */
+void manager_cancel_pending_create(Manager *m, Session *s);
 /* Session creates waiting for a slot. */
 unsigned manager_count_pending_creates(Manager *m);
 

@@ -25,7 +25,7 @@ struct Run {
         char *language;
         bool network;
         char *trace_id, *span_id, *user_id, *user_type;
-        Session *session;
+        Session *session;          /* while the run uses it, for the journal */
         sd_event_source *release_source;
         RunCallback callback;
         void *userdata;
@@ -59,20 +59,20 @@ static void run_log(Run *r, int level, int error, const char *what) {
 
 static void manager_runs_next(Manager *m);
 
-/* The run is over: its session goes (from an event of its own, not from inside the session's
- * callback), its worker slot goes to the next run. */
+/* The run is over; its worker slot goes to the next run, from an event of its own rather than
+ * from inside the session's callback. */
 static int on_release(sd_event_source *source, void *userdata) {
         Run *r = userdata;
         Manager *m = r->manager;
 
-        if (r->session)
-                (void) session_release(r->session, "run finished", NULL, NULL);
         run_free(r);
         manager_runs_next(m);
         return 0;
 }
 
-static void run_finish(Run *r, int error, const char *message, const ExecResult *result) {
+/* s: the run's session, when the run ends it (the exec answered, or could not be queued); NULL
+ * when the session failed to start and goes by itself. The run keeps no pointer to it. */
+static void run_finish(Run *r, Session *s, int error, const char *message, const ExecResult *result) {
         Manager *m = r->manager;
         RunCallback cb = TAKE_PTR(r->callback);
         int q;
@@ -83,10 +83,12 @@ static void run_finish(Run *r, int error, const char *message, const ExecResult 
                 r->running = false;
                 m->n_runs_running--;
         }
+        r->session = NULL;
+        /* Safe inside the session's own callbacks: a session is only freed from the event loop. */
+        if (s)
+                (void) session_release(s, "run finished", NULL, NULL);
         q = sd_event_add_defer(m->event, &r->release_source, on_release, r);
         if (q < 0)
-                /* Can't defer: release now, the session is not inside a callback of its own here
-                 * unless the exec answered, and then its runner is idle. */
                 (void) on_release(NULL, r);
 }
 
@@ -101,7 +103,7 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
                          result->timed_out ? " (timed out)" : "",
                          (unsigned long long) (result->duration_usec / USEC_PER_MSEC));
         run_log(r, error < 0 ? LOG_WARNING : LOG_INFO, error, detail);
-        run_finish(r, error, message, error < 0 ? NULL : result);
+        run_finish(r, s, error, message, error < 0 ? NULL : result);
 }
 
 static void on_session_started(Session *s, int error, const char *message, void *userdata) {
@@ -123,12 +125,12 @@ static void on_session_started(Session *s, int error, const char *message, void 
                  * count it, so that scopebox_execs_total covers every run. */
                 metrics_count_exec(&r->manager->metrics, error, NULL);
                 run_log(r, LOG_WARNING, error, "could not start");
-                run_finish(r, error, message ?: "failed to start the sandbox", NULL);
+                run_finish(r, NULL, error, message ?: "failed to start the sandbox", NULL);
                 return;
         }
         q = session_exec(s, TAKE_FD(r->code_fd), &p, on_exec_done, r);
         if (q < 0)
-                run_finish(r, q, "failed to start the run", NULL);
+                run_finish(r, s, q, "failed to start the run", NULL);
 }
 
 static int run_start(Run *r) {
@@ -170,7 +172,7 @@ static void manager_runs_next(Manager *m) {
                 if (q < 0) {
                         metrics_count_exec(&m->metrics, q, NULL);
                         run_log(r, LOG_WARNING, q, "could not start");
-                        run_finish(r, q, "failed to start the sandbox", NULL);
+                        run_finish(r, NULL, q, "failed to start the sandbox", NULL);
                 }
         }
 }

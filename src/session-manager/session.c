@@ -187,69 +187,51 @@ static void session_remove_state(Session *s) {
 static void session_fail_requests(Session *s, int error, const char *message) {
         RunnerRequest *q;
 
-        /* The queue is detached first: callbacks may queue nothing on a stopping session. */
-        while ((q = s->queue_head)) {
-                s->queue_head = q->next;
-                s->n_queued--;
-                q->callback(s, error, message, NULL, -EBADF, q->userdata);
-                runner_request_free(q);
-        }
-        s->queue_tail = NULL;
-        if ((q = TAKE_PTR(s->in_flight))) {
-                s->request_timer = sd_event_source_disable_unref(s->request_timer);
-                q->callback(s, error, message, NULL, -EBADF, q->userdata);
-                if (q->is_exec)
-                        manager_release_exec_slot(s->manager);
-                runner_request_free(q);
-        }
+        /* Until nothing is left: a callback may queue a request of ours (restore → reset-inputs). */
+        do {
+                while ((q = s->queue_head)) {
+                        s->queue_head = q->next;
+                        s->n_queued--;
+                        q->callback(s, error, message, NULL, -EBADF, q->userdata);
+                        runner_request_free(q);
+                }
+                s->queue_tail = NULL;
+                if ((q = TAKE_PTR(s->in_flight))) {
+                        s->request_timer = sd_event_source_disable_unref(s->request_timer);
+                        q->callback(s, error, message, NULL, -EBADF, q->userdata);
+                        if (q->is_exec)
+                                manager_release_exec_slot(s->manager);
+                        runner_request_free(q);
+                }
+        } while (s->queue_head);
 }
 
-Session *session_free(Session *s) {
-        if (!s)
-                return NULL;
-        if (s->manager) {
-                manager_remove_session(s->manager, s);
-                manager_forget_exec_waiter(s->manager, s);
-        }
-        session_fail_requests(s, -ENXIO, "session not found or not running");
-        systemd_forget_job_waits(s->manager, s);
-        s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
-        s->control_source = sd_event_source_disable_unref(s->control_source);
-        s->control_fd = safe_close(s->control_fd);
-        s->request_timer = sd_event_source_disable_unref(s->request_timer);
-        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-        while (s->release_waiters) {
-                ReleaseWaiter *w = s->release_waiters;
-                s->release_waiters = w->next;
-                free(w);
-        }
-        free(s->unit);
-        free(s->runtime_dir);
-        free(s->socket_path);
-        free(s->session_root);
-        free(s->archive_key);
-        free(s->storage_json);
-        free(s->archive_token);
-        free(s->stop_reason);
-        free(s);
-        return NULL;
+static bool session_calls_pending(const Session *s) {
+        return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
 }
 
-/* ---- teardown ---- */
-
-static void session_finalize(Session *s) {
+/* The runner is our child until it exits: a session that goes first leaves the reaping to the
+ * manager. The runner is not killed (its scope is, or it outlives us on purpose). */
+static void session_hand_off_runner(Session *s) {
         int r;
 
-        /* Wait for every outstanding systemd call: their callbacks carry a pointer to us. */
-        if (s->systemd_calls_pending > 0) {
-                s->finalize_when_idle = true;
+        if (!s->runner_child_source)
                 return;
-        }
+        s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
+        if (s->runner_pid <= 0 || !s->manager)
+                return;
+        r = manager_watch_child(s->manager, s->runner_pid);
+        if (r < 0)
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to watch runner %i of session %s, it may stay a zombie: %m", (int) s->runner_pid, s->id);
+        s->runner_pid = 0;
+}
+
+/* The end of a finalized session, from the manager's GC: its files go, its waiters hear. */
+static void session_release_remains(Session *s) {
+        int r;
 
         session_fail_requests(s, -ENXIO, "session not found or not running");
-        s->control_source = sd_event_source_disable_unref(s->control_source);
-        s->control_fd = safe_close(s->control_fd);
-
         session_remove_state(s);
 
         /* The workspace lived in the runner's mount namespace and is gone with it; what is left
@@ -275,13 +257,104 @@ static void session_finalize(Session *s) {
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released",
                                            SCOPEBOX_MESSAGE_SESSION_RELEASED),
                    "Session %s released.", s->id);
-        session_free(s);
+}
+
+static void session_unlink_gc(Session *s) {
+        if (!s->manager)
+                return;
+        for (Session **p = &s->manager->session_gc_queue; *p; p = &(*p)->gc_next)
+                if (*p == s) {
+                        *p = s->gc_next;
+                        break;
+                }
+        s->gc_next = NULL;
+}
+
+Session *session_free(Session *s) {
+        if (!s)
+                return NULL;
+        /* Whatever the callbacks below try on the session finds it stopping; it can't be queued
+         * for GC a second time. */
+        s->state = SESSION_STOPPING;
+        s->in_gc_queue = true;
+        if (s->manager) {
+                session_unlink_gc(s);
+                manager_remove_session(s->manager, s);
+                manager_forget_exec_waiter(s->manager, s);
+        }
+        if (s->finalized && s->manager)
+                session_release_remains(s);
+        /* (Again after the callbacks there: whatever they queued.) */
+        session_fail_requests(s, -ENXIO, "session not found or not running");
+
+        /* Pending calls are cancelled: their callbacks never see this session again. */
+        s->start_job = systemd_job_free(s->start_job);
+        s->stop_job = systemd_job_free(s->stop_job);
+        s->restore_slot = sd_bus_slot_unref(s->restore_slot);
+        s->archive_slot = sd_bus_slot_unref(s->archive_slot);
+
+        session_hand_off_runner(s);
+        s->control_source = sd_event_source_disable_unref(s->control_source);
+        s->control_fd = safe_close(s->control_fd);
+        s->request_timer = sd_event_source_disable_unref(s->request_timer);
+        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        while (s->release_waiters) {
+                ReleaseWaiter *w = s->release_waiters;
+                s->release_waiters = w->next;
+                free(w);
+        }
+        free(s->unit);
+        free(s->runtime_dir);
+        free(s->socket_path);
+        free(s->session_root);
+        free(s->archive_key);
+        free(s->storage_json);
+        free(s->archive_token);
+        free(s->stop_reason);
+        free(s);
+        return NULL;
+}
+
+void session_add_to_gc_queue(Session *s) {
+        Manager *m = s->manager;
+        int r;
+
+        if (s->in_gc_queue)
+                return;
+        manager_remove_session(m, s);
+        manager_forget_exec_waiter(m, s);
+        s->gc_next = m->session_gc_queue;
+        m->session_gc_queue = s;
+        s->in_gc_queue = true;
+        r = manager_arm_gc(m);
+        if (r < 0)
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to schedule freeing session %s, it waits for the next: %m", s->id);
+}
+
+/* ---- teardown ---- */
+
+/* The scope is gone and no call is left: the session is over. It leaves every lookup now and is
+ * freed from the event loop, never here, since callers up the stack may still hold it. */
+static void session_finalize(Session *s) {
+        /* Only once the scope's stop was asked for; each outstanding call comes back here when it
+         * is done. */
+        if (s->finalized || !s->stop_requested || session_calls_pending(s))
+                return;
+
+        s->finalized = true;
+        s->state = SESSION_STOPPING;
+        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        s->request_timer = sd_event_source_disable_unref(s->request_timer);
+        s->control_source = sd_event_source_disable_unref(s->control_source);
+        s->control_fd = safe_close(s->control_fd);
+        session_add_to_gc_queue(s);
 }
 
 static void on_stop_job_done(Manager *m, const char *result, int error, const sd_bus_error *bus_error, void *userdata) {
         Session *s = userdata;
 
-        s->systemd_calls_pending--;
+        s->stop_job = systemd_job_free(s->stop_job);
         if (error < 0 && !(bus_error && sd_bus_error_has_name(bus_error, "org.freedesktop.systemd1.NoSuchUnit")))
                 log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %s", s->unit,
                            bus_error && bus_error->message ? bus_error->message : strerror(-error));
@@ -297,6 +370,8 @@ static void session_begin_stopping(Session *s) {
 
         s->state = SESSION_STOPPING;
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        /* Still waiting for a create slot: it never starts. */
+        manager_cancel_pending_create(s->manager, s);
         while ((q = s->queue_head)) {
                 s->queue_head = q->next;
                 s->n_queued--;
@@ -310,21 +385,23 @@ static void session_begin_stopping(Session *s) {
 static void session_stop_scope(Session *s, const char *reason) {
         int r;
 
-        if (s->finalize_when_idle)
+        if (s->stop_requested) {
+                /* A call that ended after the stop was asked for: maybe the last one. */
+                session_finalize(s);
                 return;
-        s->finalize_when_idle = true;
+        }
+        s->stop_requested = true;
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Releasing session %s (%s).", s->id, reason);
 
-        r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, NULL);
+        r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, &s->stop_job);
         if (r < 0) {
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %m", s->unit);
                 if (s->runner_pid > 0)
                         (void) kill(s->runner_pid, SIGKILL);
-                s->systemd_calls_pending++;
-                on_stop_job_done(s->manager, NULL, r, NULL, s);
+                /* Finalized at once; the session itself stays until the event loop frees it. */
+                session_finalize(s);
                 return;
         }
-        s->systemd_calls_pending++;
         manager_state_changed(s->manager);
 }
 
@@ -350,6 +427,8 @@ int session_release(Session *s, const char *reason, SessionDoneCallback cb, void
         int r = session_add_release_waiter(s, cb, userdata);
         if (r < 0)
                 return r;
+        if (s->state == SESSION_STOPPING)
+                return 0; /* already on its way out; the waiter hears when it is gone */
         session_teardown(s, reason);
         return 0;
 }
@@ -670,7 +749,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
         json_object *init;
         int r;
 
-        s->systemd_calls_pending--;
+        s->start_job = systemd_job_free(s->start_job);
         if (s->state == SESSION_STOPPING) {
                 session_finalize(s);
                 return;
@@ -835,13 +914,13 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
                 .tasks_max = m->config.pids_limit,
                 .cpu_quota_percent = m->config.cpu_quota_percent,
         };
-        r = systemd_start_scope(m, s->unit, &props, on_scope_started, s, NULL);
+        r = systemd_start_scope(m, s->unit, &props, on_scope_started, s, &s->start_job);
         if (r < 0) {
+                /* Reaped once it is gone, by the watch above or, after the session, the manager. */
                 (void) kill(pid, SIGKILL);
                 (void) rm_rf(s->runtime_dir);
                 return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to request %s: %m", s->unit);
         }
-        s->systemd_calls_pending++;
         s->start_callback = cb;
         s->start_userdata = userdata;
         return 0;
@@ -1056,6 +1135,8 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                 metrics_count_exec(&s->manager->metrics, r, NULL);
                 return r;
         }
+        /* The exec may have failed already and the session begun to stop (runner lost): it is
+         * still allocated, freed only from the event loop, and touch() ignores a stopping one. */
         s->n_execs++;
         session_touch(s);
         return 0;
@@ -1084,25 +1165,28 @@ static const char *session_archive_stem(Session *s, const char *override) {
         return s->id;
 }
 
-static int storage_call(Session *s, const char *method, sd_bus_message_handler_t cb, uint64_t timeout_usec,
-                        const char *storage, const char *arg) {
+/* The call is owned by *ret_slot, which its reply callback clears first thing; freeing the
+ * session cancels it. */
+static int storage_call(Session *s, sd_bus_slot **ret_slot, const char *method, sd_bus_message_handler_t cb,
+                        uint64_t timeout_usec, const char *storage, const char *arg) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
+        if (*ret_slot)
+                return -EBUSY;  /* one at a time; the caller goes on without it */
         r = sd_bus_message_new_method_call(s->manager->bus, &m, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
                                            STORAGE_AGENT_INTERFACE, method);
         if (r >= 0)
                 r = storage ? sd_bus_message_append(m, "ss", storage, arg) : sd_bus_message_append(m, "s", arg);
         if (r >= 0)
-                r = sd_bus_call_async(s->manager->bus, NULL, m, cb, s, timeout_usec);
-        if (r >= 0)
-                s->systemd_calls_pending++;
+                r = sd_bus_call_async(s->manager->bus, ret_slot, m, cb, s, timeout_usec);
         return r;
 }
 
-/* Every answer from the storage agent ends one call the session waits for. */
-static void storage_reply_begin(Session *s) {
-        s->systemd_calls_pending--;
+/* Every answer from the storage agent ends the call the session waits for (sd-bus keeps the slot
+ * alive until its callback returns). */
+static void storage_reply_begin(sd_bus_slot **slot) {
+        *slot = sd_bus_slot_unref(*slot);
 }
 
 static void session_archive_finished(Session *s) {
@@ -1115,7 +1199,7 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
         Session *s = userdata;
         uint64_t size = 0;
 
-        storage_reply_begin(s);
+        storage_reply_begin(&s->archive_slot);
         if (sd_bus_message_is_method_error(reply, NULL))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
                            "Failed to store the archive of %s: %s",
@@ -1131,7 +1215,7 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
 
 static int on_abort_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
-        storage_reply_begin(s);
+        storage_reply_begin(&s->archive_slot);
         session_archive_finished(s);
         return 0;
 }
@@ -1144,9 +1228,11 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
                 log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
                                                       SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
                            "Archive of session %s skipped: %s", s->id, strempty(message));
-                r = storage_call(s, "AbortArchive", on_abort_reply, STORAGE_CALL_SLACK_USEC, NULL, s->archive_token);
+                r = storage_call(s, &s->archive_slot, "AbortArchive", on_abort_reply, STORAGE_CALL_SLACK_USEC, NULL,
+                                 s->archive_token);
         } else
-                r = storage_call(s, "CommitArchive", on_commit_reply, STORAGE_CALL_SLACK_USEC, NULL, s->archive_token);
+                r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply, STORAGE_CALL_SLACK_USEC, NULL,
+                                 s->archive_token);
         if (r < 0)
                 session_archive_finished(s);
 }
@@ -1158,7 +1244,7 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         const char *token;
         int fd, r;
 
-        storage_reply_begin(s);
+        storage_reply_begin(&s->archive_slot);
         if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Not archiving session %s: %s", s->id,
                            sd_bus_message_is_method_error(reply, NULL) ? sd_bus_message_get_error(reply)->message
@@ -1188,7 +1274,7 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
 static int on_delete_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
 
-        storage_reply_begin(s);
+        storage_reply_begin(&s->archive_slot);
         if (sd_bus_message_is_method_error(reply, NULL))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to delete the archive of %s: %s",
                            s->id, sd_bus_message_get_error(reply)->message);
@@ -1213,12 +1299,12 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
 
         storage = session_effective_storage(s, o ? o->storage_json : NULL);
         if (storage && o && o->discard) {
-                r = storage_call(s, "DeleteArchive", on_delete_archive_reply,
+                r = storage_call(s, &s->archive_slot, "DeleteArchive", on_delete_archive_reply,
                                  STORAGE_CALL_SLACK_USEC, storage, session_archive_stem(s, o->archive_key));
                 if (r >= 0)
                         return 0;
         } else if (storage && (!o || o->archive) && !s->in_flight && s->control_fd >= 0) {
-                r = storage_call(s, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, storage,
+                r = storage_call(s, &s->archive_slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, storage,
                                  session_archive_stem(s, NULL));
                 if (r >= 0)
                         return 0;
@@ -1268,7 +1354,7 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         struct stat st;
         int found = 0, fd, r;
 
-        s->systemd_calls_pending--;
+        storage_reply_begin(&s->restore_slot);
         if (s->state == SESSION_STOPPING) {
                 session_finalize(s);
                 return 0;
@@ -1308,8 +1394,8 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
 static void session_restore_then_ready(Session *s) {
         const char *storage = s->archive_key ? session_effective_storage(s, NULL) : NULL;
 
-        if (storage && storage_call(s, "OpenArchive", on_open_archive_reply, STORAGE_CALL_SLACK_USEC, storage,
-                                    session_archive_stem(s, NULL)) >= 0)
+        if (storage && storage_call(s, &s->restore_slot, "OpenArchive", on_open_archive_reply, STORAGE_CALL_SLACK_USEC,
+                                    storage, session_archive_stem(s, NULL)) >= 0)
                 return;
         session_start_done(s, 0, NULL);
 }

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <json-c/json.h>
+#include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
 #include "id.h"
@@ -14,6 +15,7 @@
 
 typedef struct Manager Manager;
 typedef struct Session Session;
+typedef struct SystemdJob SystemdJob;
 
 typedef enum SessionState {
         SESSION_STARTING,
@@ -121,8 +123,16 @@ struct Session {
         char *archive_token;      /* the storage agent's staging of our archive, while it runs */
         char *stop_reason;
 
-        unsigned systemd_calls_pending;
-        bool finalize_when_idle;
+        /* Bus calls on the session's behalf, owned: freeing the session cancels them, so no
+         * reply ever reaches a freed session. */
+        SystemdJob *start_job;      /* StartTransientUnit and its job */
+        SystemdJob *stop_job;       /* StopUnit and its job */
+        sd_bus_slot *restore_slot;  /* OpenArchive */
+        sd_bus_slot *archive_slot;  /* BeginArchive, CommitArchive, AbortArchive, DeleteArchive */
+        bool stop_requested;        /* the scope is stopping: finalized once no call is left */
+        bool finalized;             /* over: out of the manager's lookups, freed by its GC */
+        bool in_gc_queue;
+        Session *gc_next;
 
         SessionDoneCallback start_callback;
         void *start_userdata;
@@ -136,11 +146,16 @@ int session_new_with_id(Manager *m, const char *id, Session **ret);
 int session_recover(Session *s);
 /* Tear down a session found on disk that can't be recovered. */
 void session_cleanup_stale(Session *s, const char *why);
+/* Frees at once: only for a session no call chain is using (the manager's GC, its shutdown, a
+ * session that never got to start). A finalized session's waiters hear here that it is gone. */
 Session *session_free(Session *s);
+/* Out of the manager's lookups now, freed from the event loop (manager_gc()). */
+void session_add_to_gc_queue(Session *s);
 
 /* Spawn the runner, put it in its scope, initialize the workspace. cb runs once. */
 int session_start(Session *s, SessionDoneCallback cb, void *userdata);
-/* Stop the scope and forget the session. cb (optional) runs when it is gone. */
+/* Stop the scope and forget the session. cb (optional) runs when it is gone. Safe from inside
+ * the session's own callbacks: nothing is freed before the event loop gets back to the manager. */
 int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata);
 /* Release with the client's options: archive the workspace first (default, when storage is
  * effective and no call is running), or delete the archive instead (discard). */

@@ -16,39 +16,46 @@
 #define SYSTEMD_MANAGER_INTERFACE "org.freedesktop.systemd1.Manager"
 #define SYSTEMD_CALL_TIMEOUT_USEC (30 * USEC_PER_SEC)
 
-typedef struct JobWait {
+/* A call that starts a job, then the wait for the job. Owned by whoever asked for it. */
+struct SystemdJob {
         Manager *manager;
-        char *job_path;
+        sd_bus_slot *slot;      /* the StartTransientUnit/StopUnit call, until systemd answers */
+        char *job_path;         /* then the job, while it is in manager->job_waits */
         JobCallback callback;
         void *userdata;
-        struct JobWait *next;
-} JobWait;
+        SystemdJob *next;
+};
 
-static void job_wait_free(JobWait *w) {
-        if (!w)
-                return;
-        free(w->job_path);
-        free(w);
-}
-
-static void manager_remove_job_wait(Manager *m, JobWait *w) {
-        for (JobWait **p = (JobWait **) &m->job_waits; *p; p = &(*p)->next)
-                if (*p == w) {
-                        *p = w->next;
+static void manager_remove_job_wait(Manager *m, SystemdJob *j) {
+        for (SystemdJob **p = &m->job_waits; *p; p = &(*p)->next)
+                if (*p == j) {
+                        *p = j->next;
+                        j->next = NULL;
                         return;
                 }
 }
 
-void systemd_forget_job_waits(Manager *m, void *userdata) {
-        JobWait **p = (JobWait **) &m->job_waits;
-        while (*p) {
-                JobWait *w = *p;
-                if (w->userdata == userdata) {
-                        *p = w->next;
-                        job_wait_free(w);
-                } else
-                        p = &w->next;
+SystemdJob *systemd_job_free(SystemdJob *j) {
+        if (!j)
+                return NULL;
+        /* Unreferencing the slot of a pending call cancels it: its reply callback never runs. */
+        j->slot = sd_bus_slot_unref(j->slot);
+        if (j->job_path)
+                manager_remove_job_wait(j->manager, j);
+        free(j->job_path);
+        free(j);
+        return NULL;
+}
+
+/* The job is over: nothing of it is pending any more, and the callback, which may free it, is the
+ * last thing that touches it. */
+static void systemd_job_done(SystemdJob *j, const char *result, int error, const sd_bus_error *bus_error) {
+        j->slot = sd_bus_slot_unref(j->slot);
+        if (j->job_path) {
+                manager_remove_job_wait(j->manager, j);
+                j->job_path = mfree(j->job_path);
         }
+        j->callback(j->manager, result, error, bus_error, j->userdata);
 }
 
 static int on_job_removed(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -62,11 +69,9 @@ static int on_job_removed(sd_bus_message *message, void *userdata, sd_bus_error 
                 log_debug_errno(r, "Failed to parse JobRemoved signal, ignoring: %m");
                 return 0;
         }
-        for (JobWait *w = m->job_waits; w; w = w->next)
-                if (streq(w->job_path, path)) {
-                        manager_remove_job_wait(m, w);
-                        w->callback(m, result, 0, NULL, w->userdata);
-                        job_wait_free(w);
+        for (SystemdJob *j = m->job_waits; j; j = j->next)
+                if (streq(j->job_path, path)) {
+                        systemd_job_done(j, result, 0, NULL);
                         break;
                 }
         return 0;
@@ -84,34 +89,42 @@ int systemd_subscribe(Manager *m) {
                                         SYSTEMD_MANAGER_INTERFACE, "Subscribe", NULL, NULL, NULL);
 }
 
-/* Reply to StartTransientUnit/StopUnit: register the wait for the job's completion. */
+/* Reply to StartTransientUnit/StopUnit: wait for the job's completion. */
 static int on_job_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        JobWait *w = userdata;
-        Manager *m = w->manager;
+        SystemdJob *j = userdata;
         const sd_bus_error *e = sd_bus_message_get_error(reply);
         const char *path;
         int r;
 
         if (e) {
                 r = sd_bus_message_get_errno(reply);
-                w->callback(m, NULL, r < 0 ? r : -EIO, e, w->userdata);
-                job_wait_free(w);
+                systemd_job_done(j, NULL, r < 0 ? r : -EIO, e);
                 return 0;
         }
         r = sd_bus_message_read(reply, "o", &path);
         if (r < 0) {
-                w->callback(m, NULL, r, NULL, w->userdata);
-                job_wait_free(w);
+                systemd_job_done(j, NULL, r, NULL);
                 return 0;
         }
-        w->job_path = strdup(path);
-        if (!w->job_path) {
-                w->callback(m, NULL, -ENOMEM, NULL, w->userdata);
-                job_wait_free(w);
+        j->job_path = strdup(path);
+        if (!j->job_path) {
+                systemd_job_done(j, NULL, -ENOMEM, NULL);
                 return 0;
         }
-        w->next = m->job_waits;
-        m->job_waits = w;
+        j->slot = sd_bus_slot_unref(j->slot);
+        j->next = j->manager->job_waits;
+        j->manager->job_waits = j;
+        return 0;
+}
+
+static int systemd_job_new(Manager *m, JobCallback cb, void *userdata, SystemdJob **ret) {
+        SystemdJob *j;
+
+        j = calloc(1, sizeof(SystemdJob));
+        if (!j)
+                return -ENOMEM;
+        *j = (SystemdJob) { .manager = m, .callback = cb, .userdata = userdata };
+        *ret = j;
         return 0;
 }
 
@@ -121,9 +134,9 @@ static bool cgroup_unified(void) {
 }
 
 int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb, void *userdata,
-                        sd_bus_slot **ret_slot) {
+                        SystemdJob **ret) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = NULL;
-        JobWait *w;
+        _cleanup_(systemd_job_freep) SystemdJob *j = NULL;
         int r;
 
         r = sd_bus_message_new_method_call(m->bus, &msg, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
@@ -167,29 +180,29 @@ int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, 
         if (r < 0)
                 return r;
 
-        w = calloc(1, sizeof(JobWait));
-        if (!w)
-                return -ENOMEM;
-        *w = (JobWait) { .manager = m, .callback = cb, .userdata = userdata };
-        r = sd_bus_call_async(m->bus, ret_slot, msg, on_job_reply, w, SYSTEMD_CALL_TIMEOUT_USEC);
+        r = systemd_job_new(m, cb, userdata, &j);
         if (r < 0)
-                job_wait_free(w);
-        return r;
+                return r;
+        r = sd_bus_call_async(m->bus, &j->slot, msg, on_job_reply, j, SYSTEMD_CALL_TIMEOUT_USEC);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(j);
+        return 0;
 }
 
-int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, sd_bus_slot **ret_slot) {
-        JobWait *w;
+int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, SystemdJob **ret) {
+        _cleanup_(systemd_job_freep) SystemdJob *j = NULL;
         int r;
 
-        w = calloc(1, sizeof(JobWait));
-        if (!w)
-                return -ENOMEM;
-        *w = (JobWait) { .manager = m, .callback = cb, .userdata = userdata };
-        r = sd_bus_call_method_async(m->bus, ret_slot, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
-                                     SYSTEMD_MANAGER_INTERFACE, "StopUnit", on_job_reply, w, "ss", unit, "replace");
+        r = systemd_job_new(m, cb, userdata, &j);
         if (r < 0)
-                job_wait_free(w);
-        return r;
+                return r;
+        r = sd_bus_call_method_async(m->bus, &j->slot, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
+                                     SYSTEMD_MANAGER_INTERFACE, "StopUnit", on_job_reply, j, "ss", unit, "replace");
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(j);
+        return 0;
 }
 
 typedef struct VersionWait {

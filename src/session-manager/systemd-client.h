@@ -7,7 +7,10 @@
 
 #include <systemd/sd-bus.h>
 
+#include "macro.h"
+
 typedef struct Manager Manager;
+typedef struct SystemdJob SystemdJob;
 
 /* Called once the job finished: result is systemd's job result ("done", "failed", "canceled",
  * ...) or NULL with error < 0 when the request itself failed. */
@@ -25,11 +28,14 @@ typedef struct ScopeProperties {
 } ScopeProperties;
 
 int systemd_subscribe(Manager *m);
+/* Start a transient scope or stop a unit, and wait for the job. The caller owns the job it gets:
+ * the callback runs once, when the job is over (it may free the job), unless the job is freed
+ * first, which cancels the call or the wait. */
 int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb, void *userdata,
-                        sd_bus_slot **ret_slot);
-int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, sd_bus_slot **ret_slot);
-/* Forget a job we no longer wait for (the owner is going away). */
-void systemd_forget_job_waits(Manager *m, void *userdata);
+                        SystemdJob **ret);
+int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, SystemdJob **ret);
+SystemdJob *systemd_job_free(SystemdJob *j);
+DEFINE_TRIVIAL_CLEANUP_FUNC(SystemdJob *, systemd_job_free);
 /* Read systemd's Version property (async); the callback gets NULL on failure. */
 typedef void (*VersionCallback)(Manager *m, const char *version, void *userdata);
 int systemd_get_version(Manager *m, VersionCallback cb, void *userdata, sd_bus_slot **ret_slot);
