@@ -85,6 +85,35 @@ def test_the_code_sees_an_ordinary_script(session):
     assert res["stdout"] == "__main__ /exec/cell.py ['/exec/cell.py'] /exec\n[1, 4, 9]\n", res
 
 
+PATHS = ("import os, sys, site\nimport wsmod\n"
+         "print(sys.path)\nprint(os.environ.get('PYTHONPATH'), site.ENABLE_USER_SITE, wsmod.WHERE)\n")
+
+
+def test_paths_arrive_with_the_code_as_a_cold_interpreter_has_them(session):
+    # The prepared interpreter runs nothing of the session's before the code arrives (python3
+    # -s -P, no PYTHONPATH); then the cell gets /exec, /workspace and the user site (with its
+    # .pth files) in the cold interpreter's order.
+    res = run(session, "import os, site\nopen('/workspace/wsmod.py', 'w').write('WHERE = \"workspace\"\\n')\n"
+                       "os.makedirs(site.getusersitepackages(), exist_ok=True)\n"
+                       "open(os.path.join(site.getusersitepackages(), 'extra.pth'), 'w').write('/workspace/extra\\n')\n"
+                       "os.makedirs('/workspace/extra', exist_ok=True)\n")
+    assert res["exit_code"] == 0, res
+    warm = None
+    for _ in range(10):
+        settle()
+        warm = run(session, "import sys\nprint('pandas' in sys.modules)\n" + PATHS)
+        if warm["stdout"].startswith("True"):
+            break
+    assert warm["stdout"].startswith("True\n"), warm
+    cold = run(session, "import sys\nprint('pandas' in sys.modules)\n" + PATHS)  # back to back: cold
+    assert cold["stdout"].startswith("False\n"), cold
+    assert warm["stdout"].split("\n", 1)[1] == cold["stdout"].split("\n", 1)[1], (warm, cold)
+    paths = eval(cold["stdout"].splitlines()[1])
+    assert paths[:2] == ["/exec", "/workspace"], paths
+    assert "/workspace/extra" in paths and paths.index("/workspace/extra") < paths.index("/usr/lib/python3/dist-packages")
+    assert cold["stdout"].splitlines()[2] == "/workspace True workspace", cold
+
+
 def test_errors_and_exit_codes_look_like_the_interpreters(session):
     settle()
     res = run(session, "x = 1\ny = x / 0\n")

@@ -86,6 +86,19 @@ static void test_output_scan(void) {
         ASSERT_TRUE(!s.truncated);
         output_set_done(&s);
 
+        /* Empty directories count against the bound like files: a walk over a tree of them
+         * stops after max_entries entries of any type. */
+        ASSERT_EQ(mkdirat(fd, "empty", 0755), 0);
+        for (unsigned i = 0; i < 200; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "empty/%u", i);
+                ASSERT_EQ(mkdirat(fd, name, 0755), 0);
+        }
+        ASSERT_EQ(output_set_scan_bounded(fd, OUTPUTS_DEPTH_MAX, 50, &s), 0);
+        ASSERT_TRUE(s.truncated);
+        ASSERT_TRUE(s.visited <= 50 && s.visited > 50 - OUTPUTS_DIR_COST);
+        output_set_done(&s);
+
         ASSERT_EQ(rm_rf_children(fd), 0);
         close(fd);
         ASSERT_EQ(rmdir(dir), 0);
@@ -423,12 +436,87 @@ static void test_workspace_ops(void) {
         ASSERT_EQ(rmdir(dir), 0);
 }
 
+/* reset-inputs while a process of the session swaps uploads/ with a symlink to a host directory
+ * (renameat2(RENAME_EXCHANGE) in a loop): the host directory keeps its mode and its content. */
+static void test_reset_inputs_race(void) {
+        char dir[] = "/tmp/scopebox-test-ws-XXXXXX", host[] = "/tmp/scopebox-test-host-XXXXXX";
+        uid_t uid = geteuid() == 0 ? 1000 : geteuid();
+        gid_t gid = geteuid() == 0 ? 1000 : getegid();
+        unsigned failures = 0;
+        struct stat st;
+        Workspace w;
+        pid_t swapper;
+        int ws, status;
+
+        ASSERT_TRUE(mkdtemp(dir));
+        ASSERT_TRUE(mkdtemp(host));
+        ASSERT_EQ(chmod(host, 0700), 0);
+        ws = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_TRUE(ws >= 0);
+        {
+                int hfd = open(host, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                ASSERT_TRUE(hfd >= 0);
+                ASSERT_EQ(write_file_at(hfd, "keep", "canary", 6, 0600), 0);
+                close(hfd);
+        }
+        ASSERT_EQ(mkdirat(ws, "uploads", 0755), 0);
+        ASSERT_EQ(symlinkat(host, ws, "swap"), 0);
+        w = (Workspace) { .fd = ws, .view_fd = -EBADF, .uid = uid, .gid = gid };
+
+        swapper = fork();
+        ASSERT_TRUE(swapper >= 0);
+        if (swapper == 0) {
+                for (;;) {
+                        (void) syscall(SYS_renameat2, ws, "uploads", ws, "swap", RENAME_EXCHANGE);
+                        /* reset-inputs may have replaced the link: put one back. */
+                        (void) symlinkat(host, ws, "swap");
+                        (void) symlinkat(host, ws, "uploads");
+                }
+        }
+        for (unsigned i = 0; i < 3000; i++)
+                if (workspace_reset_inputs(&w) < 0)
+                        failures++; /* a refusal is fine; following the link is not */
+        ASSERT_EQ(kill(swapper, SIGKILL), 0);
+        ASSERT_EQ(waitpid(swapper, &status, 0), swapper);
+
+        ASSERT_EQ(stat(host, &st), 0);
+        ASSERT_EQ(st.st_mode & 07777, 0700);
+        ASSERT_EQ(st.st_uid, geteuid());
+        {
+                char *path = NULL, buf[16] = {};
+                int fd;
+
+                ASSERT_TRUE(asprintf(&path, "%s/keep", host) > 0);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                ASSERT_TRUE(fd >= 0);
+                ASSERT_EQ(read(fd, buf, sizeof(buf)), 6);
+                ASSERT_STREQ(buf, "canary");
+                ASSERT_EQ(fstat(fd, &st), 0);
+                ASSERT_EQ(st.st_mode & 07777, 0600);
+                close(fd);
+                ASSERT_EQ(unlink(path), 0);
+                free(path);
+        }
+        /* Once nobody races it, it does its job. */
+        ASSERT_EQ(workspace_reset_inputs(&w), 0);
+        ASSERT_EQ(fstatat(ws, "uploads", &st, AT_SYMLINK_NOFOLLOW), 0);
+        ASSERT_TRUE(S_ISDIR(st.st_mode));
+        ASSERT_EQ(st.st_mode & 07777, 0755);
+        fprintf(stderr, "reset-inputs refused %u of 3000 calls under the swapper\n", failures);
+
+        ASSERT_EQ(rm_rf_children(ws), 0);
+        close(ws);
+        ASSERT_EQ(rmdir(dir), 0);
+        ASSERT_EQ(rmdir(host), 0);
+}
+
 int main(void) {
         RUN(test_output_diff);
         RUN(test_output_scan);
         RUN(test_artifact_limits);
         RUN(test_openat_beneath);
         RUN(test_workspace_ops);
+        RUN(test_reset_inputs_race);
         RUN(test_protocol);
         /* valgrind can't run seccomp(2); the policy is tested in the plain run. */
         if (!getenv("SCOPEBOX_TEST_UNDER_VALGRIND"))

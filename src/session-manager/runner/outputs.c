@@ -12,22 +12,23 @@
 #include "outputs.h"
 
 int output_set_add(OutputSet *s, const char *path, uint64_t size, int64_t mtime_nsec) {
-        OutputEntry *n;
         char *p;
 
-        if (s->n >= OUTPUTS_ENTRIES_MAX) {
+        if (s->n >= OUTPUTS_SET_MAX) {
                 s->truncated = true;
                 return 0;
+        }
+        if (s->n >= s->allocated) {
+                size_t want = MAX(s->allocated * 2, (size_t) 64);
+                OutputEntry *n = reallocarray(s->entries, want, sizeof(OutputEntry));
+                if (!n)
+                        return -ENOMEM;
+                s->entries = n;
+                s->allocated = want;
         }
         p = strdup(path);
         if (!p)
                 return -ENOMEM;
-        n = realloc(s->entries, sizeof(OutputEntry) * (s->n + 1));
-        if (!n) {
-                free(p);
-                return -ENOMEM;
-        }
-        s->entries = n;
         s->entries[s->n++] = (OutputEntry) { .path = p, .size = size, .mtime_nsec = mtime_nsec };
         return 0;
 }
@@ -63,10 +64,11 @@ static int scan_dir(int dir_fd, const char *prefix, unsigned depth, unsigned max
 
                 if (streq(de->d_name, ".") || streq(de->d_name, ".."))
                         continue;
-                if (s->n >= max_entries) {
+                if (s->visited >= max_entries) {
                         s->truncated = true;
                         return 0;
                 }
+                s->visited++;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue; /* vanished */
                 if (asprintf(&path, "%s%s%s", prefix, *prefix ? "/" : "", de->d_name) < 0)
@@ -84,6 +86,11 @@ static int scan_dir(int dir_fd, const char *prefix, unsigned depth, unsigned max
                                 s->truncated = true;
                                 continue;
                         }
+                        if (s->visited + OUTPUTS_DIR_COST > max_entries) {
+                                s->truncated = true;
+                                return 0;
+                        }
+                        s->visited += OUTPUTS_DIR_COST;
                         sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub < 0)
                                 continue;

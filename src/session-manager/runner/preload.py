@@ -2,7 +2,9 @@
 """The warm interpreter of a session's next exec (docs/benchmarks.md, docs/security.md).
 
 The runner starts this in a complete sandbox (namespaces, uid, no capabilities, no_new_privs,
-seccomp) before any exec asks for it: it imports the modules the runner names on fd 4, then
+seccomp) before any exec asks for it, as `python3 -s -P` without PYTHONPATH, so that nothing
+of the session's (its /workspace, its home) is imported before the code arrives: it imports
+the modules the runner names on fd 4, then
 waits there for the exec's code (a memfd), and runs it as `python3 /exec/cell.py` would: as
 __main__, with that file name in tracebacks, sys.argv and __file__. Each exec gets a new one of
 these, so nothing of one exec reaches the next. Nothing here handles secrets: it is the
@@ -57,6 +59,28 @@ def _receive_code(ctl):
     return b"".join(chunks)
 
 
+def _join_session_paths(cell_dir):
+    """Until the code arrives, nothing the session can write is on sys.path (python3 -s -P, no
+    PYTHONPATH): no sitecustomize.py, shadowing module or .pth file of the session's runs
+    before its exec. Now give the cell the paths a cold `python3 /exec/cell.py` has: its
+    directory, PYTHONPATH=/workspace, then the user site (its .pth files run now, inside the
+    exec) ahead of the system's site-packages."""
+    import site
+    sys.path.insert(0, cell_dir)
+    sys.path.insert(1, "/workspace")
+    os.environ["PYTHONPATH"] = "/workspace"  # what the cell's child interpreters get too
+    site.ENABLE_USER_SITE = True
+    before = list(sys.path)
+    user_site = site.getusersitepackages()
+    if os.path.isdir(user_site):
+        site.addsitedir(user_site)
+    added = [p for p in sys.path if p not in before]
+    for p in added:
+        sys.path.remove(p)
+    where = next((i for i, p in enumerate(sys.path) if p.endswith(("-packages",))), len(sys.path))
+    sys.path[where:where] = added
+
+
 def _run():
     # Everything below the emptying of __main__ must be a local: this function's globals are
     # that dict.
@@ -78,7 +102,7 @@ def _run():
         text = source.decode("utf-8", "replace")
     linecache.cache[cell] = (len(source), None, text.splitlines(True), cell)
     _sys.argv[:] = [cell]
-    _sys.path[0] = _os.path.dirname(cell)
+    _join_session_paths(_os.path.dirname(cell))
 
     def report(value, tb):
         # The interpreter's own printer reads source lines from disk, where the cell isn't;

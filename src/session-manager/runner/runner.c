@@ -27,6 +27,7 @@
 
 #include <systemd/sd-event.h>
 
+#include "archive-sandbox.h"
 #include "cgroup-events.h"
 #include "fs-util.h"
 #include "id.h"
@@ -112,6 +113,10 @@ struct Runner {
 
         RunnerExec *exec;
         struct ArchiveJob *archive_job;
+        /* outputs/ as the last exec left it: the next exec's "before". Nothing of the session
+         * runs between execs, so only our own file operations can change it. */
+        OutputSet outputs_snapshot;
+        bool outputs_snapshot_valid;
 
         char *preload_modules;    /* NULL: no warm interpreters */
         struct Warm *warm;
@@ -125,6 +130,7 @@ typedef struct Warm {
         pid_t pid;                /* PID 1 of the sandbox */
         int out_fd, err_fd, status_fd, ctl_fd;
         sd_event_source *child_source;
+        sd_event_source *expire_source;  /* its wall-clock bound */
         bool ready;               /* its imports are done */
 } Warm;
 
@@ -144,6 +150,7 @@ static Warm *warm_free(Warm *w) {
         if (!w)
                 return NULL;
         w->child_source = sd_event_source_disable_unref(w->child_source);
+        w->expire_source = sd_event_source_disable_unref(w->expire_source);
         if (w->pid > 0) {
                 /* PID 1 takes its namespace with it; SIGKILL makes the wait short. */
                 (void) kill(w->pid, SIGKILL);
@@ -166,8 +173,11 @@ static void output_buffer_done(OutputBuffer *b) {
 static RunnerExec *runner_exec_free(RunnerExec *e) {
         if (!e)
                 return NULL;
-        if (e->pid > 0 && !e->exited)
+        if (e->pid > 0 && !e->exited) {
+                /* PID 1 takes its namespace with it; after SIGKILL the wait is short. */
                 (void) kill(e->pid, SIGKILL);
+                (void) waitpid(e->pid, NULL, 0);
+        }
         if (e->slirp_pid > 0) {
                 /* Its namespace is gone with the sandbox; SIGKILL is immediate, so the wait is. */
                 (void) kill(e->slirp_pid, SIGKILL);
@@ -228,16 +238,15 @@ static void runner_seed_font_cache(Runner *r, int scratch_fd) {
         _cleanup_close_ int dst_dir = -EBADF;
         struct dirent *de;
 
+        /* Before the session's first exec: nothing of it exists yet to race us. */
         if (mkdirat(scratch_fd, "tmp/matplotlib", 0700) < 0 ||
-            fchownat(scratch_fd, "tmp/matplotlib", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0) {
+            (dst_dir = openat(scratch_fd, "tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+            fchown(dst_dir, r->uid, r->gid) < 0) {
                 log_warning_errno(errno, "Failed to create the matplotlib directory, ignoring: %m");
                 return;
         }
         d = opendir(MATPLOTLIB_CACHE_DIR);
         if (!d)
-                return;
-        dst_dir = openat(scratch_fd, "tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (dst_dir < 0)
                 return;
         while ((de = readdir(d))) {
                 _cleanup_close_ int in = -EBADF, out = -EBADF;
@@ -293,9 +302,14 @@ static int runner_setup_session(Runner *r) {
         if (ws_fd < 0)
                 return log_error_errno(errno, "Failed to open the workspace: %m");
         static const char *const ws_dirs[] = { "uploads", "outputs", "skills" };
-        for (size_t i = 0; i < ELEMENTSOF(ws_dirs); i++)
-                if (mkdirat(ws_fd, ws_dirs[i], 0755) < 0 || fchownat(ws_fd, ws_dirs[i], r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0)
+        for (size_t i = 0; i < ELEMENTSOF(ws_dirs); i++) {
+                _cleanup_close_ int fd = -EBADF;
+
+                if (mkdirat(ws_fd, ws_dirs[i], 0755) < 0 ||
+                    (fd = openat(ws_fd, ws_dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+                    fchown(fd, r->uid, r->gid) < 0)
                         return log_error_errno(errno, "Failed to create /workspace/%s: %m", ws_dirs[i]);
+        }
 
         /* /tmp and /home/sandbox share one bounded tmpfs that survives across execs. */
         snprintf(opts, sizeof(opts), "mode=0755,size=%llu,nr_inodes=%llu", (unsigned long long) r->tmp_size,
@@ -305,9 +319,17 @@ static int runner_setup_session(Runner *r) {
         scratch_fd = open(scratch, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (scratch_fd < 0)
                 return log_error_errno(errno, "Failed to open the scratch filesystem: %m");
-        if (mkdirat(scratch_fd, "tmp", 01777) < 0 || fchmodat(scratch_fd, "tmp", 01777, 0) < 0 ||
-            mkdirat(scratch_fd, "home", 0700) < 0 || fchownat(scratch_fd, "home", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0)
-                return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
+        /* A fresh filesystem no process of the session has seen yet; still, ownership and modes
+         * are set through fds opened without following links, as everywhere else. */
+        {
+                _cleanup_close_ int tmp_fd = -EBADF, home_fd = -EBADF;
+
+                if (mkdirat(scratch_fd, "tmp", 01777) < 0 || mkdirat(scratch_fd, "home", 0700) < 0 ||
+                    (tmp_fd = openat(scratch_fd, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+                    (home_fd = openat(scratch_fd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+                    fchmod(tmp_fd, 01777) < 0 || fchown(home_fd, r->uid, r->gid) < 0)
+                        return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
+        }
 
         runner_seed_font_cache(r, scratch_fd);
 
@@ -333,6 +355,10 @@ static int runner_setup_session(Runner *r) {
 
 /* RLIMIT_CPU of a warm interpreter, which starts before its exec's timeout is known. */
 #define WARM_CPU_BACKSTOP_MS (24ULL * 3600 * 1000)
+
+/* How long a prepared sandbox may wait for its exec: then it is ended, and the next exec starts
+ * cold (and prepares the one after it). No process of a session lives unbounded. */
+#define WARM_MAX_AGE_USEC (10 * 60 * USEC_PER_SEC)
 
 /* Module names for the warm interpreter: dotted identifiers separated by spaces. */
 static bool module_list_is_valid(const char *s) {
@@ -445,6 +471,7 @@ static int runner_exec_finish(RunnerExec *e) {
         _cleanup_free_ bool *chosen = NULL;
         _cleanup_close_ int data_fd = -EBADF, outputs_fd = -EBADF;
         OutputSet after = {};
+        bool scanned = false;
         SandboxStatus st = {};
         size_t n_changed = 0, skipped = 0;
         uint64_t offset;
@@ -479,15 +506,12 @@ static int runner_exec_finish(RunnerExec *e) {
 
         /* Artifacts: files under outputs/ created or changed by this exec. Nothing of the sandbox
          * runs any more, so the tree cannot change while we look at it. */
-        outputs_fd = openat_beneath(AT_FDCWD, strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR "/outputs"),
-                                    O_RDONLY | O_DIRECTORY, 0);
-        if (outputs_fd < 0)
-                outputs_fd = open(strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR "/outputs"),
-                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (outputs_fd >= 0) {
                 q = output_set_scan(outputs_fd, &after);
                 if (q < 0)
                         log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to scan outputs, ignoring: %m");
+                scanned = q >= 0;
         }
         q = output_set_diff(&e->before, &after, &changed, &n_changed);
         if (q < 0)
@@ -614,7 +638,10 @@ fail:
         log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to collect the exec's results: %m");
         q = runner_send_error(r, e->connection_generation, q, "failed to collect results: %s", strerror(-q));
 done:
-        output_set_done(&after);
+        /* What the next exec compares with. */
+        output_set_done(&r->outputs_snapshot);
+        r->outputs_snapshot = after;
+        r->outputs_snapshot_valid = scanned;
         r->exec = runner_exec_free(r->exec);
         runner_warm_schedule(r);
         return q;
@@ -872,12 +899,19 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         };
         snprintf(e->exec_id, sizeof(e->exec_id), "%s", p.exec_id);
 
-        outputs_fd = open(strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR "/outputs"),
-                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (outputs_fd >= 0) {
-                q = output_set_scan(outputs_fd, &e->before);
-                if (q < 0)
-                        return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
+        /* outputs/ before the exec: as the last exec left it, unless a file operation changed
+         * it since (then walk it again). */
+        if (r->outputs_snapshot_valid) {
+                e->before = r->outputs_snapshot;
+                r->outputs_snapshot = (OutputSet) {};
+                r->outputs_snapshot_valid = false;
+        } else {
+                outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (outputs_fd >= 0) {
+                        q = output_set_scan(outputs_fd, &e->before);
+                        if (q < 0)
+                                return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
+                }
         }
 
         /* A plain python exec takes the warm interpreter, if it has finished its imports: it gets
@@ -983,6 +1017,16 @@ static int on_warm_exit(sd_event_source *s, const siginfo_t *si, void *userdata)
 
 static int on_warm_timer(sd_event_source *s, uint64_t usec, void *userdata);
 
+static int on_warm_expire(sd_event_source *s, uint64_t usec, void *userdata) {
+        Runner *r = userdata;
+
+        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                   "The prepared sandbox of session %s waited %llus for an exec; ending it.", r->session_id,
+                   (unsigned long long) (WARM_MAX_AGE_USEC / USEC_PER_SEC));
+        r->warm = warm_free(r->warm);
+        return 0;
+}
+
 /* The next warm interpreter is prepared once the session has been quiet for a moment: its imports
  * take the scope's CPU for half a second, which execs coming back to back shouldn't compete with
  * (they start cold, as fast as ever); between the cells of a conversation there is time. */
@@ -1008,7 +1052,7 @@ static void runner_warm_prepare(Runner *r) {
         SandboxProcess sp;
         int q;
 
-        if (!r->preload_modules || r->warm || r->exec || !r->initialized)
+        if (!r->preload_modules || r->warm || r->exec || r->archive_job || !r->initialized)
                 return;
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
                 log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -1047,6 +1091,9 @@ static void runner_warm_prepare(Runner *r) {
                 return;
         }
         q = sd_event_add_child(r->event, &w->child_source, w->pid, WEXITED, on_warm_exit, r);
+        if (q >= 0)
+                q = sd_event_add_time_relative(r->event, &w->expire_source, CLOCK_MONOTONIC, WARM_MAX_AGE_USEC,
+                                               USEC_PER_SEC, on_warm_expire, r);
         if (q < 0) {
                 log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Failed to watch the warm sandbox, ignoring: %m");
@@ -1058,6 +1105,15 @@ static void runner_warm_prepare(Runner *r) {
 static int on_warm_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         runner_warm_prepare(userdata);
         return 0;
+}
+
+/* Ends the prepared sandbox, if there is one, and holds off preparing the next: a file, archive
+ * or restore operation is about to work on the session's files, and no process of the session
+ * may exist meanwhile. runner_warm_schedule() prepares one again afterwards. */
+static void runner_end_prepared(Runner *r) {
+        if (r->warm_timer)
+                (void) sd_event_source_set_enabled(r->warm_timer, SD_EVENT_OFF);
+        r->warm = warm_free(r->warm);
 }
 
 /* ---- workspace file operations ---- */
@@ -1163,72 +1219,34 @@ static int runner_handle_reset_inputs(Runner *r) {
 
 /* ---- archives ---- */
 
-/* Archive and restore run in a child chrooted into the workspace as the sandbox user: libarchive
- * parses hostile input there, and nothing it does can reach past /workspace. */
+/* Archive and restore run in the archive helper (archive-sandbox.c): libarchive parses hostile
+ * input there, isolated like an exec. */
 typedef struct ArchiveJob {
         Runner *runner;
         uint64_t connection_generation;
         bool restore;
         pid_t pid;
-        int result_fd;                 /* pipe: the child's ArchiveResult */
+        int result_fd;                 /* pipe: the helper's ArchiveResult */
         sd_event_source *child_source;
         sd_event_source *timer_source;
         bool timed_out;
 } ArchiveJob;
 
-typedef struct ArchiveResult {
-        int32_t error;                 /* 0 or a negative errno */
-        int32_t refused;
-        uint64_t bytes;
-} ArchiveResult;
-
 static ArchiveJob *archive_job_free(ArchiveJob *j) {
         if (!j)
                 return NULL;
-        if (j->pid > 0)
-                (void) kill(j->pid, SIGKILL);
         j->child_source = sd_event_source_disable_unref(j->child_source);
+        if (j->pid > 0) {
+                /* One process, killed: the wait is short, and nothing is left unreaped. */
+                (void) kill(j->pid, SIGKILL);
+                (void) waitpid(j->pid, NULL, 0);
+        }
         j->timer_source = sd_event_source_disable_unref(j->timer_source);
         safe_close(j->result_fd);
         free(j);
         return NULL;
 }
-
-_noreturn_ static void archive_child(Runner *r, bool restore, int data_fd, int result_fd, uint64_t max_bytes) {
-        ArchiveResult res = {};
-        ArchiveLimits limits = { .max_bytes = max_bytes, .max_entries = ARCHIVE_ENTRIES_MAX };
-        const char *ws = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR);
-        int q;
-
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-        if (chdir(ws) < 0 || chroot(".") < 0 || chdir("/") < 0 || setgroups(0, NULL) < 0 ||
-            setresgid(r->gid, r->gid, r->gid) < 0 || setresuid(r->uid, r->uid, r->uid) < 0 ||
-            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-                res.error = -errno;
-                goto done;
-        }
-        if (restore) {
-                uint64_t total = 0;
-                q = archive_extract(data_fd, &limits, &total);
-                if (q < 0)
-                        res.error = q;
-                else {
-                        res.refused = q;
-                        res.bytes = total;
-                }
-        } else {
-                _cleanup_close_ int root = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                struct stat st;
-
-                q = root < 0 ? -errno : archive_create(root, data_fd, &limits);
-                res.error = q < 0 ? q : 0;
-                if (q >= 0 && fstat(data_fd, &st) >= 0)
-                        res.bytes = (uint64_t) st.st_size;
-        }
-done:
-        (void) write_all(result_fd, &res, sizeof(res));
-        _exit(0);
-}
+DEFINE_TRIVIAL_CLEANUP_FUNC(ArchiveJob *, archive_job_free);
 
 static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         ArchiveJob *j = userdata;
@@ -1240,12 +1258,16 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
         if (j->timed_out)
                 res.error = -ETIME;
         else if (read(j->result_fd, &res, sizeof(res)) != (ssize_t) sizeof(res))
-                res = (ArchiveResult) { .error = -EIO };
+                res = (ArchiveResult) { .error = si->si_code == CLD_KILLED && si->si_status == SIGXCPU ? -ETIME : -EIO };
+        res.step[sizeof(res.step) - 1] = 0;
 
-        if (res.error < 0)
+        if (res.error < 0) {
+                if (res.step[0])
+                        log_struct(LOG_WARNING, res.error, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "The archive helper of session %s failed at '%s': %m", r->session_id, res.step);
                 (void) runner_send_error(r, j->connection_generation, res.error, "%s failed: %s",
                                          j->restore ? "restore" : "archive", strerror(-res.error));
-        else {
+        } else {
                 reply = json_object_new_object();
                 if (reply) {
                         json_object_object_add(reply, "ok", json_object_new_boolean(true));
@@ -1259,6 +1281,7 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
                                    res.refused);
         }
         r->archive_job = archive_job_free(r->archive_job);
+        runner_warm_schedule(r);
         return 0;
 }
 
@@ -1271,13 +1294,49 @@ static int on_archive_timeout(sd_event_source *s, uint64_t usec, void *userdata)
         return 0;
 }
 
+/* Clones the helper into its namespaces, maps the sandbox user into its user namespace and lets
+ * it go. */
+static int archive_job_spawn(Runner *r, ArchiveJob *j, int data_fd, uint64_t max_bytes, uint64_t timeout_sec) {
+        _cleanup_close_pair_ int result_pipe[2] = { -EBADF, -EBADF }, go_pipe[2] = { -EBADF, -EBADF };
+        pid_t pid;
+        int q;
+
+        if (pipe2(result_pipe, O_CLOEXEC) < 0 || pipe2(go_pipe, O_CLOEXEC) < 0)
+                return -errno;
+
+        pid = (pid_t) syscall(SYS_clone, ARCHIVE_SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                safe_close(result_pipe[0]);
+                safe_close(go_pipe[1]);
+                archive_sandbox_run(&(ArchiveSandbox) {
+                        .workspace = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR),
+                        .newroot = strjoina(r->session_root, "/" SESSION_NEWROOT_DIR),
+                        .restore = j->restore,
+                        .data_fd = data_fd,
+                        .result_fd = result_pipe[1],
+                        .go_fd = go_pipe[0],
+                        .max_bytes = max_bytes,
+                        .max_entries = ARCHIVE_ENTRIES_MAX,
+                        .timeout_sec = timeout_sec,
+                });
+        }
+        j->pid = pid;
+        q = sandbox_map_ids(pid, r->uid, r->gid);
+        if (q < 0)
+                return q; /* the helper sees its go pipe close and gives up; we kill it anyway */
+        if (write(go_pipe[1], "1", 1) != 1)
+                return -errno;
+        j->result_fd = TAKE_FD(result_pipe[0]);
+        return 0;
+}
+
 static int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore) {
-        ArchiveJob *j;
+        _cleanup_(archive_job_freep) ArchiveJob *j = NULL;
         json_object *v;
         int64_t max_bytes = 0, timeout_sec = 0;
-        int pipefd[2];
         struct stat st;
-        pid_t pid;
         int q;
 
         if (json_object_object_get_ex(req, "max_bytes", &v))
@@ -1287,38 +1346,23 @@ static int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool 
         if (data_fd < 0 || fstat(data_fd, &st) < 0 || max_bytes <= 0 || timeout_sec <= 0 || r->archive_job)
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid archive request");
 
-        if (pipe2(pipefd, O_CLOEXEC) < 0)
-                return runner_send_error(r, r->connection_generation, errno, "failed to create a pipe");
-        pid = fork();
-        if (pid < 0) {
-                q = -errno;
-                safe_close(pipefd[0]);
-                safe_close(pipefd[1]);
-                return runner_send_error(r, r->connection_generation, q, "failed to fork");
-        }
-        if (pid == 0) {
-                safe_close(pipefd[0]);
-                archive_child(r, restore, data_fd, pipefd[1], (uint64_t) max_bytes);
-        }
-        safe_close(pipefd[1]);
-
         j = calloc(1, sizeof(ArchiveJob));
-        if (!j) {
-                (void) kill(pid, SIGKILL);
-                safe_close(pipefd[0]);
+        if (!j)
                 return log_oom();
-        }
         *j = (ArchiveJob) { .runner = r, .connection_generation = r->connection_generation, .restore = restore,
-                            .pid = pid, .result_fd = pipefd[0] };
-        r->archive_job = j;
-        q = sd_event_add_child(r->event, &j->child_source, pid, WEXITED, on_archive_child, j);
+                            .result_fd = -EBADF };
+        q = archive_job_spawn(r, j, data_fd, (uint64_t) max_bytes, (uint64_t) timeout_sec);
+        if (q < 0) {
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to start the archive helper: %m");
+                return runner_send_error(r, r->connection_generation, q, "failed to start the archive helper");
+        }
+        q = sd_event_add_child(r->event, &j->child_source, j->pid, WEXITED, on_archive_child, j);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &j->timer_source, CLOCK_MONOTONIC,
                                                (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC, on_archive_timeout, j);
-        if (q < 0) {
-                r->archive_job = archive_job_free(r->archive_job);
+        if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "failed to watch the archive job");
-        }
+        r->archive_job = TAKE_PTR(j);
         return 0;
 }
 
@@ -1360,6 +1404,15 @@ static void runner_close_connection(Runner *r) {
         r->conn_fd = safe_close(r->conn_fd);
 }
 
+static bool op_works_on_files(const char *op) {
+        static const char *const ops[] = { "write", "read", "list", "reset-inputs", "archive", "restore" };
+
+        for (size_t i = 0; i < ELEMENTSOF(ops); i++)
+                if (streq(op, ops[i]))
+                        return true;
+        return false;
+}
+
 static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         Runner *r = userdata;
 
@@ -1369,6 +1422,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 size_t n_fds = 0;
                 json_object *op_obj;
                 const char *op;
+                bool files_op;
                 int q;
 
                 q = runner_message_recv(fd, &req, fds, &n_fds);
@@ -1390,6 +1444,16 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         (void) runner_send_error(r, r->connection_generation, EBUSY, "an exec is running");
                         continue;
                 }
+                /* No process of the session while we work on its files. */
+                files_op = op && r->initialized && op_works_on_files(op);
+                if (files_op) {
+                        runner_end_prepared(r);
+                        if (streq(op, "write") || streq(op, "restore")) {
+                                output_set_done(&r->outputs_snapshot);
+                                r->outputs_snapshot_valid = false;
+                        }
+                }
+
                 if (op && streq(op, "init"))
                         q = runner_handle_init(r, req);
                 else if (op && streq(op, "exec"))
@@ -1418,6 +1482,9 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
 
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
+                /* Done with the files (an archive job prepares one when it ends). */
+                if (files_op && !r->archive_job)
+                        runner_warm_schedule(r);
                 runner_touch(r);
                 if (q < 0 && r->conn_fd >= 0 && q != -ENOTCONN)
                         log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Request failed: %m");
@@ -1497,6 +1564,11 @@ int main(int argc, char *argv[]) {
 
         /* Directories we create for the sandbox must be traversable by its user. */
         umask(0022);
+        /* No supplementary groups: the archive helper inherits ours into its user namespace. */
+        if (setgroups(0, NULL) < 0) {
+                log_error_errno(errno, "Failed to drop supplementary groups: %m");
+                return EXIT_FAILURE;
+        }
 
         /* Survive the manager: own session, never the manager's death signal. */
         (void) setsid();
@@ -1548,6 +1620,7 @@ int main(int argc, char *argv[]) {
         r->warm_timer = sd_event_source_disable_unref(r->warm_timer);
         free(r->preload_modules);
         r->archive_job = archive_job_free(r->archive_job);
+        output_set_done(&r->outputs_snapshot);
         runner_close_connection(r);
         r->listen_source = sd_event_source_disable_unref(r->listen_source);
         r->backstop_source = sd_event_source_disable_unref(r->backstop_source);

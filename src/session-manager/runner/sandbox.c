@@ -119,12 +119,62 @@ _noreturn_ static void report_and_exit(int status_fd, SandboxStatusKind kind, in
         _exit(code);
 }
 
+/* Remounts every mount at or below 'dst' (read off /proc/self/mountinfo) with 'flags': the
+ * fallback where mount_setattr() is missing. Mount points are octal-escaped there. */
+static int remount_tree(const char *dst, unsigned long flags) {
+        _cleanup_fclose_ FILE *f = NULL;
+        size_t l = strlen(dst);
+        char line[8192];
+        int r = 0;
+
+        f = fopen("/proc/self/mountinfo", "re");
+        if (!f)
+                return -errno;
+        while (fgets(line, sizeof(line), f)) {
+                char point[4096], *c;
+                size_t n = 0;
+
+                /* "id parent major:minor root mountpoint options ..." */
+                c = line;
+                for (unsigned field = 0; field < 4 && c; field++)
+                        c = strchr(c, ' ') ? strchr(c, ' ') + 1 : NULL;
+                if (!c)
+                        continue;
+                for (; *c && *c != ' ' && n < sizeof(point) - 1; c++) {
+                        if (c[0] == '\\' && c[1] >= '0' && c[1] <= '3' && c[2] >= '0' && c[2] <= '7' && c[3] >= '0' &&
+                            c[3] <= '7') {
+                                point[n++] = (char) ((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
+                                c += 3;
+                        } else
+                                point[n++] = *c;
+                }
+                point[n] = 0;
+                if (!strneq(point, dst, l) || (point[l] != 0 && point[l] != '/'))
+                        continue;
+                if (mount(NULL, point, NULL, MS_BIND | MS_REMOUNT | flags, NULL) < 0 && r == 0)
+                        r = -errno;
+        }
+        return r;
+}
+
+/* A recursive bind whose flags hold for every submount too: a mount below the host's /usr or
+ * /etc keeps neither rw, suid nor dev inside the sandbox. */
 static int bind_mount(const char *src, const char *dst, unsigned long extra) {
+        struct mount_attr attr = {
+                .attr_set = (extra & MS_RDONLY ? MOUNT_ATTR_RDONLY : 0) | (extra & MS_NOSUID ? MOUNT_ATTR_NOSUID : 0) |
+                            (extra & MS_NODEV ? MOUNT_ATTR_NODEV : 0) | (extra & MS_NOEXEC ? MOUNT_ATTR_NOEXEC : 0),
+        };
+
         if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
                 return -errno;
+        /* The top mount the old way first: some kernels refuse attributes on a file bind. */
         if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | extra, NULL) < 0)
                 return -errno;
-        return 0;
+        if (syscall(SYS_mount_setattr, AT_FDCWD, dst, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr, sizeof(attr)) >= 0)
+                return 0;
+        if (errno != ENOSYS && errno != EPERM)
+                return -errno;
+        return remount_tree(dst, extra);
 }
 
 static int touch_at(const char *path) {
@@ -426,7 +476,7 @@ static int write_proc_file(pid_t pid, const char *name, const char *content) {
 
 /* PID 1 maps the payload's user namespace: SANDBOX_UID/GID inside are the session's host ids,
  * nothing else (in particular not uid 0) is mapped. */
-static int map_payload_ids(pid_t payload, uid_t uid, gid_t gid) {
+int sandbox_map_ids(pid_t payload, uid_t uid, gid_t gid) {
         char map[64];
         int r;
 
@@ -470,6 +520,40 @@ static int set_rlimits(const SandboxExec *e) {
         return 0;
 }
 
+int sandbox_become_user(const char **ret_step) {
+        uid_t ru, eu, su;
+        gid_t rg, eg, sg;
+        int r;
+
+        /* Lock root semantics out for good, while we still hold CAP_SETPCAP in our namespace. */
+        *ret_step = "securebits";
+        if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+                  0, 0, 0) < 0)
+                return -errno;
+        *ret_step = "capability bounding set";
+        r = drop_capabilities_bounding();
+        if (r < 0)
+                return r;
+        *ret_step = "credentials";
+        if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0 || setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
+                return -errno;
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != SANDBOX_UID || eu != SANDBOX_UID ||
+            su != SANDBOX_UID || rg != SANDBOX_GID || eg != SANDBOX_GID || sg != SANDBOX_GID)
+                return -EPERM;
+        *ret_step = "capabilities";
+        r = drop_capabilities();
+        if (r < 0)
+                return r;
+        *ret_step = "ambient capabilities";
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return -errno;
+        *ret_step = "no_new_privs";
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return -errno;
+        return 0;
+}
+
 /* Runs as root in the sandbox's namespaces, forked by PID 1; sync_fd is our end of the socket
  * over which PID 1 maps our user namespace and receives the seccomp listener. */
 /* The interpreter's environment: the documented list (docs/runtime.md), plus the extras of the
@@ -481,8 +565,8 @@ static size_t build_env(const SandboxExec *e, char *openblas, size_t openblas_si
                 "TMPDIR=/tmp", "LANG=C.UTF-8",
         };
         static const char *const python[] = {
-                "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=/workspace", "MPLBACKEND=Agg",
-                "MPLCONFIGDIR=/tmp/matplotlib",
+                "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/matplotlib",
+                "PYTHONPATH=/workspace", /* last: the prepared interpreter goes without it */
         };
         size_t n = 0;
 
@@ -496,7 +580,7 @@ static size_t build_env(const SandboxExec *e, char *openblas, size_t openblas_si
                 envp[n++] = node_options;
                 envp[n++] = (char *) "UV_USE_IO_URING=0";
         } else
-                for (size_t i = 0; i < ELEMENTSOF(python); i++)
+                for (size_t i = 0; i < ELEMENTSOF(python) - (e->warm_ctl_fd >= 0); i++)
                         envp[n++] = (char *) python[i];
         snprintf(openblas, openblas_size, "OPENBLAS_NUM_THREADS=%llu",
                  (unsigned long long) MAX(e->cpus_percent / 100, 1ULL));
@@ -512,14 +596,17 @@ static size_t build_env(const SandboxExec *e, char *openblas, size_t openblas_si
 _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         char openblas[64], node_options[96];
         char *const argv_python[] = { (char *) "python3", (char *) SANDBOX_CELL_PATH, NULL };
-        char *const argv_warm[] = { (char *) "python3", (char *) SANDBOX_PRELOAD_SCRIPT, NULL };
+        /* The prepared interpreter starts before the exec's code exists and must run nothing the
+         * session wrote: no user site (-s), no script directory or cwd on sys.path (-P), and
+         * no PYTHONPATH (build_env). preload.py adds /workspace and the user site once the code
+         * has arrived, as the cold interpreter has them. */
+        char *const argv_warm[] = { (char *) "python3", (char *) "-s", (char *) "-P", (char *) SANDBOX_PRELOAD_SCRIPT,
+                                    NULL };
         char *const argv_node[] = { (char *) "node", (char *) SANDBOX_CELL_PATH_JS, NULL };
         const char *binary = e->language == SANDBOX_NODEJS ? SANDBOX_NODE : SANDBOX_PYTHON;
         char *envp[32];
         const char *step;
         sigset_t ss;
-        uid_t ru, eu, su;
-        gid_t rg, eg, sg;
         int null_fd, ctl_fd, listener, ack = 0, r;
 
         build_env(e, openblas, sizeof(openblas), node_options, sizeof(node_options), envp, ELEMENTSOF(envp));
@@ -579,38 +666,11 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
                 goto fail;
         }
 
-        /* Lock root semantics out for good, while we still hold CAP_SETPCAP in our namespace. */
-        step = "securebits";
-        if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
-                  0, 0, 0) < 0)
-                goto fail;
-        step = "capability bounding set";
-        r = drop_capabilities_bounding();
+        r = sandbox_become_user(&step);
         if (r < 0) {
                 errno = -r;
                 goto fail;
         }
-        step = "credentials";
-        if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0 || setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
-                goto fail;
-        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != SANDBOX_UID || eu != SANDBOX_UID ||
-            su != SANDBOX_UID || rg != SANDBOX_GID || eg != SANDBOX_GID || sg != SANDBOX_GID) {
-                errno = EPERM;
-                goto fail;
-        }
-        step = "capabilities";
-        r = drop_capabilities();
-        if (r < 0) {
-                errno = -r;
-                goto fail;
-        }
-        step = "ambient capabilities";
-        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-                goto fail;
-        step = "no_new_privs";
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                goto fail;
 
         step = "close fds";
         if (syscall(SYS_close_range, (e->warm_ctl_fd >= 0 ? SANDBOX_WARM_CTL_FD : SANDBOX_SYNC_FD) + 1U, ~0U, 0U) < 0)
@@ -659,7 +719,7 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                 k = read(sync_fd, &byte, 1);
         while (k < 0 && errno == EINTR);
         if (k == 1) {
-                int ack = -map_payload_ids(payload, e->uid, e->gid);
+                int ack = -sandbox_map_ids(payload, e->uid, e->gid);
                 if (write(sync_fd, &ack, sizeof(ack)) != (ssize_t) sizeof(ack) || ack != 0)
                         return -(ack ?: EIO);
                 /* Only a payload that failed before its filter sends nothing; it reports why. */

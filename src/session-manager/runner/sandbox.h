@@ -77,5 +77,14 @@ typedef struct SandboxExec {
         scmp_filter_ctx seccomp;
 } SandboxExec;
 
+/* Maps the user namespace of 'pid' (a child in a new one): SANDBOX_UID/GID there are the host's
+ * uid/gid, nothing else (in particular not uid 0) is mapped; setgroups() is denied. */
+int sandbox_map_ids(pid_t pid, uid_t uid, gid_t gid);
+
+/* In a user namespace mapped by sandbox_map_ids(), while still holding its capabilities: lock
+ * the securebits, empty the bounding set, become SANDBOX_UID/GID, empty every capability set and
+ * set no_new_privs. On failure *ret_step names the step. */
+int sandbox_become_user(const char **ret_step);
+
 /* Runs in the child created with SANDBOX_CLONE_FLAGS; never returns. */
 _noreturn_ void sandbox_run_init(const SandboxExec *e);

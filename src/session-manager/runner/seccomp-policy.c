@@ -40,7 +40,6 @@ static const char *const allow[] = {
         "renameat2", "link", "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "fchmodat2",
         "chown", "fchown", "fchownat", "lchown", "utime", "utimes", "utimensat", "futimesat", "umask",
         "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
-        "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
         /* memory */
         "mmap", "munmap", "mprotect", "mremap", "madvise", "msync", "mincore", "brk", "membarrier",
         "pkey_alloc", "pkey_free", "pkey_mprotect", "memfd_create",
@@ -94,7 +93,11 @@ static const char *const deny_eperm[] = {
         "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
         "setfsuid", "setfsgid", "capset",
         "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-        "sync", "syncfs", "sync_file_range", "name_to_handle_at", "open_by_handle_at", "fanotify_init",
+        "sync", "syncfs", "sync_file_range", "name_to_handle_at", "open_by_handle_at",
+        /* /usr, /etc and the fonts are the host's inodes: a watch on them would show, live, what
+         * the host and the other sessions open and run. */
+        "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "fanotify_init",
+        "fanotify_mark",
         "mbind", "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages",
         "sched_setattr", "sched_setscheduler", "sched_setparam", "ioprio_set",
         "seccomp", "memfd_secret", "process_madvise", "mlock", "mlock2", "mlockall", "munlock", "munlockall",
@@ -189,6 +192,26 @@ static int allow_if_eq(scmp_filter_ctx ctx, const char *name, unsigned arg, uint
         return 0;
 }
 
+/* A filter with 'default_action': foreign architectures and the kill list killed by the kernel. */
+static int filter_new(uint32_t default_action, scmp_filter_ctx *ret) {
+        _cleanup_(seccomp_releasep) scmp_filter_ctx ctx = seccomp_init(default_action);
+        int r;
+
+        if (!ctx)
+                return -ENOMEM;
+        if ((r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS)) < 0 ||
+            (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1)) < 0 ||
+            (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)) < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(deny_kill); i++) {
+                r = add_rule(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], 0, NULL);
+                if (r < 0)
+                        return r;
+        }
+        *ret = TAKE_PTR(ctx);
+        return 0;
+}
+
 int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
         _cleanup_(seccomp_releasep) scmp_filter_ctx ctx = NULL;
         const uint64_t ns_flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
@@ -197,23 +220,13 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
         uint64_t families[3] = { AF_UNIX, AF_INET, AF_INET6 };
         int r;
 
-        ctx = seccomp_init(SCMP_ACT_NOTIFY);
-        if (!ctx)
-                return -ENOMEM;
-        if ((r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS)) < 0 ||
-            (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1)) < 0 ||
-            (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)) < 0)
+        r = filter_new(SCMP_ACT_NOTIFY, &ctx);
+        if (r < 0)
                 return r;
-
         for (size_t i = 0; i < ELEMENTSOF(allow); i++) {
                 if (options->no_processes && name_in(process_calls, ELEMENTSOF(process_calls), allow[i]))
                         continue;
                 r = add_rule(ctx, SCMP_ACT_ALLOW, allow[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
-        for (size_t i = 0; i < ELEMENTSOF(deny_kill); i++) {
-                r = add_rule(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], 0, NULL);
                 if (r < 0)
                         return r;
         }
@@ -251,6 +264,37 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
         if (r < 0)
                 return r;
 
+        *ret = TAKE_PTR(ctx);
+        return 0;
+}
+
+/* What the archive helper may call: files below its root (the workspace), memory, and leaving.
+ * No sockets, no processes, no new programs, no mounts, no ids. */
+static const char *const archive_allow[] = {
+        "read", "write", "readv", "writev", "pread64", "pwrite64", "lseek", "close", "dup", "dup2", "dup3",
+        "fcntl", "ftruncate", "fallocate", "fsync", "fdatasync",
+        "open", "openat", "stat", "fstat", "lstat", "newfstatat", "statx", "access", "faccessat", "faccessat2",
+        "readlink", "readlinkat", "getdents64", "getcwd", "chdir", "fchdir", "mkdir", "mkdirat", "rmdir",
+        "unlink", "unlinkat", "rename", "renameat", "renameat2", "symlink", "symlinkat", "chmod", "fchmod",
+        "fchmodat", "utimes", "utimensat", "futimesat", "umask",
+        "mmap", "munmap", "mremap", "mprotect", "madvise", "brk",
+        "futex", "rt_sigprocmask", "rt_sigaction", "rt_sigreturn", "clock_gettime", "gettimeofday", "time",
+        "getrandom", "getpid", "gettid", "getuid", "geteuid", "getgid", "getegid",
+        "exit", "exit_group",
+};
+
+int seccomp_policy_build_archive(scmp_filter_ctx *ret) {
+        _cleanup_(seccomp_releasep) scmp_filter_ctx ctx = NULL;
+        int r;
+
+        r = filter_new(SCMP_ACT_ERRNO(EPERM), &ctx);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(archive_allow); i++) {
+                r = add_rule(ctx, SCMP_ACT_ALLOW, archive_allow[i], 0, NULL);
+                if (r < 0)
+                        return r;
+        }
         *ret = TAKE_PTR(ctx);
         return 0;
 }

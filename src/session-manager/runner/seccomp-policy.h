@@ -45,6 +45,10 @@ typedef struct SeccompReport {
  * seccomp_load(), seccomp_notify_fd() returns the listener). Does not load it. */
 int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret);
 
+/* The archive helper's filter: an allow-list of file, memory and exit calls; anything else
+ * fails with EPERM (the kill list kills). Does not load it. */
+int seccomp_policy_build_archive(scmp_filter_ctx *ret);
+
 /* The answer to a call the filter handed to the supervisor. */
 int seccomp_policy_verdict(const struct seccomp_data *call);
 

@@ -239,7 +239,7 @@ int workspace_list(const Workspace *w, OutputSet *ret) {
         OutputSet s = {};
         int r;
 
-        r = output_set_scan_bounded(w->fd, WORKSPACE_LIST_DEPTH_MAX, OUTPUTS_ENTRIES_MAX, &s);
+        r = output_set_scan_bounded(w->fd, WORKSPACE_LIST_DEPTH_MAX, WORKSPACE_LIST_SCAN_MAX, &s);
         if (r < 0)
                 return r;
         /* Names must survive JSON and D-Bus unchanged; others are left out. */
@@ -258,30 +258,41 @@ int workspace_list(const Workspace *w, OutputSet *ret) {
         return 0;
 }
 
+/* Opens the directory 'name' right below dir_fd, creating it if missing, never through a link:
+ * whatever a process of the session puts there meanwhile (a symlink, a file) is removed and the
+ * directory made anew. Everything after this works on the fd. */
+static int open_or_make_dir(int dir_fd, const char *name) {
+        for (unsigned attempt = 0; attempt < 16; attempt++) {
+                int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd >= 0)
+                        return fd;
+                if (errno == ENOENT) {
+                        if (mkdirat(dir_fd, name, 0700) < 0 && errno != EEXIST)
+                                return -errno;
+                        continue;
+                }
+                if (errno != ELOOP && errno != ENOTDIR)
+                        return -errno;
+                /* Not a directory (O_NOFOLLOW answers ELOOP for a symlink): away with it. */
+                if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT && errno != EISDIR)
+                        return -errno;
+        }
+        return -EBUSY; /* something keeps swapping it */
+}
+
 int workspace_reset_inputs(const Workspace *w) {
         static const char *const dirs[] = { "uploads", "skills" };
 
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
-                struct stat st;
+                _cleanup_close_ int fd = open_or_make_dir(w->fd, dirs[i]);
                 int r;
 
-                if (fstatat(w->fd, dirs[i], &st, AT_SYMLINK_NOFOLLOW) >= 0) {
-                        if (S_ISDIR(st.st_mode)) {
-                                _cleanup_close_ int fd = openat(w->fd, dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                                if (fd < 0)
-                                        return -errno;
-                                r = rm_rf_children(fd);
-                                if (r < 0)
-                                        return r;
-                        } else if (unlinkat(w->fd, dirs[i], 0) < 0)
-                                return -errno;
-                } else if (errno != ENOENT)
-                        return -errno;
-
-                if (mkdirat(w->fd, dirs[i], 0755) < 0 && errno != EEXIST)
-                        return -errno;
-                if (fchownat(w->fd, dirs[i], w->uid, w->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    fchmodat(w->fd, dirs[i], 0755, 0) < 0)
+                if (fd < 0)
+                        return fd;
+                r = rm_rf_children(fd);
+                if (r < 0)
+                        return r;
+                if (fchown(fd, w->uid, w->gid) < 0 || fchmod(fd, 0755) < 0)
                         return -errno;
         }
         return 0;

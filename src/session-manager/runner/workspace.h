@@ -10,6 +10,9 @@
 
 #define WORKSPACE_LIST_DEPTH_MAX 6
 #define WORKSPACE_LIST_ENTRIES_MAX 500
+/* How much of the tree a listing looks at (entries of any type, directories weigh
+ * OUTPUTS_DIR_COST more): the listing is cut, never slow. */
+#define WORKSPACE_LIST_SCAN_MAX 8192
 
 typedef struct Workspace {
         int fd;         /* the workspace's root directory */
