@@ -2,6 +2,7 @@
 """Shared helpers of the black-box tests: HTTP calls against the running service and commands
 run inside the system that hosts it (the host's systemd, or the private one of tools/sysbox)."""
 import base64
+import contextlib
 import json
 import os
 import pathlib
@@ -94,6 +95,31 @@ def in_system(*cmd, check=False):
         pathlib.Path("/proc/1/comm").read_text().strip() == "systemd"
     argv = list(cmd) if host_systemd else [str(REPO / "tools/sysbox"), "exec", *cmd]
     return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60)
+
+
+STORAGE_AGENT = "scopebox-storage-agent.service"
+
+
+@contextlib.contextmanager
+def storage_agent_setting(name, assignment):
+    """The storage agent restarted with 'VAR=value' in its environment, the way an operator sets one
+    for that daemon alone (a drop-in's Environment=, docs/configuration.md); undone afterwards."""
+    path = f"/run/systemd/system/{STORAGE_AGENT}.d/{name}.conf"
+    in_system("sh", "-c", f"mkdir -p {os.path.dirname(path)} && printf '[Service]\\nEnvironment=%s\\n' "
+                          f"'{assignment}' > {path}", check=True)
+    in_system("systemctl", "daemon-reload", check=True)
+    in_system("systemctl", "restart", STORAGE_AGENT, check=True)
+    try:
+        yield
+    finally:
+        in_system("rm", "-f", path)
+        in_system("systemctl", "daemon-reload")
+        in_system("systemctl", "restart", STORAGE_AGENT)
+
+
+# The S3/OSS test server listens on the loopback, an internal address that storage blocks of
+# requests may not reach unless the operator allows it (docs/storage.md).
+LOOPBACK_STORAGE = "SANDBOX_STORAGE_ALLOWED_NETWORKS=127.0.0.1/32"
 
 
 def create_session(**body):

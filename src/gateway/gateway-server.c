@@ -187,11 +187,13 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
 
         d->mhd = MHD_start_daemon(
                         MHD_USE_ERROR_LOG | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC,
-                        0, NULL, NULL,
+                        0, http_connection_accept_policy, d,
                         http_router_access_handler, d,
                         MHD_OPTION_EXTERNAL_LOGGER, http_daemon_log, d,
                         MHD_OPTION_LISTEN_SOCKET, mhd_fd,
                         MHD_OPTION_NOTIFY_COMPLETED, http_router_request_completed, d,
+                        /* The request target as received, before MHD decodes %00 into a cut string. */
+                        MHD_OPTION_URI_LOG_CALLBACK, http_router_uri_log, d,
                         MHD_OPTION_NOTIFY_CONNECTION, http_connection_notify, d,
                         MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX,
                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_PER_IP_MAX,

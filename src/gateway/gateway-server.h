@@ -15,9 +15,10 @@
 
 /* Limits of the HTTP front end. Connection limits apply per listening socket. */
 #define HTTP_CONNECTIONS_MAX        256U
-/* Per peer address, so that one client cannot take every connection. Note that every client of
- * the default loopback deployment (and everything behind one proxy) shares one address. A peer
- * over the limit is accepted and closed at once. */
+/* Per peer address, so that one client cannot take every connection. The whole loopback range
+ * (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104) counts as one peer: any local process may bind any of
+ * its addresses. So every client of the default loopback deployment (and everything behind one
+ * proxy) shares these connections. A peer over the limit is accepted and closed at once. */
 #define HTTP_CONNECTIONS_PER_IP_MAX 64U
 #define HTTP_IDLE_TIMEOUT_SEC       30U             /* no byte in either direction for this long */
 #define HTTP_CONNECTION_MEMORY_MAX  (64U * 1024U)   /* MHD's per-connection pool: request line,
@@ -56,6 +57,7 @@ struct HttpDaemon {
                                         * paths are disjoint) */
         sd_event_source *io_event_source;
         sd_event_source *timer_event_source;
+        unsigned n_loopback_connections; /* open from any loopback address (one peer) */
 };
 
 struct Server {

@@ -264,6 +264,46 @@ int server_deadline_timer_new(Server *s) {
         return sd_event_source_set_enabled(s->deadline_event_source, SD_EVENT_OFF);
 }
 
+bool sockaddr_is_loopback(const struct sockaddr *sa, socklen_t len) {
+        if (!sa)
+                return false;
+        if (sa->sa_family == AF_INET && len >= (socklen_t) sizeof(struct sockaddr_in)) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *) sa;
+
+                return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        }
+        if (sa->sa_family == AF_INET6 && len >= (socklen_t) sizeof(struct sockaddr_in6)) {
+                const struct in6_addr *a = &((const struct sockaddr_in6 *) sa)->sin6_addr;
+
+                return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+        }
+        return false;
+}
+
+enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+        HttpDaemon *d = cls;
+
+        if (sockaddr_is_loopback(addr, addrlen) && d->n_loopback_connections >= HTTP_CONNECTIONS_PER_IP_MAX) {
+                log_debug("Refused a connection from the loopback range: %u of its connections are open.",
+                          d->n_loopback_connections);
+                return MHD_NO;
+        }
+        return MHD_YES;
+}
+
+static bool http_connection_is_loopback(struct MHD_Connection *connection) {
+        const union MHD_ConnectionInfo *info;
+        const struct sockaddr *sa;
+
+        info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!info || !info->client_addr)
+                return false;
+        sa = info->client_addr;
+        /* MHD gives no length: the family says which structure it is. */
+        return sockaddr_is_loopback(sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+                                                                    sizeof(struct sockaddr_in));
+}
+
 void http_connection_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
                             enum MHD_ConnectionNotificationCode toe) {
         HttpDaemon *d = cls;
@@ -287,6 +327,23 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                 *socket_context = hc;
 
                 http_connection_enter(hc, HTTP_CONNECTION_HEADERS, NULL);
+
+                if (http_connection_is_loopback(connection)) {
+                        if (d->n_loopback_connections < HTTP_CONNECTIONS_PER_IP_MAX) {
+                                hc->loopback = true;
+                                d->n_loopback_connections++;
+                        } else {
+                                /* Past the accept policy together with others: closed at once. */
+                                int fd = http_connection_fd(connection);
+
+                                hc->phase = HTTP_CONNECTION_CLOSING;
+                                if (fd >= 0)
+                                        (void) shutdown(fd, SHUT_RDWR);
+                                log_debug("Closed a connection from the loopback range: %u of its "
+                                          "connections are open.", d->n_loopback_connections);
+                                http_daemon_kick(d);
+                        }
+                }
                 return;
         }
 
@@ -303,6 +360,10 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                 hc->next->prev = hc->prev;
         assert(s->n_connections > 0);
         s->n_connections--;
+        if (hc->loopback) {
+                assert(d->n_loopback_connections > 0);
+                d->n_loopback_connections--;
+        }
         free(hc);
 
         if (s->n_connections == 0 && s->deadline_event_source)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <microhttpd.h>
 
@@ -33,6 +34,7 @@ struct HttpConnection {
         uint64_t phase_start_usec;
         uint64_t body_bytes;               /* received in this BODY phase */
         HttpRequest *request;              /* the request whose body arrives, in the BODY phase */
+        bool loopback;                     /* counted in the daemon's n_loopback_connections */
 };
 
 const char *http_connection_phase_to_string(HttpConnectionPhase p) _pure_;
@@ -43,7 +45,18 @@ const char *http_connection_phase_to_string(HttpConnectionPhase p) _pure_;
  * HTTP_BODY_TIMEOUT_MAX_USEC: a body slower than the minimum rate, or stalled, runs out of time. */
 uint64_t http_connection_deadline(HttpConnectionPhase phase, uint64_t start_usec, uint64_t body_bytes) _pure_;
 
-/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; the closure is the HttpDaemon. */
+/* Whether 'sa' is in 127.0.0.0/8, is ::1 or an IPv4-mapped address of 127.0.0.0/8: one peer for
+ * HTTP_CONNECTIONS_PER_IP_MAX, since any local process can bind any of them. */
+bool sockaddr_is_loopback(const struct sockaddr *sa, socklen_t len) _pure_;
+
+/* libmicrohttpd's accept policy callback: refuses a loopback peer's connection beyond
+ * HTTP_CONNECTIONS_PER_IP_MAX before libmicrohttpd sets it up (libmicrohttpd's own per-IP limit
+ * counts each address by itself). The closure is the HttpDaemon. */
+enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; the closure is the HttpDaemon. It also
+ * enforces the loopback peer's limit (cutting off a connection over it), should connections have
+ * passed the accept policy together. */
 void http_connection_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
                             enum MHD_ConnectionNotificationCode toe);
 

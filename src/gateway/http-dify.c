@@ -114,6 +114,20 @@ static int bind_fail(char **ret_message, const char *format, ...) {
         return -EINVAL;
 }
 
+/* A string field that no C string can carry, or that is no text: -EBADMSG, answered 400 whatever the
+ * media type, so that it is never taken as the shorter value before a NUL. */
+static int bind_refuse_text(char **ret_message, const char *name, const char *value, size_t size) {
+        int r;
+
+        if (memchr(value, 0, size))
+                r = bind_fail(ret_message, "%s contains a NUL byte", name);
+        else if (!utf8_is_valid_n(value, size))
+                r = bind_fail(ret_message, "%s is not valid UTF-8", name);
+        else
+                return 0;
+        return r == -EINVAL ? -EBADMSG : r;
+}
+
 static bool media_type_is(const char *content_type, const char *type) {
         size_t n;
 
@@ -153,6 +167,8 @@ static int bind_json(const char *body, size_t size, const DifyField fields[], vo
                 return r;
         if (r == -ENOTUNIQ)
                 return bind_fail(ret_message, "duplicate member in the JSON body");
+        if (r == -EILSEQ)
+                return bind_fail(ret_message, "the JSON body contains a NUL (\\u0000) in a member name");
         if (r < 0)
                 return bind_fail(ret_message, "invalid JSON body");
         if (!o)
@@ -171,10 +187,16 @@ static int bind_json(const char *body, size_t size, const DifyField fields[], vo
                                 break; /* null leaves the field as it is */
 
                         if (f->kind == DIFY_FIELD_STRING) {
+                                const char *value;
+                                size_t value_size;
+
                                 if (!json_object_is_type(v, json_type_string))
                                         return bind_fail(ret_message, "%s must be a string", f->name);
-                                r = dify_string_set(p, json_object_get_string(v),
-                                                    (size_t) json_object_get_string_len(v));
+                                value = json_object_get_string(v);
+                                value_size = (size_t) json_object_get_string_len(v);
+                                r = bind_refuse_text(ret_message, f->name, value, value_size);
+                                if (r >= 0)
+                                        r = dify_string_set(p, value, value_size);
                                 if (r < 0)
                                         return r;
                         } else {
@@ -244,8 +266,9 @@ static int bind_value(const DifyField *f, void *base, bool *bound, const char *v
                         return bind_fail(ret_message, "%s must be a boolean", f->name);
                 return 0;
         }
-        if (!utf8_is_valid_n(value, size))
-                return bind_fail(ret_message, "%s is not valid UTF-8", f->name);
+        r = bind_refuse_text(ret_message, f->name, value, size);
+        if (r < 0)
+                return r;
         r = dify_string_set(p, value, size);
         return r < 0 ? r : 0;
 }
@@ -273,9 +296,12 @@ static int bind_form(const char *body, size_t size, const DifyField fields[], vo
                                 return bind_fail(ret_message, "invalid escape in the form body");
                         if (r < 0)
                                 return r;
+                        r = bind_refuse_text(ret_message, "form field name", key, key_size);
+                        if (r < 0)
+                                return r;
 
                         for (size_t i = 0; fields[i].name; i++)
-                                if (strlen(key) == key_size && streq(key, fields[i].name)) {
+                                if (streq(key, fields[i].name)) {
                                         r = bind_value(&fields[i], base, &bound[i], value, value_size,
                                                        ret_message);
                                         if (r < 0)
@@ -288,7 +314,7 @@ static int bind_form(const char *body, size_t size, const DifyField fields[], vo
 }
 
 static int dify_bind(const char *body, size_t size, const char *content_type, const char *query,
-                     const DifyField fields[], void *base, char **ret_message) {
+                     size_t query_size, const DifyField fields[], void *base, char **ret_message) {
         bool bound[DIFY_FIELDS_MAX] = {};
         int r = 0;
 
@@ -306,7 +332,7 @@ static int dify_bind(const char *body, size_t size, const char *content_type, co
                         r = bind_form(body, size, fields, base, bound, ret_message);
                 for (size_t i = 0; r >= 0 && query && fields[i].name; i++)
                         if (streq(fields[i].name, "language"))
-                                r = bind_value(&fields[i], base, &bound[i], query, strlen(query),
+                                r = bind_value(&fields[i], base, &bound[i], query, query_size,
                                                ret_message);
         }
         if (r < 0)
@@ -321,16 +347,19 @@ static int dify_bind(const char *body, size_t size, const char *content_type, co
 int dify_run_request_bind(const char *body, size_t size, const char *content_type, DifyRunRequest *ret,
                           char **ret_message) {
         assert(ret);
-        return dify_bind(body, size, content_type, NULL, dify_run_fields, ret, ret_message);
+        return dify_bind(body, size, content_type, NULL, 0, dify_run_fields, ret, ret_message);
 }
 
 int dify_language_request_bind(const char *body, size_t size, const char *content_type, const char *query,
-                               DifyLanguageRequest *ret, char **ret_message) {
+                               size_t query_size, DifyLanguageRequest *ret, char **ret_message) {
         assert(ret);
-        return dify_bind(body, size, content_type, query, dify_language_fields, ret, ret_message);
+        return dify_bind(body, size, content_type, query, query_size, dify_language_fields, ret,
+                         ret_message);
 }
 
-unsigned dify_bind_failure_status(const char *content_type) {
+unsigned dify_bind_failure_status(const char *content_type, int error) {
+        if (error == -EBADMSG)
+                return HTTP_BAD_REQUEST;
         return content_type && streq(content_type, "application/json") ? HTTP_BAD_REQUEST : HTTP_OK;
 }
 
@@ -831,9 +860,9 @@ int http_dify_run(HttpRequest *req) {
                                         DIFY_MESSAGE_TOO_MANY_REQUESTS);
 
         r = dify_run_request_bind(req->body, req->body_size, content_type, &b, &message);
-        if (r == -EINVAL)
-                return dify_reply_error(req, dify_bind_failure_status(content_type), DIFY_CODE_BAD_REQUEST,
-                                        message);
+        if (r == -EINVAL || r == -EBADMSG)
+                return dify_reply_error(req, dify_bind_failure_status(content_type, r),
+                                        DIFY_CODE_BAD_REQUEST, message);
         if (r < 0)
                 return r;
 
@@ -845,8 +874,8 @@ int http_dify_run(HttpRequest *req) {
 
         r = dify_run_code(&b, config->dify_enable_preload, config->max_code_bytes, &code, &code_size);
         if (r == -EFBIG)
-                return dify_reply_error(req, dify_bind_failure_status(content_type), DIFY_CODE_BAD_REQUEST,
-                                        "code too large");
+                return dify_reply_error(req, dify_bind_failure_status(content_type, -EFBIG),
+                                        DIFY_CODE_BAD_REQUEST, "code too large");
         if (r < 0)
                 return r;
 
@@ -867,11 +896,11 @@ static int dify_dependencies(HttpRequest *req) {
         if (r < 0)
                 return r;
 
-        r = dify_language_request_bind(req->body, req->body_size, content_type, req->headers.language, &b,
-                                       &message);
-        if (r == -EINVAL)
-                return dify_reply_error(req, dify_bind_failure_status(content_type), DIFY_CODE_BAD_REQUEST,
-                                        message);
+        r = dify_language_request_bind(req->body, req->body_size, content_type, req->headers.language,
+                                       req->headers.language_size, &b, &message);
+        if (r == -EINVAL || r == -EBADMSG)
+                return dify_reply_error(req, dify_bind_failure_status(content_type, r),
+                                        DIFY_CODE_BAD_REQUEST, message);
         if (r < 0)
                 return r;
         if (!streq(b.language.data, DIFY_LANGUAGE_PYTHON3))

@@ -75,15 +75,17 @@ void dify_language_request_done(DifyLanguageRequest *r);
  * a field unset), application/x-www-form-urlencoded as a form (the first value wins), anything else
  * binds nothing; 'query' (the "language" query argument, or NULL) fills a language still unset.
  * Required string fields must be non-empty. Returns 0, -EINVAL with a message for the client in
- * *ret_message (owned by the caller), or -ENOMEM. */
+ * *ret_message (owned by the caller), -EBADMSG (with a message naming the field) for a string
+ * field holding a NUL byte or invalid UTF-8, or -ENOMEM. 'query' is 'query_size' bytes. */
 int dify_run_request_bind(const char *body, size_t size, const char *content_type, DifyRunRequest *ret,
                           char **ret_message);
 int dify_language_request_bind(const char *body, size_t size, const char *content_type, const char *query,
-                               DifyLanguageRequest *ret, char **ret_message);
+                               size_t query_size, DifyLanguageRequest *ret, char **ret_message);
 
 /* The HTTP status of a bind failure: gin's BindJSON (taken when Content-Type is exactly
- * "application/json") answers 400, its other binders leave upstream's 200. The body is -400 either way. */
-unsigned dify_bind_failure_status(const char *content_type);
+ * "application/json") answers 400, its other binders leave upstream's 200. The body is -400 either way.
+ * A refused string field ('error' -EBADMSG) is 400 always. */
+unsigned dify_bind_failure_status(const char *content_type, int error);
 
 bool dify_language_is_supported(const char *language);
 

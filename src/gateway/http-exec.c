@@ -80,6 +80,12 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
                 return r < 0 ? r : -EFBIG;
         }
 
+        /* C strings downstream would run only what comes before it. */
+        if (memchr(b.code, 0, code_size)) {
+                r = http_response_new_detail(HTTP_BAD_REQUEST, "code contains a NUL byte", ret_error);
+                return r < 0 ? r : -EINVAL;
+        }
+
         *ret = (ExecRequest) {
                 .session_id = b.session_id,
                 .code = b.code,

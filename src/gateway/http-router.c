@@ -142,6 +142,42 @@ int http_request_new(Server *s, HttpDaemon *d, struct MHD_Connection *c, const c
         return 0;
 }
 
+static int http_request_set_line(HttpRequest *req, const char *method, const char *path) {
+        char *m, *p;
+
+        m = strdup(strempty(method));
+        p = strdup(strempty(path));
+        if (!m || !p) {
+                free(m);
+                free(p);
+                return -ENOMEM;
+        }
+        free(req->method);
+        req->method = m;
+        free(req->path);
+        req->path = p;
+        return 0;
+}
+
+void *http_router_uri_log(void *cls, const char *uri, struct MHD_Connection *connection) {
+        _cleanup_(http_request_freep) HttpRequest *req = NULL;
+        HttpDaemon *d = cls;
+        int r;
+
+        assert(d);
+
+        /* Method and decoded path follow with the access handler's first call. */
+        r = http_request_new(d->server, d, connection, NULL, NULL, &req);
+        if (r >= 0)
+                r = http_request_set_raw_target(req, uri);
+        if (r < 0) {
+                /* The access handler creates the request then, without the target as received. */
+                log_warning_errno(r, "Failed to allocate request: %m");
+                return NULL;
+        }
+        return TAKE_PTR(req);
+}
+
 static void http_request_release_body(HttpRequest *req) {
         free(req->body);
         req->body = NULL;
@@ -170,6 +206,7 @@ HttpRequest *http_request_free(HttpRequest *req) {
                 req->userdata_free(req->userdata);
         free(req->method);
         free(req->path);
+        free(req->raw_target);
         for (unsigned i = 0; i < req->n_log_fields; i++)
                 free(req->log_fields[i]);
 
@@ -288,14 +325,13 @@ int http_request_add_log_field(HttpRequest *req, const char *name, const char *v
         return 0;
 }
 
-/* An answer of ours that is no resource's (internal error, shutdown), in the shape of the route's
- * API. Failures leave no response (the caller closes the connection). */
-static void http_request_reply_failure(HttpRequest *req, unsigned status, const char *message) {
+/* An answer of ours that is no resource's (refused request, internal error, shutdown), in the shape
+ * of the route's API. Failures leave no response (the caller closes the connection). */
+static int http_request_reply_failure(HttpRequest *req, unsigned status, const char *message) {
         req->response = http_response_free(req->response);
         if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY))
-                (void) dify_response_new_error(status, -(int) status, message, &req->response);
-        else
-                (void) http_response_new_detail(status, message, &req->response);
+                return dify_response_new_error(status, -(int) status, message, &req->response);
+        return http_response_new_detail(status, message, &req->response);
 }
 
 /* Replaces whatever was prepared by a 500; logs why (rate-limited: the cause may be a request). */
@@ -314,7 +350,7 @@ static void http_request_fail(HttpRequest *req, int error) {
         }
 
         /* If even this fails, the caller closes the connection. */
-        http_request_reply_failure(req, HTTP_INTERNAL_SERVER_ERROR, "internal error");
+        (void) http_request_reply_failure(req, HTTP_INTERNAL_SERVER_ERROR, "internal error");
 }
 
 static void http_request_resume(HttpRequest *req) {
@@ -460,6 +496,55 @@ static int http_request_check_framing(HttpRequest *req, const HttpRequestHeaders
         return 0;
 }
 
+const char *http_text_check(const char *value, size_t size) {
+        if (!value)
+                return NULL;
+        if (memchr(value, 0, size))
+                return "contains a NUL byte";
+        if (!utf8_is_valid_n(value, size))
+                return "is not valid UTF-8";
+        return NULL;
+}
+
+int http_request_set_raw_target(HttpRequest *req, const char *uri) {
+        char *copy;
+
+        assert(req);
+
+        copy = strdup(strempty(uri));
+        if (!copy)
+                return -ENOMEM;
+        free(req->raw_target);
+        req->raw_target = copy;
+        return 0;
+}
+
+/* libmicrohttpd decodes the path into a C string, so "%00" ends it early: look at the path as
+ * received, where "%00" is the only way to write a NUL (a raw NUL ends the request target). */
+static const char *http_request_check_path(const HttpRequest *req) {
+        if (req->raw_target)
+                for (const char *p = req->raw_target; *p && *p != '?'; p++)
+                        if (startswith(p, "%00"))
+                                return "contains a NUL byte";
+        return http_text_check(req->path, strlen(req->path));
+}
+
+static int http_request_check_fields(HttpRequest *req, const HttpRequestHeaders *h) {
+        const char *field = h->refused, *reason = h->refused_reason, *path_reason;
+        char message[sizeof(h->refused) + 64];
+
+        path_reason = http_request_check_path(req);
+        if (path_reason) {
+                field = "path";
+                reason = path_reason;
+        }
+        if (!reason)
+                return 0;
+
+        (void) snprintf(message, sizeof(message), "%s %s", field, reason);
+        return http_request_reply_failure(req, HTTP_BAD_REQUEST, message);
+}
+
 int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
         const char *content_length;
         Server *s;
@@ -495,6 +580,12 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
                         return http_request_reply_literal(req, HTTP_UNAUTHORIZED, "");
                 return http_request_reply_error(req, HTTP_UNAUTHORIZED, "unauthorized");
         }
+
+        /* A path, query parameter or header that we would have to cut at a NUL, or that is no text,
+         * reaches no resource, not even as a shorter value. */
+        r = http_request_check_fields(req, h);
+        if (r < 0 || req->response)
+                return r;
 
         if (lookup == -ENOENT)
                 return http_request_reply_detail(req, HTTP_NOT_FOUND, "Not Found");
@@ -598,7 +689,12 @@ int http_request_dispatch(HttpRequest *req) {
         if (r < 0) {
                 HttpResponse *resp;
 
-                r = http_response_new_json_invalid(&resp);
+                /* A NUL in a member name is no syntax error: say what it is (C strings would have cut
+                 * the value short), as for a NUL anywhere else in a request. */
+                if (r == -EILSEQ)
+                        r = http_response_new_detail(400, "the JSON body contains a NUL (\\u0000) in a member name", &resp);
+                else
+                        r = http_response_new_json_invalid(&resp);
                 if (r < 0)
                         return r;
                 return http_request_reply(req, resp);
@@ -643,20 +739,50 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
         return ret;
 }
 
+/* Remembers the first field that must be refused, with its name for the answer. */
+static void header_refuse(HttpRequestHeaders *h, const char *what, const char *name, const char *reason) {
+        char n[4 * HTTP_FIELD_NAME_LOG_MAX + 4];
+
+        if (h->refused_reason)
+                return;
+        h->refused_reason = reason;
+        if (!name) {
+                (void) snprintf(h->refused, sizeof(h->refused), "%s", what);
+                return;
+        }
+        http_sanitize_for_log(name, HTTP_FIELD_NAME_LOG_MAX, n, sizeof(n));
+        (void) snprintf(h->refused, sizeof(h->refused), "%s \"%s\"", what, n);
+}
+
+/* Every name and value is judged by the length libmicrohttpd reports, never by strlen(). */
 static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
                                        const char *value, size_t value_size) {
         HttpRequestHeaders *h = cls;
+        const char *reason;
 
         if (kind == MHD_GET_ARGUMENT_KIND) {
                 /* "key=value&": roughly what it took in the request line. */
                 h->target_bytes += key_size + value_size + 2;
-                if (key && streq(key, "language") && !h->language)
+                /* Query parameters are text after percent-decoding. */
+                reason = http_text_check(key, key_size);
+                if (reason)
+                        header_refuse(h, "query parameter name", NULL, reason);
+                else if ((reason = http_text_check(value, value_size)))
+                        header_refuse(h, "query parameter", key, reason);
+                if (key && streq(key, "language") && !h->language) {
                         h->language = strempty(value);
+                        h->language_size = value ? value_size : 0;
+                }
                 return MHD_YES;
         }
 
         h->n++;
         h->bytes += key_size + value_size;
+        /* Header values need not be UTF-8 (obs-text), but none of them may hide bytes behind a NUL. */
+        if (key && memchr(key, 0, key_size))
+                header_refuse(h, "header field name", NULL, "contains a NUL byte");
+        else if (value && memchr(value, 0, value_size))
+                header_refuse(h, "header field", key, "contains a NUL byte");
         if (!http_token_is_valid(key) || (value && !http_field_value_is_valid(value)))
                 h->n_invalid++;
         if (!key)
@@ -712,16 +838,19 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
 
         assert(d);
 
-        if (!req) {
+        if (!req || !req->begun) {
                 HttpRequestHeaders h = {};
 
-                /* First call: the headers are in, no body byte has been read yet. */
-                r = http_request_new(d->server, d, connection, method, url, &req);
+                /* First call: the headers are in, no body byte has been read yet. The request
+                 * exists already if http_router_uri_log() saw its target. */
+                r = req ? http_request_set_line(req, method, url)
+                        : http_request_new(d->server, d, connection, method, url, &req);
                 if (r < 0) {
                         log_warning_errno(r, "Failed to allocate request: %m");
                         return MHD_NO;
                 }
                 *con_cls = req;
+                req->begun = true;
 
                 h.target_bytes = strlen(strempty(url));
                 (void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND,
@@ -870,7 +999,7 @@ void http_router_abort_pending(Server *s, HttpDaemon *d) {
 
                 req->slot = sd_bus_slot_unref(req->slot);
                 req->reply_handler = NULL;
-                http_request_reply_failure(req, HTTP_SERVICE_UNAVAILABLE, "service is shutting down");
+                (void) http_request_reply_failure(req, HTTP_SERVICE_UNAVAILABLE, "service is shutting down");
                 if (!req->response)
                         log_oom();
                 http_request_resume(req);

@@ -65,6 +65,8 @@ typedef enum HttpRequestState {
 
 #define HTTP_METHOD_LOG_MAX 16U
 #define HTTP_PATH_LOG_MAX   256U
+/* How much of a refused field's name a 400 quotes. */
+#define HTTP_FIELD_NAME_LOG_MAX 64U
 /* Extra journal fields a resource may add to its request's access-log entry. */
 #define HTTP_LOG_FIELDS_MAX 8U
 
@@ -92,7 +94,12 @@ typedef struct HttpRequestHeaders {
         const char *traceparent;
         const char *user_id;                /* X-User-ID */
         const char *user_type;              /* X-User-Type */
-        const char *language;               /* the query argument "language" */
+        const char *language;               /* the query argument "language", 'language_size' bytes */
+        size_t language_size;
+        /* The first field whose value no string of ours can carry: "path", a query parameter or a
+         * header field named in 'refused', 'refused_reason' says what is wrong with it (static). */
+        char refused[4 * HTTP_FIELD_NAME_LOG_MAX + 32];
+        const char *refused_reason;
 } HttpRequestHeaders;
 
 struct HttpRequest {
@@ -102,9 +109,11 @@ struct HttpRequest {
         HttpRequest *prev, *next;
 
         HttpRequestState state;
+        bool begun;                         /* the access handler saw the request's header */
         const HttpRoute *route;
         char *method;
-        char *path;
+        char *path;                         /* as libmicrohttpd decoded it: cut at a %00 */
+        char *raw_target;                   /* the request target as received, if known */
         const char *path_arg;               /* into 'path', for HTTP_ROUTE_PATH_ARG routes */
         char allow[48];                     /* for a 405 */
         uint64_t start_usec;
@@ -163,6 +172,12 @@ void http_request_set_session_id(HttpRequest *req, const char *id);
  * bounded and sanitized. Beyond HTTP_LOG_FIELDS_MAX fields, -E2BIG. */
 int http_request_add_log_field(HttpRequest *req, const char *name, const char *value);
 
+/* Records the request target as received (before percent-decoding), so that a %00 in the path is
+ * refused rather than ending it. */
+int http_request_set_raw_target(HttpRequest *req, const char *uri);
+/* Checks a string from the request line or header: NUL bytes and invalid UTF-8 are refused. Returns
+ * the reason (static) or NULL if 'value' is acceptable. */
+const char *http_text_check(const char *value, size_t size);
 /* Checks done once the headers are in: size caps (431, 414), message framing (400, 501; a request
  * whose end is ambiguous never reaches a resource), auth (401), route (404, 405), Content-Length
  * (413). Prepares an error response when the request is refused. Exposed for tests. */
@@ -178,6 +193,9 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
                                            const char *method, const char *version,
                                            const char *upload_data, size_t *upload_data_size,
                                            void **con_cls);
+/* MHD_OPTION_URI_LOG_CALLBACK: called with the request target before libmicrohttpd decodes it;
+ * creates the request (the access handler's first call finds it). */
+void *http_router_uri_log(void *cls, const char *uri, struct MHD_Connection *connection);
 void http_router_request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
                                    enum MHD_RequestTerminationCode toe);
 /* At shutdown: answers every request still waiting for the bus with 503 and resumes it. */

@@ -164,6 +164,7 @@ int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void 
                 if (r < 0)
                         return r;
                 m->n_creating++;
+                s->holds_create_slot = true;
                 return 0;
         }
 
@@ -196,8 +197,10 @@ void manager_create_finished(Manager *m) {
                 if (r < 0) {
                         p->callback(p->session, -EHOSTDOWN, "failed to start the session", p->userdata);
                         session_add_to_gc_queue(p->session);
-                } else
+                } else {
                         m->n_creating++;
+                        p->session->holds_create_slot = true;
+                }
                 free(p);
         }
 }

@@ -206,6 +206,8 @@ static void session_fail_requests(Session *s, int error, const char *message) {
         } while (s->queue_head);
 }
 
+static void session_release_create_slot(Session *s);
+
 static bool session_calls_pending(const Session *s) {
         return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
 }
@@ -284,6 +286,10 @@ Session *session_free(Session *s) {
         }
         if (s->finalized && s->manager)
                 session_release_remains(s);
+        /* A session that ends while starting gives its create slot back (not at shutdown: no
+         * create starts then). */
+        if (s->holds_create_slot && s->manager && sd_event_get_state(s->manager->event) != SD_EVENT_FINISHED)
+                session_release_create_slot(s);
         /* (Again after the callbacks there: whatever they queued.) */
         session_fail_requests(s, -ENXIO, "session not found or not running");
 
@@ -683,10 +689,20 @@ void session_touch(Session *s) {
 
 /* ---- start ---- */
 
+/* The create slot bounds how many scopes and runners start at once, the local work. It is not
+ * held while the storage agent fetches an archive: a slow or silent endpoint chosen by one client
+ * must not keep everyone else's creates waiting. */
+static void session_release_create_slot(Session *s) {
+        if (!s->holds_create_slot)
+                return;
+        s->holds_create_slot = false;
+        manager_create_finished(s->manager);
+}
+
 static void session_start_done(Session *s, int error, const char *message) {
         SessionDoneCallback cb = TAKE_PTR(s->start_callback);
 
-        manager_create_finished(s->manager);
+        session_release_create_slot(s);
         if (error >= 0) {
                 int r;
 
@@ -1395,8 +1411,10 @@ static void session_restore_then_ready(Session *s) {
         const char *storage = s->archive_key ? session_effective_storage(s, NULL) : NULL;
 
         if (storage && storage_call(s, &s->restore_slot, "OpenArchive", on_open_archive_reply, STORAGE_CALL_SLACK_USEC,
-                                    storage, session_archive_stem(s, NULL)) >= 0)
+                                    storage, session_archive_stem(s, NULL)) >= 0) {
+                session_release_create_slot(s);
                 return;
+        }
         session_start_done(s, 0, NULL);
 }
 

@@ -130,6 +130,7 @@ struct Session {
         sd_bus_slot *restore_slot;  /* OpenArchive */
         sd_bus_slot *archive_slot;  /* BeginArchive, CommitArchive, AbortArchive, DeleteArchive */
         bool stop_requested;        /* the scope is stopping: finalized once no call is left */
+        bool holds_create_slot;     /* one of the manager's create slots (scope start and init) */
         bool finalized;             /* over: out of the manager's lookups, freed by its GC */
         bool in_gc_queue;
         Session *gc_next;

@@ -86,6 +86,8 @@ static const ConfigItem config_table[] = {
              "Directory of the local storage provider (empty: local storage not configured)."),
         ITEM("SANDBOX_STORAGE_ALLOWED_ENDPOINTS", CONFIG_STRING, storage_allowed_endpoints, "", 0, 0,
              "Storage endpoints requests may name (origins, or aws); empty: any."),
+        ITEM("SANDBOX_STORAGE_ALLOWED_NETWORKS", CONFIG_STRING, storage_allowed_networks, "", 0, 0,
+             "Internal addresses (loopback, private...) that endpoints of requests may still connect to (CIDR)."),
         ITEM("SANDBOX_STORAGE_MAX_TTL", CONFIG_UINT, storage_max_ttl_sec, "86400", 1, 7ULL * 86400,
              "Upper bound of expires_in of presigned URLs, seconds."),
         ITEM("SANDBOX_MAX_ARCHIVE_BYTES", CONFIG_SIZE, max_archive_bytes, "200M", 0, 1ULL << 40,
@@ -280,6 +282,7 @@ int config_load(Config *c, const char *path, char **ret_error) {
 void config_done(Config *c) {
         free(c->local_storage_dir);
         free(c->storage_allowed_endpoints);
+        free(c->storage_allowed_networks);
         free(c->dify_http_proxy);
         free(c->preload_modules);
         free(c->dify_https_proxy);

@@ -44,6 +44,7 @@ typedef struct Config {
         /* Storage and archives */
         char *local_storage_dir;
         char *storage_allowed_endpoints;
+        char *storage_allowed_networks;
         uint64_t storage_max_ttl_sec;
         uint64_t max_archive_bytes;
         uint64_t archive_timeout_sec;

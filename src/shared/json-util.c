@@ -16,8 +16,8 @@ int json_parse(const char *buf, size_t len, int max_depth, json_object **ret) {
 
         if (len > INT32_MAX)
                 return -E2BIG;
-        if (!utf8_is_valid_n(buf, len))
-                return -EBADMSG;
+        /* Also refuses invalid UTF-8: outside strings, any byte past ASCII is a syntax error. It
+         * stops at the first bound exceeded, where a check of the whole buffer first would not. */
         r = json_validate_strict(buf, len, max_depth);
         if (r < 0)
                 return r == -ERANGE ? -EBADMSG : r;

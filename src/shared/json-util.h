@@ -13,16 +13,36 @@
 DEFINE_CLEANUP_FUNC(json_object *, json_object_put);
 #define _cleanup_json_ _cleanup_(json_object_putp)
 
-#define JSON_DEPTH_MAX 32
+/* Bounds of every document json_parse() accepts, so that no request body can keep a daemon busy:
+ * nesting, members of one object, and tokens (each value and each key counts one) of the whole
+ * document. A request of the API has a few dozen tokens; the largest documents the daemons parse
+ * (file lists of at most 500 entries) a few thousand. */
+#define JSON_DEPTH_MAX   32
+#define JSON_MEMBERS_MAX 1024U
+#define JSON_TOKENS_MAX  65536U
+
+typedef struct JsonLimits {
+        int depth_max;
+        size_t members_max;
+        size_t tokens_max;
+} JsonLimits;
 
 /* Strict RFC 8259 check of a whole buffer: -EBADMSG for anything json-c would be lenient about
- * (quotes, comments, NaN, lone surrogates, trailing garbage), -ENOTUNIQ for a duplicate key,
- * -E2BIG when nesting exceeds max_depth, -ERANGE for absurd numerals. Input must be UTF-8. */
+ * (quotes, comments, NaN, lone surrogates, trailing garbage) and for invalid UTF-8 in a string,
+ * -EILSEQ for a \u0000 in a member name (C strings would cut it short and alias another),
+ * -ENOTUNIQ for a duplicate key, -E2BIG when nesting exceeds max_depth or the document has more
+ * than JSON_MEMBERS_MAX members in one object or JSON_TOKENS_MAX tokens, -ERANGE for absurd
+ * numerals. Time is linear in the size, O(n log n) in the members of one object. */
 int json_validate_strict(const char *buf, size_t len, int max_depth);
+/* The same with explicit limits. */
+int json_validate_strict_limits(const char *buf, size_t len, const JsonLimits *limits);
+/* A short English description of an error of json_validate_strict() or json_parse(), for
+ * messages to clients; NULL for other errors. */
+const char *json_strict_error_to_string(int error) _pure_;
 
 /* Parse exactly one JSON document covering the whole buffer, after json_validate_strict().
- * -EBADMSG for syntax errors or invalid UTF-8, -ENOTUNIQ for duplicate keys, -E2BIG when nesting
- * exceeds max_depth. */
+ * -EBADMSG for syntax errors or invalid UTF-8, -EILSEQ for a \u0000 in a member name, -ENOTUNIQ for
+ * duplicate keys, -E2BIG when nesting exceeds max_depth or the document is too large. */
 int json_parse(const char *buf, size_t len, int max_depth, json_object **ret);
 
 typedef enum JsonFieldKind {

@@ -171,13 +171,13 @@ static char *endpoint_origin(const char *url) {
         return o;
 }
 
-bool storage_endpoint_allowed(const StorageConfig *c, const char *allowlist) {
+bool storage_endpoint_listed(const StorageConfig *c, const char *allowlist) {
         _cleanup_free_ char *want = NULL, *list = NULL;
         const char *endpoint;
         char *save = NULL;
 
         if (isempty(allowlist) || c->provider == STORAGE_LOCAL)
-                return true;
+                return false;
         endpoint = c->provider == STORAGE_S3 ? c->s3_endpoint : c->oss_endpoint;
         want = endpoint ? endpoint_origin(endpoint) : strdup("aws");
         list = strdup(allowlist);
@@ -189,6 +189,10 @@ bool storage_endpoint_allowed(const StorageConfig *c, const char *allowlist) {
                         return true;
         }
         return false;
+}
+
+bool storage_endpoint_allowed(const StorageConfig *c, const char *allowlist) {
+        return isempty(allowlist) || c->provider == STORAGE_LOCAL || storage_endpoint_listed(c, allowlist);
 }
 
 bool storage_json_effective(const char *json, const char *local_storage_dir) {

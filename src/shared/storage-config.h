@@ -47,6 +47,9 @@ bool storage_config_effective(const StorageConfig *c, const char *local_storage_
 /* Whether the endpoint the block names is on the operator's list (SANDBOX_STORAGE_ALLOWED_ENDPOINTS:
  * origins "scheme://host[:port]" or "aws", separated by spaces or commas; empty allows any). */
 bool storage_endpoint_allowed(const StorageConfig *c, const char *allowlist);
+/* Whether the operator names this block's endpoint on a (non-empty) allowlist: such endpoints may be on
+ * internal addresses; the others are subject to the agent's address policy. */
+bool storage_endpoint_listed(const StorageConfig *c, const char *allowlist);
 
 /* The same for a block given as JSON text (as it crosses the bus). */
 bool storage_json_effective(const char *json, const char *local_storage_dir);

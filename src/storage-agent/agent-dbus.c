@@ -103,6 +103,7 @@ void agent_done(Agent *a) {
         while (a->staged)
                 staged_free(a->staged);
         config_done(&a->config);
+        address_policy_done(&a->address_policy);
 }
 
 static int method_get_version(sd_bus_message *m, void *userdata, sd_bus_error *error) {

@@ -41,7 +41,12 @@ int storage_config_copy(const StorageConfig *c, StorageConfig *ret) {
 static void reply_failed(sd_bus_message *m, int error, long status, const char *what) {
         int r;
 
-        if (error < 0)
+        if (error == -EPERM) /* the address policy: as if the endpoint were not on the allowlist */
+                r = sd_bus_reply_method_errorf(m, SD_BUS_ERROR_INVALID_ARGS, "storage endpoint not allowed");
+        else if (error == -EFBIG)
+                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED, "%s: larger than SANDBOX_MAX_ARCHIVE_BYTES",
+                                               what);
+        else if (error < 0)
                 r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED, "%s: storage server unreachable (%s)", what,
                                                strerror(-error));
         else
@@ -49,6 +54,23 @@ static void reply_failed(sd_bus_message *m, int error, long status, const char *
                                                status);
         if (r < 0)
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+}
+
+/* One line per failed operation. A refused address is the client's doing: info, not a warning. */
+static void log_failed(const char *what, const char *key, int error, long status) {
+        if (error == -EPERM)
+                log_info("%s '%s' refused: the storage endpoint has only internal addresses, which "
+                         "SANDBOX_STORAGE_ALLOWED_NETWORKS does not allow.", what, key);
+        else if (error < 0)
+                log_warning("%s '%s' failed: %s", what, key, strerror(-error));
+        else
+                log_warning("%s '%s' failed: HTTP %ld", what, key, status);
+}
+
+/* Endpoints the operator listed may be anywhere; the others must not be internal addresses. */
+static int agent_s3_call(Agent *a, const StorageConfig *c, S3CallParams *p, S3Callback cb, void *userdata) {
+        p->policy = storage_endpoint_listed(c, a->config.storage_allowed_endpoints) ? NULL : &a->address_policy;
+        return s3_call(a->curl, c, p, cb, userdata);
 }
 
 /* ---- put ---- */
@@ -77,8 +99,7 @@ static void on_put_done(S3Call *call, int error, long status, const char *body, 
         int r;
 
         if (error < 0 || status < 200 || status >= 300) {
-                log_warning("Upload of '%s' failed: %s%ld", p->key, error < 0 ? "transport error " : "HTTP ",
-                            error < 0 ? (long) -error : status);
+                log_failed("Upload of", p->key, error, status);
                 reply_failed(p->message, error, status, "upload failed");
         } else if ((r = s3_presigned_get(&p->config, p->key, p->expires, &url)) < 0) {
                 log_warning_errno(r, "Failed to presign '%s': %m", p->key);
@@ -117,7 +138,7 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
                 .method = "PUT", .key = p->key, .upload_fd = p->data_fd, .download_fd = -1,
                 .headers = { { "Content-Type", isempty(content_type) ? "application/octet-stream" : content_type } },
         };
-        r = s3_call(a->curl, &p->config, &params, on_put_done, p);
+        r = agent_s3_call(a, &p->config, &params, on_put_done, p);
         if (r < 0) {
                 put_call_free(p);
                 return r;
@@ -163,7 +184,7 @@ int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const c
         *d = (DeleteCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key), .reply_key = reply_key };
         agent_job_begin(a);
         S3CallParams params = { .method = "DELETE", .key = key, .upload_fd = -1, .download_fd = -1 };
-        r = d->key ? s3_call(a->curl, c, &params, on_delete_done, d) : -ENOMEM;
+        r = d->key ? agent_s3_call(a, c, &params, on_delete_done, d) : -ENOMEM;
         if (r < 0) {
                 on_delete_done(NULL, r, 0, NULL, d);
                 return 1;
@@ -251,8 +272,16 @@ static void gc_job_free(GcJob *g) {
 static void gc_step(GcJob *g);
 
 static void gc_fail(GcJob *g, int error, long status) {
-        log_warning("Garbage collection failed: %s%ld", error < 0 ? "transport error " : "HTTP ", error < 0 ? (long) -error : status);
-        reply_failed(g->message, error, status, "garbage collection failed");
+        int r = 0;
+
+        log_failed("Garbage collection under", g->config.prefix, error, status);
+        /* Like a block naming an endpoint that is not allowed: nothing to sweep. */
+        if (error == -EPERM)
+                r = sd_bus_reply_method_return(g->message, "ttt", (uint64_t) 0, (uint64_t) 0, (uint64_t) 0);
+        else
+                reply_failed(g->message, error, status, "garbage collection failed");
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
         gc_job_free(g);
 }
 
@@ -338,7 +367,7 @@ static void gc_step(GcJob *g) {
         if (g->next_victim < g->n_victims) {
                 S3CallParams params = { .method = "DELETE", .key = g->victims[g->next_victim], .upload_fd = -1,
                                         .download_fd = -1 };
-                r = s3_call(g->agent->curl, &g->config, &params, on_gc_deleted, g);
+                r = agent_s3_call(g->agent, &g->config, &params, on_gc_deleted, g);
                 if (r < 0)
                         gc_fail(g, r, 0);
                 return;
@@ -351,7 +380,7 @@ static void gc_step(GcJob *g) {
                                    { g->continuation ? "continuation-token" : NULL, g->continuation } },
                 };
                 g->listed = true;
-                r = s3_call(g->agent->curl, &g->config, &params, on_gc_listed, g);
+                r = agent_s3_call(g->agent, &g->config, &params, on_gc_listed, g);
                 if (r < 0)
                         gc_fail(g, r, 0);
                 return;
@@ -414,8 +443,7 @@ static void on_archive_uploaded(S3Call *call, int error, long status, const char
         int r;
 
         if (error < 0 || status < 200 || status >= 300) {
-                log_warning("Upload of archive '%s' failed: %s%ld", c->key, error < 0 ? "transport error " : "HTTP ",
-                            error < 0 ? (long) -error : status);
+                log_failed("Upload of archive", c->key, error, status);
                 reply_failed(c->message, error, status, "archive upload failed");
         } else {
                 (void) fstat(c->fd, &st);
@@ -443,7 +471,7 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s) {
         }
         S3CallParams params = { .method = "PUT", .key = c->key, .upload_fd = c->fd, .download_fd = -1,
                                 .headers = { { "Content-Type", "application/gzip" } } };
-        r = s3_call(a->curl, &s->s3, &params, on_archive_uploaded, c);
+        r = agent_s3_call(a, &s->s3, &params, on_archive_uploaded, c);
         if (r < 0) {
                 archive_call_free(c);
                 return r;
@@ -458,9 +486,17 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
         if (error >= 0 && status == 404) {
                 _cleanup_close_ int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 r = sd_bus_reply_method_return(c->message, "bh", false, null_fd);
+        } else if (error == -EFBIG) {
+                /* Not a byte of it kept: the spool is emptied now and goes away with the fd. */
+                (void) ftruncate(c->fd, 0);
+                log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-skipped"),
+                           "Archive '%s' is larger than SANDBOX_MAX_ARCHIVE_BYTES (%llu bytes), not restoring it.",
+                           c->key, (unsigned long long) c->agent->config.max_archive_bytes);
+                reply_failed(c->message, error, status, "archive download failed");
+                r = 0;
         } else if (error < 0 || status != 200 || lseek(c->fd, 0, SEEK_SET) < 0) {
-                log_warning("Download of archive '%s' failed: %s%ld", c->key, error < 0 ? "transport error " : "HTTP ",
-                            error < 0 ? (long) -error : status);
+                (void) ftruncate(c->fd, 0);
+                log_failed("Download of archive", c->key, error, status);
                 reply_failed(c->message, error, status, "archive download failed");
                 r = 0;
         } else
@@ -486,8 +522,10 @@ int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf
                 archive_call_free(c);
                 return r;
         }
-        S3CallParams params = { .method = "GET", .key = c->key, .upload_fd = -1, .download_fd = c->fd };
-        r = s3_call(a->curl, conf, &params, on_archive_downloaded, c);
+        /* Bounded like the archives we write; retries start the file over. */
+        S3CallParams params = { .method = "GET", .key = c->key, .upload_fd = -1, .download_fd = c->fd,
+                                .download_max = a->config.max_archive_bytes };
+        r = agent_s3_call(a, conf, &params, on_archive_downloaded, c);
         if (r < 0) {
                 archive_call_free(c);
                 return r;

@@ -5,6 +5,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
+#include "address-policy.h"
 #include "backend-local.h"
 #include "curl-driver.h"
 #include "storage-config.h"
@@ -34,6 +35,7 @@ typedef struct Agent {
         uint64_t n_calls;             /* method calls since start */
         StagedArchive *staged;
         CurlDriver *curl;
+        AddressPolicy address_policy; /* for endpoints the operator did not list */
 } Agent;
 
 /* S3 operations (agent-s3.c). Each replies to 'm' itself, later. */

@@ -25,6 +25,8 @@ struct S3Call {
         char *query[S3_PAIRS_MAX][2];
         char *headers[S3_PAIRS_MAX][2];
         int upload_fd, download_fd;
+        uint64_t download_max;
+        const AddressPolicy *policy;
         unsigned attempt;
         Transfer *transfer;
         sd_event_source *retry_timer;
@@ -90,8 +92,9 @@ static void on_transfer_done(Transfer *t, int error, long status, void *userdata
         S3Call *c = userdata;
 
         /* Transport failures and server errors are retried (with a short backoff); a 4xx is an
-         * answer. */
-        if ((error < 0 || status >= 500) && c->attempt < S3_ATTEMPTS &&
+         * answer, and so are a refused address and a body over the bound (another attempt would
+         * only fetch as much again). */
+        if ((error < 0 || status >= 500) && error != -EPERM && error != -EFBIG && c->attempt < S3_ATTEMPTS &&
             sd_event_add_time_relative(curl_driver_event(c->driver), &c->retry_timer, CLOCK_MONOTONIC,
                                        (uint64_t) c->attempt * 250 * USEC_PER_MSEC, 0, on_retry, c) >= 0) {
                 c->transfer = transfer_free(c->transfer);
@@ -99,6 +102,14 @@ static void on_transfer_done(Transfer *t, int error, long status, void *userdata
         }
         c->callback(c, error, status, t->body ?: "", c->userdata);
         s3_call_free(c);
+}
+
+/* Where the response body goes, its bound, and which addresses the transfer may connect to. */
+static void s3_call_set_target(S3Call *c) {
+        c->transfer->download_fd = c->download_fd;
+        if (c->download_fd >= 0)
+                c->transfer->download_max = c->download_max;
+        c->transfer->policy = c->policy;
 }
 
 static void oss_location_of(const StorageConfig *c, const char *key, OssLocation *ret) {
@@ -158,7 +169,7 @@ static int oss_attempt(S3Call *c, const SigV4Pair *query, size_t nq, const SigV4
                 c->transfer->upload_size = upload_size;
         } else if (streq(c->method, "PUT"))
                 c->transfer->upload_size = 0;
-        c->transfer->download_fd = c->download_fd;
+        s3_call_set_target(c);
         return transfer_start(c->transfer, on_transfer_done, c);
 }
 
@@ -224,7 +235,7 @@ static int s3_attempt(S3Call *c) {
                 c->transfer->upload_fd = c->upload_fd;
                 c->transfer->upload_size = (uint64_t) st.st_size;
         }
-        c->transfer->download_fd = c->download_fd;
+        s3_call_set_target(c);
         return transfer_start(c->transfer, on_transfer_done, c);
 }
 
@@ -236,8 +247,8 @@ int s3_call(CurlDriver *d, const StorageConfig *conf, const S3CallParams *p, S3C
         c = calloc(1, sizeof(S3Call));
         if (!c)
                 return -ENOMEM;
-        *c = (S3Call) { .driver = d, .upload_fd = p->upload_fd, .download_fd = p->download_fd, .callback = cb,
-                        .userdata = userdata };
+        *c = (S3Call) { .driver = d, .upload_fd = p->upload_fd, .download_fd = p->download_fd,
+                        .download_max = p->download_max, .policy = p->policy, .callback = cb, .userdata = userdata };
         c->config = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
         if (storage_config_copy(conf, &c->config) < 0)
                 oom = true;

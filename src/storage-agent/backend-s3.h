@@ -16,7 +16,8 @@
 
 typedef struct S3Call S3Call;
 
-/* error < 0: transport failure after all attempts; else status is the final HTTP status and
+/* error < 0: transport failure after all attempts (-EPERM: the address policy refused every address,
+ * -EFBIG: the download was larger than allowed; neither is retried); else status is the final HTTP status and
  * body the (bounded) response body for non-download calls. */
 typedef void (*S3Callback)(S3Call *call, int error, long status, const char *body, void *userdata);
 
@@ -27,6 +28,8 @@ typedef struct S3CallParams {
         const char *headers[S3_PAIRS_MAX][2];
         int upload_fd;                    /* -1: no body */
         int download_fd;                  /* -1: body into memory */
+        uint64_t download_max;            /* with download_fd: the largest body accepted (else -EFBIG) */
+        const AddressPolicy *policy;      /* borrowed, outlives the call; NULL: any address */
 } S3CallParams;
 
 int s3_call(CurlDriver *d, const StorageConfig *c, const S3CallParams *p, S3Callback cb, void *userdata);

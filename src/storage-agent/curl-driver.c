@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "curl-driver.h"
@@ -42,11 +43,19 @@ static void check_done(CurlDriver *d) {
                 case CURLE_COULDNT_RESOLVE_HOST:
                         error = -EHOSTUNREACH;
                         break;
+                case CURLE_FILESIZE_EXCEEDED: /* Content-Length over CURLOPT_MAXFILESIZE: no body read */
+                        error = -EFBIG;
+                        break;
                 default:
                         error = -EIO;
                 }
                 if (t->download_failed)
                         error = -EIO;
+                if (t->too_large)
+                        error = -EFBIG;
+                /* Every address refused by us: say so rather than "couldn't connect". */
+                if (msg->data.result != CURLE_OK && t->n_refused > 0 && t->n_connected == 0)
+                        error = -EPERM;
                 curl_multi_remove_handle(d->multi, msg->easy_handle);
                 d->running--;
                 t->callback(t, error, status, t->userdata);
@@ -166,6 +175,12 @@ static size_t write_callback(char *ptr, size_t size, size_t nmemb, void *userdat
         size_t n = size * nmemb;
 
         if (t->download_fd >= 0) {
+                /* Without (or despite) a Content-Length: cut the transfer at the bound. */
+                if (n > t->download_max - t->downloaded) {
+                        t->too_large = true;
+                        return 0;
+                }
+                t->downloaded += n;
                 if (write_all(t->download_fd, ptr, n) < 0) {
                         t->download_failed = true;
                         return 0;
@@ -184,6 +199,23 @@ static size_t write_callback(char *ptr, size_t size, size_t nmemb, void *userdat
         return n;
 }
 
+/* Every connection goes through here, with the address actually connected to (after DNS, for each
+ * address tried): the one place where the address policy can't be side-stepped. */
+static curl_socket_t opensocket_callback(void *userdata, curlsocktype purpose, struct curl_sockaddr *address) {
+        Transfer *t = userdata;
+        curl_socket_t fd;
+
+        if (purpose != CURLSOCKTYPE_IPCXN || (t->policy && !address_policy_permits(t->policy, &address->addr,
+                                                                                  address->addrlen))) {
+                t->n_refused++;
+                return CURL_SOCKET_BAD;
+        }
+        fd = socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+        if (fd >= 0)
+                t->n_connected++;
+        return fd < 0 ? CURL_SOCKET_BAD : fd;
+}
+
 static size_t read_callback(char *buffer, size_t size, size_t nitems, void *userdata) {
         Transfer *t = userdata;
         ssize_t k = read(t->upload_fd, buffer, size * nitems);
@@ -197,7 +229,7 @@ int transfer_new(CurlDriver *d, const char *method, const char *url, long connec
         t = calloc(1, sizeof(Transfer));
         if (!t)
                 return -ENOMEM;
-        *t = (Transfer) { .driver = d, .upload_fd = -1, .download_fd = -1 };
+        *t = (Transfer) { .driver = d, .upload_fd = -1, .download_fd = -1, .download_max = UINT64_MAX };
         t->easy = curl_easy_init();
         if (!t->easy) {
                 free(t);
@@ -216,6 +248,10 @@ int transfer_new(CurlDriver *d, const char *method, const char *url, long connec
         curl_easy_setopt(t->easy, CURLOPT_TIMEOUT, total_timeout_sec);
         /* Only what the storage block names: no redirects, no other protocols. */
         curl_easy_setopt(t->easy, CURLOPT_FOLLOWLOCATION, 0L);
+        /* No proxy from the environment either: the address policy judges the server itself. */
+        curl_easy_setopt(t->easy, CURLOPT_PROXY, "");
+        curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETFUNCTION, opensocket_callback);
+        curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETDATA, t);
 #if LIBCURL_VERSION_NUM >= 0x075500
         curl_easy_setopt(t->easy, CURLOPT_PROTOCOLS_STR, "http,https");
 #else
@@ -248,6 +284,9 @@ int transfer_start(Transfer *t, TransferCallback cb, void *userdata) {
                 curl_easy_setopt(t->easy, CURLOPT_READDATA, t);
                 curl_easy_setopt(t->easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t) t->upload_size);
         }
+        /* A Content-Length over the bound is refused before any of the body is read. */
+        if (t->download_fd >= 0 && t->download_max < (uint64_t) INT64_MAX)
+                curl_easy_setopt(t->easy, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) t->download_max);
         /* No "Expect: 100-continue" round trip. */
         if (transfer_add_header(t, "Expect", "") < 0)
                 return -ENOMEM;

@@ -8,11 +8,15 @@
 #include <curl/curl.h>
 #include <systemd/sd-event.h>
 
+#include "address-policy.h"
+
 typedef struct CurlDriver CurlDriver;
 typedef struct Transfer Transfer;
 
-/* error: 0, or a negative errno for transport failures (-ETIMEDOUT, -ECONNREFUSED, -EIO...);
- * status: the HTTP status when a response arrived. */
+/* error: 0, or a negative errno for transport failures (-ETIMEDOUT, -ECONNREFUSED, -EIO...), -EPERM
+ * when every address of the host was refused by the address policy (nothing was connected to),
+ * -EFBIG when the response body was larger than download_max; status: the HTTP status when a
+ * response arrived. */
 typedef void (*TransferCallback)(Transfer *t, int error, long status, void *userdata);
 
 #define TRANSFER_BODY_MAX (8U * 1024U * 1024U)   /* kept response bodies (XML listings, errors) */
@@ -26,7 +30,12 @@ struct Transfer {
         int upload_fd;              /* request body from this fd (borrowed), -1: none */
         uint64_t upload_size;
         int download_fd;            /* response body into this fd (borrowed), -1: into 'body' */
+        uint64_t download_max;      /* bound of the body into download_fd (Content-Length and bytes) */
+        uint64_t downloaded;
         bool download_failed;
+        bool too_large;
+        const AddressPolicy *policy; /* borrowed; NULL: any address (an endpoint the operator listed) */
+        unsigned n_refused, n_connected;
         TransferCallback callback;
         void *userdata;
         char error_buffer[CURL_ERROR_SIZE];

@@ -75,6 +75,12 @@ int main(int argc, char *argv[]) {
                         log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
                         goto finish;
                 }
+                r = address_policy_parse(a->config.storage_allowed_networks, &a->address_policy, &config_error);
+                if (r < 0) {
+                        log_error_errno(r, "Invalid configuration: SANDBOX_STORAGE_ALLOWED_NETWORKS: '%s' is not an "
+                                        "address or network (address/prefix length)", strna(config_error));
+                        goto finish;
+                }
         }
 
         sigemptyset(&ss);

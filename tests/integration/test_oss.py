@@ -13,7 +13,8 @@ import urllib.request
 
 import pytest
 
-from conftest import REPO, create_session, delete_session, fetch, request, run
+from conftest import LOOPBACK_STORAGE, REPO, create_session, delete_session, fetch, request, run
+from conftest import storage_agent_setting
 from conftest import storage_put as put
 
 SERVER = REPO / "tests/storage/s3server/run"
@@ -27,7 +28,8 @@ def oss():
     assert out.returncode == 0, out.stderr
     endpoint = out.stdout.strip().splitlines()[-1]
     assert endpoint.startswith("http://127.0.0.1:"), out.stdout
-    yield endpoint
+    with storage_agent_setting("test-loopback-storage", LOOPBACK_STORAGE):
+        yield endpoint
     subprocess.run([str(SERVER), "stop", data], capture_output=True, timeout=60)
     shutil.rmtree(data, ignore_errors=True)
 

@@ -14,7 +14,8 @@ import urllib.request
 
 import pytest
 
-from conftest import REPO, create_session, delete_session, fetch, request, run
+from conftest import LOOPBACK_STORAGE, REPO, create_session, delete_session, fetch, request, run
+from conftest import storage_agent_setting
 from conftest import storage_put as put
 
 SERVER = REPO / "tests/storage/s3server/run"
@@ -28,7 +29,8 @@ def s3():
     assert out.returncode == 0, out.stderr
     endpoint = out.stdout.strip().splitlines()[-1]
     assert endpoint.startswith("http://127.0.0.1:"), out.stdout
-    yield {"endpoint": endpoint, "data": data}
+    with storage_agent_setting("test-loopback-storage", LOOPBACK_STORAGE):
+        yield {"endpoint": endpoint, "data": data}
     subprocess.run([str(SERVER), "stop", data], capture_output=True, timeout=60)
     shutil.rmtree(data, ignore_errors=True)
 
@@ -150,20 +152,9 @@ def test_credentials_never_reach_the_journal(s3):
 
 
 def test_operator_allowlist_of_storage_endpoints(s3):
-    agent = "scopebox-storage-agent.service"
-    dropin = f"/run/systemd/system/{agent}.d"
-    from conftest import in_system
-    in_system("sh", "-c", f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=SANDBOX_STORAGE_ALLOWED_ENDPOINTS="
-                          f"aws,http://127.0.0.1:1\\n' > {dropin}/test.conf", check=True)
-    in_system("systemctl", "daemon-reload", check=True)
-    in_system("systemctl", "restart", agent, check=True)
-    try:
+    with storage_agent_setting("test", "SANDBOX_STORAGE_ALLOWED_ENDPOINTS=aws,http://127.0.0.1:1"):
         r = put(storage(s3), "mineru/x.pdf", b"x")
         assert r.status == 400 and r.json == {"detail": "storage endpoint not allowed"}, r
         r = request("POST", "/storage/delete", {"key": "mineru/x.pdf", "storage": storage(s3)})
         assert r.status == 400, r
-    finally:
-        in_system("rm", "-rf", dropin)
-        in_system("systemctl", "daemon-reload")
-        in_system("systemctl", "restart", agent)
     assert put(storage(s3), "mineru/x.pdf", b"x").status == 200

@@ -603,9 +603,13 @@ static void test_exec(Env *env) {
         fake_reset(&env->fake);
         roundtrip(env, "POST", "/exec",
                   "{\"session_id\":\"" SID "\",\"code\":\"print(1)\\u0000#\",\"timeout_ms\":2500}",
+                  400, "{\"detail\":\"code contains a NUL byte\"}");
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/exec",
+                  "{\"session_id\":\"" SID "\",\"code\":\"print(1)\\n#\",\"timeout_ms\":2500}",
                   200, exec_ok);
         ASSERT_STREQ(env->fake.session_id, SID);
-        ASSERT_TRUE(env->fake.code_size == 10 && memcmp(env->fake.code, "print(1)\0#", 10) == 0);
+        ASSERT_TRUE(env->fake.code_size == 10 && memcmp(env->fake.code, "print(1)\n#", 10) == 0);
         ASSERT_TRUE(env->fake.timeout_ms == 2500);
         ASSERT_STREQ(env->fake.language, "python3");
 

@@ -204,18 +204,20 @@ static void check_run_bind(const char *body, const char *content_type, const cha
         dify_run_request_done(&b);
 }
 
-static void check_run_bind_fails(const char *body, size_t size, const char *content_type,
+static void check_run_bind_fails(const char *body, size_t size, const char *content_type, int expected_r,
                                  const char *expected) {
         DifyRunRequest b = {};
         char *message = NULL;
 
-        ASSERT_TRUE(dify_run_request_bind(body, size, content_type, &b, &message) == -EINVAL);
+        ASSERT_TRUE(dify_run_request_bind(body, size, content_type, &b, &message) == expected_r);
         ASSERT_STREQ(message, expected);
         free(message);
         dify_run_request_done(&b);
 }
 
-#define FAILS(body, type, expected) check_run_bind_fails(body, strlen(body), type, expected)
+#define FAILS(body, type, expected) check_run_bind_fails(body, strlen(body), type, -EINVAL, expected)
+/* A string field refused for what it holds: 400 whatever the media type. */
+#define REFUSES(body, type, expected) check_run_bind_fails(body, sizeof(body) - 1, type, -EBADMSG, expected)
 
 static void test_bind(void) {
         const char *json = "application/json", *form = "application/x-www-form-urlencoded";
@@ -242,11 +244,21 @@ static void test_bind(void) {
         check_run_bind("language=nodejs&code=1&enable_network=&preload=",
                        "application/x-www-form-urlencoded; charset=utf-8", "nodejs", "1", "", false);
 
-        /* The code keeps what JSON can carry, NUL included. */
+        /* A NUL would cut the value it is in: refused, never bound as the text before it (the JSON
+         * parser may already refuse it). */
         ASSERT_TRUE(dify_run_request_bind("{\"language\":\"python3\",\"code\":\"a\\u0000b\"}", 40, json, &b,
-                                          &message) == 0);
-        ASSERT_TRUE(b.code.size == 3 && memcmp(b.code.data, "a\0b", 3) == 0);
+                                          &message) < 0);
+        message = mfree(message);
         dify_run_request_done(&b);
+        ASSERT_TRUE(dify_run_request_bind("{\"language\":\"python3\\u0000junk\",\"code\":\"x\"}", 43, json,
+                                          &b, &message) < 0);
+        message = mfree(message);
+        dify_run_request_done(&b);
+        REFUSES("language=python3%00junk&code=x", form, "language contains a NUL byte");
+        REFUSES("language=python3&code=a%00b", form, "code contains a NUL byte");
+        REFUSES("language=python3&code=x&preload=%00", form, "preload contains a NUL byte");
+        REFUSES("language=py\0thon3&code=x", form, "language contains a NUL byte");
+        REFUSES("language=python3&code=x&lang%00uage=x", form, "form field name contains a NUL byte");
 
         FAILS("", json, "request body is empty");
         FAILS("{\"language\"", json, "invalid JSON body");
@@ -274,33 +286,39 @@ static void test_bind(void) {
               "invalid semicolon separator in the form body");
         FAILS("language=python3&code=x&enable_network=yes", "application/x-www-form-urlencoded",
               "enable_network must be a boolean");
-        FAILS("language=python3&code=%ff", "application/x-www-form-urlencoded", "code is not valid UTF-8");
+        REFUSES("language=python3&code=%ff", "application/x-www-form-urlencoded", "code is not valid UTF-8");
 
         /* gin's BindJSON answers 400 (Content-Type exactly application/json), the other binders 200. */
-        ASSERT_EQ(dify_bind_failure_status("application/json"), 400);
-        ASSERT_EQ(dify_bind_failure_status("application/json; charset=utf-8"), 200);
-        ASSERT_EQ(dify_bind_failure_status("application/x-www-form-urlencoded"), 200);
-        ASSERT_EQ(dify_bind_failure_status(NULL), 200);
+        ASSERT_EQ(dify_bind_failure_status("application/json", -EINVAL), 400);
+        ASSERT_EQ(dify_bind_failure_status("application/json; charset=utf-8", -EINVAL), 200);
+        ASSERT_EQ(dify_bind_failure_status("application/x-www-form-urlencoded", -EINVAL), 200);
+        ASSERT_EQ(dify_bind_failure_status(NULL, -EINVAL), 200);
+        ASSERT_EQ(dify_bind_failure_status("application/x-www-form-urlencoded", -EBADMSG), 400);
+        ASSERT_EQ(dify_bind_failure_status(NULL, -EBADMSG), 400);
 
         /* The dependency resources: the query unless the body is JSON. */
-        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, "python3", &l, &message) == 0);
+        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, "python3", 7, &l, &message) == 0);
         ASSERT_STREQ(l.language.data, "python3");
         dify_language_request_done(&l);
         ASSERT_TRUE(dify_language_request_bind("language=nodejs", 15, "application/x-www-form-urlencoded",
-                                               "python3", &l, &message) == 0);
+                                               "python3", 7, &l, &message) == 0);
         ASSERT_STREQ(l.language.data, "nodejs");
         dify_language_request_done(&l);
-        ASSERT_TRUE(dify_language_request_bind("{\"language\":\"nodejs\"}", 21, json, "python3", &l,
+        ASSERT_TRUE(dify_language_request_bind("{\"language\":\"nodejs\"}", 21, json, "python3", 7, &l,
                                                &message) == 0);
         ASSERT_STREQ(l.language.data, "nodejs");
         dify_language_request_done(&l);
-        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, NULL, &l, &message) == -EINVAL);
+        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, NULL, 0, &l, &message) == -EINVAL);
         ASSERT_STREQ(message, "language is required");
         message = mfree(message);
-        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, "", &l, &message) == -EINVAL);
+        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, "", 0, &l, &message) == -EINVAL);
         message = mfree(message);
-        ASSERT_TRUE(dify_language_request_bind(NULL, 0, json, "python3", &l, &message) == -EINVAL);
+        ASSERT_TRUE(dify_language_request_bind(NULL, 0, json, "python3", 7, &l, &message) == -EINVAL);
         ASSERT_STREQ(message, "request body is empty");
+        message = mfree(message);
+        /* The query argument with its length: "python3%00junk" is no "python3". */
+        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, "python3\0junk", 12, &l, &message) == -EBADMSG);
+        ASSERT_STREQ(message, "language contains a NUL byte");
         message = mfree(message);
         dify_language_request_done(&l);
 
@@ -718,13 +736,13 @@ static void test_answers_before_the_call(void) {
         }
 
         /* The dependency resources: python3 only. */
-        check_dispatch(&s, "GET", DEPS_PATH, H(API_KEY("k"), .language = "nodejs"),
+        check_dispatch(&s, "GET", DEPS_PATH, H(API_KEY("k"), .language = "nodejs", .language_size = 6),
                        NULL, 400, ERROR_BODY("-400", "unsupported language"));
         check_dispatch(&s, "GET", DEPS_REFRESH, H(API_KEY("k")), NULL,
                        200, ERROR_BODY("-400", "language is required"));
         check_dispatch(&s, "POST", DEPS_UPDATE, JSON_HEADERS(), "{\"language\":\"nodejs\"}",
                        400, ERROR_BODY("-400", "unsupported language"));
-        req = dispatch(&s, "GET", DEPS_PATH, H(API_KEY("k"), .language = "python3"),
+        req = dispatch(&s, "GET", DEPS_PATH, H(API_KEY("k"), .language = "python3", .language_size = 7),
                        NULL);
         ASSERT_TRUE(req->response->status == 200);
         ASSERT_TRUE(startswith(req->response->body,

@@ -126,9 +126,10 @@ static void test_request(void) {
 #define NIHAO "\xe4\xbd\xa0\xe5\xa5\xbd"
         check_refused(BODY(",\"code\":\"" NIHAO NIHAO NIHAO "\""), 413, DETAIL("code too large"));
 #undef NIHAO
-        /* NULs count, and are kept. */
-        ASSERT_TRUE(parse(BODY(",\"code\":\"a\\u0000b\""), &c, &x, NULL) == 200);
-        ASSERT_TRUE(x.code_size == 3 && memcmp(x.code, "a\0b", 3) == 0);
+        /* A NUL is refused, never cut at. */
+        check_refused(BODY(",\"code\":\"a\\u0000b\""), 400, DETAIL("code contains a NUL byte"));
+        ASSERT_TRUE(parse(BODY(",\"code\":\"a\\u0001b\""), &c, &x, NULL) == 200);
+        ASSERT_TRUE(x.code_size == 3 && memcmp(x.code, "a\1b", 3) == 0);
         ASSERT_STREQ(x.session_id, SID);
         ASSERT_TRUE(parse(BODY(",\"code\":\"\""), &c, &x, NULL) == 200);
         ASSERT_TRUE(x.code_size == 0);

@@ -402,8 +402,20 @@ static void test_request_begin(void) {
         server_done(&s);
 }
 
-static void check_framing(Server *s, const HttpRequestHeaders *h, unsigned status, const char *body) {
-        HttpRequest *req = begin_headers(s, "POST", "/exec", h);
+static HttpRequest *begin_target(Server *s, const char *method, const char *path, const char *raw,
+                                  const HttpRequestHeaders *h) {
+        HttpRequest *req = NULL;
+
+        ASSERT_TRUE(http_request_new(s, NULL, NULL, method, path, &req) == 0);
+        if (raw)
+                ASSERT_TRUE(http_request_set_raw_target(req, raw) == 0);
+        ASSERT_TRUE(http_request_begin(req, h) == 0);
+        return req;
+}
+
+static void check_target(Server *s, const char *method, const char *path, const char *raw,
+                         const HttpRequestHeaders *h, unsigned status, const char *body) {
+        HttpRequest *req = begin_target(s, method, path, raw, h);
 
         if (status == 0)
                 ASSERT_TRUE(!req->response && req->state == HTTP_REQUEST_RECEIVING);
@@ -413,6 +425,11 @@ static void check_framing(Server *s, const HttpRequestHeaders *h, unsigned statu
         }
         http_request_free(req);
 }
+
+static void check_framing(Server *s, const HttpRequestHeaders *h, unsigned status, const char *body) {
+        check_target(s, "POST", "/exec", NULL, h, status, body);
+}
+
 
 static void test_request_framing(void) {
         const HttpRequestHeaders base = {
@@ -461,6 +478,68 @@ static void test_request_framing(void) {
         /* A repeated Authorization is no key, even the right one twice. */
         h = base, h.n_authorization = 2;
         check_framing(&s, &h, 401, "{\"error\":\"unauthorized\"}");
+
+        server_done(&s);
+}
+
+/* Nothing that libmicrohttpd hands over as a C string may end early at a NUL: 400, naming the field. */
+static void test_request_fields(void) {
+        const char *id = "0123456789abcdef0123456789abcdef";
+        const HttpRequestHeaders base = {
+                .n = 3, .bytes = 100, .target_bytes = 5,
+                .n_authorization = 1, .authorization = "Bearer k", .authorization_size = 8,
+        };
+        char path[64], raw[64];
+        HttpRequestHeaders h;
+        Server s;
+
+        ASSERT_TRUE(!http_text_check("python3", 7) && !http_text_check(NULL, 0) && !http_text_check("", 0));
+        ASSERT_STREQ(http_text_check("python3\0junk", 12), "contains a NUL byte");
+        ASSERT_STREQ(http_text_check("\xff", 1), "is not valid UTF-8");
+        ASSERT_STREQ(http_text_check("\xc3", 1), "is not valid UTF-8");
+        ASSERT_TRUE(!http_text_check("\xc3\xa4", 2));
+
+        server_init(&s, 1000, 1ULL << 30, "k");
+
+        /* DELETE /sessions/<id>%00 is no DELETE /sessions/<id>. */
+        (void) snprintf(path, sizeof(path), "/sessions/%s", id);
+        (void) snprintf(raw, sizeof(raw), "/sessions/%s", id);
+        check_target(&s, "DELETE", path, raw, &base, 0, NULL);
+        (void) snprintf(raw, sizeof(raw), "/sessions/%s%%00", id);
+        check_target(&s, "DELETE", path, raw, &base, 400, "{\"detail\":\"path contains a NUL byte\"}");
+        (void) snprintf(raw, sizeof(raw), "/sessions/%s%%00junk?x=1", id);
+        check_target(&s, "DELETE", path, raw, &base, 400, "{\"detail\":\"path contains a NUL byte\"}");
+        /* "%2500" is the text "%00", and a %00 in the query is judged as a query parameter. */
+        check_target(&s, "POST", "/exec", "/exec?a=%2500", &base, 0, NULL);
+        check_target(&s, "POST", "/exec", "/exec?a=%00", &base, 0, NULL);
+        check_target(&s, "POST", "/exe%00c", "/exe%00c", &base, 400, "{\"detail\":\"path contains a NUL byte\"}");
+        /* Invalid UTF-8, seen in the decoded path. */
+        check_target(&s, "GET", "/sessions/\xff", NULL, &base, 400,
+                     "{\"detail\":\"path is not valid UTF-8\"}");
+        check_target(&s, "GET", "/nope\xc3", "/nope%c3", &base, 400, "{\"detail\":\"path is not valid UTF-8\"}");
+        check_target(&s, "GET", "/n\xc3\xa4", NULL, &base, 404, "{\"detail\":\"Not Found\"}");
+
+        /* Fields the header scan refused: after auth (a stranger learns nothing), before the route. */
+        h = base;
+        (void) snprintf(h.refused, sizeof(h.refused), "query parameter \"language\"");
+        h.refused_reason = "contains a NUL byte";
+        check_target(&s, "POST", "/exec", NULL, &h, 400,
+                     "{\"detail\":\"query parameter \\\"language\\\" contains a NUL byte\"}");
+        check_target(&s, "GET", "/nope", NULL, &h, 400,
+                     "{\"detail\":\"query parameter \\\"language\\\" contains a NUL byte\"}");
+        h.n_authorization = 0;
+        check_target(&s, "POST", "/exec", NULL, &h, 401, "{\"error\":\"unauthorized\"}");
+
+        /* The dify-sandbox API answers in its envelope. */
+        h = (HttpRequestHeaders) { .n = 3, .bytes = 100, .n_api_key = 1, .api_key = "k", .api_key_size = 1 };
+        (void) snprintf(h.refused, sizeof(h.refused), "query parameter \"language\"");
+        h.refused_reason = "contains a NUL byte";
+        check_target(&s, "GET", "/v1/sandbox/dependencies", NULL, &h, 400,
+                     "{\"code\":-400,\"message\":\"query parameter \\\"language\\\" contains a NUL byte\","
+                     "\"data\":null}");
+        h.refused_reason = NULL;
+        check_target(&s, "GET", "/v1/sandbox/dependencies", "/v1/sandbox/dependencies%00", &h, 400,
+                     "{\"code\":-400,\"message\":\"path contains a NUL byte\",\"data\":null}");
 
         server_done(&s);
 }
@@ -629,6 +708,7 @@ int main(void) {
         RUN(test_request_begin);
         RUN(test_request_framing);
         RUN(test_field_validity);
+        RUN(test_request_fields);
         RUN(test_body);
         RUN(test_dispatch);
         return 0;

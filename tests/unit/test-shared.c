@@ -2,7 +2,9 @@
 /* Unit tests of src/shared: base64, ids, mime table, parsing, UTF-8, secrets, JSON, config. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base64.h"
@@ -321,6 +323,127 @@ static void test_json_strict(void) {
         ASSERT_EQ(json_validate_strict("[[[[1]]]]", strlen("[[[[1]]]]"), 3), -E2BIG);
 }
 
+static uint64_t test_now_usec(void) {
+        struct timespec ts;
+
+        ASSERT_EQ(clock_gettime(CLOCK_MONOTONIC, &ts), 0);
+        return (uint64_t) ts.tv_sec * 1000000U + (uint64_t) ts.tv_nsec / 1000U;
+}
+
+/* {"k0000000":0,...}: n members, the last one named like the first when 'duplicate'. */
+static char *json_many_keys(size_t n, bool duplicate, size_t *ret_len) {
+        char *buf = malloc(n * 16 + 2), *p = buf;
+
+        ASSERT_TRUE(buf);
+        *p++ = '{';
+        for (size_t i = 0; i < n; i++)
+                p += sprintf(p, "%s\"k%07zu\":0", i > 0 ? "," : "", duplicate && i == n - 1 ? (size_t) 0 : i);
+        *p++ = '}';
+        *ret_len = (size_t) (p - buf);
+        return buf;
+}
+
+static void test_json_strict_bounds(void) {
+        static const JsonLimits unbounded = { .depth_max = JSON_DEPTH_MAX, .members_max = SIZE_MAX,
+                                              .tokens_max = SIZE_MAX };
+        _cleanup_free_ char *many = NULL, *dup = NULL, *members = NULL, *tokens = NULL;
+        json_object *o = NULL;
+        uint64_t t;
+        size_t n, m;
+
+        /* The body of issue 14: a million members, 12 MB. Refused at the bound, at once. */
+        many = json_many_keys(1000000, false, &n);
+        t = test_now_usec();
+        ASSERT_EQ(json_validate_strict(many, n, JSON_DEPTH_MAX), -E2BIG);
+        printf("# 1,000,000-key object (%zu bytes) refused in %.3f ms\n", n, (test_now_usec() - t) / 1000.0);
+        t = test_now_usec();
+        ASSERT_EQ(json_parse(many, n, JSON_DEPTH_MAX, &o), -E2BIG);
+        printf("# json_parse() of it refused in %.3f ms\n", (test_now_usec() - t) / 1000.0);
+        ASSERT_TRUE(o == NULL);
+
+        /* Without the bounds the duplicate check is still not quadratic: all keys checked. */
+        t = test_now_usec();
+        ASSERT_EQ(json_validate_strict_limits(many, n, &unbounded), 0);
+        printf("# 1,000,000 distinct keys validated without bounds in %.3f ms\n", (test_now_usec() - t) / 1000.0);
+        dup = json_many_keys(1000000, true, &n);
+        t = test_now_usec();
+        ASSERT_EQ(json_validate_strict_limits(dup, n, &unbounded), -ENOTUNIQ);
+        printf("# 1,000,000 keys, the last a duplicate of the first, refused in %.3f ms\n",
+               (test_now_usec() - t) / 1000.0);
+
+        /* Exactly at the bounds passes, one more is refused. */
+        members = json_many_keys(JSON_MEMBERS_MAX, false, &m);
+        ASSERT_EQ(json_validate_strict(members, m, JSON_DEPTH_MAX), 0);
+        members = mfree(members);
+        members = json_many_keys(JSON_MEMBERS_MAX + 1, false, &m);
+        ASSERT_EQ(json_validate_strict(members, m, JSON_DEPTH_MAX), -E2BIG);
+        tokens = malloc(2 * JSON_TOKENS_MAX + 2);
+        ASSERT_TRUE(tokens);
+        tokens[0] = '[';
+        for (size_t i = 0; i < JSON_TOKENS_MAX; i++) {
+                tokens[1 + 2 * i] = '0';
+                tokens[2 + 2 * i] = ',';
+        }
+        tokens[2 * JSON_TOKENS_MAX] = ']';          /* JSON_TOKENS_MAX zeros and the array */
+        ASSERT_EQ(json_validate_strict(tokens, 2 * JSON_TOKENS_MAX + 1, JSON_DEPTH_MAX), -E2BIG);
+        tokens[2 * JSON_TOKENS_MAX - 2] = ']';      /* one zero less */
+        ASSERT_EQ(json_validate_strict(tokens, 2 * JSON_TOKENS_MAX - 1, JSON_DEPTH_MAX), 0);
+        /* Keys count too: half as many members of small objects. */
+        ASSERT_EQ(json_validate_strict("{\"a\":{\"b\":1}}", strlen("{\"a\":{\"b\":1}}"),
+                                       JSON_DEPTH_MAX), 0);
+        ASSERT_EQ(json_validate_strict_limits("{\"a\":{\"b\":1}}", strlen("{\"a\":{\"b\":1}}"),
+                                              &(const JsonLimits) { 32, 16, 4 }), -E2BIG);
+        ASSERT_EQ(json_validate_strict_limits("{\"a\":{\"b\":1}}", strlen("{\"a\":{\"b\":1}}"),
+                                              &(const JsonLimits) { 32, 16, 5 }), 0);
+}
+
+static void test_json_strict_text(void) {
+        /* In member names \u0000 is refused (a C string would alias another member); in values
+         * it is kept for the resource to refuse, naming the field. */
+        static const char *const nul[] = {
+                "{\"a\\u0000\":1}", "{\"code\\u0000x\":1}", "[\"x\",{\"k\\u0000\":[1]}]",
+        };
+        static const char *const nul_values[] = {
+                "\"\\u0000\"", "\"a\\u0000b\"", "{\"code\":\"print(1)\\u0000junk\"}", "[\"x\",{\"k\":[\"\\u0000\"]}]",
+        };
+        static const char raw_nul[] = "{\"code\":\"print(1)\0junk\"}";
+        static const char *const bad_utf8[] = {
+                "\"\xff\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xe2\x82\"", "\"\xf4\x90\x80\x80\"",
+                "{\"\x80\":1}", "\"\xc3\xa9\xa9\"",
+        };
+        static const char *const good[] = {
+                "\"\\u0001\"", "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "{\"\xc3\xa9\":\"\\u00e9\"}",
+        };
+        json_object *o = NULL;
+
+        for (size_t i = 0; i < ELEMENTSOF(nul); i++) {
+                ASSERT_EQ(json_validate_strict(nul[i], strlen(nul[i]), JSON_DEPTH_MAX), -EILSEQ);
+                ASSERT_EQ(json_parse(nul[i], strlen(nul[i]), JSON_DEPTH_MAX, &o), -EILSEQ);
+                ASSERT_TRUE(o == NULL);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(nul_values); i++) {
+                ASSERT_EQ(json_validate_strict(nul_values[i], strlen(nul_values[i]), JSON_DEPTH_MAX), 0);
+                ASSERT_EQ(json_parse(nul_values[i], strlen(nul_values[i]), JSON_DEPTH_MAX, &o), 0);
+                json_object_put(o);
+                o = NULL;
+        }
+        /* A raw NUL is a control character: not JSON at all. */
+        ASSERT_EQ(json_validate_strict(raw_nul, sizeof(raw_nul) - 1, JSON_DEPTH_MAX), -EBADMSG);
+        for (size_t i = 0; i < ELEMENTSOF(bad_utf8); i++)
+                ASSERT_EQ(json_validate_strict(bad_utf8[i], strlen(bad_utf8[i]), JSON_DEPTH_MAX), -EBADMSG);
+        for (size_t i = 0; i < ELEMENTSOF(good); i++)
+                ASSERT_EQ(json_validate_strict(good[i], strlen(good[i]), JSON_DEPTH_MAX), 0);
+        /* Keys compare decoded, whatever the spelling. */
+        ASSERT_EQ(json_validate_strict("{\"\\u00e9\":1,\"\xc3\xa9\":2}", strlen("{\"\\u00e9\":1,\"\xc3\xa9\":2}"),
+                                       JSON_DEPTH_MAX), -ENOTUNIQ);
+        ASSERT_EQ(json_validate_strict("{\"a\\/\":1,\"a/\":2}", strlen("{\"a\\/\":1,\"a/\":2}"),
+                                       JSON_DEPTH_MAX), -ENOTUNIQ);
+        ASSERT_EQ(json_validate_strict("{\"ab\":1,\"a\":2,\"abc\":3}", strlen("{\"ab\":1,\"a\":2,\"abc\":3}"),
+                                       JSON_DEPTH_MAX), 0);
+        ASSERT_STREQ(json_strict_error_to_string(-EILSEQ), "NUL (\\u0000) in a JSON member name");
+        ASSERT_TRUE(json_strict_error_to_string(-EPERM) == NULL);
+}
+
 static void test_json_dispatch(void) {
         struct {
                 const char *s;
@@ -466,6 +589,8 @@ int main(int argc, char *argv[]) {
         RUN(test_secret_equal);
         RUN(test_json_parse);
         RUN(test_json_strict);
+        RUN(test_json_strict_bounds);
+        RUN(test_json_strict_text);
         RUN(test_json_dispatch);
         RUN(test_config);
         if (argc > 1) {

@@ -122,3 +122,18 @@ def dribble(sock, byte=b"a", interval=1.0, limit=40, meanwhile=None):
         if meanwhile:
             meanwhile(time.monotonic() - start)
     return None
+
+
+def served_again(timeout=10):
+    """Waits until /healthz is answered again (after a test held connection slots), at most
+    'timeout' seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            r = conftest.request("GET", "/healthz", key=None, timeout=5)
+            assert r.status == 200, r
+            return
+        except (AssertionError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

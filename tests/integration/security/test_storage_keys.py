@@ -337,9 +337,9 @@ def test_discard_with_a_hostile_archive_key_deletes_only_the_sessions_archive(ar
 class Listener:
     """A TCP port on the loopback that counts the connections made to it and closes each at once."""
 
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+    def __init__(self, family=socket.AF_INET, host="127.0.0.1"):
+        self.sock = socket.socket(family)
+        self.sock.bind((host, 0))
         self.sock.listen(64)
         self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
@@ -354,8 +354,11 @@ class Listener:
                 conn, _ = self.sock.accept()
             except OSError:
                 continue
-            self.count += 1
-            conn.close()
+            self.handle(conn)
+
+    def handle(self, conn):
+        self.count += 1
+        conn.close()
 
     def close(self):
         self.stop = True

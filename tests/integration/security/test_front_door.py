@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The front door serves everyone while one client abuses it (issue 14): a JSON body with a million
+members is refused without stopping the event loop, a NUL in a JSON string is refused rather than
+cutting the string short, and connections from the whole loopback range count as one peer."""
+import json
+import socket
+import threading
+import time
+
+from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
+from conftest import create_session, delete_session, request, run
+from rawhttp import HOST, PORT, Reader, auth, connect, head, served_again
+
+CONNECTIONS_PER_PEER = 64
+JSON_INVALID = {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}
+
+
+def many_keys_body(session_id, n):
+    members = b",".join(b'"k%07d":0' % i for i in range(n))
+    return b'{"session_id":"' + session_id.encode() + b'","code":"print(1)",' + members + b"}"
+
+
+def test_million_key_body_is_refused_while_others_are_served(sibling):
+    body = many_keys_body(sibling, 1_000_000)
+    answer = {}
+
+    def abuse():
+        with connect(timeout=120) as s:
+            s.sendall(head("POST", "/exec", [auth(), ("Content-Type", "application/json"),
+                                             ("Content-Length", str(len(body))), ("Connection", "close")]))
+            start = time.monotonic()
+            s.sendall(body)
+            sent = time.monotonic()
+            answer["response"] = Reader(s).final()
+            answer["after_send"] = time.monotonic() - sent
+            answer["total"] = time.monotonic() - start
+
+    abuser = threading.Thread(target=abuse)
+    abuser.start()
+    served = []
+    try:
+        # Another client's requests, answered normally while the body arrives and is refused.
+        while abuser.is_alive() or not served:
+            t = time.monotonic()
+            assert request("GET", "/healthz", key=None, timeout=10).status == 200
+            sid = create_session()
+            try:
+                assert run(sid, "print(6 * 7)", timeout_ms=10000)["stdout"] == "42\n"
+            finally:
+                delete_session(sid)
+            served.append(time.monotonic() - t)
+    finally:
+        abuser.join(timeout=120)
+    status, _, raw = answer["response"]
+    print(f"\n{len(body)} bytes, 1,000,000 keys: refused {answer['after_send'] * 1000:.1f} ms after the "
+          f"last byte was sent ({answer['total'] * 1000:.1f} ms with the upload); meanwhile "
+          f"{len(served)} rounds of healthz/create/exec/delete, the slowest {max(served) * 1000:.0f} ms")
+    assert status == 422, raw
+    assert json.loads(raw) == JSON_INVALID
+
+
+def test_nul_in_a_json_string_is_refused(sibling):
+    # It used to run as print(1): the string was cut at the NUL.
+    r = request("POST", "/exec", raw=b'{"session_id":"' + sibling.encode() + b'","code":"print(1)\\u0000junk"}',
+                headers={"Content-Type": "application/json"})
+    assert r.status == 400 and r.json == {"detail": "code contains a NUL byte"}, r
+    # In a key it would alias another member ("code\u0000x" is "code" as a C string).
+    r = request("POST", "/exec", raw=b'{"session_id":"' + sibling.encode() + b'","code":"print(1)","x\\u0000":1}',
+                headers={"Content-Type": "application/json"})
+    assert r.status == 400 and r.json == {"detail": "the JSON body contains a NUL (\\u0000) in a member name"}, r
+    # Still a plain exec without it.
+    assert run(sibling, "print(1)")["stdout"] == "1\n"
+
+
+def connect_from(source):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.bind((source, 0))
+    s.connect((HOST, PORT))
+    return s
+
+
+def test_loopback_range_counts_as_one_peer():
+    # Any local process may bind any 127.x address: 300 idle connections from 99 of them.
+    held = []
+    try:
+        for i in range(300):
+            try:
+                held.append(connect_from(f"127.0.0.{2 + i % 99}"))
+            except OSError:
+                pass  # the listen backlog overflowing counts as refused too
+        time.sleep(1)
+        still_open = [s for s in held if not Reader(s).closed(timeout=0.05)]
+        print(f"\n{len(held)} connections from 127.0.0.2-100 accepted, {len(still_open)} left open")
+        assert 0 < len(still_open) <= CONNECTIONS_PER_PEER, len(still_open)
+        # The ones left open work.
+        still_open[0].sendall(head("GET", "/healthz", [("Connection", "close")]))
+        assert Reader(still_open[0]).response()[0] == 200
+    finally:
+        for s in held:
+            s.close()
+    # Room again once they are gone.
+    served_again()
