@@ -101,20 +101,26 @@ STORAGE_AGENT = "scopebox-storage-agent.service"
 
 
 @contextlib.contextmanager
-def storage_agent_setting(name, assignment):
-    """The storage agent restarted with 'VAR=value' in its environment, the way an operator sets one
-    for that daemon alone (a drop-in's Environment=, docs/configuration.md); undone afterwards."""
-    path = f"/run/systemd/system/{STORAGE_AGENT}.d/{name}.conf"
-    in_system("sh", "-c", f"mkdir -p {os.path.dirname(path)} && printf '[Service]\\nEnvironment=%s\\n' "
-                          f"'{assignment}' > {path}", check=True)
+def unit_environment(unit, name, assignments):
+    """The unit restarted with each 'VAR=value' of assignments in its environment, the way an
+    operator sets one for that daemon alone (a runtime drop-in's Environment=,
+    docs/configuration.md); the drop-in is removed and the unit restarted afterwards."""
+    path = f"/run/systemd/system/{unit}.d/{name}.conf"
+    lines = "".join(f"Environment={a}\\n" for a in assignments)
+    in_system("sh", "-c", f"mkdir -p {os.path.dirname(path)} && printf '[Service]\\n{lines}' > {path}", check=True)
     in_system("systemctl", "daemon-reload", check=True)
-    in_system("systemctl", "restart", STORAGE_AGENT, check=True)
+    in_system("systemctl", "restart", unit, check=True)
     try:
         yield
     finally:
         in_system("rm", "-f", path)
         in_system("systemctl", "daemon-reload")
-        in_system("systemctl", "restart", STORAGE_AGENT)
+        in_system("systemctl", "restart", unit)
+
+
+def storage_agent_setting(name, assignment):
+    """The storage agent restarted with 'VAR=value' in its environment; undone afterwards."""
+    return unit_environment(STORAGE_AGENT, name, [assignment])
 
 
 # The S3/OSS test server listens on the loopback, an internal address that storage blocks of

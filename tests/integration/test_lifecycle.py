@@ -2,31 +2,18 @@
 """Session lifecycle under load and failure: serialized execs, queue timeouts, the workspace
 quota, restarts of each daemon with live sessions, and runners that die."""
 import concurrent.futures
-import contextlib
 import json
 import time
 
-from conftest import create_session, delete_session, in_system, request, run
+from conftest import create_session, delete_session, in_system, request, run, unit_environment
 
 MANAGER = "scopebox-session-manager.service"
-DROPIN_DIR = f"/run/systemd/system/{MANAGER}.d"
 
 
-@contextlib.contextmanager
 def manager_environment(**env):
     """Run the session manager with extra settings (a runtime drop-in), then restore it. Both
     restarts keep the live sessions: that is part of what is tested."""
-    lines = "\\n".join(f"Environment={k}={v}" for k, v in env.items())
-    in_system("sh", "-c", f"mkdir -p {DROPIN_DIR} && printf '[Service]\\n{lines}\\n' > {DROPIN_DIR}/test.conf",
-              check=True)
-    in_system("systemctl", "daemon-reload", check=True)
-    in_system("systemctl", "restart", MANAGER, check=True)
-    try:
-        yield
-    finally:
-        in_system("rm", "-rf", DROPIN_DIR)
-        in_system("systemctl", "daemon-reload")
-        in_system("systemctl", "restart", MANAGER)
+    return unit_environment(MANAGER, "test", [f"{k}={v}" for k, v in env.items()])
 
 
 def test_parallel_execs_on_one_session_never_interleave(session):

@@ -373,6 +373,12 @@ static bool module_list_is_valid(const char *s) {
 
 static void runner_warm_schedule(Runner *r);
 
+/* No preparing until runner_warm_schedule() is called again (an exec or a file operation runs). */
+static void runner_warm_hold(Runner *r) {
+        if (r->warm_timer)
+                (void) sd_event_source_set_enabled(r->warm_timer, SD_EVENT_OFF);
+}
+
 static int runner_handle_init(Runner *r, json_object *req) {
         struct {
                 int64_t uid, gid, workspace_size, tmp_size, cpus_percent, backstop_sec;
@@ -849,8 +855,7 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         if (r->exec)
                 return runner_send_error(r, r->connection_generation, EBUSY, "an exec is already running");
         /* Busy again: no preparing while this one runs (it is scheduled anew when it ends). */
-        if (r->warm_timer)
-                (void) sd_event_source_set_enabled(r->warm_timer, SD_EVENT_OFF);
+        runner_warm_hold(r);
         if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         q = json_dispatch(req, fields, &p, &jerr);
@@ -1111,8 +1116,7 @@ static int on_warm_timer(sd_event_source *s, uint64_t usec, void *userdata) {
  * or restore operation is about to work on the session's files, and no process of the session
  * may exist meanwhile. runner_warm_schedule() prepares one again afterwards. */
 static void runner_end_prepared(Runner *r) {
-        if (r->warm_timer)
-                (void) sd_event_source_set_enabled(r->warm_timer, SD_EVENT_OFF);
+        runner_warm_hold(r);
         r->warm = warm_free(r->warm);
 }
 

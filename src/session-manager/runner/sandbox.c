@@ -167,7 +167,8 @@ static int bind_mount(const char *src, const char *dst, unsigned long extra) {
 
         if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
                 return -errno;
-        /* The top mount the old way first: some kernels refuse attributes on a file bind. */
+        /* The top mount gets exactly these flags (a remount sets them all and clears the rest, as
+         * before); mount_setattr() then adds them to every mount below it. */
         if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | extra, NULL) < 0)
                 return -errno;
         if (syscall(SYS_mount_setattr, AT_FDCWD, dst, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr, sizeof(attr)) >= 0)
