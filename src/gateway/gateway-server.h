@@ -89,6 +89,7 @@ struct Server {
         unsigned n_dify_runs;          /* dify-sandbox runs between acceptance and their result
                                         * (MAX_REQUESTS), queued in the manager or running */
         uint64_t body_bytes;           /* request body bytes reserved by all requests */
+        uint64_t response_bytes;       /* bytes of responses handed to libmicrohttpd, not yet let go */
         uint64_t body_budget;
 
         HttpConnection *connections;   /* every open connection of every daemon */

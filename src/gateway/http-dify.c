@@ -16,6 +16,7 @@
 #include "bus-client.h"
 #include "http-dify.h"
 #include "http-router.h"
+#include "http-stream.h"
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -542,9 +543,9 @@ int dify_error_compose(int32_t exit_code, const char *sandbox_message, const cha
 }
 
 int dify_result_compose(const DifyResult *r, const void *data, size_t data_size, HttpResponse **ret) {
-        _cleanup_(json_writer_done) JsonWriter out = {}, err_text = {}, error = {};
-        const char *d = data ?: "";
-        const char *stderr_text;
+        _cleanup_(http_stream_freep) HttpStream *s = NULL;
+        _cleanup_(json_writer_done) JsonWriter error = {};
+        const char *d = data ?: "", *stderr_raw;
         char message[64];
         int32_t exit_code;
         int k;
@@ -555,33 +556,36 @@ int dify_result_compose(const DifyResult *r, const void *data, size_t data_size,
 
         if (r->stdout_size > data_size || r->stderr_size > data_size - r->stdout_size)
                 return -EBADMSG;
+        stderr_raw = d + r->stdout_size;
 
-        /* stderr as clients see it, so that "error" repeats exactly that. */
-        k = json_writer_append_text_lossy(&err_text, d + r->stdout_size, r->stderr_size);
-        if (k < 0)
-                return k;
-
+        /* "error" repeats stderr as clients see it: the head is composed here, the streams are
+         * made valid UTF-8 and escaped as they are sent, from the reply's memfd. Searching the
+         * raw bytes finds what the repaired text holds: the repair leaves ASCII alone. */
         exit_code = dify_result_exit_code(r);
-        stderr_text = strempty(err_text.data);
-        (void) dify_result_sandbox_message(r, stderr_text, err_text.size, message);
-        k = dify_error_compose(exit_code, message, stderr_text, err_text.size, &error);
+        (void) dify_result_sandbox_message(r, stderr_raw, r->stderr_size, message);
+        k = dify_error_compose(exit_code, message, NULL, 0, &error);
         if (k < 0)
                 return k;
+        if (exit_code != 0 && r->stderr_size > 0 && error.size > 0 && error.data[error.size - 1] != '\n') {
+                k = json_writer_append(&error, "\n", 1);
+                if (k < 0)
+                        return k;
+        }
 
-        /* Escaping grows text; reserve for the common case and let the writer grow for the rest. */
-        k = json_writer_reserve(&out, 128 + r->stdout_size + 2 * err_text.size + error.size / 8);
+        k = http_stream_new(&s);
         if (k < 0)
                 return k;
-        if ((k = json_writer_append_str(&out, "{\"code\":0,\"message\":\"" DIFY_MESSAGE_SUCCESS "\","
-                                        "\"data\":{\"stdout\":")) < 0 ||
-            (k = json_writer_append_string_lossy(&out, d, r->stdout_size)) < 0 ||
-            (k = json_writer_append_str(&out, ",\"stderr\":")) < 0 ||
-            (k = json_writer_append_string(&out, strempty(err_text.data), err_text.size)) < 0 ||
-            (k = json_writer_append_str(&out, ",\"error\":")) < 0 ||
-            (k = json_writer_append_string(&out, strempty(error.data), error.size)) < 0 ||
-            (k = json_writer_appendf(&out, ",\"exit_code\":%" PRIi32 "}}", exit_code)) < 0)
+        if ((k = http_stream_append_str(s, "{\"code\":0,\"message\":\"" DIFY_MESSAGE_SUCCESS "\","
+                                        "\"data\":{\"stdout\":\"")) < 0 ||
+            (k = http_stream_append_text_lossy(s, d, r->stdout_size)) < 0 ||
+            (k = http_stream_append_str(s, "\",\"stderr\":\"")) < 0 ||
+            (k = http_stream_append_text_lossy(s, stderr_raw, r->stderr_size)) < 0 ||
+            (k = http_stream_append_str(s, "\",\"error\":\"")) < 0 ||
+            (k = http_stream_append_text_lossy(s, error.data ?: "", error.size)) < 0 ||
+            (k = exit_code != 0 ? http_stream_append_text_lossy(s, stderr_raw, r->stderr_size) : 0) < 0 ||
+            (k = http_stream_appendf(s, "\",\"exit_code\":%" PRIi32 "}}", exit_code)) < 0)
                 return k;
-        return http_response_new_writer(HTTP_OK, &out, ret);
+        return http_response_new_stream(HTTP_OK, TAKE_PTR(s), ret);
 }
 
 int dify_dependencies_compose(const char *text, size_t size, HttpResponse **ret) {
@@ -789,6 +793,7 @@ static int dify_run_on_reply(HttpRequest *req, sd_bus_message *reply) {
         r = dify_result_compose(&result, data.data, data.size, &resp);
         if (r < 0)
                 return r;
+        http_stream_hold(resp->stream, &data);
         return http_request_reply(req, resp);
 }
 

@@ -12,6 +12,7 @@
 #include "bus-client.h"
 #include "http-exec.h"
 #include "http-router.h"
+#include "http-stream.h"
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -132,34 +133,46 @@ int exec_result_validate(const ExecResult *result, size_t data_size) {
         return 0;
 }
 
-static int exec_compose_stdout(const ExecResult *result, const uint8_t *data, const Config *config,
-                               JsonWriter *ret) {
-        int r;
+/* The notes that follow a stream's text: the raw bytes are sent as they are (made valid UTF-8),
+ * the notes composed here. */
+typedef struct ExecText {
+        const uint8_t *raw;
+        size_t raw_size;
+        JsonWriter notes;
+} ExecText;
 
-        r = json_writer_append_text_lossy(ret, data, result->stdout_size);
-        if (r < 0)
-                return r;
-        if (result->stdout_truncated)
-                r = json_writer_appendf(ret, "\n... [truncated, stdout exceeded %" PRIu64 "KB]",
-                                        config->max_output_bytes / 1024);
-        return r;
+static void exec_text_done(ExecText *t) {
+        json_writer_done(&t->notes);
 }
 
-/* Notes go on a line of their own. */
-static const char *exec_note_separator(const JsonWriter *w) {
-        return w->size > 0 && w->data[w->size - 1] != '\n' ? "\n" : "";
+/* Notes go on a line of their own. The raw text ends in a newline exactly when its last byte is
+ * one: the UTF-8 repair replaces only bytes of 0x80 and above. */
+static const char *exec_note_separator(const ExecText *t) {
+        if (t->notes.size > 0)
+                return t->notes.data[t->notes.size - 1] != '\n' ? "\n" : "";
+        return t->raw_size > 0 && t->raw[t->raw_size - 1] != '\n' ? "\n" : "";
+}
+
+static int exec_compose_stdout(const ExecResult *result, const uint8_t *data, const Config *config,
+                               ExecText *ret) {
+        ret->raw = data;
+        ret->raw_size = result->stdout_size;
+        if (result->stdout_truncated)
+                return json_writer_appendf(&ret->notes, "\n... [truncated, stdout exceeded %" PRIu64 "KB]",
+                                           config->max_output_bytes / 1024);
+        return 0;
 }
 
 static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, const Config *config,
-                               JsonWriter *ret) {
-        int r;
+                               ExecText *ret) {
+        JsonWriter *w = &ret->notes;
+        int r = 0;
 
-        r = json_writer_append_text_lossy(ret, data + result->stdout_size, result->stderr_size);
-        if (r < 0)
-                return r;
+        ret->raw = data + result->stdout_size;
+        ret->raw_size = result->stderr_size;
 
         if (result->stderr_truncated) {
-                r = json_writer_appendf(ret, "\n... [truncated, stderr exceeded %" PRIu64 "KB]",
+                r = json_writer_appendf(w, "\n... [truncated, stderr exceeded %" PRIu64 "KB]",
                                         config->max_output_bytes / 1024);
                 if (r < 0)
                         return r;
@@ -167,7 +180,7 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
 
         if (result->timed_out) {
                 /* {seconds:.3f} without floating point: the timeout is whole milliseconds. */
-                r = json_writer_appendf(ret, "\n[sandbox] execution exceeded %" PRIu64 ".%03" PRIu64 "s "
+                r = json_writer_appendf(w, "\n[sandbox] execution exceeded %" PRIu64 ".%03" PRIu64 "s "
                                         "and was killed",
                                         result->timeout_ms / 1000, result->timeout_ms % 1000);
                 if (r < 0)
@@ -177,27 +190,25 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
         /* Say why the code failed when the sandbox refused something; a refusal the code coped
          * with stays out of its stderr (the structured fields still list it). */
         if (result->signal == SIGSYS && !result->timed_out)
-                r = json_writer_appendf(ret, "%s[sandbox] killed: the code made a system call that is never "
+                r = json_writer_appendf(w, "%s[sandbox] killed: the code made a system call that is never "
                                         "allowed in the sandbox (SIGSYS)", exec_note_separator(ret));
         else if (result->n_blocked > 0 && result->exit_code != 0 && !result->timed_out) {
-                r = json_writer_appendf(ret, "%s[sandbox] the sandbox refused these system calls: ",
+                r = json_writer_appendf(w, "%s[sandbox] the sandbox refused these system calls: ",
                                         exec_note_separator(ret));
                 for (size_t i = 0; r >= 0 && i < result->n_blocked; i++)
-                        r = json_writer_appendf(ret, "%s%s (%s)", i > 0 ? ", " : "", result->blocked[i].name,
+                        r = json_writer_appendf(w, "%s%s (%s)", i > 0 ? ", " : "", result->blocked[i].name,
                                                 result->blocked[i].verdict);
         }
         if (r < 0)
                 return r;
 
         if (result->files_skipped > 0) {
-                if (ret->size > 0 && ret->data[ret->size - 1] != '\n') {
-                        r = json_writer_append(ret, "\n", 1);
-                        if (r < 0)
-                                return r;
-                }
-                r = json_writer_appendf(ret, "[sandbox] skipped %" PRIu32 " output file(s) because "
+                const char *sep = exec_note_separator(ret);
+
+                /* After a note that ended in a newline, or at the very start, no extra line. */
+                r = json_writer_appendf(w, "%s[sandbox] skipped %" PRIu32 " output file(s) because "
                                         "artifact limits are %" PRIu64 " files, %" PRIu64 " bytes per file, "
-                                        "%" PRIu64 " bytes total",
+                                        "%" PRIu64 " bytes total", sep,
                                         result->files_skipped, config->max_files_per_exec,
                                         config->max_artifact_bytes, config->max_total_artifact_bytes);
                 if (r < 0)
@@ -207,12 +218,22 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
         return 0;
 }
 
+/* "<text>" as a JSON string: the raw bytes streamed, then the notes. */
+static int exec_stream_text(HttpStream *s, const ExecText *t) {
+        int r;
+
+        if ((r = http_stream_append(s, "\"", 1)) < 0 ||
+            (r = http_stream_append_text_lossy(s, t->raw, t->raw_size)) < 0 ||
+            (r = http_stream_append_text_lossy(s, t->notes.data ?: "", t->notes.size)) < 0)
+                return r;
+        return http_stream_append(s, "\"", 1);
+}
+
 int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
                         HttpResponse **ret) {
-        _cleanup_(json_writer_done) JsonWriter out = {}, out_text = {}, err_text = {};
+        _cleanup_(exec_text_done) ExecText out_text = {}, err_text = {};
+        _cleanup_(http_stream_freep) HttpStream *s = NULL;
         const uint8_t *d = data ?: (const void *) "";
-        size_t estimate, size;
-        char *body;
         int r;
 
         assert(result);
@@ -231,21 +252,15 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         if (r < 0)
                 return r;
 
-        /* Size the body once: artifacts dominate and must not be copied around by realloc(). The
-         * sum cannot overflow, exec_result_validate() bounded everything by data_size. */
-        estimate = 128 + out_text.size + out_text.size / 8 + err_text.size + err_text.size / 8;
-        for (size_t i = 0; i < result->n_files; i++)
-                estimate += 128 + 2 * strlen(result->files[i].path) +
-                            base64_encoded_size((size_t) result->files[i].size);
-        r = json_writer_reserve(&out, estimate);
+        /* Artifacts are base64-encoded as they are sent, from the reply's memfd. */
+        r = http_stream_new(&s);
         if (r < 0)
                 return r;
-
-        if ((r = json_writer_append_str(&out, "{\"stdout\":")) < 0 ||
-            (r = json_writer_append_string(&out, strempty(out_text.data), out_text.size)) < 0 ||
-            (r = json_writer_append_str(&out, ",\"stderr\":")) < 0 ||
-            (r = json_writer_append_string(&out, strempty(err_text.data), err_text.size)) < 0 ||
-            (r = json_writer_appendf(&out, ",\"exit_code\":%" PRIi32 ",\"files\":[",
+        if ((r = http_stream_append_str(s, "{\"stdout\":")) < 0 ||
+            (r = exec_stream_text(s, &out_text)) < 0 ||
+            (r = http_stream_append_str(s, ",\"stderr\":")) < 0 ||
+            (r = exec_stream_text(s, &err_text)) < 0 ||
+            (r = http_stream_appendf(s, ",\"exit_code\":%" PRIi32 ",\"files\":[",
                                      result->timed_out ? 124 : result->exit_code)) < 0)
                 return r;
 
@@ -253,38 +268,35 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
                 const ExecFile *f = &result->files[i];
                 const char *name = exec_file_name(f->path), *mime = mime_type_from_name(name);
 
-                if ((r = json_writer_append_str(&out, i > 0 ? ",{\"name\":" : "{\"name\":")) < 0 ||
-                    (r = json_writer_append_string(&out, name, strlen(name))) < 0 ||
-                    (r = json_writer_append_str(&out, ",\"mime_type\":")) < 0 ||
-                    (r = json_writer_append_string(&out, mime, strlen(mime))) < 0 ||
-                    (r = json_writer_append_str(&out, ",\"data_base64\":")) < 0 ||
-                    (r = json_writer_append_base64(&out, d + f->offset, (size_t) f->size)) < 0 ||
-                    (r = json_writer_append_str(&out, "}")) < 0)
+                if ((r = http_stream_append_str(s, i > 0 ? ",{\"name\":\"" : "{\"name\":\"")) < 0 ||
+                    (r = http_stream_append_text_lossy(s, name, strlen(name))) < 0 ||
+                    (r = http_stream_append_str(s, "\",\"mime_type\":\"")) < 0 ||
+                    (r = http_stream_append_text_lossy(s, mime, strlen(mime))) < 0 ||
+                    (r = http_stream_append_str(s, "\",\"data_base64\":")) < 0 ||
+                    (r = http_stream_append_base64(s, d + f->offset, (size_t) f->size)) < 0 ||
+                    (r = http_stream_append_str(s, "}")) < 0)
                         return r;
         }
 
-        r = json_writer_append_str(&out, "]");
+        r = http_stream_append_str(s, "]");
         for (size_t i = 0; r >= 0 && i < result->n_blocked; i++) {
                 const ExecBlocked *b = &result->blocked[i];
 
-                if ((r = json_writer_append_str(&out, i > 0 ? ",{\"name\":" : ",\"blocked_syscalls\":[{\"name\":")) < 0 ||
-                    (r = json_writer_append_string(&out, b->name, strlen(b->name))) < 0 ||
-                    (r = json_writer_append_str(&out, ",\"verdict\":")) < 0 ||
-                    (r = json_writer_append_string(&out, b->verdict, strlen(b->verdict))) < 0 ||
-                    (r = json_writer_appendf(&out, ",\"count\":%" PRIu32 "}", b->count)) < 0)
+                if ((r = http_stream_append_str(s, i > 0 ? ",{\"name\":\"" : ",\"blocked_syscalls\":[{\"name\":\"")) < 0 ||
+                    (r = http_stream_append_text_lossy(s, b->name, strlen(b->name))) < 0 ||
+                    (r = http_stream_append_str(s, "\",\"verdict\":\"")) < 0 ||
+                    (r = http_stream_append_text_lossy(s, b->verdict, strlen(b->verdict))) < 0 ||
+                    (r = http_stream_appendf(s, "\",\"count\":%" PRIu32 "}", b->count)) < 0)
                         return r;
         }
         if (r >= 0 && result->n_blocked > 0)
-                r = json_writer_append_str(&out, "]");
+                r = http_stream_append_str(s, "]");
         if (r >= 0)
-                r = json_writer_append_str(&out, "}");
+                r = http_stream_append_str(s, "}");
         if (r < 0)
                 return r;
 
-        body = json_writer_steal(&out, &size);
-        if (!body)
-                return -ENOMEM;
-        return http_response_new_take(HTTP_OK, body, size, ret);
+        return http_response_new_stream(HTTP_OK, TAKE_PTR(s), ret);
 }
 
 typedef struct ExecContext {
@@ -338,6 +350,8 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         r = exec_result_compose(&result, data.data, data.size, config, &resp);
         if (r < 0)
                 return r;
+        /* The body points into the memfd's mapping: it lives as long as the body is sent. */
+        http_stream_hold(resp->stream, &data);
         return http_request_reply(req, resp);
 }
 

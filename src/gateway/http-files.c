@@ -12,6 +12,7 @@
 #include "bus-util.h"
 #include "http-files.h"
 #include "http-router.h"
+#include "http-stream.h"
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -185,27 +186,21 @@ int files_reset_inputs_response_new(const sd_bus_error *e, HttpResponse **ret, b
 }
 
 int files_read_response_new(const void *data, size_t size, HttpResponse **ret) {
-        _cleanup_(json_writer_done) JsonWriter w = {};
-        char *body;
-        size_t n;
+        _cleanup_(http_stream_freep) HttpStream *s = NULL;
         int r;
 
         assert(data || size == 0);
         assert(ret);
 
-        /* One allocation: the encoding of up to 40 MiB must not be copied around by realloc(). */
-        r = json_writer_reserve(&w, sizeof("{\"data_base64\":\"\"}") + base64_encoded_size(size));
+        /* Encoded as it is sent: up to 40 MiB of base64 is never built in one go. */
+        r = http_stream_new(&s);
         if (r < 0)
                 return r;
-        if ((r = json_writer_append_str(&w, "{\"data_base64\":")) < 0 ||
-            (r = json_writer_append_base64(&w, data ?: (const void *) "", size)) < 0 ||
-            (r = json_writer_append_str(&w, "}")) < 0)
+        if ((r = http_stream_append_str(s, "{\"data_base64\":")) < 0 ||
+            (r = http_stream_append_base64(s, data ?: (const void *) "", size)) < 0 ||
+            (r = http_stream_append_str(s, "}")) < 0)
                 return r;
-
-        body = json_writer_steal(&w, &n);
-        if (!body)
-                return -ENOMEM;
-        return http_response_new_take(HTTP_OK, body, n, ret);
+        return http_response_new_stream(HTTP_OK, TAKE_PTR(s), ret);
 }
 
 int files_list_response_new(const FilesEntry *entries, size_t n, HttpResponse **ret) {
@@ -356,6 +351,7 @@ static int files_get_on_reply(HttpRequest *req, sd_bus_message *reply) {
         r = files_read_response_new(data.data, data.size, &resp);
         if (r < 0)
                 return r;
+        http_stream_hold(resp->stream, &data);
         return http_request_reply(req, resp);
 }
 

@@ -12,12 +12,17 @@
 #include "http-connection.h"
 #include "http-dify.h"
 #include "http-router.h"
+#include "http-stream.h"
 #include "json-util.h"
 #include "log.h"
 #include "string-util.h"
 
 /* Initial allocation for bodies of unknown length (chunked transfer). */
 #define HTTP_BODY_CHUNK_MIN (16U * 1024U)
+/* A body's reservation grows in steps of this, ahead of the bytes received. Bodies up to it
+ * (code, JSON of most calls) are not kept out by queued responses (server_budget_has_room()). */
+#define HTTP_BODY_RESERVE_STEP (1ULL << 20)
+#define HTTP_BODY_SMALL_MAX    HTTP_BODY_RESERVE_STEP
 
 const HttpRoute http_sidecar_routes[] = {
         { "GET",    "/healthz",             HTTP_ROUTE_PUBLIC,                     http_health_get         },
@@ -178,10 +183,15 @@ void *http_router_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         return TAKE_PTR(req);
 }
 
+/* Frees the raw body. Its reservation stays until the request completes: what was parsed or
+ * decoded from it (the JSON document, an upload's memfd) lives as long. */
 static void http_request_release_body(HttpRequest *req) {
         free(req->body);
         req->body = NULL;
         req->body_size = req->body_allocated = 0;
+}
+
+static void http_request_unreserve(HttpRequest *req) {
         assert(req->server->body_bytes >= req->body_reserved);
         req->server->body_bytes -= req->body_reserved;
         req->body_reserved = 0;
@@ -200,6 +210,7 @@ HttpRequest *http_request_free(HttpRequest *req) {
                 s->n_suspended--;
 
         http_request_release_body(req);
+        http_request_unreserve(req);
         json_object_put(req->json);
         http_response_free(req->response);
         if (req->userdata_free)
@@ -408,6 +419,14 @@ int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec
         return 0;
 }
 
+/* Whether a request body may grow by 'more' bytes to 'total'. Bodies and the responses
+ * libmicrohttpd still holds share the server-wide budget; a small body is measured against the
+ * bodies alone, so that responses clients are slow to read never keep an ordinary request out. */
+static bool server_budget_has_room(const Server *s, uint64_t more, uint64_t total) {
+        uint64_t used = s->body_bytes + (total > HTTP_BODY_SMALL_MAX ? s->response_bytes : 0);
+        return used <= s->body_budget && more <= s->body_budget - used;
+}
+
 /* Reserves body bytes against the server-wide budget, up to 'total' for this request. */
 static int http_request_reserve(HttpRequest *req, uint64_t total) {
         Server *s = req->server;
@@ -416,7 +435,7 @@ static int http_request_reserve(HttpRequest *req, uint64_t total) {
         if (total <= req->body_reserved)
                 return 0;
         delta = total - req->body_reserved;
-        if (delta > s->body_budget || s->body_bytes > s->body_budget - delta)
+        if (!server_budget_has_room(s, delta, total))
                 return -ENOBUFS;
         s->body_bytes += delta;
         req->body_reserved = total;
@@ -607,11 +626,11 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
                         return http_request_reply_error(req, HTTP_BAD_REQUEST, "invalid content-length");
                 req->has_content_length = true;
 
-                if (req->route->flags & HTTP_ROUTE_BUFFERED) {
-                        r = http_request_reserve(req, req->content_length);
-                        if (r < 0)
-                                return http_request_reply_busy(req);
-                }
+                /* Refused at once if it could not fit now; reserved only as its bytes arrive, so
+                 * that heads announcing large bodies take nothing from other clients. */
+                if ((req->route->flags & HTTP_ROUTE_BUFFERED) &&
+                    !server_budget_has_room(req->server, req->content_length, req->content_length))
+                        return http_request_reply_busy(req);
         }
 
         req->state = HTTP_REQUEST_RECEIVING;
@@ -651,14 +670,20 @@ int http_request_append_body(HttpRequest *req, const char *data, size_t size) {
                                 req->body_max);
                 n = MAX(n, (uint64_t) need);
 
-                r = http_request_reserve(req, n);
-                if (r < 0)
-                        return r;
                 b = realloc(req->body, (size_t) n + 1);
                 if (!b)
                         return -ENOMEM;
                 req->body = b;
                 req->body_allocated = (size_t) n + 1;
+        }
+
+        /* The allocation may cover a whole Content-Length, but its pages are only touched as the
+         * bytes arrive: the reservation follows them, a step at a time. */
+        if (need > req->body_reserved) {
+                r = http_request_reserve(req, MIN(((uint64_t) need + HTTP_BODY_RESERVE_STEP - 1) / HTTP_BODY_RESERVE_STEP * HTTP_BODY_RESERVE_STEP,
+                                                  (uint64_t) req->body_allocated));
+                if (r < 0)
+                        return r;
         }
 
         memcpy(req->body + req->body_size, data, size);
@@ -678,9 +703,9 @@ int http_request_dispatch(HttpRequest *req) {
         if ((req->route->flags & HTTP_ROUTE_JSON) && req->body_size > 0)
                 r = json_parse(req->body, req->body_size, JSON_DEPTH_MAX, &req->json);
 
-        /* The parsed document holds what the resource needs; a long exec should not keep the raw
-         * bytes counted against the budget. A resource that binds the body itself gets it until
-         * its handler returns. */
+        /* The parsed document holds what the resource needs: the raw bytes go (their reservation
+         * stays, for the document and what is decoded from it). A resource that binds the body
+         * itself gets it until its handler returns. */
         if (!(req->route->flags & HTTP_ROUTE_RAW_BODY))
                 http_request_release_body(req);
 
@@ -709,22 +734,76 @@ int http_request_dispatch(HttpRequest *req) {
         return 0;
 }
 
+/* A body handed to libmicrohttpd, counted against the server's budget until MHD lets it go (sent,
+ * or the connection closed). */
+typedef struct HttpQueued {
+        Server *server;
+        uint64_t bytes;
+        char *body;
+        HttpStream *stream;
+} HttpQueued;
+
+static void http_queued_free(void *p) {
+        HttpQueued *q = p;
+
+        assert(q->server->response_bytes >= q->bytes);
+        q->server->response_bytes -= q->bytes;
+        free(q->body);
+        http_stream_free(q->stream);
+        free(q);
+}
+
+static ssize_t http_queued_read(void *cls, uint64_t pos, char *buf, size_t max) {
+        HttpQueued *q = cls;
+        return http_stream_read(q->stream, pos, buf, max);
+}
+
+/* Makes the MHD response for 'resp', taking its body. */
+static struct MHD_Response *http_response_to_mhd(Server *s, HttpResponse *resp) {
+        struct MHD_Response *m;
+        HttpQueued *q;
+        uint64_t size;
+
+        q = calloc(1, sizeof(HttpQueued));
+        if (!q)
+                return NULL;
+        q->server = s;
+
+        if (resp->stream) {
+                q->bytes = http_stream_footprint(resp->stream);
+                q->stream = TAKE_PTR(resp->stream);
+                size = http_stream_size(q->stream);
+                m = MHD_create_response_from_callback(size == HTTP_STREAM_SIZE_UNKNOWN ? MHD_SIZE_UNKNOWN : size,
+                                                      HTTP_STREAM_BLOCK, http_queued_read, q, http_queued_free);
+        } else {
+                q->bytes = resp->size;
+                q->body = TAKE_PTR(resp->body);
+                m = MHD_create_response_from_buffer_with_free_callback_cls(resp->size, q->body,
+                                                                           http_queued_free, q);
+        }
+        s->response_bytes += q->bytes;
+        if (!m)
+                http_queued_free(q);
+        return m;
+}
+
 static enum MHD_Result http_request_queue(HttpRequest *req) {
         _cleanup_(http_response_freep) HttpResponse *resp = NULL;
         struct MHD_Response *m;
         enum MHD_Result ret;
+        bool has_body;
 
         resp = TAKE_PTR(req->response);
         if (!resp)
                 return MHD_NO;
         req->status = resp->status;
+        has_body = resp->size > 0 || resp->stream;
 
-        m = MHD_create_response_from_buffer_with_free_callback(resp->size, resp->body, free);
+        m = http_response_to_mhd(req->server, resp);
         if (!m)
                 return MHD_NO;
-        resp->body = NULL; /* MHD frees it now */
 
-        if ((resp->size > 0 &&
+        if ((has_body &&
              MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE,
                                      resp->content_type ?: "application/json") != MHD_YES) ||
             (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES)) {

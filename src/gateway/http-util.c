@@ -9,6 +9,7 @@
 
 #include "base64.h"
 #include "bus-util.h"
+#include "http-stream.h"
 #include "http-util.h"
 #include "parse-util.h"
 #include "string-util.h"
@@ -19,8 +20,45 @@ HttpResponse *http_response_free(HttpResponse *r) {
         if (!r)
                 return NULL;
         free(r->body);
+        http_stream_free(r->stream);
         free(r);
         return NULL;
+}
+
+int http_response_new_stream(unsigned status, HttpStream *stream, HttpResponse **ret) {
+        HttpResponse *r;
+
+        assert(stream);
+        assert(ret);
+
+        r = calloc(1, sizeof(HttpResponse));
+        if (!r) {
+                http_stream_free(stream);
+                return -ENOMEM;
+        }
+        r->status = status;
+        r->stream = stream;
+        *ret = r;
+        return 0;
+}
+
+int http_response_flatten(HttpResponse *r) {
+        char *body;
+        size_t n;
+        int k;
+
+        assert(r);
+
+        if (!r->stream)
+                return 0;
+        k = http_stream_read_all(r->stream, HTTP_STREAM_BLOCK, &body, &n);
+        if (k < 0)
+                return k;
+        free(r->body);
+        r->body = body;
+        r->size = n;
+        r->stream = http_stream_free(r->stream);
+        return 0;
 }
 
 int http_response_new_take(unsigned status, char *body, size_t size, HttpResponse **ret) {

@@ -42,10 +42,13 @@ enum {
 
 /* A prepared response: status and a JSON body (application/json). The body is owned and handed
  * to libmicrohttpd without copying. */
+typedef struct HttpStream HttpStream;
+
 typedef struct HttpResponse {
         unsigned status;
         char *body;
         size_t size;
+        HttpStream *stream;       /* instead of 'body': produced as it is sent (http-stream.h) */
         const char *allow; /* static "Allow:" header value for 405, or NULL */
         const char *content_type; /* static; NULL: application/json */
 } HttpResponse;
@@ -55,6 +58,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpResponse *, http_response_free);
 
 /* Takes ownership of 'body' (malloc'ed, 'size' bytes) in all cases. */
 int http_response_new_take(unsigned status, char *body, size_t size, HttpResponse **ret);
+/* Takes ownership of 'stream' in all cases. */
+int http_response_new_stream(unsigned status, HttpStream *stream, HttpResponse **ret);
+/* Produces a streamed body whole, into 'body' (for tests and small bodies). */
+int http_response_flatten(HttpResponse *r);
 typedef struct JsonWriter JsonWriter;
 /* Takes the text of 'w' (leaving it empty) as the body. */
 int http_response_new_writer(unsigned status, JsonWriter *w, HttpResponse **ret);

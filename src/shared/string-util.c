@@ -19,8 +19,7 @@ bool endswith(const char *s, const char *suffix) {
         return sl >= xl && memcmp(s + sl - xl, suffix, xl) == 0;
 }
 
-/* Length of the valid UTF-8 sequence at s (≤ n bytes), or 0 if invalid. */
-static size_t utf8_sequence_length(const unsigned char *s, size_t n) {
+size_t utf8_sequence_length(const unsigned char *s, size_t n) {
         uint32_t cp;
         size_t len;
 

@@ -410,6 +410,7 @@ static void dispatch_and_wait(Env *env, HttpRequest *req) {
 }
 
 static void check_response(HttpRequest *req, unsigned status, const char *body) {
+        ASSERT_TRUE(http_response_flatten(req->response) == 0);
         if (req->response->status != status || req->response->size != strlen(body) ||
             memcmp(req->response->body, body, req->response->size) != 0)
                 fprintf(stderr, "got %u %.*s\nexpected %u %s\n", req->response->status,

@@ -164,6 +164,7 @@ static json_object *compose(const ExecResult *r, const void *data, size_t size, 
         json_object *o = NULL;
 
         ASSERT_TRUE(exec_result_compose(r, data, size, c, &resp) == 0);
+        ASSERT_TRUE(http_response_flatten(resp) == 0);
         ASSERT_TRUE(resp->status == 200);
         ASSERT_TRUE(strlen(resp->body) == resp->size);
         ASSERT_TRUE(json_parse(resp->body, resp->size, JSON_DEPTH_MAX, &o) == 0);
@@ -255,6 +256,7 @@ static void test_compose_exact_text(void) {
                 "{\"stdout\":\"out\\u0001\\\"\\\\\",\"stderr\":\"\",\"exit_code\":1,\"files\":[]}";
 
         ASSERT_TRUE(exec_result_compose(&r, data, 6, &c, &resp) == 0);
+        ASSERT_TRUE(http_response_flatten(resp) == 0);
         if (!streq(resp->body, expected))
                 fprintf(stderr, "got %s\n", resp->body);
         ASSERT_STREQ(resp->body, expected);

@@ -451,14 +451,17 @@ static void test_read_response(void) {
         ASSERT_TRUE(asprintf(&expected, "{\"data_base64\":\"%s\"}", enc) > 0);
 
         ASSERT_TRUE(files_read_response_new(all, sizeof(all), &r) == 0);
+        ASSERT_TRUE(http_response_flatten(r) == 0);
         check_body(r, 200, expected);
         http_response_free(r);
 
         ASSERT_TRUE(files_read_response_new(NULL, 0, &r) == 0);
+        ASSERT_TRUE(http_response_flatten(r) == 0);
         check_body(r, 200, "{\"data_base64\":\"\"}");
         http_response_free(r);
 
         ASSERT_TRUE(files_read_response_new("hello", 5, &r) == 0);
+        ASSERT_TRUE(http_response_flatten(r) == 0);
         check_body(r, 200, "{\"data_base64\":\"aGVsbG8=\"}");
         http_response_free(r);
 }

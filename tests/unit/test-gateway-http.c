@@ -577,9 +577,14 @@ static void test_body(void) {
         ASSERT_TRUE(a->body_size == 1000 && a->body[1000] == 0);
         ASSERT_TRUE(s.body_bytes == a->body_reserved && a->body_reserved >= 1000);
 
-        /* Content-Length reserves its size up front against the server-wide budget. */
+        /* Content-Length reserves nothing up front (a head alone takes nothing from others)... */
         b = begin(&s, "POST", "/exec", auth, "1000", 3, 100);
-        ASSERT_TRUE(!b->response && s.body_bytes == a->body_reserved + 1000);
+        ASSERT_TRUE(!b->response && s.body_bytes == a->body_reserved);
+        /* ...the reservation follows the bytes received, up to the allocation... */
+        ASSERT_TRUE(http_request_append_body(b, chunk, 10) == 0);
+        ASSERT_TRUE(b->body_allocated == 1001 && b->body_reserved == 1001);
+        ASSERT_TRUE(s.body_bytes == a->body_reserved + 1001);
+        /* ...and a head that could not fit now is refused at once. */
         c = begin(&s, "POST", "/exec", auth, "1000", 3, 100);
         ASSERT_TRUE(c->response && c->response->status == 503);
         check_body(c->response, "{\"error\":\"server busy, retry later\"}");
@@ -600,7 +605,7 @@ static void test_body(void) {
         ASSERT_TRUE(http_request_append_body(c, chunk, 100) == 0);
         ASSERT_TRUE(http_request_append_body(c, chunk, 1) == -EFBIG);
         ASSERT_TRUE(!c->body && c->body_reserved == 0);
-        ASSERT_TRUE(s.body_bytes == a->body_reserved + 1000);
+        ASSERT_TRUE(s.body_bytes == a->body_reserved + b->body_reserved);
         /* Without a bus connection health is a 503, not an internal error. */
         ASSERT_TRUE(http_request_dispatch(c) == 0);
         check_body(c->response,
@@ -609,13 +614,43 @@ static void test_body(void) {
         http_request_free(c);
 
         /* A Content-Length body is allocated once, at its announced size. */
+        for (unsigned i = 0; i < 3; i++)
+                ASSERT_TRUE(http_request_append_body(b, chunk, 300) == 0);
+        ASSERT_TRUE(http_request_append_body(b, chunk, 90) == 0);
+        ASSERT_TRUE(b->body_allocated == 1001 && b->body_size == 1000);
+        ASSERT_TRUE(s.body_bytes == a->body_reserved + 1001);
+
+        /* Responses libmicrohttpd still holds share the budget with large bodies, not with small
+         * ones: a client slow to read its answers never keeps an ordinary request out. */
+        http_request_free(b);
+        b = begin(&s, "POST", "/exec", auth, "1000", 3, 100);
+        s.response_bytes = 1ULL << 40;
         ASSERT_TRUE(http_request_append_body(b, chunk, 10) == 0);
-        ASSERT_TRUE(b->body_allocated == 1001);
-        ASSERT_TRUE(s.body_bytes == a->body_reserved + 1000);
+        s.response_bytes = 0;
 
         http_request_free(a);
         http_request_free(b);
         ASSERT_TRUE(s.body_bytes == 0);
+        server_done(&s);
+
+        /* Past the small size, queued responses count: 3 MiB of them and a 2 MiB body do not
+         * fit in 4 MiB, refused at the head; a body that grows past the small size is refused
+         * as it does. */
+        server_init(&s, 8U << 20, 4U << 20, "k");
+        s.response_bytes = 3U << 20;
+        c = begin(&s, "POST", "/files", auth, "2097152", 3, 100);
+        ASSERT_TRUE(c->response && c->response->status == 503);
+        http_request_free(c);
+        c = begin(&s, "POST", "/files", auth, NULL, 3, 100);
+        ASSERT_TRUE(!c->response);
+        {
+                _cleanup_free_ char *big = calloc(1, 1U << 20);
+                ASSERT_TRUE(big);
+                ASSERT_TRUE(http_request_append_body(c, big, 1U << 20) == 0);
+                ASSERT_TRUE(http_request_append_body(c, big, 1) == -ENOBUFS);
+        }
+        http_request_free(c);
+        s.response_bytes = 0;
         server_done(&s);
 }
 
@@ -636,8 +671,9 @@ static void test_dispatch(void) {
         ASSERT_TRUE(http_request_dispatch(req) == 0);
         ASSERT_TRUE(req->response && req->response->status == 422);
         check_body(req->response, PYDANTIC("json_invalid", "\"body\",0", "JSON decode error"));
-        ASSERT_TRUE(!req->body && s.body_bytes == 0);
+        ASSERT_TRUE(!req->body && s.body_bytes == req->body_reserved);
         http_request_free(req);
+        ASSERT_TRUE(s.body_bytes == 0);
 
         /* Too deep. */
         req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
