@@ -99,6 +99,7 @@ static const BusDictField manager_metrics_fields[] = {
         { "exec_duration_count",    't', offsetof(ManagerMetrics, exec_duration_count)    },
         { "archive_bytes_written",  't', offsetof(ManagerMetrics, archive_bytes_written)  },
         { "archive_bytes_restored", 't', offsetof(ManagerMetrics, archive_bytes_restored) },
+        { "archive_failures",       't', offsetof(ManagerMetrics, archive_failures)       },
         {}
 };
 
@@ -236,6 +237,10 @@ static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
                 r = append_labeled(w, "scopebox_archive_bytes", "direction", "bytes", "Bytes of workspace "
                                    "archives written (committed to storage) and restored into new sessions.",
                                    &archive);
+        if (r >= 0)
+                r = append_counter(w, "scopebox_archive_failures", NULL, "Releases and idle reapings whose "
+                                   "workspace archive was not stored (too large, too slow, or refused by "
+                                   "storage); the journal has each with its MESSAGE_ID.", m->archive_failures);
         if (r >= 0)
                 r = append_timestamp(w, "scopebox_session_manager_start_time_seconds", "When the session manager "
                                      "started; its counters start at zero then.", m->start_time_usec);

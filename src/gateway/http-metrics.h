@@ -42,6 +42,7 @@ typedef struct ManagerMetrics {
         MetricsBuckets exec_duration;
         uint64_t exec_duration_sum_usec, exec_duration_count;
         uint64_t archive_bytes_written, archive_bytes_restored;
+        uint64_t archive_failures;
 } ManagerMetrics;
 
 /* What the gateway counts itself. */

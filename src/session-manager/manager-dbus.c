@@ -797,7 +797,7 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
                                           "start_time_usec", "t", mt->start_realtime_usec,
                                           "sessions", "u", mgr->n_sessions - mgr->n_ephemeral,
                                           "sessions_started", "t", mt->sessions_started,
@@ -813,7 +813,8 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
                                           "exec_duration_sum_usec", "t", mt->exec_duration_sum_usec,
                                           "exec_duration_count", "t", mt->exec_duration_count,
                                           "archive_bytes_written", "t", mt->archive_bytes_written,
-                                          "archive_bytes_restored", "t", mt->archive_bytes_restored);
+                                          "archive_bytes_restored", "t", mt->archive_bytes_restored,
+                                          "archive_failures", "t", mt->archive_failures);
         if (r >= 0)
                 r = append_labeled(reply, "execs", mt->execs, _EXEC_OUTCOME_MAX, exec_outcome_label);
         if (r >= 0)

@@ -58,6 +58,7 @@ typedef struct Metrics {
 
         uint64_t archive_bytes_written;   /* committed workspace archives */
         uint64_t archive_bytes_restored;  /* archives unpacked into a new session */
+        uint64_t archive_failures;        /* releases and reapings whose archive was not stored */
 } Metrics;
 
 void metrics_init(Metrics *m);

@@ -1216,11 +1216,12 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
         uint64_t size = 0;
 
         storage_reply_begin(&s->archive_slot);
-        if (sd_bus_message_is_method_error(reply, NULL))
+        if (sd_bus_message_is_method_error(reply, NULL)) {
+                s->manager->metrics.archive_failures++;
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
                            "Failed to store the archive of %s: %s",
                            s->id, sd_bus_message_get_error(reply)->message);
-        else if (sd_bus_message_read(reply, "t", &size) >= 0) {
+        } else if (sd_bus_message_read(reply, "t", &size) >= 0) {
                 s->manager->metrics.archive_bytes_written += size;
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
                            "Archived session %s (%llu bytes).", s->id, (unsigned long long) size);
@@ -1241,6 +1242,7 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
 
         if (error < 0) {
                 /* Too large or too slow: skipped, logged, not an error for the client. */
+                s->manager->metrics.archive_failures++;
                 log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
                                                       SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
                            "Archive of session %s skipped: %s", s->id, strempty(message));
@@ -1262,7 +1264,9 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
 
         storage_reply_begin(&s->archive_slot);
         if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Not archiving session %s: %s", s->id,
+                s->manager->metrics.archive_failures++;
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
+                           "Not archiving session %s: %s", s->id,
                            sd_bus_message_is_method_error(reply, NULL) ? sd_bus_message_get_error(reply)->message
                                                                          : "malformed reply");
                 session_archive_finished(s);

@@ -4,10 +4,12 @@ inputs are cleared), discard deletes, idle reaping archives, and hostile archive
 storage directory can't reach outside the workspace."""
 import io
 import os
+import re
+import subprocess
 import tarfile
 import time
 
-from conftest import create_session, delete_session, in_system, run
+from conftest import create_session, delete_session, in_system, request, run
 
 STORAGE = {"provider": "local", "prefix": "workspaces/"}
 ROOT = "/var/lib/scopebox-storage"
@@ -15,6 +17,11 @@ ROOT = "/var/lib/scopebox-storage"
 
 def archive_path(stem, prefix="workspaces"):
     return f"{ROOT}/{prefix}/workspaces/{stem}.tgz"
+
+
+def archive_failures():
+    text = request("GET", "/metrics").body.decode()
+    return int(re.search(r"^scopebox_archive_failures_total (\d+)$", text, re.M).group(1))
 
 
 def exists(path):
@@ -50,6 +57,54 @@ def test_release_archives_and_create_restores():
     finally:
         delete_session(sid2, discard=True, archive_key=stem, storage=STORAGE)
     assert not exists(archive_path(stem))
+
+
+# An Aivory turn's file names: Chinese, accented, emoji, and bytes that are no UTF-8 (issue 15:
+# in the C locale every such workspace failed to archive, with {"ok":true} to the client).
+ODD_NAMES = ("销售图表.png", "café.txt", "emoji 😀.txt", "报告/第一季度.csv")
+ODD_CODE = ("import os\n"
+            "os.makedirs('/workspace/报告', exist_ok=True)\n"
+            f"for n in {ODD_NAMES!r}:\n"
+            "    open('/workspace/' + n, 'w').write(n)\n"
+            "open(b'/workspace/latin1 caf\\xe9.txt', 'wb').write(b'raw')\n")
+ODD_CHECK = ("import os\n"
+             f"print(all(open('/workspace/' + n).read() == n for n in {ODD_NAMES!r}),\n"
+             "      open(b'/workspace/latin1 caf\\xe9.txt', 'rb').read())\n")
+
+
+def test_any_file_name_survives_release_and_restore():
+    stem = f"conv_names_{time.time_ns()}"
+    sid = create_session(archive_key=stem, storage=STORAGE)
+    assert run(sid, ODD_CODE)["exit_code"] == 0
+    assert delete_session(sid).json == {"ok": True}
+    assert exists(archive_path(stem))
+    sid2 = create_session(archive_key=stem, storage=STORAGE)
+    try:
+        res = run(sid2, ODD_CHECK)
+        assert res["stdout"] == "True b'raw'\n", res
+    finally:
+        delete_session(sid2, discard=True, archive_key=stem, storage=STORAGE)
+
+
+def test_archive_made_by_gnu_tar_restores_any_name(tmp_path):
+    # What the real sidecar leaves in storage: GNU tar's own format, made in the C locale.
+    stem = f"conv_gnutar_{time.time_ns()}"
+    work = tmp_path / "ws"
+    (work / "报告").mkdir(parents=True)
+    for n in ODD_NAMES:
+        (work / n).write_text(n)
+    with open(os.path.join(os.fsencode(work), b"latin1 caf\xe9.txt"), "wb") as f:
+        f.write(b"raw")
+    in_system("sh", "-c", f"install -d -o scopebox-storage -g scopebox-storage -m 0700 "
+              f"{os.path.dirname(archive_path(stem))}", check=True)
+    subprocess.run(["tar", "-C", str(work), "-czf", archive_path(stem), "."], check=True,
+                   env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"})
+    sid = create_session(archive_key=stem, storage=STORAGE)
+    try:
+        res = run(sid, ODD_CHECK)
+        assert res["stdout"] == "True b'raw'\n", res
+    finally:
+        delete_session(sid, discard=True, archive_key=stem, storage=STORAGE)
 
 
 def test_without_storage_nothing_is_archived():
@@ -154,6 +209,12 @@ def test_archives_too_large_or_too_slow_are_skipped():
         run(sid, "import os\nopen('/workspace/noise.bin', 'wb').write(os.urandom(256 * 1024))")
         assert delete_session(sid).json == {"ok": True}  # released all the same
         assert not exists(archive_path(big))
+        # Not silent for the operator: counted (the manager restarted with the setting: from 0),
+        # once the release, which answers first, has finished.
+        deadline = time.monotonic() + 30
+        while archive_failures() == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert archive_failures() == 1
     with manager_environment(SANDBOX_ARCHIVE_TIMEOUT_S=1):
         sid = create_session(archive_key=slow, storage=STORAGE)
         # Incompressible data that takes gzip well over a second.

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <locale.h>
 #include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -71,7 +72,9 @@ static void test_entry_check(void) {
         ASSERT_EQ(archive_entry_check("./d", S_IFCHR, NULL, NULL), ARCHIVE_ENTRY_REFUSE);
         ASSERT_EQ(archive_entry_check("./b", S_IFBLK, NULL, NULL), ARCHIVE_ENTRY_REFUSE);
         ASSERT_EQ(archive_entry_check("./f", S_IFIFO, NULL, NULL), ARCHIVE_ENTRY_SKIP);
-        ASSERT_EQ(archive_entry_check("./bad\xff", S_IFREG, NULL, NULL), ARCHIVE_ENTRY_REFUSE);
+        /* A name is bytes: not being UTF-8 is no reason to lose the file. */
+        ASSERT_EQ(archive_entry_check("./bad\xff", S_IFREG, NULL, NULL), ARCHIVE_ENTRY_EXTRACT);
+        ASSERT_EQ(archive_entry_check("./\xe9\x94\x80/../x", S_IFREG, NULL, NULL), ARCHIVE_ENTRY_REFUSE);
 }
 
 static void test_roundtrip(void) {
@@ -123,6 +126,79 @@ static void test_roundtrip(void) {
         close(dfd);
         ASSERT_EQ(rmdir(src), 0);
         ASSERT_EQ(rmdir(dst), 0);
+}
+
+/* File names users give: CJK, accents, emoji, and bytes that are no UTF-8 at all. */
+static const char *const odd_names[] = {
+        "\xe9\x94\x80\xe5\x94\xae\xe5\x9b\xbe\xe8\xa1\xa8.png",       /* 销售图表.png */
+        "caf\xc3\xa9.txt",
+        "emoji \xf0\x9f\x98\x80.txt",
+        "latin1 caf\xe9.txt",
+        "bad \xff\xfe.bin",
+        "d\xc3\xafr/\xe5\x86\x85.txt",                                       /* dïr/内.txt */
+};
+
+static void odd_tree_make(int dfd) {
+        ASSERT_EQ(mkdirat(dfd, "d\xc3\xafr", 0755), 0);
+        for (size_t i = 0; i < ELEMENTSOF(odd_names); i++)
+                ASSERT_EQ(write_file_at(dfd, odd_names[i], odd_names[i], strlen(odd_names[i]), 0644), 0);
+}
+
+static void odd_tree_check(int dfd) {
+        for (size_t i = 0; i < ELEMENTSOF(odd_names); i++) {
+                _cleanup_free_ char *text = NULL;
+                _cleanup_close_ int f = openat(dfd, odd_names[i], O_RDONLY | O_CLOEXEC);
+
+                if (f < 0)
+                        fprintf(stderr, "missing after the round trip: %s\n", odd_names[i]);
+                ASSERT_TRUE(f >= 0);
+                ASSERT_EQ(read_full_fd(f, 100, &text, NULL), 0);
+                ASSERT_STREQ(text, odd_names[i]);
+        }
+}
+
+/* Our archive, then archives GNU tar made (what the real sidecar leaves in storage), restored
+ * in the C locale and in C.UTF-8. */
+static void test_names(void) {
+        static const char *const locales[] = { "C", "C.UTF-8" };
+        static const char *const tar_formats[] = { NULL, "gnu", "posix", "ustar" };
+
+        for (size_t l = 0; l < ELEMENTSOF(locales); l++)
+                for (size_t t = 0; t < ELEMENTSOF(tar_formats); t++) {
+                        char src[] = "/tmp/scopebox-test-arc-src-XXXXXX", dst[] = "/tmp/scopebox-test-arc-dst-XXXXXX";
+                        _cleanup_close_ int sfd = -EBADF, dfd = -EBADF, mfd = -EBADF;
+
+                        ASSERT_TRUE(setlocale(LC_CTYPE, locales[l]));
+                        ASSERT_TRUE(mkdtemp(src) && mkdtemp(dst));
+                        sfd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        ASSERT_TRUE(sfd >= 0);
+                        odd_tree_make(sfd);
+
+                        mfd = memfd_new_empty("archive");
+                        ASSERT_TRUE(mfd >= 0);
+                        if (!tar_formats[t])
+                                ASSERT_EQ(archive_create(sfd, mfd, &limits), 0);
+                        else {
+                                _cleanup_free_ char *cmd = NULL;
+
+                                /* ustar can't carry every name; what it can't, tar refuses. */
+                                ASSERT_TRUE(asprintf(&cmd, "tar -C %s --format=%s -czf /proc/%d/fd/%d . 2>/dev/null",
+                                                     src, tar_formats[t], getpid(), mfd) > 0);
+                                if (system(cmd) != 0 && streq(tar_formats[t], "ustar"))
+                                        goto next;
+                        }
+                        ASSERT_EQ(lseek(mfd, 0, SEEK_SET), 0);
+                        ASSERT_EQ(extract_confined(dst, mfd, NULL), 0);
+                        dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        ASSERT_TRUE(dfd >= 0);
+                        odd_tree_check(dfd);
+                        ASSERT_EQ(rm_rf_children(dfd), 0);
+                next:
+                        ASSERT_EQ(rm_rf_children(sfd), 0);
+                        ASSERT_EQ(rmdir(src), 0);
+                        ASSERT_EQ(rmdir(dst), 0);
+                }
+        ASSERT_TRUE(setlocale(LC_CTYPE, "C"));
 }
 
 /* A hand-made archive with whatever entries we like. */
@@ -259,6 +335,7 @@ int main(void) {
                 return 0;
         }
         RUN(test_roundtrip);
+        RUN(test_names);
         RUN(test_hostile);
         return 0;
 }

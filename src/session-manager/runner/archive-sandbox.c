@@ -7,6 +7,7 @@
  * loads an allow-list seccomp filter and only then touches the archive. */
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -114,6 +115,10 @@ _noreturn_ void archive_sandbox_run(const ArchiveSandbox *a) {
                 goto fail;
         }
         (void) close(GO_FD);
+        /* File names are bytes, their pax records UTF-8: in a UTF-8 locale libarchive passes
+         * them through (in the C locale a name in a UTF-8 pax record can't be converted). Loaded
+         * while /usr is still there; without it, names still round-trip as raw bytes. */
+        (void) setlocale(LC_CTYPE, "C.UTF-8");
         step = "enter the workspace";
         r = enter_workspace(a);
         if (r < 0)

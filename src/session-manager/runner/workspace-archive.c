@@ -52,7 +52,9 @@ static bool relative_path_is_plain(const char *p) {
 ArchiveVerdict archive_entry_check(const char *name, mode_t type, const char *symlink, const char *hardlink) {
         const char *rel;
 
-        if (!name || !utf8_is_valid_n(name, strlen(name)))
+        /* Any bytes a Linux file name can hold (not only UTF-8): users name files in any
+         * language, and what GNU tar stored must come back. Only the shape is judged. */
+        if (!name)
                 return ARCHIVE_ENTRY_REFUSE;
         rel = startswith(name, "./") ?: name;
         while (*rel == '/' && rel == name)
@@ -166,7 +168,9 @@ static int add_tree(struct archive *a, int dir_fd, const char *prefix, unsigned 
                         archive_entry_copy_symlink(e, target);
                         archive_entry_set_size(e, 0);
                 }
-                if (archive_write_header(a, e) != ARCHIVE_OK)
+                /* ARCHIVE_WARN is a warning: a name that is no UTF-8 goes out as raw bytes
+                 * (pax hdrcharset=BINARY), as GNU tar keeps it. */
+                if (archive_write_header(a, e) < ARCHIVE_WARN)
                         return -EIO;
 
                 if (S_ISREG(st.st_mode)) {
@@ -216,7 +220,7 @@ int archive_create(int dir_fd, int out_fd, const ArchiveLimits *limits) {
                 return w.too_big ? -EFBIG : -EIO;
 
         r = add_tree(a, dir_fd, "", 0, &entries, limits);
-        if (r >= 0 && archive_write_close(a) != ARCHIVE_OK)
+        if (r >= 0 && archive_write_close(a) < ARCHIVE_WARN)
                 r = -EIO;
         if (w.too_big)
                 return -EFBIG;
@@ -248,7 +252,9 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
         if (archive_read_open_fd(in, in_fd, 64 * 1024) != ARCHIVE_OK)
                 return -EBADMSG;
 
-        while ((r = archive_read_next_header(in, &e)) == ARCHIVE_OK) {
+        /* ARCHIVE_WARN (a name not in the locale's charset, an unknown pax keyword) still gives
+         * a complete entry; only ARCHIVE_FAILED and worse are not. */
+        while ((r = archive_read_next_header(in, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
                 const char *name = archive_entry_pathname(e);
                 mode_t type = archive_entry_filetype(e);
                 int64_t size = archive_entry_size(e);
@@ -271,7 +277,7 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
                 archive_entry_set_perm(e, (archive_entry_perm(e) & 0777) | (type == S_IFDIR ? 0700 : 0600));
                 archive_entry_set_uid(e, getuid());
                 archive_entry_set_gid(e, getgid());
-                if (archive_write_header(out, e) != ARCHIVE_OK) {
+                if (archive_write_header(out, e) < ARCHIVE_WARN) {
                         refused++;
                         continue;
                 }
@@ -281,17 +287,17 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
                         la_int64_t off;
 
                         while ((r = archive_read_data_block(in, &buf, &len, &off)) == ARCHIVE_OK)
-                                if (archive_write_data_block(out, buf, len, off) != ARCHIVE_OK)
+                                if (archive_write_data_block(out, buf, len, off) < ARCHIVE_WARN)
                                         break;
                         if (r != ARCHIVE_EOF && r != ARCHIVE_OK)
                                 return -EBADMSG;
                 }
-                if (archive_write_finish_entry(out) != ARCHIVE_OK)
+                if (archive_write_finish_entry(out) < ARCHIVE_WARN)
                         refused++;
         }
         if (r != ARCHIVE_EOF)
                 return -EBADMSG;
-        if (archive_write_close(out) != ARCHIVE_OK)
+        if (archive_write_close(out) < ARCHIVE_WARN)
                 return -EIO;
         if (ret_extracted)
                 *ret_extracted = total;
