@@ -18,6 +18,7 @@
 #include "gateway-auth.h"
 #include "gateway-server.h"
 #include "http-connection.h"
+#include "http-header-check.h"
 #include "http-router.h"
 #include "io-util.h"
 #include "log.h"
@@ -474,6 +475,10 @@ int server_run(Server *s) {
         log_info("Serving the sidecar and dify-sandbox APIs on %zu socket%s%s.", s->n_daemons,
                  s->n_daemons == 1 ? "" : "s",
                  s->auth_header ? "" : " WITHOUT authentication");
+        if (!http_header_check_supported())
+                log_warning("libmicrohttpd %s is not %s: a NUL byte in a header line is judged by the sizes "
+                            "it reports only, and may cut a value short.", strempty(MHD_get_version()),
+                            HTTP_HEADER_CHECK_MHD_VERSION);
 
         /* Exit codes: 0 after SIGTERM/SIGINT, EXIT_FAILURE from sd-bus when the bus goes away, a
          * negative errno (already logged) from our own fatal errors. */

@@ -11,6 +11,7 @@
 #include "gateway-auth.h"
 #include "http-connection.h"
 #include "http-dify.h"
+#include "http-header-check.h"
 #include "http-router.h"
 #include "http-stream.h"
 #include "json-util.h"
@@ -896,6 +897,24 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
         return MHD_YES;
 }
 
+/* What the sizes libmicrohttpd reports cannot show: a NUL in the request line or in a header line,
+ * seen in its copy of the header section (http-header-check.c). */
+static void header_check_section(HttpRequest *req, struct MHD_Connection *connection, const char *method,
+                                 const char *url, const char *version, HttpRequestHeaders *h) {
+        Server *s = req->server;
+        HttpHeaderCheck c;
+
+        http_header_check_connection(&c, connection, method, url, version, req->raw_target);
+        if (c.folded)
+                h->n_invalid++; /* framing: another parser would read the field otherwise */
+        else if (c.reason)
+                header_refuse(h, c.what, c.name, c.reason);
+        else if (c.unknown && http_header_check_supported() &&
+                 ratelimit_below(&s->warning_ratelimit, server_now(s)))
+                log_warning("Header section of a request not laid out as libmicrohttpd %s lays it out, "
+                            "judged by the reported sizes only.", HTTP_HEADER_CHECK_MHD_VERSION);
+}
+
 /* Sends a response prepared while the body was arriving, which MHD cannot queue any more. */
 static void http_request_answer_in_body(HttpRequest *req) {
         req->state = HTTP_REQUEST_ANSWERED;
@@ -934,7 +953,13 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
                 h.target_bytes = strlen(strempty(url));
                 (void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND,
                                                    header_scan_one, &h);
-                r = http_request_begin(req, &h);
+                /* Without the target as received (no memory in the URI log callback) a NUL in it
+                 * could not be seen: no answer but 500. */
+                r = req->raw_target ? 0 : -ENOMEM;
+                if (r >= 0) {
+                        header_check_section(req, connection, method, url, version, &h);
+                        r = http_request_begin(req, &h);
+                }
                 if (r < 0)
                         http_request_fail(req, r);
                 if (req->response) {

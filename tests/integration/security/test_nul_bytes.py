@@ -69,26 +69,95 @@ def test_invalid_utf8_in_the_path_is_400(target):
     assert detail(body) == "path is not valid UTF-8", body
 
 
-@pytest.mark.xfail(strict=True, reason="MHD 0.9.75 hands header values over cut at a NUL (value_size "
-                   "is strlen()): the gateway cannot see the rest")
+def sidecar_files_list(fields, crlf=b"\r\n"):
+    """POST /files/list with 'fields' (bytes) and a body of "{}", the lines ended with 'crlf'."""
+    lines = [b"POST /files/list HTTP/1.1", f"Host: {HOST}:{PORT}".encode()] + fields
+    lines += [b"Content-Type: application/json", b"Content-Length: 2", b"Connection: close"]
+    return crlf.join(lines) + crlf + crlf + b"{}"
+
+
 def test_sidecar_key_with_nul_is_no_key():
     key = api_key().encode()
-    for value in (b"Bearer " + key + b"\x00junk", b"Bearer " + key + b"\x00", b"Bearer \x00" + key):
-        status, body = one(raw_head("POST", b"/files/list", [b"Authorization: " + value,
-                                                             b"Content-Type: application/json",
-                                                             b"Content-Length: 2"]) + b"{}")
-        assert status in (400, 401), (value, status, body)
+    # What follows the NUL is seen: 400 naming the field, after the key check.
+    for value in (b"Bearer " + key + b"\x00junk", b"Bearer " + key + b"\x00", b"Bearer " + key + b"\x00\x00 x"):
+        for crlf in (b"\r\n", b"\n"):
+            if value.endswith(b"\x00") and crlf == b"\n":
+                continue  # test_nul_before_a_bare_lf_is_not_seen
+            status, body = one(sidecar_files_list([b"Authorization: " + value], crlf))
+            assert status == 400, (value, crlf, status, body)
+            assert detail(body) == 'header field "Authorization" contains a NUL byte', body
+    # Cut before the key, the value is no key at all: a stranger learns nothing more.
+    status, body = one(sidecar_files_list([b"Authorization: Bearer \x00" + key]))
+    assert status == 401 and json.loads(body) == {"error": "unauthorized"}, body
 
 
-@pytest.mark.xfail(strict=True, reason="MHD 0.9.75 hands header values over cut at a NUL (value_size "
-                   "is strlen()): the gateway cannot see the rest")
 def test_dify_key_with_nul_is_no_key():
     key = api_key().encode()
     for value in (key + b"\x00junk", key + b"\x00"):
         status, body = one(raw_head("GET", b"/v1/sandbox/dependencies?language=python3",
                                     [b"X-Api-Key: " + value], host=DIFY_HOST, port=DIFY_PORT),
                            host=DIFY_HOST, port=DIFY_PORT)
-        assert status in (400, 401), (value, status, body)
+        assert status == 400, (value, status, body)
+        assert json.loads(body) == {"code": -400, "message": 'header field "X-Api-Key" contains a NUL byte',
+                                    "data": None}, body
+
+
+@pytest.mark.parametrize("field, name", [
+    (b"Content-Type: application/json\x00; charset=x", "Content-Type"),
+    (b"X-Custom: a\x00b", "X-Custom"),
+    (b"X-Custom:\x00", "X-Custom"),
+    (b"traceparent: 00-\x00", "traceparent"),
+])
+def test_nul_in_any_header_is_400_naming_it(field, name):
+    lines = [b"GET /healthz HTTP/1.1", f"Host: {HOST}:{PORT}".encode(), field, b"Connection: close"]
+    status, body = one(b"\r\n".join(lines) + b"\r\n\r\n")
+    assert status == 400 and detail(body) == f'header field "{name}" contains a NUL byte', body
+    # The same on a route with a key.
+    status, body = one(sidecar_files_list([f"Authorization: Bearer {api_key()}".encode(), field]))
+    assert status == 400 and detail(body) == f'header field "{name}" contains a NUL byte', body
+
+
+def test_nul_in_the_request_line():
+    fields = [f"Authorization: Bearer {api_key()}".encode()]
+    # The target as sent: path and query.
+    for target in (b"/healthz\x00junk", b"/files/list\x00", b"/healthz?probe=a\x00b", b"\x00/healthz"):
+        status, body = one(raw_head("GET", target, fields))
+        assert status == 400 and detail(body) == "request target contains a NUL byte", (target, body)
+    # The method.
+    status, body = one(raw_head("GE\x00T", b"/healthz", fields))
+    assert status == 400 and detail(body) == "method contains a NUL byte", body
+    # The version: libmicrohttpd itself refuses what is not exactly "HTTP/d.d".
+    for version in (b"HTTP/1.1\x00", b"HTTP/1.\x00", b"HTTP/1.1\x00junk"):
+        status, _ = one(b"GET /healthz " + version + f"\r\nHost: {HOST}:{PORT}\r\n\r\n".encode())
+        assert status == 400, version
+
+
+def test_nul_in_a_field_name_or_a_folded_field_is_400():
+    # No colon before the NUL: libmicrohttpd answers 400 itself.
+    for field in (b"X-Api\x00-Key: k", b"Authorization\x00: Bearer " + api_key().encode()):
+        status, _ = one(raw_head("GET", b"/healthz", [field]))
+        assert status == 400, field
+    # A folded line (obs-fold, RFC 9112 section 5.2): libmicrohttpd 0.9.75 would glue it to the name.
+    for fold in ([b"X-A: v", b" continued"], [b"Transfer-Encoding: x", b"\tchunked"]):
+        status, body = one(raw_head("GET", b"/healthz", fold))
+        assert (status, json.loads(body)) == (400, {"error": "invalid header field"}), body
+
+
+def test_a_line_starting_with_nul_ends_nothing_silently():
+    # libmicrohttpd takes a line that begins with a NUL for the empty line: the fields after it
+    # would belong to no request. The NUL is seen in the line before.
+    data = (f"GET /healthz HTTP/1.1\r\nHost: {HOST}:{PORT}\r\n".encode() + b"\x00junk\r\n" +
+            b"Connection: close\r\n\r\n")
+    status, body = one(data)
+    assert status == 400 and detail(body) == 'header field "Host" contains a NUL byte', body
+
+
+@pytest.mark.xfail(strict=True, reason="a NUL right before a bare LF leaves the bytes a CR would in "
+                   "libmicrohttpd 0.9.75's buffer (get_next_header_line() makes both NULs): the value "
+                   "reads as the key, with nothing hidden after it (src/gateway/http-header-check.c)")
+def test_nul_before_a_bare_lf_is_not_seen():
+    status, body = one(sidecar_files_list([b"Authorization: Bearer " + api_key().encode() + b"\x00"], b"\n"))
+    assert status == 400, body
 
 
 def test_dify_query_with_nul_is_400_naming_it():
@@ -154,3 +223,54 @@ def test_clean_requests_still_work(sibling):
                                 [b"X-Api-Key: " + api_key().encode()], host=DIFY_HOST, port=DIFY_PORT),
                        host=DIFY_HOST, port=DIFY_PORT)
     assert status == 200, body
+
+
+def test_every_valid_shape_is_served(sibling):
+    key = api_key()
+    body = json.dumps({"session_id": sibling}).encode()
+
+    def files_list(crlf, extra=(), close=False):
+        lines = [b"POST /files/list HTTP/1.1", f"Host: {HOST}:{PORT}".encode(),
+                 f"Authorization: Bearer {key}".encode()] + list(extra)
+        lines += [b"Content-Type: application/json", f"Content-Length: {len(body)}".encode()]
+        if close:
+            lines.append(b"Connection: close")
+        return crlf.join(lines) + crlf + crlf + body
+
+    # CRLF, bare LF, both mixed; values with trailing spaces and tabs, empty values, obs-text.
+    extra = [b"X-Trailing: v  \t", b"X-Empty:", b"X-Spaces:   ", b"X-Text: \xc3\xa4\xff"]
+    for crlf in (b"\r\n", b"\n"):
+        status, answer = one(files_list(crlf, extra, close=True))
+        assert status == 200, (crlf, answer)
+    mixed = files_list(b"\n", extra, close=True).replace(b"X-Empty:\n", b"X-Empty:\r\n", 1)
+    status, answer = one(mixed.replace(b"\n\n", b"\r\n\n", 1))
+    assert status == 200, answer
+
+    # Many fields and long values, near the limits (64 fields, 16 KiB of names and values).
+    many = [f"X-Field-{i}: {'v' * 200}  ".encode() for i in range(55)]
+    status, answer = one(files_list(b"\r\n", many, close=True))
+    assert status == 200, answer
+    status, answer = one(files_list(b"\n", [b"X-Long: " + b"v" * 15000], close=True))
+    assert status == 200, answer
+
+    # Several requests on one connection, one after the other and all at once (pipelined), with
+    # bodies full of NULs in between (counted, not buffered, by GET /healthz).
+    nuls = b"\x00" * 64
+    health = (f"GET /healthz HTTP/1.1\r\nHost: {HOST}:{PORT}\r\nContent-Length: {len(nuls)}\r\n\r\n".encode()
+              + nuls)
+    with socket.create_connection((HOST, int(PORT)), timeout=30) as s:
+        rd = Reader(s)
+        for data in (files_list(b"\r\n"), health, files_list(b"\n", extra), health):
+            s.sendall(data)
+            r = rd.final()
+            assert r is not None and r[0] == 200, r
+    responses, closed = exchange(files_list(b"\r\n") + health + files_list(b"\n", extra) + health +
+                                 files_list(b"\r\n", close=True))
+    assert [r[0] for r in responses] == [200] * 5 and closed, responses
+
+    # A refused request on a kept-alive connection is answered and closes it; the next
+    # connection is served.
+    responses, closed = exchange(files_list(b"\r\n", [b"X-Custom: a\x00b"]) + files_list(b"\r\n"))
+    assert [r[0] for r in responses] == [400] and closed, responses
+    status, answer = one(files_list(b"\r\n", close=True))
+    assert status == 200, answer
