@@ -235,10 +235,11 @@ static int server_send_status(Server *s) {
         s->status_sent_usec = server_now(s);
         return sd_notifyf(false,
                           "STATUS=Serving on %zu socket%s, %u request%s in flight (%u waiting for the "
-                          "session manager, %u dify run%s), %" PRIu64 " completed.",
+                          "session manager, %u of clients that went away, %u dify run%s), %" PRIu64 " completed.",
                           s->n_daemons, s->n_daemons == 1 ? "" : "s",
                           s->n_requests, s->n_requests == 1 ? "" : "s",
-                          s->n_suspended, s->n_dify_runs, s->n_dify_runs == 1 ? "" : "s", s->n_completed);
+                          s->n_suspended, s->n_orphaned, s->n_dify_runs, s->n_dify_runs == 1 ? "" : "s",
+                          s->n_completed);
 }
 
 static int server_on_status_timer(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -328,6 +329,12 @@ Server *server_free(Server *s) {
         for (size_t i = 0; i < s->n_daemons; i++)
                 http_daemon_free(s->daemons[i]);
         free(s->daemons);
+        /* Orphans (their clients went away) wait for nobody now: freeing cancels their calls, and
+         * closes their hang-up pipes, so the manager ends what still runs for them. */
+        while (s->requests) {
+                assert(s->requests->orphaned);
+                http_request_free(s->requests);
+        }
         assert(!s->requests);
         assert(!s->connections);
 

@@ -80,9 +80,12 @@ struct Server {
         struct json_object *health_cache;
         uint64_t health_cache_usec;
 
-        HttpRequest *requests;         /* every request between its headers and its completion */
+        HttpRequest *requests;         /* every request between its headers and its completion, or
+                                        * the answer to its call if that comes later (orphans) */
         unsigned n_requests;
         unsigned n_suspended;          /* of which waiting for the session manager */
+        unsigned n_orphaned;           /* of which completed (their clients went away), waiting
+                                        * for the manager to end their calls */
         uint64_t n_completed;
         uint64_t n_responses[6];       /* of them, by status class: [2] 2xx ... [5] 5xx, [0] none sent */
         uint64_t start_realtime_usec;  /* when this process started (CLOCK_REALTIME) */

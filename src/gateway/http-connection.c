@@ -369,3 +369,22 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
         if (s->n_connections == 0 && s->deadline_event_source)
                 (void) sd_event_source_set_enabled(s->deadline_event_source, SD_EVENT_OFF);
 }
+
+int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *event, sd_event_io_handler_t callback,
+                                 void *userdata, sd_event_source **ret) {
+        int fd, r;
+
+        assert(event);
+        assert(callback);
+        assert(ret);
+
+        fd = http_connection_fd(connection);
+        if (fd < 0)
+                return fd;
+        /* Data (a pipelined request) is libmicrohttpd's to read: only the end of the stream wakes us. */
+        r = sd_event_add_io(event, ret, fd, EPOLLRDHUP, callback, userdata);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(*ret, "http-client-hangup");
+        return 0;
+}

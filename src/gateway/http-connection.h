@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <systemd/sd-event.h>
 #include <microhttpd.h>
 
 #include "gateway-server.h"
@@ -78,3 +79,10 @@ int http_connection_send_final(struct MHD_Connection *connection, const HttpResp
 
 /* The deadline timer (one per server, armed only while connections have a deadline). */
 int server_deadline_timer_new(Server *s);
+
+/* Calls 'callback' once the client of 'connection' has shut down its side of the socket or the
+ * socket failed (EPOLLRDHUP, EPOLLHUP, EPOLLERR), never for data. For a request that waits
+ * suspended, when libmicrohttpd does not look at the socket; the source must go before the
+ * connection is resumed. */
+int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *event, sd_event_io_handler_t callback,
+                                 void *userdata, sd_event_source **ret);

@@ -710,7 +710,8 @@ int http_dify_health(HttpRequest *req) {
         return http_request_reply_literal(req, HTTP_OK, "\"ok\"");
 }
 
-/* A run counts against MAX_REQUESTS from its acceptance to its result. */
+/* A run counts against MAX_REQUESTS from its acceptance to its result, also when its client went
+ * away meanwhile (the request waits for the result as an orphan). */
 typedef struct DifyRun {
         Server *server;
         bool counted;
@@ -800,7 +801,7 @@ static int dify_run_on_reply(HttpRequest *req, sd_bus_message *reply) {
 static int dify_run_call(HttpRequest *req, const DifyRunRequest *b, const DifyTrace *t, const char *code,
                          size_t code_size) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int fd = -EBADF;
+        _cleanup_close_ int fd = -EBADF, hangup = -EBADF;
         Server *s = req->server;
         DifyRun *run;
         int r;
@@ -823,6 +824,11 @@ static int dify_run_call(HttpRequest *req, const DifyRunRequest *b, const DifyTr
                 r = sd_bus_message_append(m, "{sv}", "user_id", "s", t->user_id);
         if (r >= 0 && t->has_user_type)
                 r = sd_bus_message_append(m, "{sv}", "user_type", "s", t->user_type);
+        /* The run ends when its client hangs up; it counts until the manager says it has. */
+        if (r >= 0)
+                r = hangup = http_request_hangup_pipe(req);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "{sv}", "hangup", "h", hangup);
         if (r >= 0)
                 r = sd_bus_message_close_container(m);
         if (r < 0)

@@ -357,7 +357,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
 
 int http_exec_post(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int fd = -EBADF;
+        _cleanup_close_ int fd = -EBADF, hangup = -EBADF;
         ExecContext *ctx;
         HttpResponse *error;
         ExecRequest x = {};
@@ -376,9 +376,14 @@ int http_exec_post(HttpRequest *req) {
         r = session_manager_new_call(req->server->bus, "Exec", &m);
         if (r < 0)
                 return r;
-        r = sd_bus_message_append(m, "sha{sv}", x.session_id, fd, 2,
+        /* The exec ends when its client hangs up. */
+        hangup = http_request_hangup_pipe(req);
+        if (hangup < 0)
+                return hangup;
+        r = sd_bus_message_append(m, "sha{sv}", x.session_id, fd, 3,
                                   "timeout_ms", "t", x.timeout_ms,
-                                  "language", "s", "python3");
+                                  "language", "s", "python3",
+                                  "hangup", "h", hangup);
         if (r < 0)
                 return r;
 

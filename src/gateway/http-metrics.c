@@ -224,7 +224,7 @@ static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
         if (r >= 0)
                 r = append_labeled(w, "scopebox_execs", "outcome", NULL, "Execs (sidecar and dify) by how they "
                                    "ended: ok, error (non-zero exit), timeout, killed (by a signal), failed (no "
-                                   "result), rejected (queue timeout).", &m->execs);
+                                   "result), rejected (queue timeout), cancelled (the client hung up).", &m->execs);
         if (r >= 0)
                 r = append_labeled(w, "scopebox_exec_kills", "reason", NULL, "Execs stopped by their timeout, the "
                                    "OOM killer (memory), the seccomp kill list (blocked_syscall), the tasks limit "

@@ -2,11 +2,13 @@
 /* Request routing and the per-request context: auth, body limits, JSON parsing, async bus calls. */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "gateway-auth.h"
 #include "http-connection.h"
@@ -130,6 +132,7 @@ int http_request_new(Server *s, HttpDaemon *d, struct MHD_Connection *c, const c
         req->daemon = d;
         req->connection = c;
         req->start_usec = server_now(s);
+        req->hangup_fd = -EBADF;
 
         /* Link first, so that free() always has something to unlink. */
         req->next = s->requests;
@@ -205,10 +208,15 @@ HttpRequest *http_request_free(HttpRequest *req) {
                 return NULL;
         s = req->server;
 
-        /* Cancels a pending call: its reply handler can no longer run for a freed request. */
+        /* Cancels a pending call: its reply handler can no longer run for a freed request. Closing
+         * the hang-up pipe has the manager end what it runs for us. */
         req->slot = sd_bus_slot_unref(req->slot);
+        req->client_source = sd_event_source_disable_unref(req->client_source);
+        req->hangup_fd = safe_close(req->hangup_fd);
         if (req->suspended)
                 s->n_suspended--;
+        if (req->orphaned)
+                s->n_orphaned--;
 
         http_request_release_body(req);
         http_request_unreserve(req);
@@ -366,6 +374,8 @@ static void http_request_fail(HttpRequest *req, int error) {
 }
 
 static void http_request_resume(HttpRequest *req) {
+        /* libmicrohttpd watches the socket again. */
+        req->client_source = sd_event_source_disable_unref(req->client_source);
         if (!req->suspended)
                 return;
 
@@ -391,6 +401,14 @@ static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         handler = req->reply_handler;
         req->reply_handler = NULL;
 
+        /* Its client is gone, the call is over (most likely Cancelled): nothing to answer. An orphan
+         * goes now, giving back what it counted; one MHD has not completed yet goes when it does. */
+        if (req->client_gone) {
+                if (req->orphaned)
+                        http_request_free(req);
+                return 0;
+        }
+
         r = handler ? handler(req, reply) : -EPROTO;
         if (r < 0)
                 http_request_fail(req, r);
@@ -399,6 +417,33 @@ static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_e
 
         if (!req->slot)
                 http_request_resume(req);
+        return 0;
+}
+
+int http_request_hangup_pipe(HttpRequest *req) {
+        int fds[2];
+
+        assert(req);
+        assert(req->hangup_fd < 0);
+
+        /* Non-blocking: nothing is ever written, but nothing may ever block on it either. */
+        if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0)
+                return -errno;
+        req->hangup_fd = fds[1];
+        return fds[0];
+}
+
+/* The client of a suspended request with a hang-up pipe shut its socket down. The pipe's closing
+ * tells the manager to cancel the call, and MHD gets the connection back to close it; the request
+ * waits for the answer as an orphan (http_router_request_completed()). */
+static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        HttpRequest *req = userdata;
+
+        req->hangup_fd = safe_close(req->hangup_fd);
+        req->client_gone = true;
+        req->close_reason = "client hung up";
+        log_debug("The client of a request waiting for the session manager hung up; cancelling its call.");
+        http_request_resume(req);
         return 0;
 }
 
@@ -1005,6 +1050,8 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
         }
         /* Otherwise we are called again after a resume: the reply handler prepared the answer. */
 
+        if (req->client_gone)
+                return MHD_NO; /* nobody to answer: MHD closes the connection */
         if (req->response)
                 return http_request_queue(req);
         if (req->slot) {
@@ -1013,6 +1060,12 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
                         req->suspended = true;
                         req->server->n_suspended++;
                         server_status_changed(req->server);
+                        /* MHD won't see a hang-up meanwhile: we look for one, where it matters. */
+                        if (req->hangup_fd >= 0 &&
+                            http_connection_watch_hangup(connection, req->server->event,
+                                                         http_request_on_client_hangup, req,
+                                                         &req->client_source) < 0)
+                                log_debug("Failed to watch a client for hang-up; its call runs to its end.");
                 }
                 return MHD_YES;
         }
@@ -1076,6 +1129,25 @@ static void http_request_log_access(HttpRequest *req, enum MHD_RequestTerminatio
                    why ? " (" : "", strempty(why), why ? ")" : "");
 }
 
+/* MHD is done with a request whose call is still out: its client went away. The request lets go of
+ * the connection (about to be freed) and stays until the answer comes, so that what it counts
+ * (a dify run against MAX_REQUESTS) counts until the manager has really ended the call, which the
+ * hang-up pipe's closing asks it to do. */
+static void http_request_orphan(HttpRequest *req) {
+        req->client_source = sd_event_source_disable_unref(req->client_source);
+        req->hangup_fd = safe_close(req->hangup_fd);
+        if (req->suspended) {
+                req->suspended = false;
+                req->server->n_suspended--;
+        }
+        req->connection = NULL;
+        req->daemon = NULL;
+        req->response = http_response_free(req->response);
+        req->client_gone = req->orphaned = true;
+        req->server->n_orphaned++;
+        server_status_changed(req->server);
+}
+
 void http_router_request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
                                    enum MHD_RequestTerminationCode toe) {
         HttpRequest *req = *con_cls;
@@ -1091,7 +1163,10 @@ void http_router_request_completed(void *cls, struct MHD_Connection *connection,
         req->server->n_completed++;
         req->server->n_responses[req->status >= 100 && req->status < 600 ? req->status / 100 : 0]++;
         *con_cls = NULL;
-        http_request_free(req);
+        if (req->slot)
+                http_request_orphan(req);
+        else
+                http_request_free(req);
 }
 
 void http_router_abort_pending(Server *s, HttpDaemon *d) {

@@ -138,6 +138,15 @@ struct HttpRequest {
         HttpReplyHandler reply_handler;
         bool suspended;
 
+        /* Hang-ups. The write end of the pipe whose read end went with the call (Exec, Run: its
+         * "hangup" option); closed once the client is gone, which has the manager cancel the call. */
+        int hangup_fd;
+        sd_event_source *client_source;     /* the client's socket, watched while suspended */
+        bool client_gone;                   /* nobody to answer any more */
+        bool orphaned;                      /* MHD completed it while its call was out: it waits
+                                             * for the answer without a connection, and keeps
+                                             * counting (MAX_REQUESTS) until then */
+
         /* State a resource keeps between its handler and its reply handler. */
         void *userdata;
         void (*userdata_free)(void *p);
@@ -166,6 +175,10 @@ void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ou
 /* Sends 'm' (to the session manager or the storage agent); 'handler' runs with the reply. The
  * connection stays suspended in the meantime. */
 int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler);
+/* A pipe for a call that should end when the request's client goes away: the request keeps the
+ * write end (closed when the client hangs up, or with the request), the caller gets the read end
+ * (to close once it is in the message, as the call's "hangup" option). */
+int http_request_hangup_pipe(HttpRequest *req);
 /* Records the session a request is about, for the access log. Ignores invalid ids. */
 void http_request_set_session_id(HttpRequest *req, const char *id);
 /* Adds the journal field NAME=value to the request's access-log entry; 'value' must already be

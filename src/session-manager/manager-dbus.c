@@ -46,6 +46,8 @@ static const char *errno_to_bus_error(int error) {
                 return BUS_ERROR_STORAGE_FAILED;
         case EINVAL:
                 return SD_BUS_ERROR_INVALID_ARGS;
+        case ECANCELED:
+                return BUS_ERROR_CANCELLED;
         default:
                 return BUS_ERROR_BACKEND_FAILED;
         }
@@ -61,7 +63,7 @@ static void reply_error(sd_bus_message *m, int error, const char *message) {
 /* One option a method takes: its name, D-Bus type and where it goes. */
 typedef struct BusOption {
         const char *name;
-        char type;              /* 'b' (into an int), 't', 's' (borrowed from the message) */
+        char type;              /* 'b' (into an int), 't', 's', 'h' (both borrowed from the message) */
         size_t offset;
 } BusOption;
 
@@ -270,18 +272,103 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         return 1;
 }
 
+/* ---- callers that hang up (Exec, Run) ---- */
+
+/* An Exec or Run call being served: the message to answer and, if the caller gave its "hangup"
+ * option, a watch on that pipe. The caller hanging up (closing every write end: on purpose, or
+ * by dying) cancels the call; it is still answered, exactly once, with Cancelled. */
+typedef struct BusCall {
+        sd_bus_message *message;
+        sd_event_source *hangup_source;  /* owns a duplicate of the caller's read end */
+        ExecCall *exec;                  /* what to cancel, until it answers */
+        Run *run;
+} BusCall;
+
+static BusCall *bus_call_free(BusCall *c) {
+        if (!c)
+                return NULL;
+        sd_event_source_disable_unref(c->hangup_source);
+        sd_bus_message_unref(c->message);
+        return mfree(c);
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(BusCall *, bus_call_free);
+
+static int on_caller_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        BusCall *c = userdata;
+        ExecCall *exec = TAKE_PTR(c->exec);
+        Run *run = TAKE_PTR(c->run);
+
+        /* Level-triggered: once is enough. */
+        c->hangup_source = sd_event_source_disable_unref(c->hangup_source);
+        log_debug("The caller of %s hung up; cancelling the call.", strna(sd_bus_message_get_member(c->message)));
+        /* Either may answer at once, which frees c. */
+        if (exec)
+                session_exec_cancel(exec);
+        else if (run)
+                manager_cancel_run(run);
+        return 0;
+}
+
+/* A call object for 'm'; with hangup_fd (borrowed from the message, or -EBADF) the call watches it.
+ * A caller that hung up already gets Cancelled (counted as a cancelled exec) and nothing is
+ * started for it; a bad fd gets InvalidArgs. */
+static int bus_call_new(Manager *mgr, sd_bus_message *m, int hangup_fd, BusCall **ret, sd_bus_error *error) {
+        _cleanup_(bus_call_freep) BusCall *c = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        *ret = NULL;
+        if (hangup_fd >= 0) {
+                r = fd_is_pipe_read_end(hangup_fd);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "hangup must be the read end of a pipe");
+                r = pipe_hung_up(hangup_fd);
+                if (r < 0)
+                        return r;
+                if (r > 0) {
+                        metrics_count_exec(&mgr->metrics, -ECANCELED, NULL);
+                        return sd_bus_error_set(error, BUS_ERROR_CANCELLED, "cancelled: the caller hung up");
+                }
+                fd = fcntl(hangup_fd, F_DUPFD_CLOEXEC, 3);
+                if (fd < 0)
+                        return -errno;
+        }
+
+        c = calloc(1, sizeof(BusCall));
+        if (!c)
+                return -ENOMEM;
+        if (fd >= 0) {
+                /* No events: only EPOLLHUP and EPOLLERR, which epoll always reports, wake us. */
+                r = sd_event_add_io(mgr->event, &c->hangup_source, fd, 0, on_caller_hangup, c);
+                if (r < 0)
+                        return r;
+                r = sd_event_source_set_io_fd_own(c->hangup_source, true);
+                if (r < 0)
+                        return r;
+                TAKE_FD(fd);
+                (void) sd_event_source_set_description(c->hangup_source, "caller-hangup");
+        }
+        c->message = sd_bus_message_ref(m);
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
 /* ---- Exec ---- */
 
 typedef struct ExecOptions {
         uint64_t timeout_ms;
         uint64_t output_limit;
         const char *language;
+        int hangup;
 } ExecOptions;
 
 static const BusOption exec_options[] = {
         { "timeout_ms",   't', offsetof(ExecOptions, timeout_ms)   },
         { "output_limit", 't', offsetof(ExecOptions, output_limit) },
         { "language",     's', offsetof(ExecOptions, language)     },
+        { "hangup",       'h', offsetof(ExecOptions, hangup)       },
         {}
 };
 
@@ -317,9 +404,12 @@ static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
 }
 
 static void on_exec_done(Session *s, int error, const char *message, const ExecResult *res, void *userdata) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata, *reply = NULL;
+        _cleanup_(bus_call_freep) BusCall *c = userdata;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        sd_bus_message *m = c->message;
         int r;
 
+        c->exec = NULL;
         if (error < 0) {
                 if (error == -ENXIO)
                         message = "session not found or not running";
@@ -377,7 +467,8 @@ static int take_code_fd(Manager *mgr, int fd, int *ret, sd_bus_error *error) {
 static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         _cleanup_close_ int code_fd = -EBADF;
-        ExecOptions o = {};
+        _cleanup_(bus_call_freep) BusCall *c = NULL;
+        ExecOptions o = { .hangup = -EBADF };
         ExecParameters p = {};
         const char *id;
         Session *s;
@@ -406,15 +497,18 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                                          : CLAMP(o.timeout_ms, MIN_EXEC_TIMEOUT_MS, mgr->config.exec_timeout_cap_ms);
         p.output_limit = o.output_limit == 0 ? mgr->config.max_output_bytes : MIN(o.output_limit, OUTPUT_LIMIT_MAX);
 
-        r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, sd_bus_message_ref(m));
-        if (r < 0) {
-                sd_bus_message_unref(m);
-                if (r == -EBUSY)
-                        return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
-                if (r == -ENXIO)
-                        return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+        r = bus_call_new(mgr, m, o.hangup, &c, error);
+        if (r < 0)
                 return r;
-        }
+
+        r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, c, &c->exec);
+        if (r == -EBUSY)
+                return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
+        if (r == -ENXIO)
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+        if (r < 0)
+                return r;
+        TAKE_PTR(c); /* the callback frees it, maybe already has */
         return 1;
 }
 
@@ -428,6 +522,7 @@ typedef struct RunOptions {
         const char *traceparent;
         const char *user_id;
         const char *user_type;
+        int hangup;
 } RunOptions;
 
 static const BusOption run_options[] = {
@@ -435,14 +530,18 @@ static const BusOption run_options[] = {
         { "traceparent",    's', offsetof(RunOptions, traceparent)    },
         { "user_id",        's', offsetof(RunOptions, user_id)        },
         { "user_type",      's', offsetof(RunOptions, user_type)      },
+        { "hangup",         'h', offsetof(RunOptions, hangup)         },
         {}
 };
 
 
 static void on_run_done(int error, const char *message, const ExecResult *res, void *userdata) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata, *reply = NULL;
+        _cleanup_(bus_call_freep) BusCall *c = userdata;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        sd_bus_message *m = c->message;
         int r;
 
+        c->run = NULL;
         if (error < 0) {
                 reply_error(m, error, message);
                 return;
@@ -465,8 +564,9 @@ static void on_run_done(int error, const char *message, const ExecResult *res, v
 static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         _cleanup_close_ int code_fd = -EBADF;
+        _cleanup_(bus_call_freep) BusCall *c = NULL;
         char trace_id[33] = "", span_id[17] = "";
-        RunOptions o = {};
+        RunOptions o = { .hangup = -EBADF };
         const char *language;
         int fd, r;
 
@@ -494,6 +594,10 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (r <= 0)
                 return r;
 
+        r = bus_call_new(mgr, m, o.hangup, &c, error);
+        if (r < 0)
+                return r;
+
         r = manager_queue_run(mgr, TAKE_FD(code_fd),
                         &(RunRequest) {
                                 .language = language,
@@ -503,13 +607,13 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                                 .user_id = o.user_id,
                                 .user_type = o.user_type,
                         },
-                        on_run_done, sd_bus_message_ref(m));
+                        on_run_done, c, &c->run);
         if (r < 0) {
-                sd_bus_message_unref(m);
                 if (r == -EBUSY)
                         return sd_bus_error_set(error, BUS_ERROR_LIMIT_EXCEEDED, "too many runs waiting");
                 return r;
         }
+        TAKE_PTR(c); /* the callback frees it, maybe already has */
         return 1;
 }
 

@@ -16,6 +16,7 @@ static const char *const exec_outcome_table[_EXEC_OUTCOME_MAX] = {
         [EXEC_OUTCOME_KILLED] = "killed",
         [EXEC_OUTCOME_FAILED] = "failed",
         [EXEC_OUTCOME_REJECTED] = "rejected",
+        [EXEC_OUTCOME_CANCELLED] = "cancelled",
 };
 
 static const char *const kill_reason_table[_KILL_REASON_MAX] = {
@@ -42,6 +43,8 @@ const uint64_t metrics_exec_bucket_usec[METRICS_EXEC_BUCKETS] = {
 };
 
 ExecOutcome exec_outcome_classify(int error, const ExecResult *result) {
+        if (error == -ECANCELED)
+                return EXEC_OUTCOME_CANCELLED;
         if (!result || error < 0)
                 /* Waited too long for the session (EBUSY) or for a slot (EUSERS). */
                 return error == -EBUSY || error == -EUSERS ? EXEC_OUTCOME_REJECTED : EXEC_OUTCOME_FAILED;

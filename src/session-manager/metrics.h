@@ -16,6 +16,7 @@ typedef enum ExecOutcome {
         EXEC_OUTCOME_KILLED,    /* killed by a signal (OOM killer, seccomp kill list, the code itself) */
         EXEC_OUTCOME_FAILED,    /* no result: the runner or the sandbox failed, the session went away */
         EXEC_OUTCOME_REJECTED,  /* never ran: the session or the exec slots stayed busy */
+        EXEC_OUTCOME_CANCELLED, /* its caller hung up: dropped from its queue, or killed */
         _EXEC_OUTCOME_MAX,
         _EXEC_OUTCOME_INVALID = -EINVAL,
 } ExecOutcome;

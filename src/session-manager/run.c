@@ -17,6 +17,7 @@
 
 /* A run's session outlives its exec by at most this (the runner's own backstop comes later). */
 #define RUN_IDLE_SLACK_USEC (60 * USEC_PER_SEC)
+#define RUN_CANCELLED_MESSAGE "cancelled: the caller hung up"
 
 struct Run {
         Manager *manager;
@@ -26,6 +27,8 @@ struct Run {
         bool network;
         char *trace_id, *span_id, *user_id, *user_type;
         Session *session;          /* while the run uses it, for the journal */
+        ExecCall *exec;            /* its exec, until that answers */
+        bool cancelled;            /* its caller hung up */
         sd_event_source *release_source;
         RunCallback callback;
         void *userdata;
@@ -77,6 +80,13 @@ static void run_finish(Run *r, Session *s, int error, const char *message, const
         RunCallback cb = TAKE_PTR(r->callback);
         int q;
 
+        r->exec = NULL;
+        if (r->cancelled) {
+                error = -ECANCELED;
+                message = RUN_CANCELLED_MESSAGE;
+                result = NULL;
+        }
+
         if (cb)
                 cb(error, message, result, r->userdata);
         if (r->running) {
@@ -96,13 +106,17 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         Run *r = userdata;
         char detail[128];
 
-        if (error < 0)
+        r->exec = NULL;
+        if (error == -ECANCELED || r->cancelled)
+                snprintf(detail, sizeof(detail), "was cancelled: its caller hung up");
+        else if (error < 0)
                 snprintf(detail, sizeof(detail), "failed: %s", strna(message));
         else
                 snprintf(detail, sizeof(detail), "finished with exit code %i%s after %llu ms", result->exit_code,
                          result->timed_out ? " (timed out)" : "",
                          (unsigned long long) (result->duration_usec / USEC_PER_MSEC));
-        run_log(r, error < 0 ? LOG_WARNING : LOG_INFO, error, detail);
+        run_log(r, error < 0 && error != -ECANCELED ? LOG_WARNING : LOG_INFO, error == -ECANCELED ? 0 : error,
+                detail);
         run_finish(r, s, error, message, error < 0 ? NULL : result);
 }
 
@@ -120,15 +134,19 @@ static void on_session_started(Session *s, int error, const char *message, void 
         };
         int q;
 
-        if (error < 0) {
-                /* Never became an exec, but the run failed (or waited too long for a create slot):
-                 * count it, so that scopebox_execs_total covers every run. */
-                metrics_count_exec(&r->manager->metrics, error, NULL);
-                run_log(r, LOG_WARNING, error, "could not start");
-                run_finish(r, NULL, error, message ?: "failed to start the sandbox", NULL);
+        if (error < 0 || r->cancelled) {
+                /* Never became an exec, but the run failed (or waited too long for a create slot,
+                 * or its caller hung up meanwhile): count it, so that scopebox_execs_total covers
+                 * every run. */
+                metrics_count_exec(&r->manager->metrics, r->cancelled ? -ECANCELED : error, NULL);
+                run_log(r, r->cancelled ? LOG_INFO : LOG_WARNING, r->cancelled ? 0 : error,
+                        r->cancelled ? "was cancelled before it started: its caller hung up" : "could not start");
+                /* A session that did start is ours to release. */
+                run_finish(r, error < 0 ? NULL : s, error < 0 ? error : -ECANCELED,
+                           message ?: "failed to start the sandbox", NULL);
                 return;
         }
-        q = session_exec(s, TAKE_FD(r->code_fd), &p, on_exec_done, r);
+        q = session_exec(s, TAKE_FD(r->code_fd), &p, on_exec_done, r, &r->exec);
         if (q < 0)
                 run_finish(r, s, q, "failed to start the run", NULL);
 }
@@ -184,7 +202,8 @@ static int strdup_opt(const char *s, char **ret) {
         return *ret ? 0 : -ENOMEM;
 }
 
-int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallback cb, void *userdata) {
+int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallback cb, void *userdata,
+                      Run **ret_run) {
         _cleanup_(run_freep) Run *r = NULL;
         Run **tail;
 
@@ -205,6 +224,8 @@ int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallbac
 
         for (tail = &m->runs_queue; *tail; tail = &(*tail)->next)
                 ;
+        if (ret_run)
+                *ret_run = r;
         *tail = TAKE_PTR(r);
         m->n_runs_queued++;
         m->metrics.runs++;
@@ -223,4 +244,39 @@ void manager_runs_flush(Manager *m) {
                         r->callback(-ESHUTDOWN, "the service is stopping", NULL, r->userdata);
                 run_free(r);
         }
+}
+
+void manager_cancel_run(Run *r) {
+        Manager *m = r->manager;
+
+        if (!r->callback || r->cancelled)
+                return; /* answered already, or on its way */
+        r->cancelled = true;
+
+        if (!r->running) {
+                RunCallback cb = TAKE_PTR(r->callback);
+
+                /* Still waiting for a worker: nothing of it exists yet. */
+                for (Run **p = &m->runs_queue; *p; p = &(*p)->next)
+                        if (*p == r) {
+                                *p = r->next;
+                                m->n_runs_queued--;
+                                break;
+                        }
+                metrics_count_exec(&m->metrics, -ECANCELED, NULL);
+                run_log(r, LOG_INFO, 0, "was cancelled while it waited for a worker: its caller hung up");
+                cb(-ECANCELED, RUN_CANCELLED_MESSAGE, NULL, r->userdata);
+                run_free(r);
+                manager_send_status(m);
+                return;
+        }
+        if (r->exec) {
+                /* Executing, or queued in its session: on_exec_done() finishes the run. */
+                session_exec_cancel(r->exec);
+                return;
+        }
+        /* Its session is starting: stopping it undoes the start, and on_session_started() hears of
+         * it and finishes the run (once no process of the session is left to stop). */
+        if (r->session)
+                (void) session_release(r->session, "run cancelled", NULL, NULL);
 }

@@ -25,8 +25,15 @@ typedef void (*RunCallback)(int error, const char *message, const ExecResult *re
 typedef struct Run Run;
 
 /* Queues a run of code_fd (taken over, also on failure). The callback runs exactly once, unless
- * this fails. */
-int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallback cb, void *userdata);
+ * this fails. *ret_run (optional) names the run for manager_cancel_run() until the callback has run;
+ * it is set before the run may start (and so before a callback that comes at once). */
+int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallback cb, void *userdata,
+                      Run **ret_run);
+
+/* Its caller no longer wants the run; the callback gets -ECANCELED. Waiting for a worker: at once.
+ * Starting: once its session's start is undone. Executing: once the runner has killed the exec as
+ * its timeout would. Until then the run keeps its worker. Idempotent. */
+void manager_cancel_run(Run *r);
 
 /* Fails the runs that are still waiting (the manager is going away). */
 void manager_runs_flush(Manager *m);

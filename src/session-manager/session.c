@@ -563,14 +563,11 @@ static int session_dispatch_next(Session *s) {
         return 0;
 }
 
-static int on_queue_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
-        RunnerRequest *q = userdata;
-        Session *s = q->session;
-        bool waiting_for_slot;
+/* Takes a request that is still queued out of the queue. Returns whether it waited for a global
+ * exec slot: a request at the head of an idle session does; anything else waits for its session. */
+static bool session_unqueue(Session *s, RunnerRequest *q) {
+        bool waiting_for_slot = q == s->queue_head && !s->in_flight && q->is_exec;
 
-        /* Still queued: unlink it. A request that waits at the head of an idle session waits for
-         * a global exec slot; anything else waits for its session. */
-        waiting_for_slot = q == s->queue_head && !s->in_flight && q->is_exec;
         for (RunnerRequest **p = &s->queue_head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
                 if (*p == q) {
                         *p = q->next;
@@ -579,8 +576,18 @@ static int on_queue_timeout(sd_event_source *source, uint64_t usec, void *userda
                         s->n_queued--;
                         break;
                 }
+        q->next = NULL;
         if (waiting_for_slot)
                 manager_forget_exec_waiter(s->manager, s);
+        return waiting_for_slot;
+}
+
+static int on_queue_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
+        RunnerRequest *q = userdata;
+        Session *s = q->session;
+        bool waiting_for_slot;
+
+        waiting_for_slot = session_unqueue(s, q);
 
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "A request for session %s waited too long for %s.",
                    s->id, waiting_for_slot ? "an exec slot" : "the session");
@@ -599,9 +606,10 @@ void session_kick(Session *s) {
 }
 
 /* Takes ownership of message and fd, also on failure. Fails only when nothing was queued; then
- * the callback is not called. */
-static int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec, bool front,
-                           RunnerReplyCallback cb, void *userdata) {
+ * the callback is not called. *ret_request (optional) is set before the request may be sent, so
+ * also when it is answered at once (and freed before this returns). */
+static int session_enqueue_full(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec,
+                                bool front, RunnerReplyCallback cb, void *userdata, RunnerRequest **ret_request) {
         RunnerRequest *q;
 
         if (s->n_queued >= SESSION_QUEUE_MAX) {
@@ -638,9 +646,16 @@ static int session_enqueue(Session *s, json_object *message, int fd, uint64_t ti
                 s->queue_tail = q;
         }
         s->n_queued++;
+        if (ret_request)
+                *ret_request = q;
         /* From here on the callback reports the outcome, also a failure to send. */
         (void) session_dispatch_next(s);
         return 0;
+}
+
+static int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec, bool front,
+                           RunnerReplyCallback cb, void *userdata) {
+        return session_enqueue_full(s, message, fd, timeout_usec, is_exec, front, cb, userdata, NULL);
 }
 
 /* ---- idle TTL ---- */
@@ -729,7 +744,17 @@ static void session_start_done(Session *s, int error, const char *message) {
 
 static void session_restore_then_ready(Session *s);
 
+/* What the runner can do beyond the basics, from its answer to init or ping. A runner started by an
+ * earlier version of ours (recovered after an upgrade) may know less. */
+static void session_learn_runner(Session *s, json_object *reply) {
+        json_object *v;
+
+        s->runner_cancels = json_object_object_get_ex(reply, "cancel", &v) && json_object_get_boolean(v);
+}
+
 static void on_init_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        if (error >= 0)
+                session_learn_runner(s, reply);
         if (error < 0) {
                 log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Runner of session %s failed to initialize: %s",
                            s->id, strempty(message));
@@ -944,10 +969,16 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
 
 /* ---- exec ---- */
 
-typedef struct ExecCall {
+struct ExecCall {
+        Session *session;
+        RunnerRequest *request;   /* ours until on_exec_reply() */
+        char exec_id[32];
+        bool cancelled;
         ExecCallback callback;
         void *userdata;
-} ExecCall;
+};
+
+#define EXEC_CANCELLED_MESSAGE "cancelled: the caller hung up"
 
 /* The sandbox's report of refused system calls; strings stay owned by the reply. */
 static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_t *ret_n) {
@@ -1075,6 +1106,13 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         ExecResult result;
         int r;
 
+        if (c->cancelled) {
+                /* Whatever came of it (killed, or done just before), its caller wants no result. */
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
+                           "Exec %s of session %s was cancelled: its caller hung up.", c->exec_id, s->id);
+                error = -ECANCELED;
+                message = EXEC_CANCELLED_MESSAGE;
+        }
         if (error < 0) {
                 metrics_count_exec(&s->manager->metrics, error, NULL);
                 c->callback(s, error, message, NULL, c->userdata);
@@ -1096,7 +1134,8 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         free(c);
 }
 
-int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata) {
+int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
+                 ExecCall **ret_call) {
         _cleanup_close_ int fd = code_fd;
         json_object *msg;
         ExecCall *c;
@@ -1123,7 +1162,8 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                 metrics_count_exec(&s->manager->metrics, -ENOMEM, NULL);
                 return -ENOMEM;
         }
-        *c = (ExecCall) { .callback = cb, .userdata = userdata };
+        *c = (ExecCall) { .session = s, .callback = cb, .userdata = userdata };
+        memcpy(c->exec_id, exec_id, sizeof(c->exec_id));
         json_object_object_add(msg, "op", json_object_new_string("exec"));
         json_object_object_add(msg, "exec_id", json_object_new_string(exec_id));
         json_object_object_add(msg, "timeout_ms", json_object_new_int64((int64_t) p->timeout_ms));
@@ -1144,9 +1184,14 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                         json_object_object_add(msg, "https_proxy", json_object_new_string(p->https_proxy));
         }
 
-        r = session_enqueue(s, msg, TAKE_FD(fd), p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false,
-                            on_exec_reply, c);
+        /* The caller learns of c before the request may be answered (and c freed). */
+        if (ret_call)
+                *ret_call = c;
+        r = session_enqueue_full(s, msg, TAKE_FD(fd), p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true,
+                                 false, on_exec_reply, c, &c->request);
         if (r < 0) {
+                if (ret_call)
+                        *ret_call = NULL;
                 free(c);
                 metrics_count_exec(&s->manager->metrics, r, NULL);
                 return r;
@@ -1156,6 +1201,50 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         s->n_execs++;
         session_touch(s);
         return 0;
+}
+
+void session_exec_cancel(ExecCall *c) {
+        Session *s = c->session;
+        RunnerRequest *q = c->request;
+        _cleanup_json_ json_object *msg = NULL;
+        int r;
+
+        if (c->cancelled)
+                return;
+        c->cancelled = true;
+
+        if (s->in_flight != q) {
+                /* Still queued: out of the queue, answered now (on_exec_reply() frees c). */
+                (void) session_unqueue(s, q);
+                q->callback(s, -ECANCELED, EXEC_CANCELLED_MESSAGE, NULL, -EBADF, q->userdata);
+                runner_request_free(q);
+                /* What waited behind it may go now. */
+                (void) session_dispatch_next(s);
+                return;
+        }
+
+        /* Running: the runner ends it the way its timeout does and answers as usual; the answer
+         * becomes -ECANCELED in on_exec_reply(). The request timer stays: a runner that does not
+         * answer still ends the session. */
+        if (!s->runner_cancels) {
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "The runner of session %s can't cancel exec %s; it runs to its end.", s->id, c->exec_id);
+                return;
+        }
+        msg = json_object_new_object();
+        if (!msg || s->control_fd < 0) {
+                log_struct(LOG_WARNING, ENOMEM, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to cancel exec %s of session %s, it runs to its end.", c->exec_id, s->id);
+                return;
+        }
+        json_object_object_add(msg, "op", json_object_new_string("cancel"));
+        json_object_object_add(msg, "exec_id", json_object_new_string(c->exec_id));
+        r = runner_message_send(s->control_fd, msg, NULL, 0);
+        if (r < 0)
+                /* A broken connection ends the exec anyway (on_control() sees it). */
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to ask the runner of session %s to cancel exec %s, it runs to its end: %m",
+                           s->id, c->exec_id);
 }
 
 bool session_exec_running(const Session *s) {
@@ -1512,6 +1601,7 @@ static void on_recover_ping(Session *s, int error, const char *message, json_obj
                 session_cleanup_stale(s, "runner did not answer after a restart");
                 return;
         }
+        session_learn_runner(s, reply);
         now = (uint64_t) time(NULL) * USEC_PER_SEC;
         idle = now > s->last_active_realtime_usec ? now - s->last_active_realtime_usec : 0;
         remaining = idle < s->idle_ttl_usec ? s->idle_ttl_usec - idle : 1;

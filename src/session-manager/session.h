@@ -102,6 +102,7 @@ struct Session {
         SessionState state;
 
         pid_t runner_pid;
+        bool runner_cancels;      /* the runner knows "cancel" (older ones, recovered, may not) */
         sd_event_source *runner_child_source;
         int control_fd;
         sd_event_source *control_source;
@@ -169,8 +170,18 @@ typedef struct ReleaseOptions {
 int session_release_full(Session *s, const char *reason, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata);
 
-/* Queue an exec. code_fd is taken over. */
-int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata);
+/* An exec queued by session_exec(), valid until its callback has run. */
+typedef struct ExecCall ExecCall;
+
+/* Queue an exec. code_fd is taken over. *ret_call (optional) is set before anything runs, also
+ * when the callback comes at once (then it is not valid any more when this returns). */
+int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
+                 ExecCall **ret_call);
+/* Its caller no longer wants the exec. Still waiting (behind the session's other calls or for an
+ * exec slot): out of the queue, the callback gets -ECANCELED now. Running: the runner kills it as
+ * its timeout would (no process of it is left), and the callback gets -ECANCELED once it has —
+ * whatever the exec's own outcome was by then. The session stays usable. Idempotent. */
+void session_exec_cancel(ExecCall *c);
 
 /* Workspace file operations, queued behind the session's other calls. The callback gets an fd
  * (borrowed) for reads (the file) and lists (JSON array of {path,size}), -EBADF otherwise.

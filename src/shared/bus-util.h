@@ -23,6 +23,8 @@
 #define BUS_ERROR_NOT_FOUND       "io.scopebox.Error.NotFound"
 #define BUS_ERROR_STORAGE_FAILED  "io.scopebox.Error.StorageFailed"
 #define BUS_ERROR_BACKEND_FAILED  "io.scopebox.Error.BackendFailed"
+/* The caller hung up (its "hangup" pipe lost its writer): the call was ended, not completed. */
+#define BUS_ERROR_CANCELLED       "io.scopebox.Error.Cancelled"
 
 /* Maps our error names to errnos and back; registered once per process. */
 extern const sd_bus_error_map scopebox_bus_errors[];

@@ -2,6 +2,7 @@
 /* File-descriptor helpers: bounded reads, full writes, sealed memfds. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -154,4 +155,34 @@ int fd_receive_one(int sock) {
                 if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
                         memcpy(&fd, CMSG_DATA(c), sizeof(int));
         return fd >= 0 ? fd : -EBADMSG;
+}
+
+int fd_is_pipe_read_end(int fd) {
+        struct stat st;
+        int flags;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISFIFO(st.st_mode))
+                return 0;
+        flags = fcntl(fd, F_GETFL);
+        if (flags < 0)
+                return -errno;
+        return (flags & O_ACCMODE) == O_RDONLY;
+}
+
+int pipe_hung_up(int fd) {
+        /* No events asked for: poll() reports POLLHUP and POLLERR regardless, and data waiting in
+         * the pipe (POLLIN) is not what we look at. */
+        struct pollfd p = { .fd = fd };
+        int n;
+
+        do
+                n = poll(&p, 1, 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        if (p.revents & POLLNVAL)
+                return -EBADF;
+        return !!(p.revents & (POLLHUP | POLLERR));
 }

@@ -22,3 +22,9 @@ int memfd_seal(int fd);
  * fd_receive_one() fails with -EPIPE at EOF and -EBADMSG when no fd came along. */
 int fd_send_one(int sock, int fd);
 int fd_receive_one(int sock);
+
+/* Whether 'fd' is the read end of a pipe (or FIFO): 1, 0 if it is anything else, -errno. */
+int fd_is_pipe_read_end(int fd);
+/* Whether the pipe 'fd' reads from has no writer any more (or an error): 1, 0 while some process
+ * holds a write end open, -errno. Never blocks, reads nothing. */
+int pipe_hung_up(int fd);

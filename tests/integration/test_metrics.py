@@ -87,7 +87,7 @@ def test_families_and_types(session):
     assert value(samples, "scopebox_session_manager_up") == 1
     assert value(samples, "scopebox_sessions") >= 1
     outcomes = {dict(k[1])["outcome"] for k in samples if k[0] == "scopebox_execs_total"}
-    assert outcomes == {"ok", "error", "timeout", "killed", "failed", "rejected"}
+    assert outcomes == {"ok", "error", "timeout", "killed", "failed", "rejected", "cancelled"}
     reasons = {dict(k[1])["reason"] for k in samples if k[0] == "scopebox_exec_kills_total"}
     assert reasons == {"timeout", "memory", "tasks", "blocked_syscall", "signal"}
     # Buckets from 10 ms to the exec timeout cap, then +Inf holding the count.

@@ -43,6 +43,7 @@ typedef struct Fake {
         uint64_t ttl, timeout_ms;
         char *archive_key, *storage, *language, *session_id, *code, *path;
         size_t code_size;
+        int hangup;      /* a duplicate of the call's hang-up pipe, -EBADF if it had none */
 } Fake;
 
 /* Forgets what the last call carried. */
@@ -54,6 +55,7 @@ static void fake_clear(Fake *f) {
         free(f->code);
         free(f->path);
         f->archive_key = f->storage = f->language = f->session_id = f->code = f->path = NULL;
+        f->hangup = safe_close(f->hangup);
         f->have_ttl = f->discard = false;
         f->ttl = f->timeout_ms = 0;
         f->code_size = 0;
@@ -93,6 +95,15 @@ static int fake_read_options(sd_bus_message *m, Fake *f) {
                 } else if (streq(k, "language")) {
                         ASSERT_TRUE(sd_bus_message_read(m, "v", "s", &s) >= 0);
                         f->language = strdup(s);
+                } else if (streq(k, "hangup")) {
+                        int fd;
+
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "h", &fd) >= 0);
+                        /* The read end of a pipe whose writer is alive: the gateway keeps it. */
+                        ASSERT_EQ(fd_is_pipe_read_end(fd), 1);
+                        ASSERT_EQ(pipe_hung_up(fd), 0);
+                        f->hangup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                        ASSERT_TRUE(f->hangup >= 0);
                 } else
                         ASSERT_TRUE(!"unexpected option");
                 ASSERT_TRUE(sd_bus_message_exit_container(m) >= 0);
@@ -324,7 +335,7 @@ static void env_setup(Env *env) {
         sd_id128_t id;
         int pair[2];
 
-        *env = (Env) {};
+        *env = (Env) { .fake.hangup = -EBADF };
         ASSERT_TRUE(sd_event_new(&env->event) >= 0);
         ASSERT_TRUE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
         ASSERT_TRUE(sd_id128_randomize(&id) >= 0);
@@ -771,6 +782,89 @@ static void test_client_gone(Env *env) {
         roundtrip(env, "POST", "/exec", EXEC_BODY, 200, exec_ok);
 }
 
+/* The hang-up pipe of a request's call; its write end goes with the request or its client. */
+static void test_hangup_pipe(Env *env) {
+        HttpRequest *req;
+
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/exec", EXEC_BODY, 200, exec_ok);
+        /* roundtrip() freed the request: the manager sees the pipe hang up. */
+        ASSERT_TRUE(env->fake.hangup >= 0);
+        ASSERT_EQ(pipe_hung_up(env->fake.hangup), 1);
+
+        /* Calls that run no code get none. */
+        req = request(env, "POST", "/files/list", SESSION_BODY(SID));
+        dispatch_and_wait(env, req);
+        http_request_free(req);
+        ASSERT_TRUE(env->fake.hangup < 0);
+
+        /* A request that is freed while its call is out closes it too. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOLD;
+        req = request(env, "POST", "/exec", EXEC_BODY);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        for (unsigned i = 0; i < 200 && !env->fake.held; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
+        ASSERT_EQ(pipe_hung_up(env->fake.hangup), 0);
+        http_request_free(req);
+        ASSERT_EQ(pipe_hung_up(env->fake.hangup), 1);
+        ASSERT_TRUE(sd_bus_reply_method_errorf(env->fake.held, BUS_ERROR_CANCELLED, "cancelled") >= 0);
+        env->fake.held = sd_bus_message_unref(env->fake.held);
+        for (unsigned i = 0; i < 20; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+        fake_reset(&env->fake);
+}
+
+/* MHD completes the request of a client that went away while its call is out: the request stays,
+ * without its connection, until the manager answers; the pipe tells the manager at once. */
+static void test_orphan(Env *env) {
+        HttpRequest *req;
+        void *cls;
+
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_HOLD;
+        req = request(env, "POST", "/exec", EXEC_BODY);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        req->suspended = true;
+        env->server.n_suspended++;
+        for (unsigned i = 0; i < 200 && !env->fake.held; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(env->fake.held);
+
+        cls = req;
+        http_router_request_completed(NULL, NULL, &cls, MHD_REQUEST_TERMINATED_CLIENT_ABORT);
+        ASSERT_TRUE(!cls);
+        ASSERT_TRUE(env->server.requests == req && env->server.n_requests == 1);
+        ASSERT_TRUE(req->orphaned && !req->connection && req->slot && !req->response);
+        ASSERT_TRUE(env->server.n_suspended == 0 && env->server.n_orphaned == 1);
+        ASSERT_EQ(pipe_hung_up(env->fake.hangup), 1);
+
+        /* The manager's answer ends it; the handler never runs for nobody. */
+        ASSERT_TRUE(sd_bus_reply_method_errorf(env->fake.held, BUS_ERROR_CANCELLED,
+                                               "cancelled: the caller hung up") >= 0);
+        env->fake.held = sd_bus_message_unref(env->fake.held);
+        for (unsigned i = 0; i < 200 && env->server.requests; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(!env->server.requests && env->server.n_requests == 0 && env->server.n_orphaned == 0);
+
+        /* An orphan whose answer is a full result goes the same way. */
+        req = request(env, "POST", "/exec", EXEC_BODY);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        for (unsigned i = 0; i < 200 && !env->fake.held; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
+        cls = req;
+        http_router_request_completed(NULL, NULL, &cls, MHD_REQUEST_TERMINATED_WITH_ERROR);
+        ASSERT_TRUE(fake_exec_reply(&env->fake, env->fake.held) >= 0);
+        env->fake.held = sd_bus_message_unref(env->fake.held);
+        for (unsigned i = 0; i < 200 && env->server.requests; i++)
+                ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(!env->server.requests && env->server.n_orphaned == 0);
+        fake_reset(&env->fake);
+
+        /* Still usable afterwards. */
+        roundtrip(env, "POST", "/exec", EXEC_BODY, 200, exec_ok);
+}
+
 static void test_manager_gone(void) {
         HttpRequest *req;
         Env env;
@@ -814,6 +908,8 @@ int main(void) {
         test_exec(&env);
         test_files(&env);
         test_client_gone(&env);
+        test_hangup_pipe(&env);
+        test_orphan(&env);
         env_done(&env);
 
         RUN(test_manager_gone);

@@ -779,6 +779,7 @@ typedef struct Fake {
         size_t code_size;
         bool enable_network;
         unsigned n_options;
+        int hangup;      /* a duplicate of the call's hang-up pipe */
 } Fake;
 
 static void fake_clear(Fake *f) {
@@ -787,7 +788,9 @@ static void fake_clear(Fake *f) {
         free(f->traceparent);
         free(f->user_id);
         free(f->user_type);
-        *f = (Fake) { .mode = f->mode, .error_name = f->error_name, .held = f->held, .calls = f->calls };
+        safe_close(f->hangup);
+        *f = (Fake) { .mode = f->mode, .error_name = f->error_name, .held = f->held, .calls = f->calls,
+                      .hangup = -EBADF };
 }
 
 static int fake_run_reply(sd_bus_message *m) {
@@ -832,6 +835,13 @@ static int fake_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                         int b;
                         ASSERT_TRUE(sd_bus_message_read(m, "v", "b", &b) >= 0);
                         f->enable_network = b;
+                } else if (streq(k, "hangup")) {
+                        int h;
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "h", &h) >= 0);
+                        /* (It may have hung up already: a client that went before the call left.) */
+                        ASSERT_EQ(fd_is_pipe_read_end(h), 1);
+                        f->hangup = fcntl(h, F_DUPFD_CLOEXEC, 3);
+                        ASSERT_TRUE(f->hangup >= 0);
                 } else {
                         ASSERT_TRUE(sd_bus_message_read(m, "v", "s", &v) >= 0);
                         if (streq(k, "traceparent"))
@@ -876,7 +886,7 @@ typedef struct Env {
 static void env_setup(Env *env) {
         sd_bus *client = NULL;
 
-        *env = (Env) {};
+        *env = (Env) { .fake.hangup = -EBADF };
         ASSERT_TRUE(sd_event_new(&env->event) >= 0);
         fake_manager_connect(env->event, fake_vtable, &env->fake, &env->manager, &client);
         server_init(&env->server, "k", client, env->event);
@@ -932,7 +942,9 @@ static void test_run(void) {
         ASSERT_STREQ(env.fake.language, "python3");
         /* ENABLE_PRELOAD is off: the preload is dropped. */
         ASSERT_TRUE(env.fake.code_size == 8 && streq(env.fake.code, "print(1)"));
-        ASSERT_TRUE(!env.fake.enable_network && env.fake.n_options == 4);
+        ASSERT_TRUE(!env.fake.enable_network && env.fake.n_options == 5);
+        /* The request is gone: so is the writer of its hang-up pipe. */
+        ASSERT_EQ(pipe_hung_up(env.fake.hangup), 1);
         ASSERT_STREQ(env.fake.traceparent, TRACEPARENT);
         ASSERT_STREQ(env.fake.user_id, "u\\\"1");
         ASSERT_STREQ(env.fake.user_type, "end_user");
@@ -947,7 +959,7 @@ static void test_run(void) {
         http_request_free(req);
         ASSERT_STREQ(env.fake.language, "nodejs");
         ASSERT_STREQ(env.fake.code, "var a\nmain()");
-        ASSERT_TRUE(env.fake.enable_network && env.fake.n_options == 2);
+        ASSERT_TRUE(env.fake.enable_network && env.fake.n_options == 3);
         ASSERT_TRUE(env.fake.traceparent && strlen(env.fake.traceparent) == TRACEPARENT_LEN);
         env.server.config.dify_enable_preload = false;
         env.server.config.dify_enable_network = false;
@@ -962,17 +974,42 @@ static void test_run(void) {
         ASSERT_EQ(env.server.n_dify_runs, 2);
         check_dispatch(&env.server, "POST", RUN_PATH, JSON_HEADERS(), RUN_BODY, 503,
                        ERROR_BODY("-503", "Too many requests"));
-        /* A client that goes away frees its place. */
-        http_request_free(second);
-        ASSERT_EQ(env.server.n_dify_runs, 1);
+        /* A client that goes away (MHD completes its request) keeps its place until the manager
+         * has ended its run: its hang-up pipe asks for that. */
+        {
+                void *cls = second;
+
+                http_router_request_completed(NULL, NULL, &cls, MHD_REQUEST_TERMINATED_CLIENT_ABORT);
+        }
+        ASSERT_TRUE(second->orphaned && env.server.n_orphaned == 1);
+        ASSERT_EQ(env.server.n_dify_runs, 2);
+        check_dispatch(&env.server, "POST", RUN_PATH, JSON_HEADERS(), RUN_BODY, 503,
+                       ERROR_BODY("-503", "Too many requests"));
         ASSERT_TRUE(fake_run_reply(env.fake.held) >= 0);
         env.fake.held = sd_bus_message_unref(env.fake.held);
         wait_for_response(&env, req);
-        ASSERT_EQ(env.server.n_dify_runs, 0);
+        ASSERT_EQ(env.server.n_dify_runs, 1);
         ASSERT_TRUE(req->response->status == 200);
         http_request_free(req);
-        /* The second one's call was still held by the fake: drain it. */
-        for (unsigned i = 0; i < 20; i++)
+        /* The fake gets the second one's call now, sees its pipe hung up, and ends it. */
+        for (unsigned i = 0; i < 200 && !env.fake.held; i++)
+                ASSERT_TRUE(sd_event_run(env.event, 10 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(env.fake.held);
+        ASSERT_EQ(pipe_hung_up(env.fake.hangup), 1);
+        ASSERT_EQ(env.server.n_dify_runs, 1);
+        ASSERT_TRUE(sd_bus_reply_method_errorf(env.fake.held, BUS_ERROR_CANCELLED, "cancelled") >= 0);
+        env.fake.held = sd_bus_message_unref(env.fake.held);
+        for (unsigned i = 0; i < 200 && env.server.requests; i++)
+                ASSERT_TRUE(sd_event_run(env.event, 10 * USEC_PER_MSEC) >= 0);
+        ASSERT_EQ(env.server.n_dify_runs, 0);
+        ASSERT_TRUE(!env.server.requests && env.server.n_orphaned == 0);
+
+        /* A request freed outright (the gateway stopping) gives its place back at once. */
+        second = run_request(&env, JSON_HEADERS(), RUN_BODY);
+        ASSERT_EQ(env.server.n_dify_runs, 1);
+        http_request_free(second);
+        ASSERT_EQ(env.server.n_dify_runs, 0);
+        for (unsigned i = 0; i < 200 && !env.fake.held; i++)
                 ASSERT_TRUE(sd_event_run(env.event, 10 * USEC_PER_MSEC) >= 0);
         env.fake.held = sd_bus_message_unref(env.fake.held);
 

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The session manager frees sessions from its GC queue, never inside a call chain that still uses
- * them, and reaps the runners of sessions that went before their runner did. */
+ * them, and reaps the runners of sessions that went before their runner did; execs and runs whose
+ * callers hung up are cancelled and answered exactly once. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -13,7 +15,10 @@
 #include <systemd/sd-event.h>
 
 #include "macro.h"
+#include "json-util.h"
 #include "manager.h"
+#include "run.h"
+#include "runner-protocol.h"
 #include "session.h"
 #include "tests.h"
 
@@ -71,7 +76,7 @@ static void test_exec_double_failure(void) {
         code_fd = memfd_create("code", MFD_CLOEXEC);
         ASSERT_TRUE(code_fd >= 0);
 
-        ASSERT_EQ(session_exec(s, code_fd, &(ExecParameters) { .timeout_ms = 1000 }, on_exec, &calls), 0);
+        ASSERT_EQ(session_exec(s, code_fd, &(ExecParameters) { .timeout_ms = 1000 }, on_exec, &calls, NULL), 0);
         ASSERT_EQ(calls, 1);
         /* Gone for everyone at once, but not freed yet. */
         ASSERT_TRUE(!manager_find_session(m, id));
@@ -179,6 +184,176 @@ static void test_shutdown_keeps_children(void) {
         ASSERT_TRUE(waitid(P_PID, (id_t) pid, &si, WEXITED) >= 0);
 }
 
+static void on_cancelled(Session *s, int error, const char *message, const ExecResult *result, void *userdata) {
+        int *calls = userdata;
+
+        ASSERT_EQ(error, -ECANCELED);
+        ASSERT_TRUE(!result);
+        (*calls)++;
+}
+
+static void on_enxio(Session *s, int error, const char *message, const ExecResult *result, void *userdata) {
+        int *calls = userdata;
+
+        ASSERT_EQ(error, -ENXIO);
+        (*calls)++;
+}
+
+/* The next message the manager sent to the "runner": its op and exec id. */
+static int runner_recv(int fd, char ret_op[static 16], char ret_id[static 32]) {
+        _cleanup_json_ json_object *msg = NULL;
+        int fds[RUNNER_MESSAGE_FDS_MAX];
+        size_t n_fds = 0;
+        json_object *v;
+        int r;
+
+        r = runner_message_recv(fd, &msg, fds, &n_fds);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n_fds; i++)
+                close(fds[i]);
+        ASSERT_TRUE(json_object_object_get_ex(msg, "op", &v));
+        snprintf(ret_op, 16, "%s", json_object_get_string(v));
+        ret_id[0] = 0;
+        if (json_object_object_get_ex(msg, "exec_id", &v))
+                snprintf(ret_id, 32, "%s", json_object_get_string(v));
+        return 0;
+}
+
+static int test_code_fd(void) {
+        int fd = memfd_create("code", MFD_CLOEXEC);
+
+        ASSERT_TRUE(fd >= 0);
+        return fd;
+}
+
+/* Issue 14, item 5: a queued exec leaves the queue at once; a running one is asked of the runner and
+ * answered (Cancelled, once) whenever it ends; an old runner is not asked. */
+static void test_exec_cancel(void) {
+        Manager *m = test_manager_new();
+        Session *s = test_session_new(m);
+        ExecCall *first = NULL, *second = NULL, *third = NULL;
+        ExecParameters p = { .timeout_ms = 1000 };
+        char op[16], id[32], running_id[32];
+        int pair[2], calls1 = 0, calls2 = 0, calls3 = 0;
+
+        ASSERT_TRUE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) >= 0);
+        s->control_fd = pair[0];
+        s->state = SESSION_RUNNING;
+        s->runner_cancels = true;
+
+        ASSERT_EQ(session_exec(s, test_code_fd(), &p, on_cancelled, &calls1, &first), 0);
+        ASSERT_TRUE(first && s->in_flight && m->n_execs_running == 1);
+        ASSERT_EQ(runner_recv(pair[1], op, running_id), 0);
+        ASSERT_STREQ(op, "exec");
+        ASSERT_EQ(session_exec(s, test_code_fd(), &p, on_cancelled, &calls2, &second), 0);
+        ASSERT_EQ(session_exec(s, test_code_fd(), &p, on_enxio, &calls3, &third), 0);
+        ASSERT_EQ(s->n_queued, 2);
+
+        /* Queued: answered now, the one behind it keeps its place. */
+        session_exec_cancel(second);
+        ASSERT_EQ(calls2, 1);
+        ASSERT_EQ(s->n_queued, 1);
+        ASSERT_TRUE(s->queue_head && s->queue_head == s->queue_tail);
+        ASSERT_EQ(m->metrics.execs[EXEC_OUTCOME_CANCELLED], 1);
+        ASSERT_EQ(runner_recv(pair[1], op, id), -EAGAIN);
+
+        /* Running: the runner is told which exec to end; the answer waits for the runner's. */
+        session_exec_cancel(first);
+        ASSERT_EQ(calls1, 0);
+        ASSERT_EQ(runner_recv(pair[1], op, id), 0);
+        ASSERT_STREQ(op, "cancel");
+        ASSERT_STREQ(id, running_id);
+        /* Twice is once. */
+        session_exec_cancel(first);
+        ASSERT_EQ(runner_recv(pair[1], op, id), -EAGAIN);
+
+        /* However the exec ends (here: its session goes), its answer is Cancelled, once; the other
+         * queued one hears the session is gone. */
+        ASSERT_EQ(session_release(s, "test", NULL, NULL), 0);
+        ASSERT_EQ(calls3, 1);
+        drain(m);
+        ASSERT_EQ(calls1, 1);
+        ASSERT_EQ(calls2, 1);
+        ASSERT_EQ(m->metrics.execs[EXEC_OUTCOME_CANCELLED], 2);
+        ASSERT_EQ(m->n_execs_running, 0);
+        close(pair[1]);
+        manager_free(m);
+}
+
+/* A runner that predates "cancel" (recovered after an upgrade) is not sent one: it would answer it
+ * as if it were the exec's answer. The exec runs to its end, then is answered Cancelled. */
+static void test_exec_cancel_old_runner(void) {
+        Manager *m = test_manager_new();
+        Session *s = test_session_new(m);
+        ExecParameters p = { .timeout_ms = 1000 };
+        ExecCall *c = NULL;
+        char op[16], id[32];
+        int pair[2], calls = 0, other = 0;
+
+        ASSERT_TRUE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) >= 0);
+        s->control_fd = pair[0];
+        s->state = SESSION_RUNNING;
+
+        ASSERT_EQ(session_exec(s, test_code_fd(), &p, on_cancelled, &calls, &c), 0);
+        ASSERT_EQ(runner_recv(pair[1], op, id), 0);
+        session_exec_cancel(c);
+        ASSERT_EQ(runner_recv(pair[1], op, id), -EAGAIN);
+        ASSERT_EQ(calls, 0);
+
+        /* A queued exec of another caller is untouched by it. */
+        ASSERT_EQ(session_exec(s, test_code_fd(), &p, on_enxio, &other, NULL), 0);
+        ASSERT_EQ(session_release(s, "test", NULL, NULL), 0);
+        drain(m);
+        ASSERT_EQ(calls, 1);
+        ASSERT_EQ(other, 1);
+        close(pair[1]);
+        manager_free(m);
+}
+
+static void on_run(int error, const char *message, const ExecResult *result, void *userdata) {
+        int *calls = userdata;
+
+        ASSERT_EQ(error, -ECANCELED);
+        ASSERT_TRUE(!result);
+        (*calls)++;
+}
+
+/* Runs: one waiting for a worker goes at once; one whose session is starting is answered once the
+ * start is undone, and gives its worker back only then. */
+static void test_run_cancel(void) {
+        Manager *m = test_manager_new();
+        RunRequest req = { .language = "python3" };
+        Run *waiting = NULL, *starting = NULL;
+        int calls1 = 0, calls2 = 0;
+
+        m->config.dify_max_workers = 1;
+        m->config.max_concurrent_creates = 0;  /* the first run's session waits for a create slot */
+
+        ASSERT_EQ(manager_queue_run(m, test_code_fd(), &req, on_run, &calls1, &starting), 0);
+        ASSERT_EQ(manager_queue_run(m, test_code_fd(), &req, on_run, &calls2, &waiting), 0);
+        ASSERT_TRUE(starting && waiting);
+        ASSERT_EQ(m->n_runs_running, 1);
+        ASSERT_EQ(m->n_runs_queued, 1);
+
+        manager_cancel_run(waiting);
+        ASSERT_EQ(calls2, 1);
+        ASSERT_EQ(m->n_runs_queued, 0);
+        ASSERT_EQ(m->n_runs_running, 1);
+        ASSERT_EQ(m->metrics.execs[EXEC_OUTCOME_CANCELLED], 1);
+
+        manager_cancel_run(starting);
+        ASSERT_EQ(calls1, 1);
+        manager_cancel_run(starting); /* answered already: nothing happens */
+        ASSERT_EQ(calls1, 1);
+        ASSERT_EQ(m->n_runs_running, 0);
+        ASSERT_EQ(m->metrics.execs[EXEC_OUTCOME_CANCELLED], 2);
+        for (int i = 0; i < 10; i++)
+                ASSERT_TRUE(sd_event_run(m->event, 0) >= 0);
+        ASSERT_EQ(m->n_sessions, 0);
+        manager_free(m);
+}
+
 int main(void) {
         sigset_t ss;
 
@@ -191,5 +366,8 @@ int main(void) {
         RUN(test_release_from_callback);
         RUN(test_reap_after_free);
         RUN(test_shutdown_keeps_children);
+        RUN(test_exec_cancel);
+        RUN(test_exec_cancel_old_runner);
+        RUN(test_run_cancel);
         return 0;
 }

@@ -22,6 +22,8 @@ static void test_outcome(void) {
         ASSERT_EQ(exec_outcome_classify(-ENXIO, NULL), EXEC_OUTCOME_FAILED);
         ASSERT_EQ(exec_outcome_classify(-EBUSY, NULL), EXEC_OUTCOME_REJECTED);
         ASSERT_EQ(exec_outcome_classify(-EUSERS, NULL), EXEC_OUTCOME_REJECTED);
+        ASSERT_EQ(exec_outcome_classify(-ECANCELED, NULL), EXEC_OUTCOME_CANCELLED);
+        ASSERT_STREQ(exec_outcome_to_string(EXEC_OUTCOME_CANCELLED), "cancelled");
         for (int i = 0; i < _EXEC_OUTCOME_MAX; i++)
                 ASSERT_TRUE(exec_outcome_to_string((ExecOutcome) i));
         ASSERT_TRUE(!exec_outcome_to_string(_EXEC_OUTCOME_MAX));

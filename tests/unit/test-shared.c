@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -577,6 +578,33 @@ static void test_config_documented(const char *srcdir) {
         }
 }
 
+/* The hang-up pipes of the bus API's "hangup" option. */
+static void test_hangup_pipe(void) {
+        int p[2], memfd, sk[2];
+
+        ASSERT_TRUE(pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0);
+        ASSERT_EQ(fd_is_pipe_read_end(p[0]), 1);
+        ASSERT_EQ(fd_is_pipe_read_end(p[1]), 0);
+        ASSERT_EQ(pipe_hung_up(p[0]), 0);
+        /* Data is no hang-up; a closed writer is, data or not. */
+        ASSERT_TRUE(write(p[1], "x", 1) == 1);
+        ASSERT_EQ(pipe_hung_up(p[0]), 0);
+        close(p[1]);
+        ASSERT_EQ(pipe_hung_up(p[0]), 1);
+        close(p[0]);
+        ASSERT_EQ(pipe_hung_up(p[0]), -EBADF);
+        ASSERT_TRUE(fd_is_pipe_read_end(p[0]) < 0);
+
+        memfd = memfd_new_empty("not-a-pipe");
+        ASSERT_TRUE(memfd >= 0);
+        ASSERT_EQ(fd_is_pipe_read_end(memfd), 0);
+        close(memfd);
+        ASSERT_TRUE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk) == 0);
+        ASSERT_EQ(fd_is_pipe_read_end(sk[0]), 0);
+        close(sk[0]);
+        close(sk[1]);
+}
+
 int main(int argc, char *argv[]) {
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
@@ -593,6 +621,7 @@ int main(int argc, char *argv[]) {
         RUN(test_json_strict_text);
         RUN(test_json_dispatch);
         RUN(test_config);
+        RUN(test_hangup_pipe);
         if (argc > 1) {
                 test_config_documented(argv[1]);
                 printf("ok - test_config_documented\n");

@@ -79,6 +79,7 @@ typedef struct RunnerExec {
 
         bool exited;
         bool timed_out;
+        bool cancelled;           /* the manager's caller hung up: killed as at a timeout */
         siginfo_t init_info;
         /* The scope's limit event counters when the exec started. */
         uint64_t oom_kills_before;
@@ -435,6 +436,8 @@ static int runner_handle_init(Runner *r, json_object *req) {
                 return -ENOMEM;
         json_object_object_add(reply, "ok", json_object_new_boolean(true));
         json_object_object_add(reply, "pid", json_object_new_int(getpid()));
+        /* What this runner can do that earlier ones could not: cancel an exec. */
+        json_object_object_add(reply, "cancel", json_object_new_boolean(true));
         q = runner_send(r, r->connection_generation, reply, NULL, 0);
         runner_warm_schedule(r);
         return q;
@@ -595,6 +598,8 @@ static int runner_exec_finish(RunnerExec *e) {
         json_object_object_add(reply, "exit_code", json_object_new_int(exit_code));
         json_object_object_add(reply, "signal", json_object_new_int(sig));
         json_object_object_add(reply, "timed_out", json_object_new_boolean(e->timed_out));
+        if (e->cancelled)
+                json_object_object_add(reply, "cancelled", json_object_new_boolean(true));
         json_object_object_add(reply, "duration_usec", json_object_new_int64((int64_t) (now_usec() - e->started_usec)));
         json_object_object_add(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size));
         json_object_object_add(reply, "stderr_size", json_object_new_int64((int64_t) e->err.size));
@@ -622,11 +627,15 @@ static int runner_exec_finish(RunnerExec *e) {
 
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
-                              e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" : sig ? "SCOPEBOX_EXIT_REASON=signal" : "SCOPEBOX_EXIT_REASON=exited"),
+                              e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" :
+                              e->cancelled ? "SCOPEBOX_EXIT_REASON=cancelled" :
+                              sig ? "SCOPEBOX_EXIT_REASON=signal" : "SCOPEBOX_EXIT_REASON=exited"),
                    "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
-                   e->timed_out ? " (timed out)" : "", (unsigned long long) ((now_usec() - e->started_usec) / 1000));
+                   e->timed_out ? " (timed out)" : e->cancelled ? " (cancelled)" : "",
+                   (unsigned long long) ((now_usec() - e->started_usec) / 1000));
         if (e->timed_out || sig) {
-                const char *reason = e->timed_out ? "timeout" : sig == SIGSYS ? "sigsys" : "signal";
+                const char *reason = e->timed_out ? "timeout" : e->cancelled ? "cancelled" :
+                                     sig == SIGSYS ? "sigsys" : "signal";
                 char signal_field[32];
 
                 snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", sig);
@@ -734,6 +743,24 @@ static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         /* Killing PID 1 of the sandbox makes the kernel kill every process in its namespace. */
         (void) kill(e->pid, SIGKILL);
         return 0;
+}
+
+/* The manager's caller hung up: the exec named goes the way a timed-out one does. No answer of its
+ * own; the exec's answer follows once it is over. One that is over already (its answer crossed
+ * this request) or another exec is left alone. */
+static void runner_handle_cancel(Runner *r, json_object *req) {
+        RunnerExec *e = r->exec;
+        json_object *v;
+
+        if (!e || e->exited || e->cancelled || !json_object_object_get_ex(req, "exec_id", &v) ||
+            !json_object_is_type(v, json_type_string) || !streq(json_object_get_string(v), e->exec_id))
+                return;
+        e->cancelled = true;
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                   "Cancelling exec %s of session %s.", e->exec_id, r->session_id);
+        /* As at the timeout: PID 1 takes every process of its namespace along. */
+        (void) kill(e->pid, SIGKILL);
 }
 
 static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
@@ -1441,6 +1468,13 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 }
 
                 op = json_object_object_get_ex(req, "op", &op_obj) ? json_object_get_string(op_obj) : NULL;
+                if (op && streq(op, "cancel")) {
+                        /* The one request without an answer of its own, taken while an exec runs. */
+                        for (size_t i = 0; i < n_fds; i++)
+                                safe_close(fds[i]);
+                        runner_handle_cancel(r, req);
+                        continue;
+                }
                 if ((r->exec || r->archive_job) && op && !streq(op, "ping")) {
                         /* One request at a time; the manager queues. */
                         for (size_t i = 0; i < n_fds; i++)
@@ -1478,6 +1512,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                                 json_object_object_add(reply, "ok", json_object_new_boolean(true));
                                 json_object_object_add(reply, "initialized", json_object_new_boolean(r->initialized));
                                 json_object_object_add(reply, "busy", json_object_new_boolean(r->exec != NULL));
+                                json_object_object_add(reply, "cancel", json_object_new_boolean(true));
                                 q = runner_send(r, r->connection_generation, reply, NULL, 0);
                         } else
                                 q = -ENOMEM;
