@@ -26,6 +26,8 @@
  * (code, JSON of most calls) are not kept out by queued responses (server_budget_has_room()). */
 #define HTTP_BODY_RESERVE_STEP (1ULL << 20)
 #define HTTP_BODY_SMALL_MAX    HTTP_BODY_RESERVE_STEP
+/* The part of the budget only small bodies may use. */
+#define HTTP_BODY_SMALL_RESERVE (64ULL << 20)
 
 const HttpRoute http_sidecar_routes[] = {
         { "GET",    "/healthz",             HTTP_ROUTE_PUBLIC,                     http_health_get         },
@@ -466,11 +468,18 @@ int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec
 }
 
 /* Whether a request body may grow by 'more' bytes to 'total'. Bodies and the responses
- * libmicrohttpd still holds share the server-wide budget; a small body is measured against the
- * bodies alone, so that responses clients are slow to read never keep an ordinary request out. */
+ * libmicrohttpd still holds share the server-wide budget, but not alike: a large body must leave
+ * HTTP_BODY_SMALL_RESERVE of it free, a small one is measured against the bodies alone. So
+ * neither large uploads nor responses clients are slow to read keep an ordinary request out. */
 static bool server_budget_has_room(const Server *s, uint64_t more, uint64_t total) {
-        uint64_t used = s->body_bytes + (total > HTTP_BODY_SMALL_MAX ? s->response_bytes : 0);
-        return used <= s->body_budget && more <= s->body_budget - used;
+        uint64_t used, limit = s->body_budget;
+
+        if (total > HTTP_BODY_SMALL_MAX) {
+                used = s->body_bytes + s->response_bytes;
+                limit = limit > HTTP_BODY_SMALL_RESERVE ? limit - HTTP_BODY_SMALL_RESERVE : 0;
+        } else
+                used = s->body_bytes;
+        return used <= limit && more <= limit - used;
 }
 
 /* Reserves body bytes against the server-wide budget, up to 'total' for this request. */

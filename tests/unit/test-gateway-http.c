@@ -652,6 +652,29 @@ static void test_body(void) {
         http_request_free(c);
         s.response_bytes = 0;
         server_done(&s);
+
+        /* Large bodies leave the last 64 MiB to small ones: uploads that fill the budget still
+         * leave room for an exec's code. */
+        server_init(&s, 200U << 20, 128U << 20, "k");
+        c = begin(&s, "POST", "/files", auth, "104857600", 3, 100);
+        ASSERT_TRUE(c->response && c->response->status == 503);
+        http_request_free(c);
+        b = begin(&s, "POST", "/files", auth, "62914560", 3, 100);
+        ASSERT_TRUE(!b->response);
+        {
+                _cleanup_free_ char *big = calloc(1, 60U << 20);
+                ASSERT_TRUE(big);
+                ASSERT_TRUE(http_request_append_body(b, big, 60U << 20) == 0);
+        }
+        c = begin(&s, "POST", "/files", auth, "10485760", 3, 100);
+        ASSERT_TRUE(c->response && c->response->status == 503);
+        http_request_free(c);
+        c = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(!c->response);
+        ASSERT_TRUE(http_request_append_body(c, chunk, sizeof(chunk)) == 0);
+        http_request_free(c);
+        http_request_free(b);
+        server_done(&s);
 }
 
 static int append_text(HttpRequest *req, const char *text) {
