@@ -1,15 +1,20 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """The front door serves everyone while one client abuses it (issue 14): a JSON body with a million
 members is refused without stopping the event loop, a NUL in a JSON string is refused rather than
-cutting the string short, and connections from the whole loopback range count as one peer."""
+cutting the string short, connections from the whole loopback range count as one peer, and creates
+waiting for a storage endpoint that does not answer hold no create slot."""
 import json
 import socket
 import threading
 import time
 
+import pytest
+
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import create_session, delete_session, request, run
+from conftest import LOOPBACK_STORAGE, create_session, delete_session, request, run, storage_agent_setting
 from rawhttp import HOST, PORT, Reader, auth, connect, head, served_again
+from test_storage_keys import Listener
+from test_storage_ssrf import s3_block
 
 CONNECTIONS_PER_PEER = 64
 JSON_INVALID = {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}
@@ -101,3 +106,99 @@ def test_loopback_range_counts_as_one_peer():
             s.close()
     # Room again once they are gone.
     served_again()
+
+
+class StalledStorage(Listener):
+    """A storage endpoint that accepts and then stalls: says nothing ("silent") or sends a response
+    head announcing 1 MiB and then one body byte a second ("trickle"). Once released it closes
+    what it holds and every later connection at once."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.held = []
+        self.released = False
+        super().__init__()
+
+    def handle(self, conn):
+        with self.lock:
+            self.count += 1
+            if self.released:
+                conn.close()
+                return
+            self.held.append(conn)
+        if self.mode == "trickle":
+            threading.Thread(target=self.trickle, args=(conn,), daemon=True).start()
+
+    def trickle(self, conn):
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n")
+            while not self.released:
+                conn.sendall(b"\0")
+                time.sleep(1)
+        except OSError:
+            pass
+
+    def release(self):
+        with self.lock:
+            self.released = True
+            held, self.held = self.held, []
+        for conn in held:
+            conn.close()
+
+
+SLOW_CREATES = 3  # more than the create slots (SANDBOX_MAX_CONCURRENT_CREATES=2)
+
+
+@pytest.fixture(scope="module")
+def loopback_storage():
+    with storage_agent_setting("front-door-loopback", LOOPBACK_STORAGE):
+        yield
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_a_stalled_storage_endpoint_holds_no_create_slot(loopback_storage, mode):
+    stalled = StalledStorage(mode)
+    block = s3_block(f"http://127.0.0.1:{stalled.port}")
+    slow = [{} for _ in range(SLOW_CREATES)]
+
+    def slow_create(i):
+        r = request("POST", "/sessions", {"archive_key": f"stalled_{mode}_{i}", "storage": block}, timeout=120)
+        slow[i].update(response=r, done=time.monotonic())
+
+    threads = [threading.Thread(target=slow_create, args=(i,)) for i in range(SLOW_CREATES)]
+    try:
+        for t in threads:
+            t.start()
+        # Every slow create has reached the storage agent's fetch.
+        deadline = time.monotonic() + 30
+        while stalled.count < SLOW_CREATES and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # (A create slot held over a fetch keeps the third create from ever getting this far.)
+        assert stalled.count >= SLOW_CREATES, f"only {stalled.count} fetches reached the endpoint"
+
+        # Another client's plain create and exec, answered while the fetches stall.
+        start = time.monotonic()
+        sid = create_session()
+        try:
+            created = time.monotonic() - start
+            assert run(sid, "print(6 * 7)", timeout_ms=10000)["stdout"] == "42\n"
+            served = time.monotonic() - start
+        finally:
+            delete_session(sid)
+        waiting = sum(1 for t in threads if t.is_alive())
+        print(f"\n{SLOW_CREATES} creates stalled on a {mode} storage endpoint; meanwhile another create "
+              f"took {created * 1000:.0f} ms, create and exec {served * 1000:.0f} ms; "
+              f"{waiting} of the stalled creates still waiting")
+        assert waiting == SLOW_CREATES, "a stalled create ended before the other client was served"
+    finally:
+        stalled.release()
+        for t in threads:
+            t.join(timeout=120)
+        stalled.close()
+    # Released, the stalled creates start empty (the fetch failed) rather than fail.
+    for i, s in enumerate(slow):
+        r = s["response"]
+        assert r.status == 200, r
+        delete_session(r.json["session_id"], discard=True)
+        assert s["done"] > start + served
