@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """The front door serves everyone while one client abuses it (issue 14): a JSON body with a million
 members is refused without stopping the event loop, a NUL in a JSON string is refused rather than
-cutting the string short, connections from the whole loopback range count as one peer, and creates
-waiting for a storage endpoint that does not answer hold no create slot."""
+cutting the string short, connections from the whole loopback range count as one peer, a keyless
+flood of connections leaves room for key holders, and creates waiting for a storage endpoint that
+does not answer hold no create slot."""
 import json
 import socket
 import threading
@@ -16,8 +17,21 @@ from rawhttp import HOST, PORT, Reader, auth, connect, head, served_again
 from test_storage_keys import Listener
 from test_storage_ssrf import s3_block
 
-CONNECTIONS_PER_PEER = 64
+UNAUTHENTICATED_PER_PEER = 48  # HTTP_CONNECTIONS_PER_IP_MAX less HTTP_CONNECTIONS_PER_IP_RESERVED
 JSON_INVALID = {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}
+
+
+def other_client_round():
+    """Another client's /healthz (without the key), create, exec and delete, each on a new
+    connection, answered normally; returns the seconds the round took."""
+    t = time.monotonic()
+    assert request("GET", "/healthz", key=None, timeout=30).status == 200
+    sid = create_session()
+    try:
+        assert run(sid, "print(6 * 7)", timeout_ms=10000)["stdout"] == "42\n"
+    finally:
+        delete_session(sid)
+    return time.monotonic() - t
 
 
 def many_keys_body(session_id, n):
@@ -46,14 +60,7 @@ def test_million_key_body_is_refused_while_others_are_served(sibling):
     try:
         # Another client's requests, answered normally while the body arrives and is refused.
         while abuser.is_alive() or not served:
-            t = time.monotonic()
-            assert request("GET", "/healthz", key=None, timeout=10).status == 200
-            sid = create_session()
-            try:
-                assert run(sid, "print(6 * 7)", timeout_ms=10000)["stdout"] == "42\n"
-            finally:
-                delete_session(sid)
-            served.append(time.monotonic() - t)
+            served.append(other_client_round())
     finally:
         abuser.join(timeout=120)
     status, _, raw = answer["response"]
@@ -97,7 +104,7 @@ def test_loopback_range_counts_as_one_peer():
         time.sleep(1)
         still_open = [s for s in held if not Reader(s).closed(timeout=0.05)]
         print(f"\n{len(held)} connections from 127.0.0.2-100 accepted, {len(still_open)} left open")
-        assert 0 < len(still_open) <= CONNECTIONS_PER_PEER, len(still_open)
+        assert 0 < len(still_open) <= UNAUTHENTICATED_PER_PEER, len(still_open)
         # The ones left open work.
         still_open[0].sendall(head("GET", "/healthz", [("Connection", "close")]))
         assert Reader(still_open[0]).response()[0] == 200
@@ -202,3 +209,120 @@ def test_a_stalled_storage_endpoint_holds_no_create_slot(loopback_storage, mode)
         assert r.status == 200, r
         delete_session(r.json["session_id"], discard=True)
         assert s["done"] > start + served
+
+
+# ---- connection slots kept for key holders ----
+
+
+class KeylessFlood:
+    """A local process without the key: threads that open connections from 127.0.<t>.2-251 as fast
+    as they can, each holding up to 'hold' of them with a request header that never ends, a
+    header line trickled onto one of them after every new one."""
+
+    def __init__(self, threads=4, hold=150):
+        self.hold = hold
+        self.stop = False
+        self.opened = 0
+        self.failed = 0
+        self.held = [[] for _ in range(threads)]
+        self.threads = [threading.Thread(target=self.flood, args=(t,), daemon=True) for t in range(threads)]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.halt()
+        for held in self.held:
+            for s in held:
+                s.close()
+
+    def halt(self):
+        self.stop = True
+        for t in self.threads:
+            t.join(timeout=30)
+
+    def flood(self, t):
+        held = self.held[t]
+        i = 0
+        while not self.stop:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.settimeout(2)
+                s.bind((f"127.0.{t + 1}.{2 + i % 250}", 0))
+                s.connect((HOST, PORT))
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: flood\r\n")
+                held.append(s)
+                self.opened += 1
+            except OSError:
+                s.close()
+                self.failed += 1
+            i += 1
+            if len(held) > self.hold:
+                held.pop(0).close()
+            if held:
+                try:
+                    held[i % len(held)].sendall(b"X-Trickle: 1\r\n")
+                except OSError:
+                    pass
+
+    def open_at_the_gateway(self):
+        """How many of the connections held (once halted) the gateway left open."""
+        return sum(1 for held in self.held for s in held if not Reader(s).closed(timeout=0.01))
+
+
+def keep_alive_client():
+    """A key holder on one kept-alive connection: /healthz (with its key, as clients send it on
+    every request), then create, exec and delete. Returns the milliseconds each took."""
+    took = []
+    with connect(timeout=60) as s:
+        rd = Reader(s)
+
+        def call(method, path, body=None):
+            t = time.monotonic()
+            data = json.dumps(body).encode() if body is not None else b""
+            hdrs = [auth(), ("Content-Length", str(len(data)))]
+            if body is not None:
+                hdrs.append(("Content-Type", "application/json"))
+            s.sendall(head(method, path, hdrs) + data)
+            r = rd.final()
+            assert r is not None, f"{method} {path}: connection closed"
+            took.append((time.monotonic() - t) * 1000)
+            return r[0], json.loads(r[2]) if r[2] else None
+
+        assert call("GET", "/healthz")[0] == 200
+        status, created = call("POST", "/sessions", {})
+        assert status == 200, created
+        sid = created["session_id"]
+        status, res = call("POST", "/exec", {"session_id": sid, "code": "print(6 * 7)", "timeout_ms": 10000})
+        assert status == 200 and res["stdout"] == "42\n", res
+        assert call("DELETE", f"/sessions/{sid}", {})[0] == 200
+    return took
+
+
+def test_a_keyless_flood_leaves_room_for_key_holders():
+    """All of the loopback range is one peer: the key holder and the keyless process share its 64
+    connections. Connections that never authenticated may hold 48 of them; past that, a new one
+    closes the oldest of them, so the flood churns through its own connections and the key
+    holder's requests get through."""
+    rounds = []
+    with KeylessFlood() as flood:
+        deadline = time.monotonic() + 10
+        while flood.opened < 500 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for _ in range(3):
+            # One kept-alive connection that authenticates with its first request...
+            rounds.append(keep_alive_client())
+            # ... and a client with a new connection for every request, /healthz without the key.
+            rounds.append([other_client_round() * 1000])
+        flood.halt()
+        still_open = flood.open_at_the_gateway()
+        opened, failed = flood.opened, flood.failed
+    slowest = max(max(r) for r in rounds)
+    print(f"\nkeyless flood: {opened} connections opened ({failed} connects failed), {still_open} of those "
+          f"held at the end still open; meanwhile {len(rounds)} key-holder rounds, the slowest "
+          f"request or round {slowest:.0f} ms")
+    assert opened > 500, "the flood did not get going"
+    assert still_open <= UNAUTHENTICATED_PER_PEER, still_open
+    served_again()
