@@ -464,6 +464,38 @@ int server_add_listen_fd(Server *s, int fd, const char *name) {
         return 0;
 }
 
+/* sd_event_loop(), with each dispatch timed: one event source's callback per iteration, the time
+ * during which no other client is served. Waiting is not counted, the loop's preparation is. */
+static int server_loop(Server *s) {
+        int code, r;
+
+        for (;;) {
+                uint64_t start;
+
+                r = sd_event_get_state(s->event);
+                if (r < 0)
+                        return r;
+                if (r == SD_EVENT_FINISHED)
+                        break;
+
+                start = server_now(s);
+                r = sd_event_prepare(s->event);
+                if (r == 0) {
+                        r = sd_event_wait(s->event, UINT64_MAX);
+                        start = server_now(s);
+                }
+                if (r > 0) {
+                        r = sd_event_dispatch(s->event);
+                        loop_stats_add(&s->loop, server_now(s) - start);
+                }
+                if (r < 0)
+                        return r;
+        }
+
+        r = sd_event_get_exit_code(s->event, &code);
+        return r < 0 ? r : code;
+}
+
 int server_run(Server *s) {
         int r;
 
@@ -478,7 +510,7 @@ int server_run(Server *s) {
 
         /* Exit codes: 0 after SIGTERM/SIGINT, EXIT_FAILURE from sd-bus when the bus goes away, a
          * negative errno (already logged) from our own fatal errors. */
-        r = sd_event_loop(s->event);
+        r = server_loop(s);
         (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down.");
         if (r < 0)
                 return r;

@@ -10,6 +10,7 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "http-metrics.h"
 #include "http-util.h"
 #include "macro.h"
 
@@ -106,6 +107,7 @@ struct Server {
         uint64_t n_completed;
         uint64_t n_responses[6];       /* of them, by status class: [2] 2xx ... [5] 5xx, [0] none sent */
         uint64_t start_realtime_usec;  /* when this process started (CLOCK_REALTIME) */
+        LoopStats loop;                /* how long each dispatch of the event loop took */
         unsigned n_dify_runs;          /* dify-sandbox runs between acceptance and their result
                                         * (MAX_REQUESTS), queued in the manager or running */
         uint64_t body_bytes;           /* request body bytes reserved by all requests */
