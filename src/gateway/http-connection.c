@@ -396,6 +396,10 @@ enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *
         }
 }
 
+bool http_connection_closed(const HttpConnection *hc) {
+        return hc && hc->phase == HTTP_CONNECTION_CLOSING;
+}
+
 void http_connection_authenticated(HttpConnection *hc) {
         if (hc)
                 hc->authenticated = true;

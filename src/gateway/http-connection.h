@@ -86,6 +86,11 @@ enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *
 void http_connection_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
                             enum MHD_ConnectionNotificationCode toe);
 
+/* Whether we cut the connection off (past a deadline, or to make room) and wait for libmicrohttpd
+ * to close it. Its socket may still hold a request that libmicrohttpd reads: it must reach no
+ * resource, since its answer could not be sent. NULL: no. */
+bool http_connection_closed(const HttpConnection *hc) _pure_;
+
 /* A request on the connection carried the key: from now on it may hold a reserved slot and is
  * never closed to make room. NULL is ignored. */
 void http_connection_authenticated(HttpConnection *hc);

@@ -845,6 +845,10 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
         if (!req || !req->begun) {
                 HttpRequestHeaders h = {};
 
+                /* Read from a connection we cut off: never handled, its answer could not be sent. */
+                if (http_connection_closed(http_connection_get(connection)))
+                        return MHD_NO;
+
                 /* First call: the headers are in, no body byte has been read yet. The request
                  * exists already if http_router_uri_log() saw its target. */
                 r = req ? http_request_set_line(req, method, url)

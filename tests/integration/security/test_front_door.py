@@ -5,6 +5,7 @@ cutting the string short, connections from the whole loopback range count as one
 flood of connections leaves room for key holders, and creates waiting for a storage endpoint that
 does not answer hold no create slot."""
 import json
+import secrets
 import socket
 import threading
 import time
@@ -12,7 +13,8 @@ import time
 import pytest
 
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import LOOPBACK_STORAGE, create_session, delete_session, request, run, storage_agent_setting
+from conftest import LOOPBACK_STORAGE, create_session, delete_session, in_system, request, run
+from conftest import session, storage_agent_setting  # noqa: F401 (fixture)
 from rawhttp import HOST, PORT, Reader, auth, connect, head, served_again
 from test_storage_keys import Listener
 from test_storage_ssrf import s3_block
@@ -325,4 +327,41 @@ def test_a_keyless_flood_leaves_room_for_key_holders():
           f"request or round {slowest:.0f} ms")
     assert opened > 500, "the flood did not get going"
     assert still_open <= UNAUTHENTICATED_PER_PEER, still_open
+    served_again()
+
+
+def gateway_signal(name):
+    in_system("systemctl", "kill", "--kill-whom=main", f"--signal={name}", "scopebox-gateway.service", check=True)
+
+
+def test_a_request_on_a_connection_closed_to_make_room_never_runs(session):
+    """A connection closed to make room may already hold a request that libmicrohttpd has not read
+    (the socket's queue outlives the shutdown): it must reach no resource, or the client would
+    see a reset for an exec that ran. The gateway is stopped while the request and the connection
+    that pushes it out arrive, so that it finds both at once."""
+    marker = f"/workspace/made-room-{secrets.token_hex(4)}"
+    body = json.dumps({"session_id": session, "code": f"open({marker!r}, 'w').write('ran')"}).encode()
+    held = []
+    try:
+        # The key holder's connection first: the oldest of 48 that have not authenticated.
+        holder = connect(timeout=10)
+        held.append(holder)
+        for _ in range(UNAUTHENTICATED_PER_PEER - 1):
+            held.append(connect(timeout=10))
+        time.sleep(0.5)
+        assert not Reader(holder).closed(timeout=0.05)
+        gateway_signal("SIGSTOP")
+        try:
+            holder.sendall(head("POST", "/exec", [auth(), ("Content-Type", "application/json"),
+                                                  ("Content-Length", str(len(body)))]) + body)
+            held.append(connect(timeout=10))  # the kernel completes it meanwhile
+        finally:
+            gateway_signal("SIGCONT")
+        answer = Reader(holder).final()
+    finally:
+        for s in held:
+            s.close()
+    ran = run(session, f"import os\nprint(os.path.exists({marker!r}))")["stdout"]
+    assert answer is None, "the connection was not the one closed to make room"
+    assert ran == "False\n", "the request of a connection closed to make room ran without an answer"
     served_again()
