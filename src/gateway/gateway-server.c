@@ -196,8 +196,9 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
                         /* The request target as received, before MHD decodes %00 into a cut string. */
                         MHD_OPTION_URI_LOG_CALLBACK, http_router_uri_log, d,
                         MHD_OPTION_NOTIFY_CONNECTION, http_connection_notify, d,
-                        MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_MAX,
-                        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_PER_IP_MAX,
+                        /* The accept policy enforces HTTP_CONNECTIONS_MAX and the per-peer limit. */
+                        MHD_OPTION_CONNECTION_LIMIT,
+                        (unsigned) (HTTP_CONNECTIONS_MAX + HTTP_CONNECTIONS_CLOSING_MAX),
                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_IDLE_TIMEOUT_SEC,
                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) HTTP_CONNECTION_MEMORY_MAX,
                         MHD_OPTION_END);
@@ -471,6 +472,38 @@ int server_add_listen_fd(Server *s, int fd, const char *name) {
         return 0;
 }
 
+/* sd_event_loop(), with each dispatch timed: one event source's callback per iteration, the time
+ * during which no other client is served. Waiting is not counted, the loop's preparation is. */
+static int server_loop(Server *s) {
+        int code, r;
+
+        for (;;) {
+                uint64_t start;
+
+                r = sd_event_get_state(s->event);
+                if (r < 0)
+                        return r;
+                if (r == SD_EVENT_FINISHED)
+                        break;
+
+                start = server_now(s);
+                r = sd_event_prepare(s->event);
+                if (r == 0) {
+                        r = sd_event_wait(s->event, UINT64_MAX);
+                        start = server_now(s);
+                }
+                if (r > 0) {
+                        r = sd_event_dispatch(s->event);
+                        loop_stats_add(&s->loop, server_now(s) - start);
+                }
+                if (r < 0)
+                        return r;
+        }
+
+        r = sd_event_get_exit_code(s->event, &code);
+        return r < 0 ? r : code;
+}
+
 int server_run(Server *s) {
         int r;
 
@@ -489,7 +522,7 @@ int server_run(Server *s) {
 
         /* Exit codes: 0 after SIGTERM/SIGINT, EXIT_FAILURE from sd-bus when the bus goes away, a
          * negative errno (already logged) from our own fatal errors. */
-        r = sd_event_loop(s->event);
+        r = server_loop(s);
         (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down.");
         if (r < 0)
                 return r;

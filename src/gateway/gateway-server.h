@@ -10,16 +10,38 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "http-metrics.h"
 #include "http-util.h"
 #include "macro.h"
 
-/* Limits of the HTTP front end. Connection limits apply per listening socket. */
+/* Limits of the HTTP front end. Connection limits apply per listening socket.
+ *
+ * HTTP_CONNECTIONS_MAX connections in all, HTTP_CONNECTIONS_PER_IP_MAX of them per peer, so that one
+ * client cannot take every connection. A peer is an IPv4 address, an IPv6 /64 (what one IPv6 host
+ * commonly holds), or the whole loopback range (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104) together
+ * with local sockets: any local process may bind any loopback address. So every client of the
+ * default loopback deployment (and everything behind one proxy) shares one peer's connections.
+ *
+ * Of both, the _RESERVED slots are kept for connections that authenticated, which a client
+ * without the key can only get by reaching the limit first: a connection counts as authenticated
+ * from its first request that carried the API key (or the scrape key, on /metrics) on.
+ * Connections that have not may hold at most MAX - RESERVED in all and PER_IP_MAX -
+ * PER_IP_RESERVED of one peer's (192 and 48). A new connection past either bound, or past MAX or
+ * PER_IP_MAX, closes the oldest connection that has not authenticated and still waits for its
+ * request (its header or body; of the same peer for a peer's bound), or is refused when there is
+ * none. A keyless client flooding the gateway thus churns through its own connections, while a
+ * key holder's new one authenticates with its first request, long before it is the oldest.
+ * Authenticated connections are never closed to make room: once they fill a peer's or all
+ * slots, new connections are refused (accepted and closed at once). */
 #define HTTP_CONNECTIONS_MAX        256U
-/* Per peer address, so that one client cannot take every connection. The whole loopback range
- * (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104) counts as one peer: any local process may bind any of
- * its addresses. So every client of the default loopback deployment (and everything behind one
- * proxy) shares these connections. A peer over the limit is accepted and closed at once. */
+#define HTTP_CONNECTIONS_RESERVED   (HTTP_CONNECTIONS_MAX / 4)
 #define HTTP_CONNECTIONS_PER_IP_MAX 64U
+#define HTTP_CONNECTIONS_PER_IP_RESERVED (HTTP_CONNECTIONS_PER_IP_MAX / 4)
+/* libmicrohttpd's own connection limit is higher by this much: a connection closed to make room
+ * stays in its table until its next round reads the end of the stream, and must not keep out
+ * the connection that took its place. (At its limit libmicrohttpd stops accepting: connections
+ * wait in the listen backlog.) */
+#define HTTP_CONNECTIONS_CLOSING_MAX 64U
 #define HTTP_IDLE_TIMEOUT_SEC       30U             /* no byte in either direction for this long */
 #define HTTP_CONNECTION_MEMORY_MAX  (64U * 1024U)   /* MHD's per-connection pool: request line,
                                                      * headers and read buffer must fit in it */
@@ -57,7 +79,6 @@ struct HttpDaemon {
                                         * paths are disjoint) */
         sd_event_source *io_event_source;
         sd_event_source *timer_event_source;
-        unsigned n_loopback_connections; /* open from any loopback address (one peer) */
 };
 
 struct Server {
@@ -89,14 +110,17 @@ struct Server {
         uint64_t n_completed;
         uint64_t n_responses[6];       /* of them, by status class: [2] 2xx ... [5] 5xx, [0] none sent */
         uint64_t start_realtime_usec;  /* when this process started (CLOCK_REALTIME) */
+        LoopStats loop;                /* how long each dispatch of the event loop took */
         unsigned n_dify_runs;          /* dify-sandbox runs between acceptance and their result
                                         * (MAX_REQUESTS), queued in the manager or running */
         uint64_t body_bytes;           /* request body bytes reserved by all requests */
         uint64_t response_bytes;       /* bytes of responses handed to libmicrohttpd, not yet let go */
         uint64_t body_budget;
 
-        HttpConnection *connections;   /* every open connection of every daemon */
+        HttpConnection *connections;   /* every open connection of every daemon, the newest first */
         unsigned n_connections;
+        uint64_t n_connections_evicted; /* closed to make room (HTTP_CONNECTIONS_RESERVED) */
+        uint64_t n_connections_refused; /* refused: no slot and none to free */
         sd_event_source *deadline_event_source;
 
         RateLimit warning_ratelimit;   /* for warnings clients can provoke (bus failures) */

@@ -193,8 +193,18 @@ int http_connection_send_final(struct MHD_Connection *connection, const HttpResp
         return (size_t) n == size ? 0 : -EAGAIN;
 }
 
-/* Past the deadline: answer a body that is too slow, then shut the socket down so that
- * libmicrohttpd sees the end of the stream and closes the connection. */
+/* Shuts the socket down, so that libmicrohttpd sees the end of the stream and closes the
+ * connection; from now on it counts against no limit of ours. */
+static void http_connection_shut(HttpConnection *hc, int fd) {
+        hc->phase = HTTP_CONNECTION_CLOSING;
+        hc->request = NULL;
+        (void) shutdown(fd, SHUT_RDWR);
+
+        /* The shutdown wakes MHD's epoll fd; make sure MHD runs even so. */
+        http_daemon_kick(hc->daemon);
+}
+
+/* Past the deadline: answer a body that is too slow, then shut the connection down. */
 static void http_connection_cut(HttpConnection *hc, uint64_t now) {
         Server *s = hc->daemon->server;
         HttpConnectionPhase phase = hc->phase;
@@ -220,15 +230,12 @@ static void http_connection_cut(HttpConnection *hc, uint64_t now) {
                     http_connection_send_final(hc->connection, resp) >= 0)
                         req->status = HTTP_REQUEST_TIMEOUT;
         }
-        (void) shutdown(fd, SHUT_RDWR);
+        http_connection_shut(hc, fd);
 
         http_connection_peer(hc->connection, peer);
         log_full(ratelimit_below(&s->cut_ratelimit, now) ? LOG_INFO : LOG_DEBUG,
                  "Closed connection from %s: request %s not complete after %" PRIu64 " s.",
                  peer, http_connection_phase_to_string(phase), seconds);
-
-        /* The shutdown wakes MHD's epoll fd; make sure MHD runs even so. */
-        http_daemon_kick(hc->daemon);
 }
 
 static int server_on_deadline(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -280,28 +287,122 @@ bool sockaddr_is_loopback(const struct sockaddr *sa, socklen_t len) {
         return false;
 }
 
-enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
-        HttpDaemon *d = cls;
+void http_peer_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct in6_addr *ret) {
+        assert(ret);
 
-        if (sockaddr_is_loopback(addr, addrlen) && d->n_loopback_connections >= HTTP_CONNECTIONS_PER_IP_MAX) {
-                log_debug("Refused a connection from the loopback range: %u of its connections are open.",
-                          d->n_loopback_connections);
-                return MHD_NO;
+        *ret = (struct in6_addr) IN6ADDR_LOOPBACK_INIT;
+        if (!sa || sockaddr_is_loopback(sa, len))
+                return;
+
+        if (sa->sa_family == AF_INET && len >= (socklen_t) sizeof(struct sockaddr_in)) {
+                *ret = (struct in6_addr) {};
+                ret->s6_addr[10] = ret->s6_addr[11] = 0xff;
+                memcpy(ret->s6_addr + 12, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+        } else if (sa->sa_family == AF_INET6 && len >= (socklen_t) sizeof(struct sockaddr_in6)) {
+                *ret = ((const struct sockaddr_in6 *) sa)->sin6_addr;
+                if (!IN6_IS_ADDR_V4MAPPED(ret))
+                        memset(ret->s6_addr + 8, 0, 8);
         }
-        return MHD_YES;
 }
 
-static bool http_connection_is_loopback(struct MHD_Connection *connection) {
-        const union MHD_ConnectionInfo *info;
-        const struct sockaddr *sa;
+HttpAdmission http_slots_admission(const HttpSlots *slots) {
+        assert(slots);
 
-        info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        if (!info || !info->client_addr)
-                return false;
-        sa = info->client_addr;
-        /* MHD gives no length: the family says which structure it is. */
-        return sockaddr_is_loopback(sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
-                                                                    sizeof(struct sockaddr_in));
+        /* Before the new connection comes in, no bound is passed: closing one connection makes
+         * room under every bound it counts for. */
+        if (slots->peer_total >= HTTP_CONNECTIONS_PER_IP_MAX ||
+            slots->peer_unauthenticated >= HTTP_CONNECTIONS_PER_IP_MAX - HTTP_CONNECTIONS_PER_IP_RESERVED)
+                return slots->peer_oldest ? HTTP_ADMIT_AFTER_PEER : HTTP_REFUSE;
+        if (slots->total >= HTTP_CONNECTIONS_MAX ||
+            slots->unauthenticated >= HTTP_CONNECTIONS_MAX - HTTP_CONNECTIONS_RESERVED)
+                return slots->oldest ? HTTP_ADMIT_AFTER_OLDEST : HTTP_REFUSE;
+        return HTTP_ADMIT;
+}
+
+static void http_daemon_count_slots(HttpDaemon *d, const struct in6_addr *peer, HttpSlots *ret) {
+        *ret = (HttpSlots) {};
+
+        for (HttpConnection *hc = d->server->connections; hc; hc = hc->next) {
+                bool same_peer;
+
+                if (hc->daemon != d || hc->phase == HTTP_CONNECTION_CLOSING)
+                        continue;
+                same_peer = memcmp(&hc->peer, peer, sizeof(*peer)) == 0;
+                ret->total++;
+                ret->peer_total += same_peer;
+                if (hc->authenticated)
+                        continue;
+                ret->unauthenticated++;
+                ret->peer_unauthenticated += same_peer;
+                /* A request being handled is left to finish (the public ones are short). The list
+                 * runs from the newest connection: the last one seen is the oldest. */
+                if (hc->phase != HTTP_CONNECTION_HEADERS && hc->phase != HTTP_CONNECTION_BODY)
+                        continue;
+                ret->oldest = hc;
+                if (same_peer)
+                        ret->peer_oldest = hc;
+        }
+}
+
+/* Makes room for a new connection: closes 'hc', which has not authenticated, without an answer. */
+static void http_connection_evict(HttpConnection *hc) {
+        Server *s = hc->daemon->server;
+        HttpConnectionPhase phase = hc->phase;
+        uint64_t now = server_now(s);
+        char peer[PEER_MAX];
+        int fd;
+
+        s->n_connections_evicted++;
+        if (hc->request)
+                hc->request->close_reason = "closed to make room";
+        fd = http_connection_fd(hc->connection);
+        if (fd < 0) {
+                hc->phase = HTTP_CONNECTION_CLOSING;
+                hc->request = NULL;
+                return;
+        }
+        http_connection_shut(hc, fd);
+
+        http_connection_peer(hc->connection, peer);
+        log_full(ratelimit_below(&s->cut_ratelimit, now) ? LOG_INFO : LOG_DEBUG,
+                 "Closed connection from %s to make room for a new one: not authenticated, waiting for "
+                 "its request %s for %" PRIu64 " ms.", peer, http_connection_phase_to_string(phase),
+                 (now - hc->phase_start_usec) / USEC_PER_MSEC);
+}
+
+enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+        HttpDaemon *d = cls;
+        struct in6_addr peer;
+        HttpSlots slots;
+
+        http_peer_from_sockaddr(addr, addrlen, &peer);
+        http_daemon_count_slots(d, &peer, &slots);
+
+        switch (http_slots_admission(&slots)) {
+        case HTTP_ADMIT:
+                return MHD_YES;
+        case HTTP_ADMIT_AFTER_PEER:
+                http_connection_evict(slots.peer_oldest);
+                return MHD_YES;
+        case HTTP_ADMIT_AFTER_OLDEST:
+                http_connection_evict(slots.oldest);
+                return MHD_YES;
+        default:
+                d->server->n_connections_refused++;
+                log_debug("Refused a connection: its peer has %u connections open (%u not authenticated), "
+                          "%u are open in all (%u not authenticated), and none may be closed for it.",
+                          slots.peer_total, slots.peer_unauthenticated, slots.total, slots.unauthenticated);
+                return MHD_NO;
+        }
+}
+
+bool http_connection_closed(const HttpConnection *hc) {
+        return hc && hc->phase == HTTP_CONNECTION_CLOSING;
+}
+
+void http_connection_authenticated(HttpConnection *hc) {
+        if (hc)
+                hc->authenticated = true;
 }
 
 void http_connection_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
@@ -311,6 +412,9 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
         HttpConnection *hc;
 
         if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+                const union MHD_ConnectionInfo *info;
+                const struct sockaddr *sa = NULL;
+
                 hc = calloc(1, sizeof(HttpConnection));
                 if (!hc) {
                         /* The connection goes on with MHD's idle timeout only. */
@@ -319,6 +423,14 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                 }
                 hc->daemon = d;
                 hc->connection = connection;
+                info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+                if (info)
+                        sa = info->client_addr;
+                /* MHD gives no length: the family says which structure it is. */
+                http_peer_from_sockaddr(sa, sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                            : sizeof(struct sockaddr_in),
+                                        &hc->peer);
+
                 hc->next = s->connections;
                 if (s->connections)
                         s->connections->prev = hc;
@@ -327,23 +439,6 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                 *socket_context = hc;
 
                 http_connection_enter(hc, HTTP_CONNECTION_HEADERS, NULL);
-
-                if (http_connection_is_loopback(connection)) {
-                        if (d->n_loopback_connections < HTTP_CONNECTIONS_PER_IP_MAX) {
-                                hc->loopback = true;
-                                d->n_loopback_connections++;
-                        } else {
-                                /* Past the accept policy together with others: closed at once. */
-                                int fd = http_connection_fd(connection);
-
-                                hc->phase = HTTP_CONNECTION_CLOSING;
-                                if (fd >= 0)
-                                        (void) shutdown(fd, SHUT_RDWR);
-                                log_debug("Closed a connection from the loopback range: %u of its "
-                                          "connections are open.", d->n_loopback_connections);
-                                http_daemon_kick(d);
-                        }
-                }
                 return;
         }
 
@@ -360,10 +455,6 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                 hc->next->prev = hc->prev;
         assert(s->n_connections > 0);
         s->n_connections--;
-        if (hc->loopback) {
-                assert(d->n_loopback_connections > 0);
-                d->n_loopback_connections--;
-        }
         free(hc);
 
         if (s->n_connections == 0 && s->deadline_event_source)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <systemd/sd-event.h>
@@ -35,7 +36,8 @@ struct HttpConnection {
         uint64_t phase_start_usec;
         uint64_t body_bytes;               /* received in this BODY phase */
         HttpRequest *request;              /* the request whose body arrives, in the BODY phase */
-        bool loopback;                     /* counted in the daemon's n_loopback_connections */
+        struct in6_addr peer;              /* whose connection it is (http_peer_from_sockaddr()) */
+        bool authenticated;                /* a request on it carried the key */
 };
 
 const char *http_connection_phase_to_string(HttpConnectionPhase p) _pure_;
@@ -50,16 +52,49 @@ uint64_t http_connection_deadline(HttpConnectionPhase phase, uint64_t start_usec
  * HTTP_CONNECTIONS_PER_IP_MAX, since any local process can bind any of them. */
 bool sockaddr_is_loopback(const struct sockaddr *sa, socklen_t len) _pure_;
 
-/* libmicrohttpd's accept policy callback: refuses a loopback peer's connection beyond
- * HTTP_CONNECTIONS_PER_IP_MAX before libmicrohttpd sets it up (libmicrohttpd's own per-IP limit
- * counts each address by itself). The closure is the HttpDaemon. */
+/* The peer a client address counts as for HTTP_CONNECTIONS_PER_IP_MAX: an IPv4 address as its
+ * IPv4-mapped IPv6 address, an IPv6 address as its /64 (the rest zero), and ::1 for the whole
+ * loopback range and whatever is no IP address (a local socket). */
+void http_peer_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct in6_addr *ret);
+
+/* The open connections of one listening socket (cut ones not counted), as a new connection from
+ * 'peer' finds them. 'oldest' is the oldest that has not authenticated and waits for its request's
+ * header or body, 'peer_oldest' the same among the peer's own; NULL when there is none. */
+typedef struct HttpSlots {
+        unsigned total, unauthenticated;
+        unsigned peer_total, peer_unauthenticated;
+        HttpConnection *oldest, *peer_oldest;
+} HttpSlots;
+
+typedef enum HttpAdmission {
+        HTTP_ADMIT,                /* a slot is free */
+        HTTP_ADMIT_AFTER_PEER,     /* once 'peer_oldest' is closed */
+        HTTP_ADMIT_AFTER_OLDEST,   /* once 'oldest' is closed */
+        HTTP_REFUSE,               /* nothing may be closed for it */
+} HttpAdmission;
+
+/* Whether a new connection, which has not authenticated yet, may have a slot (the rules are at
+ * HTTP_CONNECTIONS_MAX in gateway-server.h). */
+HttpAdmission http_slots_admission(const HttpSlots *slots) _pure_;
+
+/* libmicrohttpd's accept policy callback, called before libmicrohttpd sets a connection up (and,
+ * in our mode, right before its MHD_CONNECTION_NOTIFY_STARTED: no other connection comes in
+ * between). Applies http_slots_admission(), closing a connection to make room where it says so.
+ * The closure is the HttpDaemon. */
 enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 
-/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; the closure is the HttpDaemon. It also
- * enforces the loopback peer's limit (cutting off a connection over it), should connections have
- * passed the accept policy together. */
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; the closure is the HttpDaemon. */
 void http_connection_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
                             enum MHD_ConnectionNotificationCode toe);
+
+/* Whether we cut the connection off (past a deadline, or to make room) and wait for libmicrohttpd
+ * to close it. Its socket may still hold a request that libmicrohttpd reads: it must reach no
+ * resource, since its answer could not be sent. NULL: no. */
+bool http_connection_closed(const HttpConnection *hc) _pure_;
+
+/* A request on the connection carried the key: from now on it may hold a reserved slot and is
+ * never closed to make room. NULL is ignored. */
+void http_connection_authenticated(HttpConnection *hc);
 
 /* Our state of an MHD connection, NULL if it is not tracked. */
 HttpConnection *http_connection_get(struct MHD_Connection *connection);

@@ -2,6 +2,7 @@
 /* GET /metrics: the gateway's and the session manager's counters in the OpenMetrics text format
  * (https://github.com/OpenObservability/OpenMetrics/blob/main/specification/OpenMetrics.md).
  * Behind the same authorization as the rest of the sidecar API. */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
@@ -122,6 +123,25 @@ int manager_metrics_read(sd_bus_message *reply, ManagerMetrics *ret) {
         return 0;
 }
 
+static_assert(LOOP_STALL_BUCKETS <= METRICS_BUCKETS_MAX, "too many loop stall buckets");
+
+static const uint64_t loop_stall_bounds_usec[LOOP_STALL_BUCKETS] = {
+        100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 10000000,
+};
+
+void loop_stats_add(LoopStats *l, uint64_t usec) {
+        assert(l);
+
+        l->max_usec = MAX(l->max_usec, usec);
+        l->sum_usec += usec;
+        l->count++;
+        for (size_t i = 0; i < LOOP_STALL_BUCKETS; i++)
+                if (usec <= loop_stall_bounds_usec[i]) {
+                        l->buckets[i]++;
+                        break;
+                }
+}
+
 /* Microseconds as seconds, exactly: "0.025", "1.0" (the Go float form the le label wants). */
 static int append_seconds(JsonWriter *w, uint64_t usec) {
         char frac[8];
@@ -194,6 +214,30 @@ static int append_histogram(JsonWriter *w, const char *name, const char *help, c
         return r;
 }
 
+static int append_loop(JsonWriter *w, const LoopStats *l) {
+        MetricsBuckets b = { .n = LOOP_STALL_BUCKETS };
+        uint64_t cumulative = 0;
+        int r;
+
+        for (size_t i = 0; i < LOOP_STALL_BUCKETS; i++) {
+                cumulative += l->buckets[i];
+                b.b[i].le_usec = loop_stall_bounds_usec[i];
+                b.b[i].count = cumulative;
+        }
+        r = append_histogram(w, "scopebox_gateway_loop_stall_seconds", "How long each dispatch of the "
+                             "gateway's event loop took (an HTTP round, a bus message, a timer): the time "
+                             "every other client waited.", &b, l->sum_usec, l->count);
+        /* No unit line: the name does not end in it. */
+        if (r >= 0)
+                r = append_family(w, "scopebox_gateway_loop_stall_seconds_max", "gauge", NULL,
+                                  "The longest dispatch of the gateway's event loop since it started, in seconds.");
+        if (r >= 0)
+                r = json_writer_append_str(w, "scopebox_gateway_loop_stall_seconds_max ");
+        if (r >= 0)
+                r = append_seconds(w, l->max_usec);
+        return r < 0 ? r : json_writer_append_str(w, "\n");
+}
+
 static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
         MetricsLabeled archive = {
                 .v = { { "written", m->archive_bytes_written }, { "restored", m->archive_bytes_restored } },
@@ -261,6 +305,8 @@ int metrics_render(const GatewayMetrics *g, const ManagerMetrics *m, char **ret,
         if (r >= 0 && g->start_time_usec > 0)
                 r = append_timestamp(&w, "process_start_time_seconds", "When the gateway process started.",
                                      g->start_time_usec);
+        if (r >= 0 && g->loop)
+                r = append_loop(&w, g->loop);
         if (r >= 0)
                 r = append_gauge(&w, "scopebox_session_manager_up", "Whether the session manager answered "
                                  "(it is started on demand and exits when it has no sessions).", m ? 1 : 0);
@@ -277,7 +323,7 @@ int metrics_render(const GatewayMetrics *g, const ManagerMetrics *m, char **ret,
 
 static int metrics_reply(HttpRequest *req, const ManagerMetrics *m) {
         Server *s = req->server;
-        GatewayMetrics g = { .start_time_usec = s->start_realtime_usec };
+        GatewayMetrics g = { .start_time_usec = s->start_realtime_usec, .loop = &s->loop };
         HttpResponse *resp;
         char *text;
         size_t size;

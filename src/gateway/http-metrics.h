@@ -45,10 +45,25 @@ typedef struct ManagerMetrics {
         uint64_t archive_failures;
 } ManagerMetrics;
 
+/* How long each dispatch of the gateway's event loop took: one event source's callback (an MHD
+ * round, a bus message with its reply handler, a timer), during which no other client is served.
+ * Buckets from 100 µs to 10 s (LOOP_STALL_BOUNDS_USEC in http-metrics.c). */
+#define LOOP_STALL_BUCKETS 13U
+typedef struct LoopStats {
+        uint64_t max_usec;            /* the longest, since the gateway started */
+        uint64_t sum_usec;
+        uint64_t count;
+        uint64_t buckets[LOOP_STALL_BUCKETS]; /* each: above the previous bound, up to its own */
+} LoopStats;
+
+/* Counts one dispatch of 'usec'. */
+void loop_stats_add(LoopStats *l, uint64_t usec);
+
 /* What the gateway counts itself. */
 typedef struct GatewayMetrics {
         uint64_t start_time_usec;     /* 0: unknown */
         uint64_t responses[6];        /* by status class: [2] 2xx ... [5] 5xx, [0] none sent */
+        const LoopStats *loop;        /* NULL: left out */
 } GatewayMetrics;
 
 /* Reads and checks a GetMetrics() reply: -EBADMSG when it is malformed (label values that are no

@@ -622,7 +622,7 @@ static int http_request_check_fields(HttpRequest *req, const HttpRequestHeaders 
 int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
         const char *content_length;
         Server *s;
-        bool public;
+        bool public, authenticated;
         int lookup, r;
 
         assert(req);
@@ -648,12 +648,16 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
         /* Authentication comes before everything else a client could learn from us, including
          * which paths exist, and before a single body byte is read. */
         public = lookup >= 0 && (req->route->flags & HTTP_ROUTE_PUBLIC);
-        if (!public && !http_request_authenticated(req, h, lookup)) {
+        authenticated = http_request_authenticated(req, h, lookup);
+        if (!public && !authenticated) {
                 /* dify-sandbox answers with the bare status. */
                 if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_API_KEY))
                         return http_request_reply_literal(req, HTTP_UNAUTHORIZED, "");
                 return http_request_reply_error(req, HTTP_UNAUTHORIZED, "unauthorized");
         }
+        /* A key on a public route counts too: the connection may hold a reserved slot now. */
+        if (authenticated)
+                http_connection_authenticated(http_connection_get(req->connection));
 
         /* A path, query parameter or header that we would have to cut at a NUL, or that is no text,
          * reaches no resource, not even as a shorter value. */
@@ -992,6 +996,10 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
 
         if (!req || !req->begun) {
                 HttpRequestHeaders h = {};
+
+                /* Read from a connection we cut off: never handled, its answer could not be sent. */
+                if (http_connection_closed(http_connection_get(connection)))
+                        return MHD_NO;
 
                 /* First call: the headers are in, no body byte has been read yet. The request
                  * exists already if http_router_uri_log() saw its target. */

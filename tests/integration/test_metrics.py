@@ -64,6 +64,8 @@ def test_families_and_types(session):
         "scopebox_http_responses": "counter",
         "process_start_time_seconds": "gauge",
         "scopebox_session_manager_up": "gauge",
+        "scopebox_gateway_loop_stall_seconds": "histogram",
+        "scopebox_gateway_loop_stall_seconds_max": "gauge",
         "scopebox_sessions": "gauge",
         "scopebox_sessions_started": "counter",
         "scopebox_sessions_ended": "counter",
@@ -99,6 +101,30 @@ def test_families_and_types(session):
     # Our own earlier answers are counted, by class.
     assert value(samples, "scopebox_http_responses_total", **{"class": "2xx"}) >= 1
     assert value(samples, "process_start_time_seconds") <= time.time()
+
+
+def test_event_loop_stalls_are_measured(session):
+    """Every dispatch of the gateway's event loop is timed; no assertion on how long they take."""
+    run(session, "print(1)")
+    samples, families = scrape()
+    assert families["scopebox_gateway_loop_stall_seconds"].unit == "seconds"
+    longest = value(samples, "scopebox_gateway_loop_stall_seconds_max")
+    count = value(samples, "scopebox_gateway_loop_stall_seconds_count")
+    assert isinstance(longest, float) and longest > 0
+    assert count > 0 and value(samples, "scopebox_gateway_loop_stall_seconds_sum") > 0
+    assert value(samples, "scopebox_gateway_loop_stall_seconds_bucket", le="+Inf") == count
+    bounds = [s.labels["le"] for s in families["scopebox_gateway_loop_stall_seconds"].samples
+              if s.name.endswith("_bucket")]
+    assert bounds[0] == "0.0001" and bounds[-2] == "10.0" and bounds[-1] == "+Inf", bounds
+    # The longest dispatch lies in the first bucket that holds them all.
+    for b in bounds[:-1]:
+        if value(samples, "scopebox_gateway_loop_stall_seconds_bucket", le=b) == count:
+            assert longest <= float(b)
+            break
+    print(f"\nlongest event-loop dispatch since the gateway started: {longest * 1000:.3f} ms "
+          f"({count:.0f} dispatches, mean {value(samples, 'scopebox_gateway_loop_stall_seconds_sum') / count * 1e6:.1f} µs)")
+    after, _ = scrape()
+    assert value(after, "scopebox_gateway_loop_stall_seconds_count") > count
 
 
 def test_head_has_the_type_and_no_body():

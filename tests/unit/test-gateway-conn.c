@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Unit tests of the gateway's connection deadlines: the deadline of each phase, the timer, final answers. */
+/* Unit tests of the gateway's connections: the deadline of each phase, the timer, final answers, peers and slots. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include <systemd/sd-event.h>
 
@@ -161,10 +163,117 @@ static void test_timer(void) {
         s.event = sd_event_unref(s.event);
 }
 
+static struct in6_addr peer_of(const char *address) {
+        struct sockaddr_in in = { .sin_family = AF_INET };
+        struct sockaddr_in6 in6 = { .sin6_family = AF_INET6 };
+        struct in6_addr peer;
+
+        if (inet_pton(AF_INET, address, &in.sin_addr) == 1)
+                http_peer_from_sockaddr((struct sockaddr *) &in, sizeof(in), &peer);
+        else {
+                ASSERT_TRUE(inet_pton(AF_INET6, address, &in6.sin6_addr) == 1);
+                http_peer_from_sockaddr((struct sockaddr *) &in6, sizeof(in6), &peer);
+        }
+        return peer;
+}
+
+static bool same_peer(const char *a, const char *b) {
+        struct in6_addr x = peer_of(a), y = peer_of(b);
+
+        return memcmp(&x, &y, sizeof(x)) == 0;
+}
+
+static void test_peers(void) {
+        struct sockaddr_un un = { .sun_family = AF_UNIX };
+        struct in6_addr peer;
+        char text[INET6_ADDRSTRLEN];
+
+        /* The whole loopback range, in every spelling, is one peer, and so are local sockets. */
+        ASSERT_TRUE(same_peer("127.0.0.1", "127.255.0.9"));
+        ASSERT_TRUE(same_peer("127.0.0.1", "::1"));
+        ASSERT_TRUE(same_peer("127.0.0.1", "::ffff:127.3.2.1"));
+        http_peer_from_sockaddr((struct sockaddr *) &un, sizeof(un), &peer);
+        ASSERT_TRUE(IN6_IS_ADDR_LOOPBACK(&peer));
+        http_peer_from_sockaddr(NULL, 0, &peer);
+        ASSERT_TRUE(IN6_IS_ADDR_LOOPBACK(&peer));
+
+        /* IPv4 addresses count one by one, the same as their IPv4-mapped form. */
+        ASSERT_TRUE(!same_peer("192.0.2.1", "192.0.2.2"));
+        ASSERT_TRUE(same_peer("192.0.2.1", "::ffff:192.0.2.1"));
+        ASSERT_TRUE(!same_peer("192.0.2.1", "127.0.0.1"));
+        peer = peer_of("192.0.2.1");
+        ASSERT_STREQ(inet_ntop(AF_INET6, &peer, text, sizeof(text)), "::ffff:192.0.2.1");
+
+        /* IPv6 by /64: one host may hold all of it. */
+        ASSERT_TRUE(same_peer("2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"));
+        ASSERT_TRUE(!same_peer("2001:db8:1:2::1", "2001:db8:1:3::1"));
+        ASSERT_TRUE(!same_peer("2001:db8:1:2::1", "::1"));
+        peer = peer_of("2001:db8:1:2:3:4:5:6");
+        ASSERT_STREQ(inet_ntop(AF_INET6, &peer, text, sizeof(text)), "2001:db8:1:2::");
+
+        /* A length too short for the family is no address: a local client. */
+        http_peer_from_sockaddr((struct sockaddr *) &(struct sockaddr_in) { .sin_family = AF_INET,
+                                .sin_addr.s_addr = htonl(0xc0000201) }, 4, &peer);
+        ASSERT_TRUE(IN6_IS_ADDR_LOOPBACK(&peer));
+}
+
+static void test_slots(void) {
+        const unsigned peer_open = HTTP_CONNECTIONS_PER_IP_MAX - HTTP_CONNECTIONS_PER_IP_RESERVED;
+        const unsigned all_open = HTTP_CONNECTIONS_MAX - HTTP_CONNECTIONS_RESERVED;
+        HttpConnection mine = {}, other = {};
+        HttpSlots s;
+
+        /* The numbers the documentation gives. */
+        ASSERT_EQ(peer_open, 48);
+        ASSERT_EQ(all_open, 192);
+
+        ASSERT_EQ(http_slots_admission(&(HttpSlots) {}), HTTP_ADMIT);
+
+        /* A peer's unauthenticated connections stop at 48: the 49th replaces the oldest. */
+        s = (HttpSlots) { .total = peer_open - 1, .unauthenticated = peer_open - 1,
+                          .peer_total = peer_open - 1, .peer_unauthenticated = peer_open - 1,
+                          .oldest = &mine, .peer_oldest = &mine };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
+        s.total = s.unauthenticated = s.peer_total = s.peer_unauthenticated = peer_open;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_PEER);
+        /* ... never one of another peer's, and no connection at all when none of its own waits
+         * for a request (they are being answered). */
+        s.peer_oldest = NULL;
+        s.oldest = &other;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_REFUSE);
+
+        /* With authenticated connections of its own beside them, the peer's 64 bound the rest. */
+        s = (HttpSlots) { .total = 60, .unauthenticated = 40, .peer_total = 60, .peer_unauthenticated = 40,
+                          .oldest = &mine, .peer_oldest = &mine };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
+        s.total = s.peer_total = HTTP_CONNECTIONS_PER_IP_MAX;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_PEER);
+        /* All 64 authenticated: nothing is closed for a newcomer. */
+        s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX, .peer_total = HTTP_CONNECTIONS_PER_IP_MAX };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_REFUSE);
+        /* The reserve is what authenticated connections may use beyond the 48. */
+        s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX - 1, .unauthenticated = peer_open - 1,
+                          .peer_total = HTTP_CONNECTIONS_PER_IP_MAX - 1, .peer_unauthenticated = peer_open - 1 };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
+
+        /* Over all peers: 192 unauthenticated, 256 in all; room is made from any peer. */
+        s = (HttpSlots) { .total = all_open, .unauthenticated = all_open, .peer_total = 3,
+                          .peer_unauthenticated = 3, .oldest = &other };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_OLDEST);
+        s.oldest = NULL;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_REFUSE);
+        s = (HttpSlots) { .total = HTTP_CONNECTIONS_MAX, .unauthenticated = 10, .oldest = &other };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_OLDEST);
+        s = (HttpSlots) { .total = HTTP_CONNECTIONS_MAX - 1, .unauthenticated = all_open - 1 };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
+}
+
 int main(void) {
         RUN(test_phase_strings);
         RUN(test_deadlines);
         RUN(test_format_final);
         RUN(test_timer);
+        RUN(test_peers);
+        RUN(test_slots);
         return 0;
 }

@@ -95,6 +95,41 @@ static void test_render(void) {
         assert_contains(text, "scopebox_session_manager_start_time_seconds 1700000000.25\n");
 }
 
+static void test_loop_stalls(void) {
+        LoopStats l = {};
+        GatewayMetrics g = { .loop = &l };
+        _cleanup_free_ char *text = NULL;
+        size_t size;
+
+        /* Each dispatch lands in the first bucket whose bound it does not pass. */
+        loop_stats_add(&l, 0);
+        loop_stats_add(&l, 100);
+        loop_stats_add(&l, 101);
+        loop_stats_add(&l, 3000);
+        loop_stats_add(&l, 60 * USEC_PER_SEC);  /* past the last bound: +Inf only */
+        ASSERT_EQ(l.count, 5);
+        ASSERT_EQ(l.max_usec, 60 * USEC_PER_SEC);
+        ASSERT_EQ(l.sum_usec, 60 * USEC_PER_SEC + 3201);
+        ASSERT_EQ(l.buckets[0], 2);
+        ASSERT_EQ(l.buckets[1], 1);
+        ASSERT_EQ(l.buckets[4], 0);
+        ASSERT_EQ(l.buckets[5], 1);
+
+        ASSERT_TRUE(metrics_render(&g, NULL, &text, &size) == 0);
+        assert_contains(text, "# TYPE scopebox_gateway_loop_stall_seconds histogram\n"
+                              "# UNIT scopebox_gateway_loop_stall_seconds seconds\n");
+        assert_contains(text, "scopebox_gateway_loop_stall_seconds_bucket{le=\"0.0001\"} 2\n");
+        assert_contains(text, "scopebox_gateway_loop_stall_seconds_bucket{le=\"0.00025\"} 3\n");
+        assert_contains(text, "scopebox_gateway_loop_stall_seconds_bucket{le=\"0.005\"} 4\n");
+        assert_contains(text, "scopebox_gateway_loop_stall_seconds_bucket{le=\"10.0\"} 4\n");
+        assert_contains(text, "scopebox_gateway_loop_stall_seconds_bucket{le=\"+Inf\"} 5\n");
+        assert_contains(text, "scopebox_gateway_loop_stall_seconds_sum 60.003201\n");
+        assert_contains(text, "scopebox_gateway_loop_stall_seconds_count 5\n");
+        assert_contains(text, "# TYPE scopebox_gateway_loop_stall_seconds_max gauge\n");
+        assert_contains(text, "\nscopebox_gateway_loop_stall_seconds_max 60.0\n");
+        ASSERT_TRUE(!strstr(text, "# UNIT scopebox_gateway_loop_stall_seconds_max"));
+}
+
 static void test_render_manager_down(void) {
         GatewayMetrics g = {};
         _cleanup_free_ char *text = NULL;
@@ -292,6 +327,7 @@ static void test_auth(void) {
 int main(void) {
         RUN(test_render);
         RUN(test_render_manager_down);
+        RUN(test_loop_stalls);
         RUN(test_scrape);
         RUN(test_auth);
         return 0;

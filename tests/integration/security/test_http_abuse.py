@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """Abuse of the HTTP front end: slow senders (header and body deadlines), oversized and
-ambiguous requests (caps, request smuggling), hostile JSON, and the per-peer connection limit.
+ambiguous requests (caps, request smuggling), hostile JSON, and the per-peer connection limits.
 Each case shows the limit holds and that the service goes on answering others."""
 import base64
 import json
@@ -17,6 +17,7 @@ MAX_BODY = 56 * 1024 * 1024
 MAX_STORAGE_BODY = 300 * 1024 * 1024
 HEADERS_MAX = 64
 CONNECTIONS_PER_PEER = 64
+UNAUTHENTICATED_PER_PEER = 48  # of them, without a request that carried the key
 # What a cut-off connection may take: the deadline is ~10 s; MHD's idle timeout (30 s) must not be
 # what ends it.
 CUT_MIN, CUT_MAX = 8, 30
@@ -319,21 +320,42 @@ def test_negative_timeout_is_clamped_not_refused(session):
 
 
 def test_connections_per_peer_are_capped():
+    """Connections that never authenticated hold at most 48 of a peer's 64; each one past that
+    closes the oldest of them."""
+    held = []
+    try:
+        for _ in range(CONNECTIONS_PER_PEER + 1):
+            held.append(connect(timeout=10))
+        time.sleep(0.5)
+        closed = [Reader(s).closed(timeout=0.05) for s in held]
+        n_closed = CONNECTIONS_PER_PEER + 1 - UNAUTHENTICATED_PER_PEER
+        assert closed == [True] * n_closed + [False] * UNAUTHENTICATED_PER_PEER, closed
+        # The newest ones work.
+        held[-1].sendall(head("GET", "/healthz", [("Connection", "close")]))
+        assert Reader(held[-1]).response()[0] == 200
+    finally:
+        for s in held:
+            s.close()
+    served_again()
+
+
+def test_authenticated_connections_fill_a_peer_and_stay():
+    """64 connections that each authenticated are kept; a 65th from the same peer is accepted and
+    closed at once, since none of them is closed to make room."""
     held = []
     try:
         for _ in range(CONNECTIONS_PER_PEER):
-            held.append(connect(timeout=10))
-        # Each of them is open (nothing sent yet, well within the header deadline).
-        assert not any(Reader(s).closed(timeout=0.05) for s in held)
+            s = connect(timeout=10)
+            held.append(s)
+            s.sendall(head("GET", "/healthz", [auth()]))
+            assert Reader(s).response()[0] == 200
         extra = connect(timeout=10)
         held.append(extra)
-        # One more from the same address is accepted and closed at once.
         assert Reader(extra).closed(timeout=5)
-        # The held ones still work.
-        held[0].sendall(head("GET", "/healthz", [("Connection", "close")]))
+        # The held ones still work (kept alive, well within the next header's deadline).
+        held[0].sendall(head("GET", "/healthz", [auth(), ("Connection", "close")]))
         assert Reader(held[0]).response()[0] == 200
     finally:
         for s in held:
             s.close()
-    # Room again for others.
     served_again()
