@@ -40,14 +40,57 @@ static void test_base64_roundtrip(void) {
 }
 
 static void test_base64_strict(void) {
-        static const char *const bad[] = {
-                "Zg=", "Zg", "Z===", "Zh==", /* non-zero trailing bits */ "Zm9=", "Zm 9v", "Zm9v\n",
-                "Zm9v====", "=m9v", "Zm=v", "Zm9-", "Zm9_", "data:text/plain;base64,Zm9v",
+        /* What Python 3.11's base64.b64decode(s, validate=True) answers for each of these. */
+        static const struct {
+                const char *text, *plain;
+        } good[] = {
+                { "QR==", "A" }, { "Zh==", "f" }, { "Zm9=", "fo" }, /* non-zero trailing bits */
+                { "Zm9v=", "foo" }, { "Zm9v==", "foo" }, { "Zm9v====", "foo" }, /* '=' after a quantum */
+                { "QUJD=", "ABC" }, { "QUJDRA==", "ABCD" }, { "QUJ=", "AB" }, { "Zm9vZg==", "foof" },
         };
-        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        static const char *const bad[] = {
+                "=", "==", "=m9v",                      /* leading padding */
+                "Zg=", "Zg", "QUJDRA", "QUJDRA=", "QUI", /* incorrect padding */
+                "Z", "Z===", "QUJDR", "QUJDR=",         /* 4k+1 data characters */
+                "Zg===", "Zm8==", "Zg==Zg==", "QUI==",  /* data or '=' after the padding */
+                "Zm=v", "Zm9v=Zg==",                    /* discontinuous padding */
+                "Zm 9v", "Zm9v\n", " Zm9v", "Zm9v=\n", "Zm9v\r\n", "Zm9-", "Zm9_", "Zm9\x80",
+                "data:text/plain;base64,Zm9v",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                _cleanup_free_ void *d = NULL;
+                size_t n, used, size;
+
+                ASSERT_EQ(base64_decode(good[i].text, strlen(good[i].text), &d, &n), 0);
+                ASSERT_EQ(n, strlen(good[i].plain));
+                ASSERT_TRUE(memcmp(d, good[i].plain, n) == 0);
+                ASSERT_EQ(base64_decoded_size(good[i].text, strlen(good[i].text)), n);
+                ASSERT_EQ(base64_validate(good[i].text, strlen(good[i].text), &used, &size), 0);
+                ASSERT_EQ(size, n);
+                ASSERT_EQ(used, (n + 2) / 3 * 4);
+                ASSERT_TRUE(n <= base64_decoded_size_max(strlen(good[i].text)));
+        }
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 void *d = NULL;
                 size_t n;
+
                 ASSERT_EQ(base64_decode(bad[i], strlen(bad[i]), &d, &n), -EINVAL);
+                ASSERT_EQ(base64_validate(bad[i], strlen(bad[i]), NULL, NULL), -EINVAL);
+        }
+        /* A NUL is a bad character, not the end of the text. */
+        {
+                void *d = NULL;
+                size_t n;
+
+                ASSERT_EQ(base64_decode("Zm9v\0AAA", 8, &d, &n), -EINVAL);
+                ASSERT_EQ(base64_decode("Zm9v=\0", 6, &d, &n), -EINVAL);
+        }
+        {
+                _cleanup_free_ void *d = NULL;
+                size_t n = 1;
+
+                ASSERT_EQ(base64_decode("", 0, &d, &n), 0);
+                ASSERT_EQ(n, 0);
         }
         /* Binary round trip of every byte value. */
         unsigned char all[256];
