@@ -348,6 +348,7 @@ Server *server_free(Server *s) {
         auth_header_free(s->auth_header, s->auth_header_size);
         auth_header_free(s->metrics_auth_header, s->metrics_auth_header_size);
         config_done(&s->config);
+        mime_types_free(s->mime_types);
         free(s);
         return NULL;
 }

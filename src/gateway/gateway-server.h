@@ -13,6 +13,7 @@
 #include "http-metrics.h"
 #include "http-util.h"
 #include "macro.h"
+#include "mime.h"
 
 /* Limits of the HTTP front end. Connection limits apply per listening socket.
  *
@@ -85,6 +86,7 @@ struct Server {
         sd_event *event;
         sd_bus *bus;
         Config config;
+        MimeTypes *mime_types;         /* artifacts' types; NULL: Python's builtin table alone */
 
         char *auth_header;             /* "Bearer <key>"; NULL when authentication is off */
         size_t auth_header_size;

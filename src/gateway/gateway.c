@@ -13,6 +13,7 @@
 #include "daemon-util.h"
 #include "log.h"
 #include "macro.h"
+#include "mime.h"
 
 static void strv_freep(char ***p) {
         if (!*p)
@@ -26,6 +27,24 @@ static void strv_freep(char ***p) {
 static void close_listen_fds(int from, int n) {
         for (int i = from; i < n; i++)
                 (void) safe_close(SD_LISTEN_FDS_START + i);
+}
+
+/* The artifacts' types as the sidecar's Python mimetypes gives them on this host: its builtin table
+ * and the host's mime.types files (ProtectSystem=strict leaves /etc readable). Read once, at start:
+ * a changed /etc/mime.types needs a restart, as it does for the sidecar. */
+static int load_mime_types(Server *s) {
+        const char *failed = NULL;
+        int r;
+
+        r = mime_types_load(MIME_TYPES_FILES, &s->mime_types, &failed);
+        if (r == -ENOMEM)
+                return log_oom();
+        if (r < 0)
+                log_warning_errno(r, "Failed to read MIME types from '%s', using Python's builtin table "
+                                  "alone: %m", strna(failed));
+        else
+                log_debug("%zu file name extensions have a MIME type.", mime_types_size(s->mime_types));
+        return 0;
 }
 
 /* The key comes from the credential if there is one, else from SANDBOX_API_KEY. Returns NULL in
@@ -134,6 +153,12 @@ static int run(int argc, char *argv[]) {
                                        "systemd-socket-activate -l 127.0.0.1:48217.");
 
         r = server_new(&config, &s);
+        if (r < 0) {
+                close_listen_fds(0, n);
+                return r;
+        }
+
+        r = load_mime_types(s);
         if (r < 0) {
                 close_listen_fds(0, n);
                 return r;

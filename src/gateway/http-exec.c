@@ -230,7 +230,7 @@ static int exec_stream_text(HttpStream *s, const ExecText *t) {
 }
 
 int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
-                        HttpResponse **ret) {
+                        const MimeTypes *mime_types, HttpResponse **ret) {
         _cleanup_(exec_text_done) ExecText out_text = {}, err_text = {};
         _cleanup_(http_stream_freep) HttpStream *s = NULL;
         const uint8_t *d = data ?: (const void *) "";
@@ -266,7 +266,7 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
 
         for (size_t i = 0; i < result->n_files; i++) {
                 const ExecFile *f = &result->files[i];
-                const char *name = exec_file_name(f->path), *mime = mime_type_from_name(name);
+                const char *name = exec_file_name(f->path), *mime = mime_type_from_name(mime_types, name);
 
                 if ((r = http_stream_append_str(s, i > 0 ? ",{\"name\":\"" : "{\"name\":\"")) < 0 ||
                     (r = http_stream_append_text_lossy(s, name, strlen(name))) < 0 ||
@@ -347,7 +347,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         log_debug("Exec in session %s finished: exit code %" PRIi32 ", %" PRIu64 " ms, %zu artifacts.",
                   req->session_id, result.exit_code, info.duration_usec / USEC_PER_MSEC, result.n_files);
 
-        r = exec_result_compose(&result, data.data, data.size, config, &resp);
+        r = exec_result_compose(&result, data.data, data.size, config, req->server->mime_types, &resp);
         if (r < 0)
                 return r;
         /* The body points into the memfd's mapping: it lives as long as the body is sent. */

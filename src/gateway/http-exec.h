@@ -12,6 +12,7 @@
 #include "config.h"
 #include "exec-reply.h"
 #include "http-util.h"
+#include "mime.h"
 
 #define EXEC_TIMEOUT_DEFAULT_MS 120000U
 #define EXEC_TIMEOUT_MIN_MS     1000U
@@ -56,6 +57,7 @@ int exec_result_validate(const ExecResult *result, size_t data_size);
  * buffer (stdout at 0, stderr after it, artifacts at their offsets). Artifacts are base64-encoded
  * straight into the response body. When the sandbox refused system calls, "blocked_syscalls"
  * ([{name, verdict, count}]) is added, and stderr gets a note naming them if the code failed; a
- * process the filter killed (SIGSYS) gets a note too. */
+ * process the filter killed (SIGSYS) gets a note too. An artifact's mime_type comes from its name
+ * and 'mime_types' (NULL: Python's builtin table alone). */
 int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
-                        HttpResponse **ret);
+                        const MimeTypes *mime_types, HttpResponse **ret);

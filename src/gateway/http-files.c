@@ -57,18 +57,10 @@ void files_request_done(FilesRequest *x) {
 }
 
 uint64_t files_upload_size(const char *text, size_t n) {
-        uint64_t size = base64_decoded_size_max(n);
-
         assert(text || n == 0);
 
-        /* Only a complete last quantum can carry padding ("QQ==" is one byte, "QUI=" two). */
-        if (n >= 4 && n % 4 == 0) {
-                if (text[n - 1] == '=')
-                        size--;
-                if (text[n - 2] == '=')
-                        size--;
-        }
-        return size;
+        /* Extra '=' after a complete quantum add nothing ("QUJD==" is 3 bytes, as in Python). */
+        return base64_decoded_size(text, n);
 }
 
 /* Prepares a client error in *ret_error and returns 'error' (or the failure to prepare it). */

@@ -154,24 +154,27 @@ int storage_request_parse(StorageRequestKind kind, json_object *body, StorageReq
 
 int storage_data_memfd(const char *text, size_t n, size_t chunk, int *ret_fd) {
         _cleanup_close_ int fd = -EBADF;
+        size_t used;
         int r;
 
         assert(text || n == 0);
         assert(chunk >= 4 && chunk % 4 == 0);
         assert(ret_fd);
 
+        /* Judge the whole text first. Its meaningful part is whole quanta (the last one padded if
+         * short), so steps of 'chunk' bytes decode the same on their own as within the whole; the
+         * extra '=' Python ignores after it are not decoded at all. */
+        r = base64_validate(text, n, &used, NULL);
+        if (r < 0)
+                return r;
+
         fd = memfd_new_empty("scopebox-object");
         if (fd < 0)
                 return fd;
 
-        for (size_t off = 0; off < n;) {
+        for (size_t off = 0; off < used;) {
                 _cleanup_free_ void *data = NULL;
-                size_t l = MIN(chunk, n - off), size = 0;
-
-                /* Padding ends the text: it may only close the last step. Whole quanta decode the
-                 * same on their own as within the whole, so nothing else differs. */
-                if (off + l < n && text[off + l - 1] == '=')
-                        return -EINVAL;
+                size_t l = MIN(chunk, used - off), size = 0;
 
                 r = base64_decode(text + off, l, &data, &size);
                 if (r < 0)

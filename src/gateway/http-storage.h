@@ -52,8 +52,8 @@ typedef struct StorageRequest {
 int storage_request_parse(StorageRequestKind kind, json_object *body, StorageRequest *ret,
                           HttpResponse **ret_answer);
 
-/* Decodes strict base64 into a new sealed memfd, 'chunk' bytes of text (a multiple of 4) at a time.
- * -EINVAL if the text is not strict base64 (as base64_decode() judges the whole of it). */
+/* Decodes base64 into a new sealed memfd, 'chunk' bytes of text (a multiple of 4) at a time.
+ * -EINVAL if base64_decode() would refuse the whole text. */
 int storage_data_memfd(const char *text, size_t n, size_t chunk, int *ret_fd);
 
 /* 200 {"provider":"s3","key":"<full key>","url":"...","expires_in":3600}. -EBADMSG for strings

@@ -34,6 +34,7 @@ int verb_kill(Ctl *c);
 int verb_exec(Ctl *c);
 int verb_gc(Ctl *c);
 int verb_doctor(Ctl *c);
+int verb_packages(Ctl *c);
 
 /* Prints "scopeboxctl: <message>" on stderr; returns error (negative) for "return ctl_error(r, ...)".
  * %m in format is the error's text. */

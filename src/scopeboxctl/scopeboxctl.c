@@ -25,6 +25,7 @@ static const Verb verbs[] = {
         { "kill",     1, 1, verb_kill     },
         { "gc",       0, 0, verb_gc       },
         { "doctor",   0, 0, verb_doctor   },
+        { "packages", 1, 1024, verb_packages },
 };
 
 static void help(void) {
@@ -37,7 +38,9 @@ static void help(void) {
                "  exec ID FILE        Run FILE's Python code in the session ('-': stdin)\n"
                "  kill ID             End the session now, discarding its workspace and archive\n"
                "  gc                  Delete stored workspace archives older than --max-age\n"
-               "  doctor              Check the host's prerequisites\n\n"
+               "  doctor              Check the host's prerequisites\n"
+               "  packages install WHEEL|DIR...\n"
+               "                      Add Python packages (local wheels) to every sandbox\n\n"
                "Options:\n"
                "  -h --help           Show this help\n"
                "     --version        Show the version\n"

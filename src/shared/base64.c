@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Strict RFC 4648 base64 (standard alphabet, canonical padding, no whitespace). */
+/* Base64 of the standard alphabet, decoded as Python's b64decode(validate=True) decodes it. */
 #include <errno.h>
 #include <stdint.h>
-#include <stdbool.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <sys/types.h>
 
 #include "base64.h"
 #include "macro.h"
@@ -69,51 +70,91 @@ static int unbase64char(char c) {
         return -EINVAL;
 }
 
+/* What Python's base64.b64decode(s, validate=True) (binascii.a2b_base64 in strict mode) accepts:
+ * alphabet characters, then '=' only; no leading '='; data of 4k+1 characters never; 4k+2 exactly
+ * "==", 4k+3 exactly "=", 4k any run of '=' (CPython ignores it). Bits after the last byte are not
+ * checked ("QR==" is "A"). Returns the number of data characters, or -EINVAL. */
+static ssize_t base64_data_length(const char *in, size_t n) {
+        size_t d = 0, pad;
+
+        while (d < n && unbase64char(in[d]) >= 0)
+                d++;
+        for (pad = d; pad < n; pad++)
+                if (in[pad] != '=')
+                        return -EINVAL;
+        pad = n - d;
+        if (d == 0 && pad > 0)
+                return -EINVAL;
+        switch (d % 4) {
+        case 1:
+                return -EINVAL;
+        case 2:
+                if (pad != 2)
+                        return -EINVAL;
+                break;
+        case 3:
+                if (pad != 1)
+                        return -EINVAL;
+                break;
+        }
+        if (d > SSIZE_MAX)
+                return -EINVAL;
+        return (ssize_t) d;
+}
+
+static size_t base64_data_decoded_size(size_t d) {
+        return d / 4 * 3 + (d % 4 == 0 ? 0 : d % 4 - 1);
+}
+
+int base64_validate(const char *in, size_t n, size_t *ret_used, size_t *ret_decoded_size) {
+        ssize_t d = base64_data_length(in, n);
+
+        if (d < 0)
+                return (int) d;
+        /* The data and the padding its last quantum needs; what follows is '=' CPython skips. */
+        if (ret_used)
+                *ret_used = (size_t) d + (d % 4 == 0 ? 0 : 4 - d % 4);
+        if (ret_decoded_size)
+                *ret_decoded_size = base64_data_decoded_size((size_t) d);
+        return 0;
+}
+
+size_t base64_decoded_size(const char *in, size_t n) {
+        size_t d = n;
+
+        while (d > 0 && in[d - 1] == '=')
+                d--;
+        return base64_data_decoded_size(d);
+}
+
 int base64_decode(const char *in, size_t n, void **ret, size_t *ret_size) {
         _cleanup_free_ uint8_t *buf = NULL;
-        size_t pad = 0, o = 0;
+        ssize_t d;
+        size_t i, o = 0;
+        uint32_t v;
 
-        if (n % 4 != 0)
-                return -EINVAL;
-        if (n >= 1 && in[n - 1] == '=')
-                pad++;
-        if (n >= 2 && in[n - 2] == '=')
-                pad++;
+        d = base64_data_length(in, n);
+        if (d < 0)
+                return (int) d;
 
-        buf = malloc(n / 4 * 3 + 1);
+        buf = malloc(base64_data_decoded_size((size_t) d) + 1);
         if (!buf)
                 return -ENOMEM;
 
-        for (size_t i = 0; i < n; i += 4) {
-                bool last = i + 4 == n;
-                int a, b, c = 0, d = 0;
-
-                a = unbase64char(in[i]);
-                b = unbase64char(in[i + 1]);
-                if (a < 0 || b < 0)
-                        return -EINVAL;
-                if (last && pad == 2) {
-                        if (in[i + 2] != '=' || in[i + 3] != '=' || (b & 15) != 0)
-                                return -EINVAL;
-                        buf[o++] = (uint8_t) (a << 2 | b >> 4);
-                        break;
-                }
-                c = unbase64char(in[i + 2]);
-                if (c < 0)
-                        return -EINVAL;
-                if (last && pad == 1) {
-                        if (in[i + 3] != '=' || (c & 3) != 0)
-                                return -EINVAL;
-                        buf[o++] = (uint8_t) (a << 2 | b >> 4);
-                        buf[o++] = (uint8_t) ((b & 15) << 4 | c >> 2);
-                        break;
-                }
-                d = unbase64char(in[i + 3]);
-                if (d < 0)
-                        return -EINVAL;
-                buf[o++] = (uint8_t) (a << 2 | b >> 4);
-                buf[o++] = (uint8_t) ((b & 15) << 4 | c >> 2);
-                buf[o++] = (uint8_t) ((c & 3) << 6 | d);
+        for (i = 0; i + 4 <= (size_t) d; i += 4) {
+                v = (uint32_t) unbase64char(in[i]) << 18 | (uint32_t) unbase64char(in[i + 1]) << 12 |
+                    (uint32_t) unbase64char(in[i + 2]) << 6 | (uint32_t) unbase64char(in[i + 3]);
+                buf[o++] = (uint8_t) (v >> 16);
+                buf[o++] = (uint8_t) (v >> 8);
+                buf[o++] = (uint8_t) v;
+        }
+        if ((size_t) d - i >= 2) {
+                v = (uint32_t) unbase64char(in[i]) << 18 | (uint32_t) unbase64char(in[i + 1]) << 12;
+                if ((size_t) d - i == 3)
+                        v |= (uint32_t) unbase64char(in[i + 2]) << 6;
+                buf[o++] = (uint8_t) (v >> 16);
+                if ((size_t) d - i == 3)
+                        buf[o++] = (uint8_t) (v >> 8);
         }
         buf[o] = 0;
         *ret = TAKE_PTR(buf);

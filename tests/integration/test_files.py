@@ -301,8 +301,24 @@ def test_special_files_are_not_found(session):
     "aGVsbG8\u0000",                      # NUL
 ])
 def test_invalid_base64_is_refused(shared_session, text):
+    with pytest.raises(ValueError):  # binascii.Error is one
+        base64.b64decode(text, validate=True)
     check(write(shared_session, "uploads/b.bin", data_base64=text), 400, INVALID_BASE64)
     check(read(shared_session, "uploads/b.bin"), 404, NOT_FOUND)
+
+
+@pytest.mark.parametrize("text", [
+    "QR==",                               # non-zero bits after the last byte
+    "QUJ=",
+    "QUJD=",                              # '=' after a complete quantum
+    "QUJD====",
+    "",
+])
+def test_python_base64_is_accepted(shared_session, text):
+    # What the sidecar's b64decode(validate=True) accepts is written, with the bytes it decodes to.
+    data = base64.b64decode(text, validate=True)
+    check(write(shared_session, "uploads/p.bin", data_base64=text), 200, {"ok": True})
+    assert read_ok(shared_session, "uploads/p.bin") == data
 
 
 def test_upload_limit(session):

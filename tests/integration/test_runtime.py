@@ -35,6 +35,11 @@ MODULES = {
     "markdown": "python3-markdown",
     "jinja2": "python3-jinja2",
     "yaml": "python3-yaml",
+    # what upstream's images carry (COMPAT.md): dify-sandbox httpx and PySocks, the Aivory
+    # sidecar weasyprint
+    "httpx": "python3-httpx",
+    "socks": "python3-socks",
+    "weasyprint": "weasyprint",
 }
 
 # Submodules user code reaches for first; some of them import optional parts (pyplot, formula
@@ -266,3 +271,43 @@ def test_removed_font_cache_is_rebuilt_quietly(session):
     assert res["stderr"] == "", res["stderr"]
     assert out["title_font"] in CJK_FONTS, out
     assert out["verdict"]["real_glyphs"] is True, out
+
+
+def test_upstream_extras_work(session):
+    """httpx and PySocks (dify-sandbox's image) build a client and a proxy setting without a
+    network; weasyprint (the Aivory sidecar's) renders HTML with Chinese text to a PDF artifact."""
+    code = r'''
+import json, time
+t = time.monotonic()
+import httpx, socks, weasyprint
+import_s = time.monotonic() - t
+client = httpx.Client(timeout=1)
+transport_ok = isinstance(client, httpx.Client)
+client.close()
+# The sidecar's sandbox has no network, so no socket at all: the proxy settings are enough.
+socks.set_default_proxy(socks.SOCKS5, "127.0.0.1", 1080)
+transport_ok = transport_ok and socks.get_default_proxy()[0] == socks.SOCKS5
+t = time.monotonic()
+weasyprint.HTML(string="<h1>销售报告</h1><p>第一季度 café</p>").write_pdf("/workspace/outputs/report.pdf")
+pdf_s = time.monotonic() - t
+print(json.dumps({"import_s": import_s, "pdf_s": pdf_s, "transport_ok": transport_ok,
+                  "versions": [httpx.__version__, socks.__version__, weasyprint.__version__]}))
+'''
+    res, out = exec_json(session, code)
+    assert res["stderr"] == "", res["stderr"]
+    assert out["transport_ok"] is True, out
+    print(f"\n[runtime] import httpx, socks, weasyprint {out['import_s']:.2f}s; "
+          f"first PDF {out['pdf_s']:.2f}s; versions {out['versions']}")
+    files = {f["name"]: f for f in res["files"]}
+    assert files["report.pdf"]["mime_type"] == "application/pdf"
+    pdf = base64.b64decode(files["report.pdf"]["data_base64"])
+    assert pdf.startswith(b"%PDF-") and len(pdf) > 2000, pdf[:64]
+
+
+def test_dify_dependencies_list_the_extras():
+    from test_dify import call
+
+    r = call("GET", "/v1/sandbox/dependencies?language=python3")
+    assert r.status == 200 and r.json["code"] == 0, r
+    names = {d["name"].lower() for d in r.json["data"]["dependencies"]}
+    assert {"httpx", "pysocks", "weasyprint"} <= names, sorted(names)

@@ -320,3 +320,96 @@ def test_doctor_fails_on_a_readable_api_key():
     finally:
         os.chmod(API_KEY_FILE, mode)
     assert {c["name"]: c for c in doctor()["checks"]}["api-key"]["state"] == "ok"
+
+
+# ---- packages: the operator's read-only site directory ----
+
+SITE_DIR = "/var/lib/scopebox/site-packages"
+DEMO = "scopebox_demo_pkg"
+
+
+def make_wheel(directory, version):
+    """A pure-Python wheel of DEMO made here (no index, no build tools), as pip writes them."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        f"{DEMO}/__init__.py": f"VALUE = {version!r}\n".encode(),
+        f"{DEMO}-{version}.dist-info/METADATA":
+            f"Metadata-Version: 2.1\nName: scopebox-demo-pkg\nVersion: {version}\n".encode(),
+        f"{DEMO}-{version}.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: scopebox-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for name, data in files.items())
+    files[f"{DEMO}-{version}.dist-info/RECORD"] = (record + f"{DEMO}-{version}.dist-info/RECORD,,\n").encode()
+    path = pathlib.Path(directory) / f"{DEMO}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return str(path)
+
+
+def demo_code():
+    return (f"import sys, {DEMO}\n"
+            f"print({DEMO}.VALUE, {DEMO}.__file__)\n"
+            "print(sys.path.index('/usr/lib/python3/dist-packages') < sys.path.index('/opt/scopebox/site-packages'))\n")
+
+
+def test_packages_install_reaches_new_sandboxes_read_only(session):
+    import shutil
+    import tempfile
+
+    from test_dify import call as dify_call, run as dify_run
+
+    assert in_system("test", "-e", SITE_DIR).returncode != 0, "the test needs no site directory yet"
+    # The wheels live in the work tree, which the system that runs scopebox sees too.
+    d = tempfile.mkdtemp(dir=REPO, prefix=".test-wheels-")
+    try:
+        r = ctl("packages", "install", make_wheel(d, "1.0"))
+        assert r.returncode == 0, r.stderr
+        st = in_system("stat", "-c", "%U %a", SITE_DIR, check=True).stdout.split()
+        assert st == ["root", "755"], st
+
+        # Without a restart: the next sandbox has it, after Debian's packages, read-only.
+        res = run(session, demo_code())
+        assert res["exit_code"] == 0, res
+        assert res["stdout"] == f"1.0 /opt/scopebox/site-packages/{DEMO}/__init__.py\nTrue\n", res
+        res = run(session, f"open('/opt/scopebox/site-packages/{DEMO}/x.py', 'w')")
+        assert res["exit_code"] == 1 and "Read-only file system" in res["stderr"], res
+        res = run(session, "import os\nprint(os.statvfs('/opt/scopebox/site-packages').f_flag & 15)")
+        assert int(res["stdout"]) & (os.ST_RDONLY | os.ST_NOSUID | os.ST_NODEV) == \
+            os.ST_RDONLY | os.ST_NOSUID | os.ST_NODEV, res
+
+        # dify runs too, and the dependencies endpoint lists it.
+        data = dify_run(demo_code())
+        assert data["stdout"].startswith("1.0 /opt/scopebox/site-packages/"), data
+        deps = dify_call("GET", "/v1/sandbox/dependencies?language=python3").json["data"]["dependencies"]
+        assert {"name": "scopebox-demo-pkg", "version": "1.0"} in deps, deps
+
+        # An upgrade from a directory of wheels replaces it for the sandboxes that start next.
+        os.unlink(pathlib.Path(d) / f"{DEMO}-1.0-py3-none-any.whl")
+        make_wheel(d, "2.0")
+        r = ctl("packages", "install", d)
+        assert r.returncode == 0, r.stderr
+        res = run(session, demo_code())
+        assert res["stdout"].startswith("2.0 "), res
+        assert in_system("sh", "-c", f"ls -d {SITE_DIR}.new.* 2>/dev/null").stdout == ""
+
+        # A site directory others may write is not used at all.
+        in_system("chmod", "g+w", SITE_DIR, check=True)
+        res = run(session, f"import {DEMO}")
+        assert res["exit_code"] == 1 and "ModuleNotFoundError" in res["stderr"], res
+        in_system("chmod", "g-w", SITE_DIR, check=True)
+
+        # Failures change nothing.
+        r = ctl("packages", "install", "/nonexistent.whl")
+        assert r.returncode == 1 and "Cannot use '/nonexistent.whl'" in r.stderr, r
+        res = run(session, demo_code())
+        assert res["stdout"].startswith("2.0 "), res
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        in_system("rm", "-rf", SITE_DIR)
+        in_system("/usr/libexec/scopebox/python-dependencies", "/usr/share/scopebox/python-dependencies.json")

@@ -3,6 +3,7 @@
 isolation basics, and the error statuses of /sessions and /exec."""
 import base64
 import concurrent.futures
+import mimetypes
 import time
 
 from conftest import create_session, delete_session, in_system, request, run
@@ -230,6 +231,31 @@ def test_artifact_limits_skip_what_does_not_fit(session):
     assert res["stderr"] == ("[sandbox] skipped 3 output file(s) because artifact limits are 20 files, "
                              "20971520 bytes per file, 52428800 bytes total")
     assert {f["mime_type"] for f in res["files"]} == {"text/plain"}
+
+
+# The ~25 extensions issue #15 found as application/octet-stream, compression suffixes (encodings:
+# the inner type counts), case, no extension, dotfiles, CJK.
+ARTIFACT_NAMES = [
+    "report.odt", "sheet.ods", "doc.rtf", "fig.eps", "a.ogg", "a.flac", "v.webm", "v.mov", "i.avif",
+    "i.heic", "a.7z", "a.rar", "a.zst", "db.sqlite", "d.h5", "m.wasm", "p.tex", "s.sh", "c.c",
+    "Main.java", "data.csv.gz", "data.json.bz2", "t.tar.xz", "t.tgz", "t.tar.gz", "x.gz",
+    "\u9500\u552e\u56fe\u8868.png", "UPPER.PNG", "Data.CSV", "noext", ".hidden", "book.xlsx",
+    "slides.pptx", "x.parquet", "page.html", "a.md", "a.js", "a.svg", "a.ico", "a.wav",
+]
+
+
+def test_artifact_mime_types_are_pythons(session):
+    # What the sidecar's mimetypes.guess_type(name)[0] answers on this host (its /etc/mime.types).
+    got = {}
+    for i in range(0, len(ARTIFACT_NAMES), 20):
+        names = ARTIFACT_NAMES[i:i + 20]
+        res = run(session, f"import os\nfor n in {names!r}:\n    open('/workspace/outputs/' + n, 'w').write(n)\n")
+        assert res["exit_code"] == 0, res
+        got.update({f["name"]: f["mime_type"] for f in res["files"]})
+    want = {n: mimetypes.guess_type(n)[0] or "application/octet-stream" for n in ARTIFACT_NAMES}
+    assert got == want
+    assert got["data.csv.gz"] == "text/csv"
+    assert got["report.odt"] == "application/vnd.oasis.opendocument.text"
 
 
 def test_tmp_and_home_are_size_bounded(session):

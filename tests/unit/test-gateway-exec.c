@@ -163,7 +163,7 @@ static json_object *compose(const ExecResult *r, const void *data, size_t size, 
         HttpResponse *resp = NULL;
         json_object *o = NULL;
 
-        ASSERT_TRUE(exec_result_compose(r, data, size, c, &resp) == 0);
+        ASSERT_TRUE(exec_result_compose(r, data, size, c, NULL, &resp) == 0);
         ASSERT_TRUE(http_response_flatten(resp) == 0);
         ASSERT_TRUE(resp->status == 200);
         ASSERT_TRUE(strlen(resp->body) == resp->size);
@@ -255,7 +255,7 @@ static void test_compose_exact_text(void) {
         const char *expected =
                 "{\"stdout\":\"out\\u0001\\\"\\\\\",\"stderr\":\"\",\"exit_code\":1,\"files\":[]}";
 
-        ASSERT_TRUE(exec_result_compose(&r, data, 6, &c, &resp) == 0);
+        ASSERT_TRUE(exec_result_compose(&r, data, 6, &c, NULL, &resp) == 0);
         ASSERT_TRUE(http_response_flatten(resp) == 0);
         if (!streq(resp->body, expected))
                 fprintf(stderr, "got %s\n", resp->body);
@@ -413,7 +413,7 @@ static void check_hostile(const ExecResult *r, size_t data_size) {
         Config c = test_config();
 
         ASSERT_TRUE(exec_result_validate(r, data_size) == -EBADMSG);
-        ASSERT_TRUE(exec_result_compose(r, data, data_size, &c, &resp) == -EBADMSG);
+        ASSERT_TRUE(exec_result_compose(r, data, data_size, &c, NULL, &resp) == -EBADMSG);
         ASSERT_TRUE(!resp);
 }
 

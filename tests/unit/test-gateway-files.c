@@ -176,8 +176,6 @@ static void test_write_base64(void) {
                 "====",
                 "QQ=A",                                 /* padding in the middle */
                 "QQ==QQ==",
-                "QR==",                                 /* non-zero trailing bits */
-                "QUJ=",
                 "-_-_",                                 /* the URL-safe alphabet */
                 "aGVsbG8\\u0000",                       /* NUL: must not end the text early */
                 "QUJD\\u0000AAA",
@@ -199,6 +197,10 @@ static void test_write_base64(void) {
         check_upload(&c, WD("aGVsbG8="), "hello", 5);
         check_upload(&c, WD("AP8A/w=="), "\x00\xff\x00\xff", 4);
         check_upload(&c, WD("+/+/"), "\xfb\xff\xbf", 3);
+        /* As Python's b64decode(validate=True): non-zero trailing bits, '=' after a full quantum. */
+        check_upload(&c, WD("QR=="), "A", 1);
+        check_upload(&c, WD("QUJ="), "AB", 2);
+        check_upload(&c, WD("QUJD=="), "ABC", 3);
 }
 
 static void test_write_limit(void) {
@@ -242,7 +244,10 @@ static void test_upload_size(void) {
         /* Malformed texts: a bound, decoding refuses them anyway. */
         ASSERT_EQ(files_upload_size("Q", 1), 0);
         ASSERT_EQ(files_upload_size("QUJDR", 5), 3);
-        ASSERT_EQ(files_upload_size("QUJDRR=", 7), 3);
+        ASSERT_EQ(files_upload_size("QUJDRR=", 7), 4);
+        /* Python ignores '=' after a complete quantum. */
+        ASSERT_EQ(files_upload_size("QUJD==", 6), 3);
+        ASSERT_EQ(files_upload_size("QUJD=====", 9), 3);
 
         /* The exact size of every well-formed text. */
         for (size_t i = 0; i <= sizeof(data); i++) {

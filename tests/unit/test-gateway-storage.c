@@ -376,9 +376,11 @@ static void check_decode(const char *text, size_t n, size_t chunk) {
 static void test_data_memfd(void) {
         static const char *const texts[] = {
                 "", "QQ==", "QUI=", "QUJD", "QUJDRA==", "QUJDREVG", "QUJDREVGRw==",
+                /* accepted by Python's b64decode(validate=True): trailing bits, extra '=' */
+                "QR==", "QUJ=", "QUJD====", "QUJDQUJD=", "QUJDQUJD==========",
                 /* refused */
-                "Q", "QQ", "QQ=", "QQ=A", "QQ==QQ==", "QUJD\n", "QU JD", "QUJD====", "Q===", "QR==", "QUJ=",
-                "-_-_", "data:application/pdf;base64,QUJD", "QUJDQUJD=", "QQ==QUJD",
+                "Q", "QQ", "QQ=", "QQ=A", "QQ==QQ==", "QUJD\n", "QU JD", "Q===", "=", "====", "QUI==",
+                "-_-_", "data:application/pdf;base64,QUJD", "QQ==QUJD", "QUJD=QUJD",
         };
         char *got = NULL, *text, *enc;
         uint8_t bin[1000];

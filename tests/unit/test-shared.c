@@ -40,14 +40,57 @@ static void test_base64_roundtrip(void) {
 }
 
 static void test_base64_strict(void) {
-        static const char *const bad[] = {
-                "Zg=", "Zg", "Z===", "Zh==", /* non-zero trailing bits */ "Zm9=", "Zm 9v", "Zm9v\n",
-                "Zm9v====", "=m9v", "Zm=v", "Zm9-", "Zm9_", "data:text/plain;base64,Zm9v",
+        /* What Python 3.11's base64.b64decode(s, validate=True) answers for each of these. */
+        static const struct {
+                const char *text, *plain;
+        } good[] = {
+                { "QR==", "A" }, { "Zh==", "f" }, { "Zm9=", "fo" }, /* non-zero trailing bits */
+                { "Zm9v=", "foo" }, { "Zm9v==", "foo" }, { "Zm9v====", "foo" }, /* '=' after a quantum */
+                { "QUJD=", "ABC" }, { "QUJDRA==", "ABCD" }, { "QUJ=", "AB" }, { "Zm9vZg==", "foof" },
         };
-        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        static const char *const bad[] = {
+                "=", "==", "=m9v",                      /* leading padding */
+                "Zg=", "Zg", "QUJDRA", "QUJDRA=", "QUI", /* incorrect padding */
+                "Z", "Z===", "QUJDR", "QUJDR=",         /* 4k+1 data characters */
+                "Zg===", "Zm8==", "Zg==Zg==", "QUI==",  /* data or '=' after the padding */
+                "Zm=v", "Zm9v=Zg==",                    /* discontinuous padding */
+                "Zm 9v", "Zm9v\n", " Zm9v", "Zm9v=\n", "Zm9v\r\n", "Zm9-", "Zm9_", "Zm9\x80",
+                "data:text/plain;base64,Zm9v",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                _cleanup_free_ void *d = NULL;
+                size_t n, used, size;
+
+                ASSERT_EQ(base64_decode(good[i].text, strlen(good[i].text), &d, &n), 0);
+                ASSERT_EQ(n, strlen(good[i].plain));
+                ASSERT_TRUE(memcmp(d, good[i].plain, n) == 0);
+                ASSERT_EQ(base64_decoded_size(good[i].text, strlen(good[i].text)), n);
+                ASSERT_EQ(base64_validate(good[i].text, strlen(good[i].text), &used, &size), 0);
+                ASSERT_EQ(size, n);
+                ASSERT_EQ(used, (n + 2) / 3 * 4);
+                ASSERT_TRUE(n <= base64_decoded_size_max(strlen(good[i].text)));
+        }
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 void *d = NULL;
                 size_t n;
+
                 ASSERT_EQ(base64_decode(bad[i], strlen(bad[i]), &d, &n), -EINVAL);
+                ASSERT_EQ(base64_validate(bad[i], strlen(bad[i]), NULL, NULL), -EINVAL);
+        }
+        /* A NUL is a bad character, not the end of the text. */
+        {
+                void *d = NULL;
+                size_t n;
+
+                ASSERT_EQ(base64_decode("Zm9v\0AAA", 8, &d, &n), -EINVAL);
+                ASSERT_EQ(base64_decode("Zm9v=\0", 6, &d, &n), -EINVAL);
+        }
+        {
+                _cleanup_free_ void *d = NULL;
+                size_t n = 1;
+
+                ASSERT_EQ(base64_decode("", 0, &d, &n), 0);
+                ASSERT_EQ(n, 0);
         }
         /* Binary round trip of every byte value. */
         unsigned char all[256];
@@ -82,17 +125,83 @@ static void test_session_id(void) {
 }
 
 static void test_mime(void) {
-        ASSERT_STREQ(mime_type_from_name("hello.txt"), "text/plain");
-        ASSERT_STREQ(mime_type_from_name("data.CSV"), "text/csv");
-        ASSERT_STREQ(mime_type_from_name("chart.png"), "image/png");
-        ASSERT_STREQ(mime_type_from_name("report.pdf"), "application/pdf");
-        ASSERT_STREQ(mime_type_from_name("a.b.json"), "application/json");
-        ASSERT_STREQ(mime_type_from_name("book.xlsx"),
-                     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet");
-        ASSERT_STREQ(mime_type_from_name("noext"), "application/octet-stream");
-        ASSERT_STREQ(mime_type_from_name(".bashrc"), "application/octet-stream");
-        ASSERT_STREQ(mime_type_from_name("x.unknownext"), "application/octet-stream");
-        ASSERT_STREQ(mime_type_from_name(NULL), "application/octet-stream");
+        static const char text[] =
+                "# a comment\n"
+                "text/x-first  foo bar  # baz\n"
+                "text/x-later  bar\r\n"
+                "text/csv      CSV\r"
+                "image/x-png   png\n"
+                "application/x-xz  xz";
+        _cleanup_(mime_types_freep) MimeTypes *m = NULL;
+        char dir[] = "/tmp/test-mime-XXXXXX", path[64], big[64];
+        const char *failed = NULL;
+        int fd;
+
+        /* Python's builtin table alone (NULL). */
+        ASSERT_STREQ(mime_type_from_name(NULL, "hello.txt"), "text/plain");
+        ASSERT_STREQ(mime_type_from_name(NULL, "data.CSV"), "text/csv");
+        ASSERT_STREQ(mime_type_from_name(NULL, "data.csv.gz"), "text/csv");
+        ASSERT_STREQ(mime_type_from_name(NULL, "data.csv.GZ"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, "x.tgz"), "application/x-tar");
+        ASSERT_STREQ(mime_type_from_name(NULL, "x.TGZ"), "application/x-tar");
+        ASSERT_STREQ(mime_type_from_name(NULL, "x.gz"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, "chart.png"), "image/png");
+        ASSERT_STREQ(mime_type_from_name(NULL, "out/chart.png"), "image/png");
+        ASSERT_STREQ(mime_type_from_name(NULL, "a.b.json"), "application/json");
+        ASSERT_STREQ(mime_type_from_name(NULL, "a..json"), "application/json");
+        ASSERT_STREQ(mime_type_from_name(NULL, "..json"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, "noext"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, ".bashrc"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, ".json"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, "x.unknownext"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, "a:b.png"), "image/png");
+        ASSERT_STREQ(mime_type_from_name(NULL, "a:.png"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(NULL, "DATA:x,y.png"), "text/plain");
+        ASSERT_STREQ(mime_type_from_name(NULL, "data:x.png"), "application/octet-stream");
+        /* U+212A KELVIN SIGN lowers to "k": ".KSH" is ".ksh", text/plain in the builtin table. */
+        ASSERT_STREQ(mime_type_from_name(NULL, "\xe2\x84\xaa.\xe2\x84\xaaSH"), "text/plain");
+        ASSERT_STREQ(mime_type_from_name(NULL, NULL), "application/octet-stream");
+        ASSERT_TRUE(mime_types_size(NULL) > 100);
+
+        /* A file overlays the builtin table; later definitions win; missing files and directories
+         * are skipped; upper-case keys never match. */
+        ASSERT_TRUE(mkdtemp(dir));
+        ASSERT_TRUE(snprintf(path, sizeof(path), "%s/mime.types", dir) > 0);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(write_all(fd, text, strlen(text)), 0);
+        ASSERT_EQ(close(fd), 0);
+        ASSERT_EQ(mime_types_load((const char *const[]) { "/nonexistent/mime.types", dir, path, NULL }, &m,
+                                  &failed), 0);
+        ASSERT_TRUE(!failed);
+        ASSERT_STREQ(mime_type_from_name(m, "a.foo"), "text/x-first");
+        ASSERT_STREQ(mime_type_from_name(m, "a.BAR"), "text/x-later");
+        ASSERT_STREQ(mime_type_from_name(m, "a.baz"), "application/octet-stream");
+        ASSERT_STREQ(mime_type_from_name(m, "a.csv"), "text/csv");  /* builtin; "CSV" never matches */
+        ASSERT_STREQ(mime_type_from_name(m, "a.png"), "image/x-png");
+        ASSERT_STREQ(mime_type_from_name(m, "a.png.xz"), "image/x-png");
+        ASSERT_STREQ(mime_type_from_name(m, "a.xz"), "application/octet-stream");  /* an encoding */
+        ASSERT_STREQ(mime_type_from_name(m, "a.txt"), "text/plain");
+        ASSERT_EQ(mime_types_size(m), mime_types_size(NULL) + 4); /* foo bar CSV xz */
+        m = mime_types_free(m);
+
+        /* Unreadable in a way Python would fail on too: the caller falls back to the builtins. */
+        ASSERT_TRUE(snprintf(big, sizeof(big), "%s/big", dir) > 0);
+        fd = open(big, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(ftruncate(fd, MIME_TYPES_FILE_MAX + 1), 0);
+        ASSERT_EQ(close(fd), 0);
+        ASSERT_EQ(mime_types_load((const char *const[]) { path, big, NULL }, &m, &failed), -EFBIG);
+        ASSERT_TRUE(!m);
+        ASSERT_STREQ(failed, big);
+        ASSERT_EQ(truncate(big, 16), 0);
+        failed = NULL;
+        ASSERT_EQ(mime_types_load((const char *const[]) { big, NULL }, &m, &failed), -EBADMSG);
+        ASSERT_STREQ(failed, big);
+
+        ASSERT_EQ(unlink(big), 0);
+        ASSERT_EQ(unlink(path), 0);
+        ASSERT_EQ(rmdir(dir), 0);
 }
 
 static void test_parse(void) {

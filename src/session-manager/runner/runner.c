@@ -133,7 +133,23 @@ typedef struct Warm {
         sd_event_source *child_source;
         sd_event_source *expire_source;  /* its wall-clock bound */
         bool ready;               /* its imports are done */
+        struct stat site;         /* the operator's site directory before it was built (zeros: none) */
 } Warm;
+
+/* What a sandbox would bind as the operator's site directory: scopeboxctl packages install
+ * swaps in a new directory (a new inode); mode and owner decide whether it is used at all. */
+static void site_packages_identity(struct stat *ret) {
+        if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, ret) < 0)
+                *ret = (struct stat) {};
+}
+
+static bool site_packages_changed(const struct stat *before) {
+        struct stat now;
+
+        site_packages_identity(&now);
+        return now.st_dev != before->st_dev || now.st_ino != before->st_ino ||
+               now.st_mode != before->st_mode || now.st_uid != before->st_uid;
+}
 
 static Warm *warm_free(Warm *w);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Warm *, warm_free);
@@ -949,6 +965,9 @@ static int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         /* A plain python exec takes the warm interpreter, if it has finished its imports: it gets
          * the code and runs it as the cold path would. One still importing is left to a later
          * exec; this one starts cold, which is quicker than waiting. */
+        /* One built before the operator's packages changed would run the code without them. */
+        if (r->warm && site_packages_changed(&r->warm->site))
+                r->warm = warm_free(r->warm);
         if (r->warm && language == SANDBOX_PYTHON3 && !p.no_processes && !p.network && warm_is_ready(r->warm)) {
                 _cleanup_(warm_freep) Warm *w = TAKE_PTR(r->warm);
 
@@ -1107,6 +1126,8 @@ static void runner_warm_prepare(Runner *r) {
                 return;
         }
         *w = (Warm) { .out_fd = -EBADF, .err_fd = -EBADF, .status_fd = -EBADF, .ctl_fd = -EBADF };
+        /* Before the sandbox looks: a change in between then only costs a cold start. */
+        site_packages_identity(&w->site);
         q = runner_spawn_sandbox(r, &se, ctl[0], &sp);
         if (q < 0) {
                 log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -1114,7 +1135,7 @@ static void runner_warm_prepare(Runner *r) {
                 return;
         }
         *w = (Warm) { .pid = sp.pid, .out_fd = sp.out_fd, .err_fd = sp.err_fd, .status_fd = sp.status_fd,
-                      .ctl_fd = TAKE_FD(ctl[0]) };
+                      .ctl_fd = TAKE_FD(ctl[0]), .site = w->site };
 
         /* The modules to import; the code follows when an exec takes this sandbox. */
         if (send(w->ctl_fd, r->preload_modules, strlen(r->preload_modules), MSG_NOSIGNAL) < 0) {

@@ -239,6 +239,62 @@ static int setup_etc(const SandboxExec *e, const char *root, SetupError *err) {
         return 0;
 }
 
+/* The operator's site directory, if there is one that root owns and nobody else may write (a
+ * privileged process never follows a path the sandbox can write; O_NOFOLLOW and the open fd
+ * keep the check and the bind on the same directory). It is bound read-only at
+ * SANDBOX_SITE_PACKAGES at every sandbox start, so an installation reaches the next exec without
+ * a restart. Debian's Python imports sitecustomize from /usr/lib/python3.N/, a link to
+ * /etc/python3.N/sitecustomize.py: ours goes there and appends the directory to sys.path, after
+ * Debian's packages, with its .pth files. */
+static int setup_site_packages(const char *root, SetupError *err) {
+        _cleanup_close_ int fd = -EBADF;
+        char version[32], src[64];
+        const char *etc_python, *dst;
+        struct stat st;
+        ssize_t n;
+        int r;
+
+        fd = open(SCOPEBOX_SITE_PACKAGES_DIR, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        if (fstat(fd, &st) < 0)
+                return FAIL("stat the site directory", errno);
+        if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+                return 0;
+        if (stat(SANDBOX_SITECUSTOMIZE, &st) < 0 || !S_ISREG(st.st_mode))
+                return 0;
+
+        /* /usr/bin/python3 -> python3.11 */
+        n = readlink(SANDBOX_PYTHON, version, sizeof(version) - 1);
+        if (n <= 0)
+                return 0;
+        version[n] = 0;
+        if (!startswith(version, "python3.") || strchr(version, '/'))
+                return 0;
+
+        etc_python = strjoina(root, "/etc/", version);
+        if (mkdir(etc_python, 0755) < 0 && errno != EEXIST)
+                return FAIL("mkdir /etc/python3", errno);
+        dst = strjoina(etc_python, "/sitecustomize.py");
+        r = touch_at(dst);
+        if (r < 0)
+                return FAIL("create sitecustomize.py", r);
+        r = bind_mount(SANDBOX_SITECUSTOMIZE, dst, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+        if (r < 0)
+                return FAIL("bind sitecustomize.py", r);
+
+        if ((mkdir(strjoina(root, "/opt"), 0755) < 0 && errno != EEXIST) ||
+            (mkdir(strjoina(root, "/opt/scopebox"), 0755) < 0 && errno != EEXIST) ||
+            mkdir(strjoina(root, SANDBOX_SITE_PACKAGES), 0755) < 0)
+                return FAIL("mkdir " SANDBOX_SITE_PACKAGES, errno);
+        /* Compiled extensions are mapped executable, as from /usr: no noexec. */
+        snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
+        r = bind_mount(src, strjoina(root, SANDBOX_SITE_PACKAGES), MS_RDONLY | MS_NOSUID | MS_NODEV);
+        if (r < 0)
+                return FAIL("bind the site directory", r);
+        return 0;
+}
+
 static int setup_dev(const char *root, SetupError *err) {
         const char *dev = strjoina(root, "/dev"), *shm = strjoina(dev, "/shm");
         static const struct {
@@ -384,6 +440,11 @@ static int setup_root(const SandboxExec *e, SetupError *err) {
         r = setup_etc(e, root, err);
         if (r < 0)
                 return r;
+        if (e->language == SANDBOX_PYTHON3) {
+                r = setup_site_packages(root, err);
+                if (r < 0)
+                        return r;
+        }
 
         if (mkdir(strjoina(root, "/workspace"), 0755) < 0)
                 return FAIL("mkdir /workspace", errno);

@@ -25,6 +25,11 @@
 #define SANDBOX_CELL_PATH "/exec/cell.py"
 #define SANDBOX_CELL_PATH_JS "/exec/cell.js"
 #define SANDBOX_PRELOAD_SCRIPT SCOPEBOX_DATA_DIR "/preload.py"
+/* The operator's Python packages (scopeboxctl packages install), root's alone: bound read-only
+ * at SANDBOX_SITE_PACKAGES, which our sitecustomize.py appends to sys.path. */
+#define SCOPEBOX_SITE_PACKAGES_DIR SCOPEBOX_STATE_DIR "/site-packages"
+#define SANDBOX_SITE_PACKAGES "/opt/scopebox/site-packages"
+#define SANDBOX_SITECUSTOMIZE SCOPEBOX_DATA_DIR "/sitecustomize.py"
 /* Where the warm interpreter finds its socket. */
 #define SANDBOX_WARM_CTL_FD 4
 #define SANDBOX_SLIRP4NETNS "/usr/bin/slirp4netns"
