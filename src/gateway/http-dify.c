@@ -28,7 +28,7 @@
 
 uint64_t dify_run_body_max(const Config *config) {
         assert(config);
-        return config->max_code_bytes * DIFY_BODY_EXPANSION + DIFY_BODY_SLACK;
+        return config->dify_max_code_bytes * DIFY_BODY_EXPANSION + DIFY_BODY_SLACK;
 }
 
 int dify_response_new_error(unsigned status, int code, const char *message, HttpResponse **ret) {
@@ -857,6 +857,7 @@ int http_dify_run(HttpRequest *req) {
         const char *content_type = req->headers.content_type;
         _cleanup_(dify_run_request_done) DifyRunRequest b = {};
         _cleanup_free_ char *message = NULL, *code = NULL;
+        char limit[96];
         size_t code_size;
         DifyTrace t;
         int r;
@@ -883,10 +884,14 @@ int http_dify_run(HttpRequest *req) {
         if (b.enable_network && !config->dify_enable_network)
                 return dify_reply_error(req, HTTP_OK, DIFY_CODE_BAD_REQUEST, DIFY_MESSAGE_NETWORK_DISABLED);
 
-        r = dify_run_code(&b, config->dify_enable_preload, config->max_code_bytes, &code, &code_size);
-        if (r == -EFBIG)
-                return dify_reply_error(req, dify_bind_failure_status(content_type, -EFBIG),
-                                        DIFY_CODE_BAD_REQUEST, "code too large");
+        r = dify_run_code(&b, config->dify_enable_preload, config->dify_max_code_bytes, &code, &code_size);
+        if (r == -EFBIG) {
+                /* Dify reads only the status of anything but 200 ("likely a network issue"): a
+                 * limit is said with 200 and a message that names it. */
+                (void) snprintf(limit, sizeof(limit), "code too large: more than %" PRIu64
+                                " bytes (SANDBOX_DIFY_MAX_CODE_BYTES)", config->dify_max_code_bytes);
+                return dify_reply_error(req, HTTP_OK, DIFY_CODE_BAD_REQUEST, limit);
+        }
         if (r < 0)
                 return r;
 

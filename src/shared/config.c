@@ -109,6 +109,8 @@ static const ConfigItem config_table[] = {
              "dify API: HTTP_PROXY handed to runs that have a network."),
         ITEM("HTTPS_PROXY", CONFIG_STRING, dify_https_proxy, "", 0, 0,
              "dify API: HTTPS_PROXY handed to runs that have a network."),
+        ITEM("SANDBOX_DIFY_MAX_CODE_BYTES", CONFIG_SIZE, dify_max_code_bytes, "16M", 1, 64ULL << 20,
+             "dify API: largest accepted code (with preload), in UTF-8 bytes; Dify puts a node's inputs in it."),
         ITEM("SANDBOX_DIFY_MAX_OUTPUT_BYTES", CONFIG_SIZE, dify_max_output_bytes, "16M", 1024, 64ULL << 20,
              "dify API: bytes of stdout and of stderr kept per run (no 32 KiB cap there)."),
 };

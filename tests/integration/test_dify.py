@@ -165,28 +165,95 @@ def test_network_is_refused_while_the_operator_forbids_it():
     assert data["stdout"] == "97\n", data
 
 
-def test_code_is_bounded_by_sandbox_max_code_bytes():
-    code = "#" * (1024 * 1024 + 1)
-    r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": code})
-    assert refused(r, 400, -400, "code too large"), r
-    data = run("#" * (1024 * 1024 - 9) + "\nprint(1)")
-    assert data["stdout"] == "1\n", data
+def test_code_is_bounded_by_sandbox_dify_max_code_bytes():
+    # Dify puts a node's inputs into the code (base64): up to 16 MiB of it by default, as one run.
+    limit = 16 * 1024 * 1024
+    size = (limit - 1024) // 4 * 3
+    code = f"import base64\nprint(len(base64.b64decode('{base64.b64encode(bytes(size)).decode()}')))\n"
+    assert limit - 1024 < len(code) <= limit
+    data = run(code)
+    assert clean(data, f"{size}\n"), data["error"][:200]
+    # Over it: 200 and a message naming the limit (Dify shows messages, not statuses), whatever the
+    # media type; the sidecar's smaller SANDBOX_MAX_CODE_BYTES is not this API's.
+    message = f"code too large: more than {limit} bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"
+    r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "#" * (limit + 1)})
+    assert refused(r, 200, -400, message), r
     # The body limit follows the code's: 6 bytes per byte of code (\u001f), and some room; refused
-    # from the header alone.
-    limit = 6 * 1024 * 1024 + 64 * 1024
-    assert header_only_status("/v1/sandbox/run", limit) == 100
-    assert header_only_status("/v1/sandbox/run", limit + 1) == 413
+    # from the header alone, in the envelope too.
+    body_limit = 6 * limit + 64 * 1024
+    assert header_only_status("/v1/sandbox/run", body_limit) == (100, None)
+    status, body = header_only_status("/v1/sandbox/run", body_limit + 1)
+    assert status == 200 and json.loads(body) == {
+        "code": -400, "data": None,
+        "message": f"request body exceeds {body_limit} bytes (6 per byte of SANDBOX_DIFY_MAX_CODE_BYTES, "
+                   "plus 64 KiB)"}, body
+
+
+def test_code_limit_is_configurable():
+    with dify_environment(SANDBOX_DIFY_MAX_CODE_BYTES="2K"):
+        assert run("#" * 2038 + "\nprint(1)")["stdout"] == "1\n"
+        r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "#" * 2049})
+        assert refused(r, 200, -400, "code too large: more than 2048 bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"), r
+        # A chunked body over the limit is cut off while it streams in, with the same envelope.
+        status, body = chunked_status("/v1/sandbox/run", 8192, 64)
+        assert status == 200 and json.loads(body) == {
+            "code": -400, "data": None,
+            "message": f"request body exceeds {6 * 2048 + 65536} bytes (6 per byte of "
+                       "SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB)"}, body
+
+
+def read_answer(s):
+    """The status and body of the first final answer on socket s."""
+    return read_answer_from(s, b"")
+
+
+def read_answer_from(s, answer):
+    while True:
+        while b"\r\n\r\n" not in answer:
+            more = s.recv(4096)
+            assert more, answer
+            answer += more
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        status = int(head.split(b" ")[1])
+        if status != 100:
+            break
+        answer = rest
+    size = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))
+    while len(rest) < size:
+        more = s.recv(4096)
+        assert more, rest
+        rest += more
+    return status, rest[:size]
+
+
+def chunked_status(path, chunk_size, n):
+    """Sends n chunks of chunk_size bytes, as long as the service reads them; its answer."""
+    host, port = DIFY_URL.split("//")[1].split(":")
+    frame = b"%x\r\n" % chunk_size + b"x" * chunk_size + b"\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nX-Api-Key: {api_key()}\r\n"
+                  "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        try:
+            for _ in range(n):
+                s.sendall(frame)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return read_answer(s)
 
 
 def header_only_status(path, length):
     """Sends only the header of a body of 'length' bytes (Expect: 100-continue); the status of
-    the first answer."""
+    the first answer, and its body when it is a final one."""
     host, port = DIFY_URL.split("//")[1].split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nX-Api-Key: {api_key()}\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
                   "Expect: 100-continue\r\n\r\n".encode())
-        return int(s.recv(100).split(b" ")[1])
+        s.settimeout(10)
+        answer = s.recv(4096)
+        if answer.startswith(b"HTTP/1.1 100"):
+            return 100, None
+        return read_answer_from(s, answer)
 
 
 def test_dependencies_list_the_sandbox_python():

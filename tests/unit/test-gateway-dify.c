@@ -39,6 +39,7 @@
         stderr_ "\",\"error\":\"" error_ "\",\"exit_code\":" exit_code_ "}}"
 #define TRACEPARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 #define ERROR_BODY(code, message) "{\"code\":" code ",\"message\":\"" message "\",\"data\":null}"
+#define CODE_TOO_LARGE "code too large: more than 1024 bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"
 
 /* Composes a run result whose data buffer is stdout followed by stderr. */
 static HttpResponse *compose(const DifyResult *base, const char *out, const char *err) {
@@ -464,7 +465,8 @@ static void server_init(Server *s, const char *key, sd_bus *bus, sd_event *event
                 .bus = bus,
                 .config = {
                         .max_body_bytes = 1000,
-                        .max_code_bytes = 1024,
+                        .max_code_bytes = 16,
+                        .dify_max_code_bytes = 1024,
                         .dify_max_requests = 2,
                         .dify_max_workers = 1,
                         .dify_worker_timeout_sec = 15,
@@ -580,7 +582,8 @@ static void test_routes_and_auth(void) {
         check_begin(&s, "GET", "/nope", H(BEARER("Bearer sekrit"), API_KEY("wrong")), 404,
                     "{\"detail\":\"Not Found\"}");
 
-        /* The run's body limit follows SANDBOX_MAX_CODE_BYTES, not SANDBOX_MAX_BODY_BYTES. */
+        /* The run's body limit follows SANDBOX_DIFY_MAX_CODE_BYTES, not SANDBOX_MAX_BODY_BYTES; past
+         * a limit, the dify routes answer 200 and their envelope (Dify shows messages, not statuses). */
         ASSERT_EQ(dify_run_body_max(&s.config), 1024 * 6 + 64 * 1024);
         (void) snprintf(limit, sizeof(limit), "%u", 1024 * 6 + 64 * 1024);
         check_begin(&s, "POST", RUN_PATH,
@@ -588,10 +591,15 @@ static void test_routes_and_auth(void) {
                     NULL);
         (void) snprintf(limit, sizeof(limit), "%u", 1024 * 6 + 64 * 1024 + 1);
         check_begin(&s, "POST", RUN_PATH,
-                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = limit), 413,
-                    "{\"error\":\"request body exceeds 71680 bytes\"}");
+                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = limit), 200,
+                    ERROR_BODY("-400", "request body exceeds 71680 bytes (6 per byte of "
+                               "SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB)"));
         check_begin(&s, "POST", DEPS_UPDATE,
-                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = "1001"), 413,
+                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = "1001"), 200,
+                    ERROR_BODY("-400", "request body exceeds 1000 bytes (SANDBOX_MAX_BODY_BYTES)"));
+        /* The sidecar's routes keep their 413. */
+        check_begin(&s, "POST", "/exec",
+                    H(BEARER("Bearer sekrit"), .n_content_length = 1, .content_length = "1001"), 413,
                     "{\"error\":\"request body exceeds 1000 bytes\"}");
 
         server_done(&s);
@@ -672,21 +680,22 @@ static void test_answers_before_the_call(void) {
                        "{\"language\":\"nodejs\",\"code\":\"1\",\"enable_network\":true}", 200,
                        ERROR_BODY("-400", "network is disabled, please enable it in the configuration"));
 
-        /* Code over SANDBOX_MAX_CODE_BYTES (1024 here), preload included when enabled. */
+        /* Code over SANDBOX_DIFY_MAX_CODE_BYTES (1024 here), preload included when enabled: 200 and a
+         * message naming the limit, whatever the media type. */
         {
                 char body[2048], code[1026];
 
                 memset(code, 'x', 1025);
                 code[1025] = 0;
                 (void) snprintf(body, sizeof(body), "{\"language\":\"python3\",\"code\":\"%s\"}", code);
-                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 400,
-                               ERROR_BODY("-400", "code too large"));
+                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 200,
+                               ERROR_BODY("-400", CODE_TOO_LARGE));
                 code[1024] = 0;
                 s.config.dify_enable_preload = true;
                 (void) snprintf(body, sizeof(body),
                                 "{\"language\":\"python3\",\"code\":\"%s\",\"preload\":\"a\"}", code);
-                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 400,
-                               ERROR_BODY("-400", "code too large"));
+                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 200,
+                               ERROR_BODY("-400", CODE_TOO_LARGE));
                 s.config.dify_enable_preload = false;
         }
 
