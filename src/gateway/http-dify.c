@@ -542,6 +542,29 @@ int dify_error_compose(int32_t exit_code, const char *sandbox_message, const cha
         return r;
 }
 
+int dify_error_append_cuts(const DifyResult *r, JsonWriter *out) {
+        const char *const streams[] = { r->stdout_truncated ? "stdout" : NULL,
+                                        r->stderr_truncated ? "stderr" : NULL };
+        int k;
+
+        assert(r);
+        assert(out);
+
+        for (size_t i = 0; i < ELEMENTSOF(streams); i++) {
+                if (!streams[i])
+                        continue;
+                if (out->size > 0 && out->data[out->size - 1] != '\n') {
+                        k = json_writer_append(out, "\n", 1);
+                        if (k < 0)
+                                return k;
+                }
+                k = json_writer_appendf(out, DIFY_ERROR_CUT_FORMAT, streams[i], r->output_limit);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
 int dify_result_compose(const DifyResult *r, const void *data, size_t data_size, HttpResponse **ret) {
         _cleanup_(http_stream_freep) HttpStream *s = NULL;
         _cleanup_(json_writer_done) JsonWriter error = {};
@@ -564,6 +587,8 @@ int dify_result_compose(const DifyResult *r, const void *data, size_t data_size,
         exit_code = dify_result_exit_code(r);
         (void) dify_result_sandbox_message(r, stderr_raw, r->stderr_size, message);
         k = dify_error_compose(exit_code, message, NULL, 0, &error);
+        if (k >= 0)
+                k = dify_error_append_cuts(r, &error);
         if (k < 0)
                 return k;
         if (exit_code != 0 && r->stderr_size > 0 && error.size > 0 && error.data[error.size - 1] != '\n') {
@@ -781,6 +806,9 @@ static int dify_run_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.signal = info.signal;
         result.blocked = info.blocked.items;
         result.n_blocked = info.blocked.n;
+        result.stdout_truncated = info.stdout_truncated;
+        result.stderr_truncated = info.stderr_truncated;
+        result.output_limit = config->dify_max_output_bytes;
 
         r = bus_data_load(fd, 2 * config->dify_max_output_bytes + DIFY_DATA_SLACK, &data);
         if (r < 0)

@@ -202,6 +202,21 @@ def test_code_limit_is_configurable():
                        "SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB)"}, body
 
 
+def test_output_cut_at_the_limit_says_so_in_error():
+    cut = "error: %s exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (1024 bytes) and was cut off\n"
+    with dify_environment(SANDBOX_DIFY_MAX_OUTPUT_BYTES="1K"):
+        # Dify would find no closing <<RESULT>> tag; it raises "error" instead, which says why. The
+        # exit code stays the interpreter's, stdout is what fit.
+        data = run("print('<<RESULT>>' + 'x' * 5000 + '<<RESULT>>')")
+        assert data["stdout"] == "<<RESULT>>" + "x" * 1014, data
+        assert (data["exit_code"], data["error"]) == (0, cut % "stdout"), data
+        data = run("import sys\nsys.stderr.write('e' * 3000)\nraise SystemExit(3)")
+        assert data["exit_code"] == 3 and data["stderr"] == "e" * 1024, data
+        assert data["error"] == "process exited with code 3\n" + cut % "stderr" + "e" * 1024, data
+        # Within the limit, nothing is said.
+        assert clean(run("print('y' * 1000)"), "y" * 1000 + "\n")
+
+
 def read_answer(s):
     """The status and body of the first final answer on socket s."""
     return read_answer_from(s, b"")

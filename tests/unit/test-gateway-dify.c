@@ -39,6 +39,7 @@
         stderr_ "\",\"error\":\"" error_ "\",\"exit_code\":" exit_code_ "}}"
 #define TRACEPARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 #define ERROR_BODY(code, message) "{\"code\":" code ",\"message\":\"" message "\",\"data\":null}"
+#define CUT(stream, n) "error: " stream " exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (" n " bytes) and was cut off\\n"
 #define CODE_TOO_LARGE "code too large: more than 1024 bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"
 
 /* Composes a run result whose data buffer is stdout followed by stderr. */
@@ -141,6 +142,20 @@ static void test_error_composition(void) {
         check_compose(&(DifyResult) { .exit_code = 2 }, "<<RESULT>>{\"a\": 1}<<RESULT>>\n", "bad \xff\t\n",
                       ENVELOPE("<<RESULT>>{\\\"a\\\": 1}<<RESULT>>\\n", "bad \xef\xbf\xbd\\t\\n",
                                "process exited with code 2\\nbad \xef\xbf\xbd\\t\\n", "2"));
+
+        /* Streams cut at SANDBOX_DIFY_MAX_OUTPUT_BYTES say so in "error", also with exit code 0 (Dify
+         * raises it rather than finding no <<RESULT>> tag); stdout is left as it came. */
+        check_compose(&(DifyResult) { .exit_code = 0, .stdout_truncated = true, .output_limit = 1024 },
+                      "<<RESULT>>{\"a\"", "",
+                      ENVELOPE("<<RESULT>>{\\\"a\\\"", "", CUT("stdout", "1024"), "0"));
+        check_compose(&(DifyResult) { .exit_code = 3, .stdout_truncated = true, .stderr_truncated = true,
+                                      .output_limit = 2048 }, "x", "Traceback",
+                      ENVELOPE("x", "Traceback", "process exited with code 3\\n" CUT("stdout", "2048")
+                               CUT("stderr", "2048") "Traceback", "3"));
+        check_compose(&(DifyResult) { .exit_code = 137, .timed_out = true, .signal = SIGKILL,
+                                      .stderr_truncated = true, .output_limit = 1024 }, "", "e",
+                      ENVELOPE("", "e", "process exited with code -1\\nerror: timeout\\n"
+                               CUT("stderr", "1024") "e", "-1"));
 
         /* Sizes beyond the buffer are refused. */
         {
