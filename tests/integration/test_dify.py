@@ -332,18 +332,31 @@ def test_python_logging_stays_in_stderr():
 
 
 def test_python_exception_fills_error_with_the_whole_stderr():
-    data = run('raise ValueError("bad input")\n')
-    assert "ValueError: bad input" in data["stderr"], data
-    assert data["exit_code"] == 1, data
-    assert data["error"] == "process exited with code 1\n" + data["stderr"], data
+    # Upstream's excepthook prints the traceback and calls sys.exit(-1): exit status 255.
+    data = run('def f():\n    raise ValueError("bad input")\n\nf()\n')
+    assert data["exit_code"] == 255, data
+    assert data["stderr"] == ('Traceback (most recent call last):\n'
+                              '  File "/exec/cell.py", line 4, in <module>\n    f()\n'
+                              '  File "/exec/cell.py", line 2, in f\n    raise ValueError("bad input")\n'
+                              'ValueError: bad input\n'), data
+    assert data["error"] == "process exited with code 255\n" + data["stderr"], data
+    # A syntax error goes the same way; the code's own exit status stays its own.
+    data = run('x = (\n')
+    assert data["exit_code"] == 255 and data["stderr"].endswith("SyntaxError: '(' was never closed\n"), data
+    assert data["error"] == "process exited with code 255\n" + data["stderr"], data
+    for code, status in (("import sys\nsys.exit(3)", 3), ("raise SystemExit('bye')", 1), ("print(1)", 0)):
+        assert run(code)["exit_code"] == status, code
+    # What the cell sees is the cold interpreter's view of /exec/cell.py.
+    data = run("import sys\nprint(__name__, __file__, sys.argv, sys.path[0])")
+    assert data["stdout"] == "__main__ /exec/cell.py ['/exec/cell.py'] /exec\n", data
 
 
 def test_library_probes_are_no_refusal():
     # urllib3 probes IPv6 with a socket at import (EAFNOSUPPORT without a network): a later,
     # unrelated failure must not be reported as "operation not permitted".
     data = run("import requests, numpy, pandas\nraise ValueError('bad input')\n")
-    assert data["exit_code"] == 1 and "ValueError: bad input" in data["stderr"], data
-    assert data["error"] == "process exited with code 1\n" + data["stderr"], data
+    assert data["exit_code"] == 255 and "ValueError: bad input" in data["stderr"], data
+    assert data["error"] == "process exited with code 255\n" + data["stderr"], data
 
 
 def test_python_temporary_directories():
@@ -436,7 +449,7 @@ def test_python_subprocess_is_refused():
 def test_python_etc_passwd_is_not_readable():
     # As in upstream's chroot: no user database in a run's sandbox at all.
     data = run('print(open("/etc/passwd").read())\n')
-    assert data["exit_code"] == 1, data
+    assert data["exit_code"] == 255, data
     assert "No such file or directory: '/etc/passwd'" in data["error"], data
     # The files that matter on the host are not there either.
     data = run('import os\nprint([os.path.exists(p) for p in ("/etc/shadow", "/etc/scopebox", "/root")])\n')

@@ -25,6 +25,8 @@
 #define SANDBOX_CELL_PATH "/exec/cell.py"
 #define SANDBOX_CELL_PATH_JS "/exec/cell.js"
 #define SANDBOX_PRELOAD_SCRIPT SCOPEBOX_DATA_DIR "/preload.py"
+/* The dify profile's Python starts the cell through this (dify-sandbox's exception hook). */
+#define SANDBOX_DIFY_RUN_SCRIPT SCOPEBOX_DATA_DIR "/dify-run.py"
 /* Where the warm interpreter finds its socket. */
 #define SANDBOX_WARM_CTL_FD 4
 #define SANDBOX_SLIRP4NETNS "/usr/bin/slirp4netns"
