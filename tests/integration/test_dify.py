@@ -288,6 +288,22 @@ def test_dependencies_list_the_sandbox_python():
         assert r2.status == 200 and r2.json["data"]["dependencies"] == deps, r2
 
 
+def test_dependencies_as_dify_lists_them():
+    # Dify's client: httpx.get(url, params={"language": "python3"}, headers={"X-Api-Key": ...}), so
+    # no body and no Content-Type; older clients and proxies say HTTP/1.0, an empty
+    # Content-Length or an empty chunked body.
+    host, port = DIFY_URL.split("//")[1].split(":")
+    for version, extra, body in (("1.1", "", b""), ("1.0", "", b""), ("1.1", "Content-Length: 0\r\n", b""),
+                                 ("1.1", "Transfer-Encoding: chunked\r\n", b"0\r\n\r\n")):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(f"GET /v1/sandbox/dependencies?language=python3 HTTP/{version}\r\nHost: {host}\r\n"
+                      "Accept: */*\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\n"
+                      f"User-Agent: python-httpx/0.27.2\r\nX-Api-Key: {api_key()}\r\n{extra}\r\n".encode() + body)
+            status, answer = read_answer(s)
+        answer = json.loads(answer)
+        assert status == 200 and answer["code"] == 0 and answer["data"]["dependencies"], (version, extra, answer)
+
+
 def test_dependencies_of_other_languages_are_unsupported():
     for path in ("/v1/sandbox/dependencies?language=nodejs", "/v1/sandbox/dependencies/refresh?language=go"):
         assert refused(call("GET", path), 400, -400, "unsupported language"), path
