@@ -155,10 +155,11 @@ def test_json_with_a_charset_and_forms_bind_too():
 
 
 def test_network_is_refused_while_the_operator_forbids_it():
-    r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "print(1)", "enable_network": True})
-    assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
-    r = call("POST", "/v1/sandbox/run", {"language": "nodejs", "code": "1", "enable_network": True})
-    assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
+    with dify_environment(ENABLE_NETWORK=0):
+        r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "print(1)", "enable_network": True})
+        assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
+        r = call("POST", "/v1/sandbox/run", {"language": "nodejs", "code": "1", "enable_network": True})
+        assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
     # Not asking is fine, and gets no network.
     data = run("import socket\ntry:\n    socket.socket()\nexcept OSError as e:\n    print(e.errno)\n",
                enable_network=False)
