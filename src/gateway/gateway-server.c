@@ -18,6 +18,7 @@
 #include "gateway-auth.h"
 #include "gateway-server.h"
 #include "http-connection.h"
+#include "http-dify.h"
 #include "http-header-check.h"
 #include "http-router.h"
 #include "io-util.h"
@@ -279,7 +280,9 @@ int server_new(Config *config, Server **ret) {
                 return -ENOMEM;
         s->config = *config;
         *config = (Config) {};
-        s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * MAX(s->config.max_body_bytes, s->config.max_storage_body_bytes));
+        s->body_budget = MAX(MAX(s->config.max_body_bytes, s->config.max_storage_body_bytes),
+                             dify_run_body_max(&s->config));
+        s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * s->body_budget);
         s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
         s->cut_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
         if (clock_gettime(CLOCK_REALTIME, &ts) == 0)

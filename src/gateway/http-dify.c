@@ -28,7 +28,7 @@
 
 uint64_t dify_run_body_max(const Config *config) {
         assert(config);
-        return config->max_code_bytes * DIFY_BODY_EXPANSION + DIFY_BODY_SLACK;
+        return config->dify_max_code_bytes * DIFY_BODY_EXPANSION + DIFY_BODY_SLACK;
 }
 
 int dify_response_new_error(unsigned status, int code, const char *message, HttpResponse **ret) {
@@ -542,6 +542,29 @@ int dify_error_compose(int32_t exit_code, const char *sandbox_message, const cha
         return r;
 }
 
+int dify_error_append_cuts(const DifyResult *r, JsonWriter *out) {
+        const char *const streams[] = { r->stdout_truncated ? "stdout" : NULL,
+                                        r->stderr_truncated ? "stderr" : NULL };
+        int k;
+
+        assert(r);
+        assert(out);
+
+        for (size_t i = 0; i < ELEMENTSOF(streams); i++) {
+                if (!streams[i])
+                        continue;
+                if (out->size > 0 && out->data[out->size - 1] != '\n') {
+                        k = json_writer_append(out, "\n", 1);
+                        if (k < 0)
+                                return k;
+                }
+                k = json_writer_appendf(out, DIFY_ERROR_CUT_FORMAT, streams[i], r->output_limit);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
 int dify_result_compose(const DifyResult *r, const void *data, size_t data_size, HttpResponse **ret) {
         _cleanup_(http_stream_freep) HttpStream *s = NULL;
         _cleanup_(json_writer_done) JsonWriter error = {};
@@ -564,6 +587,8 @@ int dify_result_compose(const DifyResult *r, const void *data, size_t data_size,
         exit_code = dify_result_exit_code(r);
         (void) dify_result_sandbox_message(r, stderr_raw, r->stderr_size, message);
         k = dify_error_compose(exit_code, message, NULL, 0, &error);
+        if (k >= 0)
+                k = dify_error_append_cuts(r, &error);
         if (k < 0)
                 return k;
         if (exit_code != 0 && r->stderr_size > 0 && error.size > 0 && error.data[error.size - 1] != '\n') {
@@ -781,6 +806,9 @@ static int dify_run_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.signal = info.signal;
         result.blocked = info.blocked.items;
         result.n_blocked = info.blocked.n;
+        result.stdout_truncated = info.stdout_truncated;
+        result.stderr_truncated = info.stderr_truncated;
+        result.output_limit = config->dify_max_output_bytes;
 
         r = bus_data_load(fd, 2 * config->dify_max_output_bytes + DIFY_DATA_SLACK, &data);
         if (r < 0)
@@ -857,6 +885,7 @@ int http_dify_run(HttpRequest *req) {
         const char *content_type = req->headers.content_type;
         _cleanup_(dify_run_request_done) DifyRunRequest b = {};
         _cleanup_free_ char *message = NULL, *code = NULL;
+        char limit[96];
         size_t code_size;
         DifyTrace t;
         int r;
@@ -883,10 +912,14 @@ int http_dify_run(HttpRequest *req) {
         if (b.enable_network && !config->dify_enable_network)
                 return dify_reply_error(req, HTTP_OK, DIFY_CODE_BAD_REQUEST, DIFY_MESSAGE_NETWORK_DISABLED);
 
-        r = dify_run_code(&b, config->dify_enable_preload, config->max_code_bytes, &code, &code_size);
-        if (r == -EFBIG)
-                return dify_reply_error(req, dify_bind_failure_status(content_type, -EFBIG),
-                                        DIFY_CODE_BAD_REQUEST, "code too large");
+        r = dify_run_code(&b, config->dify_enable_preload, config->dify_max_code_bytes, &code, &code_size);
+        if (r == -EFBIG) {
+                /* Dify reads only the status of anything but 200 ("likely a network issue"): a
+                 * limit is said with 200 and a message that names it. */
+                (void) snprintf(limit, sizeof(limit), "code too large: more than %" PRIu64
+                                " bytes (SANDBOX_DIFY_MAX_CODE_BYTES)", config->dify_max_code_bytes);
+                return dify_reply_error(req, HTTP_OK, DIFY_CODE_BAD_REQUEST, limit);
+        }
         if (r < 0)
                 return r;
 

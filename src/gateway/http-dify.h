@@ -3,6 +3,7 @@
  * D-Bus for unit tests. */
 #pragma once
 
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +30,8 @@
 /* The sandbox's own lines in "error", after "process exited with code N". */
 #define DIFY_ERROR_TIMEOUT       "error: timeout\n"
 #define DIFY_ERROR_NOT_PERMITTED "error: operation not permitted\n"
+/* Ours (upstream cuts nothing): a stream ("stdout", "stderr") cut at the limit of N bytes. */
+#define DIFY_ERROR_CUT_FORMAT    "error: %s exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (%" PRIu64 " bytes) and was cut off\n"
 
 /* A run's body carries the code JSON-escaped (or percent-encoded): a byte of code takes at most six
  * bytes there ("\u001f"). The rest of the body (language, flags) fits in the slack. */
@@ -118,6 +121,9 @@ typedef struct DifyResult {
         int32_t signal;
         const ExecBlocked *blocked;
         size_t n_blocked;
+        bool stdout_truncated;  /* cut at output_limit bytes (SANDBOX_DIFY_MAX_OUTPUT_BYTES) */
+        bool stderr_truncated;
+        uint64_t output_limit;
 } DifyResult;
 
 /* The exit code clients see: -1 on timeout and when a signal ended the interpreter (what Go's
@@ -139,8 +145,16 @@ const char *dify_result_sandbox_message(const DifyResult *r, const char *stderr_
 int dify_error_compose(int32_t exit_code, const char *sandbox_message, const char *stderr_text,
                        size_t stderr_size, JsonWriter *out);
 
+/* Appends to 'out' a line for each stream cut at the output limit, each on a line of its own:
+ * "error: stdout exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (N bytes) and was cut off". Dify parses
+ * stdout for its <<RESULT>> tags, so a note there would corrupt the result: it goes to "error",
+ * where Dify raises it instead of the misleading "no result tag found". */
+int dify_error_append_cuts(const DifyResult *r, JsonWriter *out);
+
 /* The 200 envelope {"code":0,"message":"success","data":{"stdout","stderr","error","exit_code"}} from
  * the data buffer (stdout at 0, stderr after it), streams decoded as UTF-8 with replacement.
+ * "error" is upstream's composition with the cut notes after the sandbox's own lines; a cut run
+ * has a non-empty "error" even with exit code 0 (the exit code stays the interpreter's).
  * -EBADMSG if the sizes do not fit the buffer. */
 int dify_result_compose(const DifyResult *r, const void *data, size_t data_size, HttpResponse **ret);
 

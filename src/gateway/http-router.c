@@ -498,8 +498,20 @@ static int http_request_reserve(HttpRequest *req, uint64_t total) {
 }
 
 static int http_request_reply_too_large(HttpRequest *req) {
-        char msg[64];
+        HttpResponse *resp;
+        char msg[128];
+        int r;
 
+        /* Dify shows messages, not statuses (any status but 200 and 503 is "likely a network
+         * issue" to it): the dify routes say the limit with 200 and their envelope. */
+        if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY)) {
+                (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes (%s)", req->body_max,
+                                req->route->flags & HTTP_ROUTE_CODE_BODY
+                                        ? "6 per byte of SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB"
+                                        : "SANDBOX_MAX_BODY_BYTES");
+                r = dify_response_new_error(HTTP_OK, DIFY_CODE_BAD_REQUEST, msg, &resp);
+                return r < 0 ? r : http_request_reply(req, resp);
+        }
         (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes", req->body_max);
         return http_request_reply_error(req, HTTP_PAYLOAD_TOO_LARGE, msg);
 }

@@ -590,7 +590,9 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 memcpy(trace_id, o.traceparent + 3, 32);
                 memcpy(span_id, o.traceparent + 36, 16);
         }
-        r = take_code_fd(mgr, fd, &code_fd, error);
+        /* Dify puts a node's inputs into the code: its own, larger bound. */
+        r = take_sealed_memfd(fd, mgr->config.dify_max_code_bytes, "code",
+                              "code too large (SANDBOX_DIFY_MAX_CODE_BYTES)", &code_fd, error);
         if (r <= 0)
                 return r;
 

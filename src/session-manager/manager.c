@@ -40,6 +40,10 @@ int manager_new(Manager **ret) {
         r = config_load(&m->config, getenv("SCOPEBOX_CONFIG"), &config_error);
         if (r < 0)
                 return log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
+        r = address_policy_parse(m->config.dify_network_allow, &m->dify_network_allow, &config_error);
+        if (r < 0)
+                return log_error_errno(r, "Invalid configuration: SANDBOX_DIFY_NETWORK_ALLOW: '%s' is no address or prefix",
+                                       strna(config_error));
 
         r = sd_event_default(&m->event);
         if (r < 0)
@@ -75,6 +79,8 @@ Manager *manager_free(Manager *m) {
         m->idle_exit_source = sd_event_source_disable_unref(m->idle_exit_source);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
+        m->address_watch_source = sd_event_source_disable_unref(m->address_watch_source);
+        address_policy_done(&m->dify_network_allow);
         config_done(&m->config);
         free(m);
         return NULL;
@@ -513,6 +519,10 @@ int manager_startup(Manager *m) {
         r = systemd_subscribe(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to subscribe to systemd's job signals: %m");
+        /* Before the first run: no address may appear between a run's list and the watch. */
+        r = manager_watch_host_addresses(m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch the host's addresses: %m");
 
         r = mkdir_p(SESSION_STATE_DIR, 0700);
         if (r < 0)

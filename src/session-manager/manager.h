@@ -9,6 +9,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
+#include "address-policy.h"
 #include "config.h"
 #include "macro.h"
 #include "metrics.h"
@@ -25,6 +26,8 @@ typedef struct Manager {
         sd_event *event;
         sd_bus *bus;
         Config config;
+        AddressPolicy dify_network_allow; /* SANDBOX_DIFY_NETWORK_ALLOW */
+        sd_event_source *address_watch_source; /* new host addresses: runs' filters follow */
 
         Session *sessions;     /* linked list */
         unsigned n_sessions;
@@ -62,6 +65,9 @@ typedef struct Manager {
 } Manager;
 
 int manager_new(Manager **ret);
+/* host-watch.c: from now on, every new address of the host is added to the IP filter of each
+ * live dify run's scope. */
+int manager_watch_host_addresses(Manager *m);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 

@@ -955,6 +955,24 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
                 .tasks_max = m->config.pids_limit,
                 .cpu_quota_percent = m->config.cpu_quota_percent,
         };
+        /* A run's network (slirp4netns, in this scope) reaches no address of the host: the scope's
+         * IP filter drops packets to and from them, whatever the socket; the operator may allow
+         * some (a proxy). Sidecar sessions have no network at all. */
+        _cleanup_free_ AddressPrefix *host = NULL;
+        size_t n_host = 0;
+        if (s->ephemeral) {
+                r = host_address_prefixes(&host, &n_host);
+                if (r < 0) {
+                        (void) kill(pid, SIGKILL);
+                        (void) rm_rf(s->runtime_dir);
+                        return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                          "Failed to list the host's addresses: %m");
+                }
+                props.ip_deny = host;
+                props.n_ip_deny = n_host;
+                props.ip_allow = m->dify_network_allow.allowed;
+                props.n_ip_allow = m->dify_network_allow.n_allowed;
+        }
         r = systemd_start_scope(m, s->unit, &props, on_scope_started, s, &s->start_job);
         if (r < 0) {
                 /* Reaped once it is gone, by the watch above or, after the session, the manager. */

@@ -7,6 +7,7 @@
 
 #include <systemd/sd-bus.h>
 
+#include "address-policy.h"
 #include "macro.h"
 
 typedef struct Manager Manager;
@@ -25,6 +26,11 @@ typedef struct ScopeProperties {
         uint64_t tasks_max;
         uint64_t cpu_quota_percent;
         uint64_t runtime_max_usec; /* 0 = none */
+        /* IPAddressDeny=/IPAddressAllow= (allow wins); none when n_ip_deny is 0 */
+        const AddressPrefix *ip_deny;
+        size_t n_ip_deny;
+        const AddressPrefix *ip_allow;
+        size_t n_ip_allow;
 } ScopeProperties;
 
 int systemd_subscribe(Manager *m);
@@ -33,6 +39,8 @@ int systemd_subscribe(Manager *m);
  * first, which cancels the call or the wait. */
 int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb, void *userdata,
                         SystemdJob **ret);
+/* Adds prefixes to a live unit's IPAddressDeny= (SetUnitProperties, runtime; no reply awaited). */
+int systemd_add_ip_deny(Manager *m, const char *unit, const AddressPrefix *list, size_t n);
 int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, SystemdJob **ret);
 SystemdJob *systemd_job_free(SystemdJob *j);
 DEFINE_TRIVIAL_CLEANUP_FUNC(SystemdJob *, systemd_job_free);

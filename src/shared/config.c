@@ -101,7 +101,7 @@ static const ConfigItem config_table[] = {
              "dify API: runs executing at once; the others queue."),
         ITEM("WORKER_TIMEOUT", CONFIG_UINT, dify_worker_timeout_sec, "15", 1, 3600,
              "dify API: seconds a run may take before it is killed (exit code -1, error: timeout)."),
-        ITEM("ENABLE_NETWORK", CONFIG_BOOL, dify_enable_network, "0", 0, 1,
+        ITEM("ENABLE_NETWORK", CONFIG_BOOL, dify_enable_network, "1", 0, 1,
              "dify API: whether a run that asks for enable_network gets a network."),
         ITEM("ENABLE_PRELOAD", CONFIG_BOOL, dify_enable_preload, "0", 0, 1,
              "dify API: run a request's preload (inside the sandbox, as user code) instead of ignoring it."),
@@ -109,6 +109,10 @@ static const ConfigItem config_table[] = {
              "dify API: HTTP_PROXY handed to runs that have a network."),
         ITEM("HTTPS_PROXY", CONFIG_STRING, dify_https_proxy, "", 0, 0,
              "dify API: HTTPS_PROXY handed to runs that have a network."),
+        ITEM("SANDBOX_DIFY_NETWORK_ALLOW", CONFIG_STRING, dify_network_allow, "", 0, 0,
+             "dify API: addresses of this host (CIDR, e.g. the proxy's) that runs with a network may still reach."),
+        ITEM("SANDBOX_DIFY_MAX_CODE_BYTES", CONFIG_SIZE, dify_max_code_bytes, "16M", 1, 64ULL << 20,
+             "dify API: largest accepted code (with preload), in UTF-8 bytes; Dify puts a node's inputs in it."),
         ITEM("SANDBOX_DIFY_MAX_OUTPUT_BYTES", CONFIG_SIZE, dify_max_output_bytes, "16M", 1024, 64ULL << 20,
              "dify API: bytes of stdout and of stderr kept per run (no 32 KiB cap there)."),
 };
@@ -286,6 +290,7 @@ void config_done(Config *c) {
         free(c->dify_http_proxy);
         free(c->preload_modules);
         free(c->dify_https_proxy);
+        free(c->dify_network_allow);
         if (c->api_key) {
                 explicit_bzero(c->api_key, strlen(c->api_key));
                 free(c->api_key);

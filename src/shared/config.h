@@ -55,6 +55,8 @@ typedef struct Config {
         bool dify_enable_preload;
         char *dify_http_proxy;
         char *dify_https_proxy;
+        char *dify_network_allow;
+        uint64_t dify_max_code_bytes;
         uint64_t dify_max_output_bytes;
 } Config;
 

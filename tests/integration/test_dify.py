@@ -155,38 +155,121 @@ def test_json_with_a_charset_and_forms_bind_too():
 
 
 def test_network_is_refused_while_the_operator_forbids_it():
-    r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "print(1)", "enable_network": True})
-    assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
-    r = call("POST", "/v1/sandbox/run", {"language": "nodejs", "code": "1", "enable_network": True})
-    assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
+    with dify_environment(ENABLE_NETWORK=0):
+        r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "print(1)", "enable_network": True})
+        assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
+        r = call("POST", "/v1/sandbox/run", {"language": "nodejs", "code": "1", "enable_network": True})
+        assert refused(r, 200, -400, "network is disabled, please enable it in the configuration"), r
     # Not asking is fine, and gets no network.
     data = run("import socket\ntry:\n    socket.socket()\nexcept OSError as e:\n    print(e.errno)\n",
                enable_network=False)
     assert data["stdout"] == "97\n", data
 
 
-def test_code_is_bounded_by_sandbox_max_code_bytes():
-    code = "#" * (1024 * 1024 + 1)
-    r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": code})
-    assert refused(r, 400, -400, "code too large"), r
-    data = run("#" * (1024 * 1024 - 9) + "\nprint(1)")
-    assert data["stdout"] == "1\n", data
+def test_code_is_bounded_by_sandbox_dify_max_code_bytes():
+    # Dify puts a node's inputs into the code (base64): up to 16 MiB of it by default, as one run.
+    limit = 16 * 1024 * 1024
+    size = (limit - 1024) // 4 * 3
+    code = f"import base64\nprint(len(base64.b64decode('{base64.b64encode(bytes(size)).decode()}')))\n"
+    assert limit - 1024 < len(code) <= limit
+    data = run(code)
+    assert clean(data, f"{size}\n"), data["error"][:200]
+    # Over it: 200 and a message naming the limit (Dify shows messages, not statuses), whatever the
+    # media type; the sidecar's smaller SANDBOX_MAX_CODE_BYTES is not this API's.
+    message = f"code too large: more than {limit} bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"
+    r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "#" * (limit + 1)})
+    assert refused(r, 200, -400, message), r
     # The body limit follows the code's: 6 bytes per byte of code (\u001f), and some room; refused
-    # from the header alone.
-    limit = 6 * 1024 * 1024 + 64 * 1024
-    assert header_only_status("/v1/sandbox/run", limit) == 100
-    assert header_only_status("/v1/sandbox/run", limit + 1) == 413
+    # from the header alone, in the envelope too.
+    body_limit = 6 * limit + 64 * 1024
+    assert header_only_status("/v1/sandbox/run", body_limit) == (100, None)
+    status, body = header_only_status("/v1/sandbox/run", body_limit + 1)
+    assert status == 200 and json.loads(body) == {
+        "code": -400, "data": None,
+        "message": f"request body exceeds {body_limit} bytes (6 per byte of SANDBOX_DIFY_MAX_CODE_BYTES, "
+                   "plus 64 KiB)"}, body
+
+
+def test_code_limit_is_configurable():
+    with dify_environment(SANDBOX_DIFY_MAX_CODE_BYTES="2K"):
+        assert run("#" * 2038 + "\nprint(1)")["stdout"] == "1\n"
+        r = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "#" * 2049})
+        assert refused(r, 200, -400, "code too large: more than 2048 bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"), r
+        # A chunked body over the limit is cut off while it streams in, with the same envelope.
+        status, body = chunked_status("/v1/sandbox/run", 8192, 64)
+        assert status == 200 and json.loads(body) == {
+            "code": -400, "data": None,
+            "message": f"request body exceeds {6 * 2048 + 65536} bytes (6 per byte of "
+                       "SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB)"}, body
+
+
+def test_output_cut_at_the_limit_says_so_in_error():
+    cut = "error: %s exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (1024 bytes) and was cut off\n"
+    with dify_environment(SANDBOX_DIFY_MAX_OUTPUT_BYTES="1K"):
+        # Dify would find no closing <<RESULT>> tag; it raises "error" instead, which says why. The
+        # exit code stays the interpreter's, stdout is what fit.
+        data = run("print('<<RESULT>>' + 'x' * 5000 + '<<RESULT>>')")
+        assert data["stdout"] == "<<RESULT>>" + "x" * 1014, data
+        assert (data["exit_code"], data["error"]) == (0, cut % "stdout"), data
+        data = run("import sys\nsys.stderr.write('e' * 3000)\nraise SystemExit(3)")
+        assert data["exit_code"] == 3 and data["stderr"] == "e" * 1024, data
+        assert data["error"] == "process exited with code 3\n" + cut % "stderr" + "e" * 1024, data
+        # Within the limit, nothing is said.
+        assert clean(run("print('y' * 1000)"), "y" * 1000 + "\n")
+
+
+def read_answer(s):
+    """The status and body of the first final answer on socket s."""
+    return read_answer_from(s, b"")
+
+
+def read_answer_from(s, answer):
+    while True:
+        while b"\r\n\r\n" not in answer:
+            more = s.recv(4096)
+            assert more, answer
+            answer += more
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        status = int(head.split(b" ")[1])
+        if status != 100:
+            break
+        answer = rest
+    size = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))
+    while len(rest) < size:
+        more = s.recv(4096)
+        assert more, rest
+        rest += more
+    return status, rest[:size]
+
+
+def chunked_status(path, chunk_size, n):
+    """Sends n chunks of chunk_size bytes, as long as the service reads them; its answer."""
+    host, port = DIFY_URL.split("//")[1].split(":")
+    frame = b"%x\r\n" % chunk_size + b"x" * chunk_size + b"\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nX-Api-Key: {api_key()}\r\n"
+                  "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        try:
+            for _ in range(n):
+                s.sendall(frame)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return read_answer(s)
 
 
 def header_only_status(path, length):
     """Sends only the header of a body of 'length' bytes (Expect: 100-continue); the status of
-    the first answer."""
+    the first answer, and its body when it is a final one."""
     host, port = DIFY_URL.split("//")[1].split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nX-Api-Key: {api_key()}\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
                   "Expect: 100-continue\r\n\r\n".encode())
-        return int(s.recv(100).split(b" ")[1])
+        s.settimeout(10)
+        answer = s.recv(4096)
+        if answer.startswith(b"HTTP/1.1 100"):
+            return 100, None
+        return read_answer_from(s, answer)
 
 
 def test_dependencies_list_the_sandbox_python():
@@ -204,6 +287,22 @@ def test_dependencies_list_the_sandbox_python():
                                ("GET", "/v1/sandbox/dependencies/refresh?language=python3", None)):
         r2 = call(method, path, body)
         assert r2.status == 200 and r2.json["data"]["dependencies"] == deps, r2
+
+
+def test_dependencies_as_dify_lists_them():
+    # Dify's client: httpx.get(url, params={"language": "python3"}, headers={"X-Api-Key": ...}), so
+    # no body and no Content-Type; older clients and proxies say HTTP/1.0, an empty
+    # Content-Length or an empty chunked body.
+    host, port = DIFY_URL.split("//")[1].split(":")
+    for version, extra, body in (("1.1", "", b""), ("1.0", "", b""), ("1.1", "Content-Length: 0\r\n", b""),
+                                 ("1.1", "Transfer-Encoding: chunked\r\n", b"0\r\n\r\n")):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(f"GET /v1/sandbox/dependencies?language=python3 HTTP/{version}\r\nHost: {host}\r\n"
+                      "Accept: */*\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\n"
+                      f"User-Agent: python-httpx/0.27.2\r\nX-Api-Key: {api_key()}\r\n{extra}\r\n".encode() + body)
+            status, answer = read_answer(s)
+        answer = json.loads(answer)
+        assert status == 200 and answer["code"] == 0 and answer["data"]["dependencies"], (version, extra, answer)
 
 
 def test_dependencies_of_other_languages_are_unsupported():
@@ -250,18 +349,31 @@ def test_python_logging_stays_in_stderr():
 
 
 def test_python_exception_fills_error_with_the_whole_stderr():
-    data = run('raise ValueError("bad input")\n')
-    assert "ValueError: bad input" in data["stderr"], data
-    assert data["exit_code"] == 1, data
-    assert data["error"] == "process exited with code 1\n" + data["stderr"], data
+    # Upstream's excepthook prints the traceback and calls sys.exit(-1): exit status 255.
+    data = run('def f():\n    raise ValueError("bad input")\n\nf()\n')
+    assert data["exit_code"] == 255, data
+    assert data["stderr"] == ('Traceback (most recent call last):\n'
+                              '  File "/exec/cell.py", line 4, in <module>\n    f()\n'
+                              '  File "/exec/cell.py", line 2, in f\n    raise ValueError("bad input")\n'
+                              'ValueError: bad input\n'), data
+    assert data["error"] == "process exited with code 255\n" + data["stderr"], data
+    # A syntax error goes the same way; the code's own exit status stays its own.
+    data = run('x = (\n')
+    assert data["exit_code"] == 255 and data["stderr"].endswith("SyntaxError: '(' was never closed\n"), data
+    assert data["error"] == "process exited with code 255\n" + data["stderr"], data
+    for code, status in (("import sys\nsys.exit(3)", 3), ("raise SystemExit('bye')", 1), ("print(1)", 0)):
+        assert run(code)["exit_code"] == status, code
+    # What the cell sees is the cold interpreter's view of /exec/cell.py.
+    data = run("import sys\nprint(__name__, __file__, sys.argv, sys.path[0])")
+    assert data["stdout"] == "__main__ /exec/cell.py ['/exec/cell.py'] /exec\n", data
 
 
 def test_library_probes_are_no_refusal():
     # urllib3 probes IPv6 with a socket at import (EAFNOSUPPORT without a network): a later,
     # unrelated failure must not be reported as "operation not permitted".
     data = run("import requests, numpy, pandas\nraise ValueError('bad input')\n")
-    assert data["exit_code"] == 1 and "ValueError: bad input" in data["stderr"], data
-    assert data["error"] == "process exited with code 1\n" + data["stderr"], data
+    assert data["exit_code"] == 255 and "ValueError: bad input" in data["stderr"], data
+    assert data["error"] == "process exited with code 255\n" + data["stderr"], data
 
 
 def test_python_temporary_directories():
@@ -354,7 +466,7 @@ def test_python_subprocess_is_refused():
 def test_python_etc_passwd_is_not_readable():
     # As in upstream's chroot: no user database in a run's sandbox at all.
     data = run('print(open("/etc/passwd").read())\n')
-    assert data["exit_code"] == 1, data
+    assert data["exit_code"] == 255, data
     assert "No such file or directory: '/etc/passwd'" in data["error"], data
     # The files that matter on the host are not there either.
     data = run('import os\nprint([os.path.exists(p) for p in ("/etc/shadow", "/etc/scopebox", "/root")])\n')

@@ -7,6 +7,7 @@ import contextlib
 import json
 import secrets
 import socket
+import subprocess
 import threading
 import time
 import urllib.error
@@ -118,75 +119,172 @@ def test_journal_carries_the_trace_context():
     assert finished[0]["SCOPEBOX_USER_TYPE"] == "account"
 
 
-@pytest.fixture
-def host_listener():
-    """A TCP server on the host's own address (not loopback) that greets whoever connects."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    probe.connect(("192.0.2.254", 9))  # no packet is sent; this only picks the outgoing address
-    host_ip = probe.getsockname()[0]
-    probe.close()
-    srv = socket.socket()
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((host_ip, 0))
-    srv.listen(8)
-    token = secrets.token_hex(8)
-    stop = threading.Event()
+def host_addresses():
+    """The host's own addresses that are not loopback, as the kernel lists them."""
+    out = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True).stdout
+    return [a["local"] for i in json.loads(out) for a in i.get("addr_info", [])
+            if not a["local"].startswith(("127.", "::1"))]
 
-    def serve():
+
+@contextlib.contextmanager
+def listeners(addresses):
+    """A TCP server on each address that greets whoever connects with a token; yields
+    {address: (port, token)} and the set of addresses that saw a connection."""
+    servers, seen, stop = {}, set(), threading.Event()
+    for address in addresses:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        srv = socket.socket(family)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            srv.bind((address, 0))
+        except OSError:
+            srv.close()  # a link-local address needs its interface; tentative v6 addresses
+            continue
+        srv.listen(8)
         srv.settimeout(0.2)
+        servers[address] = (srv, srv.getsockname()[1], secrets.token_hex(8))
+
+    def serve(address, srv, token):
         while not stop.is_set():
             try:
                 c, _ = srv.accept()
             except OSError:
                 continue
+            seen.add(address)
             c.sendall(token.encode())
             c.close()
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    yield host_ip, srv.getsockname()[1], token
-    stop.set()
-    t.join()
-    srv.close()
+    threads = [threading.Thread(target=serve, args=(a, srv, token), daemon=True)
+               for a, (srv, _, token) in servers.items()]
+    for t in threads:
+        t.start()
+    try:
+        yield {a: (port, token) for a, (_, port, token) in servers.items()}, seen
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        for srv, _, _ in servers.values():
+            srv.close()
 
 
 NET_PROBE = """
-import os, socket
+import json, os, socket
 def attempt(host, port):
     try:
-        s = socket.create_connection((host, port), timeout=5)
+        s = socket.create_connection((host, port), timeout=3)
         return s.recv(100).decode()
     except OSError as e:
         return type(e).__name__ + ':' + str(e.errno)
-print(attempt(%r, %d))
-print(attempt('10.0.2.2', %d))
+targets = json.loads(%r)
+# At once: a dropped packet costs the whole timeout.
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(max(len(targets), 1)) as pool:
+    results = list(pool.map(lambda t: attempt(*t), targets))
+print(json.dumps({host: r for (host, _), r in zip(targets, results)}))
 print(os.environ.get('HTTP_PROXY'), os.environ.get('HTTPS_PROXY'))
 print(open('/etc/resolv.conf').read().split())
 """
 
 
-def test_network_only_when_the_operator_and_the_request_allow_it(host_listener):
-    ip, port, token = host_listener
-    code = NET_PROBE % (ip, port, port)
-    # Operator says no (the default): a request asking for it is refused, one not asking has none.
-    status, body = dify_run(code, enable_network=True)
-    assert status == 200 and body["code"] == -400 and body["data"] is None, body
-    data = ok_data(*dify_run("import socket\ntry:\n    socket.create_connection(('%s', %d), timeout=3)\n"
-                             "except OSError as e:\n    print(e.errno)\n" % (ip, port)))
-    assert data["stdout"] == "97\n"  # EAFNOSUPPORT: no inet sockets at all
+def probe(targets, **extra):
+    data = ok_data(*dify_run(NET_PROBE % json.dumps(targets), enable_network=True, **extra))
+    lines = data["stdout"].splitlines()
+    return json.loads(lines[0]), lines[1:]
 
-    with dify_environment(ENABLE_NETWORK=1, HTTP_PROXY="http://proxy.invalid:3128",
-                          HTTPS_PROXY="http://proxy.invalid:3129"):
-        data = ok_data(*dify_run(code, enable_network=True))
-        lines = data["stdout"].splitlines()
-        assert lines[0] == token                        # the host's address: reached through slirp4netns
-        assert lines[1] == "OSError:101"                 # its loopback: ENETUNREACH
-        assert lines[2] == "http://proxy.invalid:3128 http://proxy.invalid:3129"
-        assert lines[3] == "['nameserver', '10.0.2.3']"
-        # Allowed by the operator but not asked for: still no network, no proxies.
-        data = ok_data(*dify_run("import os\nprint(os.environ.get('HTTP_PROXY'))\n"
-                                 "import socket\ntry:\n    socket.socket()\nexcept OSError as e:\n    print(e.errno)\n"))
-        assert data["stdout"] == "None\n97\n"
+
+def test_network_only_when_the_operator_and_the_request_allow_it():
+    with listeners(host_addresses()[:1]) as (servers, seen):
+        (ip, (port, token)), = servers.items()
+        # Operator says no: a request asking for it is refused, one not asking has none.
+        with dify_environment(ENABLE_NETWORK=0):
+            status, body = dify_run(NET_PROBE % json.dumps([]), enable_network=True)
+            assert status == 200 and body["code"] == -400 and body["data"] is None, body
+        data = ok_data(*dify_run("import socket\ntry:\n    socket.create_connection(('%s', %d), timeout=3)\n"
+                                 "except OSError as e:\n    print(e.errno)\n" % (ip, port)))
+        assert data["stdout"] == "97\n"  # EAFNOSUPPORT: no inet sockets at all
+
+        with dify_environment(HTTP_PROXY="http://proxy.invalid:3128", HTTPS_PROXY="http://proxy.invalid:3129"):
+            _, rest = probe([])
+            assert rest[0] == "http://proxy.invalid:3128 http://proxy.invalid:3129"
+            assert rest[1] == "['nameserver', '10.0.2.3']"
+            # Allowed by the operator but not asked for: still no network, no proxies.
+            data = ok_data(*dify_run("import os\nprint(os.environ.get('HTTP_PROXY'))\n"
+                                     "import socket\ntry:\n    socket.socket()\nexcept OSError as e:\n"
+                                     "    print(e.errno)\n"))
+            assert data["stdout"] == "None\n97\n"
+
+
+EXTRA_ADDRESS = "198.51.100.77"  # TEST-NET-2
+
+
+def test_a_runs_network_reaches_no_address_of_the_host():
+    """ENABLE_NETWORK is on by default (Dify always asks). Every address of the host, v4 and v6,
+    through every alias of it (slirp's 10.0.2.2, 0.0.0.0, IPv4-mapped), stays silent; and so
+    does an address that appears while the service runs."""
+    # An extra address, as a bridge coming up would add one (no dummy links on every kernel: lo).
+    in_system("ip", "addr", "add", EXTRA_ADDRESS + "/32", "dev", "lo", check=True)
+    try:
+        addresses = host_addresses()
+        assert EXTRA_ADDRESS in addresses, addresses
+        with listeners(addresses + ["0.0.0.0"]) as (servers, seen):
+            targets = [(a, port) for a, (port, _) in servers.items() if a != "0.0.0.0"]
+            any_port = servers["0.0.0.0"][0]
+            targets += [("0.0.0.0", any_port), ("10.0.2.2", any_port), ("127.0.0.1", any_port)]
+            targets += [("::ffff:" + a, port) for a, port in targets if "." in a and a != "10.0.2.2"]
+            results, _ = probe(targets)
+            assert not seen, (seen, results)
+            assert all(not r.isalnum() for r in results.values()), results
+        # The operator may allow one (a proxy on the host): exactly that one is reached.
+        ip = next(a for a in addresses if "." in a and a != EXTRA_ADDRESS)
+        with dify_environment(SANDBOX_DIFY_NETWORK_ALLOW=f"{ip}/32"), \
+                listeners([ip, EXTRA_ADDRESS]) as (servers, seen):
+            results, _ = probe([(a, port) for a, (port, _) in servers.items()])
+            assert results[ip] == servers[ip][1] and seen == {ip}, results
+    finally:
+        in_system("ip", "addr", "del", EXTRA_ADDRESS + "/32", "dev", "lo")
+
+
+LATE_PROBE = """
+import socket, time
+reached = []
+deadline = time.monotonic() + 9
+while time.monotonic() < deadline:
+    try:
+        reached.append(socket.create_connection((%r, %d), timeout=0.5).recv(100).decode())
+    except OSError:
+        time.sleep(0.2)
+print(reached)
+"""
+
+
+def test_an_address_that_appears_during_a_run_is_not_reached():
+    # The run is going before the address exists; the scope's filter must follow the host.
+    late, port = "198.51.100.78", 47117
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(dify_run, LATE_PROBE % (late, port), enable_network=True)
+        time.sleep(3)
+        in_system("ip", "addr", "add", late + "/32", "dev", "lo", check=True)
+        try:
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind((late, port))
+            srv.listen(8)
+            srv.settimeout(0.2)
+            seen = 0
+            while not future.done():
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    continue
+                seen += 1
+                c.sendall(b"reached")
+                c.close()
+            srv.close()
+            data = ok_data(*future.result())
+            assert (seen, data["stdout"]) == (0, "[]\n"), (seen, data)
+        finally:
+            in_system("ip", "addr", "del", late + "/32", "dev", "lo")
 
 
 def test_var_tmp_is_world_writable_and_sticky():

@@ -130,9 +130,53 @@ static void test_own_addresses(void) {
         freeifaddrs(list);
 }
 
+static bool prefixes_have(const AddressPrefix *list, size_t n, int family, const void *bytes, unsigned length) {
+        for (size_t i = 0; i < n; i++)
+                if (list[i].family == family && list[i].length == length &&
+                    memcmp(list[i].bytes, bytes, family == AF_INET ? 4 : 16) == 0)
+                        return true;
+        return false;
+}
+
+/* What a dify run's scope denies: the fixed ranges and every interface address, once each. */
+static void test_host_address_prefixes(void) {
+        static const uint8_t zero[16], loopback4[4] = { 127 }, lla4[4] = { 169, 254 }, bcast[4] = { 255, 255, 255, 255 };
+        static const uint8_t lla6[16] = { 0xfe, 0x80 };
+        AddressPrefix *list = NULL;
+        struct ifaddrs *ifs;
+        size_t n = 0;
+
+        ASSERT_EQ(host_address_prefixes(&list, &n), 0);
+        ASSERT_TRUE(prefixes_have(list, n, AF_INET, zero, 8));
+        ASSERT_TRUE(prefixes_have(list, n, AF_INET, loopback4, 8));
+        ASSERT_TRUE(prefixes_have(list, n, AF_INET, lla4, 16));
+        ASSERT_TRUE(prefixes_have(list, n, AF_INET, bcast, 32));
+        ASSERT_TRUE(prefixes_have(list, n, AF_INET6, zero, 127));
+        ASSERT_TRUE(prefixes_have(list, n, AF_INET6, lla6, 10));
+
+        ASSERT_EQ(getifaddrs(&ifs), 0);
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+                if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+                        ASSERT_TRUE(prefixes_have(list, n, AF_INET, &((struct sockaddr_in *) i->ifa_addr)->sin_addr, 32));
+                else if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6)
+                        ASSERT_TRUE(prefixes_have(list, n, AF_INET6, &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr, 128));
+        }
+        freeifaddrs(ifs);
+        for (size_t i = 0; i < n; i++)
+                for (size_t j = i + 1; j < n; j++)
+                        ASSERT_TRUE(memcmp(&list[i], &list[j], sizeof(AddressPrefix)) != 0);
+
+        /* Appends to what the caller has. */
+        size_t before = n;
+        ASSERT_EQ(host_address_prefixes(&list, &n), 0);
+        ASSERT_EQ(n, before);
+        free(list);
+}
+
 int main(void) {
         RUN(test_internal);
         RUN(test_policy);
         RUN(test_own_addresses);
+        RUN(test_host_address_prefixes);
         return 0;
 }

@@ -39,6 +39,8 @@
         stderr_ "\",\"error\":\"" error_ "\",\"exit_code\":" exit_code_ "}}"
 #define TRACEPARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 #define ERROR_BODY(code, message) "{\"code\":" code ",\"message\":\"" message "\",\"data\":null}"
+#define CUT(stream, n) "error: " stream " exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (" n " bytes) and was cut off\\n"
+#define CODE_TOO_LARGE "code too large: more than 1024 bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"
 
 /* Composes a run result whose data buffer is stdout followed by stderr. */
 static HttpResponse *compose(const DifyResult *base, const char *out, const char *err) {
@@ -140,6 +142,20 @@ static void test_error_composition(void) {
         check_compose(&(DifyResult) { .exit_code = 2 }, "<<RESULT>>{\"a\": 1}<<RESULT>>\n", "bad \xff\t\n",
                       ENVELOPE("<<RESULT>>{\\\"a\\\": 1}<<RESULT>>\\n", "bad \xef\xbf\xbd\\t\\n",
                                "process exited with code 2\\nbad \xef\xbf\xbd\\t\\n", "2"));
+
+        /* Streams cut at SANDBOX_DIFY_MAX_OUTPUT_BYTES say so in "error", also with exit code 0 (Dify
+         * raises it rather than finding no <<RESULT>> tag); stdout is left as it came. */
+        check_compose(&(DifyResult) { .exit_code = 0, .stdout_truncated = true, .output_limit = 1024 },
+                      "<<RESULT>>{\"a\"", "",
+                      ENVELOPE("<<RESULT>>{\\\"a\\\"", "", CUT("stdout", "1024"), "0"));
+        check_compose(&(DifyResult) { .exit_code = 3, .stdout_truncated = true, .stderr_truncated = true,
+                                      .output_limit = 2048 }, "x", "Traceback",
+                      ENVELOPE("x", "Traceback", "process exited with code 3\\n" CUT("stdout", "2048")
+                               CUT("stderr", "2048") "Traceback", "3"));
+        check_compose(&(DifyResult) { .exit_code = 137, .timed_out = true, .signal = SIGKILL,
+                                      .stderr_truncated = true, .output_limit = 1024 }, "", "e",
+                      ENVELOPE("", "e", "process exited with code -1\\nerror: timeout\\n"
+                               CUT("stderr", "1024") "e", "-1"));
 
         /* Sizes beyond the buffer are refused. */
         {
@@ -464,7 +480,8 @@ static void server_init(Server *s, const char *key, sd_bus *bus, sd_event *event
                 .bus = bus,
                 .config = {
                         .max_body_bytes = 1000,
-                        .max_code_bytes = 1024,
+                        .max_code_bytes = 16,
+                        .dify_max_code_bytes = 1024,
                         .dify_max_requests = 2,
                         .dify_max_workers = 1,
                         .dify_worker_timeout_sec = 15,
@@ -580,7 +597,8 @@ static void test_routes_and_auth(void) {
         check_begin(&s, "GET", "/nope", H(BEARER("Bearer sekrit"), API_KEY("wrong")), 404,
                     "{\"detail\":\"Not Found\"}");
 
-        /* The run's body limit follows SANDBOX_MAX_CODE_BYTES, not SANDBOX_MAX_BODY_BYTES. */
+        /* The run's body limit follows SANDBOX_DIFY_MAX_CODE_BYTES, not SANDBOX_MAX_BODY_BYTES; past
+         * a limit, the dify routes answer 200 and their envelope (Dify shows messages, not statuses). */
         ASSERT_EQ(dify_run_body_max(&s.config), 1024 * 6 + 64 * 1024);
         (void) snprintf(limit, sizeof(limit), "%u", 1024 * 6 + 64 * 1024);
         check_begin(&s, "POST", RUN_PATH,
@@ -588,10 +606,15 @@ static void test_routes_and_auth(void) {
                     NULL);
         (void) snprintf(limit, sizeof(limit), "%u", 1024 * 6 + 64 * 1024 + 1);
         check_begin(&s, "POST", RUN_PATH,
-                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = limit), 413,
-                    "{\"error\":\"request body exceeds 71680 bytes\"}");
+                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = limit), 200,
+                    ERROR_BODY("-400", "request body exceeds 71680 bytes (6 per byte of "
+                               "SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB)"));
         check_begin(&s, "POST", DEPS_UPDATE,
-                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = "1001"), 413,
+                    H(API_KEY("sekrit"), .n_content_length = 1, .content_length = "1001"), 200,
+                    ERROR_BODY("-400", "request body exceeds 1000 bytes (SANDBOX_MAX_BODY_BYTES)"));
+        /* The sidecar's routes keep their 413. */
+        check_begin(&s, "POST", "/exec",
+                    H(BEARER("Bearer sekrit"), .n_content_length = 1, .content_length = "1001"), 413,
                     "{\"error\":\"request body exceeds 1000 bytes\"}");
 
         server_done(&s);
@@ -672,21 +695,22 @@ static void test_answers_before_the_call(void) {
                        "{\"language\":\"nodejs\",\"code\":\"1\",\"enable_network\":true}", 200,
                        ERROR_BODY("-400", "network is disabled, please enable it in the configuration"));
 
-        /* Code over SANDBOX_MAX_CODE_BYTES (1024 here), preload included when enabled. */
+        /* Code over SANDBOX_DIFY_MAX_CODE_BYTES (1024 here), preload included when enabled: 200 and a
+         * message naming the limit, whatever the media type. */
         {
                 char body[2048], code[1026];
 
                 memset(code, 'x', 1025);
                 code[1025] = 0;
                 (void) snprintf(body, sizeof(body), "{\"language\":\"python3\",\"code\":\"%s\"}", code);
-                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 400,
-                               ERROR_BODY("-400", "code too large"));
+                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 200,
+                               ERROR_BODY("-400", CODE_TOO_LARGE));
                 code[1024] = 0;
                 s.config.dify_enable_preload = true;
                 (void) snprintf(body, sizeof(body),
                                 "{\"language\":\"python3\",\"code\":\"%s\",\"preload\":\"a\"}", code);
-                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 400,
-                               ERROR_BODY("-400", "code too large"));
+                check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), body, 200,
+                               ERROR_BODY("-400", CODE_TOO_LARGE));
                 s.config.dify_enable_preload = false;
         }
 

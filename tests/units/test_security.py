@@ -20,7 +20,7 @@ from conftest import in_system  # noqa: E402
 # three were 0.8, 4.5 and 1.2.
 EXPOSURE = {
     "scopebox-gateway.service": 0.2,
-    "scopebox-session-manager.service": 4.2,
+    "scopebox-session-manager.service": 4.3,
     "scopebox-storage-agent.service": 1.1,
 }
 
@@ -103,6 +103,9 @@ OPEN = {
                                                     "their own filter, which names refused inet "
                                                     "sockets, and slirp4netns needs them for "
                                                     "dify runs with a network.",
+        "RestrictAddressFamilies=~AF_NETLINK": "The manager lists and watches the host's addresses "
+                                               "for the IP filter of dify runs' scopes; payloads' "
+                                               "own filter allows no netlink socket.",
         "ProcSubset=": "The host check at start reads /proc/sys and /proc/swaps.",
         "DeviceAllow=": _RTC,
     },

@@ -665,6 +665,8 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         char *const argv_warm[] = { (char *) "python3", (char *) "-s", (char *) "-P", (char *) SANDBOX_PRELOAD_SCRIPT,
                                     NULL };
         char *const argv_node[] = { (char *) "node", (char *) SANDBOX_CELL_PATH_JS, NULL };
+        /* The dify profile: upstream's excepthook, an uncaught exception exits 255. */
+        char *const argv_dify[] = { (char *) "python3", (char *) SANDBOX_DIFY_RUN_SCRIPT, NULL };
         const char *binary = e->language == SANDBOX_NODEJS ? SANDBOX_NODE : SANDBOX_PYTHON;
         char *envp[32];
         const char *step;
@@ -759,7 +761,11 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         (void) close(listener);
         (void) close(SANDBOX_SYNC_FD);
 
-        execve(binary, e->language == SANDBOX_NODEJS ? argv_node : e->warm_ctl_fd >= 0 ? argv_warm : argv_python, envp);
+        execve(binary,
+               e->language == SANDBOX_NODEJS ? argv_node :
+               e->warm_ctl_fd >= 0           ? argv_warm :
+               e->no_processes               ? argv_dify : argv_python,
+               envp);
         step = e->language == SANDBOX_NODEJS ? "execve " SANDBOX_NODE : "execve " SANDBOX_PYTHON;
 
 fail:

@@ -30,6 +30,8 @@
 #define SCOPEBOX_SITE_PACKAGES_DIR SCOPEBOX_STATE_DIR "/site-packages"
 #define SANDBOX_SITE_PACKAGES "/opt/scopebox/site-packages"
 #define SANDBOX_SITECUSTOMIZE SCOPEBOX_DATA_DIR "/sitecustomize.py"
+/* The dify profile's Python starts the cell through this (dify-sandbox's exception hook). */
+#define SANDBOX_DIFY_RUN_SCRIPT SCOPEBOX_DATA_DIR "/dify-run.py"
 /* Where the warm interpreter finds its socket. */
 #define SANDBOX_WARM_CTL_FD 4
 #define SANDBOX_SLIRP4NETNS "/usr/bin/slirp4netns"

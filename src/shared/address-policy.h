@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Which addresses the agent may connect to for a storage block that came with a request: not the
- * host's own services or internal networks, unless the operator allows them (docs/storage.md). */
+/* Address prefixes and policies: which addresses the storage agent may connect to for a storage
+ * block that came with a request (not the host's own services or internal networks, unless the
+ * operator allows them, docs/storage.md), and the addresses of this host, which a dify run's
+ * network must not reach (docs/dify.md). */
 #pragma once
 
 #include <stdbool.h>
@@ -32,3 +34,8 @@ bool address_is_internal(const struct sockaddr *sa, socklen_t len);
 /* Whether 'sa' may be connected to: not internal and not one of this host's own addresses,
  * unless inside one of the allowed networks. */
 bool address_policy_permits(const AddressPolicy *p, const struct sockaddr *sa, socklen_t len);
+
+/* Every address through which a packet reaches this host itself: the unspecified, loopback,
+ * link-local, multicast and limited-broadcast ranges, then each address (a /32 or /128) and IPv4
+ * broadcast address configured on an interface now. Appended to *list (n entries). */
+int host_address_prefixes(AddressPrefix **list, size_t *n);

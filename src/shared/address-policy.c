@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Which addresses the agent may connect to for a storage block that came with a request: not the
- * host's own services or internal networks, unless the operator allows them (docs/storage.md). */
+/* Address prefixes and policies: what the storage agent may connect to for a request's storage
+ * block (docs/storage.md), and the addresses of this host that dify runs must not reach. */
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,4 +196,69 @@ void address_policy_done(AddressPolicy *p) {
                 return;
         p->allowed = mfree(p->allowed);
         p->n_allowed = 0;
+}
+
+/* Whatever the interfaces hold, these always lead to the host itself (or its link). */
+static const AddressPrefix host_prefixes[] = {
+        V4(0, 0, 0, 0, 8),        /* "this host": connect() to 0.0.0.0 reaches a local listener */
+        V4(127, 0, 0, 0, 8),      /* loopback */
+        V4(169, 254, 0, 0, 16),   /* link-local */
+        V4(224, 0, 0, 0, 4),      /* multicast */
+        { AF_INET, { 255, 255, 255, 255 }, 32 }, /* limited broadcast */
+        V6(0x00, 0x00, 127),      /* :: and ::1 */
+        V6(0xfe, 0x80, 10),       /* link-local */
+        V6(0xff, 0x00, 8),        /* multicast */
+};
+
+static int prefixes_append(AddressPrefix **list, size_t *n, const AddressPrefix *p) {
+        AddressPrefix *l;
+
+        for (size_t i = 0; i < *n; i++)
+                if (memcmp(&(*list)[i], p, sizeof(*p)) == 0)
+                        return 0;
+        l = reallocarray(*list, *n + 1, sizeof(AddressPrefix));
+        if (!l)
+                return -ENOMEM;
+        l[(*n)++] = *p;
+        *list = l;
+        return 0;
+}
+
+static int prefixes_append_sockaddr(AddressPrefix **list, size_t *n, const struct sockaddr *sa) {
+        AddressPrefix p = {};
+
+        if (!sa)
+                return 0;
+        if (sa->sa_family == AF_INET) {
+                p = (AddressPrefix) { .family = AF_INET, .length = 32 };
+                memcpy(p.bytes, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+        } else if (sa->sa_family == AF_INET6) {
+                p = (AddressPrefix) { .family = AF_INET6, .length = 128 };
+                memcpy(p.bytes, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
+        } else
+                return 0;
+        return prefixes_append(list, n, &p);
+}
+
+int host_address_prefixes(AddressPrefix **list, size_t *n) {
+        struct ifaddrs *ifs;
+        int r = 0;
+
+        assert(list);
+        assert(n);
+
+        for (size_t i = 0; i < ELEMENTSOF(host_prefixes); i++) {
+                r = prefixes_append(list, n, &host_prefixes[i]);
+                if (r < 0)
+                        return r;
+        }
+        if (getifaddrs(&ifs) < 0)
+                return -errno;
+        for (struct ifaddrs *i = ifs; i && r >= 0; i = i->ifa_next) {
+                r = prefixes_append_sockaddr(list, n, i->ifa_addr);
+                if (r >= 0 && i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_BROADCAST))
+                        r = prefixes_append_sockaddr(list, n, i->ifa_broadaddr);
+        }
+        freeifaddrs(ifs);
+        return r;
 }
