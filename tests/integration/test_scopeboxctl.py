@@ -365,8 +365,9 @@ def test_packages_install_reaches_new_sandboxes_read_only(session):
     from test_dify import call as dify_call, run as dify_run
 
     assert in_system("test", "-e", SITE_DIR).returncode != 0, "the test needs no site directory yet"
-    # The wheels live in the work tree, which the system that runs scopebox sees too.
-    d = tempfile.mkdtemp(dir=REPO, prefix=".test-wheels-")
+    # The wheels live where the system that runs scopebox sees them too: not in /tmp or
+    # /var/tmp (private to a sysbox), nor in the work tree (a clean clone may be under /tmp).
+    d = tempfile.mkdtemp(dir="/var/lib", prefix="scopebox-test-wheels-")
     try:
         r = ctl("packages", "install", make_wheel(d, "1.0"))
         assert r.returncode == 0, r.stderr
