@@ -101,6 +101,11 @@ static const BusDictField manager_metrics_fields[] = {
         { "archive_bytes_written",  't', offsetof(ManagerMetrics, archive_bytes_written)  },
         { "archive_bytes_restored", 't', offsetof(ManagerMetrics, archive_bytes_restored) },
         { "archive_failures",       't', offsetof(ManagerMetrics, archive_failures)       },
+        { "archive_retries",        't', offsetof(ManagerMetrics, archive_retries)        },
+        { "archives_skipped",       't', offsetof(ManagerMetrics, archives_skipped)       },
+        { "archives_abandoned",     't', offsetof(ManagerMetrics, archives_abandoned)     },
+        { "restore_failures",       't', offsetof(ManagerMetrics, restore_failures)       },
+        { "archives_pending",       'u', offsetof(ManagerMetrics, archives_pending)       },
         {}
 };
 
@@ -282,9 +287,27 @@ static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
                                    "archives written (committed to storage) and restored into new sessions.",
                                    &archive);
         if (r >= 0)
-                r = append_counter(w, "scopebox_archive_failures", NULL, "Releases and idle reapings whose "
-                                   "workspace archive was not stored (too large, too slow, or refused by "
-                                   "storage); the journal has each with its MESSAGE_ID.", m->archive_failures);
+                r = append_counter(w, "scopebox_archive_failures", NULL, "Attempts to store a released "
+                                   "session's workspace archive that failed (each retry counts); the journal has "
+                                   "each with its MESSAGE_ID.", m->archive_failures);
+        if (r >= 0)
+                r = append_counter(w, "scopebox_archive_retries", NULL, "Archive attempts made after a failed one.",
+                                   m->archive_retries);
+        if (r >= 0)
+                r = append_gauge(w, "scopebox_archives_pending", "Released sessions whose workspace is kept until "
+                                 "its archive is stored (scopeboxctl archives list).", m->archives_pending);
+        if (r >= 0)
+                r = append_counter(w, "scopebox_archives_skipped", NULL, "Archives that can never be stored (larger "
+                                   "than SANDBOX_MAX_ARCHIVE_BYTES, storage block refused); the stored one stays.",
+                                   m->archives_skipped);
+        if (r >= 0)
+                r = append_counter(w, "scopebox_archives_abandoned", NULL, "Archives given up (retry deadline "
+                                   "passed, runner gone, superseded by a newer release): the workspace is lost.",
+                                   m->archives_abandoned);
+        if (r >= 0)
+                r = append_counter(w, "scopebox_restore_failures", NULL, "Creates whose stored archive could not "
+                                   "be restored (the create failed, or started empty if so configured).",
+                                   m->restore_failures);
         if (r >= 0)
                 r = append_timestamp(w, "scopebox_session_manager_start_time_seconds", "When the session manager "
                                      "started; its counters start at zero then.", m->start_time_usec);

@@ -43,6 +43,11 @@ typedef struct ManagerMetrics {
         uint64_t exec_duration_sum_usec, exec_duration_count;
         uint64_t archive_bytes_written, archive_bytes_restored;
         uint64_t archive_failures;
+        uint64_t archive_retries;
+        uint64_t archives_skipped;
+        uint64_t archives_abandoned;
+        uint64_t restore_failures;
+        uint32_t archives_pending;
 } ManagerMetrics;
 
 /* How long each dispatch of the gateway's event loop took: one event source's callback (an MHD

@@ -151,14 +151,28 @@ int http_sessions_post(HttpRequest *req) {
         return http_request_call(req, m, bus_timeout_session_usec(config), sessions_post_on_reply);
 }
 
+/* What became of the workspace of a session with effective storage (docs/api.md); without storage
+ * the contract's plain {"ok":true}. */
+static const char *const release_archive_outcomes[] = {
+        "stored", "pending", "skipped", "kept", "abandoned", "discarded",
+};
+
 static int sessions_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
         const sd_bus_error *e;
+        const char *outcome = NULL;
 
         e = sd_bus_message_get_error(reply);
         /* Release is idempotent: a session that is already gone is released. */
         if (e && !sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
                 return http_request_reply_bus_error(req, e);
-
+        if (!e && sd_bus_message_read(reply, "s", &outcome) < 0)
+                outcome = NULL;
+        for (size_t i = 0; outcome && i < ELEMENTSOF(release_archive_outcomes); i++)
+                if (streq(outcome, release_archive_outcomes[i])) {
+                        char body[64];
+                        snprintf(body, sizeof(body), "{\"ok\":true,\"archive\":\"%s\"}", outcome);
+                        return http_request_reply_literal(req, HTTP_OK, body);
+                }
         return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
 }
 

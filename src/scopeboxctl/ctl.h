@@ -35,6 +35,7 @@ int verb_exec(Ctl *c);
 int verb_gc(Ctl *c);
 int verb_doctor(Ctl *c);
 int verb_packages(Ctl *c);
+int verb_archives(Ctl *c);
 
 /* Prints "scopeboxctl: <message>" on stderr; returns error (negative) for "return ctl_error(r, ...)".
  * %m in format is the error's text. */

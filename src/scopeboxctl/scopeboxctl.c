@@ -26,6 +26,7 @@ static const Verb verbs[] = {
         { "gc",       0, 0, verb_gc       },
         { "doctor",   0, 0, verb_doctor   },
         { "packages", 1, 1024, verb_packages },
+        { "archives", 1, 1, verb_archives },
 };
 
 static void help(void) {
@@ -40,7 +41,9 @@ static void help(void) {
                "  gc                  Delete stored workspace archives older than --max-age\n"
                "  doctor              Check the host's prerequisites\n"
                "  packages install WHEEL|DIR...\n"
-               "                      Add Python packages (local wheels) to every sandbox\n\n"
+               "                      Add Python packages (local wheels) to every sandbox\n"
+               "  archives list|retry List released sessions whose archive is not stored yet,\n"
+               "                      or try storing them again now\n\n"
                "Options:\n"
                "  -h --help           Show this help\n"
                "     --version        Show the version\n"

@@ -44,6 +44,8 @@ static const char *errno_to_bus_error(int error) {
                 return BUS_ERROR_NOT_FOUND;
         case EREMOTEIO:
                 return BUS_ERROR_STORAGE_FAILED;
+        case ENOLINK:
+                return BUS_ERROR_RESTORE_FAILED;
         case EINVAL:
                 return SD_BUS_ERROR_INVALID_ARGS;
         case ECANCELED:
@@ -142,6 +144,7 @@ static void on_session_started(Session *s, int error, const char *message, void 
 static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         CreateOptions o = {};
+        uint64_t ttl_usec;
         Session *s;
         int r;
 
@@ -154,6 +157,16 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 o.archive_key = NULL;
         if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
+        ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
+                   USEC_PER_SEC;
+
+        /* The archive of this key not stored yet: that session, whose workspace is the newest, is
+         * the client's again (it holds its place under the cap already). */
+        s = o.archive_key ? session_find_pending_archive(mgr, o.archive_key, o.storage) : NULL;
+        if (s && session_adopt(s, ttl_usec, on_session_started, sd_bus_message_ref(m)) >= 0)
+                return 1;
+        if (s)
+                sd_bus_message_unref(m);
 
         if (mgr->config.max_sessions > 0 && mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions) {
                 /* A client can ask at will: info, not a warning. */
@@ -167,8 +180,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         if (r < 0)
                 return r;
         /* 0 means the default; anything else is clamped to [1, cap]. */
-        s->idle_ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec
-                                                : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) * USEC_PER_SEC;
+        s->idle_ttl_usec = ttl_usec;
         if ((o.archive_key && !(s->archive_key = strdup(o.archive_key))) ||
             (o.storage && !(s->storage_json = strdup(o.storage)))) {
                 session_free(s);
@@ -208,7 +220,7 @@ static void on_session_released(Session *s, int error, const char *message, void
                 reply_error(m, error, message);
                 return;
         }
-        r = sd_bus_reply_method_return(m, NULL);
+        r = sd_bus_reply_method_return(m, "s", archive_outcome_to_string(s->archive_outcome));
         if (r < 0)
                 log_debug_errno(r, "Failed to reply to ReleaseSession, ignoring: %m");
 }
@@ -903,7 +915,8 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}"
+                                          "{sv}{sv}{sv}{sv}{sv}",
                                           "start_time_usec", "t", mt->start_realtime_usec,
                                           "sessions", "u", mgr->n_sessions - mgr->n_ephemeral,
                                           "sessions_started", "t", mt->sessions_started,
@@ -920,7 +933,12 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
                                           "exec_duration_count", "t", mt->exec_duration_count,
                                           "archive_bytes_written", "t", mt->archive_bytes_written,
                                           "archive_bytes_restored", "t", mt->archive_bytes_restored,
-                                          "archive_failures", "t", mt->archive_failures);
+                                          "archive_failures", "t", mt->archive_failures,
+                                          "archive_retries", "t", mt->archive_retries,
+                                          "archives_skipped", "t", mt->archives_skipped,
+                                          "archives_abandoned", "t", mt->archives_abandoned,
+                                          "restore_failures", "t", mt->restore_failures,
+                                          "archives_pending", "u", session_count_pending_archives(mgr));
         if (r >= 0)
                 r = append_labeled(reply, "execs", mt->execs, _EXEC_OUTCOME_MAX, exec_outcome_label);
         if (r >= 0)
@@ -949,8 +967,10 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
                                           "state", "s", session_state_to_string(s->state),
+                                          "archive_pending", "b", (int) session_archive_pending(s),
+                                          "restore_failed", "b", (int) s->restore_failed,
                                           "unit", "s", strempty(s->unit),
                                           "created_usec", "t", s->created_realtime_usec,
                                           "last_active_usec", "t", s->last_active_realtime_usec,
@@ -1016,6 +1036,43 @@ static int method_get_session(sd_bus_message *m, void *userdata, sd_bus_error *e
         return sd_bus_send(NULL, reply, NULL);
 }
 
+/* ---- ListPendingArchives, RetryArchives (scopeboxctl archives) ---- */
+
+static int method_list_pending_archives(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Manager *mgr = userdata;
+        int r;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(ssutts)");
+        for (Session *s = mgr->sessions; r >= 0 && s; s = s->next) {
+                if (!session_archive_pending(s))
+                        continue;
+                r = sd_bus_message_append(reply, "(ssutts)", s->id, session_archive_stem_of(s), s->archive_attempts,
+                                          s->release_realtime_usec, s->archive_first_failure_realtime_usec,
+                                          strempty(s->archive_error));
+        }
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
+static int method_retry_archives(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        uint32_t n = 0;
+
+        for (Session *s = mgr->sessions; s; s = s->next)
+                if (session_archive_pending(s)) {
+                        session_archive_retry_now(s);
+                        n++;
+                }
+        log_info("Retrying %" PRIu32 " pending archive%s now, as asked.", n, n == 1 ? "" : "s");
+        return sd_bus_reply_method_return(m, "u", n);
+}
+
 /* ---- properties ---- */
 
 static int property_get_sessions(sd_bus *bus, const char *path, const char *interface, const char *property,
@@ -1046,7 +1103,7 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_create_session, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ReleaseSession",
                                 SD_BUS_ARGS("s", session_id, "a{sv}", options),
-                                SD_BUS_NO_RESULT,
+                                SD_BUS_RESULT("s", archive),
                                 method_release_session, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Exec",
                                 SD_BUS_ARGS("s", session_id, "h", code, "a{sv}", options),
@@ -1090,6 +1147,14 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_ARGS("s", session_id),
                                 SD_BUS_RESULT("a{sv}", info),
                                 method_get_session, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListPendingArchives",
+                                SD_BUS_NO_ARGS,
+                                SD_BUS_RESULT("a(ssutts)", archives),
+                                method_list_pending_archives, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("RetryArchives",
+                                SD_BUS_NO_ARGS,
+                                SD_BUS_RESULT("u", n_archives),
+                                method_retry_archives, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 

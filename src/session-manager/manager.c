@@ -444,6 +444,9 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
         if (s->idle_ttl_usec == 0)
                 s->idle_ttl_usec = m->config.idle_ttl_sec * USEC_PER_SEC;
         s->state_saved_realtime_usec = s->last_active_realtime_usec;
+        r = session_load_release_state(s, o);
+        if (r < 0)
+                return r;
         return session_recover(s);
 }
 

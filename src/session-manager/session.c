@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,19 @@ static int session_save_state(Session *s) {
                 json_object_object_add(o, "archive_key", json_object_new_string(s->archive_key));
         if (s->storage_json)
                 json_object_object_add(o, "storage", json_object_new_string(s->storage_json));
+        if (s->restore_failed)
+                json_object_object_add(o, "restore_failed", json_object_new_boolean(true));
+        if (s->releasing) {
+                json_object_object_add(o, "releasing", json_object_new_boolean(true));
+                json_object_object_add(o, "release_realtime_usec", json_object_new_int64((int64_t) s->release_realtime_usec));
+                json_object_object_add(o, "archive_attempts", json_object_new_int64((int64_t) s->archive_attempts));
+                json_object_object_add(o, "archive_first_failure_realtime_usec",
+                                       json_object_new_int64((int64_t) s->archive_first_failure_realtime_usec));
+                if (s->archive_error)
+                        json_object_object_add(o, "archive_error", json_object_new_string(s->archive_error));
+                if (s->stop_reason)
+                        json_object_object_add(o, "release_reason", json_object_new_string(s->stop_reason));
+        }
         text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 
         /* The storage block may carry credentials: root only. */
@@ -235,6 +249,16 @@ static void session_release_remains(Session *s) {
 
         session_fail_requests(s, -ENXIO, "session not found or not running");
         session_remove_state(s);
+        if (s->releasing) {
+                /* Its runner went (killed, out of memory, unresponsive) while the archive waited. */
+                s->manager->metrics.archives_abandoned++;
+                s->archive_outcome = ARCHIVE_OUTCOME_ABANDONED;
+                log_struct(LOG_ERR, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
+                                                  SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
+                           "Gave up archiving session %s after %u attempts: the session ended first (its runner is "
+                           "gone); last error: %s. Its workspace is lost.", s->id, s->archive_attempts,
+                           strna(s->archive_error));
+        }
 
         /* The workspace lived in the runner's mount namespace and is gone with it; what is left
          * here is the socket and an empty mount point. */
@@ -298,6 +322,9 @@ Session *session_free(Session *s) {
         s->stop_job = systemd_job_free(s->stop_job);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
         s->archive_slot = sd_bus_slot_unref(s->archive_slot);
+        s->archive_retry_timer = sd_event_source_disable_unref(s->archive_retry_timer);
+        s->restore_wait_timer = sd_event_source_disable_unref(s->restore_wait_timer);
+        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
 
         session_hand_off_runner(s);
         s->control_source = sd_event_source_disable_unref(s->control_source);
@@ -317,6 +344,8 @@ Session *session_free(Session *s) {
         free(s->storage_json);
         free(s->archive_token);
         free(s->stop_reason);
+        free(s->archive_error);
+        free(s->discard_stem);
         free(s);
         return NULL;
 }
@@ -727,7 +756,7 @@ static void session_start_done(Session *s, int error, const char *message) {
                 if (r < 0)
                         log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                    "Failed to record session %s; it won't survive a restart of the manager: %m", s->id);
-                if (!s->ephemeral) {
+                if (!s->ephemeral && !s->counted) {
                         s->manager->metrics.sessions_started++;
                         s->counted = true;
                 }
@@ -743,6 +772,7 @@ static void session_start_done(Session *s, int error, const char *message) {
 }
 
 static void session_restore_then_ready(Session *s);
+static void session_reset_inputs_then_ready(Session *s);
 
 /* What the runner can do beyond the basics, from its answer to init or ping. A runner started by an
  * earlier version of ours (recovered after an upgrade) may know less. */
@@ -992,6 +1022,7 @@ struct ExecCall {
         RunnerRequest *request;   /* ours until on_exec_reply() */
         char exec_id[32];
         bool cancelled;
+        bool released;            /* stopped because its session is released */
         ExecCallback callback;
         void *userdata;
 };
@@ -1124,7 +1155,12 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         ExecResult result;
         int r;
 
-        if (c->cancelled) {
+        if (c->released) {
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
+                           "Exec %s of session %s was stopped: its session is released.", c->exec_id, s->id);
+                error = -ENXIO;
+                message = "session not found or not running";
+        } else if (c->cancelled) {
                 /* Whatever came of it (killed, or done just before), its caller wants no result. */
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
                            "Exec %s of session %s was cancelled: its caller hung up.", c->exec_id, s->id);
@@ -1221,7 +1257,7 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         return 0;
 }
 
-void session_exec_cancel(ExecCall *c) {
+static void exec_call_stop(ExecCall *c, bool released) {
         Session *s = c->session;
         RunnerRequest *q = c->request;
         _cleanup_json_ json_object *msg = NULL;
@@ -1230,11 +1266,13 @@ void session_exec_cancel(ExecCall *c) {
         if (c->cancelled)
                 return;
         c->cancelled = true;
+        c->released = released;
 
         if (s->in_flight != q) {
                 /* Still queued: out of the queue, answered now (on_exec_reply() frees c). */
                 (void) session_unqueue(s, q);
-                q->callback(s, -ECANCELED, EXEC_CANCELLED_MESSAGE, NULL, -EBADF, q->userdata);
+                q->callback(s, released ? -ENXIO : -ECANCELED, released ? "session not found or not running" : EXEC_CANCELLED_MESSAGE,
+                            NULL, -EBADF, q->userdata);
                 runner_request_free(q);
                 /* What waited behind it may go now. */
                 (void) session_dispatch_next(s);
@@ -1265,15 +1303,43 @@ void session_exec_cancel(ExecCall *c) {
                            s->id, c->exec_id);
 }
 
+void session_exec_cancel(ExecCall *c) {
+        exec_call_stop(c, false);
+}
+
+static void session_stop_running_exec(Session *s) {
+        if (s->in_flight && s->in_flight->is_exec && s->in_flight->callback == on_exec_reply)
+                exec_call_stop(s->in_flight->userdata, true);
+}
+
 bool session_exec_running(const Session *s) {
         return s->in_flight && s->in_flight->is_exec;
 }
 
 /* ---- archives: storage agent + runner ---- */
 
+/* Calls that only stage or look something up; transfers get as long as the agent may take for
+ * one (three attempts of S3_TOTAL_TIMEOUT_SEC each, plus hashing). */
 #define STORAGE_CALL_SLACK_USEC (30 * USEC_PER_SEC)
+#define STORAGE_TRANSFER_TIMEOUT_USEC (7 * 60 * USEC_PER_SEC)
+/* An archive of the same stem in flight elsewhere: look again this often. */
+#define ARCHIVE_WAIT_USEC (500 * USEC_PER_MSEC)
 
-/* The storage block to use (the call's, else the one remembered at create) if it is effective,
+static const char *const archive_outcome_table[_ARCHIVE_OUTCOME_MAX] = {
+        [ARCHIVE_OUTCOME_NONE] = "none",
+        [ARCHIVE_OUTCOME_STORED] = "stored",
+        [ARCHIVE_OUTCOME_PENDING] = "pending",
+        [ARCHIVE_OUTCOME_SKIPPED] = "skipped",
+        [ARCHIVE_OUTCOME_KEPT] = "kept",
+        [ARCHIVE_OUTCOME_ABANDONED] = "abandoned",
+        [ARCHIVE_OUTCOME_DISCARDED] = "discarded",
+};
+
+const char *archive_outcome_to_string(ArchiveOutcome o) {
+        return o >= 0 && o < _ARCHIVE_OUTCOME_MAX ? archive_outcome_table[o] : NULL;
+}
+
+/* The storage block to use (the one remembered at create, or the release's) if it is effective,
  * else NULL: then archives are no-ops (COMPAT.md). */
 static const char *session_effective_storage(Session *s, const char *override) {
         const char *json = override ?: s->storage_json;
@@ -1288,19 +1354,60 @@ static const char *session_archive_stem(Session *s, const char *override) {
         return s->id;
 }
 
+const char *session_archive_stem_of(Session *s) {
+        return session_archive_stem(s, NULL);
+}
+
+bool session_archive_pending(const Session *s) {
+        return s->releasing;
+}
+
+unsigned session_count_pending_archives(Manager *m) {
+        unsigned n = 0;
+        for (Session *i = m->sessions; i; i = i->next)
+                n += i->releasing;
+        return n;
+}
+
+/* Between BeginArchive and the answer to CommitArchive: the stored object may change. */
+static bool session_archive_in_flight(const Session *s) {
+        return s->releasing && (s->archive_slot || s->archive_token);
+}
+
+static bool session_same_archive(Session *a, Session *b) {
+        return a != b && streq(session_archive_stem(a, NULL), session_archive_stem(b, NULL)) &&
+               streq_ptr(a->storage_json, b->storage_json);
+}
+
+Session *session_find_pending_archive(Manager *m, const char *stem, const char *storage_json) {
+        Session *found = NULL;
+
+        /* The newest release wins: its workspace is what the client saw last. */
+        for (Session *i = m->sessions; i; i = i->next)
+                if (i->releasing && !i->stop_requested && streq(session_archive_stem(i, NULL), stem) &&
+                    streq_ptr(i->storage_json, storage_json) &&
+                    (!found || i->release_realtime_usec >= found->release_realtime_usec))
+                        found = i;
+        return found;
+}
+
 /* The call is owned by *ret_slot, which its reply callback clears first thing; freeing the
  * session cancels it. */
 static int storage_call(Session *s, sd_bus_slot **ret_slot, const char *method, sd_bus_message_handler_t cb,
-                        uint64_t timeout_usec, const char *storage, const char *arg) {
+                        uint64_t timeout_usec, const char *types, ...) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        va_list ap;
         int r;
 
         if (*ret_slot)
                 return -EBUSY;  /* one at a time; the caller goes on without it */
         r = sd_bus_message_new_method_call(s->manager->bus, &m, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
                                            STORAGE_AGENT_INTERFACE, method);
-        if (r >= 0)
-                r = storage ? sd_bus_message_append(m, "ss", storage, arg) : sd_bus_message_append(m, "s", arg);
+        if (r >= 0) {
+                va_start(ap, types);
+                r = sd_bus_message_appendv(m, types, ap);
+                va_end(ap);
+        }
         if (r >= 0)
                 r = sd_bus_call_async(s->manager->bus, ret_slot, m, cb, s, timeout_usec);
         return r;
@@ -1312,10 +1419,152 @@ static void storage_reply_begin(sd_bus_slot **slot) {
         *slot = sd_bus_slot_unref(*slot);
 }
 
-static void session_archive_finished(Session *s) {
-        free(s->archive_token);
-        s->archive_token = NULL;
+static const char *bus_reply_error(sd_bus_message *reply) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+        return e && e->message ? e->message : e && e->name ? e->name : "malformed reply";
+}
+
+/* The release waiters hear the outcome now; the session goes on without them. */
+static void session_release_tell(Session *s) {
+        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
+        s->release_told = true;
+        while (s->release_waiters) {
+                ReleaseWaiter *w = s->release_waiters;
+                s->release_waiters = w->next;
+                w->callback(s, 0, NULL, w->userdata);
+                free(w);
+        }
+}
+
+static void session_archive_stop_retrying(Session *s) {
+        s->archive_retry_timer = sd_event_source_disable_unref(s->archive_retry_timer);
+        s->archive_token = mfree(s->archive_token);
+}
+
+static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+
+        storage_reply_begin(&s->archive_slot);
+        if (sd_bus_message_is_method_error(reply, NULL))
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to delete the archive of %s: %s",
+                           s->id, bus_reply_error(reply));
+        session_stop_scope(s, s->stop_reason ?: "discarded");
+        return 0;
+}
+
+/* Delete the stored archive, then stop. */
+static void session_discard(Session *s, const char *storage, const char *stem) {
+        s->releasing = false;
+        s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
+        session_archive_stop_retrying(s);
+        if (!storage || storage_call(s, &s->archive_slot, "DeleteArchive", on_discard_reply,
+                                     STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, stem) < 0)
+                session_stop_scope(s, s->stop_reason ?: "discarded");
+}
+
+/* The archive is stored, or never will be: the session goes. */
+static void session_archive_done(Session *s, ArchiveOutcome outcome) {
+        if (s->discard_stem) {
+                _cleanup_free_ char *stem = TAKE_PTR(s->discard_stem);
+                session_discard(s, session_effective_storage(s, NULL), stem);
+                return;
+        }
+        s->releasing = false;
+        s->archive_outcome = outcome;
+        session_archive_stop_retrying(s);
+        manager_state_changed(s->manager);
         session_stop_scope(s, s->stop_reason ?: "released");
+}
+
+static void session_archive_attempt(Session *s);
+
+static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata);
+
+static int session_arm_archive_retry(Session *s, uint64_t usec) {
+        if (s->archive_retry_timer) {
+                int r = sd_event_source_set_time_relative(s->archive_retry_timer, usec);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(s->archive_retry_timer, SD_EVENT_ONESHOT);
+                return r;
+        }
+        return sd_event_add_time_relative(s->manager->event, &s->archive_retry_timer, CLOCK_BOOTTIME, usec,
+                                          10 * USEC_PER_MSEC, on_archive_retry, s);
+}
+
+static uint64_t archive_retry_delay(unsigned failures) {
+        uint64_t d = SESSION_ARCHIVE_RETRY_FIRST_USEC;
+        for (unsigned i = 1; i < failures && d < SESSION_ARCHIVE_RETRY_MAX_USEC; i++)
+                d *= 2;
+        return MIN(d, SESSION_ARCHIVE_RETRY_MAX_USEC);
+}
+
+/* An attempt failed. 'permanent': no retry can store it (too large, storage block refused). */
+static void session_archive_failed(Session *s, bool permanent, const char *why) {
+        Config *c = &s->manager->config;
+        uint64_t now = (uint64_t) time(NULL) * USEC_PER_SEC, deadline, delay;
+        const char *stem = session_archive_stem(s, NULL);
+        int r;
+
+        s->archive_token = mfree(s->archive_token);
+        if (s->discard_stem) {
+                /* Its client discarded it meanwhile. */
+                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
+                return;
+        }
+        s->manager->metrics.archive_failures++;
+        free(s->archive_error);
+        s->archive_error = strdup(why);
+        if (s->archive_first_failure_realtime_usec == 0)
+                s->archive_first_failure_realtime_usec = now;
+        deadline = s->archive_first_failure_realtime_usec + c->archive_retry_deadline_sec * USEC_PER_SEC;
+
+        if (permanent) {
+                s->manager->metrics.archives_skipped++;
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
+                                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
+                                                      SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
+                           "Archive of session %s can't be stored: %s. The stored archive '%s', if any, stays as it was.",
+                           s->id, why, stem);
+                session_archive_done(s, ARCHIVE_OUTCOME_SKIPPED);
+                return;
+        }
+        if (s->archive_superseded || s->control_fd < 0 || now >= deadline) {
+                const char *reason = s->archive_superseded ? "a newer release of the same archive superseded it"
+                                     : s->control_fd < 0   ? "the session's runner is gone"
+                                                           : "SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed";
+                s->manager->metrics.archives_abandoned++;
+                log_struct(s->archive_superseded ? LOG_INFO : LOG_ERR, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
+                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
+                           "Gave up archiving session %s after %u attempts (%s); last error: %s. Its workspace is lost.",
+                           s->id, s->archive_attempts, reason, why);
+                session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
+                return;
+        }
+
+        delay = MIN(archive_retry_delay(s->archive_attempts), deadline - now);
+        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-failed",
+                                              strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
+                   "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept; next attempt in %llus.",
+                   s->id, s->archive_attempts, why, (unsigned long long) ((delay + USEC_PER_SEC - 1) / USEC_PER_SEC));
+        s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
+        r = session_arm_archive_retry(s, delay);
+        if (r < 0) {
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
+                           "Failed to schedule the next archive attempt of session %s, giving up: %m", s->id);
+                s->manager->metrics.archives_abandoned++;
+                session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
+                return;
+        }
+        (void) session_save_state(s);
+        manager_state_changed(s->manager);
+        session_release_tell(s);
+}
+
+static void session_archive_failed_errno(Session *s, int error, const char *what) {
+        char buf[256];
+        snprintf(buf, sizeof(buf), "%s: %s", what, strerror(abs(error)));
+        session_archive_failed(s, false, buf);
 }
 
 static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
@@ -1323,43 +1572,57 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
         uint64_t size = 0;
 
         storage_reply_begin(&s->archive_slot);
-        if (sd_bus_message_is_method_error(reply, NULL)) {
-                s->manager->metrics.archive_failures++;
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                           "Failed to store the archive of %s: %s",
-                           s->id, sd_bus_message_get_error(reply)->message);
-        } else if (sd_bus_message_read(reply, "t", &size) >= 0) {
-                s->manager->metrics.archive_bytes_written += size;
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
-                           "Archived session %s (%llu bytes).", s->id, (unsigned long long) size);
+        s->archive_token = mfree(s->archive_token);
+        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "t", &size) < 0) {
+                /* A refusal of the block (the endpoint's addresses are not allowed) stays a refusal;
+                 * an unknown token means the agent restarted in between: a new attempt stages anew. */
+                const char *why = bus_reply_error(reply);
+                session_archive_failed(s, sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS) &&
+                                                  !strstr(why, "unknown archive token"),
+                                       why);
+                return 0;
         }
-        session_archive_finished(s);
+        s->manager->metrics.archive_bytes_written += size;
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
+                   "Archived session %s (%llu bytes, attempt %u).", s->id, (unsigned long long) size, s->archive_attempts);
+        session_archive_done(s, ARCHIVE_OUTCOME_STORED);
         return 0;
 }
 
-static int on_abort_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        Session *s = userdata;
-        storage_reply_begin(&s->archive_slot);
-        session_archive_finished(s);
-        return 0;
+/* Nobody waits for the answer: a staging the agent no longer knows is fine, and one it still has
+ * expires by itself. */
+static void storage_abort(Session *s, const char *token) {
+        if (token)
+                (void) sd_bus_call_method_async(s->manager->bus, NULL, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
+                                                STORAGE_AGENT_INTERFACE, "AbortArchive", NULL, NULL, "s", token);
 }
 
 static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        json_object *v;
+        int64_t bytes;
         int r;
 
         if (error < 0) {
-                /* Too large or too slow: skipped, logged, not an error for the client. */
-                s->manager->metrics.archive_failures++;
-                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
-                                                      SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                           "Archive of session %s skipped: %s", s->id, strempty(message));
-                r = storage_call(s, &s->archive_slot, "AbortArchive", on_abort_reply, STORAGE_CALL_SLACK_USEC, NULL,
-                                 s->archive_token);
-        } else
-                r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply, STORAGE_CALL_SLACK_USEC, NULL,
-                                 s->archive_token);
-        if (r < 0)
-                session_archive_finished(s);
+                storage_abort(s, s->archive_token);
+                s->archive_token = mfree(s->archive_token);
+                if (error == -EFBIG)
+                        session_archive_failed(s, true, "the workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES");
+                else
+                        session_archive_failed(s, false, strempty(message));
+                return;
+        }
+        bytes = json_object_object_get_ex(reply, "bytes", &v) ? json_object_get_int64(v) : -1;
+        if (bytes < 0) {
+                storage_abort(s, s->archive_token);
+                session_archive_failed(s, false, "the runner did not say how many bytes it wrote");
+                return;
+        }
+        r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply, STORAGE_TRANSFER_TIMEOUT_USEC, "st",
+                         s->archive_token, (uint64_t) bytes);
+        if (r < 0) {
+                storage_abort(s, s->archive_token);
+                session_archive_failed_errno(s, r, "failed to call the storage agent");
+        }
 }
 
 static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
@@ -1370,13 +1633,14 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         int fd, r;
 
         storage_reply_begin(&s->archive_slot);
-        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
-                s->manager->metrics.archive_failures++;
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                           "Not archiving session %s: %s", s->id,
-                           sd_bus_message_is_method_error(reply, NULL) ? sd_bus_message_get_error(reply)->message
-                                                                         : "malformed reply");
-                session_archive_finished(s);
+        if (sd_bus_message_is_method_error(reply, NULL)) {
+                /* A storage block the agent refuses (not effective, endpoint not allowed) stays refused. */
+                session_archive_failed(s, sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS),
+                                       bus_reply_error(reply));
+                return 0;
+        }
+        if (sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
+                session_archive_failed(s, false, "malformed reply from the storage agent");
                 return 0;
         }
         s->archive_token = strdup(token);
@@ -1385,7 +1649,8 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         if (!s->archive_token || fd < 0 || !msg) {
                 safe_close(fd);
                 json_object_put(msg);
-                session_archive_finished(s);
+                storage_abort(s, token);
+                session_archive_failed_errno(s, ENOMEM, "failed to stage the archive");
                 return 0;
         }
         json_object_object_add(msg, "op", json_object_new_string("archive"));
@@ -1393,53 +1658,249 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
         r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, false, true,
                             on_runner_archived, NULL);
-        if (r < 0)
-                session_archive_finished(s);
+        if (r < 0) {
+                storage_abort(s, s->archive_token);
+                session_archive_failed_errno(s, r, "failed to ask the runner for the archive");
+        }
         return 0;
 }
 
-static int on_delete_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+static void session_archive_attempt(Session *s) {
+        const char *storage = session_effective_storage(s, NULL);
+        int r;
+
+        if (!storage) {
+                session_archive_done(s, ARCHIVE_OUTCOME_NONE);
+                return;
+        }
+        if (s->control_fd < 0) {
+                session_archive_failed(s, false, "the session's runner is gone");
+                return;
+        }
+        /* Archives of one stem are stored one after the other, in the order of their releases. */
+        for (Session *i = s->manager->sessions; i; i = i->next)
+                if (session_same_archive(s, i) && session_archive_in_flight(i)) {
+                        r = session_arm_archive_retry(s, ARCHIVE_WAIT_USEC);
+                        if (r >= 0)
+                                return;
+                        break;
+                }
+        s->archive_attempts++;
+        if (s->archive_attempts > 1)
+                s->manager->metrics.archive_retries++;
+        r = storage_call(s, &s->archive_slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, "ss", storage,
+                         session_archive_stem(s, NULL));
+        if (r < 0)
+                session_archive_failed_errno(s, r, "failed to call the storage agent");
+}
+
+static void on_retry_ping(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+        if (!s->releasing)
+                return;
+        if (error < 0) {
+                session_archive_failed(s, false, "the session's runner is gone");
+                return;
+        }
+        session_archive_attempt(s);
+}
+
+static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata) {
+        Session *s = userdata;
+        json_object *ping;
+
+        if (!s->releasing)
+                return 0;
+        /* The runner first: it is alive, and its idle backstop hears of us, however long storage
+         * takes to come back. */
+        ping = json_object_new_object();
+        if (!ping || (json_object_object_add(ping, "op", json_object_new_string("ping")),
+                      session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_retry_ping, NULL)) < 0)
+                session_archive_attempt(s);
+        return 0;
+}
+
+void session_archive_retry_now(Session *s) {
+        if (s->releasing && s->archive_retry_timer && !session_archive_in_flight(s))
+                (void) session_arm_archive_retry(s, 1);
+}
+
+/* A newer release of the same archive: older pending ones are superseded (their workspace is
+ * older); one in flight finishes its attempt first, and the new one waits for it. */
+static void session_supersede_older(Session *s) {
+        for (Session *i = s->manager->sessions, *next; i; i = next) {
+                next = i->next;
+                if (!i->releasing || !session_same_archive(s, i))
+                        continue;
+                i->archive_superseded = true;
+                if (!session_archive_in_flight(i))
+                        session_archive_failed(i, false, "superseded");
+        }
+}
+
+static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *userdata) {
         Session *s = userdata;
 
-        storage_reply_begin(&s->archive_slot);
-        if (sd_bus_message_is_method_error(reply, NULL))
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to delete the archive of %s: %s",
-                           s->id, sd_bus_message_get_error(reply)->message);
-        session_stop_scope(s, s->stop_reason ?: "discarded");
+        if (s->releasing && !s->release_told) {
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "The archive of session %s is still being stored; its release is answered as pending.", s->id);
+                session_release_tell(s);
+        }
         return 0;
 }
 
+/* An exec that runs when its session is released is stopped as its timeout would stop it; its
+ * caller hears that the session is gone. The archive request waits behind it. */
 int session_release_full(Session *s, const char *reason, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata) {
+        _cleanup_free_ char *storage_override = NULL;
         const char *storage;
         int r;
 
+        if (s->state == SESSION_STOPPING) {
+                /* Already on its way out. A discard of one whose archive is pending drops the
+                 * workspace and the stored archive now. */
+                if (s->releasing && o && o->discard) {
+                        const char *stem = session_archive_stem(s, o->archive_key);
+
+                        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Session %s, whose archive was pending, is discarded by its client.", s->id);
+                        if (!session_archive_in_flight(s))
+                                session_discard(s, session_effective_storage(s, NULL), stem);
+                        else {
+                                /* After the attempt that is under way, whatever its outcome. */
+                                free(s->discard_stem);
+                                s->discard_stem = strdup(stem);
+                                s->archive_superseded = true;
+                                s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
+                        }
+                }
+                /* Its archive pending: the outcome is known now. Else the waiter hears when it is gone. */
+                if (s->release_told) {
+                        if (cb)
+                                cb(s, 0, NULL, userdata);
+                        return 0;
+                }
+                return session_add_release_waiter(s, cb, userdata);
+        }
+        if (o && o->storage_json && !(storage_override = strdup(o->storage_json)))
+                return -ENOMEM;
         r = session_add_release_waiter(s, cb, userdata);
         if (r < 0)
                 return r;
-        if (s->state == SESSION_STOPPING)
-                return 0; /* already on its way out; the waiter hears when it is gone */
 
         session_begin_stopping(s);
         free(s->stop_reason);
         s->stop_reason = strdup(reason);
+        /* The release's storage block is the one its archive goes to, also on every retry. */
+        if (storage_override) {
+                free(s->storage_json);
+                s->storage_json = TAKE_PTR(storage_override);
+        }
 
-        storage = session_effective_storage(s, o ? o->storage_json : NULL);
+        storage = session_effective_storage(s, NULL);
         if (storage && o && o->discard) {
-                r = storage_call(s, &s->archive_slot, "DeleteArchive", on_delete_archive_reply,
-                                 STORAGE_CALL_SLACK_USEC, storage, session_archive_stem(s, o->archive_key));
-                if (r >= 0)
+                session_discard(s, storage, session_archive_stem(s, o->archive_key));
+                return 0;
+        }
+        if (storage && (!o || o->archive)) {
+                if (s->restore_failed) {
+                        s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
+                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
+                                   "Not archiving session %s: its archive could not be restored, the stored one is kept.",
+                                   s->id);
+                        session_stop_scope(s, reason);
                         return 0;
-        } else if (storage && (!o || o->archive) && !s->in_flight && s->control_fd >= 0) {
-                r = storage_call(s, &s->archive_slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, storage,
-                                 session_archive_stem(s, NULL));
-                if (r >= 0)
-                        return 0;
-        } else if (storage && s->in_flight)
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Not archiving session %s: a call is still running in it.", s->id);
-
+                }
+                s->releasing = true;
+                s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
+                s->release_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
+                session_supersede_older(s);
+                session_stop_running_exec(s);
+                /* A restarted manager goes on with it. */
+                r = session_save_state(s);
+                if (r < 0)
+                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Failed to record the release of session %s, ignoring: %m", s->id);
+                manager_state_changed(s->manager);
+                /* The first attempt may take as long as the agent's transfers do (a server that
+                 * stalls mid-upload): the client hears "pending" well before its call times out. */
+                r = sd_event_add_time_relative(s->manager->event, &s->release_answer_timer, CLOCK_MONOTONIC,
+                                               s->manager->config.archive_timeout_sec * USEC_PER_SEC +
+                                                       STORAGE_CALL_SLACK_USEC,
+                                               USEC_PER_SEC, on_release_answer_due, s);
+                if (r < 0)
+                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Failed to arm the release answer timer, ignoring: %m");
+                session_archive_attempt(s);
+                return 0;
+        }
         session_stop_scope(s, reason);
+        return 0;
+}
+
+int session_load_release_state(Session *s, json_object *o) {
+        json_object *v;
+
+        if (json_object_object_get_ex(o, "restore_failed", &v))
+                s->restore_failed = json_object_get_boolean(v);
+        if (!json_object_object_get_ex(o, "releasing", &v) || !json_object_get_boolean(v))
+                return 0;
+        s->releasing = true;
+        s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
+        s->release_told = true; /* whoever asked heard from the earlier manager, or not at all */
+        if (json_object_object_get_ex(o, "archive_attempts", &v))
+                s->archive_attempts = (unsigned) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT_MAX);
+        if (json_object_object_get_ex(o, "release_realtime_usec", &v))
+                s->release_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
+        if (json_object_object_get_ex(o, "archive_first_failure_realtime_usec", &v))
+                s->archive_first_failure_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
+        if (json_object_object_get_ex(o, "archive_error", &v) && json_object_is_type(v, json_type_string) &&
+            !(s->archive_error = strdup(json_object_get_string(v))))
+                return -ENOMEM;
+        if (json_object_object_get_ex(o, "release_reason", &v) && json_object_is_type(v, json_type_string) &&
+            !(s->stop_reason = strdup(json_object_get_string(v))))
+                return -ENOMEM;
+        return 0;
+}
+
+void session_resume_release(Session *s) {
+        int r;
+
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-resumed"),
+                   "Session %s was being released by an earlier instance; archiving it (attempt %u).", s->id,
+                   s->archive_attempts + 1);
+        session_begin_stopping(s);
+        r = session_arm_archive_retry(s, 1);
+        if (r < 0)
+                session_archive_attempt(s);
+        manager_state_changed(s->manager);
+}
+
+/* ---- adoption: a create for an archive still pending takes its session over ---- */
+
+int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata) {
+        if (!s->releasing || s->stop_requested || session_archive_in_flight(s) || s->control_fd < 0 || s->in_flight ||
+            s->start_callback)
+                return -EBUSY;
+
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
+                   "Session %s, whose archive was pending (%u attempts), is taken over by a new create for the same "
+                   "archive: its workspace is newer than the stored one.", s->id, s->archive_attempts);
+        session_archive_stop_retrying(s);
+        s->releasing = false;
+        s->archive_superseded = false;
+        s->release_told = false;
+        s->archive_outcome = ARCHIVE_OUTCOME_NONE;
+        s->archive_attempts = 0;
+        s->archive_first_failure_realtime_usec = s->release_realtime_usec = 0;
+        s->archive_error = mfree(s->archive_error);
+        s->stop_reason = mfree(s->stop_reason);
+        s->idle_ttl_usec = idle_ttl_usec;
+        s->state = SESSION_STARTING;
+        s->start_callback = cb;
+        s->start_userdata = userdata;
+        /* As after a restore: the client syncs its inputs anew. */
+        session_reset_inputs_then_ready(s);
         return 0;
 }
 
@@ -1459,18 +1920,44 @@ static void session_reset_inputs_then_ready(Session *s) {
                 session_start_done(s, 0, NULL);
 }
 
+/* The stored archive could not be restored. The create fails (the archive stays as it is, a retry
+ * once storage is back succeeds) or, if the operator chose so and nothing was unpacked yet, the
+ * session starts empty and never archives over the stored one. */
+static void session_restore_failed(Session *s, bool unpacked, const char *why) {
+        const char *stem = session_archive_stem(s, NULL);
+        bool start_empty = s->manager->config.start_empty_on_restore_failure && !unpacked;
+        _cleanup_free_ char *message = NULL;
+
+        s->manager->metrics.restore_failures++;
+        log_struct(LOG_ERR, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
+                                          strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_RESTORE_FAILED),
+                   "Failed to restore session %s from archive '%s': %s. %s", s->id, stem, why,
+                   start_empty ? "It starts empty and will not archive over the stored archive."
+                               : "The create fails; the stored archive is kept.");
+        if (start_empty) {
+                s->restore_failed = true;
+                session_reset_inputs_then_ready(s);
+                return;
+        }
+        if (asprintf(&message, "failed to restore the workspace from its archive: %s; the stored archive is kept, "
+                     "retry later", why) < 0)
+                message = NULL;
+        session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
+}
+
 static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
         json_object *v;
 
-        if (error < 0)
-                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to restore the archive of session %s, starting empty: %s", s->id, strempty(message));
-        else {
-                s->manager->metrics.archive_bytes_restored += s->restore_size;
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-restored"),
-                           "Restored session %s from its archive (%lld bytes).", s->id,
-                           json_object_object_get_ex(reply, "bytes", &v) ? (long long) json_object_get_int64(v) : 0LL);
+        if (s->state == SESSION_STOPPING)
+                return;
+        if (error < 0) {
+                session_restore_failed(s, true, strempty(message));
+                return;
         }
+        s->manager->metrics.archive_bytes_restored += s->restore_size;
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-restored"),
+                   "Restored session %s from its archive (%lld bytes).", s->id,
+                   json_object_object_get_ex(reply, "bytes", &v) ? (long long) json_object_get_int64(v) : 0LL);
         session_reset_inputs_then_ready(s);
 }
 
@@ -1486,11 +1973,21 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
                 session_finalize(s);
                 return 0;
         }
-        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "bh", &found, &fd) < 0) {
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to fetch the archive of session %s, starting empty: %s", s->id,
-                           sd_bus_message_is_method_error(reply, NULL) ? sd_bus_message_get_error(reply)->message : "malformed reply");
-                found = 0;
+        if (sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS)) {
+                /* A storage block the agent may not use (endpoint not allowed, not effective there):
+                 * as without storage, nothing is restored, and nothing will be archived either. */
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
+                           "Not restoring session %s, starting empty: %s", s->id, bus_reply_error(reply));
+                session_reset_inputs_then_ready(s);
+                return 0;
+        }
+        if (sd_bus_message_is_method_error(reply, NULL)) {
+                session_restore_failed(s, false, bus_reply_error(reply));
+                return 0;
+        }
+        if (sd_bus_message_read(reply, "bh", &found, &fd) < 0) {
+                session_restore_failed(s, false, "malformed reply from the storage agent");
+                return 0;
         }
         if (!found) {
                 session_reset_inputs_then_ready(s);
@@ -1501,7 +1998,7 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         if (fd < 0 || !msg) {
                 safe_close(fd);
                 json_object_put(msg);
-                session_reset_inputs_then_ready(s);
+                session_restore_failed(s, false, "out of memory");
                 return 0;
         }
         /* Counted as restored once the runner unpacked it. */
@@ -1513,20 +2010,60 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, false, true,
                             on_runner_restored, NULL);
         if (r < 0)
-                session_reset_inputs_then_ready(s);
+                session_restore_failed(s, false, "failed to ask the runner to unpack it");
         return 0;
 }
+
+static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdata);
 
 /* After the runner is up: restore the archive if there is one, then clear the inputs. */
 static void session_restore_then_ready(Session *s) {
         const char *storage = s->archive_key ? session_effective_storage(s, NULL) : NULL;
+        const char *stem = session_archive_stem(s, NULL);
+        int r;
 
-        if (storage && storage_call(s, &s->restore_slot, "OpenArchive", on_open_archive_reply, STORAGE_CALL_SLACK_USEC,
-                                    storage, session_archive_stem(s, NULL)) >= 0) {
-                session_release_create_slot(s);
+        if (!storage) {
+                session_start_done(s, 0, NULL);
                 return;
         }
-        session_start_done(s, 0, NULL);
+        /* The archive of a session released moments ago may not be stored yet: never restore what
+         * it is about to replace. One being stored now is waited for; one that failed and waits for
+         * its next attempt is the client's to take over (a new create adopts it). */
+        for (Session *i = s->manager->sessions; i; i = i->next) {
+                if (!i->releasing || !session_same_archive(s, i))
+                        continue;
+                if (session_archive_in_flight(i)) {
+                        r = sd_event_add_time_relative(s->manager->event, &s->restore_wait_timer, CLOCK_MONOTONIC,
+                                                       ARCHIVE_WAIT_USEC, 10 * USEC_PER_MSEC, on_restore_wait, s);
+                        if (r >= 0) {
+                                session_release_create_slot(s);
+                                return;
+                        }
+                }
+                session_restore_failed(s, true, "the previous workspace of this archive_key is still being archived");
+                return;
+        }
+        /* Bounded like the create itself: the gateway waits for it no longer. */
+        r = storage_call(s, &s->restore_slot, "OpenArchive", on_open_archive_reply,
+                         s->manager->config.archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, "ss", storage,
+                         stem);
+        if (r < 0) {
+                session_restore_failed(s, false, "failed to call the storage agent");
+                return;
+        }
+        session_release_create_slot(s);
+}
+
+static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdata) {
+        Session *s = userdata;
+
+        s->restore_wait_timer = sd_event_source_disable_unref(s->restore_wait_timer);
+        if (s->state == SESSION_STOPPING) {
+                session_finalize(s);
+                return 0;
+        }
+        session_restore_then_ready(s);
+        return 0;
 }
 
 /* ---- workspace files ---- */
@@ -1620,6 +2157,10 @@ static void on_recover_ping(Session *s, int error, const char *message, json_obj
                 return;
         }
         session_learn_runner(s, reply);
+        if (s->releasing) {
+                session_resume_release(s);
+                return;
+        }
         now = (uint64_t) time(NULL) * USEC_PER_SEC;
         idle = now > s->last_active_realtime_usec ? now - s->last_active_realtime_usec : 0;
         remaining = idle < s->idle_ttl_usec ? s->idle_ttl_usec - idle : 1;
@@ -1633,7 +2174,7 @@ int session_recover(Session *s) {
         json_object *ping;
         int r;
 
-        s->state = SESSION_RUNNING;
+        s->state = s->releasing ? SESSION_STOPPING : SESSION_RUNNING;
         r = session_connect(s);
         if (r < 0) {
                 session_cleanup_stale(s, "runner unreachable after a restart");

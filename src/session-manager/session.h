@@ -2,6 +2,7 @@
 /* A session: its runner in a transient scope, the control connection, the request queue, the TTL. */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -86,6 +87,25 @@ typedef struct ExecParameters {
 
 typedef struct RunnerRequest RunnerRequest;
 
+/* What became of a released session's workspace (ReleaseSession's answer, docs/dbus-api.md). */
+typedef enum ArchiveOutcome {
+        ARCHIVE_OUTCOME_NONE,       /* no effective storage: nothing to archive */
+        ARCHIVE_OUTCOME_STORED,     /* stored and verified */
+        ARCHIVE_OUTCOME_PENDING,    /* not stored yet: the workspace is kept, archiving is retried */
+        ARCHIVE_OUTCOME_SKIPPED,    /* can never be stored (too large, storage block refused): the stored one stays */
+        ARCHIVE_OUTCOME_KEPT,       /* not archived on purpose: its restore failed, the stored one stays */
+        ARCHIVE_OUTCOME_ABANDONED,  /* given up (deadline passed, runner gone, superseded) */
+        ARCHIVE_OUTCOME_DISCARDED,  /* the client said discard */
+        _ARCHIVE_OUTCOME_MAX,
+        _ARCHIVE_OUTCOME_INVALID = -EINVAL,
+} ArchiveOutcome;
+
+const char *archive_outcome_to_string(ArchiveOutcome o);
+
+/* Backoff of archive retries: doubling from the first, up to the last. */
+#define SESSION_ARCHIVE_RETRY_FIRST_USEC (1 * USEC_PER_SEC)
+#define SESSION_ARCHIVE_RETRY_MAX_USEC (60 * USEC_PER_SEC)
+
 struct Session {
         Manager *manager;
         Session *next;
@@ -124,6 +144,23 @@ struct Session {
         char *archive_token;      /* the storage agent's staging of our archive, while it runs */
         char *stop_reason;
 
+        /* Archiving at release: the workspace (and the scope) stay until the archive is stored,
+         * can never be, or the retry deadline passed (docs/operations.md). Recorded, so that a
+         * restarted manager goes on with it. */
+        bool releasing;
+        bool restore_failed;        /* started empty after a failed restore: never archived over the stored one */
+        bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
+        bool release_told;          /* the release waiters heard the outcome already */
+        char *discard_stem;         /* discarded while an attempt was in flight: done after it */
+        ArchiveOutcome archive_outcome;
+        unsigned archive_attempts;
+        uint64_t release_realtime_usec;
+        uint64_t archive_first_failure_realtime_usec;
+        char *archive_error;        /* why the last attempt failed */
+        sd_event_source *archive_retry_timer;
+        sd_event_source *restore_wait_timer;  /* an archive of the same stem is being stored */
+        sd_event_source *release_answer_timer; /* the release is answered "pending" by then at the latest */
+
         /* Bus calls on the session's behalf, owned: freeing the session cancels them, so no
          * reply ever reaches a freed session. */
         SystemdJob *start_job;      /* StartTransientUnit and its job */
@@ -159,6 +196,8 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata);
 /* Stop the scope and forget the session. cb (optional) runs when it is gone. Safe from inside
  * the session's own callbacks: nothing is freed before the event loop gets back to the manager. */
 int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata);
+/* Release waiters hear when the session is gone, or earlier when its archive is pending; they
+ * find the outcome in s->archive_outcome. */
 /* Release with the client's options: archive the workspace first (default, when storage is
  * effective and no call is running), or delete the archive instead (discard). */
 typedef struct ReleaseOptions {
@@ -191,6 +230,24 @@ int session_write_file(Session *s, const char *relative, int data_fd, FileCallba
 int session_read_file(Session *s, const char *relative, uint64_t max, FileCallback cb, void *userdata);
 int session_list_files(Session *s, FileCallback cb, void *userdata);
 int session_reset_inputs(Session *s, FileCallback cb, void *userdata);
+
+/* Archives not stored yet: the session's archive is tried again now (RetryArchives). */
+void session_archive_retry_now(Session *s);
+/* The newest session releasing (stem, storage) whose archive is not stored yet, or NULL. */
+Session *session_find_pending_archive(Manager *m, const char *stem, const char *storage_json);
+/* Sessions whose archive is not stored yet. */
+unsigned session_count_pending_archives(Manager *m);
+/* Whether the session waits for its archive to be stored (held, retried). */
+bool session_archive_pending(const Session *s);
+/* The stem its archive is stored under. */
+const char *session_archive_stem_of(Session *s);
+/* A session whose archive is pending becomes a running session again for a new create with the
+ * same archive: its workspace is newer than anything stored. */
+int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata);
+/* From a recorded session's state file: a release that was in progress. */
+int session_load_release_state(Session *s, json_object *o);
+/* After recovery: go on archiving a session that was being released. */
+void session_resume_release(Session *s);
 
 /* Dispatch the next queued request if the session and a slot are free. */
 void session_kick(Session *s);

@@ -22,6 +22,7 @@
 #define BUS_ERROR_TOO_LARGE       "io.scopebox.Error.TooLarge"
 #define BUS_ERROR_NOT_FOUND       "io.scopebox.Error.NotFound"
 #define BUS_ERROR_STORAGE_FAILED  "io.scopebox.Error.StorageFailed"
+#define BUS_ERROR_RESTORE_FAILED  "io.scopebox.Error.RestoreFailed"
 #define BUS_ERROR_BACKEND_FAILED  "io.scopebox.Error.BackendFailed"
 /* The caller hung up (its "hangup" pipe lost its writer): the call was ended, not completed. */
 #define BUS_ERROR_CANCELLED       "io.scopebox.Error.Cancelled"

@@ -93,7 +93,11 @@ static const ConfigItem config_table[] = {
         ITEM("SANDBOX_MAX_ARCHIVE_BYTES", CONFIG_SIZE, max_archive_bytes, "200M", 0, 1ULL << 40,
              "Workspace archives larger than this are skipped (logged, not an error)."),
         ITEM("SANDBOX_ARCHIVE_TIMEOUT_S", CONFIG_UINT, archive_timeout_sec, "120", 1, 86400,
-             "Workspace archives slower than this are skipped (logged, not an error)."),
+             "How long the runner may take to write a workspace archive; a slower attempt is retried."),
+        ITEM("SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS", CONFIG_UINT, archive_retry_deadline_sec, "86400", 0, 30ULL * 86400,
+             "How long a released session's workspace is kept while storing its archive fails; retried until then."),
+        ITEM("SANDBOX_START_EMPTY_ON_RESTORE_FAILURE", CONFIG_BOOL, start_empty_on_restore_failure, "0", 0, 1,
+             "A create whose archive can't be fetched starts empty (restored: false, never archived over it) instead of failing."),
         /* The dify-sandbox API, under dify-sandbox's own names (COMPAT.md B). */
         ITEM("MAX_REQUESTS", CONFIG_UINT, dify_max_requests, "50", 1, 100000,
              "dify API: runs in flight (running or queued); more get 503 Too many requests."),

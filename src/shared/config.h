@@ -48,6 +48,8 @@ typedef struct Config {
         uint64_t storage_max_ttl_sec;
         uint64_t max_archive_bytes;
         uint64_t archive_timeout_sec;
+        uint64_t archive_retry_deadline_sec;
+        bool start_empty_on_restore_failure;
         uint64_t dify_max_requests;
         uint64_t dify_max_workers;
         uint64_t dify_worker_timeout_sec;

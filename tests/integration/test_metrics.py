@@ -222,7 +222,7 @@ def test_archive_bytes_written_and_restored():
     before, _ = scrape()
     sid = create_session(archive_key=stem, storage=STORAGE)
     run(sid, "import os\nopen('/workspace/data.bin', 'wb').write(os.urandom(100000))\n")
-    assert delete_session(sid).json == {"ok": True}
+    assert delete_session(sid).json == {"ok": True, "archive": "stored"}
     mid, _ = scrape()
     written = delta(before, mid, "scopebox_archive_bytes_total", direction="written")
     # Random bytes don't compress: the archive holds them, and not much more.

@@ -139,7 +139,7 @@ def restore(prefix, data):
 
 def release(sid, stem, prefix):
     r = delete_session(sid, discard=True, archive_key=stem, storage=storage(prefix))
-    assert (r.status, r.json) == (200, {"ok": True}), r
+    assert (r.status, r.json) == (200, {"ok": True, "archive": "discarded"}), r
 
 
 @pytest.fixture
@@ -376,7 +376,7 @@ def test_release_of_a_deep_tree_archives_promptly(prefix):
     res = run(sid, "import os\nos.chdir('/workspace')\nfor i in range(1000):\n    os.mkdir('d')\n    os.chdir('d')\n"
                    "open('leaf.txt', 'w').write('leaf')\nopen('/workspace/top.txt', 'w').write('top')\n")
     assert res["exit_code"] == 0, res
-    assert delete_session(sid).json == {"ok": True}
+    assert delete_session(sid).json == {"ok": True, "archive": "stored"}
     path = f"{ROOT}/{prefix}/workspaces/{stem}.tgz"
     try:
         with tarfile.open(path, "r:gz") as t:

@@ -504,7 +504,7 @@ def test_archive_helper_is_isolated_like_an_exec():
             release = pool.submit(delete_session, sid)
             archiving = watch.result(timeout=120)
             released = release.result(timeout=300)
-        assert (released.status, released.json) == (200, {"ok": True}), released
+        assert (released.status, released.json) == (200, {"ok": True, "archive": "stored"}), released
 
         # Restore (extract) into a new session, watched the same way.
         with concurrent.futures.ThreadPoolExecutor(2) as pool:

@@ -277,7 +277,7 @@ def test_the_body_cannot_choose_the_local_directory(area):
     # An archive made with that block lands in the operator's directory too.
     sid = create_session(archive_key="dir_choice", storage=st)
     run(sid, "open('/workspace/a.txt', 'w').write('a')")
-    assert delete_session(sid).json == {"ok": True}
+    assert delete_session(sid).json == {"ok": True, "archive": "stored"}
     archive = area.key_path("workspaces/dir_choice.tgz")
     assert os.path.exists(archive)
     assert not os.path.lexists(f"{area.outside}/{area.name}/workspaces/dir_choice.tgz")
@@ -310,7 +310,7 @@ def test_hostile_archive_key_falls_back_to_the_session_id(area, case):
     # Nothing was restored from anywhere (a planted ROOT/<prefix>/victim.tgz included).
     assert run(sid, "import os\nprint(sorted(os.listdir('/workspace')))")["stdout"] == \
         "['a.txt', 'outputs', 'skills', 'uploads']\n"
-    assert delete_session(sid).json == {"ok": True}
+    assert delete_session(sid).json == {"ok": True, "archive": "stored"}
     archive = area.key_path(f"workspaces/{sid}.tgz")
     try:
         assert files_below(ROOT) - before == {archive}
@@ -322,7 +322,7 @@ def test_discard_with_a_hostile_archive_key_deletes_only_the_sessions_archive(ar
     stem = f"conv_{secrets.token_hex(4)}"
     sid = create_session(archive_key=stem, storage=area.storage)
     run(sid, "open('/workspace/a.txt', 'w').write('a')")
-    assert delete_session(sid).json == {"ok": True}
+    assert delete_session(sid).json == {"ok": True, "archive": "stored"}
     archive = area.key_path(f"workspaces/{stem}.tgz")
     assert os.path.exists(archive)
     before = files_below(ROOT)
@@ -474,9 +474,9 @@ def test_sessions_with_a_disallowed_storage_never_contact_it(allowlist):
     block = s3_block(f"http://127.0.0.1:{b.port}")
     sid = create_session(archive_key="secsuite_disallowed", storage=block)
     assert run(sid, "open('/workspace/a.txt', 'w').write('a'); print(1)")["stdout"] == "1\n"
-    assert delete_session(sid).json == {"ok": True}
+    assert delete_session(sid).json == {"ok": True, "archive": "skipped"}
     sid = create_session(archive_key="secsuite_disallowed", storage=block)
-    assert delete_session(sid, discard=True).json == {"ok": True}
+    assert delete_session(sid, discard=True).json == {"ok": True, "archive": "discarded"}
     assert b.count == 0
 
 

@@ -98,10 +98,11 @@ def test_sessions_with_a_loopback_storage_never_contact_it(listeners):
     for block in (s3_block(f"http://127.0.0.1:{v4.port}"), oss_block(f"http://localhost:{v4.port}")):
         sid = create_session(archive_key="ssrf_probe", storage=block)
         assert run(sid, "open('/workspace/a.txt', 'w').write('a'); print(1)")["stdout"] == "1\n"
-        assert delete_session(sid).json == {"ok": True}  # the archive upload is refused, logged
+        # The archive upload is refused (logged): never stored, the client told.
+        assert delete_session(sid).json == {"ok": True, "archive": "skipped"}
         sid = create_session(archive_key="ssrf_probe", storage=block)
         assert run(sid, "import os\nprint(os.path.exists('/workspace/a.txt'))")["stdout"] == "False\n"
-        assert delete_session(sid, discard=True).json == {"ok": True}
+        assert delete_session(sid, discard=True).json == {"ok": True, "archive": "discarded"}
     assert v4.count == 0
 
 
