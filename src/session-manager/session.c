@@ -1887,6 +1887,7 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
                    "Session %s, whose archive was pending (%u attempts), is taken over by a new create for the same "
                    "archive: its workspace is newer than the stored one.", s->id, s->archive_attempts);
         session_archive_stop_retrying(s);
+        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
         s->releasing = false;
         s->archive_superseded = false;
         s->release_told = false;

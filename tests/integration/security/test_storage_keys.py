@@ -328,7 +328,7 @@ def test_discard_with_a_hostile_archive_key_deletes_only_the_sessions_archive(ar
     before = files_below(ROOT)
     sid = create_session(archive_key=stem, storage=area.storage)
     r = delete_session(sid, discard=True, archive_key="../victim", storage=area.storage)
-    check(r, 200, {"ok": True})
+    check(r, 200, {"ok": True, "archive": "discarded"})
     assert files_below(ROOT) == before - {archive}
 
 
