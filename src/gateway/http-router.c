@@ -877,7 +877,9 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
         if ((has_body &&
              MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE,
                                      resp->content_type ?: "application/json") != MHD_YES) ||
-            (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES)) {
+            (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES) ||
+            (resp->retry_after &&
+             MHD_add_response_header(m, MHD_HTTP_HEADER_RETRY_AFTER, resp->retry_after) != MHD_YES)) {
                 MHD_destroy_response(m);
                 return MHD_NO;
         }

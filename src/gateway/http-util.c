@@ -208,7 +208,8 @@ static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_RESTORE_FAILED,     HTTP_SERVICE_UNAVAILABLE, "failed to restore the workspace from its archive", false },
         /* Internal failures: the bus message may name units, paths or peers; keep it in the log. */
         { BUS_ERROR_BACKEND_FAILED,     HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
-        /* sd-bus answers both a call timeout and a lost connection with NoReply. */
+        /* sd-bus answers both a call timeout and a lost connection with NoReply (a recipient that
+         * disconnected is told apart below). */
         { SD_BUS_ERROR_NO_REPLY,        HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
         { SD_BUS_ERROR_TIMEOUT,         HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
         { SD_BUS_ERROR_SERVICE_UNKNOWN, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
@@ -216,12 +217,29 @@ static const BusErrorMapping bus_error_mappings[] = {
         { SD_BUS_ERROR_DISCONNECTED,    HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
 };
 
+/* What the bus daemon answers a call whose recipient disconnected before replying (dbus-daemon's
+ * words, dbus-broker's): the session manager died with the call, and a restarted one takes a retry.
+ * sd-bus's own call timeout is a NoReply too, but "Method call timed out": it stays a 500. */
+static bool bus_error_is_recipient_gone(const sd_bus_error *e) {
+        return sd_bus_error_has_name(e, SD_BUS_ERROR_NO_REPLY) && e->message &&
+               (streq(e->message, "Message recipient disconnected from message bus without replying") ||
+                streq(e->message, "Remote peer disconnected"));
+}
+
 void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const char **ret_detail,
                              bool *ret_internal) {
         const BusErrorMapping *m = NULL;
 
         assert(ret_status);
         assert(ret_detail);
+
+        if (e && bus_error_is_recipient_gone(e)) {
+                *ret_status = HTTP_SERVICE_UNAVAILABLE;
+                *ret_detail = HTTP_DETAIL_MANAGER_RESTARTED;
+                if (ret_internal)
+                        *ret_internal = true;
+                return;
+        }
 
         if (e && e->name)
                 for (size_t i = 0; i < ELEMENTSOF(bus_error_mappings); i++)
@@ -249,11 +267,15 @@ void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const 
 int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
         const char *detail;
         unsigned status;
+        int r;
 
         assert(ret);
 
         http_bus_error_describe(e, &status, &detail, ret_internal);
-        return http_response_new_detail(status, detail, ret);
+        r = http_response_new_detail(status, detail, ret);
+        if (r >= 0 && status == HTTP_SERVICE_UNAVAILABLE)
+                (*ret)->retry_after = "1"; /* the manager's RestartSec=; calls meanwhile wait for it */
+        return r;
 }
 
 static int json_add(json_object *o, const char *key, json_object *v) {

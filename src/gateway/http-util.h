@@ -33,6 +33,8 @@ enum {
 
 /* The exact text clients match to recognise a gone session (COMPAT.md A). */
 #define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
+/* A call that died with the session manager: 503 with Retry-After, safe to retry. */
+#define HTTP_DETAIL_MANAGER_RESTARTED "session manager restarted, retry"
 
 /* The largest storage block forwarded to a bus service, as JSON text. A body may be 56 MiB (300 MiB
  * for /storage/put), a bus message must stay well below the bus's own limit (32 MiB for
@@ -51,6 +53,7 @@ typedef struct HttpResponse {
         HttpStream *stream;       /* instead of 'body': produced as it is sent (http-stream.h) */
         const char *allow; /* static "Allow:" header value for 405, or NULL */
         const char *content_type; /* static; NULL: application/json */
+        const char *retry_after;  /* static "Retry-After:" header value, or NULL */
 } HttpResponse;
 
 HttpResponse *http_response_free(HttpResponse *r);

@@ -88,6 +88,8 @@ static void check_map(const char *name, const char *message, unsigned status, co
         ASSERT_TRUE(r->status == status);
         check_body(r, body);
         ASSERT_TRUE(is_internal == internal);
+        /* Only what a retry cures says when to retry. */
+        ASSERT_TRUE(streq_ptr(r->retry_after, status == 503 ? "1" : NULL));
         http_response_free(r);
 }
 
@@ -115,7 +117,14 @@ static void test_bus_error_mapping(void) {
                   DETAIL("sandbox backend failure"), true);
         check_map(SD_BUS_ERROR_NO_REPLY, "Connection timed out", 500,
                   DETAIL("session manager did not answer"), true);
+        check_map(SD_BUS_ERROR_NO_REPLY, "Method call timed out", 500,
+                  DETAIL("session manager did not answer"), true);
         check_map(SD_BUS_ERROR_TIMEOUT, "x", 500, DETAIL("session manager did not answer"), true);
+        /* The manager died with the call (dbus-daemon's and dbus-broker's words): retry. */
+        check_map(SD_BUS_ERROR_NO_REPLY, "Message recipient disconnected from message bus without replying", 503,
+                  DETAIL("session manager restarted, retry"), true);
+        check_map(SD_BUS_ERROR_NO_REPLY, "Remote peer disconnected", 503, DETAIL("session manager restarted, retry"),
+                  true);
         check_map(SD_BUS_ERROR_SERVICE_UNKNOWN, "The name io.scopebox.SessionManager1 was not provided", 500,
                   DETAIL("session manager unavailable"), true);
         check_map(SD_BUS_ERROR_DISCONNECTED, "x", 500, DETAIL("session manager unavailable"), true);

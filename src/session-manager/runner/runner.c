@@ -80,6 +80,7 @@ typedef struct RunnerExec {
         bool exited;
         bool timed_out;
         bool cancelled;           /* the manager's caller hung up: killed as at a timeout */
+        bool orphaned;            /* the manager that asked went away: killed the same way */
         siginfo_t init_info;
         /* The scope's limit event counters when the exec started. */
         uint64_t oom_kills_before;
@@ -243,6 +244,7 @@ static int runner_send_error(Runner *r, uint64_t generation, int error, const ch
 }
 
 static void runner_touch(Runner *r);
+static void runner_resume_connection(Runner *r);
 
 /* ---- session setup ---- */
 
@@ -645,13 +647,15 @@ static int runner_exec_finish(RunnerExec *e) {
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
                               e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" :
                               e->cancelled ? "SCOPEBOX_EXIT_REASON=cancelled" :
+                              e->orphaned ? "SCOPEBOX_EXIT_REASON=orphaned" :
                               sig ? "SCOPEBOX_EXIT_REASON=signal" : "SCOPEBOX_EXIT_REASON=exited"),
                    "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
-                   e->timed_out ? " (timed out)" : e->cancelled ? " (cancelled)" : "",
+                   e->timed_out ? " (timed out)" : e->cancelled ? " (cancelled)" :
+                   e->orphaned ? " (orphaned)" : "",
                    (unsigned long long) ((now_usec() - e->started_usec) / 1000));
         if (e->timed_out || sig) {
                 const char *reason = e->timed_out ? "timeout" : e->cancelled ? "cancelled" :
-                                     sig == SIGSYS ? "sigsys" : "signal";
+                                     e->orphaned ? "orphaned" : sig == SIGSYS ? "sigsys" : "signal";
                 char signal_field[32];
 
                 snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", sig);
@@ -675,6 +679,7 @@ done:
         r->outputs_snapshot_valid = scanned;
         r->exec = runner_exec_free(r->exec);
         runner_warm_schedule(r);
+        runner_resume_connection(r);
         return q;
 }
 
@@ -1282,6 +1287,7 @@ typedef struct ArchiveJob {
         sd_event_source *child_source;
         sd_event_source *timer_source;
         bool timed_out;
+        bool orphaned;                 /* the manager that asked went away: killed */
 } ArchiveJob;
 
 static ArchiveJob *archive_job_free(ArchiveJob *j) {
@@ -1334,6 +1340,7 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
         }
         r->archive_job = archive_job_free(r->archive_job);
         runner_warm_schedule(r);
+        runner_resume_connection(r);
         return 0;
 }
 
@@ -1451,7 +1458,48 @@ static void runner_touch(Runner *r) {
 
 /* ---- control connection ---- */
 
+/* The manager that asked for the exec or archive job running now is gone: its connection closed
+ * (it died, or stopped), or a new instance took over. Nobody can receive the result any more, so
+ * it is ended the way a cancel ends it — PID 1 of the sandbox, or the helper, killed: no process
+ * of it is left — and the next manager finds the session idle, not busy until a timeout. */
+static void runner_end_orphans(Runner *r) {
+        RunnerExec *e = r->exec;
+        ArchiveJob *j = r->archive_job;
+
+        if (e && !e->exited && !e->orphaned && !e->cancelled) {
+                e->orphaned = true;
+                e->timer_source = sd_event_source_disable_unref(e->timer_source);
+                log_struct(LOG_NOTICE, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                           "The manager went away during exec %s of session %s; ending it, nobody can receive "
+                           "its result.", e->exec_id, r->session_id);
+                (void) kill(e->pid, SIGKILL);
+        }
+        if (j && j->pid > 0 && !j->orphaned) {
+                j->orphaned = true;
+                log_struct(LOG_NOTICE, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "The manager went away during the %s of session %s; ending it.",
+                           j->restore ? "restore" : "archive", r->session_id);
+                (void) kill(j->pid, SIGKILL);
+        }
+}
+
+/* Whether an exec or archive job of an earlier connection is still being ended. */
+static bool runner_orphan_running(Runner *r) {
+        return (r->exec && r->exec->connection_generation != r->connection_generation) ||
+               (r->archive_job && r->archive_job->connection_generation != r->connection_generation);
+}
+
+/* Requests of a new manager wait (unread) while an orphan is ended, so that they find the session
+ * idle; they are read once it is over. */
+static void runner_resume_connection(Runner *r) {
+        if (r->conn_source && !runner_orphan_running(r))
+                (void) sd_event_source_set_enabled(r->conn_source, SD_EVENT_ON);
+}
+
 static void runner_close_connection(Runner *r) {
+        if (r->conn_fd >= 0)
+                runner_end_orphans(r);
         r->conn_source = sd_event_source_disable_unref(r->conn_source);
         r->conn_fd = safe_close(r->conn_fd);
 }
@@ -1467,6 +1515,11 @@ static bool op_works_on_files(const char *op) {
 
 static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         Runner *r = userdata;
+
+        if (runner_orphan_running(r)) {
+                (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
+                return 0;
+        }
 
         for (;;) {
                 _cleanup_json_ json_object *req = NULL;
