@@ -273,8 +273,10 @@ int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool 
 
         http_bus_error_describe(e, &status, &detail, ret_internal);
         r = http_response_new_detail(status, detail, ret);
+        /* A restarted manager is back after its RestartSec=, and calls meanwhile wait for it;
+         * storage that failed a restore takes longer. */
         if (r >= 0 && status == HTTP_SERVICE_UNAVAILABLE)
-                (*ret)->retry_after = "1"; /* the manager's RestartSec=; calls meanwhile wait for it */
+                (*ret)->retry_after = e && sd_bus_error_has_name(e, BUS_ERROR_RESTORE_FAILED) ? "5" : "1";
         return r;
 }
 

@@ -311,7 +311,8 @@ def test_session_manager_killed_mid_release():
     t0 = time.monotonic()
     r = release_and_kill(sid, MANAGER)
     print(f"release answered {r and (r.status, r.json)} after {time.monotonic() - t0:.2f}s")
-    assert r is None or r.status in (200, 500), r
+    # Cut with the manager: the retryable 503 (or, had the kill come late, the answer itself).
+    assert r is None or r.status == 200 or (r.status, r.json) == (503, {"detail": "session manager restarted, retry"}), r
     # The restarted manager finds the recorded release and stores the archive.
     wait_until(lambda: sid not in pending(), 240, "the recovered release to finish", step=0.5)
     print(f"archive stored {time.monotonic() - t0:.2f}s after the release began, across a manager restart")
