@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +17,10 @@
 #include "storage-config.h"
 
 #define STAGED_EXPIRY_SLACK_USEC (60 * USEC_PER_SEC)
+
+static bool storage_full_errno(int r) {
+        return r == -ENOSPC || r == -EDQUOT;
+}
 
 /* Parses a storage block and checks it is effective; errors are set on 'error'. */
 static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_error *error) {
@@ -32,6 +38,11 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
         if (!storage_config_effective(ret, a->config.local_storage_dir)) {
                 storage_config_done(ret);
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured");
+        }
+        /* Our staging directory is no place for objects. */
+        if (ret->provider == STORAGE_LOCAL && local_key_is_reserved(ret->prefix)) {
+                storage_config_done(ret);
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage prefix");
         }
         /* Requests carry their storage block: the operator decides where we may connect. */
         if (!storage_endpoint_allowed(ret, a->config.storage_allowed_endpoints)) {
@@ -79,6 +90,8 @@ static StagedArchive *staged_free(StagedArchive *s) {
         safe_close(s->spool_fd);
         storage_config_done(&s->s3);
         s->expiry = sd_event_source_disable_unref(s->expiry);
+        s->flush = sd_event_source_disable_unref(s->flush);
+        sd_bus_message_unref(s->commit);
         free(s->full_key);
         agent_job_end(s->agent);
         free(s);
@@ -92,9 +105,10 @@ static int on_staged_expired(sd_event_source *source, uint64_t usec, void *userd
         return 0;
 }
 
+/* A staging being committed is no longer anyone's to commit or abort. */
 static StagedArchive *staged_find(Agent *a, const char *token) {
         for (StagedArchive *s = a->staged; s; s = s->next)
-                if (streq(s->token, token))
+                if (streq(s->token, token) && !s->commit)
                         return s;
         return NULL;
 }
@@ -127,7 +141,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         s = calloc(1, sizeof(StagedArchive));
         if (!s)
                 return -ENOMEM;
-        *s = (StagedArchive) { .agent = a, .local = { .dir_fd = -EBADF, .fd = -EBADF }, .spool_fd = -EBADF,
+        *s = (StagedArchive) { .agent = a, .local = LOCAL_STAGED_NULL, .spool_fd = -EBADF,
                                .s3 = { .provider = _STORAGE_PROVIDER_INVALID } };
         r = session_id_generate(s->token);
         if (r >= 0 && c.provider != STORAGE_LOCAL) {
@@ -135,13 +149,15 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
                 s->spool_fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
                 r = s->spool_fd < 0 ? -errno : storage_config_copy(&c, &s->s3);
         } else if (r >= 0)
-                r = local_stage(a->config.local_storage_dir, key, &s->local);
+                r = local_stage(a->config.local_storage_dir, key, s->token, &s->local);
         if (r < 0) {
                 safe_close(s->spool_fd);
                 storage_config_done(&s->s3);
                 free(s);
                 log_warning_errno(r, "Failed to stage archive '%s': %m", key);
-                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to write to storage");
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED,
+                                        c.provider == STORAGE_LOCAL && storage_full_errno(r) ? "storage full"
+                                                                                           : "failed to write to storage");
         }
         s->full_key = TAKE_PTR(key);
         s->next = a->staged;
@@ -157,34 +173,98 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         return sd_bus_reply_method_return(m, "sh", s->token, s->spool_fd >= 0 ? s->spool_fd : s->local.fd);
 }
 
+static int on_flush_slice(sd_event_source *source, void *userdata) {
+        StagedArchive *s = userdata;
+        uint64_t size = 0;
+        int r;
+
+        r = local_flush_step(&s->local, s->size);
+        if (r == 0)
+                return 0;
+        if (r > 0)
+                r = local_commit(&s->local, &size);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to publish archive '%s': %m", s->full_key);
+                r = sd_bus_reply_method_error(s->commit, &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED,
+                                              storage_full_errno(r) ? "storage full" : "failed to write to storage"));
+        } else {
+                log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) size);
+                r = sd_bus_reply_method_return(s->commit, "t", size);
+        }
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
+        staged_free(s);
+        return 0;
+}
+
+/* Whether the file system of fd lacks room for 'missing' more bytes: a short staged archive there
+ * is one the runner could not finish writing. */
+static bool fs_lacks_room(int fd, uint64_t missing) {
+        struct statvfs sv;
+
+        return fstatvfs(fd, &sv) >= 0 && (uint64_t) sv.f_bavail * sv.f_frsize < missing;
+}
+
 static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
         const char *token;
         StagedArchive *s;
-        uint64_t size = 0;
-        int r;
+        uint64_t size = 0, expected = 0;
+        struct stat st;
+        bool checked;
+        int fd, r;
 
         agent_touch(a);
-        r = sd_bus_message_read(m, "s", &token);
+        /* "s": a session manager from before the size was part of the call (filter_legacy_commit). */
+        checked = !streq_ptr(sd_bus_message_get_signature(m, true), "s");
+        r = checked ? sd_bus_message_read(m, "st", &token, &expected) : sd_bus_message_read(m, "s", &token);
         if (r < 0)
                 return r;
         s = staged_find(a, token);
         if (!s)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unknown archive token");
-        if (s->spool_fd >= 0) {
-                r = agent_s3_upload_archive(a, m, s);
-                staged_free(s);
-                return r;
-        }
-        r = local_commit(&s->local, &size);
-        if (r < 0) {
-                log_warning_errno(r, "Failed to publish archive '%s': %m", s->full_key);
+
+        /* Whatever happens now, the staging is used up: a failed commit is retried from BeginArchive. */
+        fd = s->spool_fd >= 0 ? s->spool_fd : s->local.fd;
+        if (fstat(fd, &st) < 0) {
+                r = -errno;
+                log_warning_errno(r, "Failed to look at staged archive '%s': %m", s->full_key);
                 staged_free(s);
                 return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to write to storage");
         }
-        log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) size);
-        staged_free(s);
-        return sd_bus_reply_method_return(m, "t", size);
+        size = (uint64_t) st.st_size;
+        if (checked && size != expected) {
+                bool full = s->spool_fd < 0 && size < expected && fs_lacks_room(fd, expected - size);
+
+                log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-incomplete"),
+                           "Archive '%s' is incomplete (%llu of %llu bytes staged%s); not storing it.", s->full_key,
+                           (unsigned long long) size, (unsigned long long) expected,
+                           full ? ", the storage directory is full" : "");
+                staged_free(s);
+                return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED,
+                                         full ? "storage full (archive incomplete: %llu of %llu bytes)"
+                                              : "archive incomplete: %llu of %llu bytes",
+                                         (unsigned long long) size, (unsigned long long) expected);
+        }
+        if (s->spool_fd >= 0) {
+                r = agent_s3_upload_archive(a, m, s, size);
+                staged_free(s);
+                return r;
+        }
+        /* Written back a slice per loop iteration, then fsynced and renamed (on_flush_slice()). */
+        s->expiry = sd_event_source_disable_unref(s->expiry);
+        s->size = size;
+        r = sd_event_add_defer(a->event, &s->flush, on_flush_slice, s);
+        if (r >= 0)
+                r = sd_event_source_set_priority(s->flush, SD_EVENT_PRIORITY_IDLE);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->flush, SD_EVENT_ON);
+        if (r < 0) {
+                staged_free(s);
+                return r;
+        }
+        s->commit = sd_bus_message_ref(m);
+        return 1;
 }
 
 static int method_abort_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -213,6 +293,8 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
         if (c.provider != STORAGE_LOCAL)
                 return agent_s3_open_archive(a, m, &c, key);
         r = local_open(a->config.local_storage_dir, key, &fd);
+        if (r == -EINVAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid archive stem");
         if (r == -ENOENT) {
                 fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 if (fd < 0)
@@ -293,6 +375,8 @@ static int method_delete_object(sd_bus_message *m, void *userdata, sd_bus_error 
         if (c.provider != STORAGE_LOCAL)
                 return agent_s3_delete(a, m, &c, key, true);
         r = local_delete(a->config.local_storage_dir, key);
+        if (r == -EINVAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
         if (r < 0) {
                 log_warning_errno(r, "Failed to delete '%s': %m", key);
                 return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to delete from storage");
@@ -343,7 +427,7 @@ static const sd_bus_vtable agent_vtable[] = {
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("BeginArchive", SD_BUS_ARGS("s", storage, "s", stem),
                                 SD_BUS_RESULT("s", token, "h", sink), method_begin_archive, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("CommitArchive", SD_BUS_ARGS("s", token), SD_BUS_RESULT("t", size),
+        SD_BUS_METHOD_WITH_ARGS("CommitArchive", SD_BUS_ARGS("s", token, "t", size), SD_BUS_RESULT("t", size),
                                 method_commit_archive, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("AbortArchive", SD_BUS_ARGS("s", token), SD_BUS_NO_RESULT, method_abort_archive,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
@@ -363,7 +447,33 @@ static const sd_bus_vtable agent_vtable[] = {
         SD_BUS_VTABLE_END,
 };
 
+/* Transitional: session managers from before the size check call CommitArchive(s token). sd-bus
+ * refuses a call whose signature is not the vtable's before any handler sees it, so this filter
+ * serves that one shape (without the size check). Goes once every manager sends "st". */
+static int filter_legacy_commit(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        int r;
+
+        if (!sd_bus_message_is_method_call(m, STORAGE_AGENT_INTERFACE, "CommitArchive") ||
+            !streq_ptr(sd_bus_message_get_path(m), STORAGE_AGENT_OBJECT_PATH) ||
+            !streq_ptr(sd_bus_message_get_signature(m, true), "s"))
+                return 0;
+        r = method_commit_archive(m, userdata, &error);
+        if (sd_bus_error_is_set(&error))
+                r = sd_bus_reply_method_error(m, &error);
+        else if (r < 0)
+                r = sd_bus_reply_method_errno(m, r, NULL);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
+        return 1;
+}
+
 int agent_add_bus_objects(Agent *a) {
+        int r;
+
+        r = sd_bus_add_filter(a->bus, NULL, filter_legacy_commit, a);
+        if (r < 0)
+                return r;
         return sd_bus_add_object_vtable(a->bus, NULL, STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE,
                                         agent_vtable, a);
 }

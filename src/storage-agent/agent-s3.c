@@ -4,6 +4,7 @@
  * transfers are done; failures are StorageFailed (502), never blocking anyone. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,9 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "archive-verify.h"
 #include "backend-s3.h"
+#include "base64.h"
 #include "bus-util.h"
 #include "log.h"
 #include "macro.h"
@@ -421,41 +424,155 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
 
 /* ---- archives ---- */
 
+/* An upload: the spool is hashed first (a slice per loop iteration), then PUT with its length, MD5
+ * and SHA-256 for the server to check, and the SHA-256 as metadata for our restores to check. A
+ * download: fetched into a spool, its length checked against Content-Length and, when the object
+ * carries our metadata, its SHA-256 against that, before anyone reads a byte of it. */
 typedef struct ArchiveCall {
         Agent *agent;
         sd_bus_message *message;
-        StagedArchive *staged;        /* upload: freed when done */
+        StorageConfig config;         /* upload: where it goes once hashed */
         char *key;
-        int fd;                       /* download: the spool file */
+        int fd;                       /* the spool file */
+        uint64_t size;                /* upload: the bytes to send; download: the bytes received */
+        ArchiveDigest *digest;
+        char *expected_sha256;        /* download: the object's scopebox-sha256 metadata */
 } ArchiveCall;
 
 static void archive_call_free(ArchiveCall *c) {
         agent_job_end(c->agent);
         sd_bus_message_unref(c->message);
+        storage_config_done(&c->config);
+        archive_digest_free(c->digest);
         free(c->key);
+        free(c->expected_sha256);
         safe_close(c->fd);
         free(c);
 }
 
+static void reply_archive_error(ArchiveCall *c, const char *format, ...) _printf_(2, 3);
+static void reply_archive_error(ArchiveCall *c, const char *format, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, format);
+        r = sd_bus_reply_method_errorfv(c->message, BUS_ERROR_STORAGE_FAILED, format, ap);
+        va_end(ap);
+        if (r < 0)
+                log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+}
+
+/* The S3/OSS error code of an error body ("BadDigest", "NoSuchKey"), or NULL. */
+static char *error_code(const char *body) {
+        return body ? xml_tag(body, body + strlen(body), "Code", NULL) : NULL;
+}
+
+/* A failed archive transfer, said the way an operator (and the session manager, which retries what
+ * may succeed later) can act on. */
+static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int error, long status, const char *body) {
+        _cleanup_free_ char *code = error < 0 ? NULL : error_code(body);
+        const char *what = upload ? "archive upload" : "archive download",
+                   *log_what = upload ? "Upload of archive" : "Download of archive";
+        int r;
+
+        if (code && (streq(code, "BadDigest") || streq(code, "XAmzContentSHA256Mismatch") ||
+                     streq(code, "InvalidDigest"))) {
+                log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
+                           "%s '%s' refused by the storage server: %s (the data changed on the way).", log_what,
+                           c->key, code);
+                reply_archive_error(c, "%s failed: checksum mismatch", what);
+        } else if (error >= 0 && (status == 507 || (code && (streq(code, "XMinioStorageFull") ||
+                                                             streq(code, "QuotaExceeded"))))) {
+                log_warning("%s '%s' failed: the storage server is full (HTTP %ld%s%s).", log_what, c->key, status,
+                            code ? ", " : "", strempty(code));
+                reply_archive_error(c, "%s failed: storage full", what);
+        } else if (error == -EPIPE) {
+                uint64_t got = t ? t->downloaded : 0, want = t ? t->response.content_length : 0;
+                log_warning("%s '%s' failed: the connection ended after %llu of %llu bytes.", log_what, c->key,
+                            (unsigned long long) got, (unsigned long long) want);
+                reply_archive_error(c, "%s failed: short body (%llu of %llu bytes)", what, (unsigned long long) got,
+                                    (unsigned long long) want);
+        } else if (error == -EPERM) {
+                log_failed(log_what, c->key, error, status);
+                r = sd_bus_reply_method_errorf(c->message, SD_BUS_ERROR_INVALID_ARGS, "storage endpoint not allowed");
+                if (r < 0)
+                        log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+        } else if (error < 0) {
+                log_failed(log_what, c->key, error, status);
+                reply_archive_error(c, "%s failed: storage server unreachable (%s)", what, strerror(-error));
+        } else {
+                if (code)
+                        log_warning("%s '%s' failed: HTTP %ld (%s)", log_what, c->key, status, code);
+                else
+                        log_failed(log_what, c->key, error, status);
+                reply_archive_error(c, "%s failed: storage server answered HTTP %ld", what, status);
+        }
+}
+
 static void on_archive_uploaded(S3Call *call, int error, long status, const char *body, void *userdata) {
         ArchiveCall *c = userdata;
-        struct stat st = {};
+        const Transfer *t = s3_call_transfer(call);
         int r;
 
         if (error < 0 || status < 200 || status >= 300) {
-                log_failed("Upload of archive", c->key, error, status);
-                reply_failed(c->message, error, status, "archive upload failed");
-        } else {
-                (void) fstat(c->fd, &st);
-                log_info("Stored archive '%s' (%llu bytes).", c->key, (unsigned long long) st.st_size);
-                r = sd_bus_reply_method_return(c->message, "t", (uint64_t) st.st_size);
-                if (r < 0)
-                        log_debug_errno(r, "Failed to reply, ignoring: %m");
+                archive_failed(c, true, t, error, status, body);
+                archive_call_free(c);
+                return;
         }
+        /* The server checked Content-MD5 (and S3 the SHA-256) already; a plain-MD5 ETag that is not
+         * ours means something between us and the store is not what it says. Objects encrypted with
+         * KMS or customer keys have ETags that are no MD5: nothing to compare there. */
+        if (t && !response_headers_etag_is_opaque(&t->response) &&
+            etag_matches_md5(t->response.etag, archive_digest_md5(c->digest)) == 0) {
+                _cleanup_free_ char *md5 = hexmem(archive_digest_md5(c->digest), ARCHIVE_MD5_SIZE);
+                log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
+                           "Archive '%s' was stored with ETag %s, not the MD5 of what was sent (%s).", c->key,
+                           t->response.etag, strna(md5));
+                reply_archive_error(c, "archive upload failed: checksum mismatch");
+                archive_call_free(c);
+                return;
+        }
+        log_info("Stored archive '%s' (%llu bytes).", c->key, (unsigned long long) c->size);
+        r = sd_bus_reply_method_return(c->message, "t", c->size);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
         archive_call_free(c);
 }
 
-int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s) {
+static void on_upload_hashed(ArchiveDigest *d, int error, void *userdata) {
+        ArchiveCall *c = userdata;
+        char md5[32], sha256[64], sha256_hex[ARCHIVE_SHA256_HEX_LEN + 1];
+        bool oss = c->config.provider == STORAGE_ALIYUN_OSS;
+        int r;
+
+        if (error < 0) {
+                log_warning_errno(error, "Failed to read the staged archive '%s': %m", c->key);
+                reply_archive_error(c, "archive upload failed: the staged archive is unreadable (%s)", strerror(-error));
+                archive_call_free(c);
+                return;
+        }
+        (void) base64_encode_to(archive_digest_md5(d), ARCHIVE_MD5_SIZE, md5);
+        (void) base64_encode_to(archive_digest_sha256(d), ARCHIVE_SHA256_SIZE, sha256);
+        for (size_t i = 0; i < ARCHIVE_SHA256_SIZE; i++)
+                snprintf(sha256_hex + 2 * i, 3, "%02x", archive_digest_sha256(d)[i]);
+
+        /* Content-Length is the size committed; Content-MD5 (S3 and OSS) and x-amz-checksum-sha256
+         * (S3) make the server refuse anything else; the signed payload hash covers the body too. */
+        S3CallParams params = {
+                .method = "PUT", .key = c->key, .upload_fd = c->fd, .download_fd = -1,
+                .has_upload_size = true, .upload_size = c->size, .payload_hash = oss ? NULL : sha256_hex,
+                .headers = { { "Content-Type", "application/gzip" }, { "Content-MD5", md5 },
+                             { oss ? "x-oss-meta-" ARCHIVE_SHA256_METADATA : "x-amz-meta-" ARCHIVE_SHA256_METADATA, sha256_hex },
+                             { oss ? NULL : "x-amz-checksum-sha256", oss ? NULL : sha256 } },
+        };
+        r = agent_s3_call(c->agent, &c->config, &params, on_archive_uploaded, c);
+        if (r < 0) {
+                archive_failed(c, true, NULL, r, 0, NULL);
+                archive_call_free(c);
+        }
+}
+
+int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint64_t size) {
         ArchiveCall *c;
         int r;
 
@@ -463,15 +580,14 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s) {
         if (!c)
                 return -ENOMEM;
         *c = (ArchiveCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(s->full_key),
-                             .fd = fcntl(s->spool_fd, F_DUPFD_CLOEXEC, 3) };
+                             .fd = fcntl(s->spool_fd, F_DUPFD_CLOEXEC, 3), .size = size,
+                             .config = { .provider = _STORAGE_PROVIDER_INVALID } };
         agent_job_begin(a);
-        if (!c->key || c->fd < 0) {
-                archive_call_free(c);
-                return -ENOMEM;
-        }
-        S3CallParams params = { .method = "PUT", .key = c->key, .upload_fd = c->fd, .download_fd = -1,
-                                .headers = { { "Content-Type", "application/gzip" } } };
-        r = agent_s3_call(a, &s->s3, &params, on_archive_uploaded, c);
+        r = !c->key || c->fd < 0 ? -ENOMEM : storage_config_copy(&s->s3, &c->config);
+        if (r >= 0)
+                r = archive_digest_new(c->fd, size, &c->digest);
+        if (r >= 0)
+                r = archive_digest_start(c->digest, a->event, on_upload_hashed, c);
         if (r < 0) {
                 archive_call_free(c);
                 return r;
@@ -479,31 +595,104 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s) {
         return 1;
 }
 
+static void reply_archive_found(ArchiveCall *c) {
+        int r;
+
+        if (lseek(c->fd, 0, SEEK_SET) < 0) {
+                r = -errno;
+                log_warning_errno(r, "Failed to rewind the download of archive '%s': %m", c->key);
+                reply_archive_error(c, "archive download failed: %s", strerror(-r));
+                return;
+        }
+        r = sd_bus_reply_method_return(c->message, "bh", true, c->fd);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
+}
+
+static void on_download_hashed(ArchiveDigest *d, int error, void *userdata) {
+        ArchiveCall *c = userdata;
+
+        if (error < 0) {
+                log_warning_errno(error, "Failed to read the download of archive '%s': %m", c->key);
+                reply_archive_error(c, "archive download failed: %s", strerror(-error));
+        } else if (!sha256_hex_matches(c->expected_sha256, archive_digest_sha256(d))) {
+                _cleanup_free_ char *got = hexmem(archive_digest_sha256(d), ARCHIVE_SHA256_SIZE);
+                /* Not a byte of it handed out. */
+                (void) ftruncate(c->fd, 0);
+                log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
+                           "Archive '%s' does not match its checksum (stored %s, downloaded %s); not restoring it.",
+                           c->key, c->expected_sha256, strna(got));
+                reply_archive_error(c, "archive download failed: checksum mismatch");
+        } else
+                reply_archive_found(c);
+        archive_call_free(c);
+}
+
 static void on_archive_downloaded(S3Call *call, int error, long status, const char *body, void *userdata) {
         ArchiveCall *c = userdata;
+        const Transfer *t = s3_call_transfer(call);
+        _cleanup_free_ char *code = NULL;
+        struct stat st;
         int r;
 
         if (error >= 0 && status == 404) {
-                _cleanup_close_ int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                r = sd_bus_reply_method_return(c->message, "bh", false, null_fd);
-        } else if (error == -EFBIG) {
+                /* Only a missing object is "no archive"; a missing bucket is the storage block's mistake. */
+                code = error_code(body);
+                if (!code || !streq(code, "NoSuchBucket")) {
+                        _cleanup_close_ int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                        r = null_fd < 0 ? -errno : sd_bus_reply_method_return(c->message, "bh", false, null_fd);
+                        if (r < 0)
+                                log_debug_errno(r, "Failed to reply, ignoring: %m");
+                        archive_call_free(c);
+                        return;
+                }
+        }
+        if (error == -EFBIG) {
                 /* Not a byte of it kept: the spool is emptied now and goes away with the fd. */
                 (void) ftruncate(c->fd, 0);
                 log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-skipped"),
                            "Archive '%s' is larger than SANDBOX_MAX_ARCHIVE_BYTES (%llu bytes), not restoring it.",
                            c->key, (unsigned long long) c->agent->config.max_archive_bytes);
                 reply_failed(c->message, error, status, "archive download failed");
-                r = 0;
-        } else if (error < 0 || status != 200 || lseek(c->fd, 0, SEEK_SET) < 0) {
+                archive_call_free(c);
+                return;
+        }
+        if (error < 0 || status != 200 || !t) {
                 (void) ftruncate(c->fd, 0);
-                log_failed("Download of archive", c->key, error, status);
-                reply_failed(c->message, error, status, "archive download failed");
-                r = 0;
-        } else
-                r = sd_bus_reply_method_return(c->message, "bh", true, c->fd);
-        if (r < 0)
-                log_debug_errno(r, "Failed to reply, ignoring: %m");
-        archive_call_free(c);
+                archive_failed(c, false, t, error, status, body);
+                archive_call_free(c);
+                return;
+        }
+
+        /* A body shorter (or longer) than announced is a failed transfer, never a smaller archive. */
+        c->size = t->downloaded;
+        if (fstat(c->fd, &st) < 0 || (uint64_t) st.st_size != c->size || t->response.bad_content_length ||
+            (t->response.has_content_length && t->response.content_length != c->size)) {
+                (void) ftruncate(c->fd, 0);
+                log_warning("Download of archive '%s' failed: %llu bytes received, %s%llu announced.", c->key,
+                            (unsigned long long) c->size, t->response.has_content_length ? "" : "none ",
+                            (unsigned long long) t->response.content_length);
+                reply_archive_error(c, "archive download failed: short body (%llu of %llu bytes)",
+                                    (unsigned long long) c->size, (unsigned long long) t->response.content_length);
+                archive_call_free(c);
+                return;
+        }
+        /* Ours carry their SHA-256; the upstream sidecar's don't (the runner's gzip and tar checks are
+         * all there is for those). */
+        if (!t->response.has_sha256) {
+                reply_archive_found(c);
+                archive_call_free(c);
+                return;
+        }
+        c->expected_sha256 = strdup(t->response.sha256);
+        r = c->expected_sha256 ? archive_digest_new(c->fd, c->size, &c->digest) : -ENOMEM;
+        if (r >= 0)
+                r = archive_digest_start(c->digest, c->agent->event, on_download_hashed, c);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to check the download of archive '%s': %m", c->key);
+                reply_archive_error(c, "archive download failed: %s", strerror(-r));
+                archive_call_free(c);
+        }
 }
 
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf, const char *key) {
@@ -515,7 +704,8 @@ int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf
                 return -ENOMEM;
         /* An unnamed file in our private /var/tmp: streamed to disk, never held in memory. */
         *c = (ArchiveCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key),
-                             .fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600) };
+                             .fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600),
+                             .config = { .provider = _STORAGE_PROVIDER_INVALID } };
         agent_job_begin(a);
         if (!c->key || c->fd < 0) {
                 r = c->fd < 0 ? -errno : -ENOMEM;

@@ -24,6 +24,9 @@ typedef struct StagedArchive {
         int spool_fd;                 /* s3: the archive is spooled here, then uploaded */
         StorageConfig s3;             /* s3: where it goes */
         sd_event_source *expiry;      /* abandoned stagings are removed */
+        sd_bus_message *commit;       /* local: the CommitArchive call waiting for the write-back */
+        sd_event_source *flush;       /* local: writes the data back a slice at a time */
+        uint64_t size;                /* local: the size being committed */
 } StagedArchive;
 
 typedef struct Agent {
@@ -43,7 +46,8 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
                  int data_fd, uint64_t expires_in);
 int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key, bool reply_key);
 int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max_age);
-int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s);
+/* Uploads the first 'size' bytes of s's spool (the size committed), verified end to end. */
+int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint64_t size);
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key);
 /* Copies the fields a request needs into a config that outlives the call. */
 int storage_config_copy(const StorageConfig *c, StorageConfig *ret);

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The "local" storage provider: objects as files below SANDBOX_LOCAL_STORAGE_DIR, written
- * atomically (temporary file + rename), never outside that directory. */
+ * atomically and durably (staged, fsynced, renamed into place, directory fsynced), never outside
+ * that directory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend-local.h"
@@ -15,7 +16,13 @@
 #include "macro.h"
 #include "string-util.h"
 
-/* Opens the directory part of 'full_key' below root, creating it when asked; *ret_name points
+bool local_key_is_reserved(const char *full_key) {
+        const char *rest = startswith(full_key, LOCAL_STAGING_DIR);
+        return rest && (*rest == 0 || *rest == '/');
+}
+
+/* Opens the directory part of 'full_key' below root, creating it when asked (each new directory's
+ * entry fsynced, so a committed object is never in a directory a crash forgets); *ret_name points
  * at the last component inside 'full_key'. Keys are validated already (no "..", not absolute). */
 static int open_key_dir(const char *root, const char *full_key, bool create, const char **ret_name) {
         _cleanup_close_ int cur = -EBADF;
@@ -24,16 +31,25 @@ static int open_key_dir(const char *root, const char *full_key, bool create, con
 
         if (!copy)
                 return -ENOMEM;
+        if (local_key_is_reserved(full_key))
+                return -EINVAL;
         cur = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (cur < 0)
                 return -errno;
         for (p = copy; (slash = strchr(p, '/')); p = slash + 1) {
+                bool created = false;
                 int fd;
 
                 *slash = 0;
                 if (*p == 0 || streq(p, ".") || streq(p, ".."))
                         return -EINVAL;
-                if (create && mkdirat(cur, p, 0700) < 0 && errno != EEXIST)
+                if (create) {
+                        if (mkdirat(cur, p, 0700) >= 0)
+                                created = true;
+                        else if (errno != EEXIST)
+                                return -errno;
+                }
+                if (created && fsync(cur) < 0)
                         return -errno;
                 fd = openat(cur, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (fd < 0)
@@ -47,60 +63,142 @@ static int open_key_dir(const char *root, const char *full_key, bool create, con
         return TAKE_FD(cur);
 }
 
-int local_stage(const char *root, const char *full_key, LocalStaged *ret) {
-        _cleanup_close_ int dir_fd = -EBADF, fd = -EBADF;
-        const char *name;
-        uint8_t rnd[8];
-        char tmp[64];
+/* root/.staging, created when missing; never a symlink. */
+static int open_staging_dir(const char *root, bool create) {
+        _cleanup_close_ int root_fd = -EBADF;
+        int fd;
 
+        root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root_fd < 0)
+                return -errno;
+        if (create && mkdirat(root_fd, LOCAL_STAGING_DIR, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        fd = openat(root_fd, LOCAL_STAGING_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? -errno : fd;
+}
+
+/* Whether a rename from one directory into the other can work: the same mount (hence file system). */
+static int same_mount(int a, int b) {
+        struct statx x = {}, y = {};
+
+        if (statx(a, "", AT_EMPTY_PATH, STATX_MNT_ID, &x) < 0 || statx(b, "", AT_EMPTY_PATH, STATX_MNT_ID, &y) < 0)
+                return -errno;
+        if ((x.stx_mask & STATX_MNT_ID) && (y.stx_mask & STATX_MNT_ID))
+                return x.stx_mnt_id == y.stx_mnt_id;
+        return x.stx_dev_major == y.stx_dev_major && x.stx_dev_minor == y.stx_dev_minor;
+}
+
+int local_stage(const char *root, const char *full_key, const char *token, LocalStaged *ret) {
+        _cleanup_close_ int dir_fd = -EBADF, staging_fd = -EBADF, fd = -EBADF;
+        _cleanup_free_ char *tmp = NULL, *name_copy = NULL;
+        const char *name;
+        int r;
+
+        if (isempty(token) || strspn(token, "0123456789abcdef") != strlen(token))
+                return -EINVAL;
         dir_fd = open_key_dir(root, full_key, true, &name);
         if (dir_fd < 0)
                 return dir_fd;
-        if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-                return -EIO;
-        snprintf(tmp, sizeof(tmp), ".staging-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3], rnd[4],
-                 rnd[5], rnd[6], rnd[7]);
-        fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        staging_fd = open_staging_dir(root, true);
+        if (staging_fd < 0)
+                return staging_fd;
+        r = same_mount(staging_fd, dir_fd);
+        if (r < 0)
+                return r;
+        /* rename() can't cross mounts: a key directory on another one stages in place. */
+        if (r == 0) {
+                safe_close(staging_fd);
+                staging_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 3);
+                if (staging_fd < 0)
+                        return -errno;
+                if (asprintf(&tmp, "%s%s", LOCAL_STAGING_PREFIX, token) < 0)
+                        tmp = NULL;
+        } else
+                tmp = strdup(token);
+        name_copy = strdup(name);
+        if (!tmp || !name_copy)
+                return -ENOMEM;
+        fd = openat(staging_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
-        *ret = (LocalStaged) { .dir_fd = TAKE_FD(dir_fd), .fd = TAKE_FD(fd) };
-        ret->tmp_name = strdup(tmp);
-        ret->name = strdup(name);
-        if (!ret->tmp_name || !ret->name) {
-                local_abort(ret);
-                return -ENOMEM;
-        }
+        *ret = (LocalStaged) { .staging_fd = TAKE_FD(staging_fd), .dir_fd = TAKE_FD(dir_fd), .fd = TAKE_FD(fd),
+                               .tmp_name = TAKE_PTR(tmp), .name = TAKE_PTR(name_copy) };
         return 0;
+}
+
+static void local_staged_done(LocalStaged *s) {
+        s->fd = safe_close(s->fd);
+        s->dir_fd = safe_close(s->dir_fd);
+        s->staging_fd = safe_close(s->staging_fd);
+        free(s->tmp_name);
+        free(s->name);
+        *s = LOCAL_STAGED_NULL;
+}
+
+int local_flush_step(LocalStaged *s, uint64_t size) {
+        uint64_t n;
+
+        if (s->flushed >= size)
+                return 1;
+        n = MIN((uint64_t) LOCAL_FLUSH_SLICE, size - s->flushed);
+        if (sync_file_range(s->fd, (off_t) s->flushed, (off_t) n,
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) < 0)
+                return -errno;
+        s->flushed += n;
+        return s->flushed >= size;
 }
 
 int local_commit(LocalStaged *s, uint64_t *ret_size) {
         struct stat st;
-        int r = 0;
+        int r;
 
-        if (fsync(s->fd) < 0 || fstat(s->fd, &st) < 0 || renameat(s->dir_fd, s->tmp_name, s->dir_fd, s->name) < 0)
+        /* The data first, then the name: a crash leaves the old object or the complete new one. */
+        if (fsync(s->fd) < 0 || fstat(s->fd, &st) < 0 || renameat(s->staging_fd, s->tmp_name, s->dir_fd, s->name) < 0) {
                 r = -errno;
-        if (r < 0) {
                 local_abort(s);
                 return r;
         }
+        s->tmp_name = mfree(s->tmp_name); /* published: nothing to remove any more */
+        r = fsync(s->dir_fd) < 0 ? -errno : 0;
+        local_staged_done(s);
+        if (r < 0)
+                return r;
         if (ret_size)
                 *ret_size = (uint64_t) st.st_size;
-        s->fd = safe_close(s->fd);
-        s->dir_fd = safe_close(s->dir_fd);
-        free(s->tmp_name);
-        free(s->name);
-        *s = (LocalStaged) { .dir_fd = -EBADF, .fd = -EBADF };
         return 0;
 }
 
 void local_abort(LocalStaged *s) {
-        if (s->dir_fd >= 0 && s->tmp_name)
-                (void) unlinkat(s->dir_fd, s->tmp_name, 0);
-        s->fd = safe_close(s->fd);
-        s->dir_fd = safe_close(s->dir_fd);
-        free(s->tmp_name);
-        free(s->name);
-        *s = (LocalStaged) { .dir_fd = -EBADF, .fd = -EBADF };
+        if (s->staging_fd >= 0 && s->tmp_name)
+                (void) unlinkat(s->staging_fd, s->tmp_name, 0);
+        local_staged_done(s);
+}
+
+int local_sweep_staging(const char *root) {
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        int r, n = 0;
+
+        fd = open_staging_dir(root, false);
+        if (fd == -ENOENT)
+                return 0;
+        if (fd < 0)
+                return fd;
+        r = opendir_at(fd, &d);
+        if (r < 0)
+                return r;
+        while ((de = readdir(d))) {
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) < 0) {
+                        if (errno == ENOENT || errno == EISDIR || errno == EPERM)
+                                continue; /* not ours to remove (we never make directories there) */
+                        return -errno;
+                }
+                n++;
+        }
+        return n;
 }
 
 int local_open(const char *root, const char *full_key, int *ret_fd) {
@@ -142,6 +240,7 @@ int local_delete(const char *root, const char *full_key) {
 static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth, GcCounters *c) {
         _cleanup_closedir_ DIR *d = NULL;
         struct dirent *de;
+        int64_t stale = MIN(cutoff, (int64_t) time(NULL) - LOCAL_STAGING_STALE_SEC);
         int r;
 
         if (depth > GC_DEPTH_MAX)
@@ -150,9 +249,10 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
         if (r < 0)
                 return r;
         while ((de = readdir(d))) {
+                bool staging;
                 struct stat st;
 
-                if (streq(de->d_name, ".") || streq(de->d_name, "..") || startswith(de->d_name, ".staging-"))
+                if (streq(de->d_name, ".") || streq(de->d_name, "..") || streq(de->d_name, LOCAL_STAGING_DIR))
                         continue;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue;
@@ -167,10 +267,11 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
                 }
                 if (!S_ISREG(st.st_mode))
                         continue;
+                /* A staging in place of a killed agent: no object, removed once surely abandoned. */
+                staging = startswith(de->d_name, LOCAL_STAGING_PREFIX);
                 c->scanned++;
-                if (suffix && !endswith(de->d_name, suffix))
-                        continue;
-                if ((int64_t) st.st_mtim.tv_sec >= cutoff)
+                if (staging ? (int64_t) st.st_mtim.tv_sec >= stale
+                            : (suffix && !endswith(de->d_name, suffix)) || (int64_t) st.st_mtim.tv_sec >= cutoff)
                         continue;
                 if (unlinkat(dirfd(d), de->d_name, 0) < 0) {
                         if (errno == ENOENT)
@@ -186,6 +287,8 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
 int local_gc(const char *root, const char *dir_key, const char *suffix, int64_t cutoff, GcCounters *c) {
         _cleanup_close_ int root_fd = -EBADF, fd = -EBADF;
 
+        if (local_key_is_reserved(dir_key))
+                return 0;
         root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root_fd < 0)
                 return -errno;

@@ -1,21 +1,53 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The "local" storage provider: objects as files below SANDBOX_LOCAL_STORAGE_DIR, written
- * atomically (temporary file + rename), never outside that directory. */
+ * atomically and durably (staged, fsynced, renamed into place, directory fsynced), never outside
+ * that directory. */
 #pragma once
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+/* Archives are staged in this directory below the root (0700), one file per staging named by its
+ * token, and renamed into their key's directory on commit: the same mount, so the rename is atomic.
+ * A key whose directory is on another mount (something mounted below the root) is staged in that
+ * directory instead, as ".staging-<token>". Keys under it are refused. */
+#define LOCAL_STAGING_DIR ".staging"
+#define LOCAL_STAGING_PREFIX ".staging-"
+/* Such in-place stagings left behind by a killed agent (and those of versions before the staging
+ * directory) are deleted by garbage collection once this old and older than its cutoff. */
+#define LOCAL_STAGING_STALE_SEC (24 * 3600)
 
 /* A staged object: written through 'fd', published by local_commit(). */
 typedef struct LocalStaged {
+        int staging_fd;    /* the directory the file is staged in */
         int dir_fd;        /* the object's directory */
-        char *tmp_name;    /* temporary name in it */
-        char *name;        /* final name */
+        char *tmp_name;    /* the staged file's name in staging_fd */
+        char *name;        /* final name in dir_fd */
         int fd;            /* open for writing */
+        uint64_t flushed;  /* written back to disk so far (local_flush_step()) */
 } LocalStaged;
 
-int local_stage(const char *root, const char *full_key, LocalStaged *ret);
+#define LOCAL_STAGED_NULL ((LocalStaged) { .staging_fd = -EBADF, .dir_fd = -EBADF, .fd = -EBADF })
+
+/* Whether a full key names something of ours rather than an object (the staging directory). */
+bool local_key_is_reserved(const char *full_key);
+
+/* token: [0-9a-f]+, names the staged file. */
+int local_stage(const char *root, const char *full_key, const char *token, LocalStaged *ret);
+/* Writes the staged data back to disk one slice at a time, so that the fsync of local_commit() finds
+ * little left to do and no single step holds up the event loop for long: 0 while there is more to
+ * write of the first 'size' bytes, 1 when done, a negative errno (-ENOSPC...) on failure. */
+#define LOCAL_FLUSH_SLICE (8U * 1024U * 1024U)
+int local_flush_step(LocalStaged *s, uint64_t size);
+/* fsync, rename into place, fsync the directory. On failure before the rename the staging is
+ * discarded and nothing changed; a failure of the last fsync leaves the new object in place, not
+ * known to be durable. */
 int local_commit(LocalStaged *s, uint64_t *ret_size);
 void local_abort(LocalStaged *s);
+/* Removes whatever is left in the staging directory: at startup nothing there belongs to anyone
+ * (only one agent runs). Returns the number of files removed. */
+int local_sweep_staging(const char *root);
 /* -ENOENT when absent. */
 int local_open(const char *root, const char *full_key, int *ret_fd);
 /* Missing objects are not an error. */
@@ -28,5 +60,6 @@ typedef struct GcCounters {
 } GcCounters;
 
 /* Deletes regular files below root/dir_key strictly older than 'cutoff' (unix seconds); only
- * names ending in 'suffix' when given. A missing directory scans nothing. */
+ * names ending in 'suffix' when given. A missing directory scans nothing. In-place stagings are
+ * only deleted when also older than LOCAL_STAGING_STALE_SEC. */
 int local_gc(const char *root, const char *dir_key, const char *suffix, int64_t cutoff, GcCounters *c);

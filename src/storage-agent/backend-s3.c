@@ -25,6 +25,9 @@ struct S3Call {
         char *query[S3_PAIRS_MAX][2];
         char *headers[S3_PAIRS_MAX][2];
         int upload_fd, download_fd;
+        bool has_upload_size;
+        uint64_t upload_size;
+        char *payload_hash;
         uint64_t download_max;
         const AddressPolicy *policy;
         unsigned attempt;
@@ -52,6 +55,7 @@ static S3Call *s3_call_free(S3Call *c) {
         storage_config_done(&c->config);
         free(c->method);
         free(c->key);
+        free(c->payload_hash);
         for (size_t i = 0; i < S3_PAIRS_MAX; i++) {
                 free(c->query[i][0]);
                 free(c->query[i][1]);
@@ -191,6 +195,11 @@ static int s3_attempt(S3Call *c) {
         /* Every attempt starts the body over. */
         if (c->upload_fd >= 0 && (lseek(c->upload_fd, 0, SEEK_SET) < 0 || fstat(c->upload_fd, &st) < 0))
                 return -errno;
+        if (c->upload_fd >= 0 && c->has_upload_size) {
+                if ((uint64_t) st.st_size < c->upload_size)
+                        return -ENODATA; /* shorter than what was hashed and declared */
+                st.st_size = (off_t) c->upload_size;
+        }
         if (c->download_fd >= 0 && (ftruncate(c->download_fd, 0) < 0 || lseek(c->download_fd, 0, SEEK_SET) < 0))
                 return -errno;
 
@@ -200,8 +209,8 @@ static int s3_attempt(S3Call *c) {
         location_of(&c->config, c->key, &loc);
         if (c->config.s3_access_key && c->config.s3_secret_key) {
                 SigV4Credentials creds = { c->config.s3_access_key, c->config.s3_secret_key };
-                r = s3_sign_request(&loc, c->method, query, nq, headers, nh, SIGV4_UNSIGNED_PAYLOAD, &creds,
-                                    time(NULL), &res, &url);
+                r = s3_sign_request(&loc, c->method, query, nq, headers, nh,
+                                    c->payload_hash ?: SIGV4_UNSIGNED_PAYLOAD, &creds, time(NULL), &res, &url);
         } else {
                 /* No credentials: an anonymous request (public buckets). */
                 S3Target t = {};
@@ -248,12 +257,14 @@ int s3_call(CurlDriver *d, const StorageConfig *conf, const S3CallParams *p, S3C
         if (!c)
                 return -ENOMEM;
         *c = (S3Call) { .driver = d, .upload_fd = p->upload_fd, .download_fd = p->download_fd,
+                        .has_upload_size = p->has_upload_size, .upload_size = p->upload_size,
                         .download_max = p->download_max, .policy = p->policy, .callback = cb, .userdata = userdata };
         c->config = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
         if (storage_config_copy(conf, &c->config) < 0)
                 oom = true;
         c->method = strdup_or_null(p->method, &oom);
         c->key = strdup_or_null(p->key, &oom);
+        c->payload_hash = strdup_or_null(p->payload_hash, &oom);
         for (size_t i = 0; i < S3_PAIRS_MAX; i++) {
                 c->query[i][0] = strdup_or_null(p->query[i][0], &oom);
                 c->query[i][1] = strdup_or_null(p->query[i][1], &oom);
@@ -270,6 +281,10 @@ int s3_call(CurlDriver *d, const StorageConfig *conf, const S3CallParams *p, S3C
                 return r;
         }
         return 0;
+}
+
+const Transfer *s3_call_transfer(const S3Call *call) {
+        return call ? call->transfer : NULL;
 }
 
 int s3_presigned_get(const StorageConfig *c, const char *key, unsigned expires, char **ret_url) {

@@ -43,6 +43,14 @@ static void check_done(CurlDriver *d) {
                 case CURLE_COULDNT_RESOLVE_HOST:
                         error = -EHOSTUNREACH;
                         break;
+                case CURLE_SEND_ERROR:
+                case CURLE_RECV_ERROR:
+                case CURLE_GOT_NOTHING:
+                        error = -ECONNRESET;
+                        break;
+                case CURLE_PARTIAL_FILE: /* the connection ended before the Content-Length */
+                        error = -EPIPE;
+                        break;
                 case CURLE_FILESIZE_EXCEEDED: /* Content-Length over CURLOPT_MAXFILESIZE: no body read */
                         error = -EFBIG;
                         break;
@@ -174,7 +182,8 @@ static size_t write_callback(char *ptr, size_t size, size_t nmemb, void *userdat
         Transfer *t = userdata;
         size_t n = size * nmemb;
 
-        if (t->download_fd >= 0) {
+        /* Only a success's body is the object; an error's (S3's XML) is kept to be read. */
+        if (t->download_fd >= 0 && t->response.status >= 200 && t->response.status < 300) {
                 /* Without (or despite) a Content-Length: cut the transfer at the bound. */
                 if (n > t->download_max - t->downloaded) {
                         t->too_large = true;
@@ -216,10 +225,26 @@ static curl_socket_t opensocket_callback(void *userdata, curlsocktype purpose, s
         return fd < 0 ? CURL_SOCKET_BAD : fd;
 }
 
+static size_t header_callback(char *buffer, size_t size, size_t nitems, void *userdata) {
+        Transfer *t = userdata;
+
+        response_headers_feed(&t->response, buffer, size * nitems);
+        return size * nitems;
+}
+
+/* Exactly upload_size bytes: what was declared (and hashed), even if the file grew since. */
 static size_t read_callback(char *buffer, size_t size, size_t nitems, void *userdata) {
         Transfer *t = userdata;
-        ssize_t k = read(t->upload_fd, buffer, size * nitems);
-        return k < 0 ? CURL_READFUNC_ABORT : (size_t) k;
+        size_t want = (size_t) MIN((uint64_t) (size * nitems), t->upload_size - t->uploaded);
+        ssize_t k;
+
+        if (want == 0)
+                return 0;
+        k = read(t->upload_fd, buffer, want);
+        if (k < 0)
+                return CURL_READFUNC_ABORT;
+        t->uploaded += (uint64_t) k;
+        return (size_t) k;
 }
 
 int transfer_new(CurlDriver *d, const char *method, const char *url, long connect_timeout_sec,
@@ -242,6 +267,8 @@ int transfer_new(CurlDriver *d, const char *method, const char *url, long connec
         curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t);
         curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, write_callback);
         curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t);
+        curl_easy_setopt(t->easy, CURLOPT_HEADERFUNCTION, header_callback);
+        curl_easy_setopt(t->easy, CURLOPT_HEADERDATA, t);
         curl_easy_setopt(t->easy, CURLOPT_ERRORBUFFER, t->error_buffer);
         curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(t->easy, CURLOPT_CONNECTTIMEOUT, connect_timeout_sec);

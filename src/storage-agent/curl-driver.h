@@ -9,13 +9,15 @@
 #include <systemd/sd-event.h>
 
 #include "address-policy.h"
+#include "archive-verify.h"
 
 typedef struct CurlDriver CurlDriver;
 typedef struct Transfer Transfer;
 
-/* error: 0, or a negative errno for transport failures (-ETIMEDOUT, -ECONNREFUSED, -EIO...), -EPERM
- * when every address of the host was refused by the address policy (nothing was connected to),
- * -EFBIG when the response body was larger than download_max; status: the HTTP status when a
+/* error: 0, or a negative errno for transport failures (-ETIMEDOUT, -ECONNREFUSED, -ECONNRESET when
+ * the connection broke, -EIO...), -EPIPE when the response body ended before its Content-Length,
+ * -EPERM when every address of the host was refused by the address policy (nothing was connected
+ * to), -EFBIG when the response body was larger than download_max; status: the HTTP status when a
  * response arrived. */
 typedef void (*TransferCallback)(Transfer *t, int error, long status, void *userdata);
 
@@ -28,12 +30,15 @@ struct Transfer {
         char *body;                 /* response body, NUL-terminated, bounded */
         size_t body_size;
         int upload_fd;              /* request body from this fd (borrowed), -1: none */
-        uint64_t upload_size;
-        int download_fd;            /* response body into this fd (borrowed), -1: into 'body' */
+        uint64_t upload_size;       /* exactly this much of it is sent (Content-Length) */
+        uint64_t uploaded;
+        int download_fd;            /* a 2xx response's body into this fd (borrowed), -1: into 'body';
+                                     * the body of any other status always goes into 'body' */
         uint64_t download_max;      /* bound of the body into download_fd (Content-Length and bytes) */
         uint64_t downloaded;
         bool download_failed;
         bool too_large;
+        ResponseHeaders response;   /* what we keep of the final response's headers */
         const AddressPolicy *policy; /* borrowed; NULL: any address (an endpoint the operator listed) */
         unsigned n_refused, n_connected;
         TransferCallback callback;

@@ -83,6 +83,18 @@ int main(int argc, char *argv[]) {
                 }
         }
 
+        /* Before the bus name is ours no staging can be in progress: what is there, a killed agent left. */
+        if (!isempty(a->config.local_storage_dir)) {
+                r = local_sweep_staging(a->config.local_storage_dir);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to clean up '%s/" LOCAL_STAGING_DIR "', ignoring: %m",
+                                          a->config.local_storage_dir);
+                else if (r > 0)
+                        log_struct(LOG_NOTICE, 0, LOG_FIELDS("SCOPEBOX_EVENT=staging-swept"),
+                                   "Removed %i leftover staging file%s of an earlier agent from '%s/" LOCAL_STAGING_DIR "'.",
+                                   r, r == 1 ? "" : "s", a->config.local_storage_dir);
+        }
+
         sigemptyset(&ss);
         sigaddset(&ss, SIGTERM);
         sigaddset(&ss, SIGINT);

@@ -234,6 +234,57 @@ try {
     await rejects(cw.send(new s3.PutObjectCommand({ Bucket: BUCKET, Key: "bad-crc", Body: "the body" })), { name: "BadDigest", status: 400 }, "PutObject");
   });
 
+  // The storage agent's archive PUT: Content-MD5 and x-amz-checksum-sha256 of the body, its SHA-256 as metadata.
+  const md5B64 = (b) => crypto.createHash("md5").update(b).digest("base64");
+  const sha256B64 = (b) => crypto.createHash("sha256").update(b).digest("base64");
+  const putRaw = (key, body, headers = {}) =>
+    rawSigned(endpoint, { method: "PUT", path: `/${BUCKET}/${key}`, body, headers: { "content-length": String(body.length), ...headers } });
+
+  await check("Content-MD5 and x-amz-checksum-sha256 of the body → stored; either one wrong → 400 BadDigest, the old object kept", async () => {
+    const first = Buffer.from("first version of the archive");
+    const second = Buffer.from("second version of the archive");
+    let r = await putRaw("digests.tgz", first, { "content-md5": md5B64(first), "x-amz-checksum-sha256": sha256B64(first), "x-amz-meta-scopebox-sha256": sha256Hex(first) });
+    eq(r.status, 200, "both digests right");
+    eq(r.headers.get("etag"), `"${crypto.createHash("md5").update(first).digest("hex")}"`, "ETag");
+    for (const [what, wrong] of [["Content-MD5", { "content-md5": md5B64(first) }], ["x-amz-checksum-sha256", { "x-amz-checksum-sha256": sha256B64(first) }]]) {
+      r = await putRaw("digests.tgz", second, { "content-md5": md5B64(second), "x-amz-checksum-sha256": sha256B64(second), ...wrong });
+      eq([r.status, errorCode(r.body)], [400, "BadDigest"], `wrong ${what}`);
+    }
+    r = await putRaw("digests.tgz", second, { "content-md5": "not base64 of 16 bytes" });
+    eq([r.status, errorCode(r.body)], [400, "InvalidDigest"], "malformed Content-MD5");
+    const g = await c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "digests.tgz" }));
+    assert((await bodyOf(g)).equals(first), "the stored object changed");
+    eq(g.Metadata, { "scopebox-sha256": sha256Hex(first) }, "metadata");
+  });
+
+  await check("test hook: POST /__test__/cut breaks a PUT mid-body → nothing stored, the old object kept; the next PUT works", async () => {
+    const old = Buffer.from("the old object");
+    const big = crypto.randomBytes(256 * 1024);
+    eq((await putRaw("cut.tgz", old)).status, 200, "first PUT");
+    eq((await fetch(`${endpoint}/__test__/cut?count=1&after=65536`, { method: "POST" })).status, 200, "hook");
+    let err;
+    try {
+      await putRaw("cut.tgz", big, { "content-md5": md5B64(big) });
+    } catch (e) {
+      err = e;
+    }
+    assert(err, "the cut PUT succeeded");
+    assert((await bodyOf(await c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "cut.tgz" })))).equals(old), "the old object changed");
+    eq((await putRaw("cut.tgz", big, { "content-md5": md5B64(big) })).status, 200, "PUT after the hook was used up");
+    assert((await bodyOf(await c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "cut.tgz" })))).equals(big), "the new object");
+    // method=GET: the full length announced, 1000 bytes sent, the connection closed.
+    eq((await fetch(`${endpoint}/__test__/cut?count=1&after=1000&method=GET`, { method: "POST" })).status, 200, "GET hook");
+    let cut;
+    try {
+      await rawSigned(endpoint, { method: "GET", path: `/${BUCKET}/cut.tgz` });
+    } catch (e) {
+      cut = e;
+    }
+    assert(cut, "a cut GET body was read without complaint");
+    const whole = await rawSigned(endpoint, { method: "GET", path: `/${BUCKET}/cut.tgz` });
+    assert(whole.status === 200 && whole.body.equals(big), "the GET after the hook was used up");
+  });
+
   await check("HeadObject: size, ETag, Content-Type, Last-Modified", async () => {
     const h = await c.send(new s3.HeadObjectCommand({ Bucket: BUCKET, Key: "workspaces/workspaces/a.tgz" }));
     eq(h.ContentLength, payload.length, "ContentLength");

@@ -308,6 +308,14 @@ async function readBody(req, ctx, { toFile }) {
   try {
     for await (const chunk of req) {
       size += chunk.length;
+      if (ctx.cutAfter !== undefined && size >= ctx.cutAfter) {
+        // /__test__/cut: the connection breaks mid-body, as a network or a dying client would.
+        process.stdout.write(`${new Date().toISOString()} ${req.method} ${req.url} cut after ${size} body bytes (/__test__/cut)\n`);
+        req.socket.destroy();
+        const e = new Error("connection cut by /__test__/cut");
+        e.code = "ECONNRESET";
+        throw e;
+      }
       sha256.update(chunk);
       md5.update(chunk);
       sha1?.update(chunk);
@@ -324,6 +332,9 @@ async function readBody(req, ctx, { toFile }) {
       await once(ws, "finish");
     }
     ctx.bodyDone = true;
+    const declared = req.headers["content-length"];
+    if (declared !== undefined && Number(declared) !== size)
+      throw new S3Error(400, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header.");
     const md5Digest = md5.digest();
     const shaHex = sha256.digest("hex");
     if (ctx.payloadHash && /^[0-9a-f]{64}$/.test(ctx.payloadHash) && ctx.payloadHash !== shaHex) {
@@ -846,6 +857,19 @@ async function getObject(ctx, head) {
   }
   // Opened before the headers go out: a concurrent replace may unlink the file, but not this descriptor.
   const fh = await fsp.open(file, "r");
+  if (ctx.cutAfter !== undefined) {
+    // /__test__/cut: the full Content-Length announced, then the connection breaks after cutAfter bytes.
+    const start = range ? range.start : 0;
+    const end = Math.min(range ? range.end : meta.size - 1, start + ctx.cutAfter - 1);
+    ctx.res.writeHead(status, { ...baseHeaders(ctx), ...headers });
+    ctx.res.flushHeaders();
+    if (end >= start) {
+      for await (const chunk of fh.createReadStream({ start, end })) await new Promise((resolve) => ctx.res.write(chunk, resolve));
+    } else await fh.close();
+    process.stdout.write(`${new Date().toISOString()} GET ${ctx.req.url} cut after ${end - start + 1} body bytes (/__test__/cut)\n`);
+    ctx.res.socket?.destroy();
+    return;
+  }
   const stream = fh.createReadStream(range ? { start: range.start, end: range.end } : {});
   ctx.res.writeHead(status, { ...baseHeaders(ctx), ...headers });
   stream.pipe(ctx.res);
@@ -1102,6 +1126,7 @@ async function route(ctx) {
 const requestLog = [];
 const REQUEST_LOG_MAX = 5000;
 let failures = []; // [{ remaining, status, code, method, bucket }]
+let cuts = []; // [{ remaining, after, method, bucket }]
 
 function isLoopback(addr) {
   return addr === "127.0.0.1" || addr === "::1" || addr === "::ffff:127.0.0.1" || /^(::ffff:)?127\./.test(addr ?? "");
@@ -1168,6 +1193,20 @@ async function hooks(ctx, sub) {
       failures = [];
       return sendJson(ctx, 200, { queued: [] });
     }
+    if (sub === "cut" && req.method === "POST") {
+      const c = {
+        remaining: intParam(query, "count", { min: 1 }) ?? 1,
+        after: intParam(query, "after", { min: 0 }) ?? 0,
+        method: single(query, "method")?.toUpperCase() ?? "PUT",
+        bucket: single(query, "bucket"),
+      };
+      cuts.push(c);
+      return sendJson(ctx, 200, { queued: c });
+    }
+    if (sub === "cut" && req.method === "DELETE") {
+      cuts = [];
+      return sendJson(ctx, 200, { queued: [] });
+    }
     if (sub === "log" && req.method === "GET") return sendJson(ctx, 200, requestLog);
     if (sub === "log" && req.method === "DELETE") {
       requestLog.length = 0;
@@ -1177,6 +1216,16 @@ async function hooks(ctx, sub) {
   } catch (e) {
     return sendJson(ctx, 400, { error: e.message });
   }
+}
+
+// The byte count after which this request's body (a GET: the response's) is cut (a /__test__/cut of its
+// method and bucket), or undefined.
+function takeCut(ctx) {
+  if (ctx.req.method !== "GET" && ctx.bodyDone) return undefined; // no request body to cut
+  const c = cuts.find((c) => c.method === ctx.req.method && (!c.bucket || c.bucket === ctx.bucket));
+  if (!c) return undefined;
+  if (--c.remaining <= 0) cuts = cuts.filter((x) => x !== c);
+  return c.after;
 }
 
 function takeFailure(ctx) {
@@ -1247,6 +1296,7 @@ async function handle(req, res, expectContinue) {
       throw new S3Error(400, "KeyTooLongError", "Your key is too long", [["MaxSizeAllowed", "1024"], ["Size", String(Buffer.byteLength(ctx.key, "utf8"))]]);
     const failure = takeFailure(ctx);
     if (failure) throw failure;
+    ctx.cutAfter = takeCut(ctx);
     await authenticate(ctx);
     await route(ctx);
   } catch (e) {
