@@ -447,9 +447,10 @@ static const sd_bus_vtable agent_vtable[] = {
         SD_BUS_VTABLE_END,
 };
 
-/* Transitional: session managers from before the size check call CommitArchive(s token). sd-bus
+/* Transitional: session managers of the previous release (still running while a package upgrade
+ * restarts the daemons one by one) call CommitArchive(s token). sd-bus
  * refuses a call whose signature is not the vtable's before any handler sees it, so this filter
- * serves that one shape (without the size check). Goes once every manager sends "st". */
+ * serves that one shape (without the size check). */
 static int filter_legacy_commit(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         int r;
