@@ -376,8 +376,10 @@ static void session_begin_stopping(Session *s) {
 
         s->state = SESSION_STOPPING;
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-        /* Still waiting for a create slot: it never starts. */
+        /* Still waiting for a create slot: it never starts. Still fetching its archive: not waited
+         * for (a stalled storage endpoint must not keep a released session counted). */
         manager_cancel_pending_create(s->manager, s);
+        s->restore_slot = sd_bus_slot_unref(s->restore_slot);
         while ((q = s->queue_head)) {
                 s->queue_head = q->next;
                 s->n_queued--;
@@ -792,6 +794,10 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
 
         s->start_job = systemd_job_free(s->start_job);
         if (s->state == SESSION_STOPPING) {
+                /* A start the stop cancelled never put the runner into the scope: the stop can't
+                 * take it along. */
+                if (!streq_ptr(result, "done") && s->runner_pid > 0)
+                        (void) kill(s->runner_pid, SIGKILL);
                 session_finalize(s);
                 return;
         }
