@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,6 +391,18 @@ static void http_request_resume(HttpRequest *req) {
         server_status_changed(req->server);
 }
 
+static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata);
+
+/* Whether the client of a request whose hang-up is watched is gone, dispatched or not yet. */
+static bool http_request_client_hung_up(HttpRequest *req) {
+        struct pollfd p = { .events = POLLRDHUP };
+
+        if (!req->client_source)
+                return false;
+        p.fd = sd_event_source_get_io_fd(req->client_source);
+        return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         HttpRequest *req = userdata;
         HttpReplyHandler handler;
@@ -403,9 +416,16 @@ static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         handler = req->reply_handler;
         req->reply_handler = NULL;
 
-        /* Its client is gone, the call is over (most likely Cancelled): nothing to answer. An orphan
-         * goes now, giving back what it counted; one MHD has not completed yet goes when it does. */
+        /* A hang-up that arrived with the answer counts, where a call leaves something behind. */
+        if (!req->client_gone && req->gone_handler && http_request_client_hung_up(req))
+                (void) http_request_on_client_hangup(req->client_source, -EBADF, 0, req);
+
+        /* Its client is gone, the call is over (most likely Cancelled): nothing to answer, but what
+         * the call left behind is undone. An orphan goes now, giving back what it counted; one MHD
+         * has not completed yet goes when it does. */
         if (req->client_gone) {
+                if (req->gone_handler)
+                        (void) req->gone_handler(req, reply);
                 if (req->orphaned)
                         http_request_free(req);
                 return 0;

@@ -136,10 +136,13 @@ struct HttpRequest {
         /* A pending bus call; unref'd (which cancels it) when the request goes away. */
         sd_bus_slot *slot;
         HttpReplyHandler reply_handler;
+        HttpReplyHandler gone_handler;      /* instead, if the client is gone: undoes what the call
+                                             * left behind (a created session) */
         bool suspended;
 
-        /* Hang-ups. The write end of the pipe whose read end went with the call (Exec, Run: its
-         * "hangup" option); closed once the client is gone, which has the manager cancel the call. */
+        /* Hang-ups. The write end of the pipe whose read end went with the call (CreateSession,
+         * Exec, Run: its "hangup" option); closed once the client is gone, which has the manager
+         * cancel the call. */
         int hangup_fd;
         sd_event_source *client_source;     /* the client's socket, watched while suspended */
         bool client_gone;                   /* nobody to answer any more */

@@ -85,6 +85,21 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
         return 0;
 }
 
+/* The id in a successful CreateSession reply, validated and recorded for the access log. */
+static int sessions_post_read_id(HttpRequest *req, sd_bus_message *reply, const char **ret) {
+        const char *id;
+        int r;
+
+        r = sd_bus_message_read(reply, "s", &id);
+        if (r < 0)
+                return r;
+        if (!session_id_is_valid(id))
+                return -EBADMSG;
+        http_request_set_session_id(req, id);
+        *ret = id;
+        return 0;
+}
+
 static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
         char body[sizeof("{\"session_id\":\"\"}") + SESSION_ID_LEN];
         const sd_bus_error *e;
@@ -95,20 +110,69 @@ static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
         if (e)
                 return http_request_reply_bus_error(req, e);
 
-        r = sd_bus_message_read(reply, "s", &id);
+        r = sessions_post_read_id(req, reply, &id);
         if (r < 0)
                 return r;
-        if (!session_id_is_valid(id))
-                return -EBADMSG;
-        http_request_set_session_id(req, id);
 
         /* Validated: 32 hex digits need no escaping. */
         (void) snprintf(body, sizeof(body), "{\"session_id\":\"%s\"}", id);
         return http_request_reply_literal(req, HTTP_OK, body);
 }
 
+static int on_abandoned_session_released(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        const char *id = userdata;
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        if (e && !sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(id)),
+                           "Failed to release session %s, whose client went away: %s", id,
+                           strna(e->message));
+        return 0;
+}
+
+/* The client of a create went away before its answer, and its hang-up crossed the manager's
+ * answer: the session was completed all the same (otherwise the manager undid it). Nobody will
+ * ever know the session: released at once, not archived (its workspace holds only what was
+ * restored), so that it doesn't count against SANDBOX_MAX_SESSIONS for an idle TTL. */
+static int sessions_post_on_gone(HttpRequest *req, sd_bus_message *reply) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        _cleanup_free_ char *copy = NULL;
+        const char *id;
+        int r;
+
+        if (sd_bus_message_is_method_error(reply, NULL))
+                return 0; /* cancelled, or failed: nothing was left */
+        r = sessions_post_read_id(req, reply, &id);
+        if (r < 0)
+                return r;
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(id), "SCOPEBOX_EVENT=session-abandoned"),
+                   "Releasing session %s: its client went away before the answer.", id);
+
+        copy = strdup(id);
+        if (!copy)
+                return log_oom();
+        r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "sa{sv}", id, 1, "archive", "b", 0);
+        if (r >= 0)
+                r = sd_bus_call_async(req->server->bus, &slot, m, on_abandoned_session_released, copy,
+                                      bus_timeout_session_usec(&req->server->config));
+        /* The call outlives the request: the bus owns it, and the id goes with it. */
+        if (r >= 0)
+                r = sd_bus_slot_set_destroy_callback(slot, free);
+        if (r >= 0) {
+                TAKE_PTR(copy);
+                r = sd_bus_slot_set_floating(slot, 1);
+        }
+        if (r < 0)
+                return log_warning_errno(r, "Failed to release session %s, whose client went away: %m", id);
+        return 0;
+}
+
 int http_sessions_post(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_close_ int hangup = -EBADF;
         const Config *config = &req->server->config;
         SessionBody b = {};
         int r;
@@ -144,10 +208,19 @@ int http_sessions_post(HttpRequest *req) {
                         return r;
         }
 
+        /* A create whose client hangs up is undone (docs/dbus-api.md). */
+        hangup = http_request_hangup_pipe(req);
+        if (hangup < 0)
+                return hangup;
+        r = sd_bus_message_append(m, "{sv}", "hangup", "h", hangup);
+        if (r < 0)
+                return r;
+
         r = sd_bus_message_close_container(m);
         if (r < 0)
                 return r;
 
+        req->gone_handler = sessions_post_on_gone;
         return http_request_call(req, m, bus_timeout_session_usec(config), sessions_post_on_reply);
 }
 

@@ -113,25 +113,140 @@ static int read_options(sd_bus_message *m, const BusOption options[], void *base
         return sd_bus_message_exit_container(m);
 }
 
+/* ---- callers that hang up (CreateSession, Exec, Run) ---- */
+
+#define CANCELLED_MESSAGE "cancelled: the caller hung up"
+
+/* A CreateSession, Exec or Run call being served: the message to answer and, if the caller gave
+ * its "hangup" option, a watch on that pipe. The caller hanging up (closing every write end: on
+ * purpose, or by dying) cancels the call; it is still answered, exactly once, with Cancelled. */
+typedef struct BusCall {
+        sd_bus_message *message;
+        sd_event_source *hangup_source;  /* owns a duplicate of the caller's read end */
+        ExecCall *exec;                  /* what to cancel, until it answers */
+        Run *run;
+        Session *create;                 /* the session being created, until its start answers */
+        bool cancelled;                  /* (create) released for a caller that hung up */
+        bool adopted;                    /* (create) of a session whose archive was pending */
+} BusCall;
+
+static BusCall *bus_call_free(BusCall *c) {
+        if (!c)
+                return NULL;
+        sd_event_source_disable_unref(c->hangup_source);
+        sd_bus_message_unref(c->message);
+        return mfree(c);
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(BusCall *, bus_call_free);
+
+/* Nobody will ever know a session whose creator hung up: stopping it undoes its start, whatever
+ * it is at (waiting for a create slot, its scope starting, its archive restoring), and gives its
+ * create slot back. Not archived: its workspace holds only what was restored. */
+static void release_abandoned_create(Session *s, bool adopted) {
+        /* An adopted session's workspace is its own, newer than the stored archive: archived again. */
+        (void) session_release_full(s, "its creator hung up", &(ReleaseOptions) { .archive = adopted }, NULL, NULL);
+}
+
+static int on_caller_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        BusCall *c = userdata;
+        ExecCall *exec = TAKE_PTR(c->exec);
+        Run *run = TAKE_PTR(c->run);
+        Session *create = TAKE_PTR(c->create);
+
+        /* Level-triggered: once is enough. */
+        c->hangup_source = sd_event_source_disable_unref(c->hangup_source);
+        log_debug("The caller of %s hung up; cancelling the call.", strna(sd_bus_message_get_member(c->message)));
+        /* Any of them may answer at once, which frees c. */
+        if (exec)
+                session_exec_cancel(exec);
+        else if (run)
+                manager_cancel_run(run);
+        else if (create) {
+                /* on_session_started() hears of it and answers Cancelled. */
+                c->cancelled = true;
+                release_abandoned_create(create, c->adopted);
+        }
+        return 0;
+}
+
+/* A call object for 'm'; with hangup_fd (borrowed from the message, or -EBADF) the call watches it.
+ * A caller that hung up already gets Cancelled (an Exec or Run counted as a cancelled exec) and
+ * nothing is started for it; a bad fd gets InvalidArgs. */
+static int bus_call_new(Manager *mgr, sd_bus_message *m, int hangup_fd, BusCall **ret, sd_bus_error *error) {
+        _cleanup_(bus_call_freep) BusCall *c = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        *ret = NULL;
+        if (hangup_fd >= 0) {
+                r = fd_is_pipe_read_end(hangup_fd);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "hangup must be the read end of a pipe");
+                r = pipe_hung_up(hangup_fd);
+                if (r < 0)
+                        return r;
+                if (r > 0) {
+                        if (!sd_bus_message_is_method_call(m, NULL, "CreateSession"))
+                                metrics_count_exec(&mgr->metrics, -ECANCELED, NULL);
+                        return sd_bus_error_set(error, BUS_ERROR_CANCELLED, CANCELLED_MESSAGE);
+                }
+                fd = fcntl(hangup_fd, F_DUPFD_CLOEXEC, 3);
+                if (fd < 0)
+                        return -errno;
+        }
+
+        c = calloc(1, sizeof(BusCall));
+        if (!c)
+                return -ENOMEM;
+        if (fd >= 0) {
+                /* No events: only EPOLLHUP and EPOLLERR, which epoll always reports, wake us. */
+                r = sd_event_add_io(mgr->event, &c->hangup_source, fd, 0, on_caller_hangup, c);
+                if (r < 0)
+                        return r;
+                r = sd_event_source_set_io_fd_own(c->hangup_source, true);
+                if (r < 0)
+                        return r;
+                TAKE_FD(fd);
+                (void) sd_event_source_set_description(c->hangup_source, "caller-hangup");
+        }
+        c->message = sd_bus_message_ref(m);
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
 /* ---- CreateSession ---- */
 
 typedef struct CreateOptions {
         uint64_t idle_ttl_sec;
         const char *archive_key;
         const char *storage;
+        int hangup;
 } CreateOptions;
 
 static const BusOption create_options[] = {
         { "idle_ttl_sec", 't', offsetof(CreateOptions, idle_ttl_sec) },
         { "archive_key",  's', offsetof(CreateOptions, archive_key)  },
         { "storage",      's', offsetof(CreateOptions, storage)      },
+        { "hangup",       'h', offsetof(CreateOptions, hangup)       },
         {}
 };
 
 static void on_session_started(Session *s, int error, const char *message, void *userdata) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = userdata;
+        _cleanup_(bus_call_freep) BusCall *c = userdata;
+        sd_bus_message *m = c->message;
         int r;
 
+        c->create = NULL;
+        if (c->cancelled) {
+                /* Released for a caller that hung up. A start that got through all the same (its last
+                 * step answered before the stop took effect) is undone as well. */
+                if (error >= 0)
+                        release_abandoned_create(s, c->adopted);
+                reply_error(m, -ECANCELED, CANCELLED_MESSAGE);
+                return;
+        }
         if (error < 0) {
                 reply_error(m, error, message ?: "failed to start the session");
                 return;
@@ -143,7 +258,8 @@ static void on_session_started(Session *s, int error, const char *message, void 
 
 static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
-        CreateOptions o = {};
+        _cleanup_(bus_call_freep) BusCall *c = NULL;
+        CreateOptions o = { .hangup = -EBADF };
         uint64_t ttl_usec;
         Session *s;
         int r;
@@ -160,13 +276,24 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
                    USEC_PER_SEC;
 
+        r = bus_call_new(mgr, m, o.hangup, &c, error);
+        if (r < 0)
+                return r;
+
         /* The archive of this key not stored yet: that session, whose workspace is the newest, is
-         * the client's again (it holds its place under the cap already). */
+         * the client's again (it holds its place under the cap already). A caller that hangs up
+         * meanwhile releases it anew, archived again as any release. */
         s = o.archive_key ? session_find_pending_archive(mgr, o.archive_key, o.storage) : NULL;
-        if (s && session_adopt(s, ttl_usec, on_session_started, sd_bus_message_ref(m)) >= 0)
-                return 1;
-        if (s)
-                sd_bus_message_unref(m);
+        if (s) {
+                c->create = s;
+                c->adopted = true;
+                if (session_adopt(s, ttl_usec, on_session_started, c) >= 0) {
+                        TAKE_PTR(c); /* on_session_started() frees it */
+                        return 1;
+                }
+                c->create = NULL;
+                c->adopted = false;
+        }
 
         if (mgr->config.max_sessions > 0 && mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions) {
                 /* A client can ask at will: info, not a warning. */
@@ -188,12 +315,13 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         }
         manager_add_session(mgr, s);
 
-        r = manager_start_session(mgr, s, on_session_started, sd_bus_message_ref(m));
+        c->create = s;
+        r = manager_start_session(mgr, s, on_session_started, c);
         if (r < 0) {
-                sd_bus_message_unref(m);
                 session_free(s);
                 return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to start the session");
         }
+        TAKE_PTR(c); /* on_session_started() frees it */
         return 1;
 }
 
@@ -201,12 +329,14 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
 
 typedef struct ReleaseArgs {
         int discard;
+        int archive;            /* default true; false: the gateway's release of an abandoned create */
         const char *archive_key;
         const char *storage;
 } ReleaseArgs;
 
 static const BusOption release_options[] = {
         { "discard",     'b', offsetof(ReleaseArgs, discard)     },
+        { "archive",     'b', offsetof(ReleaseArgs, archive)     },
         { "archive_key", 's', offsetof(ReleaseArgs, archive_key) },
         { "storage",     's', offsetof(ReleaseArgs, storage)     },
         {}
@@ -237,7 +367,7 @@ static int on_orphan_archive_deleted(sd_bus_message *reply, void *userdata, sd_b
 
 static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
-        ReleaseArgs o = {};
+        ReleaseArgs o = { .archive = true };
         const char *id;
         Session *s;
         int r;
@@ -273,8 +403,9 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
 
         if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
-        ReleaseOptions ro = { .archive = !o.discard, .discard = o.discard, .archive_key = o.archive_key,
-                              .storage_json = o.storage };
+        /* "Nothing but what was restored" can't be true of an adopted session. */
+        ReleaseOptions ro = { .archive = (o.archive || s->adopted) && !o.discard, .discard = o.discard,
+                              .archive_key = o.archive_key, .storage_json = o.storage };
         r = session_release_full(s, o.discard ? "discarded by client" : "released by client", &ro, on_session_released,
                                  sd_bus_message_ref(m));
         if (r < 0) {
@@ -282,89 +413,6 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
                 return r;
         }
         return 1;
-}
-
-/* ---- callers that hang up (Exec, Run) ---- */
-
-/* An Exec or Run call being served: the message to answer and, if the caller gave its "hangup"
- * option, a watch on that pipe. The caller hanging up (closing every write end: on purpose, or
- * by dying) cancels the call; it is still answered, exactly once, with Cancelled. */
-typedef struct BusCall {
-        sd_bus_message *message;
-        sd_event_source *hangup_source;  /* owns a duplicate of the caller's read end */
-        ExecCall *exec;                  /* what to cancel, until it answers */
-        Run *run;
-} BusCall;
-
-static BusCall *bus_call_free(BusCall *c) {
-        if (!c)
-                return NULL;
-        sd_event_source_disable_unref(c->hangup_source);
-        sd_bus_message_unref(c->message);
-        return mfree(c);
-}
-DEFINE_TRIVIAL_CLEANUP_FUNC(BusCall *, bus_call_free);
-
-static int on_caller_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
-        BusCall *c = userdata;
-        ExecCall *exec = TAKE_PTR(c->exec);
-        Run *run = TAKE_PTR(c->run);
-
-        /* Level-triggered: once is enough. */
-        c->hangup_source = sd_event_source_disable_unref(c->hangup_source);
-        log_debug("The caller of %s hung up; cancelling the call.", strna(sd_bus_message_get_member(c->message)));
-        /* Either may answer at once, which frees c. */
-        if (exec)
-                session_exec_cancel(exec);
-        else if (run)
-                manager_cancel_run(run);
-        return 0;
-}
-
-/* A call object for 'm'; with hangup_fd (borrowed from the message, or -EBADF) the call watches it.
- * A caller that hung up already gets Cancelled (counted as a cancelled exec) and nothing is
- * started for it; a bad fd gets InvalidArgs. */
-static int bus_call_new(Manager *mgr, sd_bus_message *m, int hangup_fd, BusCall **ret, sd_bus_error *error) {
-        _cleanup_(bus_call_freep) BusCall *c = NULL;
-        _cleanup_close_ int fd = -EBADF;
-        int r;
-
-        *ret = NULL;
-        if (hangup_fd >= 0) {
-                r = fd_is_pipe_read_end(hangup_fd);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "hangup must be the read end of a pipe");
-                r = pipe_hung_up(hangup_fd);
-                if (r < 0)
-                        return r;
-                if (r > 0) {
-                        metrics_count_exec(&mgr->metrics, -ECANCELED, NULL);
-                        return sd_bus_error_set(error, BUS_ERROR_CANCELLED, "cancelled: the caller hung up");
-                }
-                fd = fcntl(hangup_fd, F_DUPFD_CLOEXEC, 3);
-                if (fd < 0)
-                        return -errno;
-        }
-
-        c = calloc(1, sizeof(BusCall));
-        if (!c)
-                return -ENOMEM;
-        if (fd >= 0) {
-                /* No events: only EPOLLHUP and EPOLLERR, which epoll always reports, wake us. */
-                r = sd_event_add_io(mgr->event, &c->hangup_source, fd, 0, on_caller_hangup, c);
-                if (r < 0)
-                        return r;
-                r = sd_event_source_set_io_fd_own(c->hangup_source, true);
-                if (r < 0)
-                        return r;
-                TAKE_FD(fd);
-                (void) sd_event_source_set_description(c->hangup_source, "caller-hangup");
-        }
-        c->message = sd_bus_message_ref(m);
-        *ret = TAKE_PTR(c);
-        return 0;
 }
 
 /* ---- Exec ---- */

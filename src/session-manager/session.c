@@ -405,8 +405,10 @@ static void session_begin_stopping(Session *s) {
 
         s->state = SESSION_STOPPING;
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-        /* Still waiting for a create slot: it never starts. */
+        /* Still waiting for a create slot: it never starts. Still fetching its archive: not waited
+         * for (a stalled storage endpoint must not keep a released session counted). */
         manager_cancel_pending_create(s->manager, s);
+        s->restore_slot = sd_bus_slot_unref(s->restore_slot);
         while ((q = s->queue_head)) {
                 s->queue_head = q->next;
                 s->n_queued--;
@@ -745,7 +747,14 @@ static void session_release_create_slot(Session *s) {
 
 static void session_start_done(Session *s, int error, const char *message) {
         SessionDoneCallback cb = TAKE_PTR(s->start_callback);
+        bool stopping = s->state == SESSION_STOPPING;
 
+        /* Released while its last step ran (that step's failure is the release's doing): not
+         * started, and already on its way out. */
+        if (stopping && error >= 0) {
+                error = -ENXIO;
+                message = "session not found or not running";
+        }
         session_release_create_slot(s);
         if (error >= 0) {
                 int r;
@@ -767,7 +776,7 @@ static void session_start_done(Session *s, int error, const char *message) {
         }
         if (cb)
                 cb(s, error, message, s->start_userdata);
-        if (error < 0)
+        if (error < 0 && !stopping)
                 session_teardown(s, "start failed");
 }
 
@@ -822,6 +831,10 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
 
         s->start_job = systemd_job_free(s->start_job);
         if (s->state == SESSION_STOPPING) {
+                /* A start the stop cancelled never put the runner into the scope: the stop can't
+                 * take it along. */
+                if (!streq_ptr(result, "done") && s->runner_pid > 0)
+                        (void) kill(s->runner_pid, SIGKILL);
                 session_finalize(s);
                 return;
         }
@@ -1888,6 +1901,7 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
                    "archive: its workspace is newer than the stored one.", s->id, s->archive_attempts);
         session_archive_stop_retrying(s);
         s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
+        s->adopted = true;
         s->releasing = false;
         s->archive_superseded = false;
         s->release_told = false;

@@ -151,6 +151,7 @@ struct Session {
         bool restore_failed;        /* started empty after a failed restore: never archived over the stored one */
         bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
         bool release_told;          /* the release waiters heard the outcome already */
+        bool adopted;               /* a create took it over while its archive was pending */
         char *discard_stem;         /* discarded while an attempt was in flight: done after it */
         ArchiveOutcome archive_outcome;
         unsigned archive_attempts;

@@ -39,7 +39,7 @@ typedef struct Fake {
         unsigned calls;
 
         /* What the last call carried. */
-        bool have_ttl, discard;
+        bool have_ttl, discard, no_archive;
         uint64_t ttl, timeout_ms;
         char *archive_key, *storage, *language, *session_id, *code, *path;
         size_t code_size;
@@ -56,7 +56,7 @@ static void fake_clear(Fake *f) {
         free(f->path);
         f->archive_key = f->storage = f->language = f->session_id = f->code = f->path = NULL;
         f->hangup = safe_close(f->hangup);
-        f->have_ttl = f->discard = false;
+        f->have_ttl = f->discard = f->no_archive = false;
         f->ttl = f->timeout_ms = 0;
         f->code_size = 0;
 }
@@ -86,6 +86,10 @@ static int fake_read_options(sd_bus_message *m, Fake *f) {
                         int b;
                         ASSERT_TRUE(sd_bus_message_read(m, "v", "b", &b) >= 0);
                         f->discard = b;
+                } else if (streq(k, "archive")) {
+                        int b;
+                        ASSERT_TRUE(sd_bus_message_read(m, "v", "b", &b) >= 0);
+                        f->no_archive = !b;
                 } else if (streq(k, "archive_key")) {
                         ASSERT_TRUE(sd_bus_message_read(m, "v", "s", &s) >= 0);
                         f->archive_key = strdup(s);
@@ -133,6 +137,10 @@ static int fake_create(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         ASSERT_TRUE(fake_read_options(m, f) >= 0);
         if (f->mode == FAKE_ERROR)
                 return sd_bus_error_set(error, f->error_name, "too many active sessions");
+        if (f->mode == FAKE_HOLD) {
+                f->held = sd_bus_message_ref(m);
+                return 1;
+        }
         return sd_bus_reply_method_return(m, "s", f->mode == FAKE_HOSTILE ? "../../etc" : SID);
 }
 
@@ -815,22 +823,29 @@ static void test_hangup_pipe(Env *env) {
         fake_reset(&env->fake);
 }
 
-/* MHD completes the request of a client that went away while its call is out: the request stays,
- * without its connection, until the manager answers; the pipe tells the manager at once. */
-static void test_orphan(Env *env) {
+/* A request dispatched and suspended whose call the fake manager holds, unanswered. */
+static HttpRequest *request_held(Env *env, const char *method, const char *path, const char *body) {
         HttpRequest *req;
-        void *cls;
 
         fake_reset(&env->fake);
         env->fake.mode = FAKE_HOLD;
-        req = request(env, "POST", "/exec", EXEC_BODY);
+        req = request(env, method, path, body);
         ASSERT_TRUE(http_request_dispatch(req) == 0);
         req->suspended = true;
         env->server.n_suspended++;
         for (unsigned i = 0; i < 200 && !env->fake.held; i++)
                 ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
         ASSERT_TRUE(env->fake.held);
+        return req;
+}
 
+/* MHD completes the request of a client that went away while its call is out: the request stays,
+ * without its connection, until the manager answers; the pipe tells the manager at once. */
+static void test_orphan(Env *env) {
+        HttpRequest *req;
+        void *cls;
+
+        req = request_held(env, "POST", "/exec", EXEC_BODY);
         cls = req;
         http_router_request_completed(NULL, NULL, &cls, MHD_REQUEST_TERMINATED_CLIENT_ABORT);
         ASSERT_TRUE(!cls);
@@ -863,6 +878,50 @@ static void test_orphan(Env *env) {
 
         /* Still usable afterwards. */
         roundtrip(env, "POST", "/exec", EXEC_BODY, 200, exec_ok);
+}
+
+/* The client of a create goes while the call is out. The manager undoes the create when the pipe
+ * hangs up (answering Cancelled: nothing to do); a create it completed all the same is released by
+ * the gateway, without archiving. */
+static void test_abandoned_create(Env *env) {
+        HttpRequest *req;
+        void *cls;
+
+        for (unsigned pass = 0; pass < 2; pass++) {
+                unsigned calls;
+
+                req = request_held(env, "POST", "/sessions", NULL);
+                ASSERT_EQ(pipe_hung_up(env->fake.hangup), 0);
+
+                cls = req;
+                http_router_request_completed(NULL, NULL, &cls, MHD_REQUEST_TERMINATED_CLIENT_ABORT);
+                ASSERT_TRUE(req->orphaned);
+                ASSERT_EQ(pipe_hung_up(env->fake.hangup), 1);
+
+                calls = env->fake.calls;
+                env->fake.mode = FAKE_OK;
+                if (pass == 0)
+                        ASSERT_TRUE(sd_bus_reply_method_errorf(env->fake.held, BUS_ERROR_CANCELLED,
+                                                               "cancelled: the caller hung up") >= 0);
+                else
+                        ASSERT_TRUE(sd_bus_reply_method_return(env->fake.held, "s", SID) >= 0);
+                env->fake.held = sd_bus_message_unref(env->fake.held);
+                for (unsigned i = 0; i < 200 && (env->server.requests || env->fake.calls == calls); i++)
+                        ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+                for (unsigned i = 0; i < 20; i++)
+                        ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+                ASSERT_TRUE(!env->server.requests && env->server.n_orphaned == 0);
+                if (pass == 0)
+                        ASSERT_TRUE(env->fake.calls == calls);
+                else {
+                        /* ReleaseSession of the id the manager answered, not archived. */
+                        ASSERT_TRUE(env->fake.calls == calls + 1);
+                        ASSERT_TRUE(streq_ptr(env->fake.session_id, SID));
+                        ASSERT_TRUE(env->fake.no_archive && !env->fake.discard);
+                }
+        }
+        fake_reset(&env->fake);
+        roundtrip(env, "POST", "/sessions", NULL, 200, CREATED);
 }
 
 static void test_manager_gone(void) {
@@ -910,6 +969,7 @@ int main(void) {
         test_client_gone(&env);
         test_hangup_pipe(&env);
         test_orphan(&env);
+        test_abandoned_create(&env);
         env_done(&env);
 
         RUN(test_manager_gone);
