@@ -101,10 +101,10 @@ static int sessions_post_read_id(HttpRequest *req, sd_bus_message *reply, const 
 }
 
 static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        char body[sizeof("{\"session_id\":\"\"}") + SESSION_ID_LEN];
+        char body[sizeof("{\"session_id\":\"\",\"restored\":false}") + SESSION_ID_LEN];
         const sd_bus_error *e;
         const char *id;
-        int r;
+        int restore_failed = 0, r;
 
         e = sd_bus_message_get_error(reply);
         if (e)
@@ -114,8 +114,14 @@ static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
         if (r < 0)
                 return r;
 
+        /* Only with SANDBOX_START_EMPTY_ON_RESTORE_FAILURE: the archive could not be restored and the
+         * session started empty. (A manager of an earlier version answers the id alone.) */
+        if (sd_bus_message_read(reply, "b", &restore_failed) <= 0)
+                restore_failed = 0;
+
         /* Validated: 32 hex digits need no escaping. */
-        (void) snprintf(body, sizeof(body), "{\"session_id\":\"%s\"}", id);
+        (void) snprintf(body, sizeof(body), restore_failed ? "{\"session_id\":\"%s\",\"restored\":false}"
+                                                           : "{\"session_id\":\"%s\"}", id);
         return http_request_reply_literal(req, HTTP_OK, body);
 }
 

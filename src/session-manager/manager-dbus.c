@@ -251,7 +251,7 @@ static void on_session_started(Session *s, int error, const char *message, void 
                 reply_error(m, error, message ?: "failed to start the session");
                 return;
         }
-        r = sd_bus_reply_method_return(m, "s", s->id);
+        r = sd_bus_reply_method_return(m, "sb", s->id, (int) s->restore_failed);
         if (r < 0)
                 log_debug_errno(r, "Failed to reply to CreateSession, ignoring: %m");
 }
@@ -1147,7 +1147,7 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("RunningExecs", "u", property_get_running_execs, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("CreateSession",
                                 SD_BUS_ARGS("a{sv}", options),
-                                SD_BUS_RESULT("s", session_id),
+                                SD_BUS_RESULT("s", session_id, "b", restore_failed),
                                 method_create_session, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ReleaseSession",
                                 SD_BUS_ARGS("s", session_id, "a{sv}", options),

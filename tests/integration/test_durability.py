@@ -134,6 +134,33 @@ def test_restore_with_storage_down_fails_the_create_and_keeps_the_archive(s3):
         delete_session(sid, discard=True, archive_key=stem, storage=st)
 
 
+def test_operator_may_start_empty_when_the_restore_fails(s3):
+    """SANDBOX_START_EMPTY_ON_RESTORE_FAILURE=1: the create succeeds, says restored: false, and
+    that session never archives over the stored archive."""
+    from test_lifecycle import manager_environment
+    st = s3_storage(s3)
+    stem = f"start_empty_{time.time_ns()}"
+    sid = create_session(archive_key=stem, storage=st)
+    digest = write_version(sid, "stored")
+    assert delete_session(sid).json["archive"] == "stored"
+    with manager_environment(SANDBOX_START_EMPTY_ON_RESTORE_FAILURE=1):
+        s3_down(s3)
+        try:
+            r = request("POST", "/sessions", {"archive_key": stem, "storage": st})
+            assert r.status == 200 and r.json["restored"] is False, r
+            sid = r.json["session_id"]
+            assert run(sid, "import os\nprint(os.path.exists('/workspace/version.txt'))")["stdout"] == "False\n"
+            write_version(sid, "empty-start")
+        finally:
+            s3_up(s3)
+        assert delete_session(sid).json == {"ok": True, "archive": "kept"}
+    sid = create_session(archive_key=stem, storage=st)
+    try:
+        expect_workspace(sid, digest, "stored")
+    finally:
+        delete_session(sid, discard=True, archive_key=stem, storage=st)
+
+
 def test_release_with_storage_down_keeps_the_workspace_until_stored(s3):
     st = s3_storage(s3)
     stem = f"release_down_{time.time_ns()}"
