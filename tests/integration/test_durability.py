@@ -309,11 +309,15 @@ def release_and_kill(sid, unit):
 
 
 def staging_leftovers():
-    r = in_system("sh", "-c", "find /var/lib/scopebox-storage -path '*/.staging*' -type f | wc -l")
+    """Files in the agent's staging directory, and stagings beside this test's archives."""
+    r = in_system("sh", "-c", "find /var/lib/scopebox-storage/.staging "
+                              "/var/lib/scopebox-storage/durability/workspaces \\( -name '.staging*' -o "
+                              "-path '*/.staging/*' \\) -type f 2>/dev/null | wc -l")
     return int(r.stdout.strip() or 0)
 
 
 def test_storage_agent_killed_mid_archive():
+    in_system("sh", "-c", "rm -f /var/lib/scopebox-storage/durability/workspaces/.staging*")
     stem = f"agent_killed_{time.time_ns()}"
     sid, digest = big_session(stem)
     t0 = time.monotonic()

@@ -450,7 +450,7 @@ def test_a_hangup_only_ever_ends_the_callers_own_create(session, stalled):
     stem = "hangup_" + secrets.token_hex(6)
     owner = create_session(archive_key=stem, storage=LOCAL_STORAGE)
     run(owner, "open('/workspace/kept.txt', 'w').write('kept')")
-    assert delete_session(owner).json == {"ok": True}
+    assert delete_session(owner).json == {"ok": True, "archive": "stored"}
     digest = archive_digest(stem)
     units_before = run_units()
     baseline = live_sessions()
@@ -480,4 +480,5 @@ def test_a_hangup_only_ever_ends_the_callers_own_create(session, stalled):
 
     assert archive_digest(stem) == digest, "an abandoned create wrote the archive it restored"
     assert run(victim, "print(open('/workspace/mine.txt').read())")["stdout"] == "mine\n"
-    assert delete_session(create_session(archive_key=stem, storage=LOCAL_STORAGE), discard=True).json == {"ok": True}
+    assert delete_session(create_session(archive_key=stem, storage=LOCAL_STORAGE), discard=True).json == \
+        {"ok": True, "archive": "discarded"}
