@@ -1767,6 +1767,7 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                          void *userdata) {
         _cleanup_free_ char *storage_override = NULL;
         const char *storage;
+        bool starting;
         int r;
 
         if (s->state == SESSION_STOPPING) {
@@ -1797,6 +1798,9 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
         }
         if (o && o->storage_json && !(storage_override = strdup(o->storage_json)))
                 return -ENOMEM;
+        /* Not started yet, nobody has used its workspace: it holds at most part of what is being
+         * restored, which must never be archived over the whole. (An adopted one is its own.) */
+        starting = s->state == SESSION_STARTING && !s->adopted;
         r = session_add_release_waiter(s, cb, userdata);
         if (r < 0)
                 return r;
@@ -1815,7 +1819,7 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                 session_discard(s, storage, session_archive_stem(s, o->archive_key));
                 return 0;
         }
-        if (storage && (!o || o->archive)) {
+        if (storage && (!o || o->archive) && !starting) {
                 if (s->restore_failed) {
                         s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
                         log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
