@@ -207,7 +207,11 @@ def restore_fails(prefix, data, why):
             why in r.json["detail"], r.json
         with open(path, "rb") as f:
             assert f.read() == data
-        assert in_system("scopeboxctl", "sessions", "--json").stdout.count('"id"') == sessions.count('"id"')
+        # The failed session goes (its scope's stop may take a moment with many files).
+        deadline = time.monotonic() + 60
+        while in_system("scopeboxctl", "sessions", "--json").stdout.count('"id"') != sessions.count('"id"'):
+            assert time.monotonic() < deadline, "the failed create's session stayed"
+            time.sleep(0.3)
     finally:
         os.unlink(path)
     return r.json["detail"]
