@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Workspace archives: a gzip'd tar of /workspace ("./" entries, without uploads/ and skills/),
  * and the restore that lets nothing out of the workspace. Both run in a child of the runner that
- * is chrooted into the workspace as the sandbox user (see runner.c); these functions only do the
- * tar work and the entry checks. */
+ * is chrooted into the workspace as the sandbox user (see archive-sandbox.c); these functions only
+ * do the tar work and the entry checks. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Archive and restore jobs: the archive helper (archive-sandbox.c) cloned into namespaces of its
+ * own, its timeout, and its result. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <systemd/sd-event.h>
+
+#include "archive-sandbox.h"
+#include "json-util.h"
+#include "log.h"
+#include "runner.h"
+#include "sandbox.h"
+#include "string-util.h"
+#include "workspace-archive.h"
+
+ArchiveJob *archive_job_free(ArchiveJob *j) {
+        if (!j)
+                return NULL;
+        j->child_source = sd_event_source_disable_unref(j->child_source);
+        if (j->pid > 0) {
+                /* One process, killed: the wait is short, and nothing is left unreaped. */
+                (void) kill(j->pid, SIGKILL);
+                (void) waitpid(j->pid, NULL, 0);
+        }
+        j->timer_source = sd_event_source_disable_unref(j->timer_source);
+        safe_close(j->result_fd);
+        free(j);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(ArchiveJob *, archive_job_free);
+
+static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        ArchiveJob *j = userdata;
+        Runner *r = j->runner;
+        _cleanup_json_ json_object *reply = NULL;
+        ArchiveResult res = { .error = -EIO };
+
+        j->pid = 0;
+        if (j->timed_out)
+                res.error = -ETIME;
+        else if (read(j->result_fd, &res, sizeof(res)) != (ssize_t) sizeof(res))
+                res = (ArchiveResult) { .error = si->si_code == CLD_KILLED && si->si_status == SIGXCPU ? -ETIME : -EIO };
+        res.step[sizeof(res.step) - 1] = 0;
+
+        if (res.error < 0) {
+                if (res.step[0])
+                        log_struct(LOG_WARNING, res.error, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "The archive helper of session %s failed at '%s': %m", r->session_id, res.step);
+                (void) runner_send_error(r, j->connection_generation, res.error, "%s failed: %s",
+                                         j->restore ? "restore" : "archive", strerror(-res.error));
+        } else {
+                reply = json_object_new_object();
+                if (reply) {
+                        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+                        json_object_object_add(reply, "bytes", json_object_new_int64((int64_t) res.bytes));
+                        json_object_object_add(reply, "refused", json_object_new_int(res.refused));
+                        (void) runner_send(r, j->connection_generation, reply, NULL, 0);
+                }
+                if (res.refused > 0)
+                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Restore of session %s refused %i hostile archive entries.", r->session_id,
+                                   res.refused);
+        }
+        r->archive_job = archive_job_free(r->archive_job);
+        runner_warm_schedule(r);
+        runner_resume_connection(r);
+        return 0;
+}
+
+static int on_archive_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        ArchiveJob *j = userdata;
+
+        j->timed_out = true;
+        if (j->pid > 0)
+                (void) kill(j->pid, SIGKILL);
+        return 0;
+}
+
+/* Clones the helper into its namespaces, maps the sandbox user into its user namespace and lets
+ * it go. */
+static int archive_job_spawn(Runner *r, ArchiveJob *j, int data_fd, uint64_t max_bytes, uint64_t timeout_sec) {
+        _cleanup_close_pair_ int result_pipe[2] = { -EBADF, -EBADF }, go_pipe[2] = { -EBADF, -EBADF };
+        pid_t pid;
+        int q;
+
+        if (pipe2(result_pipe, O_CLOEXEC) < 0 || pipe2(go_pipe, O_CLOEXEC) < 0)
+                return -errno;
+
+        pid = (pid_t) syscall(SYS_clone, ARCHIVE_SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                safe_close(result_pipe[0]);
+                safe_close(go_pipe[1]);
+                archive_sandbox_run(&(ArchiveSandbox) {
+                        .workspace = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR),
+                        .newroot = strjoina(r->session_root, "/" SESSION_NEWROOT_DIR),
+                        .restore = j->restore,
+                        .data_fd = data_fd,
+                        .result_fd = result_pipe[1],
+                        .go_fd = go_pipe[0],
+                        .max_bytes = max_bytes,
+                        .max_entries = ARCHIVE_ENTRIES_MAX,
+                        .timeout_sec = timeout_sec,
+                });
+        }
+        j->pid = pid;
+        q = sandbox_map_ids(pid, r->uid, r->gid);
+        if (q < 0)
+                return q; /* the helper sees its go pipe close and gives up; we kill it anyway */
+        if (write(go_pipe[1], "1", 1) != 1)
+                return -errno;
+        j->result_fd = TAKE_FD(result_pipe[0]);
+        return 0;
+}
+
+int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore) {
+        _cleanup_(archive_job_freep) ArchiveJob *j = NULL;
+        json_object *v;
+        int64_t max_bytes = 0, timeout_sec = 0;
+        struct stat st;
+        int q;
+
+        if (json_object_object_get_ex(req, "max_bytes", &v))
+                max_bytes = json_object_get_int64(v);
+        if (json_object_object_get_ex(req, "timeout_sec", &v))
+                timeout_sec = json_object_get_int64(v);
+        if (data_fd < 0 || fstat(data_fd, &st) < 0 || max_bytes <= 0 || timeout_sec <= 0 || r->archive_job)
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid archive request");
+
+        j = calloc(1, sizeof(ArchiveJob));
+        if (!j)
+                return log_oom();
+        *j = (ArchiveJob) { .runner = r, .connection_generation = r->connection_generation, .restore = restore,
+                            .result_fd = -EBADF };
+        q = archive_job_spawn(r, j, data_fd, (uint64_t) max_bytes, (uint64_t) timeout_sec);
+        if (q < 0) {
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to start the archive helper: %m");
+                return runner_send_error(r, r->connection_generation, q, "failed to start the archive helper");
+        }
+        q = sd_event_add_child(r->event, &j->child_source, j->pid, WEXITED, on_archive_child, j);
+        if (q >= 0)
+                q = sd_event_add_time_relative(r->event, &j->timer_source, CLOCK_MONOTONIC,
+                                               (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC, on_archive_timeout, j);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "failed to watch the archive job");
+        r->archive_job = TAKE_PTR(j);
+        return 0;
+}

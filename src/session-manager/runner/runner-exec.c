@@ -1,0 +1,644 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Execs: a sandbox cloned for the code (or the warm one taken over), its network, its timeout and
+ * cancellation, the draining of its output pipes, and the result: exit status, stdout and stderr,
+ * the artifacts it left under outputs/ and the limits that struck. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <systemd/sd-event.h>
+
+#include "cgroup-events.h"
+#include "fs-util.h"
+#include "io-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "message-ids.h"
+#include "outputs.h"
+#include "runner.h"
+#include "sandbox.h"
+#include "seccomp-policy.h"
+#include "string-util.h"
+
+#define OUTPUT_PIPE_CHUNK (64U * 1024U)
+/* After PID 1 of an exec is gone, every writer of the pipes is gone too; this is a safety net. */
+#define DRAIN_GRACE_USEC (2 * USEC_PER_SEC)
+
+/* Values handed into the sandbox's environment (proxies): one printable line, bounded. */
+#define EXEC_ENV_VALUE_MAX 1024
+
+static void output_buffer_done(OutputBuffer *b) {
+        b->source = sd_event_source_disable_unref(b->source);
+        b->fd = safe_close(b->fd);
+        free(b->data);
+        *b = (OutputBuffer) { .fd = -EBADF };
+}
+
+RunnerExec *runner_exec_free(RunnerExec *e) {
+        if (!e)
+                return NULL;
+        if (e->pid > 0 && !e->exited) {
+                /* PID 1 takes its namespace with it; after SIGKILL the wait is short. */
+                (void) kill(e->pid, SIGKILL);
+                (void) waitpid(e->pid, NULL, 0);
+        }
+        if (e->slirp_pid > 0) {
+                /* Its namespace is gone with the sandbox; SIGKILL is immediate, so the wait is. */
+                (void) kill(e->slirp_pid, SIGKILL);
+                (void) waitpid(e->slirp_pid, NULL, 0);
+        }
+        e->child_source = sd_event_source_disable_unref(e->child_source);
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        output_buffer_done(&e->out);
+        output_buffer_done(&e->err);
+        safe_close(e->status_fd);
+        output_set_done(&e->before);
+        free(e);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(RunnerExec *, runner_exec_free);
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
+}
+
+static int copy_into(int dst_fd, uint64_t dst_off, int src_fd, uint64_t size) {
+        loff_t out = (loff_t) dst_off;
+        while (size > 0) {
+                ssize_t k = copy_file_range(src_fd, NULL, dst_fd, &out, size, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP) {
+                                /* Fall back to a plain copy through a buffer. */
+                                char buf[64 * 1024];
+                                ssize_t n = read(src_fd, buf, MIN(sizeof(buf), size));
+                                if (n <= 0)
+                                        return n < 0 ? -errno : -EIO;
+                                if (pwrite(dst_fd, buf, (size_t) n, out) != n)
+                                        return -EIO;
+                                out += n;
+                                size -= (uint64_t) n;
+                                continue;
+                        }
+                        return -errno;
+                }
+                if (k == 0)
+                        return -EIO; /* shrank under us */
+                size -= (uint64_t) k;
+        }
+        return 0;
+}
+
+static int runner_exec_finish(RunnerExec *e) {
+        Runner *r = e->runner;
+        _cleanup_json_ json_object *reply = NULL, *files = NULL;
+        _cleanup_free_ OutputEntry **changed = NULL;
+        _cleanup_free_ bool *chosen = NULL;
+        _cleanup_close_ int data_fd = -EBADF, outputs_fd = -EBADF;
+        OutputSet after = {};
+        bool scanned = false;
+        SandboxStatus st = {};
+        size_t n_changed = 0, skipped = 0;
+        uint64_t offset;
+        int exit_code = 0, sig = 0, q;
+        ssize_t k;
+
+        /* What did PID 1 of the sandbox tell us? */
+        k = read(e->status_fd, &st, sizeof(st));
+        if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_SETUP_FAILED) {
+                st.step[sizeof(st.step) - 1] = 0;
+                log_struct(LOG_ERR, st.value, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Sandbox setup failed at '%s': %m", st.step);
+                q = runner_send_error(r, e->connection_generation, st.value, "sandbox setup failed at %s: %s",
+                                      st.step, strerror(st.value));
+                goto done;
+        }
+
+        if (e->timed_out)
+                exit_code = 124;
+        else if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_EXITED) {
+                if (WIFEXITED(st.value))
+                        exit_code = WEXITSTATUS(st.value);
+                else if (WIFSIGNALED(st.value)) {
+                        sig = WTERMSIG(st.value);
+                        exit_code = 128 + sig;
+                }
+        } else {
+                /* PID 1 itself died without reporting (killed from outside the sandbox). */
+                sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED ? e->init_info.si_status : SIGKILL;
+                exit_code = 128 + sig;
+        }
+
+        /* Artifacts: files under outputs/ created or changed by this exec. Nothing of the sandbox
+         * runs any more, so the tree cannot change while we look at it. */
+        outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (outputs_fd >= 0) {
+                q = output_set_scan(outputs_fd, &after);
+                if (q < 0)
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to scan outputs, ignoring: %m");
+                scanned = q >= 0;
+        }
+        q = output_set_diff(&e->before, &after, &changed, &n_changed);
+        if (q < 0)
+                goto fail;
+        chosen = calloc(n_changed + 1, sizeof(bool));
+        if (!chosen) {
+                q = -ENOMEM;
+                goto fail;
+        }
+        skipped = artifacts_select(changed, n_changed, &e->limits, chosen);
+
+        data_fd = memfd_new_empty("exec-result");
+        if (data_fd < 0) {
+                q = data_fd;
+                goto fail;
+        }
+        q = write_all(data_fd, e->out.data ?: "", e->out.size);
+        if (q >= 0)
+                q = write_all(data_fd, e->err.data ?: "", e->err.size);
+        if (q < 0)
+                goto fail;
+        offset = e->out.size + e->err.size;
+
+        files = json_object_new_array();
+        if (!files) {
+                q = -ENOMEM;
+                goto fail;
+        }
+        for (size_t i = 0; i < n_changed; i++) {
+                _cleanup_close_ int fd = -EBADF;
+                json_object *f;
+                struct stat sst;
+
+                if (!chosen[i])
+                        continue;
+                if (!utf8_is_valid_n(changed[i]->path, strlen(changed[i]->path))) {
+                        skipped++; /* a name that can't be a JSON string */
+                        continue;
+                }
+                fd = openat_beneath(outputs_fd, changed[i]->path, O_RDONLY | O_NONBLOCK, 0);
+                if (fd < 0 || fstat(fd, &sst) < 0 || !S_ISREG(sst.st_mode) || (uint64_t) sst.st_size != changed[i]->size) {
+                        log_struct(LOG_DEBUG, fd < 0 ? fd : 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Artifact '%s' vanished or changed, skipping: %m", changed[i]->path);
+                        skipped++;
+                        continue;
+                }
+                q = copy_into(data_fd, offset, fd, changed[i]->size);
+                if (q < 0) {
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to read artifact '%s', skipping: %m", changed[i]->path);
+                        skipped++;
+                        continue;
+                }
+                f = json_object_new_object();
+                if (!f) {
+                        q = -ENOMEM;
+                        goto fail;
+                }
+                json_object_object_add(f, "path", json_object_new_string(changed[i]->path));
+                json_object_object_add(f, "offset", json_object_new_int64((int64_t) offset));
+                json_object_object_add(f, "size", json_object_new_int64((int64_t) changed[i]->size));
+                json_object_array_add(files, f);
+                offset += changed[i]->size;
+        }
+        q = memfd_seal(data_fd);
+        if (q < 0)
+                goto fail;
+
+        reply = json_object_new_object();
+        if (!reply) {
+                q = -ENOMEM;
+                goto fail;
+        }
+        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+        json_object_object_add(reply, "exit_code", json_object_new_int(exit_code));
+        json_object_object_add(reply, "signal", json_object_new_int(sig));
+        json_object_object_add(reply, "timed_out", json_object_new_boolean(e->timed_out));
+        if (e->cancelled)
+                json_object_object_add(reply, "cancelled", json_object_new_boolean(true));
+        json_object_object_add(reply, "duration_usec", json_object_new_int64((int64_t) (now_usec() - e->started_usec)));
+        json_object_object_add(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size));
+        json_object_object_add(reply, "stderr_size", json_object_new_int64((int64_t) e->err.size));
+        json_object_object_add(reply, "stdout_truncated", json_object_new_boolean(e->out.total > e->out.size));
+        json_object_object_add(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size));
+        json_object_object_add(reply, "files", TAKE_PTR(files));
+        json_object_object_add(reply, "files_skipped", json_object_new_int64((int64_t) skipped));
+        /* Whether the scope's limits struck during the exec: the OOM killer (which spares the
+         * runner), or a fork or thread refused at TasksMax. */
+        json_object_object_add(reply, "oom_killed", json_object_new_boolean(
+                        cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before));
+        json_object_object_add(reply, "pids_limited", json_object_new_boolean(
+                        cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before));
+        if (k == (ssize_t) sizeof(st)) {
+                q = seccomp_report_to_json(&st.seccomp, reply);
+                if (q < 0)
+                        goto fail;
+                if (st.seccomp.n_calls > 0) {
+                        _cleanup_free_ char *calls = seccomp_report_format(&st.seccomp);
+                        log_struct(LOG_INFO, 0,
+                                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                                   "Exec %s: the sandbox refused %s.", e->exec_id, calls ?: "some system calls");
+                }
+        }
+
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
+                              e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" :
+                              e->cancelled ? "SCOPEBOX_EXIT_REASON=cancelled" :
+                              e->orphaned ? "SCOPEBOX_EXIT_REASON=orphaned" :
+                              sig ? "SCOPEBOX_EXIT_REASON=signal" : "SCOPEBOX_EXIT_REASON=exited"),
+                   "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
+                   e->timed_out ? " (timed out)" : e->cancelled ? " (cancelled)" :
+                   e->orphaned ? " (orphaned)" : "",
+                   (unsigned long long) ((now_usec() - e->started_usec) / 1000));
+        if (e->timed_out || sig) {
+                const char *reason = e->timed_out ? "timeout" : e->cancelled ? "cancelled" :
+                                     e->orphaned ? "orphaned" : sig == SIGSYS ? "sigsys" : "signal";
+                char signal_field[32];
+
+                snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", sig);
+                log_struct(LOG_NOTICE, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
+                                      strjoina("SCOPEBOX_EXIT_REASON=", reason), signal_field,
+                                      SCOPEBOX_MESSAGE_EXEC_KILLED),
+                           "Exec %s of session %s was killed (%s).", e->exec_id, r->session_id, reason);
+        }
+
+        q = runner_send(r, e->connection_generation, reply, &data_fd, 1);
+        goto done;
+
+fail:
+        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to collect the exec's results: %m");
+        q = runner_send_error(r, e->connection_generation, q, "failed to collect results: %s", strerror(-q));
+done:
+        /* What the next exec compares with. */
+        output_set_done(&r->outputs_snapshot);
+        r->outputs_snapshot = after;
+        r->outputs_snapshot_valid = scanned;
+        r->exec = runner_exec_free(r->exec);
+        runner_warm_schedule(r);
+        runner_resume_connection(r);
+        return q;
+}
+
+static void runner_exec_maybe_finish(RunnerExec *e) {
+        if (e->exited && !e->out.source && !e->err.source)
+                (void) runner_exec_finish(e);
+}
+
+static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        RunnerExec *e = userdata;
+        OutputBuffer *b = fd == e->out.fd ? &e->out : &e->err;
+        char buf[OUTPUT_PIPE_CHUNK];
+
+        for (unsigned i = 0; i < 16; i++) {
+                ssize_t k = read(fd, buf, sizeof(buf));
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return 0;
+                        break;
+                }
+                if (k == 0)
+                        break;
+                /* Keep the first 'limit' bytes, count and discard the rest but keep draining so
+                 * the writer never blocks on a full pipe. */
+                if (b->size < b->limit) {
+                        size_t take = MIN((size_t) k, b->limit - b->size);
+                        if (!b->data) {
+                                b->data = malloc(b->limit);
+                                if (!b->data)
+                                        return log_oom();
+                        }
+                        memcpy(b->data + b->size, buf, take);
+                        b->size += take;
+                }
+                b->total += (uint64_t) k;
+                if (i == 15)
+                        return 0; /* let others run; we'll be called again */
+        }
+        /* EOF or error: this stream is done. */
+        b->source = sd_event_source_disable_unref(b->source);
+        b->fd = safe_close(b->fd);
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
+static int on_drain_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        RunnerExec *e = userdata;
+        /* Writers can't outlive PID 1, but never let a stuck pipe hold the session forever. */
+        e->out.source = sd_event_source_disable_unref(e->out.source);
+        e->err.source = sd_event_source_disable_unref(e->err.source);
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
+static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        RunnerExec *e = userdata;
+        int q;
+
+        e->exited = true;
+        e->init_info = *si;
+        e->child_source = sd_event_source_disable_unref(e->child_source);
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+
+        if (e->out.source || e->err.source) {
+                q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC, DRAIN_GRACE_USEC, 0,
+                                               on_drain_timeout, e);
+                if (q < 0)
+                        return on_drain_timeout(NULL, 0, e);
+                return 0;
+        }
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
+static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        RunnerExec *e = userdata;
+
+        e->timed_out = true;
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        /* Killing PID 1 of the sandbox makes the kernel kill every process in its namespace. */
+        (void) kill(e->pid, SIGKILL);
+        return 0;
+}
+
+/* The manager's caller hung up: the exec named goes the way a timed-out one does. No answer of its
+ * own; the exec's answer follows once it is over. One that is over already (its answer crossed
+ * this request) or another exec is left alone. */
+void runner_handle_cancel(Runner *r, json_object *req) {
+        RunnerExec *e = r->exec;
+        json_object *v;
+
+        if (!e || e->exited || e->cancelled || !json_object_object_get_ex(req, "exec_id", &v) ||
+            !json_object_is_type(v, json_type_string) || !streq(json_object_get_string(v), e->exec_id))
+                return;
+        e->cancelled = true;
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                   "Cancelling exec %s of session %s.", e->exec_id, r->session_id);
+        /* As at the timeout: PID 1 takes every process of its namespace along. */
+        (void) kill(e->pid, SIGKILL);
+}
+
+static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
+        char target_s[16];
+        pid_t pid;
+
+        snprintf(target_s, sizeof(target_s), "%i", (int) target);
+        pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                char *const argv[] = {
+                        (char *) "slirp4netns", (char *) "--configure", (char *) "--mtu=65520",
+                        (char *) "--disable-host-loopback", (char *) "--ready-fd=3", target_s, (char *) "tap0", NULL,
+                };
+                char *const envp[] = { (char *) "PATH=/usr/bin:/bin", NULL };
+                int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0)
+                        _exit(127);
+                /* dup2() onto itself keeps O_CLOEXEC: clear it then. */
+                if (ready_fd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(ready_fd, 3) < 0)
+                        _exit(127);
+                if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
+                        _exit(127);
+                execve(SANDBOX_SLIRP4NETNS, argv, envp);
+                _exit(127);
+        }
+        *ret = pid;
+        return 0;
+}
+
+/* Creates the pipes of a sandbox, fills in what every sandbox of the session shares and clones
+ * PID 1 of a new one, which runs 'se'. 'parent_only_fd' (or -EBADF) is closed in the child. */
+int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret) {
+        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
+                                  status_pipe[2] = { -EBADF, -EBADF };
+        pid_t pid;
+
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0)
+                return -errno;
+
+        se->session_root = r->session_root;
+        se->stdout_fd = out_pipe[1];
+        se->stderr_fd = err_pipe[1];
+        se->status_fd = status_pipe[1];
+        se->uid = r->uid;
+        se->gid = r->gid;
+        /* No file can be larger than both filesystems together: a backstop only, so that hitting
+         * a quota gives ENOSPC from the filesystem, not EFBIG. */
+        se->fsize_limit = r->workspace_size + r->tmp_size;
+        se->cpus_percent = r->cpus_percent;
+
+        /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. */
+        pid = (pid_t) syscall(SYS_clone, SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                safe_close(out_pipe[0]);
+                safe_close(err_pipe[0]);
+                safe_close(status_pipe[0]);
+                safe_close(parent_only_fd);
+                sandbox_run_init(se);
+        }
+        *ret = (SandboxProcess) {
+                .pid = pid,
+                .out_fd = TAKE_FD(out_pipe[0]),
+                .err_fd = TAKE_FD(err_pipe[0]),
+                .status_fd = TAKE_FD(status_pipe[0]),
+        };
+        return 0;
+}
+
+int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
+        struct {
+                const char *exec_id, *language, *http_proxy, *https_proxy;
+                int64_t timeout_ms, output_limit, max_file, max_files, max_total, memory_limit;
+                bool no_processes, network;
+        } p = {};
+        static const JsonField fields[] = {
+                { "exec_id", JSON_FIELD_STRING, offsetof(typeof(p), exec_id), JSON_MANDATORY },
+                { "language", JSON_FIELD_STRING, offsetof(typeof(p), language), 0 },
+                { "no_processes", JSON_FIELD_BOOL, offsetof(typeof(p), no_processes), 0 },
+                { "network", JSON_FIELD_BOOL, offsetof(typeof(p), network), 0 },
+                { "http_proxy", JSON_FIELD_STRING, offsetof(typeof(p), http_proxy), 0 },
+                { "https_proxy", JSON_FIELD_STRING, offsetof(typeof(p), https_proxy), 0 },
+                { "memory_limit", JSON_FIELD_INT64, offsetof(typeof(p), memory_limit), 0 },
+                { "timeout_ms", JSON_FIELD_INT64, offsetof(typeof(p), timeout_ms), JSON_MANDATORY },
+                { "output_limit", JSON_FIELD_INT64, offsetof(typeof(p), output_limit), JSON_MANDATORY },
+                { "max_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_file), JSON_MANDATORY },
+                { "max_files", JSON_FIELD_INT64, offsetof(typeof(p), max_files), JSON_MANDATORY },
+                { "max_total_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_total), JSON_MANDATORY },
+                {},
+        };
+        _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
+        _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
+        _cleanup_close_ int outputs_fd = -EBADF;
+        SandboxProcess sp;
+        _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
+        _cleanup_free_ char *http_proxy = NULL, *https_proxy = NULL;
+        char *extra_env[3] = {};
+        size_t n_env = 0;
+        SandboxLanguage language = SANDBOX_PYTHON3;
+        JsonDispatchError jerr;
+        struct stat st;
+        pid_t pid;
+        int q;
+
+        if (!r->initialized)
+                return runner_send_error(r, r->connection_generation, ENOTCONN, "session not initialized");
+        if (r->exec)
+                return runner_send_error(r, r->connection_generation, EBUSY, "an exec is already running");
+        /* Busy again: no preparing while this one runs (it is scheduled anew when it ends). */
+        runner_warm_hold(r);
+        if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
+        q = json_dispatch(req, fields, &p, &jerr);
+        if (q < 0 || p.timeout_ms <= 0 || p.output_limit <= 0 || p.output_limit > (64 << 20) || p.max_file < 0 ||
+            p.max_files < 0 || p.max_total < 0 || strlen(p.exec_id) >= sizeof(e->exec_id) || p.memory_limit < 0 ||
+            !string_is_printable_line(p.http_proxy, EXEC_ENV_VALUE_MAX) ||
+            !string_is_printable_line(p.https_proxy, EXEC_ENV_VALUE_MAX))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
+        if (p.language && streq(p.language, "nodejs"))
+                language = SANDBOX_NODEJS;
+        else if (p.language && !streq(p.language, "python3"))
+                return runner_send_error(r, r->connection_generation, EINVAL, "unsupported language");
+
+        /* The session's filter, or one for this exec's profile. */
+        if (p.no_processes || p.network) {
+                q = seccomp_policy_build(&(SeccompOptions) { .allow_inet = p.network, .no_processes = p.no_processes },
+                                         &filter);
+                if (q < 0)
+                        return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
+        }
+        if (p.network && !isempty(p.http_proxy)) {
+                if (asprintf(&http_proxy, "HTTP_PROXY=%s", p.http_proxy) < 0)
+                        return log_oom();
+                extra_env[n_env++] = http_proxy;
+        }
+        if (p.network && !isempty(p.https_proxy)) {
+                if (asprintf(&https_proxy, "HTTPS_PROXY=%s", p.https_proxy) < 0)
+                        return log_oom();
+                extra_env[n_env++] = https_proxy;
+        }
+
+        e = calloc(1, sizeof(RunnerExec));
+        if (!e)
+                return log_oom();
+        *e = (RunnerExec) {
+                .runner = r,
+                .connection_generation = r->connection_generation,
+                .status_fd = -EBADF,
+                .out = { .fd = -EBADF, .limit = (size_t) p.output_limit },
+                .err = { .fd = -EBADF, .limit = (size_t) p.output_limit },
+                .timeout_ms = (uint64_t) p.timeout_ms,
+                .limits = { (uint64_t) p.max_file, (uint64_t) p.max_files, (uint64_t) p.max_total },
+                .started_usec = now_usec(),
+                .oom_kills_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL),
+                .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
+        };
+        snprintf(e->exec_id, sizeof(e->exec_id), "%s", p.exec_id);
+
+        /* outputs/ before the exec: as the last exec left it, unless a file operation changed
+         * it since (then walk it again). */
+        if (r->outputs_snapshot_valid) {
+                e->before = r->outputs_snapshot;
+                r->outputs_snapshot = (OutputSet) {};
+                r->outputs_snapshot_valid = false;
+        } else {
+                outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (outputs_fd >= 0) {
+                        q = output_set_scan(outputs_fd, &e->before);
+                        if (q < 0)
+                                return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
+                }
+        }
+
+        /* A plain python exec takes the warm interpreter, if it has finished its imports: it gets
+         * the code and runs it as the cold path would. One still importing is left to a later
+         * exec; this one starts cold, which is quicker than waiting. */
+        if (runner_warm_take(r, language == SANDBOX_PYTHON3 && !p.no_processes && !p.network, code_fd,
+                             &sp) > 0) {
+                e->pid = sp.pid;
+                e->out.fd = sp.out_fd;
+                e->err.fd = sp.err_fd;
+                e->status_fd = sp.status_fd;
+                e->warm = true;
+                goto watch;
+        }
+
+        if (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0)
+                return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
+
+        SandboxExec se = {
+                .code_fd = code_fd,
+                .timeout_ms = e->timeout_ms,
+                .memory_limit = (uint64_t) p.memory_limit,
+                .language = language,
+                .no_processes = p.no_processes,
+                .extra_env = extra_env,
+                .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
+                .warm_ctl_fd = -EBADF,
+                .seccomp = filter ?: r->seccomp,
+        };
+        q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, -q, "failed to create the sandbox: %s",
+                                         strerror(-q));
+        e->pid = pid = sp.pid;
+        e->out.fd = sp.out_fd;
+        e->err.fd = sp.err_fd;
+        e->status_fd = sp.status_fd;
+
+        /* The network, for an exec that may have one: slirp4netns plugs a user-mode stack into
+         * the sandbox's namespace (no route to the host's loopback) and tells PID 1 when it is
+         * up; PID 1 starts the payload only then. */
+        if (p.network) {
+                ready_pipe[0] = safe_close(ready_pipe[0]);
+                q = spawn_slirp4netns(pid, ready_pipe[1], &e->slirp_pid);
+                ready_pipe[1] = safe_close(ready_pipe[1]);
+                if (q < 0)
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to start slirp4netns, the exec fails: %m");
+        }
+
+watch:
+        pid = e->pid;
+        (void) fd_nonblock(e->out.fd, true);
+        (void) fd_nonblock(e->err.fd, true);
+        (void) fd_nonblock(e->status_fd, true);
+
+        q = sd_event_add_child(r->event, &e->child_source, pid, WEXITED, on_init_exit, e);
+        if (q >= 0)
+                q = sd_event_add_io(r->event, &e->out.source, e->out.fd, EPOLLIN, on_output, e);
+        if (q >= 0)
+                q = sd_event_add_io(r->event, &e->err.source, e->err.fd, EPOLLIN, on_output, e);
+        if (q >= 0)
+                q = sd_event_add_time_relative(r->event, &e->timer_source, CLOCK_MONOTONIC,
+                                               e->timeout_ms * USEC_PER_MSEC, USEC_PER_MSEC, on_exec_timeout, e);
+        if (q < 0) {
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to watch the sandbox: %m");
+                return runner_send_error(r, r->connection_generation, q, "failed to watch the sandbox");
+        }
+
+        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                   "Exec %s started as PID %i (%s).", e->exec_id, (int) pid, e->warm ? "warm" : "cold");
+        r->exec = TAKE_PTR(e);
+        return 0;
+}

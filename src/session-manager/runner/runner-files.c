@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Requests on the workspace's files: write, read, list and reset-inputs (workspace.c does the
+ * work). */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io-util.h"
+#include "json-util.h"
+#include "outputs.h"
+#include "runner.h"
+#include "workspace.h"
+
+static int runner_send_ok(Runner *r, json_object *extra, const int *fds, size_t n_fds) {
+        _cleanup_json_ json_object *reply = extra ?: json_object_new_object();
+        if (!reply)
+                return -ENOMEM;
+        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+        return runner_send(r, r->connection_generation, reply, fds, n_fds);
+}
+
+static bool path_has_dotdot_component(const char *p) {
+        for (const char *c = p; *c;) {
+                size_t l = strcspn(c, "/");
+                if (l == 2 && c[0] == '.' && c[1] == '.')
+                        return true;
+                c += l;
+                if (*c == '/')
+                        c++;
+        }
+        return false;
+}
+
+static const char *request_path(json_object *req) {
+        json_object *v;
+        const char *p;
+
+        if (!json_object_object_get_ex(req, "path", &v) || !json_object_is_type(v, json_type_string))
+                return NULL;
+        p = json_object_get_string(v);
+        /* Already normalised by the manager: relative, no "..", no empty components. */
+        if (p[0] == '/' || path_has_dotdot_component(p) || strstr(p, "//") || strlen(p) > 4096)
+                return NULL;
+        return p;
+}
+
+int runner_handle_write(Runner *r, json_object *req, int data_fd) {
+        const char *path = request_path(req);
+        struct stat st;
+        int q;
+
+        if (!path || data_fd < 0 || fstat(data_fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid write request");
+        q = workspace_write(&r->workspace, path, data_fd);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        return runner_send_ok(r, NULL, NULL, 0);
+}
+
+int runner_handle_read(Runner *r, json_object *req) {
+        const char *path = request_path(req);
+        _cleanup_close_ int fd = -EBADF;
+        json_object *v;
+        int64_t max;
+        int q;
+
+        if (!path || !json_object_object_get_ex(req, "max", &v) || !json_object_is_type(v, json_type_int) ||
+            (max = json_object_get_int64(v)) <= 0)
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid read request");
+        q = workspace_read(&r->workspace, path, (uint64_t) max, &fd);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        return runner_send_ok(r, NULL, &fd, 1);
+}
+
+int runner_handle_list(Runner *r) {
+        _cleanup_json_ json_object *list = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        OutputSet s = {};
+        const char *text;
+        int q;
+
+        q = workspace_list(&r->workspace, &s);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        list = json_object_new_array();
+        for (size_t i = 0; list && i < s.n; i++) {
+                json_object *e = json_object_new_object();
+                if (!e)
+                        break;
+                json_object_object_add(e, "path", json_object_new_string(s.entries[i].path));
+                json_object_object_add(e, "size", json_object_new_int64((int64_t) s.entries[i].size));
+                json_object_array_add(list, e);
+        }
+        output_set_done(&s);
+        if (!list)
+                return -ENOMEM;
+        /* 500 paths of up to 4 KiB don't fit a control message: the list travels in a memfd. */
+        text = json_object_to_json_string_ext(list, JSON_C_TO_STRING_PLAIN);
+        fd = memfd_new_data("workspace-list", text, strlen(text));
+        if (fd < 0)
+                return runner_send_error(r, r->connection_generation, fd, "%s", strerror(-fd));
+        return runner_send_ok(r, NULL, &fd, 1);
+}
+
+int runner_handle_reset_inputs(Runner *r) {
+        int q = workspace_reset_inputs(&r->workspace);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        return runner_send_ok(r, NULL, NULL, 0);
+}

@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Session setup: the init request, which mounts the session's filesystems in the runner's own
+ * mount namespace and builds the session's seccomp filter. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup-events.h"
+#include "fs-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "runner.h"
+#include "sandbox.h"
+#include "seccomp-policy.h"
+#include "string-util.h"
+
+#define MATPLOTLIB_CACHE_DIR SCOPEBOX_CACHE_DIR "/matplotlib"
+#define SESSION_ROOT_TMPFS_OPTIONS "mode=0700,size=1m,nr_inodes=64"
+
+/* matplotlib's font list, built once at install (tools/build-font-cache), copied into the
+ * session's writable MPLCONFIGDIR so that the first chart needs no scan of all fonts. It must be
+ * the sandbox user's own file: matplotlib rewrites it when fonts change. Missing cache: skip,
+ * matplotlib builds its own. */
+static void runner_seed_font_cache(Runner *r, int scratch_fd) {
+        _cleanup_closedir_ DIR *d = NULL;
+        _cleanup_close_ int dst_dir = -EBADF;
+        struct dirent *de;
+
+        /* Before the session's first exec: nothing of it exists yet to race us. */
+        if (mkdirat(scratch_fd, "tmp/matplotlib", 0700) < 0 ||
+            (dst_dir = openat(scratch_fd, "tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+            fchown(dst_dir, r->uid, r->gid) < 0) {
+                log_warning_errno(errno, "Failed to create the matplotlib directory, ignoring: %m");
+                return;
+        }
+        d = opendir(MATPLOTLIB_CACHE_DIR);
+        if (!d)
+                return;
+        while ((de = readdir(d))) {
+                _cleanup_close_ int in = -EBADF, out = -EBADF;
+                struct stat st;
+                off_t off = 0;
+
+                if (!startswith(de->d_name, "fontlist-") || !endswith(de->d_name, ".json"))
+                        continue;
+                in = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
+                        continue;
+                out = openat(dst_dir, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (out < 0)
+                        continue;
+                while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)
+                        ;
+                /* A cut or foreign-owned copy is worse than none: matplotlib would rebuild anyway. */
+                if (off != st.st_size || fchown(out, r->uid, r->gid) < 0) {
+                        log_debug_errno(errno, "Failed to seed %s, leaving it out: %m", de->d_name);
+                        (void) unlinkat(dst_dir, de->d_name, 0);
+                }
+        }
+}
+
+static int runner_setup_session(Runner *r) {
+        _cleanup_close_ int ws_fd = -EBADF, scratch_fd = -EBADF;
+        const char *ws = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR);
+        const char *scratch = strjoina(r->session_root, "/" SESSION_SCRATCH_DIR);
+        const char *view = strjoina(r->session_root, "/view");
+        char opts[256];
+
+        /* A mount namespace of our own: the session's filesystems are invisible to everyone else,
+         * and vanish with the last process of the session. */
+        if (unshare(CLONE_NEWNS) < 0)
+                return log_error_errno(errno, "Failed to create the session's mount namespace: %m");
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return log_error_errno(errno, "Failed to make mounts private: %m");
+        if (mount("tmpfs", r->session_root, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  SESSION_ROOT_TMPFS_OPTIONS) < 0)
+                return log_error_errno(errno, "Failed to mount the session root '%s': %m", r->session_root);
+
+        if (mkdir(ws, 0755) < 0 || mkdir(scratch, 0755) < 0 ||
+            mkdir(strjoina(r->session_root, "/" SESSION_NEWROOT_DIR), 0755) < 0)
+                return log_error_errno(errno, "Failed to create the session's directories: %m");
+
+        /* /workspace: a size-bounded tmpfs owned by the sandbox user; code gets ENOSPC at the quota. */
+        snprintf(opts, sizeof(opts), "mode=0755,uid=%u,gid=%u,size=%llu,nr_inodes=%llu", r->uid, r->gid,
+                 (unsigned long long) r->workspace_size,
+                 (unsigned long long) MAX(r->workspace_size / 4096, 1024ULL));
+        if (mount("tmpfs", ws, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+                return log_error_errno(errno, "Failed to mount the workspace: %m");
+        ws_fd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (ws_fd < 0)
+                return log_error_errno(errno, "Failed to open the workspace: %m");
+        static const char *const ws_dirs[] = { "uploads", "outputs", "skills" };
+        for (size_t i = 0; i < ELEMENTSOF(ws_dirs); i++) {
+                _cleanup_close_ int fd = -EBADF;
+
+                if (mkdirat(ws_fd, ws_dirs[i], 0755) < 0 ||
+                    (fd = openat(ws_fd, ws_dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+                    fchown(fd, r->uid, r->gid) < 0)
+                        return log_error_errno(errno, "Failed to create /workspace/%s: %m", ws_dirs[i]);
+        }
+
+        /* /tmp and /home/sandbox share one bounded tmpfs that survives across execs. */
+        snprintf(opts, sizeof(opts), "mode=0755,size=%llu,nr_inodes=%llu", (unsigned long long) r->tmp_size,
+                 (unsigned long long) MAX(r->tmp_size / 4096, 1024ULL));
+        if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+                return log_error_errno(errno, "Failed to mount the scratch filesystem: %m");
+        scratch_fd = open(scratch, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (scratch_fd < 0)
+                return log_error_errno(errno, "Failed to open the scratch filesystem: %m");
+        /* A fresh filesystem no process of the session has seen yet; still, ownership and modes
+         * are set through fds opened without following links, as everywhere else. */
+        {
+                _cleanup_close_ int tmp_fd = -EBADF, home_fd = -EBADF;
+
+                if (mkdirat(scratch_fd, "tmp", 01777) < 0 || mkdirat(scratch_fd, "home", 0700) < 0 ||
+                    (tmp_fd = openat(scratch_fd, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+                    (home_fd = openat(scratch_fd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+                    fchmod(tmp_fd, 01777) < 0 || fchown(home_fd, r->uid, r->gid) < 0)
+                        return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
+        }
+
+        runner_seed_font_cache(r, scratch_fd);
+
+        /* The workspace once more, at "workspace" in an otherwise empty directory: the root
+         * against which absolute links to /workspace/... are resolved for the file API. */
+        if (mkdir(view, 0755) < 0 || mkdir(strjoina(view, "/workspace"), 0755) < 0 ||
+            mount(ws, strjoina(view, "/workspace"), NULL, MS_BIND, NULL) < 0)
+                return log_error_errno(errno, "Failed to set up the workspace view: %m");
+        r->workspace.view_fd = open(view, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (r->workspace.view_fd < 0)
+                return log_error_errno(errno, "Failed to open the workspace view: %m");
+        r->workspace.fd = TAKE_FD(ws_fd);
+        r->workspace.uid = r->uid;
+        r->workspace.gid = r->gid;
+        return 0;
+}
+
+int runner_handle_init(Runner *r, json_object *req) {
+        struct {
+                int64_t uid, gid, workspace_size, tmp_size, cpus_percent, backstop_sec;
+                const char *preload_modules;
+        } p = {};
+        static const JsonField fields[] = {
+                { "preload_modules", JSON_FIELD_STRING, offsetof(typeof(p), preload_modules), 0 },
+                { "uid", JSON_FIELD_INT64, offsetof(typeof(p), uid), JSON_MANDATORY },
+                { "gid", JSON_FIELD_INT64, offsetof(typeof(p), gid), JSON_MANDATORY },
+                { "workspace_size", JSON_FIELD_INT64, offsetof(typeof(p), workspace_size), JSON_MANDATORY },
+                { "tmp_size", JSON_FIELD_INT64, offsetof(typeof(p), tmp_size), JSON_MANDATORY },
+                { "cpus_percent", JSON_FIELD_INT64, offsetof(typeof(p), cpus_percent), JSON_MANDATORY },
+                { "idle_backstop_sec", JSON_FIELD_INT64, offsetof(typeof(p), backstop_sec), 0 },
+                {},
+        };
+        _cleanup_json_ json_object *reply = NULL;
+        JsonDispatchError jerr;
+        SeccompOptions so = {};
+        int q;
+
+        if (r->initialized)
+                return runner_send_error(r, r->connection_generation, EALREADY, "session already initialized");
+        q = json_dispatch(req, fields, &p, &jerr);
+        if (q < 0 || p.uid <= 0 || p.gid <= 0 || p.uid > 0xfffffffe || p.gid > 0xfffffffe || p.workspace_size <= 0 ||
+            p.tmp_size <= 0 || p.cpus_percent <= 0 || (p.preload_modules && !module_list_is_valid(p.preload_modules)))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
+        if (p.preload_modules && !(r->preload_modules = strdup(p.preload_modules)))
+                return log_oom();
+
+        r->uid = (uid_t) p.uid;
+        r->gid = (gid_t) p.gid;
+        r->workspace_size = (uint64_t) p.workspace_size;
+        r->tmp_size = (uint64_t) p.tmp_size;
+        r->cpus_percent = (uint64_t) p.cpus_percent;
+        r->backstop_usec = p.backstop_sec > 0 ? (uint64_t) p.backstop_sec * USEC_PER_SEC : 0;
+        /* We are in the session's scope by now (the manager sends init once systemd started it). */
+        cgroup_events_close(&r->cgroup_events);
+        cgroup_events_open("/sys/fs/cgroup", &r->cgroup_events);
+
+        q = runner_setup_session(r);
+        if (q < 0)
+                return runner_send_error(r, r->connection_generation, q, "failed to set up the session: %s", strerror(-q));
+        q = seccomp_policy_build(&so, &r->seccomp);
+        if (q < 0) {
+                log_error_errno(q, "Failed to build the seccomp filter: %m");
+                return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
+        }
+        r->initialized = true;
+        runner_touch(r);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.", r->session_id);
+
+        reply = json_object_new_object();
+        if (!reply)
+                return -ENOMEM;
+        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+        json_object_object_add(reply, "pid", json_object_new_int(getpid()));
+        /* What this runner can do that earlier ones could not: cancel an exec. */
+        json_object_object_add(reply, "cancel", json_object_new_boolean(true));
+        q = runner_send(r, r->connection_generation, reply, NULL, 0);
+        runner_warm_schedule(r);
+        return q;
+}

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The runner's objects and what its files (runner.c, runner-session.c, runner-exec.c,
+ * runner-warm.c, runner-files.c, runner-archive.c) call of each other. */
+#pragma once
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <systemd/sd-event.h>
+#include <json-c/json.h>
+
+#include "cgroup-events.h"
+#include "id.h"
+#include "macro.h"
+#include "outputs.h"
+#include "sandbox.h"
+#include "seccomp-policy.h"
+#include "workspace.h"
+
+typedef struct Runner Runner;
+
+typedef struct OutputBuffer {
+        char *data;
+        size_t size;      /* bytes kept (≤ limit) */
+        uint64_t total;   /* bytes seen */
+        size_t limit;
+        int fd;
+        sd_event_source *source;
+} OutputBuffer;
+
+typedef struct RunnerExec {
+        Runner *runner;
+        uint64_t connection_generation;
+        char exec_id[64];
+
+        pid_t pid;
+        sd_event_source *child_source;
+        sd_event_source *timer_source;
+        int status_fd;
+        OutputBuffer out, err;
+
+        uint64_t timeout_ms;
+        ArtifactLimits limits;
+        OutputSet before;
+        uint64_t started_usec;
+
+        bool exited;
+        bool timed_out;
+        bool cancelled;           /* the manager's caller hung up: killed as at a timeout */
+        bool orphaned;            /* the manager that asked went away: killed the same way */
+        siginfo_t init_info;
+        /* The scope's limit event counters when the exec started. */
+        uint64_t oom_kills_before;
+        uint64_t pids_max_before;
+
+        pid_t slirp_pid;          /* the network of this exec, if it has one */
+        bool warm;                /* runs in the warm interpreter */
+} RunnerExec;
+
+struct Runner {
+        sd_event *event;
+        char session_id[SESSION_ID_LEN + 1];
+        char *session_root;
+
+        int listen_fd;
+        sd_event_source *listen_source;
+        int conn_fd;
+        sd_event_source *conn_source;
+        uint64_t connection_generation;
+
+        bool initialized;
+        Workspace workspace;
+        sd_event_source *backstop_source;
+        uint64_t backstop_usec;
+        uid_t uid;
+        gid_t gid;
+        uint64_t workspace_size;
+        uint64_t tmp_size;
+        uint64_t cpus_percent;
+        scmp_filter_ctx seccomp;
+        CgroupEvents cgroup_events;   /* of the session's scope, opened at init */
+
+        RunnerExec *exec;
+        struct ArchiveJob *archive_job;
+        /* outputs/ as the last exec left it: the next exec's "before". Nothing of the session
+         * runs between execs, so only our own file operations can change it. */
+        OutputSet outputs_snapshot;
+        bool outputs_snapshot_valid;
+
+        char *preload_modules;    /* NULL: no warm interpreters */
+        struct Warm *warm;
+        sd_event_source *warm_timer;
+};
+
+/* Archive and restore run in the archive helper (archive-sandbox.c): libarchive parses hostile
+ * input there, isolated like an exec. */
+typedef struct ArchiveJob {
+        Runner *runner;
+        uint64_t connection_generation;
+        bool restore;
+        pid_t pid;
+        int result_fd;                 /* pipe: the helper's ArchiveResult */
+        sd_event_source *child_source;
+        sd_event_source *timer_source;
+        bool timed_out;
+        bool orphaned;                 /* the manager that asked went away: killed */
+} ArchiveJob;
+
+/* The read ends of a sandbox's pipes, and its PID 1. */
+typedef struct SandboxProcess {
+        pid_t pid;
+        int out_fd, err_fd, status_fd;
+} SandboxProcess;
+
+/* A prepared sandbox (runner-warm.c). */
+typedef struct Warm Warm;
+
+/* runner.c: replies on the control connection, the idle backstop, the connection's flow. */
+int runner_send(Runner *r, uint64_t generation, json_object *msg, const int *fds, size_t n_fds);
+int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt, ...) _printf_(4, 5);
+void runner_touch(Runner *r);
+void runner_resume_connection(Runner *r);
+
+/* runner-session.c */
+int runner_handle_init(Runner *r, json_object *req);
+
+/* runner-exec.c */
+RunnerExec *runner_exec_free(RunnerExec *e);
+int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret);
+int runner_handle_exec(Runner *r, json_object *req, int code_fd);
+void runner_handle_cancel(Runner *r, json_object *req);
+
+/* runner-warm.c */
+Warm *warm_free(Warm *w);
+bool module_list_is_valid(const char *s);
+void runner_warm_schedule(Runner *r);
+void runner_warm_hold(Runner *r);
+void runner_end_prepared(Runner *r);
+int runner_warm_take(Runner *r, bool usable, int code_fd, SandboxProcess *ret);
+
+/* runner-files.c */
+int runner_handle_write(Runner *r, json_object *req, int data_fd);
+int runner_handle_read(Runner *r, json_object *req);
+int runner_handle_list(Runner *r);
+int runner_handle_reset_inputs(Runner *r);
+
+/* runner-archive.c */
+ArchiveJob *archive_job_free(ArchiveJob *j);
+int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore);
