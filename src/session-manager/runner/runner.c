@@ -189,7 +189,8 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         /* One request at a time; the manager queues. */
                         for (size_t i = 0; i < n_fds; i++)
                                 safe_close(fds[i]);
-                        (void) runner_send_error(r, r->connection_generation, EBUSY, "an exec is running");
+                        (void) runner_send_error(r, r->connection_generation, EBUSY,
+                                                 r->exec ? "an exec is running" : "an archive is being made or restored");
                         continue;
                 }
                 /* No process of the session while we work on its files. */
@@ -221,7 +222,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         if (reply) {
                                 json_object_object_add(reply, "ok", json_object_new_boolean(true));
                                 json_object_object_add(reply, "initialized", json_object_new_boolean(r->initialized));
-                                json_object_object_add(reply, "busy", json_object_new_boolean(r->exec != NULL));
+                                json_object_object_add(reply, "busy", json_object_new_boolean(r->exec || r->archive_job));
                                 json_object_object_add(reply, "cancel", json_object_new_boolean(true));
                                 q = runner_send(r, r->connection_generation, reply, NULL, 0);
                         } else
@@ -237,6 +238,10 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 runner_touch(r);
                 if (q < 0 && r->conn_fd >= 0 && q != -ENOTCONN)
                         log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Request failed: %m");
+                /* Every request is answered: one that failed before it could say so (out of memory)
+                 * is answered with its error rather than left to the manager's timeout. */
+                if (q == -ENOMEM && r->conn_fd >= 0 && !r->exec && !r->archive_job)
+                        (void) runner_send_error(r, r->connection_generation, ENOMEM, "out of memory");
                 if (r->conn_fd < 0)
                         return 0;
         }
