@@ -97,6 +97,18 @@ def in_system(*cmd, check=False):
     return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60)
 
 
+def manager_sessions():
+    """The session manager's ListSessions as {id: {property: value}} (root's view, as scopeboxctl's)."""
+    r = in_system("busctl", "--json=short", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+                  "io.scopebox.SessionManager1", "ListSessions", check=True)
+    return {sid: {k: v["data"] for k, v in props.items()} for sid, props in json.loads(r.stdout)["data"][0]}
+
+
+def pooled_units():
+    """Scopes of the dify run pool's sessions (SANDBOX_DIFY_POOL_SIZE): started for runs to come, never used."""
+    return {p["unit"] for p in manager_sessions().values() if p.get("pooled") and p["execs"] == 0}
+
+
 STORAGE_AGENT = "scopebox-storage-agent.service"
 
 

@@ -1015,7 +1015,7 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
                                           "state", "s", session_state_to_string(s->state),
                                           "archive_pending", "b", (int) session_archive_pending(s),
                                           "restore_failed", "b", (int) s->restore_failed,
@@ -1029,6 +1029,7 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
                                           "exec_running", "b", (int) session_exec_running(s),
                                           "queued", "u", (uint32_t) s->n_queued,
                                           "ephemeral", "b", (int) s->ephemeral,
+                                          "pooled", "b", (int) s->pooled,
                                           "archive_key", "s", strempty(s->archive_key));
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);

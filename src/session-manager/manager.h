@@ -37,6 +37,7 @@ typedef struct Manager {
         unsigned n_runs_running;
         unsigned n_runs_queued;
         struct Run *runs_queue;
+        uint64_t run_pool_failed_usec; /* CLOCK_MONOTONIC of the last pooled start that failed */
         unsigned n_execs_running;
         SystemdJob *job_waits; /* systemd-client.c's jobs whose JobRemoved we wait for */
 

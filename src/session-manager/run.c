@@ -4,7 +4,14 @@
  * Runs are stateless, so each gets a session of its own (its own scope, uid and namespaces, as a
  * sidecar session), marked ephemeral: never recorded on disk nor counted against
  * SANDBOX_MAX_SESSIONS, and released as soon as its exec has answered. At most MAX_WORKERS runs
- * execute at once; the others wait here in order. */
+ * execute at once; the others wait here in order.
+ *
+ * The pool (SANDBOX_DIFY_POOL_SIZE): once runs come, a few such sessions are started in advance —
+ * scope, runner, workspace, nothing else: no code has run in them, no sandbox exists yet, and the
+ * run's network (slirp4netns) and proxy settings come with its exec, as for a fresh session. A run
+ * takes one that is ready instead of starting its own, uses it once and releases it as always; a
+ * replacement starts meanwhile. Pooled sessions expire RUN_POOL_IDLE_USEC after they started, so
+ * the pool empties without runs and the manager may exit; nothing refills it until the next run. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,11 @@
 /* A run's session outlives its exec by at most this (the runner's own backstop comes later). */
 #define RUN_IDLE_SLACK_USEC (60 * USEC_PER_SEC)
 #define RUN_CANCELLED_MESSAGE "cancelled: the caller hung up"
+/* A pooled session nobody took goes after this; runs keep the pool filled. */
+#define RUN_POOL_IDLE_USEC (60 * USEC_PER_SEC)
+/* After a pooled start failed, runs start their own sessions for this long before the pool is
+ * tried again: a broken start costs nothing but the runs' own attempts. */
+#define RUN_POOL_BACKOFF_USEC (10 * USEC_PER_SEC)
 
 struct Run {
         Manager *manager;
@@ -33,6 +45,7 @@ struct Run {
         RunCallback callback;
         void *userdata;
         bool running;
+        bool pooled;               /* it took a session of the pool */
 };
 
 static Run *run_free(Run *r) {
@@ -57,7 +70,8 @@ static void run_log(Run *r, int level, int error, const char *what) {
                               strjoina("SCOPEBOX_SPAN_ID=", strempty(r->span_id)),
                               strjoina("SCOPEBOX_USER_ID=", strempty(r->user_id)),
                               strjoina("SCOPEBOX_USER_TYPE=", strempty(r->user_type))),
-                   "Run (%s) in session %s %s.", r->language, r->session ? r->session->id : "-", what);
+                   "Run (%s) in %s session %s %s.", r->language, r->pooled ? "pooled" : "new",
+                   r->session ? r->session->id : "-", what);
 }
 
 static void manager_runs_next(Manager *m);
@@ -151,10 +165,121 @@ static void on_session_started(Session *s, int error, const char *message, void 
                 run_finish(r, s, q, "failed to start the run", NULL);
 }
 
+/* ---- the pool ---- */
+
+static unsigned run_pool_size(const Manager *m) {
+        return (unsigned) MIN(m->config.dify_pool_size, m->config.dify_max_workers);
+}
+
+static unsigned run_pool_count(const Manager *m) {
+        unsigned n = 0;
+
+        for (Session *s = m->sessions; s; s = s->next)
+                if (s->pooled && s->state != SESSION_STOPPING)
+                        n++;
+        return n;
+}
+
+static uint64_t run_now(Manager *m) {
+        uint64_t t = 0;
+
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &t);
+        return t;
+}
+
+static void on_pool_started(Session *s, int error, const char *message, void *userdata) {
+        Manager *m = s->manager;
+
+        if (error >= 0)
+                return;
+        /* The session goes by itself. Released while it started (the manager stops): nothing wrong. */
+        s->pooled = false;
+        if (s->state == SESSION_STOPPING)
+                return;
+        /* Runs start their own for a while. */
+        m->run_pool_failed_usec = run_now(m);
+        log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                   "Pooled run session %s could not start (%s); runs start their own for %llus.", s->id,
+                   strna(message), (unsigned long long) (RUN_POOL_BACKOFF_USEC / USEC_PER_SEC));
+}
+
+/* Tops the pool up to its size, in the background. Failures only mean runs start their own. */
+static void run_pool_fill(Manager *m) {
+        unsigned want = run_pool_size(m);
+
+        if (m->run_pool_failed_usec > 0 && run_now(m) < m->run_pool_failed_usec + RUN_POOL_BACKOFF_USEC)
+                return;
+        for (unsigned n = run_pool_count(m); n < want; n++) {
+                Session *s;
+                int q;
+
+                /* Only with a create slot free now: the pool never makes a create (or a run's own
+                 * start) wait. It is topped up again when the next run takes from it. */
+                if (m->pending_creates || m->n_creating >= m->config.max_concurrent_creates)
+                        return;
+
+                q = session_new(m, &s);
+                if (q < 0) {
+                        log_warning_errno(q, "Failed to allocate a pooled run session, ignoring: %m");
+                        return;
+                }
+                s->ephemeral = s->pooled = true;
+                s->idle_ttl_usec = RUN_POOL_IDLE_USEC;
+                manager_add_session(m, s);
+                q = manager_start_session(m, s, on_pool_started, NULL);
+                if (q < 0) {
+                        manager_remove_session(m, s);
+                        session_free(s);
+                        m->run_pool_failed_usec = run_now(m);
+                        log_warning_errno(q, "Failed to start a pooled run session, ignoring: %m");
+                        return;
+                }
+        }
+}
+
+/* A pooled session that never ran anything, now the caller's: a ready one, else one still starting
+ * (its start then answers the run); NULL when there is none. */
+static Session *run_pool_take(Manager *m) {
+        Session *starting = NULL;
+
+        for (Session *s = m->sessions; s; s = s->next) {
+                if (!s->pooled || s->n_execs > 0)
+                        continue;
+                if (s->state == SESSION_RUNNING && !s->in_flight && s->n_queued == 0) {
+                        s->pooled = false;
+                        return s;
+                }
+                if (s->state == SESSION_STARTING && s->start_callback == on_pool_started && !starting)
+                        starting = s;
+        }
+        if (starting)
+                starting->pooled = false;
+        return starting;
+}
+
 static int run_start(Run *r) {
         Manager *m = r->manager;
         Session *s;
         int q;
+
+        s = run_pool_take(m);
+        if (s) {
+                s->idle_ttl_usec = m->config.dify_worker_timeout_sec * USEC_PER_SEC + RUN_IDLE_SLACK_USEC;
+                r->session = s;
+                r->pooled = true;
+                r->running = true;
+                m->n_runs_running++;
+                if (s->state == SESSION_STARTING) {
+                        /* Its start goes on for the run: a failure is the run's, as on its own session's. */
+                        s->start_callback = on_session_started;
+                        s->start_userdata = r;
+                } else {
+                        session_touch(s);
+                        on_session_started(s, 0, NULL, r);
+                }
+                run_pool_fill(m);
+                return 0;
+        }
 
         q = session_new(m, &s);
         if (q < 0)
@@ -175,6 +300,8 @@ static int run_start(Run *r) {
                 session_free(s);
                 return q;
         }
+        /* After the run's own start, so that it gets the first create slot. */
+        run_pool_fill(m);
         return 0;
 }
 

@@ -117,6 +117,7 @@ struct Session {
         char *session_root;
         uid_t uid;                /* host uid and gid of the sandbox; 0 until allocated */
         bool ephemeral;           /* a dify run's: not recorded, not counted as a session */
+        bool pooled;              /* ephemeral, started in advance for a run that has not taken it yet */
         bool counted;             /* counted in metrics.sessions_started: its end is counted too */
         uint64_t restore_size;    /* bytes of the archive being restored into it */
         SessionState state;

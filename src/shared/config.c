@@ -105,6 +105,8 @@ static const ConfigItem config_table[] = {
              "dify API: runs executing at once; the others queue."),
         ITEM("WORKER_TIMEOUT", CONFIG_UINT, dify_worker_timeout_sec, "15", 1, 3600,
              "dify API: seconds a run may take before it is killed (exit code -1, error: timeout)."),
+        ITEM("SANDBOX_DIFY_POOL_SIZE", CONFIG_UINT, dify_pool_size, "2", 0, 64,
+             "dify API: never-used run sandboxes kept started after a run (at most MAX_WORKERS, gone after 60 s without runs); 0: off."),
         ITEM("ENABLE_NETWORK", CONFIG_BOOL, dify_enable_network, "1", 0, 1,
              "dify API: whether a run that asks for enable_network gets a network."),
         ITEM("ENABLE_PRELOAD", CONFIG_BOOL, dify_enable_preload, "0", 0, 1,

@@ -53,6 +53,7 @@ typedef struct Config {
         uint64_t dify_max_requests;
         uint64_t dify_max_workers;
         uint64_t dify_worker_timeout_sec;
+        uint64_t dify_pool_size;
         bool dify_enable_network;
         bool dify_enable_preload;
         char *dify_http_proxy;
