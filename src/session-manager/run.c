@@ -10,7 +10,7 @@
  * scope, runner, workspace, nothing else: no code has run in them, no sandbox exists yet, and the
  * run's network (slirp4netns) and proxy settings come with its exec, as for a fresh session. A run
  * takes one that is ready instead of starting its own, uses it once and releases it as always; a
- * replacement starts meanwhile. Pooled sessions expire RUN_POOL_IDLE_USEC after they started, so
+ * replacement starts meanwhile. Pooled sessions expire RUN_POOL_IDLE_USEC after the last run, so
  * the pool empties without runs and the manager may exit; nothing refills it until the next run. */
 #include <errno.h>
 #include <stdlib.h>
@@ -203,10 +203,14 @@ static void on_pool_started(Session *s, int error, const char *message, void *us
                    strna(message), (unsigned long long) (RUN_POOL_BACKOFF_USEC / USEC_PER_SEC));
 }
 
-/* Tops the pool up to its size, in the background. Failures only mean runs start their own. */
+/* A run came: the pool lives another RUN_POOL_IDLE_USEC, and is topped up to its size in the
+ * background. Failures only mean runs start their own. */
 static void run_pool_fill(Manager *m) {
         unsigned want = run_pool_size(m);
 
+        for (Session *s = m->sessions; s; s = s->next)
+                if (s->pooled)
+                        session_touch(s);
         if (m->run_pool_failed_usec > 0 && run_now(m) < m->run_pool_failed_usec + RUN_POOL_BACKOFF_USEC)
                 return;
         for (unsigned n = run_pool_count(m); n < want; n++) {
