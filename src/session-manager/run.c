@@ -75,6 +75,7 @@ static void run_log(Run *r, int level, int error, const char *what) {
 }
 
 static void manager_runs_next(Manager *m);
+static void run_pool_fill(Manager *m);
 
 /* The run is over; its worker slot goes to the next run, from an event of its own rather than
  * from inside the session's callback. */
@@ -136,7 +137,8 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
 
 static void on_session_started(Session *s, int error, const char *message, void *userdata) {
         Run *r = userdata;
-        const Config *c = &r->manager->config;
+        Manager *m = r->manager;
+        const Config *c = &m->config;
         ExecParameters p = {
                 .timeout_ms = c->dify_worker_timeout_sec * 1000,
                 .output_limit = c->dify_max_output_bytes,
@@ -152,7 +154,7 @@ static void on_session_started(Session *s, int error, const char *message, void 
                 /* Never became an exec, but the run failed (or waited too long for a create slot,
                  * or its caller hung up meanwhile): count it, so that scopebox_execs_total covers
                  * every run. */
-                metrics_count_exec(&r->manager->metrics, r->cancelled ? -ECANCELED : error, NULL);
+                metrics_count_exec(&m->metrics, r->cancelled ? -ECANCELED : error, NULL);
                 run_log(r, r->cancelled ? LOG_INFO : LOG_WARNING, r->cancelled ? 0 : error,
                         r->cancelled ? "was cancelled before it started: its caller hung up" : "could not start");
                 /* A session that did start is ours to release. */
@@ -163,6 +165,8 @@ static void on_session_started(Session *s, int error, const char *message, void 
         q = session_exec(s, TAKE_FD(r->code_fd), &p, on_exec_done, r, &r->exec);
         if (q < 0)
                 run_finish(r, s, q, "failed to start the run", NULL);
+        /* Its start's create slot is free again: the pool may take it (r may be gone by now). */
+        run_pool_fill(m);
 }
 
 /* ---- the pool ---- */
@@ -190,8 +194,10 @@ static uint64_t run_now(Manager *m) {
 static void on_pool_started(Session *s, int error, const char *message, void *userdata) {
         Manager *m = s->manager;
 
-        if (error >= 0)
+        if (error >= 0) {
+                run_pool_fill(m);  /* with the create slot it held */
                 return;
+        }
         /* The session goes by itself. Released while it started (the manager stops): nothing wrong. */
         s->pooled = false;
         if (s->state == SESSION_STOPPING)
@@ -203,14 +209,9 @@ static void on_pool_started(Session *s, int error, const char *message, void *us
                    strna(message), (unsigned long long) (RUN_POOL_BACKOFF_USEC / USEC_PER_SEC));
 }
 
-/* A run came: the pool lives another RUN_POOL_IDLE_USEC, and is topped up to its size in the
- * background. Failures only mean runs start their own. */
+/* Tops the pool up to its size, in the background. Failures only mean runs start their own. */
 static void run_pool_fill(Manager *m) {
         unsigned want = run_pool_size(m);
-
-        for (Session *s = m->sessions; s; s = s->next)
-                if (s->pooled)
-                        session_touch(s);
         if (m->run_pool_failed_usec > 0 && run_now(m) < m->run_pool_failed_usec + RUN_POOL_BACKOFF_USEC)
                 return;
         for (unsigned n = run_pool_count(m); n < want; n++) {
@@ -239,6 +240,14 @@ static void run_pool_fill(Manager *m) {
                         return;
                 }
         }
+}
+
+/* A run came: the pool lives another RUN_POOL_IDLE_USEC, and is topped up. */
+static void run_pool_keep(Manager *m) {
+        for (Session *s = m->sessions; s; s = s->next)
+                if (s->pooled)
+                        session_touch(s);
+        run_pool_fill(m);
 }
 
 /* A pooled session that never ran anything, now the caller's: a ready one, else one still starting
@@ -281,7 +290,7 @@ static int run_start(Run *r) {
                         session_touch(s);
                         on_session_started(s, 0, NULL, r);
                 }
-                run_pool_fill(m);
+                run_pool_keep(m);
                 return 0;
         }
 
@@ -305,7 +314,7 @@ static int run_start(Run *r) {
                 return q;
         }
         /* After the run's own start, so that it gets the first create slot. */
-        run_pool_fill(m);
+        run_pool_keep(m);
         return 0;
 }
 
