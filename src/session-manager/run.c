@@ -75,6 +75,7 @@ static void run_log(Run *r, int level, int error, const char *what) {
 }
 
 static void manager_runs_next(Manager *m);
+static void run_pool_keep(Manager *m);
 static void run_pool_fill(Manager *m);
 
 /* The run is over; its worker slot goes to the next run, from an event of its own rather than
@@ -112,6 +113,10 @@ static void run_finish(Run *r, Session *s, int error, const char *message, const
         /* Safe inside the session's own callbacks: a session is only freed from the event loop. */
         if (s)
                 (void) session_release(s, "run finished", NULL, NULL);
+        /* The pool is kept and refilled once the run has answered, not while it executes: on a
+         * small machine a scope starting next to the run's interpreter slowed the run down by
+         * more than the pool saved. */
+        run_pool_keep(m);
         q = sd_event_add_defer(m->event, &r->release_source, on_release, r);
         if (q < 0)
                 (void) on_release(NULL, r);
@@ -137,8 +142,7 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
 
 static void on_session_started(Session *s, int error, const char *message, void *userdata) {
         Run *r = userdata;
-        Manager *m = r->manager;
-        const Config *c = &m->config;
+        const Config *c = &r->manager->config;
         ExecParameters p = {
                 .timeout_ms = c->dify_worker_timeout_sec * 1000,
                 .output_limit = c->dify_max_output_bytes,
@@ -154,7 +158,7 @@ static void on_session_started(Session *s, int error, const char *message, void 
                 /* Never became an exec, but the run failed (or waited too long for a create slot,
                  * or its caller hung up meanwhile): count it, so that scopebox_execs_total covers
                  * every run. */
-                metrics_count_exec(&m->metrics, r->cancelled ? -ECANCELED : error, NULL);
+                metrics_count_exec(&r->manager->metrics, r->cancelled ? -ECANCELED : error, NULL);
                 run_log(r, r->cancelled ? LOG_INFO : LOG_WARNING, r->cancelled ? 0 : error,
                         r->cancelled ? "was cancelled before it started: its caller hung up" : "could not start");
                 /* A session that did start is ours to release. */
@@ -165,8 +169,6 @@ static void on_session_started(Session *s, int error, const char *message, void 
         q = session_exec(s, TAKE_FD(r->code_fd), &p, on_exec_done, r, &r->exec);
         if (q < 0)
                 run_finish(r, s, q, "failed to start the run", NULL);
-        /* Its start's create slot is free again: the pool may take it (r may be gone by now). */
-        run_pool_fill(m);
 }
 
 /* ---- the pool ---- */
@@ -212,6 +214,10 @@ static void on_pool_started(Session *s, int error, const char *message, void *us
 /* Tops the pool up to its size, in the background. Failures only mean runs start their own. */
 static void run_pool_fill(Manager *m) {
         unsigned want = run_pool_size(m);
+        int st = sd_event_get_state(m->event);
+
+        if (st == SD_EVENT_EXITING || st == SD_EVENT_FINISHED)
+                return;  /* the manager stops: its sessions go, none start */
         if (m->run_pool_failed_usec > 0 && run_now(m) < m->run_pool_failed_usec + RUN_POOL_BACKOFF_USEC)
                 return;
         for (unsigned n = run_pool_count(m); n < want; n++) {
@@ -290,7 +296,6 @@ static int run_start(Run *r) {
                         session_touch(s);
                         on_session_started(s, 0, NULL, r);
                 }
-                run_pool_keep(m);
                 return 0;
         }
 
@@ -313,8 +318,6 @@ static int run_start(Run *r) {
                 session_free(s);
                 return q;
         }
-        /* After the run's own start, so that it gets the first create slot. */
-        run_pool_keep(m);
         return 0;
 }
 
