@@ -12,20 +12,31 @@
 
 #define ARCHIVES_CALL_TIMEOUT_USEC (30U * USEC_PER_SEC)
 
-static int archives_list(Ctl *c, sd_bus *bus) {
+/* The session manager's method 'member' (no arguments); errors printed with 'what'. */
+static int archives_call(sd_bus *bus, const char *member, const char *what, sd_bus_message **ret_reply) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        r = session_manager_new_call(bus, member, &m);
+        if (r < 0)
+                return ctl_error(r, "Failed to build the call: %m");
+        r = sd_bus_call(bus, m, ARCHIVES_CALL_TIMEOUT_USEC, &e, ret_reply);
+        if (r < 0)
+                return ctl_bus_error(&e, r, what);
+        return 0;
+}
+
+static int archives_list(Ctl *c, sd_bus *bus) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_(table_freep) Table *t = NULL;
         _cleanup_json_ json_object *array = NULL;
         uint64_t now = now_realtime_usec();
         int r;
 
-        r = session_manager_new_call(bus, "ListPendingArchives", &m);
+        r = archives_call(bus, "ListPendingArchives", "Failed to list pending archives", &reply);
         if (r < 0)
-                return ctl_error(r, "Failed to build the call: %m");
-        r = sd_bus_call(bus, m, ARCHIVES_CALL_TIMEOUT_USEC, &e, &reply);
-        if (r < 0)
-                return ctl_bus_error(&e, r, "Failed to list pending archives");
+                return r;
 
         if (c->json)
                 array = json_object_new_array();
@@ -73,17 +84,13 @@ static int archives_list(Ctl *c, sd_bus *bus) {
 }
 
 static int archives_retry(Ctl *c, sd_bus *bus) {
-        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         uint32_t n;
         int r;
 
-        r = session_manager_new_call(bus, "RetryArchives", &m);
+        r = archives_call(bus, "RetryArchives", "Failed to retry pending archives", &reply);
         if (r < 0)
-                return ctl_error(r, "Failed to build the call: %m");
-        r = sd_bus_call(bus, m, ARCHIVES_CALL_TIMEOUT_USEC, &e, &reply);
-        if (r < 0)
-                return ctl_bus_error(&e, r, "Failed to retry pending archives");
+                return r;
         r = sd_bus_message_read(reply, "u", &n);
         if (r < 0)
                 return ctl_error(r, "Failed to read the session manager's answer: %m");

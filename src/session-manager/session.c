@@ -1387,9 +1387,13 @@ static bool session_archive_in_flight(const Session *s) {
         return s->releasing && (s->archive_slot || s->archive_token);
 }
 
+/* Whether the session's archive is (stem, storage_json). */
+static bool session_archives_to(Session *s, const char *stem, const char *storage_json) {
+        return streq(session_archive_stem(s, NULL), stem) && streq_ptr(s->storage_json, storage_json);
+}
+
 static bool session_same_archive(Session *a, Session *b) {
-        return a != b && streq(session_archive_stem(a, NULL), session_archive_stem(b, NULL)) &&
-               streq_ptr(a->storage_json, b->storage_json);
+        return a != b && session_archives_to(a, session_archive_stem(b, NULL), b->storage_json);
 }
 
 Session *session_find_pending_archive(Manager *m, const char *stem, const char *storage_json) {
@@ -1397,8 +1401,7 @@ Session *session_find_pending_archive(Manager *m, const char *stem, const char *
 
         /* The newest release wins: its workspace is what the client saw last. */
         for (Session *i = m->sessions; i; i = i->next)
-                if (i->releasing && !i->stop_requested && streq(session_archive_stem(i, NULL), stem) &&
-                    streq_ptr(i->storage_json, storage_json) &&
+                if (i->releasing && !i->stop_requested && session_archives_to(i, stem, storage_json) &&
                     (!found || i->release_realtime_usec >= found->release_realtime_usec))
                         found = i;
         return found;

@@ -109,6 +109,15 @@ def expect_workspace(sid, digest, version):
     assert run(sid, READ, timeout_ms=120000)["stdout"] == f"{digest} {version} []\n"
 
 
+def expect_restored(stem, storage, digest, version):
+    """A new session of the archive holds exactly that version; the archive is discarded after."""
+    sid = create_session(archive_key=stem, storage=storage)
+    try:
+        expect_workspace(sid, digest, version)
+    finally:
+        delete_session(sid, discard=True, archive_key=stem, storage=storage)
+
+
 def test_restore_with_storage_down_fails_the_create_and_keeps_the_archive(s3):
     st = s3_storage(s3)
     stem = f"restore_down_{time.time_ns()}"
@@ -127,11 +136,7 @@ def test_restore_with_storage_down_fails_the_create_and_keeps_the_archive(s3):
     finally:
         s3_up(s3)
     # The failed create left nothing behind and the archive is intact: the retry gets it all.
-    sid = create_session(archive_key=stem, storage=st)
-    try:
-        expect_workspace(sid, digest, "v1")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=st)
+    expect_restored(stem, st, digest, "v1")
 
 
 def test_operator_may_start_empty_when_the_restore_fails(s3):
@@ -154,11 +159,7 @@ def test_operator_may_start_empty_when_the_restore_fails(s3):
         finally:
             s3_up(s3)
         assert delete_session(sid).json == {"ok": True, "archive": "kept"}
-    sid = create_session(archive_key=stem, storage=st)
-    try:
-        expect_workspace(sid, digest, "stored")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=st)
+    expect_restored(stem, st, digest, "stored")
 
 
 def test_release_with_storage_down_keeps_the_workspace_until_stored(s3):
@@ -192,11 +193,7 @@ def test_release_with_storage_down_keeps_the_workspace_until_stored(s3):
         s3_up(s3)
     print(f"archive stored {wait_stored(sid):.2f}s after storage came back")
     # The newest version, not the one stored before the outage.
-    sid = create_session(archive_key=stem, storage=st)
-    try:
-        expect_workspace(sid, digest, "v2")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=st)
+    expect_restored(stem, st, digest, "v2")
 
 
 def test_create_takes_over_a_session_whose_archive_is_pending(s3):
@@ -215,11 +212,7 @@ def test_create_takes_over_a_session_whose_archive_is_pending(s3):
     finally:
         s3_up(s3)
     assert delete_session(sid).json == {"ok": True, "archive": "stored"}
-    sid = create_session(archive_key=stem, storage=st)
-    try:
-        expect_workspace(sid, digest, "only-in-memory")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=st)
+    expect_restored(stem, st, digest, "only-in-memory")
 
 
 def test_a_newer_release_supersedes_an_older_pending_one(s3):
@@ -241,11 +234,7 @@ def test_a_newer_release_supersedes_an_older_pending_one(s3):
     finally:
         s3_up(s3)
     wait_stored(newer)
-    sid = create_session(archive_key=stem, storage=st)
-    try:
-        expect_workspace(sid, digest, "newer")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=st)
+    expect_restored(stem, st, digest, "newer")
 
 
 def test_release_stops_a_running_exec_then_archives(s3):
@@ -262,11 +251,7 @@ def test_release_stops_a_running_exec_then_archives(s3):
         print(f"release during an exec answered in {time.monotonic() - t0:.2f}s")
         r = busy.result()
         assert r.status == 404 and r.json == {"detail": "session not found or not running"}, r
-    sid = create_session(archive_key=stem, storage=st)
-    try:
-        expect_workspace(sid, digest, "before-the-long-exec")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=st)
+    expect_restored(stem, st, digest, "before-the-long-exec")
 
 
 def test_session_without_reachable_storage_is_discarded_on_request():
@@ -329,11 +314,7 @@ def test_storage_agent_killed_mid_archive():
     print(f"recovered {time.monotonic() - t0:.2f}s after the release began")
     # The killed agent's staging is gone (swept when the agent started again).
     assert staging_leftovers() == 0
-    sid = create_session(archive_key=stem, storage=LOCAL)
-    try:
-        expect_workspace(sid, digest, "big")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=LOCAL)
+    expect_restored(stem, LOCAL, digest, "big")
 
 
 def test_session_manager_killed_mid_release():
@@ -347,8 +328,4 @@ def test_session_manager_killed_mid_release():
     # The restarted manager finds the recorded release and stores the archive.
     wait_until(lambda: sid not in pending(), 240, "the recovered release to finish", step=0.5)
     print(f"archive stored {time.monotonic() - t0:.2f}s after the release began, across a manager restart")
-    sid = create_session(archive_key=stem, storage=LOCAL)
-    try:
-        expect_workspace(sid, digest, "big")
-    finally:
-        delete_session(sid, discard=True, archive_key=stem, storage=LOCAL)
+    expect_restored(stem, LOCAL, digest, "big")
