@@ -867,7 +867,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
         json_object_object_add(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size));
         json_object_object_add(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent));
         /* A run's session has one exec, in another profile: nothing to keep warm. */
-        if (m->config.preload && !s->ephemeral)
+        if (m->config.preload)
                 json_object_object_add(init, "preload_modules", json_object_new_string(strempty(m->config.preload_modules)));
         json_object_object_add(init, "idle_backstop_sec",
                                json_object_new_int64((int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC)));
@@ -1243,6 +1243,10 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                 json_object_object_add(msg, "language", json_object_new_string(p->language));
         if (p->no_processes)
                 json_object_object_add(msg, "no_processes", json_object_new_boolean(true));
+        /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided per exec,
+         * so that switching it takes effect for the sessions that exist). */
+        if (!cfg->preload)
+                json_object_object_add(msg, "cold", json_object_new_boolean(true));
         if (p->network) {
                 json_object_object_add(msg, "network", json_object_new_boolean(true));
                 if (!isempty(p->http_proxy))

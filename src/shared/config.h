@@ -32,6 +32,7 @@ typedef struct Config {
         uint64_t uid_base;
         bool preload;
         char *preload_modules;
+        uint64_t template_max_age;
         uint64_t workspace_size;
         uint64_t tmp_size;
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* File-descriptor helpers: bounded reads, full writes, sealed memfds. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -155,6 +156,64 @@ int fd_receive_one(int sock) {
                 if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
                         memcpy(&fd, CMSG_DATA(c), sizeof(int));
         return fd >= 0 ? fd : -EBADMSG;
+}
+
+int fds_send(int sock, const void *data, size_t size, const int *fds, size_t n_fds) {
+        char buf[CMSG_SPACE(sizeof(int) * FDS_SEND_MAX)] = {};
+        struct iovec iov = { .iov_base = (void *) data, .iov_len = size };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf,
+                             .msg_controllen = CMSG_SPACE(sizeof(int) * n_fds) };
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        ssize_t k;
+
+        if (n_fds == 0 || n_fds > FDS_SEND_MAX || size == 0)
+                return -EINVAL;
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * n_fds);
+        k = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        if (k < 0)
+                return -errno;
+        return (size_t) k == size ? 0 : -EMSGSIZE;
+}
+
+ssize_t fds_receive(int sock, void *data, size_t size, int *fds, size_t n_fds, size_t *ret_n_fds) {
+        char buf[CMSG_SPACE(sizeof(int) * FDS_SEND_MAX)] = {};
+        struct iovec iov = { .iov_base = data, .iov_len = size };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf) };
+        struct cmsghdr *c;
+        size_t n = 0;
+        ssize_t k;
+
+        assert(n_fds <= FDS_SEND_MAX);
+        do
+                k = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        while (k < 0 && errno == EINTR);
+        if (k < 0)
+                return -errno;
+        /* Whatever came along is ours to close, also when it is more than asked for. */
+        for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                        continue;
+                size_t m = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < m; i++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                        if (n < n_fds)
+                                fds[n++] = fd;
+                        else
+                                (void) close(fd);
+                }
+        }
+        *ret_n_fds = n;
+        if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+                for (size_t i = 0; i < n; i++)
+                        (void) close(fds[i]);
+                *ret_n_fds = 0;
+                return -EMSGSIZE;
+        }
+        return k;
 }
 
 int fd_is_pipe_read_end(int fd) {

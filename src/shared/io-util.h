@@ -23,6 +23,13 @@ int memfd_seal(int fd);
 int fd_send_one(int sock, int fd);
 int fd_receive_one(int sock);
 
+/* One message of 'size' bytes with up to FDS_SEND_MAX fds (SCM_RIGHTS), and its receipt, never
+ * blocking (O_CLOEXEC): fds beyond 'n_fds' are closed, a truncated message or fd list fails
+ * with -EMSGSIZE and closes what came. Returns the bytes received (0 at EOF). */
+#define FDS_SEND_MAX 32
+int fds_send(int sock, const void *data, size_t size, const int *fds, size_t n_fds);
+ssize_t fds_receive(int sock, void *data, size_t size, int *fds, size_t n_fds, size_t *ret_n_fds);
+
 /* Whether 'fd' is the read end of a pipe (or FIFO): 1, 0 if it is anything else, -errno. */
 int fd_is_pipe_read_end(int fd);
 /* Whether the pipe 'fd' reads from has no writer any more (or an error): 1, 0 while some process

@@ -70,7 +70,6 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
                                    res.refused);
         }
         r->archive_job = archive_job_free(r->archive_job);
-        runner_warm_schedule(r);
         runner_resume_connection(r);
         return 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Execs: a sandbox cloned for the code (or the warm one taken over), its network, its timeout and
+/* Execs: a sandbox cloned for the code (its payload forked by the template or started cold), its network, its timeout and
  * cancellation, the draining of its output pipes, and the result: exit status, stdout and stderr,
  * the artifacts it left under outputs/ and the limits that struck. */
 #include <errno.h>
@@ -253,8 +253,18 @@ static int runner_exec_finish(RunnerExec *e) {
                 }
         }
 
+        if (k == (ssize_t) sizeof(st)) {
+                e->from_template = st.start == SANDBOX_START_TEMPLATE;
+                if (st.template_error != 0)
+                        e->template_error = st.template_error;
+        }
+        if (e->template_error != 0 && e->template_error != EOPNOTSUPP)
+                log_struct(LOG_DEBUG, e->template_error,
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                           "Exec %s started cold: the template did not answer (%m).", e->exec_id);
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
+                              e->from_template ? "SCOPEBOX_EXEC_START=template" : "SCOPEBOX_EXEC_START=cold",
                               e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" :
                               e->cancelled ? "SCOPEBOX_EXIT_REASON=cancelled" :
                               e->orphaned ? "SCOPEBOX_EXIT_REASON=orphaned" :
@@ -288,7 +298,6 @@ done:
         r->outputs_snapshot = after;
         r->outputs_snapshot_valid = scanned;
         r->exec = runner_exec_free(r->exec);
-        runner_warm_schedule(r);
         runner_resume_connection(r);
         return q;
 }
@@ -470,13 +479,14 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         struct {
                 const char *exec_id, *language, *http_proxy, *https_proxy;
                 int64_t timeout_ms, output_limit, max_file, max_files, max_total, memory_limit;
-                bool no_processes, network;
+                bool no_processes, network, cold;
         } p = {};
         static const JsonField fields[] = {
                 { "exec_id", JSON_FIELD_STRING, offsetof(typeof(p), exec_id), JSON_MANDATORY },
                 { "language", JSON_FIELD_STRING, offsetof(typeof(p), language), 0 },
                 { "no_processes", JSON_FIELD_BOOL, offsetof(typeof(p), no_processes), 0 },
                 { "network", JSON_FIELD_BOOL, offsetof(typeof(p), network), 0 },
+                { "cold", JSON_FIELD_BOOL, offsetof(typeof(p), cold), 0 },
                 { "http_proxy", JSON_FIELD_STRING, offsetof(typeof(p), http_proxy), 0 },
                 { "https_proxy", JSON_FIELD_STRING, offsetof(typeof(p), https_proxy), 0 },
                 { "memory_limit", JSON_FIELD_INT64, offsetof(typeof(p), memory_limit), 0 },
@@ -489,7 +499,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
         };
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
-        _cleanup_close_ int outputs_fd = -EBADF;
+        _cleanup_close_ int outputs_fd = -EBADF, template_fd = -EBADF, exec_filter_fd = -EBADF;
         SandboxProcess sp;
         _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
         _cleanup_free_ char *http_proxy = NULL, *https_proxy = NULL;
@@ -505,8 +515,6 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 return runner_send_error(r, r->connection_generation, ENOTCONN, "session not initialized");
         if (r->exec)
                 return runner_send_error(r, r->connection_generation, EBUSY, "an exec is already running");
-        /* Busy again: no preparing while this one runs (it is scheduled anew when it ends). */
-        runner_warm_hold(r);
         if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         q = json_dispatch(req, fields, &p, &jerr);
@@ -570,19 +578,6 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 }
         }
 
-        /* A plain python exec takes the warm interpreter, if it has finished its imports: it gets
-         * the code and runs it as the cold path would. One still importing is left to a later
-         * exec; this one starts cold, which is quicker than waiting. */
-        if (runner_warm_take(r, language == SANDBOX_PYTHON3 && !p.no_processes && !p.network, code_fd,
-                             &sp) > 0) {
-                e->pid = sp.pid;
-                e->out.fd = sp.out_fd;
-                e->err.fd = sp.err_fd;
-                e->status_fd = sp.status_fd;
-                e->warm = true;
-                goto watch;
-        }
-
         if (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
 
@@ -594,10 +589,36 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 .no_processes = p.no_processes,
                 .extra_env = extra_env,
                 .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
-                .warm_ctl_fd = -EBADF,
+                .template_fd = -EBADF,
+                .filter_fd = -EBADF,
                 .seccomp = filter ?: r->seccomp,
         };
+        /* A python payload is forked by the template, if it is there; PID 1 starts it cold
+         * otherwise. */
+        if (language == SANDBOX_PYTHON3 && !p.cold) {
+                q = runner_template_connect(r);
+                if (q >= 0 && filter) {
+                        /* This exec's own filter (the dify profile, a network), as BPF. */
+                        int k = runner_filter_bpf(filter, &exec_filter_fd);
+                        if (k < 0) {
+                                safe_close(q);
+                                q = k;
+                        }
+                }
+                if (q >= 0) {
+                        template_fd = q;
+                        se.template_fd = template_fd;
+                        se.cgroup_fds = r->template_cgroup_fds;
+                        se.n_cgroup_fds = r->n_template_cgroup_fds;
+                        se.filter_fd = filter ? exec_filter_fd : r->template_filter_fd;
+                        if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &se.site) < 0)
+                                se.site = (struct stat) {};
+                } else
+                        e->template_error = -q;
+        }
         q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
+        template_fd = safe_close(template_fd);
+        exec_filter_fd = safe_close(exec_filter_fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, -q, "failed to create the sandbox: %s",
                                          strerror(-q));
@@ -618,7 +639,6 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                                    "Failed to start slirp4netns, the exec fails: %m");
         }
 
-watch:
         pid = e->pid;
         (void) fd_nonblock(e->out.fd, true);
         (void) fd_nonblock(e->err.fd, true);
@@ -638,7 +658,7 @@ watch:
         }
 
         log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
-                   "Exec %s started as PID %i (%s).", e->exec_id, (int) pid, e->warm ? "warm" : "cold");
+                   "Exec %s started, PID 1 of its sandbox is %i.", e->exec_id, (int) pid);
         r->exec = TAKE_PTR(e);
         return 0;
 }

@@ -189,6 +189,7 @@ int runner_handle_init(Runner *r, json_object *req) {
                 log_error_errno(q, "Failed to build the seccomp filter: %m");
                 return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
         }
+        runner_template_setup(r);
         r->initialized = true;
         runner_touch(r);
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.", r->session_id);
@@ -200,7 +201,5 @@ int runner_handle_init(Runner *r, json_object *req) {
         json_object_object_add(reply, "pid", json_object_new_int(getpid()));
         /* What this runner can do that earlier ones could not: cancel an exec. */
         json_object_object_add(reply, "cancel", json_object_new_boolean(true));
-        q = runner_send(r, r->connection_generation, reply, NULL, 0);
-        runner_warm_schedule(r);
-        return q;
+        return runner_send(r, r->connection_generation, reply, NULL, 0);
 }

@@ -7,8 +7,8 @@
  * manager, which reconnects through the socket's path.
  *
  * This file: main(), the control connection and the dispatch of its requests, the idle backstop.
- * The requests themselves: init in runner-session.c, exec and cancel in runner-exec.c (the warm
- * interpreter an exec may take in runner-warm.c), the file operations in runner-files.c, archive
+ * The requests themselves: init in runner-session.c, exec and cancel in runner-exec.c (with what
+ * an exec from the template needs in runner-template.c), the file operations in runner-files.c, archive
  * and restore in runner-archive.c; runner.h holds what they share. */
 #include <errno.h>
 #include <fcntl.h>
@@ -195,12 +195,9 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 }
                 /* No process of the session while we work on its files. */
                 files_op = op && r->initialized && op_works_on_files(op);
-                if (files_op) {
-                        runner_end_prepared(r);
-                        if (streq(op, "write") || streq(op, "restore")) {
-                                output_set_done(&r->outputs_snapshot);
-                                r->outputs_snapshot_valid = false;
-                        }
+                if (files_op && (streq(op, "write") || streq(op, "restore"))) {
+                        output_set_done(&r->outputs_snapshot);
+                        r->outputs_snapshot_valid = false;
                 }
 
                 if (op && streq(op, "init"))
@@ -232,9 +229,6 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
 
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
-                /* Done with the files (an archive job prepares one when it ends). */
-                if (files_op && !r->archive_job)
-                        runner_warm_schedule(r);
                 runner_touch(r);
                 if (q < 0 && r->conn_fd >= 0 && q != -ENOTCONN)
                         log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Request failed: %m");
@@ -304,7 +298,7 @@ static int parse_argv(int argc, char *argv[], Runner *r) {
 
 int main(int argc, char *argv[]) {
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
-        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF,
+        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF, .template_filter_fd = -EBADF,
                            .workspace = { .fd = -EBADF, .view_fd = -EBADF },
                            .cgroup_events = CGROUP_EVENTS_NULL };
         Runner *r = &runner;
@@ -370,9 +364,10 @@ int main(int argc, char *argv[]) {
 
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Runner of session %s exiting.", r->session_id);
         r->exec = runner_exec_free(r->exec);
-        r->warm = warm_free(r->warm);
-        r->warm_timer = sd_event_source_disable_unref(r->warm_timer);
         free(r->preload_modules);
+        for (size_t i = 0; i < r->n_template_cgroup_fds; i++)
+                safe_close(r->template_cgroup_fds[i]);
+        safe_close(r->template_filter_fd);
         r->archive_job = archive_job_free(r->archive_job);
         output_set_done(&r->outputs_snapshot);
         runner_close_connection(r);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The runner's objects and what its files (runner.c, runner-session.c, runner-exec.c,
- * runner-warm.c, runner-files.c, runner-archive.c) call of each other. */
+ * runner-template.c, runner-files.c, runner-archive.c) call of each other. */
 #pragma once
 
 #include <signal.h>
@@ -56,7 +56,8 @@ typedef struct RunnerExec {
         uint64_t pids_max_before;
 
         pid_t slirp_pid;          /* the network of this exec, if it has one */
-        bool warm;                /* runs in the warm interpreter */
+        int template_error;       /* why it did not start from the template (0: it did) */
+        bool from_template;
 } RunnerExec;
 
 struct Runner {
@@ -89,9 +90,12 @@ struct Runner {
         OutputSet outputs_snapshot;
         bool outputs_snapshot_valid;
 
-        char *preload_modules;    /* NULL: no warm interpreters */
-        struct Warm *warm;
-        sd_event_source *warm_timer;
+        char *preload_modules;    /* what the manager's init named (execs say "cold" themselves) */
+        /* For execs from the template (runner-template.c): the scope's cgroup in each hierarchy,
+         * the filter's BPF. */
+        int template_cgroup_fds[16];
+        size_t n_template_cgroup_fds;
+        int template_filter_fd;
 };
 
 /* Archive and restore run in the archive helper (archive-sandbox.c): libarchive parses hostile
@@ -114,8 +118,6 @@ typedef struct SandboxProcess {
         int out_fd, err_fd, status_fd;
 } SandboxProcess;
 
-/* A prepared sandbox (runner-warm.c). */
-typedef struct Warm Warm;
 
 /* runner.c: replies on the control connection, the idle backstop, the connection's flow. */
 int runner_send(Runner *r, uint64_t generation, json_object *msg, const int *fds, size_t n_fds);
@@ -132,13 +134,11 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
 int runner_handle_exec(Runner *r, json_object *req, int code_fd);
 void runner_handle_cancel(Runner *r, json_object *req);
 
-/* runner-warm.c */
-Warm *warm_free(Warm *w);
+/* runner-template.c */
+void runner_template_setup(Runner *r);
+int runner_template_connect(Runner *r);
+int runner_filter_bpf(scmp_filter_ctx filter, int *ret_fd);
 bool module_list_is_valid(const char *s);
-void runner_warm_schedule(Runner *r);
-void runner_warm_hold(Runner *r);
-void runner_end_prepared(Runner *r);
-int runner_warm_take(Runner *r, bool usable, int code_fd, SandboxProcess *ret);
 
 /* runner-files.c */
 int runner_handle_write(Runner *r, json_object *req, int data_fd);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -25,6 +26,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <linux/capability.h>
+#include <linux/prctl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <poll.h>
 #include <sched.h>
@@ -36,14 +40,12 @@
 #include "fs-util.h"
 #include "io-util.h"
 #include "sandbox.h"
+#include "template-protocol.h"
 #include "string-util.h"
 
 #define ROOT_TMPFS_OPTIONS "mode=0755,size=72m,nr_inodes=4096"
 #define DEV_TMPFS_OPTIONS "mode=0755,size=64k,nr_inodes=64"
 #define SHM_TMPFS_OPTIONS "mode=1777,size=64m,nr_inodes=4096"
-
-/* Where the payload keeps its end of the socket to PID 1 until it executes the interpreter. */
-#define SANDBOX_SYNC_FD 3
 
 static const char etc_passwd[] =
         "root:x:0:0:root:/root:/usr/sbin/nologin\n"
@@ -616,78 +618,141 @@ int sandbox_become_user(const char **ret_step) {
         return 0;
 }
 
-/* Runs as root in the sandbox's namespaces, forked by PID 1; sync_fd is our end of the socket
- * over which PID 1 maps our user namespace and receives the seccomp listener. */
 /* The interpreter's environment: the documented list (docs/runtime.md), plus the extras of the
- * exec (proxies). Nothing of ours. */
-static size_t build_env(const SandboxExec *e, char *openblas, size_t openblas_size, char *node_options,
-                        size_t node_options_size, char **envp, size_t n_max) {
+ * exec (proxies). Nothing of ours. 'buf' holds the entries that are formatted here. With
+ * 'base_only' (the template's own interpreter), without PYTHONPATH and the extras. */
+size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t buf_size, char **envp, size_t n_max) {
         static const char *const common[] = {
                 "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/sandbox", "USER=sandbox", "LOGNAME=sandbox",
                 "TMPDIR=/tmp", "LANG=C.UTF-8",
         };
         static const char *const python[] = {
                 "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/matplotlib",
-                "PYTHONPATH=/workspace", /* last: the prepared interpreter goes without it */
+                "PYTHONPATH=/workspace", /* last: the template goes without it */
         };
         size_t n = 0;
+        int k;
 
+        assert(n_max >= 16);
         for (size_t i = 0; i < ELEMENTSOF(common); i++)
                 envp[n++] = (char *) common[i];
         if (e->language == SANDBOX_NODEJS) {
                 /* V8 sizes its heap itself, not from the cgroup: three quarters of the scope's
                  * memory. libuv's io_uring would only meet ENOSYS. */
-                snprintf(node_options, node_options_size, "NODE_OPTIONS=--max-old-space-size=%llu",
-                         (unsigned long long) MAX(e->memory_limit / 4 * 3 / (1024 * 1024), 64ULL));
-                envp[n++] = node_options;
+                k = snprintf(buf, buf_size, "NODE_OPTIONS=--max-old-space-size=%llu",
+                             (unsigned long long) MAX(e->memory_limit / 4 * 3 / (1024 * 1024), 64ULL));
+                envp[n++] = buf;
+                buf += k + 1;
+                buf_size -= k + 1;
                 envp[n++] = (char *) "UV_USE_IO_URING=0";
         } else
-                for (size_t i = 0; i < ELEMENTSOF(python) - (e->warm_ctl_fd >= 0); i++)
+                for (size_t i = 0; i < ELEMENTSOF(python) - base_only; i++)
                         envp[n++] = (char *) python[i];
-        snprintf(openblas, openblas_size, "OPENBLAS_NUM_THREADS=%llu",
-                 (unsigned long long) MAX(e->cpus_percent / 100, 1ULL));
-        envp[n++] = openblas;
-        for (size_t i = 0; e->extra_env && e->extra_env[i] && n < n_max - 1; i++)
+        snprintf(buf, buf_size, "OPENBLAS_NUM_THREADS=%llu", (unsigned long long) MAX(e->cpus_percent / 100, 1ULL));
+        envp[n++] = buf;
+        for (size_t i = 0; !base_only && e->extra_env && e->extra_env[i] && n < n_max - 1; i++)
                 envp[n++] = e->extra_env[i];
         envp[n] = NULL;
         return n;
 }
 
-/* Runs as root in the sandbox's namespaces, forked by PID 1; sync_fd is our end of the socket
- * over which PID 1 maps our user namespace and receives the seccomp listener. */
-_noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
-        char openblas[64], node_options[96];
-        char *const argv_python[] = { (char *) "python3", (char *) SANDBOX_CELL_PATH, NULL };
-        /* The prepared interpreter starts before the exec's code exists and must run nothing the
-         * session wrote: no user site (-s), no script directory or cwd on sys.path (-P), and
-         * no PYTHONPATH (build_env). preload.py adds /workspace and the user site once the code
-         * has arrived, as the cold interpreter has them. */
-        char *const argv_warm[] = { (char *) "python3", (char *) "-s", (char *) "-P", (char *) SANDBOX_PRELOAD_SCRIPT,
-                                    NULL };
-        char *const argv_node[] = { (char *) "node", (char *) SANDBOX_CELL_PATH_JS, NULL };
-        /* The dify profile: upstream's excepthook, an uncaught exception exits 255. */
-        char *const argv_dify[] = { (char *) "python3", (char *) SANDBOX_DIFY_RUN_SCRIPT, NULL };
-        const char *binary = e->language == SANDBOX_NODEJS ? SANDBOX_NODE : SANDBOX_PYTHON;
-        char *envp[32];
-        const char *step;
+/* The filter as BPF (seccomp_export_bpf() output in a memfd): the template's children load what
+ * the runner compiled, read into 'insns' before the fds are closed. */
+static int read_filter_bpf(int filter_fd, struct sock_filter *insns, size_t n_max, struct sock_fprog *ret) {
+        struct stat st;
+        ssize_t k;
+
+        if (fstat(filter_fd, &st) < 0)
+                return -errno;
+        if (st.st_size <= 0 || (size_t) st.st_size > n_max * sizeof(struct sock_filter) ||
+            st.st_size % sizeof(struct sock_filter) != 0)
+                return -EBADMSG;
+        k = pread(filter_fd, insns, (size_t) st.st_size, 0);
+        if (k != st.st_size)
+                return k < 0 ? -errno : -EBADMSG;
+        *ret = (struct sock_fprog) { .len = (unsigned short) (st.st_size / sizeof(struct sock_filter)), .filter = insns };
+        return 0;
+}
+
+/* A child of the template has the template's command line and initial environment (what
+ * /proc/self/cmdline and /proc/self/environ show): give it those of the cold interpreter, in a
+ * new mapping. PR_SET_MM_MAP (checkpoint/restore's call) replaces the whole map at once and,
+ * unlike the single fields, needs no CAP_SYS_RESOURCE: the rest of it is read off
+ * /proc/self/stat unchanged. */
+static int set_command_line(const SandboxExec *e, char *const *envp) {
+        const char *script = e->no_processes ? SANDBOX_DIFY_RUN_SCRIPT : SANDBOX_CELL_PATH;
+        size_t size = strlen("python3") + 1 + strlen(script) + 1, arg_size = size;
+        unsigned long long f[49];
+        struct prctl_mm_map map;
+        char stat[1024], *c, *area, *p;
+        ssize_t k;
+        int fd, n = 0;
+
+        fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        k = read(fd, stat, sizeof(stat) - 1);
+        (void) close(fd);
+        if (k <= 0)
+                return -EIO;
+        stat[k] = 0;
+        c = strrchr(stat, ')');
+        if (!c)
+                return -EBADMSG;
+        /* f[i] is field i + 3 of proc_pid_stat(5): f[0] the state. */
+        for (char *save = NULL, *t = strtok_r(c + 1, " \n", &save); t && n < (int) ELEMENTSOF(f);
+             t = strtok_r(NULL, " \n", &save))
+                f[n++] = strtoull(t, NULL, 10);
+        if (n < (int) ELEMENTSOF(f))
+                return -EBADMSG;
+
+        for (size_t i = 0; envp[i]; i++)
+                size += strlen(envp[i]) + 1;
+        area = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (area == MAP_FAILED)
+                return -errno;
+        p = stpcpy(area, "python3") + 1;
+        p = stpcpy(p, script) + 1;
+        for (size_t i = 0; envp[i]; i++)
+                p = stpcpy(p, envp[i]) + 1;
+
+        map = (struct prctl_mm_map) {
+                .start_code = f[23], .end_code = f[24], .start_stack = f[25],
+                .start_data = f[42], .end_data = f[43], .start_brk = f[44],
+                .brk = (uint64_t) syscall(SYS_brk, 0),
+                .arg_start = (uint64_t) area, .arg_end = (uint64_t) (area + arg_size),
+                .env_start = (uint64_t) (area + arg_size), .env_end = (uint64_t) p,
+                .exe_fd = (uint32_t) -1,
+        };
+        if (prctl(PR_SET_MM, PR_SET_MM_MAP, (unsigned long) &map, sizeof(map), 0) < 0)
+                return -errno;
+        (void) prctl(PR_SET_NAME, (unsigned long) "python3", 0, 0, 0);
+        return 0;
+}
+
+int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_template, char **envp,
+                               size_t n_envp, char *env_buf, size_t env_buf_size, const char **ret_step) {
+        struct sock_filter insns[BPF_MAXINSNS];
+        struct sock_fprog prog = {};
         sigset_t ss;
-        int null_fd, ctl_fd, listener, ack = 0, r;
+        int null_fd, listener, ack = 0, r;
+        int32_t self;
 
-        build_env(e, openblas, sizeof(openblas), node_options, sizeof(node_options), envp, ELEMENTSOF(envp));
+        sandbox_build_env(e, false, env_buf, env_buf_size, envp, n_envp);
 
-        step = "setsid";
+        *ret_step = "setsid";
         if (setsid() < 0)
-                goto fail;
-        step = "signal mask";
+                return -errno;
+        *ret_step = "signal mask";
         sigemptyset(&ss);
         if (sigprocmask(SIG_SETMASK, &ss, NULL) < 0)
-                goto fail;
-        for (int sig = 1; sig < _NSIG; sig++)
-                if (sig != SIGKILL && sig != SIGSTOP)
-                        (void) signal(sig, SIG_DFL);
+                return -errno;
+        if (!from_template)
+                for (int sig = 1; sig < _NSIG; sig++)
+                        if (sig != SIGKILL && sig != SIGSTOP)
+                                (void) signal(sig, SIG_DFL);
 
         /* The payload is the first candidate when the scope runs out of memory. */
-        step = "oom_score_adj";
         {
                 int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
                 if (fd >= 0) {
@@ -696,98 +761,136 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
                 }
         }
 
-        step = "stdio";
-        /* Out of the way first, so that none of the dup2()s below lands on it. */
-        ctl_fd = e->warm_ctl_fd >= 0 ? fcntl(e->warm_ctl_fd, F_DUPFD_CLOEXEC, 10) : -EBADF;
+        *ret_step = "stdio";
         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (null_fd < 0 || (e->warm_ctl_fd >= 0 && ctl_fd < 0) || dup2(null_fd, STDIN_FILENO) < 0 ||
-            dup2(e->stdout_fd, STDOUT_FILENO) < 0 || dup2(e->stderr_fd, STDERR_FILENO) < 0 ||
-            dup2(sync_fd, SANDBOX_SYNC_FD) < 0 || (ctl_fd >= 0 && dup2(ctl_fd, SANDBOX_WARM_CTL_FD) < 0))
-                goto fail;
+        if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(e->stdout_fd, STDOUT_FILENO) < 0 ||
+            dup2(e->stderr_fd, STDERR_FILENO) < 0 || dup2(sync_fd, SANDBOX_SYNC_FD) < 0)
+                return -errno;
 
-        step = "rlimits";
+        *ret_step = "rlimits";
         r = set_rlimits(e);
-        if (r < 0) {
-                errno = -r;
-                goto fail;
+        if (r < 0)
+                return r;
+        if (from_template) {
+                *ret_step = "command line";
+                r = set_command_line(e, envp);
+                if (r < 0)
+                        return r;
         }
-        step = "chdir /workspace";
+        *ret_step = "chdir /workspace";
         if (chdir("/workspace") < 0)
-                goto fail;
+                return -errno;
 
         /* Our own user namespace, mapped by PID 1: the session's host uid appears as SANDBOX_UID,
-         * nothing else is mapped. Supplementary groups go first, while we still may. */
-        step = "supplementary groups";
+         * nothing else is mapped. Supplementary groups go first, while we still may. PID 1 learns
+         * our PID in its namespace from the request. */
+        *ret_step = "supplementary groups";
         if (setgroups(0, NULL) < 0)
-                goto fail;
-        step = "user namespace";
+                return -errno;
+        *ret_step = "user namespace";
         if (unshare(CLONE_NEWUSER) < 0)
-                goto fail;
-        if (write(SANDBOX_SYNC_FD, "u", 1) != 1 || read(SANDBOX_SYNC_FD, &ack, sizeof(ack)) != (ssize_t) sizeof(ack))
-                goto fail;
-        if (ack != 0) {
-                errno = ack;
-                goto fail;
+                return -errno;
+        self = (int32_t) getpid();
+        if (write(SANDBOX_SYNC_FD, &self, sizeof(self)) != (ssize_t) sizeof(self) ||
+            read(SANDBOX_SYNC_FD, &ack, sizeof(ack)) != (ssize_t) sizeof(ack))
+                return errno > 0 ? -errno : -EIO;
+        if (ack != 0)
+                return -ack;
+
+        r = sandbox_become_user(ret_step);
+        if (r < 0)
+                return r;
+        /* The credential change made us undumpable: /proc/self would be root's. An execve()
+         * resets that for a cold payload; a child of the template is the sandbox user's now,
+         * exactly as a cold one (the template holds nothing secret). */
+        *ret_step = "dumpable";
+        if (from_template && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+                return -errno;
+
+        *ret_step = "read filter";
+        if (e->filter_fd >= 0) {
+                r = read_filter_bpf(e->filter_fd, insns, ELEMENTSOF(insns), &prog);
+                if (r < 0)
+                        return r;
         }
 
-        r = sandbox_become_user(&step);
-        if (r < 0) {
-                errno = -r;
-                goto fail;
-        }
-
-        step = "close fds";
-        if (syscall(SYS_close_range, (e->warm_ctl_fd >= 0 ? SANDBOX_WARM_CTL_FD : SANDBOX_SYNC_FD) + 1U, ~0U, 0U) < 0)
-                goto fail;
+        /* Nothing but stdio and the socket to PID 1 (the template's own fds among the rest). */
+        *ret_step = "close fds";
+        if (syscall(SYS_close_range, SANDBOX_SYNC_FD + 1U, ~0U, 0U) < 0)
+                return -errno;
 
         /* Last: from here on only the interpreter's own calls are filtered. PID 1 answers the
          * calls the filter refuses, through the listener we hand it. */
-        step = "seccomp";
-        r = seccomp_load(e->seccomp);
-        if (r < 0) {
-                errno = -r;
-                goto fail;
-        }
-        listener = seccomp_notify_fd(e->seccomp);
-        if (listener < 0) {
-                errno = -listener;
-                goto fail;
+        *ret_step = "seccomp";
+        if (e->filter_fd >= 0) {
+                /* The flags libseccomp's seccomp_load() uses for our filter: a listener for the
+                 * notifying default action (no_new_privs is already set). */
+                long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+                if (fd < 0)
+                        return -errno;
+                listener = (int) fd;
+        } else {
+                r = seccomp_load(e->seccomp);
+                if (r < 0)
+                        return r;
+                listener = seccomp_notify_fd(e->seccomp);
+                if (listener < 0)
+                        return listener;
         }
         r = fd_send_one(SANDBOX_SYNC_FD, listener);
-        if (r < 0) {
-                errno = -r;
-                goto fail;
-        }
         (void) close(listener);
         (void) close(SANDBOX_SYNC_FD);
+        return r;
+}
 
-        execve(binary,
-               e->language == SANDBOX_NODEJS ? argv_node :
-               e->warm_ctl_fd >= 0           ? argv_warm :
-               e->no_processes               ? argv_dify : argv_python,
-               envp);
-        step = e->language == SANDBOX_NODEJS ? "execve " SANDBOX_NODE : "execve " SANDBOX_PYTHON;
+/* Runs as root in the sandbox's namespaces, forked by PID 1; sync_fd is our end of the socket
+ * over which PID 1 maps our user namespace and receives the seccomp listener. */
+_noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
+        char *const argv_python[] = { (char *) "python3", (char *) SANDBOX_CELL_PATH, NULL };
+        char *const argv_node[] = { (char *) "node", (char *) SANDBOX_CELL_PATH_JS, NULL };
+        /* The dify profile: upstream's excepthook, an uncaught exception exits 255. */
+        char *const argv_dify[] = { (char *) "python3", (char *) SANDBOX_DIFY_RUN_SCRIPT, NULL };
+        const char *binary = e->language == SANDBOX_NODEJS ? SANDBOX_NODE : SANDBOX_PYTHON;
+        char *envp[32], buf[192];
+        const char *step;
+        int r;
 
-fail:
+        r = sandbox_payload_specialize(e, sync_fd, false, envp, ELEMENTSOF(envp), buf, sizeof(buf), &step);
+        if (r < 0)
+                errno = -r;
+        else {
+                execve(binary, e->language == SANDBOX_NODEJS ? argv_node : e->no_processes ? argv_dify : argv_python,
+                       envp);
+                step = e->language == SANDBOX_NODEJS ? "execve " SANDBOX_NODE : "execve " SANDBOX_PYTHON;
+        }
         r = errno;
         dprintf(STDERR_FILENO, "[sandbox] failed to start the interpreter (%s): %s\n", step, strerror(r));
         _exit(127);
 }
-
-/* PID 1 after the fork: map the payload's ids, take its seccomp listener, then answer refused
- * calls and reap children until the payload is gone. */
-static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd, SandboxStatus *st) {
-        SeccompSupervisor sup = { .first_exec_pid = e->no_processes ? payload : 0 };
+/* PID 1 after the payload started: map its ids, take its seccomp listener, then answer refused
+ * calls and reap children until the payload is gone. 'payload' is our child (cold), or 0: a child
+ * of the template, whose PID comes over sync_fd and whose wait status its parent (outside our
+ * namespaces) writes to 'payload_status_fd'. */
+static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd, int payload_status_fd,
+                             SandboxStatus *st) {
+        /* Only the cold dify payload's own execve() of the interpreter goes through; a child of the
+         * template never executes anything. */
+        SeccompSupervisor sup = { .first_exec_pid = e->no_processes && payload > 0 ? payload : 0 };
         _cleanup_close_ int listener = -EBADF;
-        char byte;
+        int32_t pid;
         ssize_t k;
         int r;
 
         do
-                k = read(sync_fd, &byte, 1);
+                k = read(sync_fd, &pid, sizeof(pid));
         while (k < 0 && errno == EINTR);
-        if (k == 1) {
-                int ack = -sandbox_map_ids(payload, e->uid, e->gid);
+        if (k == (ssize_t) sizeof(pid)) {
+                int ack;
+
+                if (payload > 0 ? pid != payload : pid <= 1)
+                        ack = EPROTO;
+                else
+                        ack = -sandbox_map_ids(pid, e->uid, e->gid);
                 if (write(sync_fd, &ack, sizeof(ack)) != (ssize_t) sizeof(ack) || ack != 0)
                         return -(ack ?: EIO);
                 /* Only a payload that failed before its filter sends nothing; it reports why. */
@@ -795,23 +898,35 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
         }
 
         for (;;) {
-                struct pollfd p[2] = {
+                struct pollfd p[3] = {
                         { .fd = signal_fd, .events = POLLIN },
+                        { .fd = payload_status_fd, .events = POLLIN },
                         { .fd = listener, .events = POLLIN },
                 };
 
-                if (poll(p, listener >= 0 ? 2 : 1, -1) < 0) {
+                if (poll(p, 3, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
                         return -errno;
                 }
-                if (listener >= 0 && (p[1].revents & POLLIN)) {
+                if (listener >= 0 && (p[2].revents & POLLIN)) {
                         r = seccomp_notify_handle_one(listener, &sup);
                         st->seccomp = sup.report;
                         if (r < 0)
                                 listener = safe_close(listener); /* calls now fail with ENOSYS */
-                } else if (listener >= 0 && p[1].revents)
+                } else if (listener >= 0 && p[2].revents)
                         listener = safe_close(listener); /* no process uses the filter any more */
+
+                if (payload_status_fd >= 0 && p[1].revents) {
+                        int32_t ws;
+
+                        do
+                                k = read(payload_status_fd, &ws, sizeof(ws));
+                        while (k < 0 && errno == EINTR);
+                        /* Its parent died without telling: as if killed. */
+                        st->value = k == (ssize_t) sizeof(ws) ? ws : SIGKILL;
+                        return 0;
+                }
 
                 if (p[0].revents & POLLIN) {
                         struct signalfd_siginfo si;
@@ -822,7 +937,7 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                                 pid_t c = waitpid(-1, &ws, WNOHANG | __WALL);
                                 if (c <= 0)
                                         break;
-                                if (c == payload) {
+                                if (payload > 0 && c == payload) {
                                         st->value = ws;
                                         return 0;
                                 }
@@ -838,7 +953,7 @@ static int int_cmp(const void *a, const void *b) {
 /* PID 1 starts with a copy of every fd of the runner (the control connection among them): keep
  * only what the exec needs. */
 static int close_fds_except(const int *keep, size_t n) {
-        int sorted[8], next = 3;
+        int sorted[7 + TEMPLATE_CGROUPS_MAX], next = 3;
 
         assert(n <= ELEMENTSOF(sorted));
         memcpy(sorted, keep, n * sizeof(int));
@@ -853,28 +968,111 @@ static int close_fds_except(const int *keep, size_t n) {
         return syscall(SYS_close_range, (unsigned) next, ~0U, 0U) < 0 ? -errno : 0;
 }
 
+/* Asks the template to fork our payload: it gets our namespaces, the session's cgroup, the
+ * exec's pipes, our end of 'sync_fd' and the filter; its child (outside our namespaces) reports
+ * the payload's wait status on *ret_status_fd. Returns 0 once the template's child says the
+ * payload exists, or a negative errno: then nothing of it runs, or what runs can never be
+ * mapped (sync_fd is closed by then) and dies with us. */
+static int start_from_template(const SandboxExec *e, int sync_fd, int *ret_status_fd) {
+        static const char *const ns[] = { "mnt", "pid", "net", "ipc", "uts", "cgroup" };
+        int fds[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX];
+        _cleanup_close_pair_ int status[2] = { -EBADF, -EBADF };
+        TemplateRequest req = {
+                .magic = TEMPLATE_MAGIC,
+                .version = TEMPLATE_PROTOCOL_VERSION,
+                .profile = e->no_processes ? TEMPLATE_PROFILE_DIFY : TEMPLATE_PROFILE_SIDECAR,
+                .n_cgroups = (uint32_t) e->n_cgroup_fds,
+                .timeout_ms = e->timeout_ms,
+                .fsize_limit = e->fsize_limit,
+                .cpus_percent = e->cpus_percent,
+                .site_dev = (uint64_t) e->site.st_dev,
+                .site_ino = (uint64_t) e->site.st_ino,
+                .site_mode = (uint32_t) e->site.st_mode,
+                .site_uid = (uint32_t) e->site.st_uid,
+        };
+        TemplateReply reply = {};
+        struct pollfd p = { .fd = e->template_fd, .events = POLLIN };
+        ssize_t k;
+        int r = 0;
+
+        if (e->n_cgroup_fds == 0 || e->n_cgroup_fds > TEMPLATE_CGROUPS_MAX)
+                return -EINVAL;
+        for (size_t i = 0; i < ELEMENTSOF(fds); i++)
+                fds[i] = -EBADF;
+        for (size_t i = 0; e->extra_env && e->extra_env[i]; i++) {
+                size_t l = strlen(e->extra_env[i]) + 1;
+                if (req.env_size + l > sizeof(req.env))
+                        return -E2BIG;
+                memcpy(req.env + req.env_size, e->extra_env[i], l);
+                req.env_size += (uint32_t) l;
+        }
+        if (pipe2(status, O_CLOEXEC) < 0)
+                return -errno;
+        for (size_t i = 0; i < ELEMENTSOF(ns); i++) {
+                fds[TEMPLATE_FD_MNT + i] = open(strjoina("/proc/self/ns/", ns[i]), O_RDONLY | O_CLOEXEC);
+                if (fds[TEMPLATE_FD_MNT + i] < 0) {
+                        r = -errno;
+                        goto finish;
+                }
+        }
+        fds[TEMPLATE_FD_STDOUT] = e->stdout_fd;
+        fds[TEMPLATE_FD_STDERR] = e->stderr_fd;
+        fds[TEMPLATE_FD_SYNC] = sync_fd;
+        fds[TEMPLATE_FD_FILTER] = e->filter_fd;
+        fds[TEMPLATE_FD_STATUS] = status[1];
+        memcpy(fds + _TEMPLATE_FD_MAX, e->cgroup_fds, sizeof(int) * e->n_cgroup_fds);
+
+        r = fds_send(e->template_fd, &req, offsetof(TemplateRequest, env) + req.env_size, fds,
+                     _TEMPLATE_FD_MAX + e->n_cgroup_fds);
+        if (r < 0)
+                goto finish;
+        status[1] = safe_close(status[1]);
+        do
+                r = poll(&p, 1, TEMPLATE_REPLY_TIMEOUT_MS);
+        while (r < 0 && errno == EINTR);
+        if (r == 0) {
+                r = -ETIMEDOUT;
+                goto finish;
+        }
+        k = recv(e->template_fd, &reply, sizeof(reply), MSG_DONTWAIT);
+        if (k != (ssize_t) sizeof(reply))
+                r = k < 0 ? -errno : -ECONNRESET;
+        else
+                r = reply.error > 0 ? -reply.error : reply.error < 0 ? -EPROTO : 0;
+        if (r >= 0)
+                *ret_status_fd = TAKE_FD(status[0]);
+finish:
+        for (size_t i = 0; i < ELEMENTSOF(ns); i++)
+                safe_close(fds[TEMPLATE_FD_MNT + i]);
+        return r;
+}
+
 _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         SetupError err = {};
         SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
-        int sync[2], signal_fd, r;
+        int sync[2], signal_fd, payload_status_fd = -EBADF, r;
         sigset_t mask;
-        pid_t payload;
+        pid_t payload = 0;
 
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         (void) prctl(PR_SET_NAME, (unsigned long) "sandbox-init", 0, 0, 0);
         seccomp_report_init(&st.seccomp);
 
-        r = close_fds_except((const int[]) { e->stdout_fd, e->stderr_fd, e->status_fd,
-                                             e->code_fd >= 0 ? e->code_fd : e->warm_ctl_fd, e->network_ready_fd },
-                             e->network_ready_fd >= 0 ? 5 : 4);
+        {
+                int keep[7 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+                                                       e->network_ready_fd, e->template_fd, e->filter_fd };
+                size_t n = 7;
+
+                for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX); i++)
+                        keep[n++] = e->cgroup_fds[i];
+                r = close_fds_except(keep, n);
+        }
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
         r = setup_root(e, &err);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, err.error, err.step, 125);
 
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 ||
@@ -899,12 +1097,35 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
          * Not before: slirp4netns (root without CAP_SYS_PTRACE) opens our network namespace. */
         (void) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
-        payload = fork();
-        if (payload < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload", 125);
-        if (payload == 0) {
-                safe_close(sync[0]);
-                payload_exec(e, sync[1]);
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+
+        /* A python payload comes from the template when there is one; when it does not answer
+         * (stopped, restarting, stale, busy), from a cold start as before. */
+        if (e->template_fd >= 0) {
+                r = start_from_template(e, sync[1], &payload_status_fd);
+                safe_close(e->template_fd);
+                if (r >= 0)
+                        st.start = SANDBOX_START_TEMPLATE;
+                else {
+                        st.template_error = -r;
+                        /* A late child of the template must find no PID 1 on its socket. */
+                        safe_close(sync[0]);
+                        safe_close(sync[1]);
+                        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
+                                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+                }
+        }
+        for (size_t i = 0; e->template_fd >= 0 && i < e->n_cgroup_fds; i++)
+                safe_close(e->cgroup_fds[i]);
+        if (st.start != SANDBOX_START_TEMPLATE) {
+                payload = fork();
+                if (payload < 0)
+                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload", 125);
+                if (payload == 0) {
+                        safe_close(sync[0]);
+                        payload_exec(e, sync[1]);
+                }
         }
 
         /* PID 1 must not keep the output pipes open, or readers never see EOF. */
@@ -912,13 +1133,23 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         safe_close(e->stdout_fd);
         safe_close(e->stderr_fd);
         safe_close(e->code_fd);
-        safe_close(e->warm_ctl_fd);
+        safe_close(e->filter_fd);
 
-        r = supervise_payload(e, payload, sync[0], signal_fd, &st);
+        r = supervise_payload(e, payload, sync[0], signal_fd, payload_status_fd, &st);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "user namespace", 125);
 
         /* Exiting kills everything the payload left behind in this PID namespace. */
         (void) write_all(e->status_fd, &st, sizeof(st));
         _exit(0);
+}
+
+int sandbox_build_root(const SandboxExec *e, const char **ret_step) {
+        SetupError err = {};
+        int r;
+
+        r = setup_root(e, &err);
+        if (r < 0)
+                *ret_step = err.step;
+        return r < 0 ? -err.error : 0;
 }

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <seccomp.h>
@@ -32,8 +33,8 @@
 #define SANDBOX_SITECUSTOMIZE SCOPEBOX_DATA_DIR "/sitecustomize.py"
 /* The dify profile's Python starts the cell through this (dify-sandbox's exception hook). */
 #define SANDBOX_DIFY_RUN_SCRIPT SCOPEBOX_DATA_DIR "/dify-run.py"
-/* Where the warm interpreter finds its socket. */
-#define SANDBOX_WARM_CTL_FD 4
+/* Where the payload keeps its end of the socket to PID 1 until its filter is loaded. */
+#define SANDBOX_SYNC_FD 3
 #define SANDBOX_SLIRP4NETNS "/usr/bin/slirp4netns"
 /* slirp4netns's built-in DNS forwarder, as the sandbox sees it. */
 #define SANDBOX_SLIRP_DNS "10.0.2.3"
@@ -58,6 +59,8 @@ typedef struct SandboxStatus {
         int32_t kind;
         int32_t value;
         char step[64];
+        int32_t start;                   /* SandboxStart */
+        int32_t template_error;          /* why the template was not used (errno), 0 if it was */
         SeccompReport seccomp;           /* the calls the filter refused */
 } SandboxStatus;
 
@@ -78,11 +81,23 @@ typedef struct SandboxExec {
         char *const *extra_env;          /* NULL-terminated "NAME=value" list, or NULL */
         int network_ready_fd;            /* with a network: slirp4netns says "1" here once the
                                           * namespace's interface is up; -EBADF without */
-        int warm_ctl_fd;                 /* a warm interpreter (code_fd is -EBADF): the socket over
-                                          * which it gets its preload list and then its code;
-                                          * -EBADF for a cold exec */
+        /* The template (template-protocol.h): a connection to the fork server whose child becomes
+         * this sandbox's payload, or -EBADF (a cold start). With it, the session's cgroup (v2
+         * directory) and the filter as BPF (a memfd of seccomp_export_bpf()); PID 1 falls back to
+         * a cold start when the template does not answer. */
+        int template_fd;
+        const int *cgroup_fds;           /* n_cgroup_fds directories */
+        size_t n_cgroup_fds;
+        int filter_fd;
+        struct stat site;                /* the operator's site directory as the runner sees it */
         scmp_filter_ctx seccomp;
 } SandboxExec;
+
+/* How the payload started, in SandboxStatus.start. */
+typedef enum SandboxStart {
+        SANDBOX_START_COLD = 0,          /* a new interpreter was executed */
+        SANDBOX_START_TEMPLATE = 1,      /* a child of the template */
+} SandboxStart;
 
 /* Maps the user namespace of 'pid' (a child in a new one): SANDBOX_UID/GID there are the host's
  * uid/gid, nothing else (in particular not uid 0) is mapped; setgroups() is denied. */
@@ -92,6 +107,27 @@ int sandbox_map_ids(pid_t pid, uid_t uid, gid_t gid);
  * the securebits, empty the bounding set, become SANDBOX_UID/GID, empty every capability set and
  * set no_new_privs. On failure *ret_step names the step. */
 int sandbox_become_user(const char **ret_step);
+
+/* The payload's part of the sandbox, as root in the sandbox's namespaces: a new session and
+ * signal mask, the exec's stdio and rlimits (with 'from_template', a child of the template: its
+ * Python keeps its handlers, and gets the cold interpreter's command line and environment in
+ * /proc), /workspace, its own user namespace mapped by PID 1 over sync_fd (which
+ * moves to SANDBOX_SYNC_FD), the sandbox user without capabilities and with no_new_privs, only
+ * fds 0-2 left, and the seccomp filter last (e->filter_fd's BPF when set, else e->seccomp), its
+ * listener handed to PID 1. 'envp' gets the interpreter's environment. On failure *ret_step
+ * names the step and errno says why; then the caller reports and exits. */
+int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_template, char **envp,
+                               size_t n_envp, char *env_buf, size_t env_buf_size, const char **ret_step);
+
+/* The interpreter's environment (docs/runtime.md) into envp (n_max ≥ 16 entries; 'buf', about
+ * 160 bytes, holds the formatted ones). 'base_only': the template's, without PYTHONPATH and the
+ * exec's extras. Returns the number of entries. */
+size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t buf_size, char **envp, size_t n_max);
+
+/* Builds a sandbox's root under e->session_root as PID 1 does, and pivots into it (the
+ * template's own root: its workspace, tmp and home are empty). In a new mount, UTS and network
+ * namespace. On failure *ret_step names the step. */
+int sandbox_build_root(const SandboxExec *e, const char **ret_step);
 
 /* Runs in the child created with SANDBOX_CLONE_FLAGS; never returns. */
 _noreturn_ void sandbox_run_init(const SandboxExec *e);

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* How a sandbox's PID 1 asks the template (scopebox-template(8), docs/security.md "The template")
+ * for its payload: one SOCK_SEQPACKET connection per exec, opened by the runner, over which PID 1
+ * sends one TemplateRequest with the fds below, and the template's child answers one
+ * TemplateReply once the payload exists (or why not). */
+#pragma once
+
+#include <stdint.h>
+
+#define TEMPLATE_SOCKET_DIR "/run/scopebox-template"
+#define TEMPLATE_SOCKET_PATH TEMPLATE_SOCKET_DIR "/python.sock"
+#define TEMPLATE_MAGIC 0x53425450u /* "SBTP" */
+#define TEMPLATE_PROTOCOL_VERSION 1u
+/* The extra environment of an exec (proxies): NUL-terminated "NAME=value" strings. */
+#define TEMPLATE_ENV_MAX 4096
+/* How long PID 1 waits for the answer before it starts the payload cold. */
+#define TEMPLATE_REPLY_TIMEOUT_MS 2000
+
+typedef enum TemplateProfile {
+        TEMPLATE_PROFILE_SIDECAR = 0, /* runs as `python3 /exec/cell.py` */
+        TEMPLATE_PROFILE_DIFY = 1,    /* as dify-run.py: upstream's exception hook */
+        _TEMPLATE_PROFILE_MAX,
+} TemplateProfile;
+
+/* The fds of a request, in this order. */
+enum {
+        TEMPLATE_FD_MNT,       /* PID 1's namespaces (/proc/self/ns/...) */
+        TEMPLATE_FD_PID,
+        TEMPLATE_FD_NET,
+        TEMPLATE_FD_IPC,
+        TEMPLATE_FD_UTS,
+        TEMPLATE_FD_CGROUPNS,
+        TEMPLATE_FD_STDOUT,    /* the exec's pipes */
+        TEMPLATE_FD_STDERR,
+        TEMPLATE_FD_SYNC,      /* the payload's end of its socket to PID 1 */
+        TEMPLATE_FD_FILTER,    /* memfd: the seccomp filter as BPF */
+        TEMPLATE_FD_STATUS,    /* pipe: the payload's wait status (int32) is written here */
+        _TEMPLATE_FD_MAX,
+        /* Then n_cgroups directories: the session scope's cgroup in each hierarchy the runner
+         * is in (one on a unified host; the v1 controllers and the unified one on a hybrid). */
+};
+#define TEMPLATE_CGROUPS_MAX 16
+
+typedef struct TemplateRequest {
+        uint32_t magic;
+        uint32_t version;
+        uint32_t profile;
+        uint32_t env_size;     /* bytes of env[] used */
+        uint32_t n_cgroups;    /* cgroup directory fds after the fixed ones */
+        uint32_t reserved;
+        uint64_t timeout_ms;
+        uint64_t fsize_limit;
+        uint64_t cpus_percent;
+        /* The operator's site directory as the runner sees it now: a template built before it
+         * changed refuses (ESTALE) and restarts. */
+        uint64_t site_dev;
+        uint64_t site_ino;
+        uint32_t site_mode;
+        uint32_t site_uid;
+        char env[TEMPLATE_ENV_MAX];
+} TemplateRequest;
+
+typedef struct TemplateReply {
+        int32_t error;         /* 0, or a positive errno */
+        int32_t reserved;
+} TemplateReply;

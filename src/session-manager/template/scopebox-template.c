@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* scopebox-template: starts the template (template.py), the interpreter from which python execs
+ * and dify runs are forked (docs/security.md "The template", scopebox-template(8)).
+ *
+ * It binds the socket sandboxes' PID 1 reach it on (root's alone), then enters new mount, UTS,
+ * IPC and network namespaces, builds there a root the way a sandbox's is built (the same /usr,
+ * /etc, site directory, /dev and /proc; an empty /workspace, /tmp and /home/sandbox of its own),
+ * pivots into it and executes the interpreter with the sandbox's environment. The interpreter
+ * stays root: its children need that to join a session. It never runs code it is sent. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "daemon-util.h"
+#include "fs-util.h"
+#include "log.h"
+#include "macro.h"
+#include "sandbox.h"
+#include "string-util.h"
+#include "template-protocol.h"
+
+#define TEMPLATE_TREE TEMPLATE_SOCKET_DIR "/tree"
+#define TEMPLATE_SCRIPT SCOPEBOX_DATA_DIR "/template.py"
+#define TEMPLATE_MODULE LIBEXECDIR "/_scopebox_template.so"
+/* systemd restarts the template after this exit status: it is stale or old. */
+#define EXIT_RESTART 75
+
+static bool module_list_is_valid(const char *s) {
+        if (strlen(s) > 4096)
+                return false;
+        for (const char *c = s; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                      *c == '_' || *c == '.' || *c == ' '))
+                        return false;
+        return true;
+}
+
+static int bind_socket(void) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX, .sun_path = TEMPLATE_SOCKET_PATH };
+        int fd;
+
+        if (mkdir(TEMPLATE_SOCKET_DIR, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        /* A killed template's socket is still there: replaced, never shared. Not listening
+         * yet: until its imports are done, connections are refused and execs start cold. */
+        (void) unlink(TEMPLATE_SOCKET_PATH);
+        mode_t old = umask(0177);
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+                int e = -errno;
+                umask(old);
+                close(fd);
+                return e;
+        }
+        umask(old);
+        return fd;
+}
+
+static int build_tree(void) {
+        static const char *const dirs[] = { SESSION_WORKSPACE_DIR, SESSION_SCRATCH_DIR, SESSION_SCRATCH_DIR "/tmp",
+                                            SESSION_SCRATCH_DIR "/home", SESSION_NEWROOT_DIR };
+
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return -errno;
+        if (mkdir(TEMPLATE_TREE, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        if (mount("tmpfs", TEMPLATE_TREE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=16m,nr_inodes=1024") < 0)
+                return -errno;
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+                if (mkdir(strjoina(TEMPLATE_TREE "/", dirs[i]), streq(dirs[i], SESSION_SCRATCH_DIR "/tmp") ? 01777 : 0755) < 0)
+                        return -errno;
+        return 0;
+}
+
+/* matplotlib's font list (tools/build-font-cache) where the template's matplotlib looks for it,
+ * as each session has it: no scan of all fonts at the template's start. Missing: it scans. */
+static void seed_font_cache(void) {
+        _cleanup_closedir_ DIR *d = NULL;
+        _cleanup_close_ int dst = -EBADF;
+        struct dirent *de;
+
+        if (mkdir(TEMPLATE_TREE "/" SESSION_SCRATCH_DIR "/tmp/matplotlib", 0700) < 0 ||
+            (dst = open(TEMPLATE_TREE "/" SESSION_SCRATCH_DIR "/tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+                return;
+        d = opendir(SCOPEBOX_CACHE_DIR "/matplotlib");
+        if (!d)
+                return;
+        while ((de = readdir(d))) {
+                _cleanup_close_ int in = -EBADF, out = -EBADF;
+                struct stat st;
+                off_t off = 0;
+
+                if (!startswith(de->d_name, "fontlist-") || !endswith(de->d_name, ".json"))
+                        continue;
+                in = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
+                        continue;
+                out = openat(dst, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (out < 0)
+                        continue;
+                while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)
+                        ;
+                if (off != st.st_size)
+                        (void) unlinkat(dst, de->d_name, 0);
+        }
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_free_ char *config_error = NULL, *modules = NULL;
+        Config config = {};
+        struct stat site = {};
+        char site_arg[96], age_arg[32], buf[192];
+        char *envp[32], *args[512];
+        const char *step = NULL;
+        size_t n = 0;
+        int fd, r;
+
+        r = daemon_parse_argv(argc, argv, "scopebox-template",
+                              "The template interpreter of scopebox, from which python execs are forked.",
+                              "by scopebox-template.service");
+        if (r != 0)
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        log_setup("scopebox-template");
+
+        r = config_load(&config, getenv("SCOPEBOX_CONFIG"), &config_error);
+        if (r < 0) {
+                log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
+                return EXIT_FAILURE;
+        }
+        if (!config.preload) {
+                log_info("SANDBOX_PRELOAD=0: no template, every exec starts a new interpreter.");
+                return EXIT_SUCCESS;
+        }
+        if (!module_list_is_valid(config.preload_modules ?: "")) {
+                log_error("Invalid configuration: SANDBOX_PRELOAD_MODULES must be module names separated by spaces.");
+                return EXIT_FAILURE;
+        }
+
+        /* What runners compare with before they use us (as they lstat it). */
+        if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &site) < 0)
+                site = (struct stat) {};
+        snprintf(site_arg, sizeof(site_arg), "%llu:%llu:%u:%u", (unsigned long long) site.st_dev,
+                 (unsigned long long) site.st_ino, (unsigned) site.st_mode, (unsigned) site.st_uid);
+        snprintf(age_arg, sizeof(age_arg), "%llu", (unsigned long long) config.template_max_age);
+
+        fd = bind_socket();
+        if (fd < 0) {
+                log_error_errno(fd, "Failed to bind " TEMPLATE_SOCKET_PATH ": %m");
+                return EXIT_FAILURE;
+        }
+        if (unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET) < 0) {
+                log_error_errno(errno, "Failed to create the template's namespaces: %m");
+                return EXIT_FAILURE;
+        }
+        r = build_tree();
+        if (r < 0) {
+                log_error_errno(r, "Failed to create the template's tree: %m");
+                return EXIT_FAILURE;
+        }
+        seed_font_cache();
+
+        SandboxExec e = {
+                .session_root = TEMPLATE_TREE,
+                .code_fd = -EBADF,
+                .stdout_fd = -EBADF,
+                .stderr_fd = -EBADF,
+                .status_fd = -EBADF,
+                .language = SANDBOX_PYTHON3,
+                .network_ready_fd = -EBADF,
+                .template_fd = -EBADF,
+                .filter_fd = -EBADF,
+                .cpus_percent = 100,   /* OPENBLAS_NUM_THREADS=1: no threads in the template */
+        };
+        r = sandbox_build_root(&e, &step);
+        if (r < 0) {
+                log_error_errno(r, "Failed to build the template's root at '%s': %m", strna(step));
+                return EXIT_FAILURE;
+        }
+        if (chdir("/workspace") < 0) {
+                log_error_errno(errno, "Failed to enter /workspace: %m");
+                return EXIT_FAILURE;
+        }
+        if (fd == 3 ? fcntl(fd, F_SETFD, 0) < 0 : dup2(fd, 3) < 0) {
+                log_error_errno(errno, "Failed to pass the socket: %m");
+                return EXIT_FAILURE;
+        }
+
+        sandbox_build_env(&e, true, buf, sizeof(buf), envp, ELEMENTSOF(envp));
+        args[n++] = (char *) "python3";
+        args[n++] = (char *) TEMPLATE_SCRIPT;
+        args[n++] = (char *) TEMPLATE_MODULE;
+        args[n++] = site_arg;
+        args[n++] = age_arg;
+        modules = strdup(config.preload_modules ?: "");
+        if (!modules)
+                return log_oom(), EXIT_FAILURE;
+        for (char *save = NULL, *m = strtok_r(modules, " ", &save); m && n < ELEMENTSOF(args) - 1;
+             m = strtok_r(NULL, " ", &save))
+                args[n++] = m;
+        args[n] = NULL;
+        execve(SANDBOX_PYTHON, args, envp);
+        log_error_errno(errno, "Failed to execute " SANDBOX_PYTHON ": %m");
+        return EXIT_FAILURE;
+}

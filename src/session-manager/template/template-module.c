@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* _scopebox_template: the fork server inside the template's Python (template.py). serve() waits
+ * for requests of sandboxes' PID 1 (template-protocol.h) and forks for each a child that turns
+ * into that sandbox's payload, in this order (docs/security.md "The template"):
+ *
+ *   the template's child:  closes every fd but the request's, joins the session's cgroup, enters
+ *                          PID 1's cgroup, IPC, UTS, network, PID and mount namespaces, forks
+ *                          the payload and stays outside as its parent, reporting its status;
+ *   the payload:           sandbox_payload_specialize(): new session, stdio, rlimits, its own
+ *                          user namespace mapped by PID 1, the sandbox user, no capabilities,
+ *                          no_new_privs, fds 0-2 only, the seccomp filter last;
+ *
+ * and only then returns to Python, in the payload alone, which runs the cell. The template
+ * itself never runs anything it receives. No threads: one poll loop. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/magic.h>
+
+#include "io-util.h"
+#include "macro.h"
+#include "sandbox.h"
+#include "template-protocol.h"
+
+/* Connections whose request has not come yet (a PID 1 still building its root, or waiting for
+ * its network), and how long one may wait. */
+#define PENDING_MAX 128
+#define PENDING_MAX_AGE_SEC 120
+
+typedef struct Pending {
+        int fd;
+        time_t since;
+} Pending;
+
+typedef struct Served {
+        int profile;
+        char *env[40];
+        char env_buf[192];
+        char extra[TEMPLATE_ENV_MAX];
+        char *extra_env[TEMPLATE_ENV_MAX / 2 + 1];
+} Served;
+
+static time_t now_sec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec;
+}
+
+static void send_reply(int conn, int error) {
+        TemplateReply reply = { .error = error };
+        (void) send(conn, &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Closes every fd from 3 up except those in keep[]. */
+static int close_all_but(const int *keep, size_t n) {
+        int max = 0;
+
+        for (size_t i = 0; i < n; i++)
+                max = MAX(max, keep[i]);
+        for (int fd = 3; fd <= max; fd++) {
+                bool kept = false;
+                for (size_t i = 0; i < n && !kept; i++)
+                        kept = keep[i] == fd;
+                if (!kept)
+                        (void) close(fd);
+        }
+        return syscall(SYS_close_range, (unsigned) max + 1, ~0U, 0U) < 0 ? -errno : 0;
+}
+
+static bool request_is_valid(const TemplateRequest *req, ssize_t size) {
+        size_t used = 0;
+
+        if (size < (ssize_t) offsetof(TemplateRequest, env) || req->magic != TEMPLATE_MAGIC ||
+            req->version != TEMPLATE_PROTOCOL_VERSION || req->profile >= _TEMPLATE_PROFILE_MAX ||
+            req->env_size > TEMPLATE_ENV_MAX || (size_t) size != offsetof(TemplateRequest, env) + req->env_size ||
+            req->timeout_ms == 0 || req->cpus_percent == 0 || req->n_cgroups == 0 ||
+            req->n_cgroups > TEMPLATE_CGROUPS_MAX)
+                return false;
+        /* "NAME=value" strings, each NUL-terminated, printable. */
+        while (used < req->env_size) {
+                const char *s = req->env + used;
+                size_t l = strnlen(s, req->env_size - used);
+                if (l == req->env_size - used || !memchr(s, '=', l) || s[0] == '=')
+                        return false;
+                for (size_t i = 0; i < l; i++)
+                        if ((unsigned char) s[i] < 0x20 || s[i] == 0x7f)
+                                return false;
+                used += l + 1;
+        }
+        return true;
+}
+
+/* In the payload (the template's grandchild), inside the sandbox's namespaces, still root:
+ * specializes, then leaves the rest to Python. Never returns on failure. */
+static void become_payload(const TemplateRequest *req, const int *fds, Served *out) {
+        size_t n = 0, used = 0;
+        const char *step = "";
+        int r;
+
+        memcpy(out->extra, req->env, req->env_size);
+        while (used < req->env_size && n < ELEMENTSOF(out->extra_env) - 1) {
+                out->extra_env[n++] = out->extra + used;
+                used += strlen(out->extra + used) + 1;
+        }
+        out->extra_env[n] = NULL;
+
+        SandboxExec e = {
+                .code_fd = -EBADF,
+                .stdout_fd = fds[TEMPLATE_FD_STDOUT],
+                .stderr_fd = fds[TEMPLATE_FD_STDERR],
+                .status_fd = -EBADF,
+                .timeout_ms = req->timeout_ms,
+                .fsize_limit = req->fsize_limit,
+                .cpus_percent = req->cpus_percent,
+                .language = SANDBOX_PYTHON3,
+                .no_processes = req->profile == TEMPLATE_PROFILE_DIFY,
+                .extra_env = out->extra_env,
+                .network_ready_fd = -EBADF,
+                .template_fd = -EBADF,
+                .filter_fd = fds[TEMPLATE_FD_FILTER],
+        };
+        out->profile = (int) req->profile;
+        r = sandbox_payload_specialize(&e, fds[TEMPLATE_FD_SYNC], true, out->env, ELEMENTSOF(out->env), out->env_buf,
+                                       sizeof(out->env_buf), &step);
+        if (r < 0) {
+                dprintf(STDERR_FILENO, "[sandbox] failed to start the interpreter (%s): %s\n", step, strerror(-r));
+                _exit(127);
+        }
+}
+
+/* The template's child: into the session, then the payload's parent. Returns only in the
+ * payload. */
+static void become_child(int conn, const TemplateRequest *req, int *fds, size_t n_fds, Served *out) {
+        static const int ns_types[] = { CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWNET, CLONE_NEWPID,
+                                        CLONE_NEWNS };
+        static const int ns_fds[] = { TEMPLATE_FD_CGROUPNS, TEMPLATE_FD_IPC, TEMPLATE_FD_UTS, TEMPLATE_FD_NET,
+                                      TEMPLATE_FD_PID, TEMPLATE_FD_MNT };
+        int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 1], ws = 0, r;
+        pid_t payload;
+
+        (void) prctl(PR_SET_NAME, (unsigned long) "template-child", 0, 0, 0);
+        /* Nothing of the template (its socket, the other connections) goes along. */
+        memcpy(keep, fds, sizeof(int) * n_fds);
+        keep[n_fds] = conn;
+        r = close_all_but(keep, n_fds + 1);
+        if (r < 0)
+                goto fail;
+
+        /* The session's cgroups first (its scope in each hierarchy): everything from here on is
+         * charged to the session and bound by its limits. */
+        for (size_t i = _TEMPLATE_FD_MAX; i < n_fds; i++) {
+                int procs = openat(fds[i], "cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+                if (procs < 0) {
+                        r = -errno;
+                        goto fail;
+                }
+                r = write(procs, "0", 1) == 1 ? 0 : -errno;
+                (void) close(procs);
+                if (r < 0)
+                        goto fail;
+                (void) close(fds[i]);
+        }
+
+        for (size_t i = 0; i < ELEMENTSOF(ns_types); i++)
+                if (setns(fds[ns_fds[i]], ns_types[i]) < 0) {
+                        r = -errno;
+                        goto fail;
+                }
+
+        payload = fork();
+        if (payload < 0) {
+                r = -errno;
+                goto fail;
+        }
+        if (payload == 0) {
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                (void) close(conn);
+                (void) close(fds[TEMPLATE_FD_STATUS]);
+                become_payload(req, fds, out);
+                return;
+        }
+
+        send_reply(conn, 0);
+        (void) close(conn);
+        keep[0] = fds[TEMPLATE_FD_STATUS];
+        (void) close_all_but(keep, 1);
+        while (waitpid(payload, &ws, __WALL) < 0)
+                if (errno != EINTR) {
+                        ws = SIGKILL;
+                        break;
+                }
+        int32_t status = ws;
+        (void) write(keep[0], &status, sizeof(status));
+        _exit(0);
+
+fail:
+        send_reply(conn, -r);
+        _exit(1);
+}
+
+/* One request on 'conn': 1 when a payload was forked (in the payload: *ret_in_payload), 0 when
+ * the connection is done without one, -ESTALE when the template must be rebuilt. */
+static int handle_request(int conn, const struct stat *site, bool expired, Served *out, bool *ret_in_payload) {
+        static TemplateRequest req;
+        int fds[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX];
+        struct statfs sfs;
+        size_t n_fds = 0;
+        ssize_t k;
+        pid_t pid;
+        int r = 0;
+
+        k = fds_receive(conn, &req, sizeof(req), fds, ELEMENTSOF(fds), &n_fds);
+        if (k == -EAGAIN)
+                return 1; /* not yet: keep waiting */
+        if (k <= 0) {
+                r = 0;
+                goto done;
+        }
+        if (!request_is_valid(&req, k) || n_fds != _TEMPLATE_FD_MAX + req.n_cgroups) {
+                send_reply(conn, EBADMSG);
+                goto done;
+        }
+        for (size_t i = _TEMPLATE_FD_MAX; i < n_fds; i++)
+                if (fstatfs(fds[i], &sfs) < 0 || (sfs.f_type != CGROUP2_SUPER_MAGIC && sfs.f_type != CGROUP_SUPER_MAGIC)) {
+                        send_reply(conn, EBADMSG);
+                        goto done;
+                }
+        /* Built before the operator's packages changed (scopeboxctl packages install): the cell
+         * would not see them. */
+        if (req.site_dev != (uint64_t) site->st_dev || req.site_ino != (uint64_t) site->st_ino ||
+            req.site_mode != (uint32_t) site->st_mode || req.site_uid != (uint32_t) site->st_uid) {
+                send_reply(conn, ESTALE);
+                r = -ESTALE;
+                goto done;
+        }
+        if (expired) {
+                send_reply(conn, ESTALE);
+                r = -ESTALE;
+                goto done;
+        }
+
+        /* Nothing is buffered in the interpreter's streams: they become the exec's. */
+        PyOS_BeforeFork();
+        pid = fork();
+        if (pid == 0) {
+                become_child(conn, &req, fds, n_fds, out);
+                /* The payload: Python's own after-fork work (its locks, `random`'s reseed, the
+                 * os.register_at_fork() hooks) runs under the sandbox's rules. */
+                PyOS_AfterFork_Child();
+                *ret_in_payload = true;
+                return 1;
+        }
+        PyOS_AfterFork_Parent();
+        if (pid < 0)
+                send_reply(conn, errno);
+done:
+        for (size_t i = 0; i < n_fds; i++)
+                (void) close(fds[i]);
+        (void) close(conn);
+        return r < 0 ? r : 0;
+}
+
+static PyObject *payload_result(const Served *s) {
+        PyObject *env = PyList_New(0), *t;
+
+        if (!env)
+                return NULL;
+        for (size_t i = 0; s->env[i]; i++) {
+                PyObject *b = PyBytes_FromString(s->env[i]);
+                if (!b || PyList_Append(env, b) < 0) {
+                        Py_XDECREF(b);
+                        Py_DECREF(env);
+                        return NULL;
+                }
+                Py_DECREF(b);
+        }
+        t = Py_BuildValue("(iN)", s->profile, env);
+        return t;
+}
+
+/* serve(listen_fd, site_dev, site_ino, site_mode, site_uid, max_age_seconds): the fork server.
+ * Returns (profile, environment) in each payload, None in the template when it must be restarted
+ * (the operator's packages changed, or it is older than max_age_seconds: a new one gets a new
+ * hash secret). */
+static PyObject *serve(PyObject *self, PyObject *args) {
+        static Served served;
+        static Pending pending[PENDING_MAX];
+        static size_t n_pending;
+        unsigned long long dev, ino, max_age;
+        unsigned int mode, uid;
+        struct stat site = {};
+        int listen_fd, sfd;
+        sigset_t mask;
+        time_t started = now_sec();
+
+        if (!PyArg_ParseTuple(args, "iKKIIK", &listen_fd, &dev, &ino, &mode, &uid, &max_age))
+                return NULL;
+        site.st_dev = (dev_t) dev;
+        site.st_ino = (ino_t) ino;
+        site.st_mode = (mode_t) mode;
+        site.st_uid = (uid_t) uid;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 || (sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0 ||
+            listen(listen_fd, 64) < 0)
+                return PyErr_SetFromErrno(PyExc_OSError);
+
+        for (;;) {
+                struct pollfd p[PENDING_MAX + 2];
+                bool expired = max_age > 0 && (unsigned long long) (now_sec() - started) >= max_age;
+                size_t n = 0;
+                int q;
+
+                p[n++] = (struct pollfd) { .fd = sfd, .events = POLLIN };
+                p[n++] = (struct pollfd) { .fd = n_pending < PENDING_MAX ? listen_fd : -1, .events = POLLIN };
+                for (size_t i = 0; i < n_pending; i++)
+                        p[n++] = (struct pollfd) { .fd = pending[i].fd, .events = POLLIN };
+                q = poll(p, n, 1000);
+                if (q < 0 && errno != EINTR)
+                        return PyErr_SetFromErrno(PyExc_OSError);
+
+                /* Our children leave for a session's cgroup; reap each as soon as it is done. */
+                if (p[0].revents) {
+                        struct signalfd_siginfo si;
+                        while (read(sfd, &si, sizeof(si)) > 0)
+                                ;
+                }
+                while (waitpid(-1, NULL, WNOHANG) > 0)
+                        ;
+
+                for (size_t i = 0; q > 0 && i < n_pending; i++) {
+                        bool in_payload = false;
+                        int r;
+
+                        if (!p[2 + i].revents)
+                                continue;
+                        r = handle_request(pending[i].fd, &site, expired, &served, &in_payload);
+                        if (in_payload)
+                                return payload_result(&served);
+                        if (r == 1)
+                                continue;
+                        pending[i].fd = -EBADF; /* handle_request() closed it */
+                        if (r == -ESTALE)
+                                Py_RETURN_NONE;
+                }
+                /* Drop the done ones, and those that waited too long. */
+                for (size_t i = 0; i < n_pending;) {
+                        if (pending[i].fd >= 0 && now_sec() - pending[i].since > PENDING_MAX_AGE_SEC)
+                                pending[i].fd = safe_close(pending[i].fd);
+                        if (pending[i].fd < 0)
+                                pending[i] = pending[--n_pending];
+                        else
+                                i++;
+                }
+
+                if (p[1].revents & POLLIN) {
+                        int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                        struct ucred cred;
+                        socklen_t l = sizeof(cred);
+
+                        if (conn >= 0 &&
+                            (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &l) < 0 || cred.uid != 0))
+                                conn = safe_close(conn); /* only root (runners) may ask */
+                        if (conn >= 0)
+                                pending[n_pending++] = (Pending) { conn, now_sec() };
+                }
+                if (expired && n_pending == 0)
+                        Py_RETURN_NONE;
+        }
+}
+
+static PyMethodDef methods[] = {
+        { "serve", serve, METH_VARARGS, "Run the fork server; returns in each payload." },
+        {},
+};
+
+static struct PyModuleDef module = {
+        PyModuleDef_HEAD_INIT, "_scopebox_template", NULL, -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__scopebox_template(void);
+PyMODINIT_FUNC PyInit__scopebox_template(void) {
+        return PyModule_Create(&module);
+}
