@@ -270,6 +270,9 @@ static int handle_request(int conn, const struct stat *site, bool expired, Serve
         if (pid < 0)
                 send_reply(conn, errno);
 done:
+        /* Every later child is a copy of this memory: nothing of one session's request (its
+         * proxies, say) may stay in it for the next session's payload to find. */
+        explicit_bzero(&req, sizeof(req));
         for (size_t i = 0; i < n_fds; i++)
                 (void) close(fds[i]);
         (void) close(conn);
