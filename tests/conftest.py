@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -164,3 +165,41 @@ def session():
     sid = create_session()
     yield sid
     delete_session(sid)
+
+
+def journal_cursor():
+    """The cursor of the journal's newest entry: what exec_starts(after=) reads past."""
+    out = in_system("journalctl", "-n", "1", "-o", "json", check=True).stdout
+    return json.loads(out.splitlines()[-1])["__CURSOR"]
+
+
+EXEC_START = "SCOPEBOX_EXEC_START"
+
+
+def exec_starts(sid=None, after=None, count=1, wait=3.0):
+    """How the execs of session sid (or, with after=journal_cursor(), every exec since then: the
+    dify runs' sessions are their own) started, by the runner's exec-end entries: a list of
+    'template' or 'cold', oldest first, one per exec. Waits up to wait seconds for count of them
+    (the journal writes a moment after the answer); returns what it found then."""
+    match = [f"{EXEC_START}=template", f"{EXEC_START}=cold"]  # one field: OR'ed by journalctl
+    if sid:
+        match.append(f"SCOPEBOX_SESSION_ID={sid}")
+    if after:
+        match.append(f"--after-cursor={after}")
+    deadline = time.monotonic() + wait
+    while True:
+        out = in_system("journalctl", "-o", "json", "--no-pager", *match).stdout
+        starts = {}
+        for line in out.splitlines():
+            if line.strip():
+                e = json.loads(line)
+                starts.setdefault(e.get("SCOPEBOX_EXEC_ID") or e["__CURSOR"], e[EXEC_START])
+        if len(starts) >= count or time.monotonic() > deadline:
+            return list(starts.values())
+        time.sleep(0.1)
+
+
+def exec_start(sid, count=1):
+    """How the latest exec of session sid started ('template' or 'cold'; None: no entry says)."""
+    starts = exec_starts(sid, count=count)
+    return starts[-1] if starts else None
