@@ -181,9 +181,9 @@ def exec_starts(sid=None, after=None, count=1, wait=3.0):
     dify runs' sessions are their own) started, by the runner's exec-end entries: a list of
     'template' or 'cold', oldest first, one per exec. Waits up to wait seconds for count of them
     (the journal writes a moment after the answer); returns what it found then."""
-    match = [f"{EXEC_START}=template", f"{EXEC_START}=cold"]  # one field: OR'ed by journalctl
-    if sid:
-        match.append(f"SCOPEBOX_SESSION_ID={sid}")
+    # Filtered here, not by journalctl: its field matches combined with --after-cursor miss
+    # entries of runners that exited right after writing them.
+    match = [f"SCOPEBOX_SESSION_ID={sid}"] if sid else []
     if after:
         match.append(f"--after-cursor={after}")
     deadline = time.monotonic() + wait
@@ -193,7 +193,11 @@ def exec_starts(sid=None, after=None, count=1, wait=3.0):
         for line in out.splitlines():
             if line.strip():
                 e = json.loads(line)
-                starts.setdefault(e.get("SCOPEBOX_EXEC_ID") or e["__CURSOR"], e[EXEC_START])
+                if e.get(EXEC_START) not in ("template", "cold"):
+                    continue
+                # Exec ids count per session: two dify runs' sessions may both have the first.
+                key = (e.get("SCOPEBOX_SESSION_ID"), e["SCOPEBOX_EXEC_ID"]) if e.get("SCOPEBOX_EXEC_ID") else e["__CURSOR"]
+                starts.setdefault(key, e[EXEC_START])
         if len(starts) >= count or time.monotonic() > deadline:
             return list(starts.values())
         time.sleep(0.1)

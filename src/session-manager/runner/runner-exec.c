@@ -110,12 +110,15 @@ static int runner_exec_finish(RunnerExec *e) {
         OutputSet after = {};
         bool scanned = false;
         SandboxStatus st = {};
+        int32_t start = SANDBOX_START_COLD;
         size_t n_changed = 0, skipped = 0;
         uint64_t offset;
         int exit_code = 0, sig = 0, q;
         ssize_t k;
 
-        /* What did PID 1 of the sandbox tell us? */
+        /* What did PID 1 of the sandbox tell us? How the payload started, then how it ended. */
+        if (read(e->status_fd, &start, sizeof(start)) == (ssize_t) sizeof(start))
+                e->from_template = start == SANDBOX_START_TEMPLATE;
         k = read(e->status_fd, &st, sizeof(st));
         if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_SETUP_FAILED) {
                 st.step[sizeof(st.step) - 1] = 0;
@@ -253,11 +256,8 @@ static int runner_exec_finish(RunnerExec *e) {
                 }
         }
 
-        if (k == (ssize_t) sizeof(st)) {
-                e->from_template = st.start == SANDBOX_START_TEMPLATE;
-                if (st.template_error != 0)
-                        e->template_error = st.template_error;
-        }
+        if (k == (ssize_t) sizeof(st) && st.template_error != 0)
+                e->template_error = st.template_error;
         if (e->template_error != 0 && e->template_error != EOPNOTSUPP)
                 log_struct(LOG_DEBUG, e->template_error,
                            LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),

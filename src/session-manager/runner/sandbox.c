@@ -112,8 +112,22 @@ typedef struct SetupError {
 #define FAIL(step_, r_) \
         ({ *err = (SetupError) { step_, abs(r_) }; -abs(r_); })
 
+/* The status pipe carries how the payload started (an int32 SandboxStart, as soon as that is
+ * decided: a killed sandbox has told it) and then the SandboxStatus. */
+static bool start_reported = false;
+
+static void report_start(int status_fd, SandboxStart start) {
+        int32_t v = (int32_t) start;
+
+        if (!start_reported)
+                (void) write_all(status_fd, &v, sizeof(v));
+        start_reported = true;
+}
+
 _noreturn_ static void report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step, int code) {
         SandboxStatus s = { .kind = kind, .value = value };
+
+        report_start(status_fd, SANDBOX_START_COLD);
         seccomp_report_init(&s.seccomp);
         if (step)
                 snprintf(s.step, sizeof(s.step), "%s", step);
@@ -780,6 +794,8 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         *ret_step = "chdir /workspace";
         if (chdir("/workspace") < 0)
                 return -errno;
+        /* The sandbox's (the template's unit has its own). */
+        umask(0022);
 
         /* Our own user namespace, mapped by PID 1: the session's host uid appears as SANDBOX_UID,
          * nothing else is mapped. Supplementary groups go first, while we still may. PID 1 learns
@@ -1118,6 +1134,7 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         }
         for (size_t i = 0; e->template_fd >= 0 && i < e->n_cgroup_fds; i++)
                 safe_close(e->cgroup_fds[i]);
+        report_start(e->status_fd, st.start);
         if (st.start != SANDBOX_START_TEMPLATE) {
                 payload = fork();
                 if (payload < 0)
