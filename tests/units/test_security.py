@@ -22,6 +22,7 @@ EXPOSURE = {
     "scopebox-gateway.service": 0.2,
     "scopebox-session-manager.service": 4.3,
     "scopebox-storage-agent.service": 1.1,
+    "scopebox-template.service": 3.3,
 }
 
 _ROOT = "Runs from the host's /usr, read-only (ProtectSystem=strict); a separate root image would be " \
@@ -107,6 +108,41 @@ OPEN = {
                                                "for the IP filter of dify runs' scopes; payloads' "
                                                "own filter allows no netlink socket.",
         "ProcSubset=": "The host check at start reads /proc/sys and /proc/swaps.",
+        "DeviceAllow=": _RTC,
+    },
+    # Payloads forked from the template inherit its restrictions as they inherit the manager's,
+    # so it leaves open what the manager leaves open for them, and no more.
+    "scopebox-template.service": {
+        "User=/DynamicUser=": "Root: its children join sessions' cgroups and namespaces.",
+        "PrivateUsers=": "Its children enter namespaces owned by the initial user namespace.",
+        "RootDirectory=/RootImage=": "It builds its own root like a sandbox's, from the host's /usr.",
+        "CapabilityBoundingSet=~CAP_SYS_ADMIN": "setns() into a sandbox's namespaces; mounts of "
+                                                "its own root.",
+        "CapabilityBoundingSet=~CAP_SET(UID|GID|PCAP)": "setgroups() before a payload's user "
+                                                        "namespace; SETUID/SETPCAP as in the "
+                                                        "payload's namespace.",
+        "CapabilityBoundingSet=~CAP_SYS_CHROOT": "setns() into a sandbox's mount namespace.",
+        "CapabilityBoundingSet=~CAP_NET_ADMIN": "Brings up lo in its own network namespace.",
+        "SystemCallFilter=~@privileged": "setns, setgroups, capset, sethostname specialize the "
+                                         "children; as the manager's.",
+        "SystemCallFilter=~@mount": "Its root is built with mount and pivot_root.",
+        "SystemCallFilter=~@resources": "Each payload's rlimits are set by its own child.",
+        "ProtectControlGroups=": "Its children write themselves into the sessions' cgroup.procs.",
+        "ProtectHostname=": "Inherited by payloads; and it sets its own root's hostname.",
+        "MemoryDenyWriteExecute=": "Inherited by payloads: it breaks JIT compilers.",
+        "RestrictSUIDSGID=": "As the manager's: payloads need openat2(), which it would disable.",
+        "RestrictNamespaces=~user": "Each payload's own user namespace.",
+        "RestrictNamespaces=~pid": "Its children join each sandbox's.",
+        "RestrictNamespaces=~net": "Its own, and its children join each sandbox's.",
+        "RestrictNamespaces=~uts": "Its own, and its children join each sandbox's.",
+        "RestrictNamespaces=~mnt": "Its own root, and its children join each sandbox's.",
+        "RestrictNamespaces=~cgroup": "Its children join each sandbox's.",
+        "RestrictNamespaces=~ipc": "Its own, and its children join each sandbox's.",
+        "RestrictAddressFamilies=~AF_UNIX": "Its socket; payloads' own filter decides for them.",
+        "RestrictAddressFamilies=~AF_(INET|INET6)": "As the manager's, for the payloads: their "
+                                                    "own filter must name refused inet sockets.",
+        "RestrictAddressFamilies=~AF_NETLINK": "As the manager's, so that a payload's refused "
+                                               "netlink socket is named by its own filter.",
         "DeviceAllow=": _RTC,
     },
 }

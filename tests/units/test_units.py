@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 UNITDIR = pathlib.Path("/lib/systemd/system")
 MIB = 1024 * 1024
 UNITS = ["scopebox-gateway.socket", "scopebox-gateway.service", "scopebox-session-manager.service",
-         "scopebox-storage-agent.service", "scopebox.slice"]
+         "scopebox-storage-agent.service", "scopebox-template.service", "scopebox.slice"]
 POLICIES = ["io.scopebox.Gateway1", "io.scopebox.SessionManager1", "io.scopebox.StorageAgent1"]
 
 

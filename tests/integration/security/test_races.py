@@ -54,7 +54,7 @@ def leftovers(sids, uids=None):
             what.append("state file")
         if what:
             left[sid] = what
-    # Live sessions may run something between execs (their warm interpreter, SANDBOX_PRELOAD);
+    # Live sessions may run something (an exec that has not quite ended);
     # nothing else may run under a sandbox uid.
     live = set()
     for name in os.listdir(STATE_DIR):
