@@ -26,6 +26,7 @@
 #include "manager.h"
 #include "runner-protocol.h"
 #include "session.h"
+#include "signal-util.h"
 #include "bus-util.h"
 #include "storage-config.h"
 #include "string-util.h"
@@ -934,14 +935,9 @@ static int spawn_runner(Session *s, int listen_fd, pid_t *ret_pid) {
                                                                      : "SCOPEBOX_LOG_TARGET=journal"),
                         NULL,
                 };
-                sigset_t ss;
                 int null_fd;
 
-                sigemptyset(&ss);
-                (void) sigprocmask(SIG_SETMASK, &ss, NULL);
-                for (int sig = 1; sig < _NSIG; sig++)
-                        if (sig != SIGKILL && sig != SIGSTOP)
-                                (void) signal(sig, SIG_DFL);
+                (void) reset_all_signal_dispositions();
 
                 if (listen_fd == 3) {
                         if (fcntl(3, F_SETFD, 0) < 0)

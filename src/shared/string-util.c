@@ -150,3 +150,13 @@ bool string_is_printable_line(const char *s, size_t max) {
                         return false;
         return true;
 }
+
+bool module_list_is_valid(const char *s) {
+        if (strlen(s) > 4096)
+                return false;
+        for (const char *c = s; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                      *c == '_' || *c == '.' || *c == ' '))
+                        return false;
+        return true;
+}

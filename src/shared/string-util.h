@@ -47,3 +47,6 @@ bool http_field_value_is_valid(const char *s) _pure_;
 
 /* NULL, or at most max bytes without control characters (one line of printable text). */
 bool string_is_printable_line(const char *s, size_t max) _pure_;
+
+/* SANDBOX_PRELOAD_MODULES: dotted identifiers separated by spaces, at most 4096 bytes. */
+bool module_list_is_valid(const char *s) _pure_;

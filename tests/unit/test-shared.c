@@ -4,7 +4,11 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <stdint.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,6 +20,7 @@
 #include "mime.h"
 #include "parse-util.h"
 #include "path-util.h"
+#include "signal-util.h"
 #include "storage-config.h"
 #include "string-util.h"
 #include "tests.h"
@@ -714,6 +719,46 @@ static void test_hangup_pipe(void) {
         close(sk[1]);
 }
 
+/* The mask of a /proc/self/status line, e.g. "SigIgn:". */
+static uint64_t status_mask(const char *field) {
+        char line[256];
+        unsigned long long v = UINT64_MAX;
+        FILE *f = fopen("/proc/self/status", "re");
+
+        ASSERT_TRUE(f);
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, field, strlen(field)) == 0)
+                        v = strtoull(line + strlen(field), NULL, 16);
+        fclose(f);
+        return v;
+}
+
+static void test_reset_signals(void) {
+        pid_t pid = fork();
+        int status;
+
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                /* What a service inherits when whatever started its manager ignored glibc's two
+                 * signals: sigaction(3) cannot undo that, the reset must. */
+                struct { void (*h)(int); unsigned long f; void (*r)(void); uint64_t m; } ign = { SIG_IGN };
+                uint64_t block = 1ULL << (SIGTERM - 1);
+
+                ASSERT_TRUE(syscall(SYS_rt_sigaction, 32, &ign, NULL, 8) == 0);
+                ASSERT_TRUE(syscall(SYS_rt_sigaction, 33, &ign, NULL, 8) == 0);
+                ASSERT_TRUE(signal(SIGPIPE, SIG_IGN) != SIG_ERR);
+                ASSERT_TRUE(syscall(SYS_rt_sigprocmask, SIG_BLOCK, &block, NULL, 8) == 0);
+                ASSERT_EQ(status_mask("SigIgn:"), (1ULL << 31) | (1ULL << 32) | (1ULL << (SIGPIPE - 1)));
+                ASSERT_EQ(reset_all_signal_dispositions(), 0);
+                ASSERT_EQ(status_mask("SigIgn:"), 0);
+                ASSERT_EQ(status_mask("SigBlk:"), 0);
+                ASSERT_EQ(status_mask("SigCgt:"), 0);
+                _exit(0);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(int argc, char *argv[]) {
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
@@ -731,6 +776,7 @@ int main(int argc, char *argv[]) {
         RUN(test_json_dispatch);
         RUN(test_config);
         RUN(test_hangup_pipe);
+        RUN(test_reset_signals);
         if (argc > 1) {
                 test_config_documented(argv[1]);
                 printf("ok - test_config_documented\n");

@@ -21,50 +21,7 @@
 #include "seccomp-policy.h"
 #include "string-util.h"
 
-#define MATPLOTLIB_CACHE_DIR SCOPEBOX_CACHE_DIR "/matplotlib"
 #define SESSION_ROOT_TMPFS_OPTIONS "mode=0700,size=1m,nr_inodes=64"
-
-/* matplotlib's font list, built once at install (tools/build-font-cache), copied into the
- * session's writable MPLCONFIGDIR so that the first chart needs no scan of all fonts. It must be
- * the sandbox user's own file: matplotlib rewrites it when fonts change. Missing cache: skip,
- * matplotlib builds its own. */
-static void runner_seed_font_cache(Runner *r, int scratch_fd) {
-        _cleanup_closedir_ DIR *d = NULL;
-        _cleanup_close_ int dst_dir = -EBADF;
-        struct dirent *de;
-
-        /* Before the session's first exec: nothing of it exists yet to race us. */
-        if (mkdirat(scratch_fd, "tmp/matplotlib", 0700) < 0 ||
-            (dst_dir = openat(scratch_fd, "tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-            fchown(dst_dir, r->uid, r->gid) < 0) {
-                log_warning_errno(errno, "Failed to create the matplotlib directory, ignoring: %m");
-                return;
-        }
-        d = opendir(MATPLOTLIB_CACHE_DIR);
-        if (!d)
-                return;
-        while ((de = readdir(d))) {
-                _cleanup_close_ int in = -EBADF, out = -EBADF;
-                struct stat st;
-                off_t off = 0;
-
-                if (!startswith(de->d_name, "fontlist-") || !endswith(de->d_name, ".json"))
-                        continue;
-                in = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-                if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
-                        continue;
-                out = openat(dst_dir, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-                if (out < 0)
-                        continue;
-                while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)
-                        ;
-                /* A cut or foreign-owned copy is worse than none: matplotlib would rebuild anyway. */
-                if (off != st.st_size || fchown(out, r->uid, r->gid) < 0) {
-                        log_debug_errno(errno, "Failed to seed %s, leaving it out: %m", de->d_name);
-                        (void) unlinkat(dst_dir, de->d_name, 0);
-                }
-        }
-}
 
 static int runner_setup_session(Runner *r) {
         _cleanup_close_ int ws_fd = -EBADF, scratch_fd = -EBADF;
@@ -72,6 +29,7 @@ static int runner_setup_session(Runner *r) {
         const char *scratch = strjoina(r->session_root, "/" SESSION_SCRATCH_DIR);
         const char *view = strjoina(r->session_root, "/view");
         char opts[256];
+        int q;
 
         /* A mount namespace of our own: the session's filesystems are invisible to everyone else,
          * and vanish with the last process of the session. */
@@ -126,7 +84,10 @@ static int runner_setup_session(Runner *r) {
                         return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
         }
 
-        runner_seed_font_cache(r, scratch_fd);
+        /* Before the session's first exec: nothing of it exists yet to race us. */
+        q = sandbox_seed_font_cache(scratch_fd, r->uid, r->gid);
+        if (q < 0)
+                log_warning_errno(q, "Failed to create the matplotlib directory, ignoring: %m");
 
         /* The workspace once more, at "workspace" in an otherwise empty directory: the root
          * against which absolute links to /workspace/... are resolved for the file API. */

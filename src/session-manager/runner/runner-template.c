@@ -121,17 +121,6 @@ void runner_template_setup(Runner *r) {
         }
 }
 
-/* Module names for the template: dotted identifiers separated by spaces. */
-bool module_list_is_valid(const char *s) {
-        if (strlen(s) > 4096)
-                return false;
-        for (const char *c = s; *c; c++)
-                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                      *c == '_' || *c == '.' || *c == ' '))
-                        return false;
-        return true;
-}
-
 int runner_template_connect(Runner *r) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX, .sun_path = TEMPLATE_SOCKET_PATH };
         _cleanup_close_ int fd = -EBADF;

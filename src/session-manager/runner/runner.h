@@ -138,7 +138,6 @@ void runner_handle_cancel(Runner *r, json_object *req);
 void runner_template_setup(Runner *r);
 int runner_template_connect(Runner *r);
 int runner_filter_bpf(scmp_filter_ctx filter, int *ret_fd);
-bool module_list_is_valid(const char *s);
 
 /* runner-files.c */
 int runner_handle_write(Runner *r, json_object *req, int data_fd);

@@ -9,6 +9,7 @@
  * interpreter. PID 1 reaps everything and reports the payload's status; when it exits the
  * kernel kills whatever the exec left behind in the PID namespace. */
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -40,6 +41,7 @@
 #include "fs-util.h"
 #include "io-util.h"
 #include "sandbox.h"
+#include "signal-util.h"
 #include "template-protocol.h"
 #include "string-util.h"
 
@@ -758,13 +760,16 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         if (setsid() < 0)
                 return -errno;
         *ret_step = "signal mask";
-        sigemptyset(&ss);
-        if (sigprocmask(SIG_SETMASK, &ss, NULL) < 0)
-                return -errno;
-        if (!from_template)
-                for (int sig = 1; sig < _NSIG; sig++)
-                        if (sig != SIGKILL && sig != SIGSTOP)
-                                (void) signal(sig, SIG_DFL);
+        if (from_template) {
+                /* The interpreter's own dispositions stay; its template started from defaults. */
+                sigemptyset(&ss);
+                if (sigprocmask(SIG_SETMASK, &ss, NULL) < 0)
+                        return -errno;
+        } else {
+                r = reset_all_signal_dispositions();
+                if (r < 0)
+                        return r;
+        }
 
         /* The payload is the first candidate when the scope runs out of memory. */
         {
@@ -1159,6 +1164,41 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         /* Exiting kills everything the payload left behind in this PID namespace. */
         (void) write_all(e->status_fd, &st, sizeof(st));
         _exit(0);
+}
+
+int sandbox_seed_font_cache(int scratch_fd, uid_t uid, gid_t gid) {
+        _cleanup_closedir_ DIR *d = NULL;
+        _cleanup_close_ int dst_dir = -EBADF;
+        struct dirent *de;
+
+        if (mkdirat(scratch_fd, "tmp/matplotlib", 0700) < 0)
+                return -errno;
+        dst_dir = openat(scratch_fd, "tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dst_dir < 0 || fchown(dst_dir, uid, gid) < 0)
+                return -errno;
+        d = opendir(SANDBOX_FONT_CACHE_DIR);
+        if (!d)
+                return 0;
+        while ((de = readdir(d))) {
+                _cleanup_close_ int in = -EBADF, out = -EBADF;
+                struct stat st;
+                off_t off = 0;
+
+                if (!startswith(de->d_name, "fontlist-") || !endswith(de->d_name, ".json"))
+                        continue;
+                in = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
+                        continue;
+                out = openat(dst_dir, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (out < 0)
+                        continue;
+                while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)
+                        ;
+                /* A cut or foreign-owned copy is worse than none: matplotlib would rebuild anyway. */
+                if (off != st.st_size || fchown(out, uid, gid) < 0)
+                        (void) unlinkat(dst_dir, de->d_name, 0);
+        }
+        return 0;
 }
 
 int sandbox_build_root(const SandboxExec *e, const char **ret_step) {

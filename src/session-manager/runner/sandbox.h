@@ -124,6 +124,13 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
  * exec's extras. Returns the number of entries. */
 size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t buf_size, char **envp, size_t n_max);
 
+/* matplotlib's font list, built once at install (tools/build-font-cache), copied into
+ * <scratch>/tmp/matplotlib (the sandbox's MPLCONFIGDIR, created here, owned by uid/gid like the
+ * copies: matplotlib rewrites it when fonts change), so that the first chart needs no scan of all
+ * fonts. Called before anything of the sandbox exists to race it. No cache: nothing copied. */
+#define SANDBOX_FONT_CACHE_DIR SCOPEBOX_CACHE_DIR "/matplotlib"
+int sandbox_seed_font_cache(int scratch_fd, uid_t uid, gid_t gid);
+
 /* Builds a sandbox's root under e->session_root as PID 1 does, and pivots into it (the
  * template's own root: its workspace, tmp and home are empty). In a new mount, UTS and network
  * namespace. On failure *ret_step names the step. */

@@ -7,7 +7,6 @@
  * /etc, site directory, /dev and /proc; an empty /workspace, /tmp and /home/sandbox of its own),
  * pivots into it and executes the interpreter with the sandbox's environment. The interpreter
  * stays root: its children need that to join a session. It never runs code it is sent. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -15,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -27,25 +25,13 @@
 #include "log.h"
 #include "macro.h"
 #include "sandbox.h"
+#include "signal-util.h"
 #include "string-util.h"
 #include "template-protocol.h"
 
 #define TEMPLATE_TREE TEMPLATE_SOCKET_DIR "/tree"
 #define TEMPLATE_SCRIPT SCOPEBOX_DATA_DIR "/template.py"
 #define TEMPLATE_MODULE LIBEXECDIR "/_scopebox_template.so"
-/* systemd restarts the template after this exit status: it is stale or old. */
-#define EXIT_RESTART 75
-
-static bool module_list_is_valid(const char *s) {
-        if (strlen(s) > 4096)
-                return false;
-        for (const char *c = s; *c; c++)
-                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                      *c == '_' || *c == '.' || *c == ' '))
-                        return false;
-        return true;
-}
-
 static int bind_socket(void) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX, .sun_path = TEMPLATE_SOCKET_PATH };
         int fd;
@@ -83,39 +69,6 @@ static int build_tree(void) {
                 if (mkdir(strjoina(TEMPLATE_TREE "/", dirs[i]), streq(dirs[i], SESSION_SCRATCH_DIR "/tmp") ? 01777 : 0755) < 0)
                         return -errno;
         return 0;
-}
-
-/* matplotlib's font list (tools/build-font-cache) where the template's matplotlib looks for it,
- * as each session has it: no scan of all fonts at the template's start. Missing: it scans. */
-static void seed_font_cache(void) {
-        _cleanup_closedir_ DIR *d = NULL;
-        _cleanup_close_ int dst = -EBADF;
-        struct dirent *de;
-
-        if (mkdir(TEMPLATE_TREE "/" SESSION_SCRATCH_DIR "/tmp/matplotlib", 0700) < 0 ||
-            (dst = open(TEMPLATE_TREE "/" SESSION_SCRATCH_DIR "/tmp/matplotlib", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-                return;
-        d = opendir(SCOPEBOX_CACHE_DIR "/matplotlib");
-        if (!d)
-                return;
-        while ((de = readdir(d))) {
-                _cleanup_close_ int in = -EBADF, out = -EBADF;
-                struct stat st;
-                off_t off = 0;
-
-                if (!startswith(de->d_name, "fontlist-") || !endswith(de->d_name, ".json"))
-                        continue;
-                in = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-                if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
-                        continue;
-                out = openat(dst, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-                if (out < 0)
-                        continue;
-                while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)
-                        ;
-                if (off != st.st_size)
-                        (void) unlinkat(dst, de->d_name, 0);
-        }
 }
 
 int main(int argc, char *argv[]) {
@@ -170,7 +123,14 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to create the template's tree: %m");
                 return EXIT_FAILURE;
         }
-        seed_font_cache();
+        {
+                /* The font list where the template's matplotlib looks for it, as in a session. */
+                _cleanup_close_ int scratch = open(TEMPLATE_TREE "/" SESSION_SCRATCH_DIR,
+                                                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                int q = scratch < 0 ? -errno : sandbox_seed_font_cache(scratch, 0, 0);
+                if (q < 0)
+                        log_warning_errno(q, "Failed to seed the matplotlib font list, ignoring: %m");
+        }
 
         SandboxExec e = {
                 .session_root = TEMPLATE_TREE,
@@ -198,6 +158,13 @@ int main(int argc, char *argv[]) {
                 return EXIT_FAILURE;
         }
 
+        /* Defaults for every signal, also the two glibc keeps (systemd cannot reset those, and
+         * an ignored one would reach every exec forked from us). */
+        r = reset_all_signal_dispositions();
+        if (r < 0) {
+                log_error_errno(r, "Failed to reset the signal dispositions: %m");
+                return EXIT_FAILURE;
+        }
         sandbox_build_env(&e, true, buf, sizeof(buf), envp, ELEMENTSOF(envp));
         args[n++] = (char *) "python3";
         args[n++] = (char *) TEMPLATE_SCRIPT;
