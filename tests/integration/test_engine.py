@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from conftest import create_session, delete_session, exec_start, exec_starts, in_system, journal_cursor, run
+from conftest import (create_session, delete_session, exec_start, exec_starts, in_system, journal_cursor, run,
+                      unit_environment)
 from test_dify import not_permitted
 from test_dify_runs import dify_run, ok_data
 from test_lifecycle import manager_environment
@@ -557,3 +558,111 @@ def test_execs_still_work_while_the_template_is_stopped(box):
         assert out == "True True True\n" and exec_start(box.sid, count=box.execs) == "template", out
     finally:
         in_system("systemctl", "start", TEMPLATE_UNIT)
+
+
+# ---- the template's own life: renewal, and what a root process may send it ----
+
+def template_restarts():
+    r = in_system("systemctl", "show", "-p", "NRestarts", "--value", TEMPLATE_UNIT)
+    return int(r.stdout.strip() or 0)
+
+
+def until_from_template(box, code=MODULES, tries=40):
+    """Execs until one starts from the template (it may be importing); returns its stdout."""
+    for _ in range(tries):
+        out = box.out(code)
+        if exec_start(box.sid, count=box.execs) == "template":
+            return out
+        time.sleep(0.3)
+    raise AssertionError(f"no exec of session {box.sid} started from the template")
+
+
+@template_only
+def test_the_template_is_renewed_after_its_max_age(box):
+    box.path = "mixed"  # execs start cold while the template is replaced
+    try:
+        with unit_environment(TEMPLATE_UNIT, "max-age", ["SANDBOX_TEMPLATE_MAX_AGE_SECONDS=6"]):
+            until_from_template(box)
+            first, restarts = template_pid(), template_restarts()
+            # Children of one template share its str hash secret; the next template has its own.
+            seed = until_from_template(box, "print(hash('scopebox-hash-probe'))\n")
+            for _ in range(60):
+                if template_pid() not in (0, first):
+                    break
+                # Past its age it refuses: the exec starts cold, and succeeds.
+                assert box.out("print(3)\n") == "3\n"
+                time.sleep(0.5)
+            assert template_pid() not in (0, first), "the template outlived SANDBOX_TEMPLATE_MAX_AGE_SECONDS"
+            assert template_restarts() > restarts
+            status = in_system("journalctl", "-o", "cat", "-u", TEMPLATE_UNIT, "-n", "40").stdout
+            assert "status=75" in status, status
+            again = until_from_template(box, "print(hash('scopebox-hash-probe'))\n")
+            assert again != seed, (seed, again)
+    finally:
+        until_from_template(box)  # ready for the tests after this one
+
+
+@template_only
+def test_the_template_is_renewed_when_the_operators_packages_change(box):
+    site = "/var/lib/scopebox/site-packages"
+    probe = "import scopebox_site_probe\nprint(scopebox_site_probe.VALUE)\n"
+    assert in_system("test", "-e", site).returncode != 0, "the test needs no site directory yet"
+    box.path = "mixed"
+    until_from_template(box)
+    first = template_pid()
+    try:
+        # What `scopeboxctl packages install` does: a new root-owned directory renamed into place.
+        in_system("sh", "-c", f"mkdir -m 755 {site}.new && echo 'VALUE = 7' > {site}.new/scopebox_site_probe.py"
+                  f" && mv {site}.new {site}", check=True)
+        # The template imported before the directory existed: it refuses (ESTALE), the exec
+        # starts cold and sees the module, and a new template that has it takes over.
+        res = box.run(probe)
+        assert res["exit_code"] == 0 and res["stdout"] == "7\n", res
+        assert exec_start(box.sid, count=box.execs) == "cold"
+        assert until_from_template(box, probe) == "7\n"
+        assert template_pid() != first
+    finally:
+        in_system("rm", "-rf", site, f"{site}.new")
+        until_from_template(box)
+    res = box.run(probe)
+    assert res["exit_code"] == 1 and "ModuleNotFoundError" in res["stderr"], res
+
+
+# A local root process (the only kind the socket accepts) that sends what no runner sends.
+MALFORMED = r'''
+import os, socket, struct
+PATH = "/run/scopebox-template/python.sock"
+
+def ask(data, fds):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    s.connect(PATH)
+    socket.send_fds(s, [data], fds)
+    r = s.recv(8)
+    return struct.unpack("<ii", r)[0] if len(r) == 8 else "closed"
+
+def header(magic=0x53425450, version=1, profile=0, env=b"", n_cgroups=1, timeout=1000, cpus=100):
+    return struct.pack("<6I3Q2Q2I", magic, version, profile, len(env), n_cgroups, 0, timeout, 0, cpus,
+                       0, 0, 0, 0) + env
+
+null = [os.open("/dev/null", os.O_RDONLY) for _ in range(12)]
+cases = [b"x", header(magic=1), header(version=2), header(profile=2), header(env=b"A=1"),
+         header(env=b"A=\x01\x00"), header(env=b"=x\x00"), header(timeout=0), header(cpus=0),
+         header(n_cgroups=0), header(n_cgroups=17), header() + b"trailing"]
+print([ask(c, null) for c in cases])
+print(ask(header(), null[:5]), ask(header(n_cgroups=2), null))
+# The right shape, but a "cgroup directory" that is /dev/null.
+print(ask(header(), null))
+'''
+
+
+@template_only
+def test_malformed_requests_leave_the_template_serving(box):
+    until_from_template(box)
+    pid = template_pid()
+    r = in_system("python3", "-c", MALFORMED)
+    assert r.returncode == 0, r
+    ebadmsg = 74
+    assert r.stdout.splitlines() == [str([ebadmsg] * 12), f"{ebadmsg} {ebadmsg}", str(ebadmsg)], r.stdout
+    assert template_pid() == pid
+    assert box.out(MODULES) == "True True True\n"

@@ -52,7 +52,8 @@ SHIPPED = [
 ]
 # Man pages are compressed by both packagers.
 MAN_PAGES = ["man8/scopebox-gateway.8", "man8/scopebox-session-manager.8",
-             "man8/scopebox-storage-agent.8", "man8/scopebox-runner.8", "man5/scopebox.conf.5",
+             "man8/scopebox-storage-agent.8", "man8/scopebox-runner.8", "man8/scopebox-template.8",
+             "man5/scopebox.conf.5",
              "man1/scopeboxctl.1"]
 # What the development install left on the host and a fresh machine does not have: removed in
 # the overlay before installing, so that the maintainer scripts really create it.
