@@ -34,6 +34,8 @@ def path(request):
         with manager_environment(SANDBOX_PRELOAD=0):
             yield "cold"
     else:
+        # Type=notify: the start returns once the template listens with its modules imported.
+        in_system("systemctl", "start", TEMPLATE_UNIT, check=True)
         yield "template"
 
 
@@ -548,14 +550,12 @@ def test_execs_still_work_while_the_template_is_stopped(box):
         for i in range(2):
             assert box.out(MODULES) == "False False False\n"
         assert exec_starts(box.sid, count=2) == ["cold", "cold"]
+        # Type=notify: the start returns once it serves, so the very next exec is its child.
         in_system("systemctl", "start", TEMPLATE_UNIT, check=True)
-        # The template needs a second or two for its imports; execs meanwhile start cold.
-        for _ in range(20):
-            out = box.out(MODULES)
-            if exec_start(box.sid, count=box.execs) == "template":
-                break
-            time.sleep(0.3)
-        assert out == "True True True\n" and exec_start(box.sid, count=box.execs) == "template", out
+        assert in_system("systemctl", "show", "-p", "StatusText", "--value", TEMPLATE_UNIT).stdout.startswith(
+            "Serving, ")
+        assert box.out(MODULES) == "True True True\n"
+        assert exec_start(box.sid, count=box.execs) == "template"
     finally:
         in_system("systemctl", "start", TEMPLATE_UNIT)
 
@@ -666,3 +666,21 @@ def test_malformed_requests_leave_the_template_serving(box):
     assert r.stdout.splitlines() == [str([ebadmsg] * 12), f"{ebadmsg} {ebadmsg}", str(ebadmsg)], r.stdout
     assert template_pid() == pid
     assert box.out(MODULES) == "True True True\n"
+
+
+@template_only
+def test_with_preloading_off_the_template_stays_down(box):
+    box.path = "mixed"
+    try:
+        with unit_environment(TEMPLATE_UNIT, "off", ["SANDBOX_PRELOAD=0"]):
+            restarts = template_restarts()
+            time.sleep(3)
+            show = in_system("systemctl", "show", "-p", "ActiveState,Result,ExecMainStatus",
+                             TEMPLATE_UNIT).stdout.split("\n")
+            assert {"ActiveState=inactive", "Result=success", "ExecMainStatus=0"} <= set(show), show
+            assert template_restarts() == restarts
+            # The manager still thinks preloading is on: it asks, finds no template, starts cold.
+            assert box.out(MODULES) == "False False False\n"
+            assert exec_start(box.sid, count=box.execs) == "cold"
+    finally:
+        until_from_template(box)

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <systemd/sd-daemon.h>
 
 #include "config.h"
 #include "daemon-util.h"
@@ -55,6 +56,37 @@ static int bind_socket(void) {
         return fd;
 }
 
+/* The service manager's notification socket, connected now: the interpreter sends READY=1 on it
+ * from a root where $NOTIFY_SOCKET's path does not exist. -ENOENT without one. */
+static int connect_notify_socket(void) {
+        const char *path = getenv("NOTIFY_SOCKET");
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        size_t l;
+        int fd;
+
+        if (!path || (path[0] != '/' && path[0] != '@'))
+                return -ENOENT;
+        l = strlen(path);
+        if (l >= sizeof(sa.sun_path))
+                return -EINVAL;
+        memcpy(sa.sun_path, path, l);
+        if (path[0] == '@')
+                sa.sun_path[0] = 0;
+        fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *) &sa, offsetof(struct sockaddr_un, sun_path) + l) < 0) {
+                int e = -errno;
+                close(fd);
+                return e;
+        }
+        /* Out of the way of fds 3 and 4, where the interpreter gets the two sockets. */
+        int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+        int e = high < 0 ? -errno : 0;
+        close(fd);
+        return high < 0 ? e : high;
+}
+
 static int build_tree(void) {
         static const char *const dirs[] = { SESSION_WORKSPACE_DIR, SESSION_SCRATCH_DIR, SESSION_SCRATCH_DIR "/tmp",
                                             SESSION_SCRATCH_DIR "/home", SESSION_NEWROOT_DIR };
@@ -79,7 +111,7 @@ int main(int argc, char *argv[]) {
         char *envp[32], *args[512];
         const char *step = NULL;
         size_t n = 0;
-        int fd, r;
+        int fd, notify, r;
 
         r = daemon_parse_argv(argc, argv, "scopebox-template",
                               "The template interpreter of scopebox, from which python execs are forked.",
@@ -95,6 +127,8 @@ int main(int argc, char *argv[]) {
         }
         if (!config.preload) {
                 log_info("SANDBOX_PRELOAD=0: no template, every exec starts a new interpreter.");
+                /* Started as asked (Type=notify), with nothing to serve: exit 0 keeps it down. */
+                (void) sd_notify(false, "READY=1\nSTATUS=SANDBOX_PRELOAD=0: no template.");
                 return EXIT_SUCCESS;
         }
         if (!module_list_is_valid(config.preload_modules ?: "")) {
@@ -109,6 +143,10 @@ int main(int argc, char *argv[]) {
                  (unsigned long long) site.st_ino, (unsigned) site.st_mode, (unsigned) site.st_uid);
         snprintf(age_arg, sizeof(age_arg), "%llu", (unsigned long long) config.template_max_age);
 
+        notify = connect_notify_socket();
+        if (notify < 0 && notify != -ENOENT)
+                log_warning_errno(notify, "Failed to connect to $NOTIFY_SOCKET, ignoring: %m");
+        (void) unsetenv("NOTIFY_SOCKET");
         fd = bind_socket();
         if (fd < 0) {
                 log_error_errno(fd, "Failed to bind " TEMPLATE_SOCKET_PATH ": %m");
@@ -157,6 +195,11 @@ int main(int argc, char *argv[]) {
                 log_error_errno(errno, "Failed to pass the socket: %m");
                 return EXIT_FAILURE;
         }
+        /* Readiness (Type=notify): fd 4, "-1" without a service manager. */
+        if (notify >= 0 && (notify == 4 ? fcntl(notify, F_SETFD, 0) < 0 : dup2(notify, 4) < 0)) {
+                log_error_errno(errno, "Failed to pass the notification socket: %m");
+                return EXIT_FAILURE;
+        }
 
         /* Defaults for every signal, also the two glibc keeps (systemd cannot reset those, and
          * an ignored one would reach every exec forked from us). */
@@ -171,6 +214,7 @@ int main(int argc, char *argv[]) {
         args[n++] = (char *) TEMPLATE_MODULE;
         args[n++] = site_arg;
         args[n++] = age_arg;
+        args[n++] = (char *) (notify >= 0 ? "4" : "-1");
         modules = strdup(config.preload_modules ?: "");
         if (!modules)
                 return log_oom(), EXIT_FAILURE;

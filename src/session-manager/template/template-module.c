@@ -297,10 +297,23 @@ static PyObject *payload_result(const Served *s) {
         return t;
 }
 
-/* serve(listen_fd, site_dev, site_ino, site_mode, site_uid, max_age_seconds): the fork server.
- * Returns (profile, environment) in each payload, None in the template when it must be restarted
- * (the operator's packages changed, or it is older than max_age_seconds: a new one gets a new
- * hash secret). */
+/* Tells the service manager (Type=notify) that requests are served from now on. */
+static void notify_ready(int notify_fd, const char *status) {
+        char msg[256];
+        int l;
+
+        if (notify_fd < 0)
+                return;
+        l = snprintf(msg, sizeof(msg), "READY=1\nSTATUS=%s", status);
+        if (l > 0)
+                (void) send(notify_fd, msg, MIN((size_t) l, sizeof(msg) - 1), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void) close(notify_fd);
+}
+
+/* serve(listen_fd, notify_fd, site_dev, site_ino, site_mode, site_uid, max_age_seconds, status):
+ * the fork server. Returns (profile, environment) in each payload, None in the template when it
+ * must be restarted (the operator's packages changed, or it is older than max_age_seconds: a new
+ * one gets a new hash secret). notify_fd (-1: none) gets READY=1 once it listens. */
 static PyObject *serve(PyObject *self, PyObject *args) {
         static Served served;
         static Pending pending[PENDING_MAX];
@@ -308,11 +321,12 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         unsigned long long dev, ino, max_age;
         unsigned int mode, uid;
         struct stat site = {};
-        int listen_fd, sfd;
+        const char *status;
+        int listen_fd, notify_fd, sfd;
         sigset_t mask;
         time_t started = now_sec();
 
-        if (!PyArg_ParseTuple(args, "iKKIIK", &listen_fd, &dev, &ino, &mode, &uid, &max_age))
+        if (!PyArg_ParseTuple(args, "iiKKIIKs", &listen_fd, &notify_fd, &dev, &ino, &mode, &uid, &max_age, &status))
                 return NULL;
         site.st_dev = (dev_t) dev;
         site.st_ino = (ino_t) ino;
@@ -324,6 +338,7 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 || (sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0 ||
             listen(listen_fd, 64) < 0)
                 return PyErr_SetFromErrno(PyExc_OSError);
+        notify_ready(notify_fd, status);
 
         for (;;) {
                 struct pollfd p[PENDING_MAX + 2];

@@ -184,7 +184,8 @@ def _run_cell(profile, env):
 def _main():
     import importlib.machinery
     import importlib.util
-    module_path, site, max_age, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    module_path, site, max_age, notify_fd = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    names = sys.argv[5:]
     dev, ino, mode, uid = (int(x) for x in site.split(":"))
     loader = importlib.machinery.ExtensionFileLoader("_scopebox_template", module_path)
     spec = importlib.util.spec_from_file_location("_scopebox_template", module_path, loader=loader)
@@ -198,7 +199,7 @@ def _main():
     gc.collect()
     gc.freeze()
     print(f"scopebox-template: ready, {len(sys.modules)} modules imported", file=sys.stderr, flush=True)
-    job = template.serve(3, dev, ino, mode, uid, max_age)
+    job = template.serve(3, notify_fd, dev, ino, mode, uid, max_age, f"Serving, {len(sys.modules)} modules imported.")
     if job is None:
         sys.exit(75)  # to be started anew: systemd restarts it
     _run_cell(*job)
