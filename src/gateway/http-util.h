@@ -33,6 +33,8 @@ enum {
 
 /* The exact text clients match to recognise a gone session (COMPAT.md A). */
 #define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
+/* On every response when SANDBOX_NODE_ID is set: the node that answered. */
+#define HTTP_HEADER_NODE "X-Scopebox-Node"
 /* A call that died with the session manager: 503 with Retry-After, safe to retry. */
 #define HTTP_DETAIL_MANAGER_RESTARTED "session manager restarted, retry"
 
