@@ -482,7 +482,7 @@ static int http_request_answer_foreign(HttpRequest *req, sd_bus_message *m, Http
         log_debug("Session %s carries another node's tag, answering as for an unknown session.",
                   req->session_id);
         /* A reply needs a sealed call; the cookie is never seen by the bus. */
-        r = sd_bus_message_seal(m, UINT64_MAX, 0);
+        r = sd_bus_message_seal(m, UINT32_MAX, 0);
         if (r < 0)
                 return r;
         r = sd_bus_message_new_method_errorf(m, &reply, BUS_ERROR_NO_SUCH_SESSION, "%s",

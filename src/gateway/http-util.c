@@ -300,6 +300,10 @@ int json_add_bool(json_object *o, const char *key, bool b) {
         return json_add(o, key, json_object_new_boolean(b));
 }
 
+int json_add_uint(json_object *o, const char *key, uint64_t u) {
+        return json_add(o, key, json_object_new_uint64(u));
+}
+
 int http_storage_json(json_object *storage, const char **ret) {
         const char *text;
         size_t n = 0;

@@ -91,6 +91,7 @@ void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const 
 /* json-c's adders store a NULL value (from a failed allocation) as JSON null; these fail instead. */
 int json_add_string(json_object *o, const char *key, const char *value);
 int json_add_bool(json_object *o, const char *key, bool b);
+int json_add_uint(json_object *o, const char *key, uint64_t u);
 /* The storage block of a request as compact JSON text for the bus, owned by 'storage' (valid until
  * it is serialised again or freed). -E2BIG when it is longer than HTTP_STORAGE_JSON_MAX. The text
  * holds credentials: never log it. */
