@@ -195,6 +195,7 @@ def test_drain_refuses_new_sessions_and_keeps_the_old_ones():
             status = ctl("status")
             assert "Draining:             yes" in status.stdout, status.stdout
             assert json.loads(ctl("--json", "status").stdout)["draining"] is True
+            assert "Draining: no new sessions" in ctl("sessions").stdout
 
             # Persisted: a restarted manager still drains, and its sessions are still there.
             in_system("systemctl", "restart", MANAGER, check=True)
@@ -208,6 +209,7 @@ def test_drain_refuses_new_sessions_and_keeps_the_old_ones():
         assert in_system("test", "-e", "/var/lib/scopebox/draining").returncode != 0
         assert fresh_health()["draining"] is False
         assert "Draining:             no" in ctl("status").stdout
+        assert "Draining" not in ctl("sessions").stdout
         delete_session(create_session())
     finally:
         delete_session(sid)
