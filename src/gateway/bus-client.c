@@ -87,6 +87,7 @@ static int bus_read_basic_value(sd_bus_message *m, char type, void *p) {
         case 'u':
         case 'i':
         case 't':
+        case 'x':
         case 's':
                 return sd_bus_message_read_basic(m, type, p);
         default:

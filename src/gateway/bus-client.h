@@ -49,7 +49,8 @@ int storage_agent_new_call(sd_bus *bus, const char *member, sd_bus_message **ret
 /* One entry of an a{sv} the gateway understands. */
 typedef struct BusDictField {
         const char *name;
-        char type;        /* 'b' bool, 'u' uint32_t, 'i' int32_t, 't' uint64_t, 's' const char *,
+        char type;        /* 'b' bool, 'u' uint32_t, 'i' int32_t, 't' uint64_t, 'x' int64_t,
+                           * 's' const char *,
                            * 0: read by `read` from a variant of `signature` */
         size_t offset;
         const char *signature;

@@ -14,6 +14,7 @@
 #include <systemd/sd-daemon.h>
 #include <microhttpd.h>
 
+#include "agent-check.h"
 #include "bus-util.h"
 #include "gateway-auth.h"
 #include "gateway-server.h"
@@ -342,6 +343,7 @@ Server *server_free(Server *s) {
         assert(!s->requests);
         assert(!s->connections);
 
+        server_free_agents(s);
         json_object_put(s->health_cache);
         s->deadline_event_source = sd_event_source_disable_unref(s->deadline_event_source);
         s->status_event_source = sd_event_source_disable_unref(s->status_event_source);
@@ -462,6 +464,10 @@ int server_add_listen_fd(Server *s, int fd, const char *name) {
                 return log_error_errno(-EINVAL,
                                        "Socket \"%s\" (fd %i) is not a listening stream socket; check "
                                        "ListenStream= in scopebox-gateway.socket.", strempty(name), fd);
+
+        /* scopebox-gateway-agent.socket: the balancer's agent check, not HTTP. */
+        if (name && streq(name, AGENT_SOCKET_NAME))
+                return server_add_agent_fd(s, TAKE_FD(owned));
 
         a = realloc(s->daemons, (s->n_daemons + 1) * sizeof(HttpDaemon *));
         if (!a)

@@ -10,6 +10,7 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "http-health.h"
 #include "http-metrics.h"
 #include "http-util.h"
 #include "macro.h"
@@ -70,6 +71,8 @@ typedef struct HttpDaemon HttpDaemon;
 typedef struct HttpConnection HttpConnection;
 typedef struct HttpRequest HttpRequest;
 typedef struct HttpRoute HttpRoute;
+typedef struct AgentListener AgentListener;
+typedef struct AgentConnection AgentConnection;
 
 struct HttpDaemon {
         Server *server;
@@ -98,10 +101,19 @@ struct Server {
         HttpDaemon **daemons;
         size_t n_daemons;
 
-        /* The last healthy /healthz answer and when it was composed (CLOCK_MONOTONIC): probes
-         * within HEALTH_CACHE_USEC of it are answered without asking the session manager. */
+        /* The last healthy /healthz answer and what it says (http-health.h): probes and agent
+         * checks within HEALTH_CACHE_USEC of it are answered without asking the session manager. */
         struct json_object *health_cache;
-        uint64_t health_cache_usec;
+        HealthSnapshot health;
+
+        /* The agent check (agent-check.h): its listening sockets, the connections waiting for a
+         * fresh health answer, and the call that fetches it. */
+        AgentListener **agents;
+        size_t n_agents;
+        AgentConnection *agent_waiting;
+        unsigned n_agent_waiting;
+        sd_bus_slot *agent_health_slot;
+        uint64_t n_agent_refused;      /* connections closed unanswered: too many waiting */
 
         HttpRequest *requests;         /* every request between its headers and its completion, or
                                         * the answer to its call if that comes later (orphans) */

@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "bus-util.h"
 #include "gateway-auth.h"
 #include "http-connection.h"
 #include "http-dify.h"
@@ -330,8 +331,10 @@ int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
 void http_request_set_session_id(HttpRequest *req, const char *id) {
         assert(req);
 
-        if (session_id_is_valid(id))
-                memcpy(req->session_id, id, SESSION_ID_LEN + 1);
+        if (!session_id_is_valid(id))
+                return;
+        memcpy(req->session_id, id, SESSION_ID_LEN + 1);
+        req->foreign_session = !session_id_has_tag(id, req->server->config.node_id);
 }
 
 int http_request_add_log_field(HttpRequest *req, const char *name, const char *value) {
@@ -469,6 +472,26 @@ static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32
         return 0;
 }
 
+/* A call about a session of another node (SANDBOX_NODE_ID) is not made: 'handler' gets at once
+ * what the session manager answers for a session it does not know, so that each route answers as
+ * it does for an unknown session. */
+static int http_request_answer_foreign(HttpRequest *req, sd_bus_message *m, HttpReplyHandler handler) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        log_debug("Session %s carries another node's tag, answering as for an unknown session.",
+                  req->session_id);
+        /* A reply needs a sealed call; the cookie is never seen by the bus. */
+        r = sd_bus_message_seal(m, UINT32_MAX, 0);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_new_method_errorf(m, &reply, BUS_ERROR_NO_SUCH_SESSION, "%s",
+                                             HTTP_DETAIL_NO_SUCH_SESSION);
+        if (r < 0)
+                return r;
+        return handler(req, reply);
+}
+
 int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler) {
         int r;
 
@@ -476,6 +499,9 @@ int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec
         assert(m);
         assert(handler);
         assert(!req->slot);
+
+        if (req->foreign_session)
+                return http_request_answer_foreign(req, m, handler);
 
         if (!req->server->bus)
                 return -ENOTCONN;
@@ -899,7 +925,9 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
                                      resp->content_type ?: "application/json") != MHD_YES) ||
             (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES) ||
             (resp->retry_after &&
-             MHD_add_response_header(m, MHD_HTTP_HEADER_RETRY_AFTER, resp->retry_after) != MHD_YES)) {
+             MHD_add_response_header(m, MHD_HTTP_HEADER_RETRY_AFTER, resp->retry_after) != MHD_YES) ||
+            (!isempty(req->server->config.node_id) &&
+             MHD_add_response_header(m, HTTP_HEADER_NODE, req->server->config.node_id) != MHD_YES)) {
                 MHD_destroy_response(m);
                 return MHD_NO;
         }

@@ -130,6 +130,9 @@ struct HttpRequest {
 
         HttpRequestHeaders headers;         /* as seen by http_request_begin() */
         char session_id[SESSION_ID_LEN + 1];  /* for the access log, "" if unknown */
+        bool foreign_session;               /* 'session_id' lacks our SANDBOX_NODE_ID tag: its
+                                             * calls are answered as for an unknown session,
+                                             * never sent (http_request_call()) */
         char *log_fields[HTTP_LOG_FIELDS_MAX]; /* "NAME=value", for the access log */
         unsigned n_log_fields;
 
@@ -176,13 +179,16 @@ int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e);
 /* Logs a failed bus call: rate-limited warning if 'ours', debug otherwise. */
 void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ours);
 /* Sends 'm' (to the session manager or the storage agent); 'handler' runs with the reply. The
- * connection stays suspended in the meantime. */
+ * connection stays suspended in the meantime. For a foreign session (see above) nothing is sent
+ * and 'handler' runs before this returns, with a NoSuchSession error. */
 int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler);
 /* A pipe for a call that should end when the request's client goes away: the request keeps the
  * write end (closed when the client hangs up, or with the request), the caller gets the read end
  * (to close once it is in the message, as the call's "hangup" option). */
 int http_request_hangup_pipe(HttpRequest *req);
-/* Records the session a request is about, for the access log. Ignores invalid ids. */
+/* Records the session a request is about, for the access log, right after the id's syntax check.
+ * An id without this node's tag (SANDBOX_NODE_ID) marks the request foreign: http_request_call()
+ * then answers NoSuchSession itself. Ignores invalid ids. */
 void http_request_set_session_id(HttpRequest *req, const char *id);
 /* Adds the journal field NAME=value to the request's access-log entry; 'value' must already be
  * bounded and sanitized. Beyond HTTP_LOG_FIELDS_MAX fields, -E2BIG. */

@@ -206,6 +206,8 @@ static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_STORAGE_FAILED,     HTTP_BAD_GATEWAY,         "storage operation failed",  false },
         /* The stored archive is kept; a retry once storage is back succeeds. */
         { BUS_ERROR_RESTORE_FAILED,     HTTP_SERVICE_UNAVAILABLE, "failed to restore the workspace from its archive", false },
+        /* scopeboxctl drain: the balancer sends new sessions elsewhere; a retry may reach another node. */
+        { BUS_ERROR_DRAINING,           HTTP_SERVICE_UNAVAILABLE, "node is draining",          true },
         /* Internal failures: the bus message may name units, paths or peers; keep it in the log. */
         { BUS_ERROR_BACKEND_FAILED,     HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
         /* sd-bus answers both a call timeout and a lost connection with NoReply (a recipient that
@@ -296,6 +298,10 @@ int json_add_string(json_object *o, const char *key, const char *value) {
 
 int json_add_bool(json_object *o, const char *key, bool b) {
         return json_add(o, key, json_object_new_boolean(b));
+}
+
+int json_add_uint(json_object *o, const char *key, uint64_t u) {
+        return json_add(o, key, json_object_new_uint64(u));
 }
 
 int http_storage_json(json_object *storage, const char **ret) {

@@ -33,6 +33,8 @@ enum {
 
 /* The exact text clients match to recognise a gone session (COMPAT.md A). */
 #define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
+/* On every response when SANDBOX_NODE_ID is set: the node that answered. */
+#define HTTP_HEADER_NODE "X-Scopebox-Node"
 /* A call that died with the session manager: 503 with Retry-After, safe to retry. */
 #define HTTP_DETAIL_MANAGER_RESTARTED "session manager restarted, retry"
 
@@ -89,6 +91,7 @@ void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const 
 /* json-c's adders store a NULL value (from a failed allocation) as JSON null; these fail instead. */
 int json_add_string(json_object *o, const char *key, const char *value);
 int json_add_bool(json_object *o, const char *key, bool b);
+int json_add_uint(json_object *o, const char *key, uint64_t u);
 /* The storage block of a request as compact JSON text for the bus, owned by 'storage' (valid until
  * it is serialised again or freed). -E2BIG when it is longer than HTTP_STORAGE_JSON_MAX. The text
  * holds credentials: never log it. */

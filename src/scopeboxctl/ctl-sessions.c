@@ -62,7 +62,7 @@ int verb_sessions(Ctl *c) {
         _cleanup_(table_freep) Table *table = NULL;
         uint64_t now = now_realtime_usec();
         sd_bus *bus;
-        int r;
+        int draining = 0, r;
 
         r = ctl_bus(c, &bus);
         if (r < 0)
@@ -107,10 +107,16 @@ int verb_sessions(Ctl *c) {
         if (r < 0)
                 return ctl_error(r, "Failed to read the session list: %m");
 
-        if (c->json)
+        if (c->json) {
                 json_print(list);
-        else
-                table_print(table, stdout, c->legend, c->legend);
+                return 0;
+        }
+        table_print(table, stdout, c->legend, c->legend);
+        /* The list answered, so the manager runs: its word on draining costs no activation. */
+        if (c->legend && sd_bus_get_property_trivial(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                                                     SESSION_MANAGER_INTERFACE, "Draining", NULL, 'b',
+                                                     &draining) >= 0 && draining)
+                printf("\nDraining: no new sessions; these finish (scopeboxctl undrain).\n");
         return 0;
 }
 

@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bus-client.h"
 #include "bus-util.h"
@@ -23,6 +25,7 @@ typedef struct ManagerState {
         const char *version;
         uint32_t sessions;
         uint32_t running_execs;
+        bool draining;
         sd_bus_message *reply;
 } ManagerState;
 
@@ -30,6 +33,7 @@ static const BusDictField manager_fields[] = {
         { "Version",      's', offsetof(ManagerState, version)       },
         { "Sessions",     'u', offsetof(ManagerState, sessions)      },
         { "RunningExecs", 'u', offsetof(ManagerState, running_execs) },
+        { "Draining",     'b', offsetof(ManagerState, draining)      },
         {}
 };
 
@@ -117,7 +121,7 @@ int verb_status(Ctl *c) {
         _cleanup_(config_done) Config cfg = {};
         ManagerState mgr = {};
         const char *agent_state = "unknown";
-        bool config_ok;
+        bool config_ok, draining;
         sd_bus *bus;
         int r;
 
@@ -166,6 +170,9 @@ int verb_status(Ctl *c) {
                 return r;
 
         config_ok = ctl_load_config(&cfg, &config_error) >= 0;
+        /* The manager's word while it runs, else its switch (it starts draining again). */
+        draining = mgr.active ? mgr.draining
+                              : faccessat(AT_FDCWD, SCOPEBOX_STATE_DIR "/draining", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 
         if (c->json) {
                 json_object *m = json_object_new_object(), *conf = json_object_new_object(),
@@ -179,6 +186,8 @@ int verb_status(Ctl *c) {
                 json_object_object_add(m, "sessions", mgr.active ? json_object_new_int64(mgr.sessions) : NULL);
                 json_object_object_add(m, "running_execs", mgr.active ? json_object_new_int64(mgr.running_execs) : NULL);
                 json_object_object_add(root, "manager", m);
+                json_object_object_add(root, "draining", json_object_new_boolean(draining));
+                json_object_object_add(root, "node_id", config_ok ? json_object_new_string(strempty(cfg.node_id)) : NULL);
 
                 json_object_object_add(conf, "path", json_object_new_string(SCOPEBOX_CONFIG_FILE));
                 json_object_object_add(conf, "ok", json_object_new_boolean(config_ok));
@@ -207,6 +216,9 @@ int verb_status(Ctl *c) {
                        mgr.running_execs);
         else
                 printf("Sessions:             inactive (the session manager is not running; it starts on demand)\n");
+        printf("Draining:             %s\n", draining ? "yes (new sessions are refused; scopeboxctl undrain)" : "no");
+        if (config_ok && !isempty(cfg.node_id))
+                printf("Node:                 %s (SANDBOX_NODE_ID)\n", cfg.node_id);
 
         if (!config_ok) {
                 printf("Configuration:        %s is invalid: %s\n", SCOPEBOX_CONFIG_FILE, strempty(config_error));

@@ -36,6 +36,8 @@ int verb_gc(Ctl *c);
 int verb_doctor(Ctl *c);
 int verb_packages(Ctl *c);
 int verb_archives(Ctl *c);
+int verb_drain(Ctl *c);
+int verb_undrain(Ctl *c);
 
 /* Prints "scopeboxctl: <message>" on stderr; returns error (negative) for "return ctl_error(r, ...)".
  * %m in format is the error's text. */

@@ -27,6 +27,8 @@ static const Verb verbs[] = {
         { "doctor",   0, 0, verb_doctor   },
         { "packages", 1, 1024, verb_packages },
         { "archives", 1, 1, verb_archives },
+        { "drain",    0, 0, verb_drain    },
+        { "undrain",  0, 0, verb_undrain  },
 };
 
 static void help(void) {
@@ -43,7 +45,9 @@ static void help(void) {
                "  packages install WHEEL|DIR...\n"
                "                      Add Python packages (local wheels) to every sandbox\n"
                "  archives list|retry List released sessions whose archive is not stored yet,\n"
-               "                      or try storing them again now\n\n"
+               "                      or try storing them again now\n"
+               "  drain               Take no new sessions; existing ones and dify runs go on\n"
+               "  undrain             Take new sessions again\n\n"
                "Options:\n"
                "  -h --help           Show this help\n"
                "     --version        Show the version\n"

@@ -16,6 +16,7 @@
 #include "storage-config.h"
 #include "log.h"
 #include "message-ids.h"
+#include "drain.h"
 #include "manager.h"
 #include "run.h"
 #include "session.h"
@@ -275,6 +276,13 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
         ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
                    USEC_PER_SEC;
+
+        /* Not even a pending archive's session is taken back: the balancer sends the client to
+         * another node, which restores the archive once this one has stored it. */
+        if (mgr->draining) {
+                log_debug("Refused a session: draining.");
+                return sd_bus_error_set(error, BUS_ERROR_DRAINING, "node is draining");
+        }
 
         r = bus_call_new(mgr, m, o.hangup, &c, error);
         if (r < 0)
@@ -886,12 +894,17 @@ static void on_health_version(Manager *mgr, const char *version, void *userdata)
         else if (access(SANDBOX_PYTHON_PATH, X_OK) < 0)
                 reason = "python3 is not installed";
 
-        r = sd_bus_reply_method_return(m, "ba{sv}", reason == NULL, 5,
+        /* What a balancer weighs nodes by: the sessions counted against SANDBOX_MAX_SESSIONS (dify
+         * runs' are not), the limit, and whether new ones are taken at all. */
+        r = sd_bus_reply_method_return(m, "ba{sv}", reason == NULL, 8,
                                        "systemd_version", "s", strempty(version),
                                        "runner", "s", RUNNER_PATH,
                                        "python", "s", SANDBOX_PYTHON_PATH,
                                        "reason", "s", strempty(reason),
-                                       "sessions", "u", mgr->n_sessions);
+                                       "sessions", "u", mgr->n_sessions,
+                                       "counted_sessions", "u", mgr->n_sessions - mgr->n_ephemeral,
+                                       "max_sessions", "x", mgr->config.max_sessions,
+                                       "draining", "b", (int) mgr->draining);
         if (r < 0)
                 log_debug_errno(r, "Failed to reply to GetHealth, ignoring: %m");
 }
@@ -1122,7 +1135,28 @@ static int method_retry_archives(sd_bus_message *m, void *userdata, sd_bus_error
         return sd_bus_reply_method_return(m, "u", n);
 }
 
+/* ---- SetDraining ---- */
+
+static int method_set_draining(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        int draining, r;
+
+        r = sd_bus_message_read(m, "b", &draining);
+        if (r < 0)
+                return r;
+        r = manager_set_draining(mgr, draining);
+        if (r < 0)
+                return sd_bus_error_set_errnof(error, r, "Failed to save the drain state: %m");
+        return sd_bus_reply_method_return(m, NULL);
+}
+
 /* ---- properties ---- */
+
+static int property_get_draining(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                 sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *mgr = userdata;
+        return sd_bus_message_append(reply, "b", (int) mgr->draining);
+}
 
 static int property_get_sessions(sd_bus *bus, const char *path, const char *interface, const char *property,
                                  sd_bus_message *reply, void *userdata, sd_bus_error *error) {
@@ -1146,6 +1180,7 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("Sessions", "u", property_get_sessions, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("RunningExecs", "u", property_get_running_execs, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Draining", "b", property_get_draining, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_METHOD_WITH_ARGS("CreateSession",
                                 SD_BUS_ARGS("a{sv}", options),
                                 SD_BUS_RESULT("s", session_id, "b", restore_failed),
@@ -1204,6 +1239,11 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("u", n_archives),
                                 method_retry_archives, SD_BUS_VTABLE_UNPRIVILEGED),
+        /* Root only, by the bus policy (scopeboxctl drain/undrain). */
+        SD_BUS_METHOD_WITH_ARGS("SetDraining",
+                                SD_BUS_ARGS("b", draining),
+                                SD_BUS_NO_RESULT,
+                                method_set_draining, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 
@@ -1221,4 +1261,11 @@ void manager_emit_properties_changed(Manager *m) {
                 return;
         (void) sd_bus_emit_properties_changed(m->bus, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
                                               "Sessions", "RunningExecs", NULL);
+}
+
+void manager_emit_draining_changed(Manager *m) {
+        if (!m->bus)
+                return;
+        (void) sd_bus_emit_properties_changed(m->bus, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
+                                              "Draining", NULL);
 }

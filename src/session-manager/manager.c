@@ -17,6 +17,7 @@
 #include "json-util.h"
 #include "string-util.h"
 #include "log.h"
+#include "drain.h"
 #include "manager.h"
 #include "run.h"
 #include "runner-protocol.h"
@@ -533,6 +534,9 @@ int manager_startup(Manager *m) {
         r = manager_recover_sessions(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to recover sessions: %m");
+        r = manager_load_draining(m);
+        if (r < 0)
+                return r;
 
         /* Take the name last, so no call arrives before we can answer it. */
         r = sd_bus_request_name(m->bus, SESSION_MANAGER_BUS_NAME, 0);

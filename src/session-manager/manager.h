@@ -63,6 +63,8 @@ typedef struct Manager {
         struct PendingCreate *pending_creates;
 
         Metrics metrics;
+
+        bool draining;         /* SetDraining(): CreateSession refused (drain.c) */
 } Manager;
 
 int manager_new(Manager **ret);
@@ -118,3 +120,4 @@ void manager_state_changed(Manager *m);
 int manager_add_bus_objects(Manager *m);
 const sd_bus_vtable *manager_get_vtable(void);
 void manager_emit_properties_changed(Manager *m);
+void manager_emit_draining_changed(Manager *m);

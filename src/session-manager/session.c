@@ -110,7 +110,7 @@ int session_new(Manager *m, Session **ret) {
 
         /* Ids are random; a collision with a live session is retried, not trusted away. */
         do {
-                r = session_id_generate(id);
+                r = session_id_generate_tagged(m->config.node_id, id);
                 if (r < 0)
                         return r;
         } while (manager_find_session(m, id));

@@ -26,6 +26,8 @@
 #define BUS_ERROR_BACKEND_FAILED  "io.scopebox.Error.BackendFailed"
 /* The caller hung up (its "hangup" pipe lost its writer): the call was ended, not completed. */
 #define BUS_ERROR_CANCELLED       "io.scopebox.Error.Cancelled"
+/* CreateSession while the node drains (SetDraining): it takes no new sessions. */
+#define BUS_ERROR_DRAINING        "io.scopebox.Error.Draining"
 
 /* Maps our error names to errnos and back; registered once per process. */
 extern const sd_bus_error_map scopebox_bus_errors[];

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "id.h"
 #include "macro.h"
 #include "parse-util.h"
 #include "string-util.h"
@@ -32,6 +33,9 @@ typedef struct ConfigItem {
         { { n, d, desc }, t, offsetof(Config, f), lo, hi }
 
 static const ConfigItem config_table[] = {
+        ITEM("SANDBOX_NODE_ID", CONFIG_STRING, node_id, "", 0, 0,
+             "This node's tag, 1-8 lowercase hex digits: every session id it mints starts with it, "
+             "ids with another start are unknown sessions here (docs/scale-out.md); empty: no tag."),
         ITEM("SANDBOX_API_KEY", CONFIG_STRING, api_key, "", 0, 0,
              "Bearer key of the sidecar API. Prefer /etc/scopebox/api-key (LoadCredential=)."),
         ITEM("SANDBOX_ALLOW_NO_AUTH", CONFIG_BOOL, allow_no_auth, "0", 0, 1,
@@ -282,6 +286,13 @@ int config_load(Config *c, const char *path, char **ret_error) {
                         return r;
         }
 
+        if (!node_id_is_valid(c->node_id)) {
+                if (asprintf(ret_error, "SANDBOX_NODE_ID=%s is not a valid value (1-%u lowercase hex digits, "
+                             "or empty)", c->node_id, NODE_ID_LEN_MAX) < 0)
+                        *ret_error = NULL;
+                return -EINVAL;
+        }
+
         if (c->idle_ttl_sec > c->idle_ttl_cap_sec) {
                 if (asprintf(ret_error, "SANDBOX_IDLE_TTL_SECONDS=%llu exceeds SANDBOX_IDLE_TTL_CAP_SECONDS=%llu",
                              (unsigned long long) c->idle_ttl_sec, (unsigned long long) c->idle_ttl_cap_sec) < 0)
@@ -292,6 +303,7 @@ int config_load(Config *c, const char *path, char **ret_error) {
 }
 
 void config_done(Config *c) {
+        free(c->node_id);
         free(c->local_storage_dir);
         free(c->storage_allowed_endpoints);
         free(c->storage_allowed_networks);

@@ -8,6 +8,9 @@
 #define SCOPEBOX_CONFIG_FILE "/etc/scopebox/scopebox.conf"
 
 typedef struct Config {
+        /* Node (scale-out) */
+        char *node_id;
+
         /* Gateway */
         char *api_key;
         bool allow_no_auth;

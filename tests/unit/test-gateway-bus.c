@@ -5,13 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 #include <systemd/sd-id128.h>
 
+#include "agent-check.h"
 #include "bus-util.h"
 #include "gateway-server.h"
 #include "http-router.h"
@@ -35,6 +38,9 @@ typedef struct Fake {
         FakeMode mode;
         const char *error_name;
         bool health_ok;
+        uint32_t counted_sessions;
+        int64_t max_sessions;
+        bool draining;
         sd_bus_message *held;
         unsigned calls;
 
@@ -122,11 +128,18 @@ static int fake_get_health(sd_bus_message *m, void *userdata, sd_bus_error *erro
         f->calls++;
         if (f->mode == FAKE_ERROR)
                 return sd_bus_error_set(error, f->error_name, "Failed to talk to systemd: /run/secret");
-        return sd_bus_reply_method_return(m, "ba{sv}", f->health_ok, 4,
+        if (f->mode == FAKE_HOLD) {
+                f->held = sd_bus_message_ref(m);
+                return 1;
+        }
+        return sd_bus_reply_method_return(m, "ba{sv}", f->health_ok, 7,
                                           "systemd_version", "s", "252",
                                           "runner", "s", "/usr/libexec/scopebox/scopebox-runner",
                                           "reason", "s", f->health_ok ? "" : "runner missing",
-                                          "sessions", "u", 3);
+                                          "sessions", "u", f->counted_sessions + 2,
+                                          "counted_sessions", "u", f->counted_sessions,
+                                          "max_sessions", "x", f->max_sessions,
+                                          "draining", "b", (int) f->draining);
 }
 
 static int fake_create(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -452,21 +465,35 @@ static void roundtrip(Env *env, const char *method, const char *path, const char
 #define UNHEALTHY(s) "{\"ok\":false,\"image_ready\":false,\"error\":\"" s "\"}"
 #define CREATED      "{\"session_id\":\"" SID "\"}"
 #define EXEC_BODY    "{\"session_id\":\"" SID "\",\"code\":\"1\"}"
+#define HEALTHY(extra) "{\"ok\":true,\"image_ready\":true,\"backend\":\"systemd\",\"systemd\":\"252\"," \
+                       "\"runner\":\"scopebox-runner " PROJECT_VERSION "\"," extra "}"
 
 static void test_health(Env *env) {
         fake_reset(&env->fake);
         env->fake.health_ok = true;
-        roundtrip(env, "GET", "/healthz", NULL, 200,
-                  "{\"ok\":true,\"image_ready\":true,\"backend\":\"systemd\",\"systemd\":\"252\","
-                  "\"runner\":\"scopebox-runner " PROJECT_VERSION "\"}");
+        env->fake.counted_sessions = 3;
+        env->fake.max_sessions = 16;
+        roundtrip(env, "GET", "/healthz", NULL, 200, HEALTHY("\"node\":\"\",\"sessions\":3,\"capacity\":16,\"draining\":false"));
+        ASSERT_TRUE(env->server.health.sessions == 3 && env->server.health.capacity == 16);
 
         /* A healthy answer is reused for a second: the manager isn't asked again. */
         env->fake.health_ok = false;
-        roundtrip(env, "GET", "/healthz", NULL, 200,
-                  "{\"ok\":true,\"image_ready\":true,\"backend\":\"systemd\",\"systemd\":\"252\","
-                  "\"runner\":\"scopebox-runner " PROJECT_VERSION "\"}");
+        roundtrip(env, "GET", "/healthz", NULL, 200, HEALTHY("\"node\":\"\",\"sessions\":3,\"capacity\":16,\"draining\":false"));
+
+        /* Draining or full is still healthy (pinned requests must reach the node); unlimited is
+         * capacity 0. */
+        env->fake.health_ok = true;
+        env->fake.draining = true;
+        env->fake.counted_sessions = 20;
+        env->fake.max_sessions = -1;
+        env->server.config.node_id = (char *) "0a";
+        env->server.health.usec = 0;
+        roundtrip(env, "GET", "/healthz", NULL, 200, HEALTHY("\"node\":\"0a\",\"sessions\":20,\"capacity\":0,\"draining\":true"));
+        env->server.config.node_id = NULL;
+        env->fake.draining = false;
+        env->fake.health_ok = false;
         /* Once it is older than that, the manager is asked, and an unhealthy answer is never kept. */
-        env->server.health_cache_usec = 0;
+        env->server.health.usec = 0;
         roundtrip(env, "GET", "/healthz", NULL, 503, UNHEALTHY("runner missing"));
 
         /* A failing manager: 503, and nothing of its message. */
@@ -958,6 +985,203 @@ static void test_manager_gone(void) {
         env_done(&env);
 }
 
+/* SANDBOX_NODE_ID: an id without the node's tag gets, on every route, what an unknown session
+ * gets, and the manager is never asked. */
+static void test_node_tag(Env *env) {
+        static const struct {
+                const char *method, *path, *body;
+        } routes[] = {
+                { "DELETE", "/sessions/" SID, NULL },
+                { "DELETE", "/sessions/" SID, "{\"discard\":true}" },
+                { "POST", "/exec", EXEC_BODY },
+                { "POST", "/files", FILE_BODY("a.txt", "aGVsbG8=") },
+                { "POST", "/files/get", GET_BODY(SID, "a.txt") },
+                { "POST", "/files/list", SESSION_BODY(SID) },
+                { "POST", "/files/reset-inputs", SESSION_BODY(SID) },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
+                HttpRequest *unknown, *foreign;
+
+                /* What the manager's NoSuchSession makes of it, untagged. */
+                fake_reset(&env->fake);
+                env->fake.calls = 0;
+                env->fake.mode = FAKE_ERROR;
+                env->fake.error_name = BUS_ERROR_NO_SUCH_SESSION;
+                env->server.config.node_id = NULL;
+                unknown = request(env, routes[i].method, routes[i].path, routes[i].body);
+                dispatch_and_wait(env, unknown);
+                ASSERT_TRUE(unknown->response && env->fake.calls == 1);
+
+                /* Tagged "ab": SID (01…) is another node's. */
+                fake_reset(&env->fake);
+                env->fake.calls = 0;
+                env->server.config.node_id = (char *) "ab";
+                foreign = request(env, routes[i].method, routes[i].path, routes[i].body);
+                ASSERT_TRUE(http_request_dispatch(foreign) == 0);
+                ASSERT_TRUE(foreign->response && !foreign->slot && env->fake.calls == 0);
+                check_response(foreign, unknown->response->status, unknown->response->body);
+                fprintf(stderr, "ok - %s %s: %u %s\n", routes[i].method, routes[i].path,
+                        foreign->response->status, foreign->response->body);
+                http_request_free(unknown);
+                http_request_free(foreign);
+
+                /* Tagged "0123": SID is ours and goes to the manager. */
+                fake_reset(&env->fake);
+                env->fake.calls = 0;
+                env->server.config.node_id = (char *) "0123";
+                foreign = request(env, routes[i].method, routes[i].path, routes[i].body);
+                dispatch_and_wait(env, foreign);
+                ASSERT_TRUE(env->fake.calls == 1);
+                http_request_free(foreign);
+        }
+        env->server.config.node_id = NULL;
+
+        /* A draining manager's refusal of a create. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_DRAINING;
+        {
+                HttpRequest *req = request(env, "POST", "/sessions", "{}");
+
+                dispatch_and_wait(env, req);
+                check_response(req, 503, DETAIL("node is draining"));
+                ASSERT_STREQ(req->response->retry_after, "1");
+                http_request_free(req);
+        }
+        fake_reset(&env->fake);
+}
+
+/* The agent check's line. */
+static void test_agent_line(void) {
+        char line[16];
+
+        health_agent_line(&(HealthSnapshot) { .sessions = 0, .capacity = 16 }, line);
+        ASSERT_STREQ(line, "up 100%\n");
+        health_agent_line(&(HealthSnapshot) { .sessions = 1, .capacity = 3 }, line);
+        ASSERT_STREQ(line, "up 66%\n");
+        health_agent_line(&(HealthSnapshot) { .sessions = 15, .capacity = 16 }, line);
+        ASSERT_STREQ(line, "up 6%\n");
+        health_agent_line(&(HealthSnapshot) { .sessions = 16, .capacity = 16 }, line);
+        ASSERT_STREQ(line, "up 0%\n");
+        health_agent_line(&(HealthSnapshot) { .sessions = 40, .capacity = 16 }, line);
+        ASSERT_STREQ(line, "up 0%\n");
+        health_agent_line(&(HealthSnapshot) { .sessions = 40, .capacity = 0 }, line);
+        ASSERT_STREQ(line, "up 100%\n");
+        health_agent_line(&(HealthSnapshot) { .sessions = 1, .capacity = 16, .draining = true }, line);
+        ASSERT_STREQ(line, "drain\n");
+}
+
+/* Connects to the agent socket and reads what it says, running the loop meanwhile. */
+static void agent_expect(Env *env, const struct sockaddr_un *sa, socklen_t salen, const char *expected) {
+        _cleanup_close_ int c = -EBADF;
+        char buf[64];
+        size_t got = 0;
+
+        c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        ASSERT_TRUE(c >= 0);
+        ASSERT_TRUE(connect(c, (const struct sockaddr *) sa, salen) == 0);
+        for (unsigned i = 0; i < 200; i++) {
+                ssize_t n = read(c, buf + got, sizeof(buf) - 1 - got);
+                if (n == 0)
+                        break; /* closed after the line */
+                if (n > 0) {
+                        got += (size_t) n;
+                        continue;
+                }
+                ASSERT_TRUE(errno == EAGAIN);
+                ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+        }
+        buf[got] = 0;
+        ASSERT_STREQ(buf, expected);
+}
+
+static void test_agent_socket(Env *env) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        socklen_t salen;
+        int l;
+
+        (void) snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "scopebox-test-agent-%d", (int) getpid());
+        salen = offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sa.sun_path + 1);
+        l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(l >= 0);
+        ASSERT_TRUE(bind(l, (struct sockaddr *) &sa, salen) == 0);
+        ASSERT_TRUE(listen(l, 64) == 0);
+        ASSERT_TRUE(server_add_agent_fd(&env->server, l) == 0);
+
+        /* Fresh answers through the manager. */
+        fake_reset(&env->fake);
+        env->fake.health_ok = true;
+        env->fake.counted_sessions = 1;
+        env->fake.max_sessions = 4;
+        env->server.health.usec = 0;
+        agent_expect(env, &sa, salen, "up 75%\n");
+        /* Cached for a second, like /healthz. */
+        env->fake.counted_sessions = 4;
+        agent_expect(env, &sa, salen, "up 75%\n");
+        env->server.health.usec = 0;
+        agent_expect(env, &sa, salen, "up 0%\n");
+        env->server.health.usec = 0;
+        env->fake.draining = true;
+        agent_expect(env, &sa, salen, "drain\n");
+        env->server.health.usec = 0;
+        env->fake.health_ok = false;
+        agent_expect(env, &sa, salen, "down\n");
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_BACKEND_FAILED;
+        agent_expect(env, &sa, salen, "down\n");
+
+        /* Garbage from the client changes nothing: it is never read. */
+        env->fake.mode = FAKE_OK;
+        env->fake.health_ok = true;
+        env->fake.draining = false;
+        {
+                _cleanup_close_ int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                ASSERT_TRUE(c >= 0 && connect(c, (struct sockaddr *) &sa, salen) == 0);
+                ASSERT_TRUE(write(c, "GET / HTTP/1.0\r\n\r\n", 18) == 18);
+        }
+        agent_expect(env, &sa, salen, "up 0%\n");
+
+        /* Many at once while a fresh answer is out: at most AGENT_WAITING_MAX wait, the rest are
+         * closed unanswered, and all of them get their answer when it comes. */
+        {
+                int cs[AGENT_WAITING_MAX + 8];
+                unsigned answered = 0, closed = 0;
+
+                env->server.health.usec = 0;
+                env->fake.mode = FAKE_HOLD;
+                for (size_t i = 0; i < ELEMENTSOF(cs); i++) {
+                        cs[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+                        ASSERT_TRUE(cs[i] >= 0 && connect(cs[i], (struct sockaddr *) &sa, salen) == 0);
+                }
+                for (unsigned i = 0; i < 200 && (!env->fake.held || env->server.n_agent_waiting +
+                                                 env->server.n_agent_refused < ELEMENTSOF(cs)); i++)
+                        ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+                ASSERT_TRUE(env->fake.held);
+                ASSERT_TRUE(env->server.n_agent_waiting == AGENT_WAITING_MAX);
+                ASSERT_TRUE(env->server.n_agent_refused == 8);
+                ASSERT_TRUE(sd_bus_reply_method_return(env->fake.held, "ba{sv}", 1, 0) >= 0);
+                env->fake.held = sd_bus_message_unref(env->fake.held);
+                for (unsigned i = 0; i < 200 && env->server.n_agent_waiting > 0; i++)
+                        ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
+                ASSERT_TRUE(env->server.n_agent_waiting == 0);
+                for (size_t i = 0; i < ELEMENTSOF(cs); i++) {
+                        char buf[16] = {};
+                        ssize_t n = read(cs[i], buf, sizeof(buf) - 1);
+
+                        if (n > 0) {
+                                ASSERT_STREQ(buf, "up 100%\n"); /* no counts in the reply: 0 of unlimited */
+                                answered++;
+                        } else
+                                closed++;
+                        safe_close(cs[i]);
+                }
+                ASSERT_TRUE(answered == AGENT_WAITING_MAX && closed == 8);
+        }
+        fake_reset(&env->fake);
+        server_free_agents(&env->server);
+}
+
 int main(void) {
         Env env;
 
@@ -970,8 +1194,11 @@ int main(void) {
         test_hangup_pipe(&env);
         test_orphan(&env);
         test_abandoned_create(&env);
+        test_node_tag(&env);
+        test_agent_socket(&env);
         env_done(&env);
 
+        RUN(test_agent_line);
         RUN(test_manager_gone);
 
         return 0;

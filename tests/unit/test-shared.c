@@ -129,6 +129,44 @@ static void test_session_id(void) {
         ASSERT_TRUE(!session_id_is_valid(NULL));
 }
 
+/* SANDBOX_NODE_ID: ids minted with a tag start with it and are ids like any other. */
+static void test_session_id_tagged(void) {
+        char id[SESSION_ID_LEN + 1], id2[SESSION_ID_LEN + 1];
+
+        ASSERT_TRUE(node_id_is_valid(""));
+        ASSERT_TRUE(node_id_is_valid("0"));
+        ASSERT_TRUE(node_id_is_valid("a7"));
+        ASSERT_TRUE(node_id_is_valid("0123abcd"));
+        ASSERT_TRUE(!node_id_is_valid("0123abcde"));   /* 9 digits */
+        ASSERT_TRUE(!node_id_is_valid("A7"));
+        ASSERT_TRUE(!node_id_is_valid("g1"));
+        ASSERT_TRUE(!node_id_is_valid("a7 "));
+        ASSERT_TRUE(!node_id_is_valid("-1"));
+        ASSERT_TRUE(!node_id_is_valid(NULL));
+
+        for (unsigned i = 0; i < 64; i++) {
+                ASSERT_EQ(session_id_generate_tagged("a7", id), 0);
+                ASSERT_TRUE(session_id_is_valid(id));
+                ASSERT_TRUE(strncmp(id, "a7", 2) == 0);
+                ASSERT_EQ(id[12], '4');
+                ASSERT_TRUE(session_id_has_tag(id, "a7"));
+                ASSERT_TRUE(!session_id_has_tag(id, "a8"));
+                ASSERT_TRUE(!session_id_has_tag(id, id[2] == '0' ? "a71" : "a70"));
+                ASSERT_TRUE(session_id_has_tag(id, ""));
+                ASSERT_TRUE(session_id_has_tag(id, NULL));
+        }
+        ASSERT_EQ(session_id_generate_tagged("0123abcd", id), 0);
+        ASSERT_TRUE(session_id_is_valid(id) && strncmp(id, "0123abcd", 8) == 0 && id[12] == '4');
+        ASSERT_EQ(session_id_generate_tagged("0123abcd", id2), 0);
+        ASSERT_TRUE(strcmp(id, id2) != 0); /* the rest is still random */
+        ASSERT_EQ(session_id_generate_tagged("", id), 0);
+        ASSERT_TRUE(session_id_is_valid(id));
+        ASSERT_EQ(session_id_generate_tagged(NULL, id), 0);
+        ASSERT_TRUE(session_id_is_valid(id));
+        ASSERT_TRUE(session_id_has_tag("9fd8b918372d489ab6aa6843611148be", "9fd8"));
+        ASSERT_TRUE(!session_id_has_tag("9fd8b918372d489ab6aa6843611148be", "9fd9"));
+}
+
 static void test_mime(void) {
         static const char text[] =
                 "# a comment\n"
@@ -656,6 +694,25 @@ static void test_config(void) {
         ASSERT_TRUE(err && strstr(err, "SANDBOX_PIDS_LIMIT"));
         config_done(&c);
         unsetenv("SANDBOX_PIDS_LIMIT");
+
+        /* SANDBOX_NODE_ID: empty by default, else 1-8 lowercase hex digits. */
+        ASSERT_EQ(config_load(&c, path, &err), 0);
+        ASSERT_TRUE(c.node_id && streq(c.node_id, ""));
+        config_done(&c);
+        setenv("SANDBOX_NODE_ID", "0a", 1);
+        ASSERT_EQ(config_load(&c, path, &err), 0);
+        ASSERT_TRUE(streq(c.node_id, "0a"));
+        config_done(&c);
+        static const char *const bad_node_ids[] = { "0A", "xy", "123456789", "0a-", "-1", "0x1" };
+        for (size_t i = 0; i < ELEMENTSOF(bad_node_ids); i++) {
+                free(err);
+                err = NULL;
+                setenv("SANDBOX_NODE_ID", bad_node_ids[i], 1);
+                ASSERT_EQ(config_load(&c, path, &err), -EINVAL);
+                ASSERT_TRUE(err && strstr(err, "SANDBOX_NODE_ID"));
+                config_done(&c);
+        }
+        unsetenv("SANDBOX_NODE_ID");
         unlink(path);
 }
 
@@ -763,6 +820,7 @@ int main(int argc, char *argv[]) {
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
         RUN(test_session_id);
+        RUN(test_session_id_tagged);
         RUN(test_mime);
         RUN(test_parse);
         RUN(test_workspace_path);
