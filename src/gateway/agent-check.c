@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The HAProxy agent check: "up <P>%", "drain" or "down", one line per connection, from the same
+/* The HAProxy agent check: "ready up <P>%", "drain" or "down", one line per connection, from the same
  * health answer /healthz gives (http-health.c). Nothing here blocks: sockets are non-blocking,
  * a line of at most 16 bytes goes into an empty send buffer, and a fresh answer is an async call. */
 #include <errno.h>

@@ -61,7 +61,8 @@ void health_agent_line(const HealthSnapshot *h, char buf[static 16]) {
                 percent = h->sessions >= h->capacity
                                   ? 0
                                   : 100U * (uint64_t) (h->capacity - h->sessions) / h->capacity;
-        (void) snprintf(buf, 16, "up %u%%\n", (unsigned) percent);
+        /* "ready" ends a drain HAProxy was told of before; "up" alone would not. */
+        (void) snprintf(buf, 16, "ready up %u%%\n", (unsigned) percent);
 }
 
 /* The healthy body: upstream reports its Docker version and runner image, these are our

@@ -32,7 +32,7 @@ int server_health_update(Server *s, sd_bus_message *reply, const char **ret_reas
 /* A new GetHealth() call (it starts the bus-activated manager, as /healthz always has). */
 int server_health_new_call(Server *s, sd_bus_message **ret);
 
-/* The agent check's line for a healthy snapshot: "drain\n" or "up <P>%\n", P the free share of
+/* The agent check's line for a healthy snapshot: "drain\n" or "ready up <P>%\n", P the free share of
  * the capacity, floor(100 * (capacity - sessions) / capacity) clamped to 0..100 (100 when
  * unlimited). */
 void health_agent_line(const HealthSnapshot *h, char buf[static 16]);

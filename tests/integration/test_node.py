@@ -228,15 +228,15 @@ def test_non_root_cannot_drain():
 def test_agent_line_follows_the_capacity():
     with node(SANDBOX_MAX_SESSIONS=2):
         time.sleep(1.1)
-        assert agent_line() == "up 100%\n"
+        assert agent_line() == "ready up 100%\n"
         a = create_session()
         try:
             time.sleep(1.1)
-            assert agent_line() == "up 50%\n"
+            assert agent_line() == "ready up 50%\n"
             b = create_session()
             try:
                 time.sleep(1.1)
-                assert agent_line() == "up 0%\n"
+                assert agent_line() == "ready up 0%\n"
                 h = fresh_health()
                 assert (h["sessions"], h["capacity"], h["ok"]) == (2, 2, True)
                 assert request("POST", "/sessions", {}).status == 429

@@ -1057,17 +1057,17 @@ static void test_agent_line(void) {
         char line[16];
 
         health_agent_line(&(HealthSnapshot) { .sessions = 0, .capacity = 16 }, line);
-        ASSERT_STREQ(line, "up 100%\n");
+        ASSERT_STREQ(line, "ready up 100%\n");
         health_agent_line(&(HealthSnapshot) { .sessions = 1, .capacity = 3 }, line);
-        ASSERT_STREQ(line, "up 66%\n");
+        ASSERT_STREQ(line, "ready up 66%\n");
         health_agent_line(&(HealthSnapshot) { .sessions = 15, .capacity = 16 }, line);
-        ASSERT_STREQ(line, "up 6%\n");
+        ASSERT_STREQ(line, "ready up 6%\n");
         health_agent_line(&(HealthSnapshot) { .sessions = 16, .capacity = 16 }, line);
-        ASSERT_STREQ(line, "up 0%\n");
+        ASSERT_STREQ(line, "ready up 0%\n");
         health_agent_line(&(HealthSnapshot) { .sessions = 40, .capacity = 16 }, line);
-        ASSERT_STREQ(line, "up 0%\n");
+        ASSERT_STREQ(line, "ready up 0%\n");
         health_agent_line(&(HealthSnapshot) { .sessions = 40, .capacity = 0 }, line);
-        ASSERT_STREQ(line, "up 100%\n");
+        ASSERT_STREQ(line, "ready up 100%\n");
         health_agent_line(&(HealthSnapshot) { .sessions = 1, .capacity = 16, .draining = true }, line);
         ASSERT_STREQ(line, "drain\n");
 }
@@ -1115,12 +1115,12 @@ static void test_agent_socket(Env *env) {
         env->fake.counted_sessions = 1;
         env->fake.max_sessions = 4;
         env->server.health.usec = 0;
-        agent_expect(env, &sa, salen, "up 75%\n");
+        agent_expect(env, &sa, salen, "ready up 75%\n");
         /* Cached for a second, like /healthz. */
         env->fake.counted_sessions = 4;
-        agent_expect(env, &sa, salen, "up 75%\n");
+        agent_expect(env, &sa, salen, "ready up 75%\n");
         env->server.health.usec = 0;
-        agent_expect(env, &sa, salen, "up 0%\n");
+        agent_expect(env, &sa, salen, "ready up 0%\n");
         env->server.health.usec = 0;
         env->fake.draining = true;
         agent_expect(env, &sa, salen, "drain\n");
@@ -1140,7 +1140,7 @@ static void test_agent_socket(Env *env) {
                 ASSERT_TRUE(c >= 0 && connect(c, (struct sockaddr *) &sa, salen) == 0);
                 ASSERT_TRUE(write(c, "GET / HTTP/1.0\r\n\r\n", 18) == 18);
         }
-        agent_expect(env, &sa, salen, "up 0%\n");
+        agent_expect(env, &sa, salen, "ready up 0%\n");
 
         /* Many at once while a fresh answer is out: at most AGENT_WAITING_MAX wait, the rest are
          * closed unanswered, and all of them get their answer when it comes. */
@@ -1170,7 +1170,7 @@ static void test_agent_socket(Env *env) {
                         ssize_t n = read(cs[i], buf, sizeof(buf) - 1);
 
                         if (n > 0) {
-                                ASSERT_STREQ(buf, "up 100%\n"); /* no counts in the reply: 0 of unlimited */
+                                ASSERT_STREQ(buf, "ready up 100%\n"); /* no counts in the reply: 0 of unlimited */
                                 answered++;
                         } else
                                 closed++;
