@@ -6,6 +6,7 @@ import email.message
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,6 +68,7 @@ class Balancer:
     def close(self):
         self.proc.terminate()
         self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def wait(cond, timeout=15.0):
