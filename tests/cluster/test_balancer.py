@@ -2,7 +2,6 @@
 """The balancer's rules (packaging/haproxy/scopebox-haproxy-config) with HAProxy itself in front
 of stand-in nodes (fakenode.py): which node each request reaches, and what the balancer answers
 on its own. Quick and needs no sandbox; test_cluster.py runs real nodes."""
-import email.message
 import json
 import os
 import pathlib
@@ -12,13 +11,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from fakenode import FakeNode  # noqa: E402
+from httpc import call, wait  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "packaging/haproxy/scopebox-haproxy-config"
@@ -48,17 +46,7 @@ class Balancer:
         wait(lambda: self.request("GET", "/healthz")[0] == 200)
 
     def request(self, method, path, body=None, raw=None):
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": "Bearer k"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, json.loads(r.read()), r.headers
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null"), e.headers
-        except (urllib.error.URLError, ConnectionError):
-            return None, None, email.message.Message()
+        return call(self.url, method, path, body=body, raw=raw, key="k", timeout=30)
 
     def create(self):
         status, doc, hdrs = self.request("POST", "/sessions", {})
@@ -69,15 +57,6 @@ class Balancer:
         self.proc.terminate()
         self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def wait(cond, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture(scope="module")
