@@ -4,7 +4,7 @@
 BUILDDIR ?= build
 MESON_OPTS ?=
 
-.PHONY: all deps build install run stop check unit-test integration-test units-test bench clean
+.PHONY: all deps build install run stop check unit-test integration-test units-test bench clean cluster cluster-down
 
 all: build
 
@@ -25,6 +25,14 @@ run: install
 
 stop:
 	tools/run --stop
+
+# NODES scopebox nodes behind HAProxy on one machine (docs/scale-out.md); prints SANDBOX_URL= and the key.
+NODES ?= 3
+cluster: install
+	tools/cluster up $(NODES)
+
+cluster-down:
+	tools/cluster down
 
 check: run
 	tools/check $(BUILDDIR)
