@@ -181,7 +181,7 @@ def drained():
 def test_drain_refuses_new_sessions_and_keeps_the_old_ones():
     sid = create_session()
     try:
-        assert agent_line().startswith("up ")
+        assert agent_line().startswith("ready up ")
         with drained():
             r = request("POST", "/sessions", {})
             assert (r.status, r.json) == (503, {"detail": "node is draining"}), r
@@ -273,10 +273,10 @@ def test_agent_socket_garbage_and_floods_do_not_stall_the_gateway():
         answered = 0
         for s in held:
             s.settimeout(5)
-            if s.recv(64).startswith(b"up "):
+            if s.recv(64).startswith(b"ready up "):
                 answered += 1
         assert answered > 0
-        assert agent_line().startswith("up ")
+        assert agent_line().startswith("ready up ")
     finally:
         for s in held:
             s.close()

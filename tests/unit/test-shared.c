@@ -694,6 +694,7 @@ static void test_config(void) {
         ASSERT_TRUE(err && strstr(err, "SANDBOX_PIDS_LIMIT"));
         config_done(&c);
         unsetenv("SANDBOX_PIDS_LIMIT");
+        err = mfree(err);
 
         /* SANDBOX_NODE_ID: empty by default, else 1-8 lowercase hex digits. */
         ASSERT_EQ(config_load(&c, path, &err), 0);
