@@ -17,6 +17,8 @@
 #define BUS_TIMEOUT_HEALTH_USEC   (15U * USEC_PER_SEC)
 /* On top of the longest wait the configuration allows: the manager's own work and scheduling. */
 #define BUS_TIMEOUT_SLACK_USEC    (60U * USEC_PER_SEC)
+/* A call the manager answers at once, not queued behind the session (CancelExec). */
+#define BUS_TIMEOUT_SHORT_USEC    BUS_TIMEOUT_HEALTH_USEC
 
 /* Creation waits for a create slot, release for the session; both may archive or restore a
  * workspace (SANDBOX_ARCHIVE_TIMEOUT_S). */

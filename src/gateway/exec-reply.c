@@ -3,8 +3,10 @@
 #include <stdlib.h>
 
 #include "bus-client.h"
+#include "bus-util.h"
 #include "exec-reply.h"
 #include "macro.h"
+#include "string-util.h"
 
 /* Room for what the reply's data memfd may hold beyond the configured limits (alignment, skew). */
 #define EXEC_DATA_SLACK (16ULL << 20)
@@ -51,15 +53,24 @@ static const BusDictField exec_info_fields[] = {
         { "oom_killed",        'b', offsetof(ExecInfo, oom_killed)        },
         { "pids_limited",      'b', offsetof(ExecInfo, pids_limited)      },
         { "blocked_syscalls",  0,   offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
+        { "exit_reason",       's', offsetof(ExecInfo, exit_reason)       },
+        { "cpu_usec",          't', offsetof(ExecInfo, cpu_usec)          },
+        { "max_rss_bytes",     't', offsetof(ExecInfo, max_rss_bytes)     },
+        { "written_bytes",     't', offsetof(ExecInfo, written_bytes)     },
+        { "processes",         't', offsetof(ExecInfo, processes)         },
         {}
 };
 
 int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd) {
         int r;
 
+        info->cpu_usec = info->max_rss_bytes = info->written_bytes = info->processes = EXEC_USAGE_UNKNOWN;
         r = bus_message_read_dict(reply, exec_info_fields, info);
         if (r < 0)
                 return r;
+        /* Strings go into the response as they are: only the words we know. */
+        if (info->exit_reason && !bus_exit_reason_is_valid(info->exit_reason))
+                return -EBADMSG;
         return sd_bus_message_read_basic(reply, 'h', ret_fd);
 }
 

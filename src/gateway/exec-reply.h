@@ -45,7 +45,15 @@ typedef struct ExecInfo {
         bool oom_killed;        /* the OOM killer struck in the session's scope during the exec */
         bool pids_limited;      /* the scope's tasks limit refused a process or thread */
         ExecBlockedList blocked;
+        const char *exit_reason;  /* NULL from a manager that does not say; else bus_exit_reason_is_valid() */
+        /* What the exec's processes used; EXEC_USAGE_UNKNOWN where the manager did not say. */
+        uint64_t cpu_usec;
+        uint64_t max_rss_bytes;
+        uint64_t written_bytes;
+        uint64_t processes;
 } ExecInfo;
+
+#define EXEC_USAGE_UNKNOWN UINT64_MAX
 
 void exec_info_done(ExecInfo *info);
 /* Reads the end both replies share: "a{sv} info, h data" (the fd stays owned by the message). */

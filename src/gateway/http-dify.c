@@ -85,13 +85,14 @@ typedef struct DifyField {
         size_t offset;
 } DifyField;
 
-#define DIFY_FIELDS_MAX 4U
+#define DIFY_FIELDS_MAX 5U
 
 static const DifyField dify_run_fields[] = {
         { "language",       DIFY_FIELD_STRING, true,  offsetof(DifyRunRequest, language)       },
         { "code",           DIFY_FIELD_STRING, true,  offsetof(DifyRunRequest, code)           },
         { "preload",        DIFY_FIELD_STRING, false, offsetof(DifyRunRequest, preload)        },
         { "enable_network", DIFY_FIELD_BOOL,   false, offsetof(DifyRunRequest, enable_network) },
+        { "report",         DIFY_FIELD_BOOL,   false, offsetof(DifyRunRequest, report)         },
         {}
 };
 
@@ -608,7 +609,9 @@ int dify_result_compose(const DifyResult *r, const void *data, size_t data_size,
             (k = http_stream_append_str(s, "\",\"error\":\"")) < 0 ||
             (k = http_stream_append_text_lossy(s, error.data ?: "", error.size)) < 0 ||
             (k = exit_code != 0 ? http_stream_append_text_lossy(s, stderr_raw, r->stderr_size) : 0) < 0 ||
-            (k = http_stream_appendf(s, "\",\"exit_code\":%" PRIi32 "}}", exit_code)) < 0)
+            (k = http_stream_appendf(s, "\",\"exit_code\":%" PRIi32, exit_code)) < 0 ||
+            (k = exec_report_append(s, &r->report)) < 0 ||
+            (k = http_stream_append_str(s, "}}")) < 0)
                 return k;
         return http_response_new_stream(HTTP_OK, TAKE_PTR(s), ret);
 }
@@ -740,6 +743,7 @@ int http_dify_health(HttpRequest *req) {
 typedef struct DifyRun {
         Server *server;
         bool counted;
+        bool report;
         char language[16];
 } DifyRun;
 
@@ -809,6 +813,7 @@ static int dify_run_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.stdout_truncated = info.stdout_truncated;
         result.stderr_truncated = info.stderr_truncated;
         result.output_limit = config->dify_max_output_bytes;
+        exec_report_from_info(&result.report, &info, run->report);
 
         r = bus_data_load(fd, 2 * config->dify_max_output_bytes + DIFY_DATA_SLACK, &data);
         if (r < 0)
@@ -866,6 +871,7 @@ static int dify_run_call(HttpRequest *req, const DifyRunRequest *b, const DifyTr
         if (!run)
                 return -ENOMEM;
         run->server = s;
+        run->report = b->report;
         (void) snprintf(run->language, sizeof(run->language), "%s", b->language.data);
         req->userdata = run;
         req->userdata_free = dify_run_free;

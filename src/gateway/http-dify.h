@@ -62,6 +62,7 @@ typedef struct DifyRunRequest {
         DifyString code;
         DifyString preload;
         bool enable_network;
+        bool report;            /* our extension: exit_reason and resources in "data" */
 } DifyRunRequest;
 
 void dify_run_request_done(DifyRunRequest *r);
@@ -124,6 +125,7 @@ typedef struct DifyResult {
         bool stdout_truncated;  /* cut at output_limit bytes (SANDBOX_DIFY_MAX_OUTPUT_BYTES) */
         bool stderr_truncated;
         uint64_t output_limit;
+        ExecReport report;
 } DifyResult;
 
 /* The exit code clients see: -1 on timeout and when a signal ended the interpreter (what Go's

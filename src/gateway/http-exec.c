@@ -24,12 +24,14 @@ typedef struct ExecBody {
         const char *session_id;
         const char *code;
         int64_t timeout_ms;
+        bool report;
 } ExecBody;
 
 static const JsonField exec_body_fields[] = {
         { "session_id", JSON_FIELD_STRING, offsetof(ExecBody, session_id), JSON_MANDATORY },
         { "code",       JSON_FIELD_STRING, offsetof(ExecBody, code),       JSON_MANDATORY },
         { "timeout_ms", JSON_FIELD_INT64,  offsetof(ExecBody, timeout_ms), JSON_NULLABLE  },
+        { "report",     JSON_FIELD_BOOL,   offsetof(ExecBody, report),     JSON_NULLABLE  },
         {}
 };
 
@@ -93,6 +95,7 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
                 .code_size = code_size,
                 .timeout_ms = exec_timeout_effective(json_object_object_get_ex(body, "timeout_ms", NULL),
                                                      b.timeout_ms, config->exec_timeout_cap_ms),
+                .report = b.report,
         };
         return 0;
 }
@@ -202,6 +205,12 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
         if (r < 0)
                 return r;
 
+        if (exec_report_cancelled(&result->report)) {
+                r = json_writer_appendf(w, "%s[sandbox] execution was cancelled", exec_note_separator(ret));
+                if (r < 0)
+                        return r;
+        }
+
         if (result->files_skipped > 0) {
                 const char *sep = exec_note_separator(ret);
 
@@ -227,6 +236,50 @@ static int exec_stream_text(HttpStream *s, const ExecText *t) {
             (r = http_stream_append_text_lossy(s, t->notes.data ?: "", t->notes.size)) < 0)
                 return r;
         return http_stream_append(s, "\"", 1);
+}
+
+static int exec_append_usage(HttpStream *s, const char *name, uint64_t v, uint64_t divisor, bool first) {
+        if (v == EXEC_USAGE_UNKNOWN)
+                return http_stream_appendf(s, "%s\"%s\":null", first ? "" : ",", name);
+        return http_stream_appendf(s, "%s\"%s\":%" PRIu64, first ? "" : ",", name, v / divisor);
+}
+
+void exec_report_from_info(ExecReport *ret, const ExecInfo *info, bool wanted) {
+        *ret = (ExecReport) {
+                .wanted = wanted,
+                .exit_reason = info->exit_reason,
+                .wall_usec = info->duration_usec,
+                .cpu_usec = info->cpu_usec,
+                .max_rss_bytes = info->max_rss_bytes,
+                .written_bytes = info->written_bytes,
+                .processes = info->processes,
+        };
+}
+
+bool exec_report_cancelled(const ExecReport *r) {
+        return r->exit_reason && streq(r->exit_reason, "cancelled");
+}
+
+/* Only for a client that asked (or cancelled), so that the peers' clients get their bytes.
+ * Numbers are whole; what was not measured is null. */
+int exec_report_append(HttpStream *s, const ExecReport *r) {
+        int k;
+
+        if (r->exit_reason && (r->wanted || exec_report_cancelled(r))) {
+                k = http_stream_appendf(s, ",\"exit_reason\":\"%s\"", r->exit_reason);
+                if (k < 0)
+                        return k;
+        }
+        if (!r->wanted)
+                return 0;
+        if ((k = http_stream_append_str(s, ",\"resources\":{")) < 0 ||
+            (k = exec_append_usage(s, "cpu_ms", r->cpu_usec, USEC_PER_MSEC, true)) < 0 ||
+            (k = exec_append_usage(s, "wall_ms", r->wall_usec, USEC_PER_MSEC, false)) < 0 ||
+            (k = exec_append_usage(s, "max_rss_bytes", r->max_rss_bytes, 1, false)) < 0 ||
+            (k = exec_append_usage(s, "written_bytes", r->written_bytes, 1, false)) < 0 ||
+            (k = exec_append_usage(s, "processes", r->processes, 1, false)) < 0)
+                return k;
+        return http_stream_append_str(s, "}");
 }
 
 int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
@@ -292,6 +345,8 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         if (r >= 0 && result->n_blocked > 0)
                 r = http_stream_append_str(s, "]");
         if (r >= 0)
+                r = exec_report_append(s, &result->report);
+        if (r >= 0)
                 r = http_stream_append_str(s, "}");
         if (r < 0)
                 return r;
@@ -301,6 +356,7 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
 
 typedef struct ExecContext {
         uint64_t timeout_ms;
+        bool report;
 } ExecContext;
 
 static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
@@ -338,6 +394,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         result.blocked = info.blocked.items;
         result.n_blocked = info.blocked.n;
         result.signal = info.signal;
+        exec_report_from_info(&result.report, &info, ctx->report);
 
         max = exec_reply_data_max(config);
         r = bus_data_load(fd, max, &data);
@@ -390,10 +447,58 @@ int http_exec_post(HttpRequest *req) {
         ctx = malloc(sizeof(ExecContext));
         if (!ctx)
                 return -ENOMEM;
-        *ctx = (ExecContext) { .timeout_ms = x.timeout_ms };
+        *ctx = (ExecContext) { .timeout_ms = x.timeout_ms, .report = x.report };
         req->userdata = ctx;
         req->userdata_free = free;
 
         return http_request_call(req, m, bus_timeout_exec_usec(&req->server->config, x.timeout_ms),
                                  exec_on_reply);
+}
+
+typedef struct CancelBody {
+        const char *session_id;
+} CancelBody;
+
+static const JsonField cancel_body_fields[] = {
+        { "session_id", JSON_FIELD_STRING, offsetof(CancelBody, session_id), JSON_MANDATORY },
+        {}
+};
+
+static int exec_cancel_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        if (e)
+                return http_request_reply_bus_error(req, e);
+        return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
+}
+
+int http_exec_cancel(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        JsonDispatchError e = {};
+        HttpResponse *error;
+        CancelBody b = {};
+        int r;
+
+        if (!req->json) {
+                r = http_response_new_body_missing(&error);
+                return r < 0 ? r : http_request_reply(req, error);
+        }
+        if (json_dispatch(req->json, cancel_body_fields, &b, &e) < 0) {
+                r = http_response_new_validation(&e, &error);
+                return r < 0 ? r : http_request_reply(req, error);
+        }
+        if (!session_id_is_valid(b.session_id) ||
+            json_member_string_length(req->json, "session_id") != strlen(b.session_id)) {
+                r = http_response_new_detail(HTTP_BAD_REQUEST, "invalid session_id", &error);
+                return r < 0 ? r : http_request_reply(req, error);
+        }
+        http_request_set_session_id(req, b.session_id);
+
+        r = session_manager_new_call(req->server->bus, "CancelExec", &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "s", b.session_id);
+        if (r < 0)
+                return r;
+        return http_request_call(req, m, BUS_TIMEOUT_SHORT_USEC, exec_cancel_on_reply);
 }

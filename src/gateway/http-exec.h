@@ -22,6 +22,7 @@ typedef struct ExecRequest {
         const char *code;       /* borrowed, 'code_size' bytes, may contain NULs */
         size_t code_size;
         uint64_t timeout_ms;    /* effective: defaulted and clamped */
+        bool report;            /* "report": true: exit_reason and resources in the result */
 } ExecRequest;
 
 /* Validates a /exec body like the reference FastAPI service, in its order: schema (422), session id
@@ -33,6 +34,20 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
 uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms);
 
 /* The decoded reply of Exec(), pointing into the shared data buffer by offsets. */
+/* The extension members (docs/api.md "Exit reason and resources") of /exec and dify results:
+ * "exit_reason" when 'wanted' or the exec was cancelled, "resources" when 'wanted'. */
+typedef struct ExecReport {
+        bool wanted;
+        const char *exit_reason;  /* NULL: the manager did not say */
+        uint64_t wall_usec;
+        uint64_t cpu_usec, max_rss_bytes, written_bytes, processes;  /* EXEC_USAGE_UNKNOWN */
+} ExecReport;
+
+void exec_report_from_info(ExecReport *ret, const ExecInfo *info, bool wanted);
+bool exec_report_cancelled(const ExecReport *r);
+/* Appends ,"exit_reason":"…","resources":{…} as 'r' says (maybe nothing). */
+int exec_report_append(HttpStream *s, const ExecReport *r);
+
 typedef struct ExecResult {
         int32_t exit_code;
         uint64_t stdout_size;
@@ -47,6 +62,7 @@ typedef struct ExecResult {
         const ExecBlocked *blocked;
         size_t n_blocked;
         int32_t signal;         /* the signal that ended the interpreter, 0 if none */
+        ExecReport report;
 } ExecResult;
 
 /* Checks every offset and size in 'result' against the data buffer. -EBADMSG if any is out of

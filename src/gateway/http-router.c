@@ -36,6 +36,7 @@ const HttpRoute http_sidecar_routes[] = {
         { "POST",   "/sessions",            HTTP_ROUTE_JSON,                       http_sessions_post      },
         { "DELETE", "/sessions/",           HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_delete    },
         { "POST",   "/exec",                HTTP_ROUTE_JSON,                       http_exec_post          },
+        { "POST",   "/exec/cancel",         HTTP_ROUTE_JSON,                       http_exec_cancel        },
         { "POST",   "/files",               HTTP_ROUTE_JSON,                       http_files_post         },
         { "POST",   "/files/get",           HTTP_ROUTE_JSON,                       http_files_get          },
         { "POST",   "/files/list",          HTTP_ROUTE_JSON,                       http_files_list         },

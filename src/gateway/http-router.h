@@ -228,6 +228,8 @@ int http_health_get(HttpRequest *req);
 int http_sessions_post(HttpRequest *req);
 int http_sessions_delete(HttpRequest *req);
 int http_exec_post(HttpRequest *req);
+/* POST /exec/cancel {"session_id"}: ends the session's running exec (docs/api.md). */
+int http_exec_cancel(HttpRequest *req);
 int http_files_post(HttpRequest *req);
 int http_files_get(HttpRequest *req);
 int http_files_list(HttpRequest *req);

@@ -199,6 +199,8 @@ static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_NO_SUCH_SESSION,    HTTP_NOT_FOUND,           HTTP_DETAIL_NO_SUCH_SESSION, true },
         { BUS_ERROR_LIMIT_EXCEEDED,     HTTP_TOO_MANY_REQUESTS,   "too many requests",         false },
         { BUS_ERROR_BUSY,               HTTP_TOO_MANY_REQUESTS,   "session is busy",           false },
+        /* POST /exec/cancel of a session whose exec is over (or never began). */
+        { BUS_ERROR_NOT_RUNNING,        HTTP_CONFLICT,            "no exec is running",        true },
         { SD_BUS_ERROR_INVALID_ARGS,    HTTP_BAD_REQUEST,         "invalid argument",          false },
         { BUS_ERROR_INVALID_PATH,       HTTP_BAD_REQUEST,         "invalid path",              false },
         { BUS_ERROR_TOO_LARGE,          HTTP_PAYLOAD_TOO_LARGE,   "payload too large",         false },

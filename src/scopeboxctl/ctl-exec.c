@@ -37,6 +37,12 @@ static int read_code(const char *path, size_t max, char **ret, size_t *ret_size)
         return 0;
 }
 
+/* What the exec used, where the manager measured it (docs/dbus-api.md, Exec's info). */
+static void ctl_exec_add_usage(json_object *o, const char *name, uint64_t v) {
+        if (v != EXEC_USAGE_UNKNOWN)
+                json_object_object_add(o, name, json_object_new_uint64(v));
+}
+
 int verb_exec(Ctl *c) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
@@ -128,6 +134,12 @@ int verb_exec(Ctl *c) {
                         json_object_array_add(list, b);
                 }
                 json_object_object_add(o, "blocked_syscalls", list);
+                if (info.exit_reason)
+                        json_object_object_add(o, "exit_reason", json_object_new_string(info.exit_reason));
+                ctl_exec_add_usage(o, "cpu_usec", info.cpu_usec);
+                ctl_exec_add_usage(o, "max_rss_bytes", info.max_rss_bytes);
+                ctl_exec_add_usage(o, "written_bytes", info.written_bytes);
+                ctl_exec_add_usage(o, "processes", info.processes);
                 json_print(o);
         } else {
                 (void) write_all(STDOUT_FILENO, data.data, stdout_size);

@@ -455,6 +455,16 @@ static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
                                           "stderr_truncated", "b", (int) res->stderr_truncated,
                                           "files_skipped", "u", (uint32_t) MIN(res->files_skipped, UINT32_MAX),
                                           "signal", "i", res->signal);
+        /* Newer members, each only when the runner measured it. */
+        if (r >= 0 && res->exit_reason)
+                r = sd_bus_message_append(reply, "{sv}", "exit_reason", "s", res->exit_reason);
+        if (r >= 0 && res->has_usage)
+                r = sd_bus_message_append(reply, "{sv}{sv}", "cpu_usec", "t", res->cpu_usec,
+                                          "max_rss_bytes", "t", res->max_rss_bytes);
+        if (r >= 0 && res->has_written)
+                r = sd_bus_message_append(reply, "{sv}", "written_bytes", "t", res->written_bytes);
+        if (r >= 0 && res->has_processes)
+                r = sd_bus_message_append(reply, "{sv}", "processes", "t", res->processes);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'e', "sv");
         if (r >= 0)
@@ -855,19 +865,26 @@ static int method_read_file(sd_bus_message *m, void *userdata, sd_bus_error *err
         return queue_file_call(m, r, error);
 }
 
+/* The running session a call names as its only argument; NULL with 'error' set, or *ret_r < 0. */
+static Session *bus_read_running_session(sd_bus_message *m, Manager *mgr, sd_bus_error *error, int *ret_r) {
+        const char *id;
+
+        *ret_r = sd_bus_message_read(m, "s", &id);
+        if (*ret_r < 0)
+                return NULL;
+        *ret_r = -EINVAL;
+        return bus_find_running_session(mgr, id, error);
+}
+
 /* Calls that name only a session: ListFiles, ResetInputs. */
 static int session_only_call(sd_bus_message *m, Manager *mgr, sd_bus_error *error,
                              int (*op)(Session *s, FileCallback cb, void *userdata)) {
-        const char *id;
         Session *s;
         int r;
 
-        r = sd_bus_message_read(m, "s", &id);
-        if (r < 0)
-                return r;
-        s = bus_find_running_session(mgr, id, error);
+        s = bus_read_running_session(m, mgr, error, &r);
         if (!s)
-                return -EINVAL;
+                return r;
         r = op(s, on_file_done, sd_bus_message_ref(m));
         return queue_file_call(m, r, error);
 }
@@ -878,6 +895,23 @@ static int method_list_files(sd_bus_message *m, void *userdata, sd_bus_error *er
 
 static int method_reset_inputs(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         return session_only_call(m, userdata, error, session_reset_inputs);
+}
+
+/* ---- CancelExec ---- */
+
+static int method_cancel_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Session *s;
+        int r;
+
+        s = bus_read_running_session(m, userdata, error, &r);
+        if (!s)
+                return r;
+        r = session_exec_interrupt(s);
+        if (r == -ENOENT)
+                return sd_bus_error_set(error, BUS_ERROR_NOT_RUNNING, "no exec is running");
+        if (r < 0)
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to cancel the exec");
+        return sd_bus_reply_method_return(m, NULL);
 }
 
 /* ---- GetHealth ---- */
@@ -1215,6 +1249,10 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_ARGS("s", session_id),
                                 SD_BUS_NO_RESULT,
                                 method_reset_inputs, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("CancelExec",
+                                SD_BUS_ARGS("s", session_id),
+                                SD_BUS_NO_RESULT,
+                                method_cancel_exec, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetHealth",
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("b", ok, "a{sv}", info),

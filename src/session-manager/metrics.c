@@ -7,6 +7,7 @@
 
 #include "macro.h"
 #include "metrics.h"
+#include "string-util.h"
 #include "session.h"
 
 static const char *const exec_outcome_table[_EXEC_OUTCOME_MAX] = {
@@ -48,6 +49,8 @@ ExecOutcome exec_outcome_classify(int error, const ExecResult *result) {
         if (!result || error < 0)
                 /* Waited too long for the session (EBUSY) or for a slot (EUSERS). */
                 return error == -EBUSY || error == -EUSERS ? EXEC_OUTCOME_REJECTED : EXEC_OUTCOME_FAILED;
+        if (result->exit_reason && streq(result->exit_reason, "cancelled"))
+                return EXEC_OUTCOME_CANCELLED; /* CancelExec(): its caller got the result */
         if (result->timed_out)
                 return EXEC_OUTCOME_TIMEOUT;
         if (result->signal != 0)

@@ -1030,6 +1030,7 @@ struct ExecCall {
         Session *session;
         RunnerRequest *request;   /* ours until on_exec_reply() */
         char exec_id[32];
+        bool interrupted;         /* CancelExec(): ended, its caller gets the result */
         bool cancelled;
         bool released;            /* stopped because its session is released */
         ExecCallback callback;
@@ -1070,12 +1071,44 @@ static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_
         return 0;
 }
 
+/* The runner's "resources": each figure optional, none negative. */
+static int exec_reply_parse_usage(json_object *reply, ExecResult *res) {
+        struct {
+                int64_t cpu_usec, max_rss_bytes, written_bytes, processes;
+        } u = { -1, -1, -1, -1 };
+        static const JsonField fields[] = {
+                { "cpu_usec", JSON_FIELD_INT64, offsetof(typeof(u), cpu_usec), 0 },
+                { "max_rss_bytes", JSON_FIELD_INT64, offsetof(typeof(u), max_rss_bytes), 0 },
+                { "written_bytes", JSON_FIELD_INT64, offsetof(typeof(u), written_bytes), 0 },
+                { "processes", JSON_FIELD_INT64, offsetof(typeof(u), processes), 0 },
+                {},
+        };
+        JsonDispatchError jerr;
+        json_object *o;
+
+        if (!json_object_object_get_ex(reply, "resources", &o))
+                return 0;
+        if (!json_object_is_type(o, json_type_object) || json_dispatch(o, fields, &u, &jerr) < 0 ||
+            (u.cpu_usec < 0) != (u.max_rss_bytes < 0))
+                return -EBADMSG;
+        res->has_usage = u.cpu_usec >= 0;
+        res->cpu_usec = (uint64_t) MAX(u.cpu_usec, 0);
+        res->max_rss_bytes = (uint64_t) MAX(u.max_rss_bytes, 0);
+        res->has_written = u.written_bytes >= 0;
+        res->written_bytes = (uint64_t) MAX(u.written_bytes, 0);
+        res->has_processes = u.processes >= 0;
+        res->processes = (uint64_t) MAX(u.processes, 0);
+        return 0;
+}
+
 static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, ExecFile **ret_files) {
         struct {
                 int64_t exit_code, signal, duration_usec, stdout_size, stderr_size, files_skipped;
                 bool timed_out, stdout_truncated, stderr_truncated, oom_killed, pids_limited;
+                const char *exit_reason;
                 json_object *files;
         } p = {};
+        ExecResult usage = {};
         _cleanup_free_ ExecFile *files = NULL;
         _cleanup_free_ ExecBlocked *blocked = NULL;
         size_t n_blocked = 0;
@@ -1097,6 +1130,7 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 { "stderr_truncated", JSON_FIELD_BOOL, offsetof(typeof(p), stderr_truncated), 0 },
                 { "oom_killed", JSON_FIELD_BOOL, offsetof(typeof(p), oom_killed), 0 },
                 { "pids_limited", JSON_FIELD_BOOL, offsetof(typeof(p), pids_limited), 0 },
+                { "exit_reason", JSON_FIELD_STRING, offsetof(typeof(p), exit_reason), 0 },
                 {},
         };
 
@@ -1108,6 +1142,11 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 return -EBADMSG;
         if (!json_object_object_get_ex(reply, "files", &farr) || !json_object_is_type(farr, json_type_array))
                 return -EBADMSG;
+        if (p.exit_reason && !bus_exit_reason_is_valid(p.exit_reason))
+                return -EBADMSG;
+        r = exec_reply_parse_usage(reply, &usage);
+        if (r < 0)
+                return r;
 
         n = json_object_array_length(farr);
         files = calloc(n + 1, sizeof(ExecFile));
@@ -1153,6 +1192,14 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 .blocked = TAKE_PTR(blocked),
                 .n_blocked = n_blocked,
                 .data_fd = data_fd,
+                .exit_reason = p.exit_reason,
+                .has_usage = usage.has_usage,
+                .has_written = usage.has_written,
+                .has_processes = usage.has_processes,
+                .cpu_usec = usage.cpu_usec,
+                .max_rss_bytes = usage.max_rss_bytes,
+                .written_bytes = usage.written_bytes,
+                .processes = usage.processes,
         };
         *ret_files = TAKE_PTR(files);
         return 0;
@@ -1270,10 +1317,22 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         return 0;
 }
 
+static int exec_call_send_cancel(Session *s, ExecCall *c) {
+        _cleanup_json_ json_object *msg = NULL;
+
+        if (!s->runner_cancels || s->control_fd < 0)
+                return -EOPNOTSUPP;
+        msg = json_object_new_object();
+        if (!msg)
+                return -ENOMEM;
+        json_object_object_add(msg, "op", json_object_new_string("cancel"));
+        json_object_object_add(msg, "exec_id", json_object_new_string(c->exec_id));
+        return runner_message_send(s->control_fd, msg, NULL, 0);
+}
+
 static void exec_call_stop(ExecCall *c, bool released) {
         Session *s = c->session;
         RunnerRequest *q = c->request;
-        _cleanup_json_ json_object *msg = NULL;
         int r;
 
         if (c->cancelled)
@@ -1300,15 +1359,9 @@ static void exec_call_stop(ExecCall *c, bool released) {
                            "The runner of session %s can't cancel exec %s; it runs to its end.", s->id, c->exec_id);
                 return;
         }
-        msg = json_object_new_object();
-        if (!msg || s->control_fd < 0) {
-                log_struct(LOG_WARNING, ENOMEM, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to cancel exec %s of session %s, it runs to its end.", c->exec_id, s->id);
-                return;
-        }
-        json_object_object_add(msg, "op", json_object_new_string("cancel"));
-        json_object_object_add(msg, "exec_id", json_object_new_string(c->exec_id));
-        r = runner_message_send(s->control_fd, msg, NULL, 0);
+        if (c->interrupted)
+                return; /* the runner is ending it already */
+        r = exec_call_send_cancel(s, c);
         if (r < 0)
                 /* A broken connection ends the exec anyway (on_control() sees it). */
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
@@ -1318,6 +1371,28 @@ static void exec_call_stop(ExecCall *c, bool released) {
 
 void session_exec_cancel(ExecCall *c) {
         exec_call_stop(c, false);
+}
+
+int session_exec_interrupt(Session *s) {
+        ExecCall *c;
+        int r;
+
+        /* The running exec only: those queued behind it run as they would. */
+        if (!s->in_flight || !s->in_flight->is_exec || s->in_flight->callback != on_exec_reply)
+                return -ENOENT;
+        c = s->in_flight->userdata;
+        if (c->cancelled)
+                return -ENOENT; /* its caller hung up: it is ending, with nobody to tell */
+        if (c->interrupted)
+                return 0;
+        r = exec_call_send_cancel(s, c);
+        if (r < 0)
+                return log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                  "Failed to ask the runner of session %s to cancel exec %s: %m", s->id, c->exec_id);
+        c->interrupted = true;
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
+                   "Cancelling exec %s of session %s on request.", c->exec_id, s->id);
+        return 0;
 }
 
 static void session_stop_running_exec(Session *s) {

@@ -71,6 +71,13 @@ typedef struct ExecResult {
         ExecBlocked *blocked;
         size_t n_blocked;
         int data_fd;       /* borrowed; stdout, stderr, then the files */
+        const char *exit_reason;  /* bus_exit_reason_is_valid(); owned by the reply */
+        /* What the exec's processes used (the runner's "resources"); a has_ flag per figure. */
+        bool has_usage, has_written, has_processes;
+        uint64_t cpu_usec;
+        uint64_t max_rss_bytes;
+        uint64_t written_bytes;
+        uint64_t processes;
 } ExecResult;
 
 typedef void (*ExecCallback)(Session *s, int error, const char *message, const ExecResult *result, void *userdata);
@@ -223,6 +230,9 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
  * its timeout would (no process of it is left), and the callback gets -ECANCELED once it has —
  * whatever the exec's own outcome was by then. The session stays usable. Idempotent. */
 void session_exec_cancel(ExecCall *c);
+/* CancelExec(): the runner ends the session's running exec the way its timeout does, and its
+ * caller gets the result (exit_reason "cancelled"). -ENOENT when no exec runs; idempotent. */
+int session_exec_interrupt(Session *s);
 
 /* Workspace file operations, queued behind the session's other calls. The callback gets an fd
  * (borrowed) for reads (the file) and lists (JSON array of {path,size}), -EBADF otherwise.

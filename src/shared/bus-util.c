@@ -6,6 +6,7 @@
 #include "bus-util.h"
 #include "log.h"
 #include "macro.h"
+#include "string-util.h"
 
 const sd_bus_error_map scopebox_bus_errors[] = {
         SD_BUS_ERROR_MAP(BUS_ERROR_NO_SUCH_SESSION, ENXIO),
@@ -18,6 +19,7 @@ const sd_bus_error_map scopebox_bus_errors[] = {
         SD_BUS_ERROR_MAP(BUS_ERROR_BACKEND_FAILED, EHOSTDOWN),
         SD_BUS_ERROR_MAP(BUS_ERROR_CANCELLED, ECANCELED),
         SD_BUS_ERROR_MAP(BUS_ERROR_DRAINING, ESHUTDOWN),
+        SD_BUS_ERROR_MAP(BUS_ERROR_NOT_RUNNING, ESRCH),
         SD_BUS_ERROR_MAP_END,
 };
 
@@ -72,4 +74,15 @@ static const sd_bus_vtable log_control_vtable[] = {
 int bus_add_log_control(sd_bus *bus) {
         return sd_bus_add_object_vtable(bus, NULL, "/org/freedesktop/LogControl1",
                                         "org.freedesktop.LogControl1", log_control_vtable, NULL);
+}
+
+bool bus_exit_reason_is_valid(const char *s) {
+        static const char *const reasons[] = {
+                "exited", "timeout", "memory", "tasks", "blocked_syscall", "signal", "cancelled",
+        };
+
+        for (size_t i = 0; s && i < ELEMENTSOF(reasons); i++)
+                if (streq(s, reasons[i]))
+                        return true;
+        return false;
 }

@@ -2,6 +2,8 @@
 /* The project's bus names, error names and the org.freedesktop.LogControl1 implementation. */
 #pragma once
 
+#include <stdbool.h>
+
 #include <systemd/sd-bus.h>
 
 #define SESSION_MANAGER_BUS_NAME "io.scopebox.SessionManager1"
@@ -27,6 +29,7 @@
 /* The caller hung up (its "hangup" pipe lost its writer): the call was ended, not completed. */
 #define BUS_ERROR_CANCELLED       "io.scopebox.Error.Cancelled"
 /* CreateSession while the node drains (SetDraining): it takes no new sessions. */
+#define BUS_ERROR_NOT_RUNNING       "io.scopebox.Error.NotRunning"
 #define BUS_ERROR_DRAINING        "io.scopebox.Error.Draining"
 
 /* Maps our error names to errnos and back; registered once per process. */
@@ -39,3 +42,7 @@ int bus_add_log_control(sd_bus *bus);
 /* sd_bus_message_append() helper for an a{sv} entry, e.g. ("TasksMax", "t", 256). */
 #define BUS_APPEND_PROPERTY(m, name, sig, ...)                                                  \
         sd_bus_message_append(m, "(sv)", name, sig, __VA_ARGS__)
+
+/* The "exit_reason" values of Exec and Run (docs/dbus-api.md): exited, timeout, memory, tasks,
+ * blocked_syscall, signal, cancelled. */
+bool bus_exit_reason_is_valid(const char *s);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "macro.h"
 #include "parse-util.h"
@@ -111,4 +112,44 @@ int parse_cpus(const char *s, uint64_t *ret_percent) {
         if (*ret_percent == 0)
                 return -ERANGE;
         return 0;
+}
+
+int parse_proc_field(const char *text, size_t size, const char *field, uint64_t *ret) {
+        size_t l = strlen(field);
+        const char *p = text, *end = text + size;
+
+        while (p < end) {
+                const char *eol = memchr(p, '\n', (size_t) (end - p)) ?: end;
+
+                if ((size_t) (eol - p) > l + 1 && memcmp(p, field, l) == 0 && p[l] == ':') {
+                        char buf[32];
+                        const char *v = p + l + 1;
+                        size_t n;
+
+                        while (v < eol && *v == ' ')
+                                v++;
+                        n = (size_t) (eol - v);
+                        if (n == 0 || n >= sizeof(buf))
+                                return -EINVAL;
+                        memcpy(buf, v, n);
+                        buf[n] = 0;
+                        return safe_atou64(buf, ret);
+                }
+                p = eol + 1;
+        }
+        return -ENOENT;
+}
+
+int proc_io_read_wchar(int fd, uint64_t *ret) {
+        char buf[1024];
+        ssize_t k;
+
+        if (fd < 0)
+                return -EBADF;
+        do
+                k = pread(fd, buf, sizeof(buf), 0);
+        while (k < 0 && errno == EINTR);
+        if (k < 0)
+                return -errno;
+        return parse_proc_field(buf, (size_t) k, "wchar", ret);
 }

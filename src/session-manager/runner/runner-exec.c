@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -101,6 +102,58 @@ static int copy_into(int dst_fd, uint64_t dst_off, int src_fd, uint64_t size) {
         return 0;
 }
 
+/* Why the exec ended, first match: the runner ended it (a cancel, the timeout), the scope's
+ * limits struck (the OOM killer; the tasks limit refused a fork or thread) and the code failed,
+ * the sandbox refused a call and the code failed (SIGSYS, or a refused call and a non-zero
+ * exit), a signal, or its own exit. */
+static const char *exec_exit_reason(const RunnerExec *e, int exit_code, int sig, uint32_t n_refused, bool oom,
+                                    bool pids) {
+        if (e->cancelled)
+                return "cancelled";
+        if (e->timed_out)
+                return "timeout";
+        if (oom && (sig == SIGKILL || exit_code != 0))
+                return "memory";
+        if (pids && (sig != 0 || exit_code != 0))
+                return "tasks";
+        if (sig == SIGSYS || (n_refused > 0 && exit_code != 0))
+                return "blocked_syscall";
+        if (sig != 0)
+                return "signal";
+        return "exited";
+}
+
+static uint64_t timeval_usec(const struct timeval *tv) {
+        return (uint64_t) tv->tv_sec * USEC_PER_SEC + (uint64_t) tv->tv_usec;
+}
+
+/* "resources": what PID 1 measured once every process of the sandbox was reaped, or, when it
+ * was killed before it could report, its own rusage (which holds what it reaped in dying). */
+static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_object *reply) {
+        json_object *o = json_object_new_object();
+        uint64_t cpu_usec, max_rss;
+
+        if (!o)
+                return -ENOMEM;
+        json_object_object_add(reply, "resources", o);
+        if (u && u->valid) {
+                cpu_usec = u->cpu_usec;
+                max_rss = u->max_rss_bytes;
+        } else if (e->init_rusage_valid) {
+                cpu_usec = timeval_usec(&e->init_rusage.ru_utime) + timeval_usec(&e->init_rusage.ru_stime);
+                max_rss = (uint64_t) e->init_rusage.ru_maxrss * 1024U;
+        } else
+                return 0;
+        json_object_object_add(o, "cpu_usec", json_object_new_int64((int64_t) MIN(cpu_usec, (uint64_t) INT64_MAX)));
+        json_object_object_add(o, "max_rss_bytes", json_object_new_int64((int64_t) MIN(max_rss, (uint64_t) INT64_MAX)));
+        if (u && u->written_valid)
+                json_object_object_add(o, "written_bytes",
+                                       json_object_new_int64((int64_t) MIN(u->written_bytes, (uint64_t) INT64_MAX)));
+        if (u && u->tasks_valid)
+                json_object_object_add(o, "processes", json_object_new_int64((int64_t) MIN(u->tasks, (uint64_t) INT64_MAX)));
+        return 0;
+}
+
 static int runner_exec_finish(RunnerExec *e) {
         Runner *r = e->runner;
         _cleanup_json_ json_object *reply = NULL, *files = NULL;
@@ -111,6 +164,7 @@ static int runner_exec_finish(RunnerExec *e) {
         bool scanned = false;
         SandboxStatus st = {};
         int32_t start = SANDBOX_START_COLD;
+        const char *reason = "exited";
         size_t n_changed = 0, skipped = 0;
         uint64_t offset;
         int exit_code = 0, sig = 0, q;
@@ -244,6 +298,13 @@ static int runner_exec_finish(RunnerExec *e) {
                         cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before));
         json_object_object_add(reply, "pids_limited", json_object_new_boolean(
                         cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before));
+        reason = exec_exit_reason(e, exit_code, sig, k == (ssize_t) sizeof(st) ? st.seccomp.n_calls : 0,
+                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before,
+                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before);
+        json_object_object_add(reply, "exit_reason", json_object_new_string(reason));
+        q = exec_usage_to_json(e, k == (ssize_t) sizeof(st) ? &st.usage : NULL, reply);
+        if (q < 0)
+                goto fail;
         if (k == (ssize_t) sizeof(st)) {
                 q = seccomp_report_to_json(&st.seccomp, reply);
                 if (q < 0)
@@ -265,25 +326,21 @@ static int runner_exec_finish(RunnerExec *e) {
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
                               e->from_template ? "SCOPEBOX_EXEC_START=template" : "SCOPEBOX_EXEC_START=cold",
-                              e->timed_out ? "SCOPEBOX_EXIT_REASON=timeout" :
-                              e->cancelled ? "SCOPEBOX_EXIT_REASON=cancelled" :
-                              e->orphaned ? "SCOPEBOX_EXIT_REASON=orphaned" :
-                              sig ? "SCOPEBOX_EXIT_REASON=signal" : "SCOPEBOX_EXIT_REASON=exited"),
+                              strjoina("SCOPEBOX_EXIT_REASON=", e->orphaned ? "orphaned" : reason)),
                    "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
                    e->timed_out ? " (timed out)" : e->cancelled ? " (cancelled)" :
                    e->orphaned ? " (orphaned)" : "",
                    (unsigned long long) ((now_usec() - e->started_usec) / 1000));
         if (e->timed_out || sig) {
-                const char *reason = e->timed_out ? "timeout" : e->cancelled ? "cancelled" :
-                                     e->orphaned ? "orphaned" : sig == SIGSYS ? "sigsys" : "signal";
+                const char *killed = e->orphaned ? "orphaned" : reason;
                 char signal_field[32];
 
                 snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", sig);
                 log_struct(LOG_NOTICE, 0,
                            LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
-                                      strjoina("SCOPEBOX_EXIT_REASON=", reason), signal_field,
+                                      strjoina("SCOPEBOX_EXIT_REASON=", killed), signal_field,
                                       SCOPEBOX_MESSAGE_EXEC_KILLED),
-                           "Exec %s of session %s was killed (%s).", e->exec_id, r->session_id, reason);
+                           "Exec %s of session %s was killed (%s).", e->exec_id, r->session_id, killed);
         }
 
         q = runner_send(r, e->connection_generation, reply, &data_fd, 1);
@@ -361,6 +418,13 @@ static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata)
 
         e->exited = true;
         e->init_info = *si;
+        /* sd-event reaps only after this callback: a PID 1 killed before it reported still has
+         * its usage (and that of what it reaped) to give. */
+        {
+                int ws;
+                if (wait4(e->pid, &ws, WNOHANG | __WALL, &e->init_rusage) == e->pid)
+                        e->init_rusage_valid = true;
+        }
         e->child_source = sd_event_source_disable_unref(e->child_source);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
 
@@ -375,13 +439,36 @@ static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata)
         return 0;
 }
 
+static int on_end_grace(sd_event_source *s, uint64_t usec, void *userdata) {
+        RunnerExec *e = userdata;
+
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        /* Killing PID 1 of the sandbox makes the kernel kill every process in its namespace. */
+        (void) kill(e->pid, SIGKILL);
+        return 0;
+}
+
+/* The timeout or a cancel: PID 1 kills everything of its sandbox, reaps it and reports, so that
+ * the result has the usage of what ran; if it does not within the grace, it is killed. */
+static void runner_exec_end(RunnerExec *e) {
+        int q;
+
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        if (kill(e->pid, SIGTERM) < 0) {
+                (void) kill(e->pid, SIGKILL);
+                return;
+        }
+        q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC,
+                                       2 * SANDBOX_END_GRACE_MS * USEC_PER_MSEC, USEC_PER_MSEC, on_end_grace, e);
+        if (q < 0)
+                (void) kill(e->pid, SIGKILL);
+}
+
 static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         RunnerExec *e = userdata;
 
         e->timed_out = true;
-        e->timer_source = sd_event_source_disable_unref(e->timer_source);
-        /* Killing PID 1 of the sandbox makes the kernel kill every process in its namespace. */
-        (void) kill(e->pid, SIGKILL);
+        runner_exec_end(e);
         return 0;
 }
 
@@ -392,15 +479,14 @@ void runner_handle_cancel(Runner *r, json_object *req) {
         RunnerExec *e = r->exec;
         json_object *v;
 
-        if (!e || e->exited || e->cancelled || !json_object_object_get_ex(req, "exec_id", &v) ||
+        if (!e || e->exited || e->cancelled || e->timed_out || !json_object_object_get_ex(req, "exec_id", &v) ||
             !json_object_is_type(v, json_type_string) || !streq(json_object_get_string(v), e->exec_id))
                 return;
         e->cancelled = true;
-        e->timer_source = sd_event_source_disable_unref(e->timer_source);
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
                    "Cancelling exec %s of session %s.", e->exec_id, r->session_id);
         /* As at the timeout: PID 1 takes every process of its namespace along. */
-        (void) kill(e->pid, SIGKILL);
+        runner_exec_end(e);
 }
 
 static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {

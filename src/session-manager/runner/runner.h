@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <systemd/sd-event.h>
@@ -51,6 +52,8 @@ typedef struct RunnerExec {
         bool cancelled;           /* the manager's caller hung up: killed as at a timeout */
         bool orphaned;            /* the manager that asked went away: killed the same way */
         siginfo_t init_info;
+        struct rusage init_rusage;  /* PID 1's, when it ended without a report */
+        bool init_rusage_valid;
         /* The scope's limit event counters when the exec started. */
         uint64_t oom_kills_before;
         uint64_t pids_max_before;

@@ -40,6 +40,7 @@
 
 #include "fs-util.h"
 #include "io-util.h"
+#include "parse-util.h"
 #include "sandbox.h"
 #include "signal-util.h"
 #include "template-protocol.h"
@@ -893,11 +894,12 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
  * of the template, whose PID comes over sync_fd and whose wait status its parent (outside our
  * namespaces) writes to 'payload_status_fd'. */
 static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd, int payload_status_fd,
-                             SandboxStatus *st) {
+                             SandboxStatus *st, TemplateStatus *ret_template) {
         /* Only the cold dify payload's own execve() of the interpreter goes through; a child of the
          * template never executes anything. */
         SeccompSupervisor sup = { .first_exec_pid = e->no_processes && payload > 0 ? payload : 0 };
         _cleanup_close_ int listener = -EBADF;
+        bool ending = false;
         int32_t pid;
         ssize_t k;
         int r;
@@ -925,10 +927,16 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                         { .fd = listener, .events = POLLIN },
                 };
 
-                if (poll(p, 3, -1) < 0) {
+                r = poll(p, 3, ending ? SANDBOX_END_GRACE_MS : -1);
+                if (r < 0) {
                         if (errno == EINTR)
                                 continue;
                         return -errno;
+                }
+                if (r == 0) {
+                        /* Ending, and the template's child did not report: as if killed. */
+                        st->value = SIGKILL;
+                        return 0;
                 }
                 if (listener >= 0 && (p[2].revents & POLLIN)) {
                         r = seccomp_notify_handle_one(listener, &sup);
@@ -939,20 +947,31 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                         listener = safe_close(listener); /* no process uses the filter any more */
 
                 if (payload_status_fd >= 0 && p[1].revents) {
-                        int32_t ws;
+                        TemplateStatus ts = {};
 
                         do
-                                k = read(payload_status_fd, &ws, sizeof(ws));
+                                k = read(payload_status_fd, &ts, sizeof(ts));
                         while (k < 0 && errno == EINTR);
                         /* Its parent died without telling: as if killed. */
-                        st->value = k == (ssize_t) sizeof(ws) ? ws : SIGKILL;
+                        if (k == (ssize_t) sizeof(ts)) {
+                                st->value = ts.wait_status;
+                                *ret_template = ts;
+                        } else
+                                st->value = SIGKILL;
                         return 0;
                 }
 
                 if (p[0].revents & POLLIN) {
                         struct signalfd_siginfo si;
-                        while (read(signal_fd, &si, sizeof(si)) > 0)
-                                ;
+                        while (read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si))
+                                /* The runner's request to end the exec (its timeout, a cancel):
+                                 * from outside our PID namespace only. Everything of the
+                                 * sandbox is killed; the payload's status and the usage of all
+                                 * follow as at a normal end. */
+                                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER && !ending) {
+                                        ending = true;
+                                        (void) kill(-1, SIGKILL);
+                                }
                         for (;;) {
                                 int ws;
                                 pid_t c = waitpid(-1, &ws, WNOHANG | __WALL);
@@ -1068,10 +1087,70 @@ finish:
         return r;
 }
 
+/* Kills every other process of our PID namespace and reaps every child we get, until none is
+ * left. A process forking while kill(-1) walks the list escapes one round, not the next. The
+ * runner's timer still runs: a process that never dies (D state) ends with the exec's timeout. */
+static void end_all_processes(void) {
+        for (;;) {
+                (void) kill(-1, SIGKILL);
+                if (waitpid(-1, NULL, __WALL) < 0 && errno != EINTR)
+                        return; /* ECHILD: nothing is left */
+        }
+}
+
+static uint64_t timeval_usec(const struct timeval *tv) {
+        return (uint64_t) tv->tv_sec * USEC_PER_SEC + (uint64_t) tv->tv_usec;
+}
+
+/* What every process of the sandbox used, once all are reaped: ours (the children we reaped:
+ * the cold payload and everything reparented to us) and the template's child's (the payload it
+ * reaped). Our own writes since 'wchar_before' are the status pipe's few bytes. */
+static void collect_usage(int io_fd, int last_pid_fd, uint64_t wchar_before, bool from_template,
+                          const TemplateStatus *ts, SandboxUsage *ret) {
+        struct rusage ru;
+        uint64_t wchar, last_pid;
+        char buf[32];
+        ssize_t k;
+
+        if (getrusage(RUSAGE_CHILDREN, &ru) >= 0) {
+                ret->valid = true;
+                ret->cpu_usec = timeval_usec(&ru.ru_utime) + timeval_usec(&ru.ru_stime);
+                ret->max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
+        }
+        if (ts->flags & TEMPLATE_STATUS_USAGE) {
+                ret->cpu_usec += ts->cpu_usec;
+                ret->max_rss_bytes = MAX(ret->max_rss_bytes, ts->max_rss_bytes);
+        }
+        if (proc_io_read_wchar(io_fd, &wchar) >= 0 && wchar >= wchar_before) {
+                ret->written_valid = true;
+                ret->written_bytes = wchar - wchar_before;
+                if (from_template) {
+                        /* A child of the template: its counter is what it reaped. */
+                        if (ts->flags & TEMPLATE_STATUS_WRITTEN)
+                                ret->written_bytes += ts->written_bytes;
+                        else
+                                ret->written_valid = false;
+                }
+        }
+        /* PIDs of a new namespace are given in order from 1 (us), threads' too. */
+        k = last_pid_fd >= 0 ? pread(last_pid_fd, buf, sizeof(buf) - 1, 0) : -1;
+        if (k > 0) {
+                buf[k] = 0;
+                if (buf[k - 1] == '\n')
+                        buf[k - 1] = 0;
+                if (safe_atou64(buf, &last_pid) >= 0 && last_pid >= 1) {
+                        ret->tasks_valid = true;
+                        ret->tasks = last_pid - 1;
+                }
+        }
+}
+
 _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         SetupError err = {};
         SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
-        int sync[2], signal_fd, payload_status_fd = -EBADF, r;
+        TemplateStatus template_status = {};
+        int sync[2], signal_fd, payload_status_fd = -EBADF, io_fd, last_pid_fd, r;
+        uint64_t wchar_before = 0;
         sigset_t mask;
         pid_t payload = 0;
 
@@ -1090,12 +1169,18 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         }
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
+        /* For the usage report, from the runner's /proc while we still see it: our own I/O
+         * counters (which take up those of the children we reap) and our PID namespace's last
+         * PID (the file answers for the reader's namespace). */
+        io_fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+        last_pid_fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
         r = setup_root(e, &err);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, err.error, err.step, 125);
 
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGTERM);
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 ||
             (signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "signalfd", 125);
@@ -1157,11 +1242,16 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         safe_close(e->code_fd);
         safe_close(e->filter_fd);
 
-        r = supervise_payload(e, payload, sync[0], signal_fd, payload_status_fd, &st);
+        if (proc_io_read_wchar(io_fd, &wchar_before) < 0)
+                io_fd = safe_close(io_fd);
+        r = supervise_payload(e, payload, sync[0], signal_fd, payload_status_fd, &st, &template_status);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "user namespace", 125);
 
-        /* Exiting kills everything the payload left behind in this PID namespace. */
+        /* What the payload left behind in this PID namespace is killed and reaped now, so that
+         * its usage counts; then what every process of the exec used. */
+        end_all_processes();
+        collect_usage(io_fd, last_pid_fd, wchar_before, st.start == SANDBOX_START_TEMPLATE, &template_status, &st.usage);
         (void) write_all(e->status_fd, &st, sizeof(st));
         _exit(0);
 }

@@ -54,6 +54,24 @@ typedef enum SandboxStatusKind {
         SANDBOX_STATUS_SETUP_FAILED = 1, /* value: errno; step names what failed */
 } SandboxStatusKind;
 
+/* After the runner's SIGTERM (the exec's timeout, a cancel) PID 1 kills every process of the
+ * sandbox and waits this long for the template's child to report the payload; the runner kills
+ * PID 1 itself SANDBOX_END_GRACE_MS later than that. */
+#define SANDBOX_END_GRACE_MS 1000
+
+/* What the exec's processes used, measured by the kernel's process accounting: the rusage and
+ * I/O counters of every process of the sandbox once reaped (the payload, what it started, what
+ * was left and killed at its end), and the PID namespace's last PID. */
+typedef struct SandboxUsage {
+        uint64_t cpu_usec;               /* user + system time */
+        uint64_t max_rss_bytes;          /* the largest resident set of one process */
+        uint64_t written_bytes;          /* bytes passed to write(2) and friends (files, pipes) */
+        uint64_t tasks;                  /* processes and threads created in the namespace */
+        bool valid;
+        bool written_valid;              /* /proc/<pid>/io was readable */
+        bool tasks_valid;
+} SandboxUsage;
+
 /* Written by the sandbox's PID 1 to the status pipe, once. */
 typedef struct SandboxStatus {
         int32_t kind;
@@ -62,6 +80,7 @@ typedef struct SandboxStatus {
         int32_t start;                   /* SandboxStart */
         int32_t template_error;          /* why the template was not used (errno), 0 if it was */
         SeccompReport seccomp;           /* the calls the filter refused */
+        SandboxUsage usage;
 } SandboxStatus;
 
 typedef struct SandboxExec {

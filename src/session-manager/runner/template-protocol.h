@@ -10,7 +10,7 @@
 #define TEMPLATE_SOCKET_DIR "/run/scopebox-template"
 #define TEMPLATE_SOCKET_PATH TEMPLATE_SOCKET_DIR "/python.sock"
 #define TEMPLATE_MAGIC 0x53425450u /* "SBTP" */
-#define TEMPLATE_PROTOCOL_VERSION 1u
+#define TEMPLATE_PROTOCOL_VERSION 2u
 /* The extra environment of an exec (proxies): NUL-terminated "NAME=value" strings. */
 #define TEMPLATE_ENV_MAX 4096
 /* How long PID 1 waits for the answer before it starts the payload cold. */
@@ -34,7 +34,7 @@ enum {
         TEMPLATE_FD_STDERR,
         TEMPLATE_FD_SYNC,      /* the payload's end of its socket to PID 1 */
         TEMPLATE_FD_FILTER,    /* memfd: the seccomp filter as BPF */
-        TEMPLATE_FD_STATUS,    /* pipe: the payload's wait status (int32) is written here */
+        TEMPLATE_FD_STATUS,    /* pipe: the payload's TemplateStatus is written here */
         _TEMPLATE_FD_MAX,
         /* Then n_cgroups directories: the session scope's cgroup in each hierarchy the runner
          * is in (one on a unified host; the v1 controllers and the unified one on a hybrid). */
@@ -64,3 +64,15 @@ typedef struct TemplateReply {
         int32_t error;         /* 0, or a positive errno */
         int32_t reserved;
 } TemplateReply;
+
+/* The template's child, once it has reaped the payload: its wait status and what it used (its
+ * rusage, which includes the children it waited for, and the write counter of /proc/<pid>/io). */
+typedef struct TemplateStatus {
+        int32_t wait_status;
+        uint32_t flags;        /* TEMPLATE_STATUS_* */
+        uint64_t cpu_usec;
+        uint64_t max_rss_bytes;
+        uint64_t written_bytes;
+} TemplateStatus;
+#define TEMPLATE_STATUS_USAGE   (1u << 0)  /* cpu_usec and max_rss_bytes are set */
+#define TEMPLATE_STATUS_WRITTEN (1u << 1)  /* written_bytes is set */

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@
 
 #include "io-util.h"
 #include "macro.h"
+#include "parse-util.h"
 #include "sandbox.h"
 #include "template-protocol.h"
 
@@ -151,14 +153,18 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
                                         CLONE_NEWNS };
         static const int ns_fds[] = { TEMPLATE_FD_CGROUPNS, TEMPLATE_FD_IPC, TEMPLATE_FD_UTS, TEMPLATE_FD_NET,
                                       TEMPLATE_FD_PID, TEMPLATE_FD_MNT };
-        int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 1], ws = 0, r;
+        int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 2], ws = 0, io_fd, r;
         pid_t payload;
 
         (void) prctl(PR_SET_NAME, (unsigned long) "template-child", 0, 0, 0);
+        /* Our own /proc entry, while /proc is still the template's: what we write ourselves
+         * after this is a few bytes of status, what we reap is the payload's. */
+        io_fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
         /* Nothing of the template (its socket, the other connections) goes along. */
         memcpy(keep, fds, sizeof(int) * n_fds);
         keep[n_fds] = conn;
-        r = close_all_but(keep, n_fds + 1);
+        keep[n_fds + 1] = io_fd;
+        r = close_all_but(keep, io_fd >= 0 ? n_fds + 2 : n_fds + 1);
         if (r < 0)
                 goto fail;
 
@@ -192,6 +198,8 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
                 (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
                 (void) close(conn);
                 (void) close(fds[TEMPLATE_FD_STATUS]);
+                if (io_fd >= 0)
+                        (void) close(io_fd);
                 become_payload(req, fds, out);
                 return;
         }
@@ -199,13 +207,31 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
         send_reply(conn, 0);
         (void) close(conn);
         keep[0] = fds[TEMPLATE_FD_STATUS];
-        (void) close_all_but(keep, 1);
-        while (waitpid(payload, &ws, __WALL) < 0)
+        keep[1] = io_fd;
+        (void) close_all_but(keep, io_fd >= 0 ? 2 : 1);
+
+        /* Reaping the payload adds its usage (and that of the children it reaped) to ours. */
+        TemplateStatus status = {};
+        struct rusage ru;
+        uint64_t wchar;
+        for (;;) {
+                if (wait4(payload, &ws, __WALL, &ru) >= 0) {
+                        status.flags |= TEMPLATE_STATUS_USAGE;
+                        status.cpu_usec = (uint64_t) ru.ru_utime.tv_sec * 1000000U + (uint64_t) ru.ru_utime.tv_usec +
+                                          (uint64_t) ru.ru_stime.tv_sec * 1000000U + (uint64_t) ru.ru_stime.tv_usec;
+                        status.max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
+                        break;
+                }
                 if (errno != EINTR) {
                         ws = SIGKILL;
                         break;
                 }
-        int32_t status = ws;
+        }
+        if (proc_io_read_wchar(io_fd, &wchar) >= 0) {
+                status.flags |= TEMPLATE_STATUS_WRITTEN;
+                status.written_bytes = wchar;
+        }
+        status.wait_status = ws;
         (void) write(keep[0], &status, sizeof(status));
         _exit(0);
 
