@@ -11,6 +11,7 @@
 #include "base64.h"
 #include "bus-client.h"
 #include "http-exec.h"
+#include "http-exec-stream.h"
 #include "http-router.h"
 #include "http-stream.h"
 #include "id.h"
@@ -25,6 +26,7 @@ typedef struct ExecBody {
         const char *code;
         int64_t timeout_ms;
         bool report;
+        bool stream;
 } ExecBody;
 
 static const JsonField exec_body_fields[] = {
@@ -32,6 +34,7 @@ static const JsonField exec_body_fields[] = {
         { "code",       JSON_FIELD_STRING, offsetof(ExecBody, code),       JSON_MANDATORY },
         { "timeout_ms", JSON_FIELD_INT64,  offsetof(ExecBody, timeout_ms), JSON_NULLABLE  },
         { "report",     JSON_FIELD_BOOL,   offsetof(ExecBody, report),     JSON_NULLABLE  },
+        { "stream",     JSON_FIELD_BOOL,   offsetof(ExecBody, stream),     JSON_NULLABLE  },
         {}
 };
 
@@ -51,6 +54,7 @@ uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms)
 
 int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error) {
         JsonDispatchError e = {};
+        json_object *stream_member = NULL;
         ExecBody b = {};
         size_t code_size;
         int r;
@@ -89,6 +93,8 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
                 return r < 0 ? r : -EINVAL;
         }
 
+        /* A JSON null counts as absent. */
+        (void) json_object_object_get_ex(body, "stream", &stream_member);
         *ret = (ExecRequest) {
                 .session_id = b.session_id,
                 .code = b.code,
@@ -96,6 +102,8 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
                 .timeout_ms = exec_timeout_effective(json_object_object_get_ex(body, "timeout_ms", NULL),
                                                      b.timeout_ms, config->exec_timeout_cap_ms),
                 .report = b.report,
+                .stream = b.stream,
+                .stream_given = stream_member != NULL,
         };
         return 0;
 }
@@ -357,7 +365,35 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
 typedef struct ExecContext {
         uint64_t timeout_ms;
         bool report;
+        ExecSse *sse;      /* a streamed exec */
 } ExecContext;
+
+static void exec_context_free(void *p) {
+        ExecContext *ctx = p;
+
+        if (!ctx)
+                return;
+        exec_sse_detach(ctx->sse);
+        exec_sse_unref(ctx->sse);
+        free(ctx);
+}
+
+/* A streamed exec that failed once its events began: the error is the last event. */
+static int exec_reply_sse_error(HttpRequest *req, ExecSse *sse, int error, const sd_bus_error *e) {
+        HttpResponse *resp;
+        int r;
+
+        if (e)
+                r = http_request_reply_bus_error(req, e);
+        else {
+                log_warning_errno(error, "Failed to compose a streamed exec result: %m");
+                r = http_request_reply_detail(req, HTTP_INTERNAL_SERVER_ERROR, "internal error");
+        }
+        if (r < 0 || !req->response)
+                return r < 0 ? r : -ENOMEM;
+        resp = TAKE_PTR(req->response);
+        return exec_sse_fail(sse, resp);
+}
 
 static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         const Config *config = &req->server->config;
@@ -372,6 +408,8 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         int fd, r;
 
         e = sd_bus_message_get_error(reply);
+        if (e && exec_sse_started(ctx->sse))
+                return exec_reply_sse_error(req, ctx->sse, 0, e);
         if (e)
                 return http_request_reply_bus_error(req, e);
 
@@ -409,12 +447,37 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
                 return r;
         /* The body points into the memfd's mapping: it lives as long as the body is sent. */
         http_stream_hold(resp->stream, &data);
+        if (ctx->sse)
+                return exec_sse_finish(ctx->sse, resp);
         return http_request_reply(req, resp);
+}
+
+static int exec_on_reply_maybe_streamed(HttpRequest *req, sd_bus_message *reply) {
+        const ExecContext *ctx = req->userdata;
+        int r;
+
+        r = exec_on_reply(req, reply);
+        if (r < 0 && exec_sse_started(ctx->sse) && !req->response)
+                return exec_reply_sse_error(req, ctx->sse, r, NULL);
+        return r;
+}
+
+/* The client asked for events: "stream": true, or no "stream" member and text/event-stream in Accept. */
+static bool exec_wants_stream(HttpRequest *req, const ExecRequest *x) {
+        const char *accept;
+
+        if (x->stream_given)
+                return x->stream;
+        if (!req->connection)
+                return false;
+        accept = MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+        return accept && http_accept_event_stream(accept, strlen(accept));
 }
 
 int http_exec_post(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int fd = -EBADF, hangup = -EBADF;
+        _cleanup_close_ int fd = -EBADF, hangup = -EBADF, stream = -EBADF;
+        _cleanup_(exec_sse_unrefp) ExecSse *sse = NULL;
         ExecContext *ctx;
         HttpResponse *error;
         ExecRequest x = {};
@@ -437,22 +500,35 @@ int http_exec_post(HttpRequest *req) {
         hangup = http_request_hangup_pipe(req);
         if (hangup < 0)
                 return hangup;
-        r = sd_bus_message_append(m, "sha{sv}", x.session_id, fd, 3,
-                                  "timeout_ms", "t", x.timeout_ms,
-                                  "language", "s", "python3",
-                                  "hangup", "h", hangup);
+        r = sd_bus_message_append(m, "sh", x.session_id, fd);
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "{sv}{sv}{sv}", "timeout_ms", "t", x.timeout_ms,
+                                          "language", "s", "python3", "hangup", "h", hangup);
+        if (r < 0)
+                return r;
+        if (exec_wants_stream(req, &x)) {
+                r = exec_sse_new(req, &sse, &stream);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_append(m, "{sv}", "stream", "h", stream);
+                if (r < 0)
+                        return r;
+        }
+        r = sd_bus_message_close_container(m);
         if (r < 0)
                 return r;
 
         ctx = malloc(sizeof(ExecContext));
         if (!ctx)
                 return -ENOMEM;
-        *ctx = (ExecContext) { .timeout_ms = x.timeout_ms, .report = x.report };
+        *ctx = (ExecContext) { .timeout_ms = x.timeout_ms, .report = x.report, .sse = TAKE_PTR(sse) };
         req->userdata = ctx;
-        req->userdata_free = free;
+        req->userdata_free = exec_context_free;
 
         return http_request_call(req, m, bus_timeout_exec_usec(&req->server->config, x.timeout_ms),
-                                 exec_on_reply);
+                                 exec_on_reply_maybe_streamed);
 }
 
 typedef struct CancelBody {

@@ -23,6 +23,8 @@ typedef struct ExecRequest {
         size_t code_size;
         uint64_t timeout_ms;    /* effective: defaulted and clamped */
         bool report;            /* "report": true: exit_reason and resources in the result */
+        bool stream;            /* "stream": true/false, when 'stream_given' */
+        bool stream_given;
 } ExecRequest;
 
 /* Validates a /exec body like the reference FastAPI service, in its order: schema (422), session id

@@ -380,7 +380,7 @@ static void http_request_fail(HttpRequest *req, int error) {
         (void) http_request_reply_failure(req, HTTP_INTERNAL_SERVER_ERROR, "internal error");
 }
 
-static void http_request_resume(HttpRequest *req) {
+void http_request_resume(HttpRequest *req) {
         /* libmicrohttpd watches the socket again. */
         req->client_source = sd_event_source_disable_unref(req->client_source);
         if (!req->suspended)
@@ -438,7 +438,7 @@ static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         r = handler ? handler(req, reply) : -EPROTO;
         if (r < 0)
                 http_request_fail(req, r);
-        else if (!req->response && !req->slot)
+        else if (!req->response && !req->slot && req->state != HTTP_REQUEST_ANSWERED)
                 http_request_fail(req, -EPROTO);
 
         if (!req->slot)
@@ -471,6 +471,21 @@ static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32
         log_debug("The client of a request waiting for the session manager hung up; cancelling its call.");
         http_request_resume(req);
         return 0;
+}
+
+void http_request_suspend_body(HttpRequest *req) {
+        assert(req);
+
+        if (req->suspended || !req->connection)
+                return;
+        MHD_suspend_connection(req->connection);
+        req->suspended = true;
+        req->server->n_suspended++;
+        server_status_changed(req->server);
+        if (req->hangup_fd >= 0 &&
+            http_connection_watch_hangup(req->connection, req->server->event, http_request_on_client_hangup, req,
+                                         &req->client_source) < 0)
+                log_debug("Failed to watch a client for hang-up; its call runs to its end.");
 }
 
 /* A call about a session of another node (SANDBOX_NODE_ID) is not made: 'handler' gets at once
@@ -859,6 +874,7 @@ typedef struct HttpQueued {
         uint64_t bytes;
         char *body;
         HttpStream *stream;
+        HttpBodySource source;
 } HttpQueued;
 
 static void http_queued_free(void *p) {
@@ -868,11 +884,15 @@ static void http_queued_free(void *p) {
         q->server->response_bytes -= q->bytes;
         free(q->body);
         http_stream_free(q->stream);
+        if (q->source.free)
+                q->source.free(q->source.userdata);
         free(q);
 }
 
 static ssize_t http_queued_read(void *cls, uint64_t pos, char *buf, size_t max) {
         HttpQueued *q = cls;
+        if (q->source.read)
+                return q->source.read(q->source.userdata, pos, buf, max);
         return http_stream_read(q->stream, pos, buf, max);
 }
 
@@ -887,7 +907,13 @@ static struct MHD_Response *http_response_to_mhd(Server *s, HttpResponse *resp) 
                 return NULL;
         q->server = s;
 
-        if (resp->stream) {
+        if (resp->source.read) {
+                /* Its owner bounds what it holds. */
+                q->source = resp->source;
+                resp->source = (HttpBodySource) {};
+                m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, http_queued_read, q,
+                                                      http_queued_free);
+        } else if (resp->stream) {
                 q->bytes = http_stream_footprint(resp->stream);
                 q->stream = TAKE_PTR(resp->stream);
                 size = http_stream_size(q->stream);
@@ -915,7 +941,7 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
         if (!resp)
                 return MHD_NO;
         req->status = resp->status;
-        has_body = resp->size > 0 || resp->stream;
+        has_body = resp->size > 0 || resp->stream || resp->source.read;
 
         m = http_response_to_mhd(req->server, resp);
         if (!m)
@@ -925,6 +951,8 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
              MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE,
                                      resp->content_type ?: "application/json") != MHD_YES) ||
             (resp->allow && MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, resp->allow) != MHD_YES) ||
+            (resp->cache_control &&
+             MHD_add_response_header(m, MHD_HTTP_HEADER_CACHE_CONTROL, resp->cache_control) != MHD_YES) ||
             (resp->retry_after &&
              MHD_add_response_header(m, MHD_HTTP_HEADER_RETRY_AFTER, resp->retry_after) != MHD_YES) ||
             (!isempty(req->server->config.node_id) &&

@@ -176,6 +176,12 @@ int http_request_reply_json(HttpRequest *req, unsigned status, json_object *o);
 int http_request_reply_literal(HttpRequest *req, unsigned status, const char *json);
 /* Answers a failed bus call; logs the real cause when it is ours (500) and hidden from the client. */
 int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e);
+/* For a body produced as it goes (HttpBodySource): its reader has nothing to give yet. Called from
+ * the reader, it suspends the connection (watching the client for a hang-up, which closes the
+ * request's hang-up pipe) until http_request_resume(). */
+void http_request_suspend_body(HttpRequest *req);
+/* Has libmicrohttpd handle a suspended request again (no-op if it is not suspended). */
+void http_request_resume(HttpRequest *req);
 /* Logs a failed bus call: rate-limited warning if 'ours', debug otherwise. */
 void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ours);
 /* Sends 'm' (to the session manager or the storage agent); 'handler' runs with the reply. The

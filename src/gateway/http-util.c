@@ -21,8 +21,30 @@ HttpResponse *http_response_free(HttpResponse *r) {
                 return NULL;
         free(r->body);
         http_stream_free(r->stream);
+        if (r->source.free)
+                r->source.free(r->source.userdata);
         free(r);
         return NULL;
+}
+
+int http_response_new_source(unsigned status, const char *content_type, const HttpBodySource *source,
+                             HttpResponse **ret) {
+        HttpResponse *r;
+
+        assert(source && source->read);
+        assert(ret);
+
+        r = calloc(1, sizeof(HttpResponse));
+        if (!r) {
+                if (source->free)
+                        source->free(source->userdata);
+                return -ENOMEM;
+        }
+        r->status = status;
+        r->content_type = content_type;
+        r->source = *source;
+        *ret = r;
+        return 0;
 }
 
 int http_response_new_stream(unsigned status, HttpStream *stream, HttpResponse **ret) {

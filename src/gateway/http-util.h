@@ -49,11 +49,21 @@ enum {
  * to libmicrohttpd without copying. */
 typedef struct HttpStream HttpStream;
 
+/* A body of unknown size produced by its owner as it goes (an event stream): libmicrohttpd's
+ * content reader and what frees its closure once libmicrohttpd lets go of it. */
+typedef struct HttpBodySource {
+        ssize_t (*read)(void *userdata, uint64_t pos, char *buf, size_t max);
+        void (*free)(void *userdata);
+        void *userdata;
+} HttpBodySource;
+
 typedef struct HttpResponse {
         unsigned status;
         char *body;
         size_t size;
         HttpStream *stream;       /* instead of 'body': produced as it is sent (http-stream.h) */
+        HttpBodySource source;    /* instead of both, when 'read' is set */
+        const char *cache_control; /* static "Cache-Control:" header value, or NULL */
         const char *allow; /* static "Allow:" header value for 405, or NULL */
         const char *content_type; /* static; NULL: application/json */
         const char *retry_after;  /* static "Retry-After:" header value, or NULL */
@@ -66,6 +76,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpResponse *, http_response_free);
 int http_response_new_take(unsigned status, char *body, size_t size, HttpResponse **ret);
 /* Takes ownership of 'stream' in all cases. */
 int http_response_new_stream(unsigned status, HttpStream *stream, HttpResponse **ret);
+/* Takes 'source' (its free() runs on failure too). */
+int http_response_new_source(unsigned status, const char *content_type, const HttpBodySource *source,
+                             HttpResponse **ret);
 /* Produces a streamed body whole, into 'body' (for tests and small bodies). */
 int http_response_flatten(HttpResponse *r);
 typedef struct JsonWriter JsonWriter;

@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "bus-client.h"
 #include "bus-util.h"
@@ -12,6 +14,7 @@
 #include "exec-reply.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "stream-frame.h"
 #include "string-util.h"
 
 /* The manager's default when no timeout is given (docs/dbus-api.md). */
@@ -37,6 +40,107 @@ static int read_code(const char *path, size_t max, char **ret, size_t *ret_size)
         return 0;
 }
 
+/* --stream: the runner's frames (stream-frame.h), each written to our stdout or stderr as it comes. */
+typedef struct CtlStream {
+        int fd;
+        StreamFrameHeader header;
+        size_t header_got, data_got;
+        uint8_t data[STREAM_FRAME_DATA_MAX];
+} CtlStream;
+
+/* Copies what the pipe has; 1 at its end, or at a frame that makes no sense. */
+static int ctl_stream_pump(CtlStream *s) {
+        for (;;) {
+                bool in_header = s->header_got < sizeof(s->header);
+                ssize_t k = in_header ? read(s->fd, (uint8_t *) &s->header + s->header_got, sizeof(s->header) - s->header_got)
+                                      : read(s->fd, s->data + s->data_got, s->header.size - s->data_got);
+
+                if (k < 0)
+                        return errno == EINTR ? 0 : errno == EAGAIN ? 0 : -errno;
+                if (k == 0)
+                        return 1;
+                if (in_header) {
+                        s->header_got += (size_t) k;
+                        if (s->header_got == sizeof(s->header) &&
+                            ((s->header.stream != STREAM_FRAME_STDOUT && s->header.stream != STREAM_FRAME_STDERR) ||
+                             s->header.size == 0 || s->header.size > STREAM_FRAME_DATA_MAX))
+                                return 1;
+                        continue;
+                }
+                s->data_got += (size_t) k;
+                if (s->data_got < s->header.size)
+                        continue;
+                (void) write_all(s->header.stream == STREAM_FRAME_STDOUT ? STDOUT_FILENO : STDERR_FILENO, s->data,
+                                 s->data_got);
+                s->header_got = s->data_got = 0;
+        }
+}
+
+static int on_stream_exec_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        sd_bus_message **reply = userdata;
+
+        *reply = sd_bus_message_ref(m);
+        return 0;
+}
+
+/* sd_bus_call(), copying the output stream meanwhile; once the answer is there, the rest of the
+ * pipe (the runner wrote every frame before it answered). */
+static int ctl_exec_call_streamed(sd_bus *bus, sd_bus_message *m, uint64_t timeout_usec, int stream_fd,
+                                  sd_bus_error *e, sd_bus_message **ret) {
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        _cleanup_free_ CtlStream *s = NULL;
+        int r;
+
+        s = calloc(1, sizeof(CtlStream));
+        if (!s)
+                return -ENOMEM;
+        s->fd = stream_fd;
+        r = fd_nonblock(stream_fd, true);
+        if (r < 0)
+                return r;
+        r = sd_bus_call_async(bus, &slot, m, on_stream_exec_reply, &reply, timeout_usec);
+        if (r < 0)
+                return r;
+        while (!reply) {
+                struct pollfd p[2] = {
+                        { .fd = sd_bus_get_fd(bus), .events = (short) sd_bus_get_events(bus) },
+                        { .fd = s->fd, .events = POLLIN },
+                };
+                uint64_t until;
+                int wait_ms = -1;
+
+                r = sd_bus_process(bus, NULL);
+                if (r < 0)
+                        return r;
+                if (r > 0 || reply)
+                        continue;
+                if (sd_bus_get_timeout(bus, &until) >= 0 && until != UINT64_MAX) {
+                        struct timespec ts;
+                        uint64_t now;
+
+                        clock_gettime(CLOCK_MONOTONIC, &ts);
+                        now = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+                        wait_ms = until <= now ? 0 : (int) MIN((until - now + 999) / 1000, (uint64_t) INT32_MAX);
+                }
+                if (poll(p, s->fd >= 0 ? 2 : 1, wait_ms) < 0 && errno != EINTR)
+                        return -errno;
+                if (s->fd >= 0 && p[1].revents) {
+                        r = ctl_stream_pump(s);
+                        if (r != 0)
+                                s->fd = -EBADF; /* still the caller's to close */
+                }
+        }
+        if (s->fd >= 0)
+                (void) ctl_stream_pump(s);
+        if (sd_bus_message_is_method_error(reply, NULL)) {
+                r = sd_bus_error_copy(e, sd_bus_message_get_error(reply));
+                return r < 0 ? r : -EIO;
+        }
+        *ret = TAKE_PTR(reply);
+        return 0;
+}
+
 /* What the exec used, where the manager measured it (docs/dbus-api.md, Exec's info). */
 static void ctl_exec_add_usage(json_object *o, const char *name, uint64_t v) {
         if (v != EXEC_USAGE_UNKNOWN)
@@ -50,7 +154,7 @@ int verb_exec(Ctl *c) {
         _cleanup_free_ ExecFile *files = NULL;
         _cleanup_(config_done) Config cfg = {};
         _cleanup_(bus_data_done) BusData data = {};
-        _cleanup_close_ int code_fd = -EBADF;
+        _cleanup_close_ int code_fd = -EBADF, stream_read = -EBADF, stream_write = -EBADF;
         const char *id = c->args[0], *path = c->args[1];
         uint64_t timeout_ms, stdout_size, stderr_size;
         _cleanup_(exec_info_done) ExecInfo info = {};
@@ -62,6 +166,8 @@ int verb_exec(Ctl *c) {
         r = ctl_check_session_id(id);
         if (r < 0)
                 return r;
+        if (c->stream && c->json)
+                return ctl_error(EINVAL, "--stream and --json cannot be combined.");
         r = ctl_load_config(&cfg, &config_error);
         if (r < 0)
                 return ctl_error(r, "Invalid configuration: %s", strempty(config_error));
@@ -79,13 +185,33 @@ int verb_exec(Ctl *c) {
         r = ctl_bus(c, &bus);
         if (r < 0)
                 return r;
+        if (c->stream) {
+                int fds[2];
+
+                if (pipe2(fds, O_CLOEXEC) < 0)
+                        return ctl_error(errno, "Failed to create a pipe: %m");
+                stream_read = fds[0];
+                stream_write = fds[1];
+        }
         r = session_manager_new_call(bus, "Exec", &m);
         if (r >= 0)
-                r = sd_bus_message_append(m, "sha{sv}", id, code_fd, 2, "timeout_ms", "t", timeout_ms,
-                                          "language", "s", "python3");
+                r = sd_bus_message_append(m, "sh", id, code_fd);
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "{sv}{sv}", "timeout_ms", "t", timeout_ms, "language", "s", "python3");
+        if (r >= 0 && c->stream)
+                r = sd_bus_message_append(m, "{sv}", "stream", "h", stream_write);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
         if (r < 0)
                 return ctl_error(r, "Failed to build the call: %m");
-        r = sd_bus_call(bus, m, bus_timeout_exec_usec(&cfg, timeout_ms), &e, &reply);
+        /* The message has its own copy: ours must go, or the pipe never ends. */
+        stream_write = safe_close(stream_write);
+        if (c->stream)
+                r = ctl_exec_call_streamed(bus, m, bus_timeout_exec_usec(&cfg, timeout_ms), stream_read, &e, &reply);
+        else
+                r = sd_bus_call(bus, m, bus_timeout_exec_usec(&cfg, timeout_ms), &e, &reply);
         if (r < 0)
                 return ctl_bus_error(&e, r, id);
 
@@ -142,8 +268,11 @@ int verb_exec(Ctl *c) {
                 ctl_exec_add_usage(o, "processes", info.processes);
                 json_print(o);
         } else {
-                (void) write_all(STDOUT_FILENO, data.data, stdout_size);
-                (void) write_all(STDERR_FILENO, data.data + stdout_size, stderr_size);
+                /* Streamed, the output is out already. */
+                if (!c->stream) {
+                        (void) write_all(STDOUT_FILENO, data.data, stdout_size);
+                        (void) write_all(STDERR_FILENO, data.data + stdout_size, stderr_size);
+                }
                 for (size_t i = 0; i < n_files; i++)
                         fprintf(stderr, "scopeboxctl: artifact /workspace/outputs/%s (%" PRIu64 " bytes)\n",
                                 string_is_printable_line(files[i].path, PATH_MAX) ? files[i].path : "(name not printable)",

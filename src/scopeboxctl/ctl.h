@@ -18,6 +18,7 @@
 
 typedef struct Ctl {
         bool json;
+        bool stream;              /* exec --stream */
         bool legend;
         uint64_t timeout_ms;      /* exec --timeout; 0: the manager's default */
         int64_t max_age_sec;      /* gc --max-age */

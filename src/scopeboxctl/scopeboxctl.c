@@ -54,6 +54,7 @@ static void help(void) {
                "     --json           Print JSON (stable keys, see scopeboxctl(1))\n"
                "     --no-legend      Print no table headers and footers\n"
                "     --timeout=TIME   exec: timeout (ms, or with s, min; default 120s)\n"
+               "     --stream         exec: copy the output as it is produced\n"
                "     --max-age=TIME   gc: delete archives older than this (s, or with min, h, d, w;\n"
                "                      default 7d)\n"
                "     --archive        kill: archive the workspace instead of discarding it\n\n"
@@ -68,6 +69,7 @@ enum {
         ARG_TIMEOUT,
         ARG_MAX_AGE,
         ARG_ARCHIVE,
+        ARG_STREAM,
 };
 
 /* Returns 1 to go on, 0 to exit successfully (help, version), -EINVAL on a usage error (reported). */
@@ -80,6 +82,7 @@ static int parse_argv(Ctl *c, int argc, char *argv[]) {
                 { "timeout",   required_argument, NULL, ARG_TIMEOUT   },
                 { "max-age",   required_argument, NULL, ARG_MAX_AGE   },
                 { "archive",   no_argument,       NULL, ARG_ARCHIVE   },
+                { "stream",    no_argument,       NULL, ARG_STREAM    },
                 {}
         };
         uint64_t usec;
@@ -114,6 +117,9 @@ static int parse_argv(Ctl *c, int argc, char *argv[]) {
                         break;
                 case ARG_ARCHIVE:
                         c->archive = true;
+                        break;
+                case ARG_STREAM:
+                        c->stream = true;
                         break;
                 default:
                         return -EINVAL; /* getopt said what */

@@ -430,6 +430,7 @@ typedef struct ExecOptions {
         uint64_t output_limit;
         const char *language;
         int hangup;
+        int stream;
 } ExecOptions;
 
 static const BusOption exec_options[] = {
@@ -437,6 +438,7 @@ static const BusOption exec_options[] = {
         { "output_limit", 't', offsetof(ExecOptions, output_limit) },
         { "language",     's', offsetof(ExecOptions, language)     },
         { "hangup",       'h', offsetof(ExecOptions, hangup)       },
+        { "stream",       'h', offsetof(ExecOptions, stream)       },
         {}
 };
 
@@ -546,8 +548,8 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         _cleanup_close_ int code_fd = -EBADF;
         _cleanup_(bus_call_freep) BusCall *c = NULL;
-        ExecOptions o = { .hangup = -EBADF };
-        ExecParameters p = {};
+        ExecOptions o = { .hangup = -EBADF, .stream = -EBADF };
+        ExecParameters p = { .stream_fd = -EBADF };
         const char *id;
         Session *s;
         int fd, r;
@@ -566,6 +568,13 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         r = take_code_fd(mgr, fd, &code_fd, error);
         if (r <= 0)
                 return r;
+        if (o.stream >= 0) {
+                r = fd_is_pipe_write_end(o.stream);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "stream must be the write end of a pipe");
+        }
 
         s = manager_find_session(mgr, id);
         if (!s || s->state != SESSION_RUNNING)
@@ -579,6 +588,8 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (r < 0)
                 return r;
 
+        /* Borrowed from the message, which outlives the call: session_exec() sends a copy. */
+        p.stream_fd = o.stream;
         r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, c, &c->exec);
         if (r == -EBUSY)
                 return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");

@@ -44,6 +44,7 @@ struct RunnerRequest {
         sd_event_source *queue_timer;  /* how long it may wait for the session or a slot */
         json_object *message;
         int fd;                 /* sent with the message, owned */
+        int fd2;                /* sent after it (an exec's stream), owned, or -EBADF */
         uint64_t timeout_usec;
         bool is_exec;
         RunnerReplyCallback callback;
@@ -79,6 +80,7 @@ static RunnerRequest *runner_request_free(RunnerRequest *q) {
         q->queue_timer = sd_event_source_disable_unref(q->queue_timer);
         json_object_put(q->message);
         safe_close(q->fd);
+        safe_close(q->fd2);
         free(q);
         return NULL;
 }
@@ -576,7 +578,12 @@ static int session_dispatch_next(Session *s) {
         s->n_queued--;
         q->next = NULL;
 
-        r = runner_message_send(s->control_fd, q->message, q->fd >= 0 ? &q->fd : NULL, q->fd >= 0 ? 1 : 0);
+        {
+                int fds[2] = { q->fd, q->fd2 };
+                size_t n = q->fd < 0 ? 0 : q->fd2 < 0 ? 1 : 2;
+
+                r = runner_message_send(s->control_fd, q->message, n > 0 ? fds : NULL, n);
+        }
         if (r < 0) {
                 q->callback(s, -ENXIO, "session not found or not running", NULL, -EBADF, q->userdata);
                 if (q->is_exec)
@@ -586,6 +593,7 @@ static int session_dispatch_next(Session *s) {
                 return r;
         }
         q->fd = safe_close(q->fd);
+        q->fd2 = safe_close(q->fd2);
         q->queue_timer = sd_event_source_disable_unref(q->queue_timer);
         s->in_flight = q;
         r = sd_event_add_time_relative(s->manager->event, &s->request_timer, CLOCK_MONOTONIC, q->timeout_usec,
@@ -640,22 +648,25 @@ void session_kick(Session *s) {
 /* Takes ownership of message and fd, also on failure. Fails only when nothing was queued; then
  * the callback is not called. *ret_request (optional) is set before the request may be sent, so
  * also when it is answered at once (and freed before this returns). */
-static int session_enqueue_full(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec,
-                                bool front, RunnerReplyCallback cb, void *userdata, RunnerRequest **ret_request) {
+static int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint64_t timeout_usec,
+                                bool is_exec, bool front, RunnerReplyCallback cb, void *userdata,
+                                RunnerRequest **ret_request) {
         RunnerRequest *q;
 
         if (s->n_queued >= SESSION_QUEUE_MAX) {
                 json_object_put(message);
                 safe_close(fd);
+                safe_close(fd2);
                 return -EBUSY;
         }
         q = calloc(1, sizeof(RunnerRequest));
         if (!q) {
                 json_object_put(message);
                 safe_close(fd);
+                safe_close(fd2);
                 return -ENOMEM;
         }
-        *q = (RunnerRequest) { .session = s, .message = message, .fd = fd, .timeout_usec = timeout_usec,
+        *q = (RunnerRequest) { .session = s, .message = message, .fd = fd, .fd2 = fd2, .timeout_usec = timeout_usec,
                                .is_exec = is_exec, .callback = cb, .userdata = userdata };
         /* Client calls wait at most the queue timeout; our own control requests go first. */
         if (!front &&
@@ -687,7 +698,7 @@ static int session_enqueue_full(Session *s, json_object *message, int fd, uint64
 
 static int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec, bool front,
                            RunnerReplyCallback cb, void *userdata) {
-        return session_enqueue_full(s, message, fd, timeout_usec, is_exec, front, cb, userdata, NULL);
+        return session_enqueue_full(s, message, fd, -EBADF, timeout_usec, is_exec, front, cb, userdata, NULL);
 }
 
 /* ---- idle TTL ---- */
@@ -1246,7 +1257,7 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
 
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
                  ExecCall **ret_call) {
-        _cleanup_close_ int fd = code_fd;
+        _cleanup_close_ int fd = code_fd, stream_fd = -EBADF;
         json_object *msg;
         ExecCall *c;
         char exec_id[32];
@@ -1298,11 +1309,23 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                         json_object_object_add(msg, "https_proxy", json_object_new_string(p->https_proxy));
         }
 
+        if (p->stream_fd >= 0) {
+                stream_fd = fcntl(p->stream_fd, F_DUPFD_CLOEXEC, 3);
+                if (stream_fd < 0) {
+                        r = -errno;
+                        json_object_put(msg);
+                        free(c);
+                        metrics_count_exec(&s->manager->metrics, r, NULL);
+                        return r;
+                }
+        }
+
         /* The caller learns of c before the request may be answered (and c freed). */
         if (ret_call)
                 *ret_call = c;
-        r = session_enqueue_full(s, msg, TAKE_FD(fd), p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true,
-                                 false, on_exec_reply, c, &c->request);
+        r = session_enqueue_full(s, msg, TAKE_FD(fd), TAKE_FD(stream_fd),
+                                 p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false, on_exec_reply, c,
+                                 &c->request);
         if (r < 0) {
                 if (ret_call)
                         *ret_call = NULL;

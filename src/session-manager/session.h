@@ -90,6 +90,7 @@ typedef struct ExecParameters {
         bool network;
         const char *http_proxy;    /* handed to the code when it has a network */
         const char *https_proxy;
+        int stream_fd;             /* borrowed, or -EBADF: the write end for the output as produced */
 } ExecParameters;
 
 typedef struct RunnerRequest RunnerRequest;

@@ -216,7 +216,7 @@ ssize_t fds_receive(int sock, void *data, size_t size, int *fds, size_t n_fds, s
         return k;
 }
 
-int fd_is_pipe_read_end(int fd) {
+static int fd_is_pipe_end(int fd, int accmode) {
         struct stat st;
         int flags;
 
@@ -227,7 +227,15 @@ int fd_is_pipe_read_end(int fd) {
         flags = fcntl(fd, F_GETFL);
         if (flags < 0)
                 return -errno;
-        return (flags & O_ACCMODE) == O_RDONLY;
+        return (flags & O_ACCMODE) == accmode;
+}
+
+int fd_is_pipe_read_end(int fd) {
+        return fd_is_pipe_end(fd, O_RDONLY);
+}
+
+int fd_is_pipe_write_end(int fd) {
+        return fd_is_pipe_end(fd, O_WRONLY);
 }
 
 int pipe_hung_up(int fd) {

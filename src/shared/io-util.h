@@ -32,6 +32,8 @@ ssize_t fds_receive(int sock, void *data, size_t size, int *fds, size_t n_fds, s
 
 /* Whether 'fd' is the read end of a pipe (or FIFO): 1, 0 if it is anything else, -errno. */
 int fd_is_pipe_read_end(int fd);
+/* Whether 'fd' is the write end of a pipe (or FIFO): 1, 0 if it is anything else, -errno. */
+int fd_is_pipe_write_end(int fd);
 /* Whether the pipe 'fd' reads from has no writer any more (or an error): 1, 0 while some process
  * holds a write end open, -errno. Never blocks, reads nothing. */
 int pipe_hung_up(int fd);

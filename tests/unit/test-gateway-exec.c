@@ -9,7 +9,9 @@
 
 #include "base64.h"
 #include "http-exec.h"
+#include "http-exec-stream.h"
 #include "json-util.h"
+#include "stream-frame.h"
 #include "tests.h"
 
 #define SID "0123456789abcdef0123456789abcdef"
@@ -468,6 +470,114 @@ static void test_compose_hostile(void) {
         check_hostile(&r, 64);
 }
 
+static void test_accept_event_stream(void) {
+        static const struct {
+                const char *value;
+                bool yes;
+        } cases[] = {
+                { "text/event-stream", true },
+                { "TEXT/Event-Stream", true },
+                { "application/json, text/event-stream;q=0.9", true },
+                { " text/event-stream ; charset=utf-8", true },
+                { "*/*", false },
+                { "text/*", false },
+                { "application/json", false },
+                { "text/event-streamx", false },
+                { "text/event-stream;q=0", false },
+                { "text/event-stream; q=0.000", false },
+                { "text/event-stream;q=0.1", true },
+                { "", false },
+                { ",,,", false },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++)
+                ASSERT_EQ(http_accept_event_stream(cases[i].value, strlen(cases[i].value)), cases[i].yes);
+        ASSERT_TRUE(!http_accept_event_stream(NULL, 0));
+        /* By length: what follows a NUL is not looked at as a C string would hide it. */
+        ASSERT_TRUE(!http_accept_event_stream("a/b\0text/event-stream", 3));
+}
+
+/* The text members of the events in 'w' for stream 'name', concatenated (their JSON, unquoted). */
+static char *sse_texts(const JsonWriter *w, const char *name, size_t *ret_size) {
+        char prefix[64], *out = calloc(1, w->size + 1), *p = w->data ?: (char *) "";
+        size_t n = 0, lp;
+
+        ASSERT_TRUE(out);
+        snprintf(prefix, sizeof(prefix), "event: %s\ndata: {\"text\":\"", name);
+        lp = strlen(prefix);
+        while ((p = strstr(p, prefix))) {
+                char *end = strstr(p + lp, "\"}\n\n");
+
+                ASSERT_TRUE(end);
+                memcpy(out + n, p + lp, (size_t) (end - p - lp));
+                n += (size_t) (end - p - lp);
+                p = end;
+        }
+        *ret_size = n;
+        return out;
+}
+
+/* Split anywhere, the chunks say what the whole says: no U+FFFD for a character cut in two, the
+ * same U+FFFD where the bytes are invalid, whatever the cut. */
+static void test_sse_chunks_utf8(void) {
+        static const char *const texts[] = {
+                "plain ascii\n",
+                "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87",
+                "bad \xff\xfe lone \x80 cut \xe2\x82 end",
+                "\xf0\x9f\x98",  /* incomplete at the very end */
+                "\xe0\x80\x80 overlong \xed\xa0\x80 surrogate \"quote\" \\ \x01",
+        };
+
+        for (size_t t = 0; t < ELEMENTSOF(texts); t++) {
+                const uint8_t *p = (const uint8_t *) texts[t];
+                size_t n = strlen(texts[t]);
+                JsonWriter whole = {};
+
+                ASSERT_EQ(json_writer_append_text_lossy(&whole, p, n), 0);
+                for (size_t a = 0; a <= n; a++)
+                        for (size_t b = a; b <= n; b++) {
+                                JsonWriter w = {}, expect = {};
+                                uint8_t held[4];
+                                size_t n_held = 0, got_size;
+                                _cleanup_free_ char *got = NULL;
+
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, p, a, false), 0);
+                                ASSERT_TRUE(n_held <= 3);
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, p + a, b - a, false), 0);
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, p + b, n - b, false), 0);
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, NULL, 0, true), 0);
+                                ASSERT_EQ(n_held, 0);
+                                got = sse_texts(&w, "stdout", &got_size);
+                                /* The whole text, escaped as one JSON string, without its quotes. */
+                                ASSERT_EQ(json_writer_append_string(&expect, whole.data ?: "", whole.size), 0);
+                                ASSERT_EQ(got_size, expect.size - 2);
+                                ASSERT_TRUE(memcmp(got, expect.data + 1, got_size) == 0);
+                                /* Nothing but events: an empty chunk gives none. */
+                                ASSERT_TRUE(!w.data || strstr(w.data, "event: stderr") == NULL);
+                                json_writer_done(&w);
+                                json_writer_done(&expect);
+                        }
+                json_writer_done(&whole);
+        }
+}
+
+static void test_sse_chunk_format(void) {
+        JsonWriter w = {};
+        uint8_t held[4];
+        size_t n_held = 0;
+
+        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDERR, held, &n_held, (const uint8_t *) "a\nb\"", 4, false), 0);
+        ASSERT_STREQ(w.data, "event: stderr\ndata: {\"text\":\"a\\nb\\\"\"}\n\n");
+        json_writer_done(&w);
+        /* Only the start of a character: nothing yet. */
+        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xe2\x82", 2, false), 0);
+        ASSERT_TRUE(w.size == 0);
+        ASSERT_EQ(n_held, 2);
+        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xac", 1, false), 0);
+        ASSERT_STREQ(w.data, "event: stdout\ndata: {\"text\":\"\xe2\x82\xac\"}\n\n");
+        json_writer_done(&w);
+}
+
 int main(void) {
         RUN(test_request);
         RUN(test_compose_basic);
@@ -477,5 +587,8 @@ int main(void) {
         RUN(test_compose_utf8);
         RUN(test_compose_large);
         RUN(test_compose_hostile);
+        RUN(test_accept_event_stream);
+        RUN(test_sse_chunk_format);
+        RUN(test_sse_chunks_utf8);
         return 0;
 }

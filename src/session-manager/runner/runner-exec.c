@@ -28,11 +28,17 @@
 #include "runner.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
+#include "stream-frame.h"
 #include "string-util.h"
 
 #define OUTPUT_PIPE_CHUNK (64U * 1024U)
 /* After PID 1 of an exec is gone, every writer of the pipes is gone too; this is a safety net. */
 #define DRAIN_GRACE_USEC (2 * USEC_PER_SEC)
+/* Frames a stream's reader may lag behind before the exec stops reading its output (the code then
+ * waits on a full stdout, its timeout running); and how long an ended exec waits for the reader to
+ * take the rest before its result goes without it. */
+#define STREAM_PENDING_MAX 256U
+#define STREAM_FLUSH_USEC (5 * USEC_PER_SEC)
 
 /* Values handed into the sandbox's environment (proxies): one printable line, bounded. */
 #define EXEC_ENV_VALUE_MAX 1024
@@ -59,6 +65,8 @@ RunnerExec *runner_exec_free(RunnerExec *e) {
         }
         e->child_source = sd_event_source_disable_unref(e->child_source);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
+        e->stream = exec_stream_free(e->stream);
         output_buffer_done(&e->out);
         output_buffer_done(&e->err);
         safe_close(e->status_fd);
@@ -169,6 +177,10 @@ static int runner_exec_finish(RunnerExec *e) {
         uint64_t offset;
         int exit_code = 0, sig = 0, q;
         ssize_t k;
+
+        /* The stream ends before the result goes: its reader has every frame when the result comes. */
+        e->stream = exec_stream_free(e->stream);
+        e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
 
         /* What did PID 1 of the sandbox tell us? How the payload started, then how it ended. */
         if (read(e->status_fd, &start, sizeof(start)) == (ssize_t) sizeof(start))
@@ -359,9 +371,45 @@ done:
         return q;
 }
 
+static int on_stream_flush_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        RunnerExec *e = userdata;
+
+        /* The reader does not take the rest: the result goes without it (it holds every byte). */
+        e->stream = exec_stream_free(e->stream);
+        runner_exec_stream_progress(e);
+        return 0;
+}
+
 static void runner_exec_maybe_finish(RunnerExec *e) {
-        if (e->exited && !e->out.source && !e->err.source)
-                (void) runner_exec_finish(e);
+        if (!e->exited || e->out.source || e->err.source)
+                return;
+        if (exec_stream_pending(e->stream) > 0) {
+                if (!e->stream_timer &&
+                    sd_event_add_time_relative(e->runner->event, &e->stream_timer, CLOCK_MONOTONIC, STREAM_FLUSH_USEC,
+                                               USEC_PER_MSEC * 10, on_stream_flush_timeout, e) < 0)
+                        e->stream = exec_stream_free(e->stream);
+                else
+                        return;
+        }
+        (void) runner_exec_finish(e);
+}
+
+/* Reading the output waits while the stream's reader lags, but only while the code runs: what is
+ * left in the pipes after PID 1 is gone is read at once. */
+static void runner_exec_pause_output(RunnerExec *e, bool pause) {
+        if (e->output_paused == pause)
+                return;
+        e->output_paused = pause;
+        if (e->out.source)
+                (void) sd_event_source_set_enabled(e->out.source, pause ? SD_EVENT_OFF : SD_EVENT_ON);
+        if (e->err.source)
+                (void) sd_event_source_set_enabled(e->err.source, pause ? SD_EVENT_OFF : SD_EVENT_ON);
+}
+
+void runner_exec_stream_progress(RunnerExec *e) {
+        if (e->output_paused && exec_stream_pending(e->stream) <= STREAM_PENDING_MAX / 2)
+                runner_exec_pause_output(e, false);
+        runner_exec_maybe_finish(e);
 }
 
 static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -391,8 +439,14 @@ static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdat
                         }
                         memcpy(b->data + b->size, buf, take);
                         b->size += take;
+                        (void) exec_stream_push(e->stream, b == &e->out ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR,
+                                                take);
                 }
                 b->total += (uint64_t) k;
+                if (!e->exited && exec_stream_pending(e->stream) >= STREAM_PENDING_MAX) {
+                        runner_exec_pause_output(e, true);
+                        return 0;
+                }
                 if (i == 15)
                         return 0; /* let others run; we'll be called again */
         }
@@ -427,6 +481,7 @@ static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata)
         }
         e->child_source = sd_event_source_disable_unref(e->child_source);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        runner_exec_pause_output(e, false);
 
         if (e->out.source || e->err.source) {
                 q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC, DRAIN_GRACE_USEC, 0,
@@ -561,7 +616,7 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
         return 0;
 }
 
-int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
+int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) {
         struct {
                 const char *exec_id, *language, *http_proxy, *https_proxy;
                 int64_t timeout_ms, output_limit, max_file, max_files, max_total, memory_limit;
@@ -648,6 +703,11 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd) {
                 .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
         };
         snprintf(e->exec_id, sizeof(e->exec_id), "%s", p.exec_id);
+        if (stream_fd >= 0) {
+                q = exec_stream_new(e, stream_fd, &e->stream);
+                if (q < 0)
+                        return runner_send_error(r, r->connection_generation, -q, "invalid output stream");
+        }
 
         /* outputs/ before the exec: as the last exec left it, unless a file operation changed
          * it since (then walk it again). */

@@ -203,7 +203,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 if (op && streq(op, "init"))
                         q = runner_handle_init(r, req);
                 else if (op && streq(op, "exec"))
-                        q = runner_handle_exec(r, req, n_fds > 0 ? fds[0] : -EBADF);
+                        q = runner_handle_exec(r, req, n_fds > 0 ? fds[0] : -EBADF, n_fds > 1 ? fds[1] : -EBADF);
                 else if (op && r->initialized && streq(op, "write"))
                         q = runner_handle_write(r, req, n_fds > 0 ? fds[0] : -EBADF);
                 else if (op && r->initialized && streq(op, "read"))

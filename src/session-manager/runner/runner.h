@@ -31,6 +31,8 @@ typedef struct OutputBuffer {
         sd_event_source *source;
 } OutputBuffer;
 
+typedef struct ExecStream ExecStream;
+
 typedef struct RunnerExec {
         Runner *runner;
         uint64_t connection_generation;
@@ -57,6 +59,10 @@ typedef struct RunnerExec {
         /* The scope's limit event counters when the exec started. */
         uint64_t oom_kills_before;
         uint64_t pids_max_before;
+
+        ExecStream *stream;       /* its output as produced, if asked for (runner-stream.c) */
+        bool output_paused;       /* the stream's reader lags: stdout and stderr wait */
+        sd_event_source *stream_timer;  /* how long the ended exec waits for the stream */
 
         pid_t slirp_pid;          /* the network of this exec, if it has one */
         int template_error;       /* why it did not start from the template (0: it did) */
@@ -134,7 +140,19 @@ int runner_handle_init(Runner *r, json_object *req);
 /* runner-exec.c */
 RunnerExec *runner_exec_free(RunnerExec *e);
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret);
-int runner_handle_exec(Runner *r, json_object *req, int code_fd);
+/* 'stream_fd' (borrowed, or -EBADF): the write end of a pipe for the output as it is produced. */
+int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd);
+/* The stream wrote or failed: the exec may resume reading its output, or finish. */
+void runner_exec_stream_progress(RunnerExec *e);
+
+/* runner-stream.c. Frames are read from the exec's OutputBuffers, which must outlive the stream. */
+int exec_stream_new(RunnerExec *e, int fd, ExecStream **ret);
+ExecStream *exec_stream_free(ExecStream *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ExecStream *, exec_stream_free);
+/* 'n' more kept bytes of stream 'which' (STREAM_FRAME_*), following those pushed before. */
+int exec_stream_push(ExecStream *s, uint8_t which, size_t n);
+/* Frames not yet written whole. */
+size_t exec_stream_pending(const ExecStream *s);
 void runner_handle_cancel(Runner *r, json_object *req);
 
 /* runner-template.c */

@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* POST /exec as server-sent events: the pipe the runner frames the output onto, the events composed
+ * from it, and libmicrohttpd's reader of them, which suspends the connection while nothing waits. */
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "gateway-server.h"
+#include "http-exec-stream.h"
+#include "http-stream.h"
+#include "io-util.h"
+#include "log.h"
+#include "stream-frame.h"
+#include "string-util.h"
+
+struct ExecSse {
+        unsigned n_ref;
+        HttpRequest *req;          /* NULL once the request is gone */
+
+        int fd;                    /* the pipe's read end, -EBADF once done with it */
+        sd_event_source *source;
+        StreamFrameHeader header;
+        size_t header_got;
+        uint8_t *frame;            /* STREAM_FRAME_DATA_MAX bytes */
+        size_t frame_got;
+        uint8_t held[2][4];        /* the start of a UTF-8 sequence, per stream */
+        size_t n_held[2];
+
+        JsonWriter out;            /* composed events; 'out_sent' of them are with libmicrohttpd */
+        size_t out_sent;
+        HttpStream *result;        /* the final event's JSON, sent after 'out' */
+        uint64_t result_pos;
+        bool result_done;
+
+        bool started;
+        bool finished;             /* nothing follows 'out' and 'result' */
+};
+
+static bool accept_element_is_event_stream(const char *p, size_t n) {
+        static const char type[] = "text/event-stream";
+        size_t i = 0, t;
+
+        while (i < n && (p[i] == ' ' || p[i] == '\t'))
+                i++;
+        t = i;
+        while (i < n && p[i] != ';' && p[i] != ' ' && p[i] != '\t')
+                i++;
+        if (i - t != sizeof(type) - 1 || strncasecmp(p + t, type, sizeof(type) - 1) != 0)
+                return false;
+        /* Parameters: only q=0 (not acceptable) matters. */
+        while (i < n) {
+                size_t k;
+
+                while (i < n && (p[i] == ';' || p[i] == ' ' || p[i] == '\t'))
+                        i++;
+                k = i;
+                while (i < n && p[i] != ';')
+                        i++;
+                if (i - k >= 2 && (p[k] == 'q' || p[k] == 'Q') && p[k + 1] == '=') {
+                        bool zero = true;
+
+                        for (size_t j = k + 2; j < i; j++)
+                                if (p[j] != '0' && p[j] != '.' && p[j] != ' ' && p[j] != '\t')
+                                        zero = false;
+                        if (zero && i > k + 2)
+                                return false;
+                }
+        }
+        return true;
+}
+
+bool http_accept_event_stream(const char *value, size_t n) {
+        size_t start = 0;
+
+        if (!value)
+                return false;
+        for (size_t i = 0; i <= n; i++)
+                if (i == n || value[i] == ',') {
+                        if (accept_element_is_event_stream(value + start, i - start))
+                                return true;
+                        start = i + 1;
+                }
+        return false;
+}
+
+/* How many trailing bytes of p[0..n) start a UTF-8 sequence that is not complete yet. */
+static size_t utf8_incomplete_tail(const uint8_t *p, size_t n) {
+        for (size_t k = 1; k <= MIN(n, (size_t) 3); k++) {
+                uint8_t c = p[n - k];
+                size_t len;
+
+                if ((c & 0xc0) == 0x80)
+                        continue; /* a continuation byte: look further back */
+                len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+                return len > k ? k : 0;
+        }
+        return 0;
+}
+
+int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held, const uint8_t *p,
+                          size_t n, bool last) {
+        _cleanup_free_ uint8_t *joined = NULL;
+        const uint8_t *text = p;
+        size_t size = n, keep;
+        int r;
+
+        assert(w);
+        assert(n_held && *n_held <= 3);
+
+        if (*n_held > 0) {
+                joined = malloc(*n_held + n + 1);
+                if (!joined)
+                        return -ENOMEM;
+                memcpy(joined, held, *n_held);
+                if (n > 0)
+                        memcpy(joined + *n_held, p, n);
+                text = joined;
+                size = *n_held + n;
+        }
+        keep = last ? 0 : utf8_incomplete_tail(text, size);
+        *n_held = 0;
+        if (size - keep > 0) {
+                r = json_writer_append_str(w, which == STREAM_FRAME_STDOUT ? "event: stdout\ndata: {\"text\":"
+                                                                           : "event: stderr\ndata: {\"text\":");
+                if (r >= 0)
+                        r = json_writer_append_string_lossy(w, (const char *) text, size - keep);
+                if (r >= 0)
+                        r = json_writer_append_str(w, "}\n\n");
+                if (r < 0)
+                        return r;
+        }
+        memcpy(held, text + size - keep, keep);
+        *n_held = keep;
+        return 0;
+}
+
+static void exec_sse_close_pipe(ExecSse *s) {
+        s->source = sd_event_source_disable_unref(s->source);
+        s->fd = safe_close(s->fd);
+}
+
+static ExecSse *exec_sse_free(ExecSse *s) {
+        exec_sse_close_pipe(s);
+        free(s->frame);
+        json_writer_done(&s->out);
+        http_stream_free(s->result);
+        free(s);
+        return NULL;
+}
+
+ExecSse *exec_sse_unref(ExecSse *s) {
+        if (!s)
+                return NULL;
+        assert(s->n_ref > 0);
+        if (--s->n_ref == 0)
+                exec_sse_free(s);
+        return NULL;
+}
+
+void exec_sse_detach(ExecSse *s) {
+        if (!s)
+                return;
+        s->req = NULL;
+        exec_sse_close_pipe(s);
+}
+
+bool exec_sse_started(const ExecSse *s) {
+        return s && s->started;
+}
+
+static size_t exec_sse_unsent(const ExecSse *s) {
+        return s->out.size - s->out_sent;
+}
+
+/* What waits for libmicrohttpd changed: a reader that suspended itself runs again. */
+static void exec_sse_wake(ExecSse *s) {
+        if (s->started && s->req && s->req->state == HTTP_REQUEST_ANSWERED)
+                http_request_resume(s->req);
+}
+
+static ssize_t exec_sse_read(void *userdata, uint64_t pos, char *buf, size_t max) {
+        ExecSse *s = userdata;
+        size_t n;
+
+        for (;;) {
+                if (exec_sse_unsent(s) > 0) {
+                        n = MIN(max, exec_sse_unsent(s));
+                        memcpy(buf, s->out.data + s->out_sent, n);
+                        s->out_sent += n;
+                        if (s->out_sent == s->out.size)
+                                s->out.size = s->out_sent = 0;
+                        else if (s->out_sent >= EXEC_SSE_BUFFER_MAX / 4) {
+                                /* What was sent goes, so that the buffer stays within its bound. */
+                                memmove(s->out.data, s->out.data + s->out_sent, exec_sse_unsent(s));
+                                s->out.size -= s->out_sent;
+                                s->out_sent = 0;
+                        }
+                        /* Room again: read on. */
+                        if (s->source && exec_sse_unsent(s) < EXEC_SSE_BUFFER_MAX / 2)
+                                (void) sd_event_source_set_enabled(s->source, SD_EVENT_ON);
+                        return (ssize_t) n;
+                }
+                if (s->result && !s->result_done) {
+                        ssize_t k = http_stream_read(s->result, s->result_pos, buf, max);
+
+                        if (k == MHD_CONTENT_READER_END_WITH_ERROR)
+                                return k;
+                        if (k != MHD_CONTENT_READER_END_OF_STREAM) {
+                                s->result_pos += (uint64_t) k;
+                                return k;
+                        }
+                        s->result_done = true;
+                        if (json_writer_append_str(&s->out, "\n\n") < 0)
+                                return MHD_CONTENT_READER_END_WITH_ERROR;
+                        continue;
+                }
+                if (s->finished)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (!s->req || s->req->client_gone)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                /* Nothing yet: libmicrohttpd would call again at once. */
+                http_request_suspend_body(s->req);
+                return 0;
+        }
+}
+
+static void exec_sse_release(void *userdata) {
+        exec_sse_unref(userdata);
+}
+
+/* Hands the response to the request, which starts sending it. */
+static int exec_sse_start(ExecSse *s) {
+        HttpBodySource source = { .read = exec_sse_read, .free = exec_sse_release, .userdata = s };
+        HttpResponse *resp;
+        int r;
+
+        if (s->started || !s->req)
+                return 0;
+        s->n_ref++;
+        r = http_response_new_source(HTTP_OK, "text/event-stream", &source, &resp);
+        if (r < 0)
+                return r;
+        resp->cache_control = "no-cache";
+        s->started = true;
+        (void) http_request_reply(s->req, resp);
+        http_request_resume(s->req);
+        return 0;
+}
+
+/* Takes what the pipe has, at most 'budget' bytes; 1 at its end (EOF, or a frame we cannot use). */
+static int exec_sse_read_pipe(ExecSse *s, size_t budget, bool ignore_buffer) {
+        size_t done = 0;
+        ssize_t k;
+        int r;
+
+        while (s->fd >= 0 && done < budget && (ignore_buffer || exec_sse_unsent(s) < EXEC_SSE_BUFFER_MAX)) {
+                if (s->header_got < sizeof(s->header)) {
+                        k = read(s->fd, (uint8_t *) &s->header + s->header_got, sizeof(s->header) - s->header_got);
+                        if (k > 0) {
+                                s->header_got += (size_t) k;
+                                done += (size_t) k;
+                                if (s->header_got < sizeof(s->header))
+                                        continue;
+                                if ((s->header.stream != STREAM_FRAME_STDOUT && s->header.stream != STREAM_FRAME_STDERR) ||
+                                    s->header.zero[0] || s->header.zero[1] || s->header.zero[2] || s->header.size == 0 ||
+                                    s->header.size > STREAM_FRAME_DATA_MAX) {
+                                        log_debug("Malformed output frame from the session manager, ignoring the rest.");
+                                        return 1;
+                                }
+                                continue;
+                        }
+                } else {
+                        k = read(s->fd, s->frame + s->frame_got, s->header.size - s->frame_got);
+                        if (k > 0) {
+                                unsigned i = s->header.stream == STREAM_FRAME_STDOUT ? 0 : 1;
+
+                                s->frame_got += (size_t) k;
+                                done += (size_t) k;
+                                if (s->frame_got < s->header.size)
+                                        continue;
+                                r = exec_sse_format_chunk(&s->out, s->header.stream, s->held[i], &s->n_held[i],
+                                                          s->frame, s->frame_got, false);
+                                if (r < 0)
+                                        return r;
+                                s->header_got = s->frame_got = 0;
+                                continue;
+                        }
+                }
+                if (k == 0)
+                        return 1;
+                if (errno == EINTR)
+                        continue;
+                if (errno == EAGAIN)
+                        return 0;
+                return -errno;
+        }
+        return 0;
+}
+
+static int on_pipe(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        ExecSse *s = userdata;
+        size_t before = exec_sse_unsent(s);
+        int r;
+
+        if (!s->req || s->req->client_gone) {
+                /* Nobody reads: the runner's writes fail, and it goes on without a stream. */
+                exec_sse_close_pipe(s);
+                return 0;
+        }
+        r = exec_sse_read_pipe(s, EXEC_SSE_READ_MAX, false);
+        if (r != 0) {
+                if (r < 0)
+                        log_debug_errno(r, "Failed to read the output stream, ignoring the rest: %m");
+                exec_sse_close_pipe(s);
+        } else if (exec_sse_unsent(s) >= EXEC_SSE_BUFFER_MAX)
+                (void) sd_event_source_set_enabled(s->source, SD_EVENT_OFF);
+
+        if (exec_sse_unsent(s) > before) {
+                if (!s->started) {
+                        r = exec_sse_start(s);
+                        if (r < 0)
+                                log_debug_errno(r, "Failed to start the event stream: %m");
+                } else
+                        exec_sse_wake(s);
+        }
+        return 0;
+}
+
+int exec_sse_new(HttpRequest *req, ExecSse **ret, int *ret_write_fd) {
+        _cleanup_(exec_sse_unrefp) ExecSse *s = NULL;
+        int fds[2], r;
+
+        assert(req);
+        assert(ret);
+        assert(ret_write_fd);
+
+        s = calloc(1, sizeof(ExecSse));
+        if (!s)
+                return -ENOMEM;
+        s->n_ref = 1;
+        s->req = req;
+        s->fd = -EBADF;
+        s->frame = malloc(STREAM_FRAME_DATA_MAX);
+        if (!s->frame)
+                return -ENOMEM;
+        /* Our end never blocks; the runner makes its own end non-blocking. */
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return -errno;
+        s->fd = fds[0];
+        r = fd_nonblock(s->fd, true);
+        if (r >= 0)
+                r = sd_event_add_io(req->server->event, &s->source, s->fd, EPOLLIN, on_pipe, s);
+        if (r < 0) {
+                safe_close(fds[1]);
+                return r;
+        }
+        (void) sd_event_source_set_description(s->source, "exec-stream");
+        *ret_write_fd = fds[1];
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+/* The rest of the pipe, then what was held back: every frame the runner wrote came before its
+ * result, so the pipe has them all now (its write end may still be open: never wait for EOF). */
+static int exec_sse_drain(ExecSse *s) {
+        int r = 0;
+
+        if (s->fd >= 0) {
+                r = exec_sse_read_pipe(s, SIZE_MAX, true);
+                if (r < 0)
+                        log_debug_errno(r, "Failed to read the output stream, ignoring the rest: %m");
+                exec_sse_close_pipe(s);
+        }
+        for (unsigned i = 0; i < 2; i++) {
+                r = exec_sse_format_chunk(&s->out, i == 0 ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR, s->held[i],
+                                          &s->n_held[i], NULL, 0, true);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int exec_sse_finish(ExecSse *s, HttpResponse *result) {
+        _cleanup_(http_response_freep) HttpResponse *resp = result;
+        int r;
+
+        assert(s);
+        assert(resp && resp->stream);
+
+        r = exec_sse_drain(s);
+        if (r >= 0)
+                r = json_writer_append_str(&s->out, "event: result\ndata: ");
+        if (r < 0)
+                return r;
+        s->result = TAKE_PTR(resp->stream);
+        s->finished = true;
+        if (!s->started)
+                return exec_sse_start(s);
+        exec_sse_wake(s);
+        return 0;
+}
+
+int exec_sse_fail(ExecSse *s, HttpResponse *error) {
+        _cleanup_(http_response_freep) HttpResponse *resp = error;
+        _cleanup_free_ char *body = NULL;
+        size_t size = 0;
+        int r;
+
+        assert(s);
+        assert(resp);
+
+        (void) exec_sse_drain(s);
+        if (resp->stream) {
+                /* Error bodies are small; flatten whatever came. */
+                r = http_response_flatten(resp);
+                if (r < 0)
+                        return r;
+        }
+        body = TAKE_PTR(resp->body);
+        size = resp->size;
+        /* {"status":N,<the members of the body>}: the body is a JSON object with members. */
+        if (body && size >= 2 && body[0] == '{' && body[1] != '}')
+                r = json_writer_appendf(&s->out, "event: error\ndata: {\"status\":%u,%.*s\n\n", resp->status,
+                                        (int) (size - 1), body + 1);
+        else
+                r = json_writer_appendf(&s->out, "event: error\ndata: {\"status\":%u}\n\n", resp->status);
+        if (r < 0)
+                return r;
+        s->finished = true;
+        exec_sse_wake(s);
+        return 0;
+}

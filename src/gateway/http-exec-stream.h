@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* POST /exec as a stream of server-sent events (docs/api.md "Streaming"): the runner's frames of
+ * stdout and stderr (stream-frame.h), read from a pipe while the exec runs, become "stdout" and
+ * "stderr" events; the result, exactly the JSON body the exec gives without streaming, is the
+ * "result" event; a failure after the stream began is an "error" event. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http-router.h"
+#include "http-util.h"
+#include "macro.h"
+
+/* Composed event text a stream holds for a client that reads slower than the code writes; past it
+ * the pipe is not read, which slows the exec down (the runner pauses its output). One frame, escaped,
+ * may come on top. */
+#define EXEC_SSE_BUFFER_MAX (256U * 1024U)
+/* Bytes of the pipe handled per event-loop iteration. */
+#define EXEC_SSE_READ_MAX (128U * 1024U)
+
+typedef struct ExecSse ExecSse;
+
+/* Whether an Accept header value lists text/event-stream (with a q other than 0). */
+bool http_accept_event_stream(const char *value, size_t n) _pure_;
+
+/* The stream of 'req'; *ret_write_fd is the write end of its pipe, for the Exec call. */
+int exec_sse_new(HttpRequest *req, ExecSse **ret, int *ret_write_fd);
+ExecSse *exec_sse_unref(ExecSse *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ExecSse *, exec_sse_unref);
+/* Its request goes away: no more reading, the body (if libmicrohttpd still has it) ends in error. */
+void exec_sse_detach(ExecSse *s);
+
+/* Whether the response (200, text/event-stream) has been handed to the request. */
+bool exec_sse_started(const ExecSse *s) _pure_;
+/* The result arrived: 'result' (a 200 response whose body is a stream, taken) is the final event,
+ * after every frame still in the pipe. Starts the response if it has not started. */
+int exec_sse_finish(ExecSse *s, HttpResponse *result);
+/* The call failed after the response started: 'error' (taken) becomes the "error" event. */
+int exec_sse_fail(ExecSse *s, HttpResponse *error);
+
+/* The event text for 'n' bytes of stream 'which' (STREAM_FRAME_*), after bytes held back from the
+ * last chunk of that stream (an incomplete UTF-8 sequence, at most 3 bytes, in 'held'); keeps the
+ * end of a sequence that may continue in the next chunk. With 'last', holds nothing back. For tests
+ * and the stream itself. */
+int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held, const uint8_t *p,
+                          size_t n, bool last);

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* An exec's output as it is produced: the kept bytes of stdout and stderr, in the order they were
+ * read, framed (stream-frame.h) onto the pipe of whoever asked for a stream. The bytes stay where the
+ * exec keeps them (its OutputBuffers); the stream holds only the order, as segments. Writes never
+ * block: a full pipe waits for EPOLLOUT, and a reader that keeps it full makes the exec pause its own
+ * reading (runner-exec.c), which the code feels as a full stdout. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "io-util.h"
+#include "log.h"
+#include "runner.h"
+#include "stream-frame.h"
+
+typedef struct StreamSegment {
+        uint8_t which;   /* STREAM_FRAME_STDOUT, STREAM_FRAME_STDERR */
+        uint32_t size;   /* ≤ STREAM_FRAME_DATA_MAX: one frame */
+} StreamSegment;
+
+struct ExecStream {
+        RunnerExec *exec;
+        int fd;
+        sd_event_source *source;   /* EPOLLOUT, enabled while the pipe was full */
+        StreamSegment *segments;
+        size_t head, n_segments, n_allocated;
+        size_t frame_written;      /* of the head segment's frame, header included */
+        size_t position[2];        /* the next unsent kept byte of stdout, stderr */
+        bool broken;
+};
+
+ExecStream *exec_stream_free(ExecStream *s) {
+        if (!s)
+                return NULL;
+        s->source = sd_event_source_disable_unref(s->source);
+        safe_close(s->fd);
+        free(s->segments);
+        free(s);
+        return NULL;
+}
+
+size_t exec_stream_pending(const ExecStream *s) {
+        return s ? s->n_segments - s->head : 0;
+}
+
+static const OutputBuffer *exec_stream_buffer(const ExecStream *s, uint8_t which) {
+        return which == STREAM_FRAME_STDOUT ? &s->exec->out : &s->exec->err;
+}
+
+static int on_stream_writable(sd_event_source *source, int fd, uint32_t revents, void *userdata);
+
+int exec_stream_new(RunnerExec *e, int fd, ExecStream **ret) {
+        _cleanup_(exec_stream_freep) ExecStream *s = NULL;
+        int r;
+
+        s = calloc(1, sizeof(ExecStream));
+        if (!s)
+                return -ENOMEM;
+        s->exec = e;
+        s->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (s->fd < 0)
+                return -errno;
+        r = fd_is_pipe_write_end(s->fd);
+        if (r <= 0)
+                return r < 0 ? r : -EBADF;
+        r = fd_nonblock(s->fd, true);
+        if (r < 0)
+                return r;
+        r = sd_event_add_io(e->runner->event, &s->source, s->fd, EPOLLOUT, on_stream_writable, s);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(s->source, SD_EVENT_OFF);
+        (void) sd_event_source_set_description(s->source, "exec-stream");
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+/* The reader is gone (or the pipe failed): no more frames; the exec goes on without them. */
+static void exec_stream_break(ExecStream *s, int error) {
+        if (error != -EPIPE)
+                log_struct(LOG_DEBUG, error, LOG_FIELDS(LOG_SESSION_FIELD(s->exec->runner->session_id)),
+                           "Dropping the output stream of exec %s: %m", s->exec->exec_id);
+        s->broken = true;
+        s->head = s->n_segments = s->frame_written = 0;
+        s->source = sd_event_source_disable_unref(s->source);
+        s->fd = safe_close(s->fd);
+}
+
+/* Writes what the pipe takes now. */
+static void exec_stream_write(ExecStream *s) {
+        while (!s->broken && s->head < s->n_segments) {
+                const StreamSegment *seg = &s->segments[s->head];
+                const OutputBuffer *b = exec_stream_buffer(s, seg->which);
+                size_t i = seg->which == STREAM_FRAME_STDOUT ? 0 : 1;
+                StreamFrameHeader h = { .stream = seg->which, .size = seg->size };
+                size_t header_left = s->frame_written < sizeof(h) ? sizeof(h) - s->frame_written : 0;
+                size_t data_done = s->frame_written - (sizeof(h) - header_left);
+                struct iovec iov[2] = {
+                        { (uint8_t *) &h + (sizeof(h) - header_left), header_left },
+                        { b->data + s->position[i] + data_done, seg->size - data_done },
+                };
+                ssize_t k;
+
+                k = writev(s->fd, header_left > 0 ? iov : iov + 1, header_left > 0 ? 2 : 1);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN) {
+                                (void) sd_event_source_set_enabled(s->source, SD_EVENT_ON);
+                                return;
+                        }
+                        exec_stream_break(s, -errno);
+                        return;
+                }
+                s->frame_written += (size_t) k;
+                if (s->frame_written < sizeof(h) + seg->size)
+                        continue;
+                s->position[i] += seg->size;
+                s->frame_written = 0;
+                if (++s->head == s->n_segments)
+                        s->head = s->n_segments = 0;
+        }
+        if (s->source)
+                (void) sd_event_source_set_enabled(s->source, SD_EVENT_OFF);
+}
+
+static int exec_stream_grow(ExecStream *s) {
+        StreamSegment *n;
+        size_t want;
+
+        /* Written segments make room first. */
+        if (s->head > 0) {
+                memmove(s->segments, s->segments + s->head, (s->n_segments - s->head) * sizeof(StreamSegment));
+                s->n_segments -= s->head;
+                s->head = 0;
+        }
+        if (s->n_segments < s->n_allocated)
+                return 0;
+        want = MAX(s->n_allocated * 2, (size_t) 16);
+        n = reallocarray(s->segments, want, sizeof(StreamSegment));
+        if (!n)
+                return -ENOMEM;
+        s->segments = n;
+        s->n_allocated = want;
+        return 0;
+}
+
+int exec_stream_push(ExecStream *s, uint8_t which, size_t n) {
+        int r;
+
+        if (!s || s->broken)
+                return 0;
+        while (n > 0) {
+                StreamSegment *last = s->n_segments > s->head ? &s->segments[s->n_segments - 1] : NULL;
+                size_t take;
+
+                /* Bytes of the same stream join the last frame, unless its header is out. */
+                if (last && last->which == which && last->size < STREAM_FRAME_DATA_MAX &&
+                    !(s->n_segments - 1 == s->head && s->frame_written > 0)) {
+                        take = MIN(n, STREAM_FRAME_DATA_MAX - last->size);
+                        last->size += (uint32_t) take;
+                        n -= take;
+                        continue;
+                }
+                if (s->n_segments == s->n_allocated) {
+                        r = exec_stream_grow(s);
+                        if (r < 0) {
+                                exec_stream_break(s, r);
+                                return r;
+                        }
+                }
+                take = MIN(n, (size_t) STREAM_FRAME_DATA_MAX);
+                s->segments[s->n_segments++] = (StreamSegment) { .which = which, .size = (uint32_t) take };
+                n -= take;
+        }
+        exec_stream_write(s);
+        return 0;
+}
+
+static int on_stream_writable(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        ExecStream *s = userdata;
+
+        exec_stream_write(s);
+        runner_exec_stream_progress(s->exec);
+        return 0;
+}
