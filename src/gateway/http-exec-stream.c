@@ -135,7 +135,8 @@ int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4],
                 if (r < 0)
                         return r;
         }
-        memcpy(held, text + size - keep, keep);
+        if (keep > 0)
+                memcpy(held, text + size - keep, keep);
         *n_held = keep;
         return 0;
 }
