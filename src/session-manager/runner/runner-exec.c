@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -53,7 +54,10 @@ static void output_buffer_done(OutputBuffer *b) {
 RunnerExec *runner_exec_free(RunnerExec *e) {
         if (!e)
                 return NULL;
-        if (e->pid > 0 && !e->exited) {
+        if (e->stateful && !e->exited)
+                /* A cell nobody waits for any more: its kernel goes with it. */
+                runner_kernel_stop(e->runner);
+        else if (e->pid > 0 && !e->exited) {
                 /* PID 1 takes its namespace with it; after SIGKILL the wait is short. */
                 (void) kill(e->pid, SIGKILL);
                 (void) waitpid(e->pid, NULL, 0);
@@ -67,6 +71,7 @@ RunnerExec *runner_exec_free(RunnerExec *e) {
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
         e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
         e->stream = exec_stream_free(e->stream);
+        e->status_source = sd_event_source_disable_unref(e->status_source);
         output_buffer_done(&e->out);
         output_buffer_done(&e->err);
         safe_close(e->status_fd);
@@ -173,6 +178,8 @@ static int runner_exec_finish(RunnerExec *e) {
         SandboxStatus st = {};
         int32_t start = SANDBOX_START_COLD;
         const char *reason = "exited";
+        _cleanup_free_ char *kernel_note = NULL;
+        bool kernel_kept = false;
         size_t n_changed = 0, skipped = 0;
         uint64_t offset;
         int exit_code = 0, sig = 0, q;
@@ -210,8 +217,20 @@ static int runner_exec_finish(RunnerExec *e) {
                 exit_code = 128 + sig;
         }
 
+        reason = exec_exit_reason(e, exit_code, sig, k == (ssize_t) sizeof(st) ? st.seccomp.n_calls : 0,
+                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before,
+                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before);
+        /* A stateful cell that ended its kernel says so once, on stderr and as "kernel". */
+        kernel_kept = e->stateful && k == (ssize_t) sizeof(st) && st.kernel == SANDBOX_KERNEL_KEPT;
+        if (e->stateful && !kernel_kept &&
+            asprintf(&kernel_note, "%s[sandbox] the kernel ended (%s); the next cell starts a fresh interpreter\n",
+                     e->err.size > 0 && e->err.data[e->err.size - 1] != '\n' ? "\n" : "", reason) < 0) {
+                q = -ENOMEM;
+                goto fail;
+        }
+
         /* Artifacts: files under outputs/ created or changed by this exec. Nothing of the sandbox
-         * runs any more, so the tree cannot change while we look at it. */
+         * runs any more (a kernel is stopped), so the tree cannot change while we look at it. */
         outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (outputs_fd >= 0) {
                 q = output_set_scan(outputs_fd, &after);
@@ -237,9 +256,11 @@ static int runner_exec_finish(RunnerExec *e) {
         q = write_all(data_fd, e->out.data ?: "", e->out.size);
         if (q >= 0)
                 q = write_all(data_fd, e->err.data ?: "", e->err.size);
+        if (q >= 0 && kernel_note)
+                q = write_all(data_fd, kernel_note, strlen(kernel_note));
         if (q < 0)
                 goto fail;
-        offset = e->out.size + e->err.size;
+        offset = e->out.size + e->err.size + (kernel_note ? strlen(kernel_note) : 0);
 
         files = json_object_new_array();
         if (!files) {
@@ -299,7 +320,8 @@ static int runner_exec_finish(RunnerExec *e) {
                 json_object_object_add(reply, "cancelled", json_object_new_boolean(true));
         json_object_object_add(reply, "duration_usec", json_object_new_int64((int64_t) (now_usec() - e->started_usec)));
         json_object_object_add(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size));
-        json_object_object_add(reply, "stderr_size", json_object_new_int64((int64_t) e->err.size));
+        json_object_object_add(reply, "stderr_size",
+                               json_object_new_int64((int64_t) (e->err.size + (kernel_note ? strlen(kernel_note) : 0))));
         json_object_object_add(reply, "stdout_truncated", json_object_new_boolean(e->out.total > e->out.size));
         json_object_object_add(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size));
         json_object_object_add(reply, "files", TAKE_PTR(files));
@@ -310,10 +332,10 @@ static int runner_exec_finish(RunnerExec *e) {
                         cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before));
         json_object_object_add(reply, "pids_limited", json_object_new_boolean(
                         cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before));
-        reason = exec_exit_reason(e, exit_code, sig, k == (ssize_t) sizeof(st) ? st.seccomp.n_calls : 0,
-                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before,
-                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before);
         json_object_object_add(reply, "exit_reason", json_object_new_string(reason));
+        if (e->stateful)
+                json_object_object_add(reply, "kernel", json_object_new_string(!kernel_kept ? "ended" :
+                                                                               e->kernel_new ? "new" : "running"));
         q = exec_usage_to_json(e, k == (ssize_t) sizeof(st) ? &st.usage : NULL, reply);
         if (q < 0)
                 goto fail;
@@ -362,6 +384,10 @@ fail:
         log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to collect the exec's results: %m");
         q = runner_send_error(r, e->connection_generation, q, "failed to collect results: %s", strerror(-q));
 done:
+        /* A kernel that did not survive its cell (or whose sandbox never started) is gone now,
+         * before the next cell could be handed to it. */
+        if (e->stateful && !kernel_kept)
+                runner_kernel_stop(r);
         /* What the next exec compares with. */
         output_set_done(&r->outputs_snapshot);
         r->outputs_snapshot = after;
@@ -494,6 +520,27 @@ static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata)
         return 0;
 }
 
+/* A stateful cell is over when PID 1 closes its status pipe (it stays for the next cell): what
+ * the stopped kernel and the killed processes wrote is in the pipes, no writer is left to wait
+ * for. */
+static int on_kernel_status(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        RunnerExec *e = userdata;
+        OutputBuffer *bufs[] = { &e->out, &e->err };
+        int n;
+
+        e->status_source = sd_event_source_disable_unref(e->status_source);
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        for (size_t i = 0; i < ELEMENTSOF(bufs); i++) {
+                while (bufs[i]->source && ioctl(bufs[i]->fd, FIONREAD, &n) >= 0 && n > 0)
+                        (void) on_output(bufs[i]->source, bufs[i]->fd, EPOLLIN, e);
+                bufs[i]->source = sd_event_source_disable_unref(bufs[i]->source);
+                bufs[i]->fd = safe_close(bufs[i]->fd);
+        }
+        e->exited = true;
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
 static int on_end_grace(sd_event_source *s, uint64_t usec, void *userdata) {
         RunnerExec *e = userdata;
 
@@ -620,7 +667,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         struct {
                 const char *exec_id, *language, *http_proxy, *https_proxy;
                 int64_t timeout_ms, output_limit, max_file, max_files, max_total, memory_limit;
-                bool no_processes, network, cold;
+                bool no_processes, network, cold, stateful;
         } p = {};
         static const JsonField fields[] = {
                 { "exec_id", JSON_FIELD_STRING, offsetof(typeof(p), exec_id), JSON_MANDATORY },
@@ -628,6 +675,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 { "no_processes", JSON_FIELD_BOOL, offsetof(typeof(p), no_processes), 0 },
                 { "network", JSON_FIELD_BOOL, offsetof(typeof(p), network), 0 },
                 { "cold", JSON_FIELD_BOOL, offsetof(typeof(p), cold), 0 },
+                { "stateful", JSON_FIELD_BOOL, offsetof(typeof(p), stateful), 0 },
                 { "http_proxy", JSON_FIELD_STRING, offsetof(typeof(p), http_proxy), 0 },
                 { "https_proxy", JSON_FIELD_STRING, offsetof(typeof(p), https_proxy), 0 },
                 { "memory_limit", JSON_FIELD_INT64, offsetof(typeof(p), memory_limit), 0 },
@@ -668,6 +716,9 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 language = SANDBOX_NODEJS;
         else if (p.language && !streq(p.language, "python3"))
                 return runner_send_error(r, r->connection_generation, EINVAL, "unsupported language");
+        /* The kernel is the sidecar's python profile only. */
+        if (p.stateful && (language != SANDBOX_PYTHON3 || p.no_processes || p.network))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
 
         /* The session's filter, or one for this exec's profile. */
         if (p.no_processes || p.network) {
@@ -741,7 +792,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         };
         /* A python payload is forked by the template, if it is there; PID 1 starts it cold
          * otherwise. */
-        if (language == SANDBOX_PYTHON3 && !p.cold) {
+        if (language == SANDBOX_PYTHON3 && !p.cold && !p.stateful) {
                 q = runner_template_connect(r);
                 if (q >= 0 && filter) {
                         /* This exec's own filter (the dify profile, a network), as BPF. */
@@ -762,7 +813,11 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 } else
                         e->template_error = -q;
         }
-        q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
+        e->stateful = p.stateful;
+        if (p.stateful)
+                q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
+        else
+                q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
         template_fd = safe_close(template_fd);
         exec_filter_fd = safe_close(exec_filter_fd);
         if (q < 0)
@@ -790,7 +845,11 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         (void) fd_nonblock(e->err.fd, true);
         (void) fd_nonblock(e->status_fd, true);
 
-        q = sd_event_add_child(r->event, &e->child_source, pid, WEXITED, on_init_exit, e);
+        if (e->stateful)
+                /* No events: the pipe's EPOLLHUP, which epoll always reports. */
+                q = sd_event_add_io(r->event, &e->status_source, e->status_fd, 0, on_kernel_status, e);
+        else
+                q = sd_event_add_child(r->event, &e->child_source, pid, WEXITED, on_init_exit, e);
         if (q >= 0)
                 q = sd_event_add_io(r->event, &e->out.source, e->out.fd, EPOLLIN, on_output, e);
         if (q >= 0)

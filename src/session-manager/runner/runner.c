@@ -210,6 +210,8 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         q = runner_handle_read(r, req);
                 else if (op && r->initialized && streq(op, "list"))
                         q = runner_handle_list(r);
+                else if (op && r->initialized && streq(op, "reset-kernel"))
+                        q = runner_handle_reset_kernel(r);
                 else if (op && r->initialized && streq(op, "reset-inputs"))
                         q = runner_handle_reset_inputs(r);
                 else if (op && r->initialized && (streq(op, "archive") || streq(op, "restore")))
@@ -364,6 +366,7 @@ int main(int argc, char *argv[]) {
 
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Runner of session %s exiting.", r->session_id);
         r->exec = runner_exec_free(r->exec);
+        runner_kernel_stop(r);
         free(r->preload_modules);
         for (size_t i = 0; i < r->n_template_cgroup_fds; i++)
                 safe_close(r->template_cgroup_fds[i]);

@@ -22,6 +22,15 @@
 
 typedef struct Runner Runner;
 
+/* A stateful session's kernel: PID 1 of its sandbox, kept between cells, and the socket over
+ * which it gets each cell's fds. */
+typedef struct RunnerKernel {
+        Runner *runner;
+        pid_t pid;
+        int ctl_fd;
+        sd_event_source *child_source;
+} RunnerKernel;
+
 typedef struct OutputBuffer {
         char *data;
         size_t size;      /* bytes kept (≤ limit) */
@@ -65,6 +74,11 @@ typedef struct RunnerExec {
         sd_event_source *stream_timer;  /* how long the ended exec waits for the stream */
 
         pid_t slirp_pid;          /* the network of this exec, if it has one */
+        /* A cell of a stateful session: pid is PID 1 of the kernel's sandbox (runner-kernel.c),
+         * which outlives the cell; the cell is over when its status pipe closes. */
+        bool stateful;
+        bool kernel_new;          /* the kernel was started for this cell */
+        sd_event_source *status_source;
         int template_error;       /* why it did not start from the template (0: it did) */
         bool from_template;
 } RunnerExec;
@@ -93,6 +107,7 @@ struct Runner {
         CgroupEvents cgroup_events;   /* of the session's scope, opened at init */
 
         RunnerExec *exec;
+        RunnerKernel *kernel;     /* of a stateful session, between its first cell and its end */
         struct ArchiveJob *archive_job;
         /* outputs/ as the last exec left it: the next exec's "before". Nothing of the session
          * runs between execs, so only our own file operations can change it. */
@@ -154,6 +169,11 @@ int exec_stream_push(ExecStream *s, uint8_t which, size_t n);
 /* Frames not yet written whole. */
 size_t exec_stream_pending(const ExecStream *s);
 void runner_handle_cancel(Runner *r, json_object *req);
+
+/* runner-kernel.c */
+int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new);
+void runner_kernel_stop(Runner *r);
+int runner_handle_reset_kernel(Runner *r);
 
 /* runner-template.c */
 void runner_template_setup(Runner *r);

@@ -492,7 +492,8 @@ static int setup_root(const SandboxExec *e, SetupError *err) {
         r = setup_proc(root, err);
         if (r < 0)
                 return r;
-        if (e->code_fd >= 0)
+        /* A kernel's cells never become files: it reads each from the fd PID 1 hands it. */
+        if (e->code_fd >= 0 && !e->kernel)
                 r = setup_code(e, root, e->code_fd, err);
         else
                 r = mkdir(strjoina(root, "/exec"), 0755) < 0 ? FAIL("mkdir /exec", errno) : 0;
@@ -589,8 +590,10 @@ static int set_rlimits(const SandboxExec *e) {
                 { RLIMIT_NICE, 0 },
                 { RLIMIT_STACK, 8 * 1024 * 1024 },
                 { RLIMIT_FSIZE, e->fsize_limit > 0 ? (rlim_t) e->fsize_limit : RLIM_INFINITY },
-                /* Backstop only: CPU seconds across all threads, above the wall-clock timeout. */
-                { RLIMIT_CPU, (rlim_t) (cpu * MAX(e->cpus_percent, 100ULL) / 100 + 5) },
+                /* Backstop only: CPU seconds across all threads, above the wall-clock timeout. A
+                 * kernel lives for many cells, each bounded by its timeout, and uses none while
+                 * stopped between them. */
+                { RLIMIT_CPU, e->kernel ? RLIM_INFINITY : (rlim_t) (cpu * MAX(e->cpus_percent, 100ULL) / 100 + 5) },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(limits); i++) {
@@ -786,6 +789,9 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(e->stdout_fd, STDOUT_FILENO) < 0 ||
             dup2(e->stderr_fd, STDERR_FILENO) < 0 || dup2(sync_fd, SANDBOX_SYNC_FD) < 0)
                 return -errno;
+        /* A kernel keeps its socket to PID 1 (PID 1 put it above every fd dup'ed here). */
+        if (e->kernel && dup2(e->kernel_payload_fd, SANDBOX_KERNEL_FD) < 0)
+                return -errno;
 
         *ret_step = "rlimits";
         r = set_rlimits(e);
@@ -838,7 +844,7 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
 
         /* Nothing but stdio and the socket to PID 1 (the template's own fds among the rest). */
         *ret_step = "close fds";
-        if (syscall(SYS_close_range, SANDBOX_SYNC_FD + 1U, ~0U, 0U) < 0)
+        if (syscall(SYS_close_range, (e->kernel ? SANDBOX_KERNEL_FD : SANDBOX_SYNC_FD) + 1U, ~0U, 0U) < 0)
                 return -errno;
 
         /* Last: from here on only the interpreter's own calls are filtered. PID 1 answers the
@@ -872,6 +878,7 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         char *const argv_node[] = { (char *) "node", (char *) SANDBOX_CELL_PATH_JS, NULL };
         /* The dify profile: upstream's excepthook, an uncaught exception exits 255. */
         char *const argv_dify[] = { (char *) "python3", (char *) SANDBOX_DIFY_RUN_SCRIPT, NULL };
+        char *const argv_kernel[] = { (char *) "python3", (char *) SANDBOX_KERNEL_SCRIPT, NULL };
         const char *binary = e->language == SANDBOX_NODEJS ? SANDBOX_NODE : SANDBOX_PYTHON;
         char *envp[32], buf[192];
         const char *step;
@@ -881,16 +888,39 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         if (r < 0)
                 errno = -r;
         else {
-                execve(binary, e->language == SANDBOX_NODEJS ? argv_node : e->no_processes ? argv_dify : argv_python,
-                       envp);
+                execve(binary, e->language == SANDBOX_NODEJS ? argv_node : e->no_processes ? argv_dify :
+                               e->kernel ? argv_kernel : argv_python, envp);
                 step = e->language == SANDBOX_NODEJS ? "execve " SANDBOX_NODE : "execve " SANDBOX_PYTHON;
         }
         r = errno;
         dprintf(STDERR_FILENO, "[sandbox] failed to start the interpreter (%s): %s\n", step, strerror(r));
         _exit(127);
 }
-/* PID 1 after the payload started: map its ids, take its seccomp listener, then answer refused
- * calls and reap children until the payload is gone. 'payload' is our child (cold), or 0: a child
+/* PID 1 after the payload started: map its ids (the payload sends its PID in our namespace) and
+ * take its seccomp listener. Returns the listener, -EBADF when the payload sent nothing (it
+ * failed before its filter and reports why), or another negative errno. */
+static int payload_attach(const SandboxExec *e, pid_t payload, int sync_fd) {
+        int32_t pid;
+        ssize_t k;
+        int ack, fd;
+
+        do
+                k = read(sync_fd, &pid, sizeof(pid));
+        while (k < 0 && errno == EINTR);
+        if (k != (ssize_t) sizeof(pid))
+                return -EBADF;
+        if (payload > 0 ? pid != payload : pid <= 1)
+                ack = EPROTO;
+        else
+                ack = -sandbox_map_ids(pid, e->uid, e->gid);
+        if (write(sync_fd, &ack, sizeof(ack)) != (ssize_t) sizeof(ack) || ack != 0)
+                return -(ack ?: EIO);
+        fd = fd_receive_one(sync_fd);
+        return fd >= 0 ? fd : -EBADF;
+}
+
+/* PID 1 after the payload started: payload_attach(), then answer refused calls and reap
+ * children until the payload is gone. 'payload' is our child (cold), or 0: a child
  * of the template, whose PID comes over sync_fd and whose wait status its parent (outside our
  * namespaces) writes to 'payload_status_fd'. */
 static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd, int payload_status_fd,
@@ -900,25 +930,13 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
         SeccompSupervisor sup = { .first_exec_pid = e->no_processes && payload > 0 ? payload : 0 };
         _cleanup_close_ int listener = -EBADF;
         bool ending = false;
-        int32_t pid;
         ssize_t k;
         int r;
 
-        do
-                k = read(sync_fd, &pid, sizeof(pid));
-        while (k < 0 && errno == EINTR);
-        if (k == (ssize_t) sizeof(pid)) {
-                int ack;
-
-                if (payload > 0 ? pid != payload : pid <= 1)
-                        ack = EPROTO;
-                else
-                        ack = -sandbox_map_ids(pid, e->uid, e->gid);
-                if (write(sync_fd, &ack, sizeof(ack)) != (ssize_t) sizeof(ack) || ack != 0)
-                        return -(ack ?: EIO);
-                /* Only a payload that failed before its filter sends nothing; it reports why. */
-                listener = fd_receive_one(sync_fd);
-        }
+        r = payload_attach(e, payload, sync_fd);
+        if (r < 0 && r != -EBADF)
+                return r;
+        listener = r;
 
         for (;;) {
                 struct pollfd p[3] = {
@@ -993,7 +1011,7 @@ static int int_cmp(const void *a, const void *b) {
 /* PID 1 starts with a copy of every fd of the runner (the control connection among them): keep
  * only what the exec needs. */
 static int close_fds_except(const int *keep, size_t n) {
-        int sorted[7 + TEMPLATE_CGROUPS_MAX], next = 3;
+        int sorted[8 + TEMPLATE_CGROUPS_MAX], next = 3;
 
         assert(n <= ELEMENTSOF(sorted));
         memcpy(sorted, keep, n * sizeof(int));
@@ -1090,7 +1108,7 @@ finish:
 /* Kills every other process of our PID namespace and reaps every child we get, until none is
  * left. A process forking while kill(-1) walks the list escapes one round, not the next. The
  * runner's timer still runs: a process that never dies (D state) ends with the exec's timeout. */
-static void end_all_processes(void) {
+void sandbox_end_all_processes(void) {
         for (;;) {
                 (void) kill(-1, SIGKILL);
                 if (waitpid(-1, NULL, __WALL) < 0 && errno != EINTR)
@@ -1145,6 +1163,46 @@ static void collect_usage(int io_fd, int last_pid_fd, uint64_t wchar_before, boo
         }
 }
 
+/* A stateful session's sandbox: the kernel is a cold payload with a socket of ours at
+ * SANDBOX_KERNEL_FD (never from the template: it lives for many cells, so its start is paid
+ * once); sandbox_kernel_run() takes over once it is mapped and filtered. */
+_noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_fd, int io_fd, int last_pid_fd) {
+        int ksock[2], listener;
+        pid_t kernel;
+
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ksock) < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+        /* Above every fd the payload dup2()s onto 0-4. */
+        {
+                int fd = fcntl(ksock[1], F_DUPFD_CLOEXEC, 16);
+                if (fd < 0)
+                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "dup kernel socket", 125);
+                safe_close(ksock[1]);
+                ksock[1] = fd;
+        }
+        kernel = fork();
+        if (kernel < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork kernel", 125);
+        if (kernel == 0) {
+                SandboxExec pe = *e;
+
+                pe.kernel_payload_fd = ksock[1];
+                safe_close(sync[0]);
+                safe_close(ksock[0]);
+                safe_close(e->kernel_fd);
+                payload_exec(&pe, sync[1]);
+        }
+        safe_close(ksock[1]);
+        safe_close(sync[1]);
+        listener = payload_attach(e, kernel, sync[0]);
+        if (listener < 0 && listener != -EBADF)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -listener, "user namespace", 125);
+        safe_close(sync[0]);
+        if (proc_io_read_wchar(io_fd, &(uint64_t) { 0 }) < 0)
+                io_fd = safe_close(io_fd);
+        sandbox_kernel_run(e, kernel, ksock[0], listener, signal_fd, io_fd, last_pid_fd);
+}
+
 _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         SetupError err = {};
         SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
@@ -1159,9 +1217,10 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         seccomp_report_init(&st.seccomp);
 
         {
-                int keep[7 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
-                                                       e->network_ready_fd, e->template_fd, e->filter_fd };
-                size_t n = 7;
+                int keep[8 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+                                                       e->network_ready_fd, e->template_fd, e->filter_fd,
+                                                       e->kernel ? e->kernel_fd : -EBADF };
+                size_t n = 8;
 
                 for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX); i++)
                         keep[n++] = e->cgroup_fds[i];
@@ -1224,6 +1283,8 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         }
         for (size_t i = 0; e->template_fd >= 0 && i < e->n_cgroup_fds; i++)
                 safe_close(e->cgroup_fds[i]);
+        if (e->kernel)
+                run_kernel(e, sync, signal_fd, io_fd, last_pid_fd);
         report_start(e->status_fd, st.start);
         if (st.start != SANDBOX_START_TEMPLATE) {
                 payload = fork();
@@ -1250,7 +1311,7 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
 
         /* What the payload left behind in this PID namespace is killed and reaped now, so that
          * its usage counts; then what every process of the exec used. */
-        end_all_processes();
+        sandbox_end_all_processes();
         collect_usage(io_fd, last_pid_fd, wchar_before, st.start == SANDBOX_START_TEMPLATE, &template_status, &st.usage);
         (void) write_all(e->status_fd, &st, sizeof(st));
         _exit(0);

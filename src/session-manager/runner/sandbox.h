@@ -35,6 +35,10 @@
 #define SANDBOX_DIFY_RUN_SCRIPT SCOPEBOX_DATA_DIR "/dify-run.py"
 /* Where the payload keeps its end of the socket to PID 1 until its filter is loaded. */
 #define SANDBOX_SYNC_FD 3
+/* A stateful session's kernel (sandbox-kernel.c): the driver that runs each cell in one
+ * interpreter, and its socket to PID 1 (cells in, exit codes out). */
+#define SANDBOX_KERNEL_SCRIPT SCOPEBOX_DATA_DIR "/kernel.py"
+#define SANDBOX_KERNEL_FD 4
 #define SANDBOX_SLIRP4NETNS "/usr/bin/slirp4netns"
 /* slirp4netns's built-in DNS forwarder, as the sandbox sees it. */
 #define SANDBOX_SLIRP_DNS "10.0.2.3"
@@ -81,7 +85,15 @@ typedef struct SandboxStatus {
         int32_t template_error;          /* why the template was not used (errno), 0 if it was */
         SeccompReport seccomp;           /* the calls the filter refused */
         SandboxUsage usage;
+        int32_t kernel;                  /* SandboxKernelState */
 } SandboxStatus;
+
+/* What became of a stateful session's kernel, in SandboxStatus.kernel. */
+typedef enum SandboxKernelState {
+        SANDBOX_KERNEL_NONE = 0,         /* no kernel: a stateless exec */
+        SANDBOX_KERNEL_KEPT = 1,         /* stopped, waiting for the next cell */
+        SANDBOX_KERNEL_ENDED = 2,        /* gone with everything of its sandbox; PID 1 exits */
+} SandboxKernelState;
 
 typedef struct SandboxExec {
         const char *session_root;
@@ -110,6 +122,12 @@ typedef struct SandboxExec {
         int filter_fd;
         struct stat site;                /* the operator's site directory as the runner sees it */
         scmp_filter_ctx seccomp;
+        /* A stateful session's sandbox: PID 1 stays for many cells and runs them in one
+         * interpreter (sandbox-kernel.c). code_fd, stdout_fd, stderr_fd and status_fd are the
+         * first cell's; the next ones come over kernel_fd (PID 1's end of the runner's socket). */
+        bool kernel;
+        int kernel_fd;
+        int kernel_payload_fd;           /* inside: the payload's end of PID 1's socket to it */
 } SandboxExec;
 
 /* How the payload started, in SandboxStatus.start. */
@@ -154,6 +172,15 @@ int sandbox_seed_font_cache(int scratch_fd, uid_t uid, gid_t gid);
  * template's own root: its workspace, tmp and home are empty). In a new mount, UTS and network
  * namespace. On failure *ret_step names the step. */
 int sandbox_build_root(const SandboxExec *e, const char **ret_step);
+
+/* Kills every other process of the caller's PID namespace and reaps them (PID 1 only). */
+void sandbox_end_all_processes(void);
+
+/* sandbox-kernel.c: PID 1 of a stateful session's sandbox once its kernel ('kernel', our child,
+ * started from SANDBOX_KERNEL_SCRIPT with 'ksock' at SANDBOX_KERNEL_FD) exists and 'listener' is
+ * its seccomp listener (or -EBADF): runs the first cell and every one the runner sends. */
+_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener, int signal_fd,
+                                   int io_fd, int last_pid_fd);
 
 /* Runs in the child created with SANDBOX_CLONE_FLAGS; never returns. */
 _noreturn_ void sandbox_run_init(const SandboxExec *e);

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The kernel of a stateful session: PID 1 of a sandbox that stays between cells
+ * (sandbox-kernel.c). Its first cell starts it; each next one is a message on its control
+ * socket with the code and the cell's stdout, stderr and status pipes; reset, a cell that
+ * ended it and the runner's end kill it (PID 1's death takes every process of its namespace). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "io-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "runner.h"
+
+void runner_kernel_stop(Runner *r) {
+        RunnerKernel *k = r->kernel;
+
+        if (!k)
+                return;
+        r->kernel = NULL;
+        k->child_source = sd_event_source_disable_unref(k->child_source);
+        if (k->pid > 0) {
+                /* SIGKILL to PID 1 of the namespace: the wait is short. */
+                (void) kill(k->pid, SIGKILL);
+                (void) waitpid(k->pid, NULL, __WALL);
+        }
+        safe_close(k->ctl_fd);
+        free(k);
+}
+
+static int on_kernel_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        RunnerKernel *k = userdata;
+        Runner *r = k->runner;
+        RunnerExec *e = r->exec;
+
+        /* A cell running now learns how PID 1 ended (its status pipe tells it that it is over). */
+        if (e && e->stateful && !e->exited) {
+                int ws;
+
+                e->init_info = *si;
+                if (wait4(k->pid, &ws, WNOHANG | __WALL, &e->init_rusage) == k->pid)
+                        e->init_rusage_valid = true;
+        }
+        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "The kernel of session %s ended.",
+                   r->session_id);
+        runner_kernel_stop(r);
+        return 0;
+}
+
+/* Hands the cell described by 'se' (its code_fd) to the kernel, starting one first if there is
+ * none: *ret gets the read ends of the cell's pipes, *ret_new whether the kernel is new. */
+int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new) {
+        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
+                                  status_pipe[2] = { -EBADF, -EBADF }, ctl[2] = { -EBADF, -EBADF };
+        RunnerKernel *k;
+        int q;
+
+        if (r->kernel) {
+                if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 ||
+                    pipe2(status_pipe, O_CLOEXEC) < 0)
+                        return -errno;
+                q = fds_send(r->kernel->ctl_fd, "c", 1,
+                             (const int[]) { se->code_fd, out_pipe[1], err_pipe[1], status_pipe[1] }, 4);
+                if (q >= 0) {
+                        *ret = (SandboxProcess) {
+                                .pid = r->kernel->pid,
+                                .out_fd = TAKE_FD(out_pipe[0]),
+                                .err_fd = TAKE_FD(err_pipe[0]),
+                                .status_fd = TAKE_FD(status_pipe[0]),
+                        };
+                        *ret_new = false;
+                        return 0;
+                }
+                /* Gone between cells (its end not seen yet): a new one. */
+                runner_kernel_stop(r);
+        }
+
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0)
+                return -errno;
+        k = calloc(1, sizeof(RunnerKernel));
+        if (!k)
+                return -ENOMEM;
+        se->kernel = true;
+        se->kernel_fd = ctl[1];
+        q = runner_spawn_sandbox(r, se, ctl[0], ret);
+        if (q < 0) {
+                free(k);
+                return q;
+        }
+        *k = (RunnerKernel) { .runner = r, .pid = ret->pid, .ctl_fd = TAKE_FD(ctl[0]) };
+        r->kernel = k;
+        q = sd_event_add_child(r->event, &k->child_source, k->pid, WEXITED, on_kernel_exit, k);
+        if (q < 0) {
+                safe_close(ret->out_fd);
+                safe_close(ret->err_fd);
+                safe_close(ret->status_fd);
+                runner_kernel_stop(r);
+                return q;
+        }
+        *ret_new = true;
+        return 0;
+}
+
+int runner_handle_reset_kernel(Runner *r) {
+        _cleanup_json_ json_object *reply = json_object_new_object();
+
+        if (!reply)
+                return -ENOMEM;
+        if (r->kernel)
+                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Resetting the kernel of session %s.", r->session_id);
+        runner_kernel_stop(r);
+        json_object_object_add(reply, "ok", json_object_new_boolean(true));
+        return runner_send(r, r->connection_generation, reply, NULL, 0);
+}

@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* PID 1 of a stateful session's sandbox: one interpreter (the kernel) runs every cell.
+ *
+ * The kernel is the sandbox's payload, specialized like any other (user namespace, uid,
+ * capabilities, no_new_privs, the session's seccomp filter), running SANDBOX_KERNEL_SCRIPT. For
+ * each cell PID 1 hands it the code and the cell's stdout and stderr over SANDBOX_KERNEL_FD,
+ * continues it, and waits for its exit code (or its death, or the runner's SIGTERM at the
+ * timeout or a cancel: then everything of the sandbox is killed and PID 1 exits). Then it stops
+ * the kernel (SIGSTOP, checked with waitpid()), kills every other process of the namespace,
+ * measures the cell and reports it on the cell's status pipe as a stateless sandbox does. While
+ * stopped between cells nothing of the session runs. The kernel's messages are hostile input:
+ * only a 4-byte exit code is read, anything else ends the kernel. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io-util.h"
+#include "parse-util.h"
+#include "sandbox.h"
+
+typedef struct KernelCell {
+        int code_fd, stdout_fd, stderr_fd, status_fd;
+} KernelCell;
+
+/* The kernel's own counters (/proc/<pid>/stat, io) and ours at the start of a cell. */
+typedef struct KernelMark {
+        uint64_t kernel_cpu_usec;        /* its user + system time and that of what it reaped */
+        uint64_t kernel_wchar;
+        uint64_t children_cpu_usec;      /* what we reaped */
+        uint64_t children_max_rss;
+        uint64_t self_wchar;
+        uint64_t last_pid;
+} KernelMark;
+
+static void kernel_cell_close(KernelCell *c) {
+        c->code_fd = safe_close(c->code_fd);
+        c->stdout_fd = safe_close(c->stdout_fd);
+        c->stderr_fd = safe_close(c->stderr_fd);
+        c->status_fd = safe_close(c->status_fd);
+}
+
+static int read_proc_file(pid_t pid, const char *name, char *buf, size_t size) {
+        char path[64];
+        ssize_t k;
+        int fd;
+
+        if (pid > 0)
+                snprintf(path, sizeof(path), "/proc/%i/%s", (int) pid, name);
+        else
+                snprintf(path, sizeof(path), "/proc/%s", name);
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        k = read(fd, buf, size - 1);
+        (void) close(fd);
+        if (k < 0)
+                return -errno;
+        buf[k] = 0;
+        return 0;
+}
+
+/* Fields of /proc/<pid>/stat after the command: f[i] is field i + 3 (f[0] the state). */
+static int proc_stat_fields(pid_t pid, char *ret_state, uint64_t *f, size_t n) {
+        char buf[1024], *c, *save = NULL;
+        size_t i = 0;
+
+        if (read_proc_file(pid, "stat", buf, sizeof(buf)) < 0 || !(c = strrchr(buf, ')')))
+                return -ESRCH;
+        for (char *t = strtok_r(c + 1, " \n", &save); t && i < n; t = strtok_r(NULL, " \n", &save), i++) {
+                if (i == 0)
+                        *ret_state = t[0];
+                f[i] = strtoull(t, NULL, 10);
+        }
+        return i == n ? 0 : -EBADMSG;
+}
+
+static uint64_t ticks_to_usec(uint64_t ticks) {
+        long hz = sysconf(_SC_CLK_TCK);
+        return ticks * USEC_PER_SEC / (uint64_t) (hz > 0 ? hz : 100);
+}
+
+static uint64_t kernel_cpu_usec(pid_t kernel) {
+        uint64_t f[18];
+        char state;
+
+        if (proc_stat_fields(kernel, &state, f, ELEMENTSOF(f)) < 0)
+                return 0;
+        return ticks_to_usec(f[11] + f[12] + f[13] + f[14]); /* utime stime cutime cstime */
+}
+
+static uint64_t kernel_proc_value(pid_t kernel, const char *file, const char *key) {
+        char buf[4096], *p;
+        uint64_t v = 0;
+
+        if (read_proc_file(kernel, file, buf, sizeof(buf)) < 0 || !(p = strstr(buf, key)))
+                return 0;
+        (void) sscanf(p + strlen(key), " %" SCNu64, &v);
+        return v;
+}
+
+static void kernel_mark(pid_t kernel, int io_fd, int last_pid_fd, KernelMark *ret) {
+        struct rusage ru;
+        char buf[32];
+        ssize_t k;
+
+        *ret = (KernelMark) {
+                .kernel_cpu_usec = kernel_cpu_usec(kernel),
+                .kernel_wchar = kernel_proc_value(kernel, "io", "wchar:"),
+        };
+        if (getrusage(RUSAGE_CHILDREN, &ru) >= 0) {
+                ret->children_cpu_usec = (uint64_t) ru.ru_utime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_utime.tv_usec +
+                                         (uint64_t) ru.ru_stime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_stime.tv_usec;
+                ret->children_max_rss = (uint64_t) ru.ru_maxrss * 1024U;
+        }
+        if (io_fd >= 0)
+                (void) proc_io_read_wchar(io_fd, &ret->self_wchar);
+        k = last_pid_fd >= 0 ? pread(last_pid_fd, buf, sizeof(buf) - 1, 0) : -1;
+        if (k > 0) {
+                buf[k] = 0;
+                ret->last_pid = strtoull(buf, NULL, 10);
+        }
+}
+
+static uint64_t sub0(uint64_t a, uint64_t b) {
+        return a > b ? a - b : 0;
+}
+
+/* What the cell used: what we reaped meanwhile, plus the kernel's growth (a kernel that died was
+ * reaped by us, so its whole life is in the former: take off what it had used before). */
+static void kernel_usage(pid_t kernel, bool alive, const KernelMark *before, int io_fd, int last_pid_fd,
+                         SandboxUsage *ret) {
+        KernelMark after;
+        uint64_t children = 0, wchar;
+
+        kernel_mark(alive ? kernel : 0, io_fd, last_pid_fd, &after);
+        children = after.children_cpu_usec - MIN(after.children_cpu_usec, before->children_cpu_usec);
+        wchar = sub0(after.self_wchar, before->self_wchar);
+        *ret = (SandboxUsage) { .valid = true, .written_valid = io_fd >= 0, .tasks_valid = after.last_pid > 0 };
+        if (alive) {
+                ret->cpu_usec = children + sub0(after.kernel_cpu_usec, before->kernel_cpu_usec);
+                /* Its peak since the cell began (kernel_clear_peak()); a child's only if one was
+                 * reaped during the cell. */
+                ret->max_rss_bytes = kernel_proc_value(kernel, "status", "VmHWM:") * 1024U;
+                if (after.children_cpu_usec != before->children_cpu_usec)
+                        ret->max_rss_bytes = MAX(ret->max_rss_bytes, after.children_max_rss);
+                ret->written_bytes = wchar + sub0(after.kernel_wchar, before->kernel_wchar);
+        } else {
+                ret->cpu_usec = sub0(children, before->kernel_cpu_usec);
+                ret->max_rss_bytes = after.children_max_rss;
+                ret->written_bytes = sub0(wchar, before->kernel_wchar);
+        }
+        ret->tasks = sub0(after.last_pid, before->last_pid);
+}
+
+/* Resets the kernel's VmHWM so that the cell's peak is its own. */
+static void kernel_clear_peak(pid_t kernel) {
+        char path[64];
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%i/clear_refs", (int) kernel);
+        fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+                (void) write_all(fd, "5", 1);
+                (void) close(fd);
+        }
+}
+
+/* Reaps what has ended; the kernel's status goes to *kernel_status. Returns whether the kernel
+ * was among them. */
+static bool reap_children(pid_t kernel, int *kernel_status) {
+        bool dead = false;
+        int ws;
+        pid_t c;
+
+        while ((c = waitpid(-1, &ws, WNOHANG | __WALL)) > 0)
+                if (c == kernel) {
+                        *kernel_status = ws;
+                        dead = true;
+                }
+        return dead;
+}
+
+/* Kills every process of our namespace except us and the (stopped) kernel, until none is alive
+ * but zombies the kernel itself must reap (its driver does at the next cell's start). /proc is
+ * the namespace's own procfs, which nothing of the sandbox can change. A process whose main
+ * thread ended is a zombie leader with live threads: killed all the same. Returns whether the
+ * kernel died meanwhile. */
+static bool kill_all_but_kernel(pid_t kernel, int *kernel_status) {
+        bool dead = false;
+
+        for (;;) {
+                struct dirent *de;
+                bool alive = false;
+                DIR *d;
+
+                d = opendir("/proc");
+                if (!d)
+                        return dead;
+                while ((de = readdir(d))) {
+                        uint64_t f[18];
+                        char state = 0, *end;
+                        long pid = strtol(de->d_name, &end, 10);
+
+                        if (*end != 0 || pid <= 1 || pid == kernel)
+                                continue;
+                        (void) kill((pid_t) pid, SIGKILL);
+                        if (proc_stat_fields((pid_t) pid, &state, f, ELEMENTSOF(f)) < 0)
+                                continue;
+                        if (state != 'Z' || f[17] > 1)
+                                alive = true;
+                }
+                closedir(d);
+                dead = reap_children(kernel, kernel_status) || dead;
+                if (!alive)
+                        return dead;
+                (void) nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
+        }
+}
+
+/* Stops the kernel and waits until it is. Returns false if it died instead (status in
+ * *kernel_status). */
+static bool kernel_stop(pid_t kernel, int *kernel_status) {
+        if (kill(kernel, SIGSTOP) < 0)
+                return false;
+        for (;;) {
+                int ws;
+                pid_t c = waitpid(-1, &ws, WUNTRACED | __WALL);
+
+                if (c < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return false;
+                }
+                if (c != kernel)
+                        continue;
+                if (WIFSTOPPED(ws))
+                        return true;
+                *kernel_status = ws;
+                return false;
+        }
+}
+
+static bool sigterm_from_outside(int signal_fd) {
+        struct signalfd_siginfo si;
+        bool term = false;
+
+        while (read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si))
+                /* The runner's request to end the exec: from outside our PID namespace only. */
+                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER)
+                        term = true;
+        return term;
+}
+
+/* Runs one cell: hands it to the kernel, waits for its exit code, or for the kernel's end (it
+ * died, or the runner asked: everything is killed). Returns whether the kernel lives on; the
+ * wait status goes to st->value. */
+static bool kernel_run_cell(pid_t kernel, int ksock, int *listener, int signal_fd, KernelCell *cell,
+                            SeccompSupervisor *sup, SandboxStatus *st) {
+        const int fds[3] = { cell->code_fd, cell->stdout_fd, cell->stderr_fd };
+        bool ending = false, dead = false;
+        int32_t code;
+        char stale[64];
+
+        /* A message the last cell's code sent on its own must not end this one. */
+        while (recv(ksock, stale, sizeof(stale), MSG_DONTWAIT) > 0)
+                ;
+        if (fds_send(ksock, "c", 1, fds, 3) < 0) {
+                (void) kill(kernel, SIGKILL);
+                ending = true;
+        }
+        cell->code_fd = safe_close(cell->code_fd);
+        cell->stdout_fd = safe_close(cell->stdout_fd);
+        cell->stderr_fd = safe_close(cell->stderr_fd);
+        (void) kill(kernel, SIGCONT);
+
+        for (;;) {
+                struct pollfd p[3] = {
+                        { .fd = signal_fd, .events = POLLIN },
+                        { .fd = ending ? -1 : ksock, .events = POLLIN },
+                        { .fd = *listener, .events = POLLIN },
+                };
+                int r = poll(p, 3, ending ? SANDBOX_END_GRACE_MS : -1);
+
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = 0;
+                }
+                if (r == 0) {
+                        /* Ending, and the kernel did not go: as if killed. */
+                        st->value = SIGKILL;
+                        return false;
+                }
+                if (*listener >= 0 && (p[2].revents & POLLIN)) {
+                        if (seccomp_notify_handle_one(*listener, sup) < 0)
+                                *listener = safe_close(*listener);
+                        st->seccomp = sup->report;
+                } else if (*listener >= 0 && p[2].revents)
+                        *listener = safe_close(*listener);
+
+                if (p[1].revents) {
+                        ssize_t k = recv(ksock, &code, sizeof(code), MSG_DONTWAIT);
+
+                        if (k == (ssize_t) sizeof(code)) {
+                                st->value = (code & 0xff) << 8; /* as an exit status */
+                                return true;
+                        }
+                        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+                                continue;
+                        /* Its socket closed or a message that is no exit code: it ends. */
+                        (void) kill(kernel, SIGKILL);
+                        ending = true;
+                }
+
+                if (p[0].revents & POLLIN) {
+                        if (sigterm_from_outside(signal_fd) && !ending) {
+                                ending = true;
+                                (void) kill(-1, SIGKILL);
+                        }
+                        dead = reap_children(kernel, &st->value);
+                        if (dead)
+                                return false;
+                }
+        }
+}
+
+/* The next cell from the runner: code, stdout, stderr and status fds. Returns 0, or -EPIPE when
+ * the runner closed the socket, the runner asked us to end (SIGTERM) or the kernel died. */
+static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell *ret) {
+        for (;;) {
+                struct pollfd p[2] = {
+                        { .fd = signal_fd, .events = POLLIN },
+                        { .fd = ctl_fd, .events = POLLIN },
+                };
+                int fds[4], ws;
+                size_t n = 0;
+                char c;
+                ssize_t k;
+
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (p[0].revents & POLLIN) {
+                        if (sigterm_from_outside(signal_fd) || reap_children(kernel, &ws))
+                                return -EPIPE;
+                }
+                if (!p[1].revents)
+                        continue;
+                k = fds_receive(ctl_fd, &c, 1, fds, 4, &n);
+                if (k == -EAGAIN)
+                        continue;
+                if (k <= 0)
+                        return -EPIPE;
+                if (n != 4) {
+                        for (size_t i = 0; i < n; i++)
+                                safe_close(fds[i]);
+                        continue;
+                }
+                *ret = (KernelCell) { fds[0], fds[1], fds[2], fds[3] };
+                return 0;
+        }
+}
+
+_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener, int signal_fd,
+                                   int io_fd, int last_pid_fd) {
+        KernelCell cell = { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd };
+
+        for (;;) {
+                SeccompSupervisor sup = {};
+                struct {
+                        int32_t start;
+                        SandboxStatus st;
+                } report = {
+                        .start = SANDBOX_START_COLD,
+                        .st = { .kind = SANDBOX_STATUS_EXITED, .start = SANDBOX_START_COLD },
+                };
+                KernelMark before;
+                bool alive;
+
+                seccomp_report_init(&sup.report);
+                report.st.seccomp = sup.report;
+                kernel_mark(kernel, io_fd, last_pid_fd, &before);
+                kernel_clear_peak(kernel);
+
+                alive = kernel_run_cell(kernel, ksock, &listener, signal_fd, &cell, &sup, &report.st);
+                if (alive)
+                        alive = kernel_stop(kernel, &report.st.value);
+                if (alive)
+                        alive = !kill_all_but_kernel(kernel, &report.st.value);
+                if (!alive)
+                        sandbox_end_all_processes();
+                kernel_usage(kernel, alive, &before, io_fd, last_pid_fd, &report.st.usage);
+                report.st.kernel = alive ? SANDBOX_KERNEL_KEPT : SANDBOX_KERNEL_ENDED;
+                /* As a stateless PID 1 reports: how it started, then how it ended. */
+                (void) write_all(cell.status_fd, &report.start, sizeof(report.start));
+                (void) write_all(cell.status_fd, &report.st, sizeof(report.st));
+                kernel_cell_close(&cell);
+                if (!alive || kernel_next_cell(kernel, e->kernel_fd, signal_fd, &cell) < 0)
+                        break;
+        }
+        sandbox_end_all_processes();
+        _exit(0);
+}
