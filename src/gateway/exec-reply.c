@@ -54,6 +54,7 @@ static const BusDictField exec_info_fields[] = {
         { "pids_limited",      'b', offsetof(ExecInfo, pids_limited)      },
         { "blocked_syscalls",  0,   offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
         { "exit_reason",       's', offsetof(ExecInfo, exit_reason)       },
+        { "kernel",            's', offsetof(ExecInfo, kernel)            },
         { "cpu_usec",          't', offsetof(ExecInfo, cpu_usec)          },
         { "max_rss_bytes",     't', offsetof(ExecInfo, max_rss_bytes)     },
         { "written_bytes",     't', offsetof(ExecInfo, written_bytes)     },

@@ -256,6 +256,7 @@ void exec_report_from_info(ExecReport *ret, const ExecInfo *info, bool wanted) {
         *ret = (ExecReport) {
                 .wanted = wanted,
                 .exit_reason = info->exit_reason,
+                .kernel = info->kernel,
                 .wall_usec = info->duration_usec,
                 .cpu_usec = info->cpu_usec,
                 .max_rss_bytes = info->max_rss_bytes,
@@ -273,6 +274,12 @@ bool exec_report_cancelled(const ExecReport *r) {
 int exec_report_append(HttpStream *s, const ExecReport *r) {
         int k;
 
+        /* Stateful sessions only: what became of the kernel. */
+        if (r->kernel && (streq(r->kernel, "new") || streq(r->kernel, "running") || streq(r->kernel, "ended"))) {
+                k = http_stream_appendf(s, ",\"kernel\":\"%s\"", r->kernel);
+                if (k < 0)
+                        return k;
+        }
         if (r->exit_reason && (r->wanted || exec_report_cancelled(r))) {
                 k = http_stream_appendf(s, ",\"exit_reason\":\"%s\"", r->exit_reason);
                 if (k < 0)

@@ -41,6 +41,7 @@ uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms)
 typedef struct ExecReport {
         bool wanted;
         const char *exit_reason;  /* NULL: the manager did not say */
+        const char *kernel;       /* a stateful cell's (always shown); NULL: stateless */
         uint64_t wall_usec;
         uint64_t cpu_usec, max_rss_bytes, written_bytes, processes;  /* EXEC_USAGE_UNKNOWN */
 } ExecReport;

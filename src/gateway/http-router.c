@@ -35,6 +35,7 @@ const HttpRoute http_sidecar_routes[] = {
         { "GET",    "/healthz",             HTTP_ROUTE_PUBLIC,                     http_health_get         },
         { "POST",   "/sessions",            HTTP_ROUTE_JSON,                       http_sessions_post      },
         { "DELETE", "/sessions/",           HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_delete    },
+        { "POST",   "/sessions/*/reset",    HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_reset     },
         { "POST",   "/exec",                HTTP_ROUTE_JSON,                       http_exec_post          },
         { "POST",   "/exec/cancel",         HTTP_ROUTE_JSON,                       http_exec_cancel        },
         { "POST",   "/files",               HTTP_ROUTE_JSON,                       http_files_post         },
@@ -95,8 +96,14 @@ int http_route_lookup(const HttpRoute *routes, const char *method, const char *p
                 const char *arg = NULL;
 
                 if (r->flags & HTTP_ROUTE_PATH_ARG) {
-                        arg = startswith(path, r->path);
-                        if (isempty(arg) || strchr(arg, '/'))
+                        /* A route ending in a slash takes one segment after it; one with a star takes one
+                         * segment in the star's place (handed over with the rest of the path). */
+                        const char *star = strchr(r->path, '*'), *slash;
+
+                        arg = star ? (strneq(path, r->path, (size_t) (star - r->path)) ? path + (star - r->path) : NULL)
+                                   : startswith(path, r->path);
+                        slash = arg ? strchr(arg, '/') : NULL;
+                        if (isempty(arg) || slash == arg || (star ? !slash || !streq(slash, star + 1) : slash != NULL))
                                 continue;
                 } else if (!streq(path, r->path))
                         continue;

@@ -233,6 +233,8 @@ void http_router_abort_pending(Server *s, HttpDaemon *d);
 int http_health_get(HttpRequest *req);
 int http_sessions_post(HttpRequest *req);
 int http_sessions_delete(HttpRequest *req);
+/* POST /sessions/{id}/reset: a stateful session's interpreter starts fresh. */
+int http_sessions_reset(HttpRequest *req);
 int http_exec_post(HttpRequest *req);
 /* POST /exec/cancel {"session_id"}: ends the session's running exec (docs/api.md). */
 int http_exec_cancel(HttpRequest *req);

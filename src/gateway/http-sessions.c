@@ -20,12 +20,14 @@ typedef struct SessionBody {
         const char *archive_key;
         json_object *storage;
         bool discard;
+        bool stateful;
 } SessionBody;
 
 static const JsonField session_create_fields[] = {
         { "idle_ttl_sec", JSON_FIELD_INT64,  offsetof(SessionBody, idle_ttl_sec), JSON_NULLABLE },
         { "archive_key",  JSON_FIELD_STRING, offsetof(SessionBody, archive_key),  JSON_NULLABLE },
         { "storage",      JSON_FIELD_OBJECT, offsetof(SessionBody, storage),      JSON_NULLABLE },
+        { "stateful",     JSON_FIELD_BOOL,   offsetof(SessionBody, stateful),     JSON_NULLABLE },
         {}
 };
 
@@ -213,6 +215,12 @@ int http_sessions_post(HttpRequest *req) {
                 if (r < 0)
                         return r;
         }
+        /* Only when asked: a stateless create is the same call as before. */
+        if (b.stateful) {
+                r = sd_bus_message_append(m, "{sv}", "stateful", "b", 1);
+                if (r < 0)
+                        return r;
+        }
 
         /* A create whose client hangs up is undone (docs/dbus-api.md). */
         hangup = http_request_hangup_pipe(req);
@@ -298,4 +306,36 @@ int http_sessions_delete(HttpRequest *req) {
 
         return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
                                  sessions_delete_on_reply);
+}
+
+static int sessions_reset_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        if (e)
+                return http_request_reply_bus_error(req, e);
+        return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
+}
+
+int http_sessions_reset(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        const char *arg = req->path_arg, *slash = strchr(arg, '/');
+        char id[SESSION_ID_LEN + 1];
+        int r;
+
+        /* The router hands over "{id}/reset". */
+        if (!slash || (size_t) (slash - arg) > SESSION_ID_LEN)
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
+        memcpy(id, arg, (size_t) (slash - arg));
+        id[slash - arg] = 0;
+        if (!session_id_is_valid(id))
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
+        http_request_set_session_id(req, id);
+
+        r = session_manager_new_call(req->server->bus, "ResetKernel", &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "s", id);
+        if (r < 0)
+                return r;
+        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config), sessions_reset_on_reply);
 }

@@ -223,6 +223,7 @@ typedef struct CreateOptions {
         uint64_t idle_ttl_sec;
         const char *archive_key;
         const char *storage;
+        int stateful;
         int hangup;
 } CreateOptions;
 
@@ -230,6 +231,7 @@ static const BusOption create_options[] = {
         { "idle_ttl_sec", 't', offsetof(CreateOptions, idle_ttl_sec) },
         { "archive_key",  's', offsetof(CreateOptions, archive_key)  },
         { "storage",      's', offsetof(CreateOptions, storage)      },
+        { "stateful",     'b', offsetof(CreateOptions, stateful)     },
         { "hangup",       'h', offsetof(CreateOptions, hangup)       },
         {}
 };
@@ -316,6 +318,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 return r;
         /* 0 means the default; anything else is clamped to [1, cap]. */
         s->idle_ttl_usec = ttl_usec;
+        s->stateful = o.stateful;
         if ((o.archive_key && !(s->archive_key = strdup(o.archive_key))) ||
             (o.storage && !(s->storage_json = strdup(o.storage)))) {
                 session_free(s);
@@ -460,6 +463,8 @@ static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
         /* Newer members, each only when the runner measured it. */
         if (r >= 0 && res->exit_reason)
                 r = sd_bus_message_append(reply, "{sv}", "exit_reason", "s", res->exit_reason);
+        if (r >= 0 && res->kernel)
+                r = sd_bus_message_append(reply, "{sv}", "kernel", "s", res->kernel);
         if (r >= 0 && res->has_usage)
                 r = sd_bus_message_append(reply, "{sv}{sv}", "cpu_usec", "t", res->cpu_usec,
                                           "max_rss_bytes", "t", res->max_rss_bytes);
@@ -908,6 +913,10 @@ static int method_reset_inputs(sd_bus_message *m, void *userdata, sd_bus_error *
         return session_only_call(m, userdata, error, session_reset_inputs);
 }
 
+static int method_reset_kernel(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return session_only_call(m, userdata, error, session_reset_kernel);
+}
+
 /* ---- CancelExec ---- */
 
 static int method_cancel_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -1260,6 +1269,10 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_ARGS("s", session_id),
                                 SD_BUS_NO_RESULT,
                                 method_reset_inputs, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResetKernel",
+                                SD_BUS_ARGS("s", session_id),
+                                SD_BUS_NO_RESULT,
+                                method_reset_kernel, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("CancelExec",
                                 SD_BUS_ARGS("s", session_id),
                                 SD_BUS_NO_RESULT,

@@ -436,6 +436,8 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
         if (json_object_object_get_ex(o, "archive_key", &v) && json_object_is_type(v, json_type_string) &&
             !(s->archive_key = strdup(json_object_get_string(v))))
                 return -ENOMEM;
+        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
+                s->stateful = json_object_get_boolean(v);
         if (json_object_object_get_ex(o, "storage", &v) && json_object_is_type(v, json_type_string) &&
             !(s->storage_json = strdup(json_object_get_string(v))))
                 return -ENOMEM;

@@ -168,6 +168,8 @@ static int session_save_state(Session *s) {
                 json_object_object_add(o, "storage", json_object_new_string(s->storage_json));
         if (s->restore_failed)
                 json_object_object_add(o, "restore_failed", json_object_new_boolean(true));
+        if (s->stateful)
+                json_object_object_add(o, "stateful", json_object_new_boolean(true));
         if (s->releasing) {
                 json_object_object_add(o, "releasing", json_object_new_boolean(true));
                 json_object_object_add(o, "release_realtime_usec", json_object_new_int64((int64_t) s->release_realtime_usec));
@@ -1116,7 +1118,7 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
         struct {
                 int64_t exit_code, signal, duration_usec, stdout_size, stderr_size, files_skipped;
                 bool timed_out, stdout_truncated, stderr_truncated, oom_killed, pids_limited;
-                const char *exit_reason;
+                const char *exit_reason, *kernel;
                 json_object *files;
         } p = {};
         ExecResult usage = {};
@@ -1142,6 +1144,7 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 { "oom_killed", JSON_FIELD_BOOL, offsetof(typeof(p), oom_killed), 0 },
                 { "pids_limited", JSON_FIELD_BOOL, offsetof(typeof(p), pids_limited), 0 },
                 { "exit_reason", JSON_FIELD_STRING, offsetof(typeof(p), exit_reason), 0 },
+                { "kernel", JSON_FIELD_STRING, offsetof(typeof(p), kernel), 0 },
                 {},
         };
 
@@ -1154,6 +1157,8 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
         if (!json_object_object_get_ex(reply, "files", &farr) || !json_object_is_type(farr, json_type_array))
                 return -EBADMSG;
         if (p.exit_reason && !bus_exit_reason_is_valid(p.exit_reason))
+                return -EBADMSG;
+        if (p.kernel && !streq(p.kernel, "new") && !streq(p.kernel, "running") && !streq(p.kernel, "ended"))
                 return -EBADMSG;
         r = exec_reply_parse_usage(reply, &usage);
         if (r < 0)
@@ -1204,6 +1209,7 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 .n_blocked = n_blocked,
                 .data_fd = data_fd,
                 .exit_reason = p.exit_reason,
+                .kernel = p.kernel,
                 .has_usage = usage.has_usage,
                 .has_written = usage.has_written,
                 .has_processes = usage.has_processes,
@@ -1301,6 +1307,9 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
          * so that switching it takes effect for the sessions that exist). */
         if (!cfg->preload)
                 json_object_object_add(msg, "cold", json_object_new_boolean(true));
+        /* A stateful session's python cells run in its kernel (the sidecar profile only). */
+        if (s->stateful && (!p->language || streq(p->language, "python3")) && !p->no_processes && !p->network)
+                json_object_object_add(msg, "stateful", json_object_new_boolean(true));
         if (p->network) {
                 json_object_object_add(msg, "network", json_object_new_boolean(true));
                 if (!isempty(p->http_proxy))
@@ -2261,6 +2270,13 @@ int session_list_files(Session *s, FileCallback cb, void *userdata) {
 
 int session_reset_inputs(Session *s, FileCallback cb, void *userdata) {
         json_object *msg = file_message("reset-inputs", NULL);
+        if (!msg)
+                return -ENOMEM;
+        return session_file_request(s, msg, -EBADF, cb, userdata);
+}
+
+int session_reset_kernel(Session *s, FileCallback cb, void *userdata) {
+        json_object *msg = file_message("reset-kernel", NULL);
         if (!msg)
                 return -ENOMEM;
         return session_file_request(s, msg, -EBADF, cb, userdata);

@@ -72,6 +72,7 @@ typedef struct ExecResult {
         size_t n_blocked;
         int data_fd;       /* borrowed; stdout, stderr, then the files */
         const char *exit_reason;  /* bus_exit_reason_is_valid(); owned by the reply */
+        const char *kernel;       /* a stateful cell's: "new", "running", "ended"; NULL otherwise */
         /* What the exec's processes used (the runner's "resources"); a has_ flag per figure. */
         bool has_usage, has_written, has_processes;
         uint64_t cpu_usec;
@@ -125,6 +126,7 @@ struct Session {
         char *session_root;
         uid_t uid;                /* host uid and gid of the sandbox; 0 until allocated */
         bool ephemeral;           /* a dify run's: not recorded, not counted as a session */
+        bool stateful;            /* its python cells share one interpreter (CreateSession "stateful") */
         bool pooled;              /* ephemeral, started in advance for a run that has not taken it yet */
         bool counted;             /* counted in metrics.sessions_started: its end is counted too */
         uint64_t restore_size;    /* bytes of the archive being restored into it */
@@ -243,6 +245,8 @@ int session_write_file(Session *s, const char *relative, int data_fd, FileCallba
 int session_read_file(Session *s, const char *relative, uint64_t max, FileCallback cb, void *userdata);
 int session_list_files(Session *s, FileCallback cb, void *userdata);
 int session_reset_inputs(Session *s, FileCallback cb, void *userdata);
+/* A stateful session's interpreter ends; the next cell starts a fresh one. */
+int session_reset_kernel(Session *s, FileCallback cb, void *userdata);
 
 /* Archives not stored yet: the session's archive is tried again now (RetryArchives). */
 void session_archive_retry_now(Session *s);

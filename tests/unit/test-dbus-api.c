@@ -44,6 +44,7 @@ static void format_args(const char *sig, const char **names, char *out, size_t s
 static const char *const required_methods[] = {
         "CreateSession", "ReleaseSession", "Exec", "Run", "WriteFile", "ReadFile", "ListFiles",
         "ResetInputs", "GetHealth", "GetMetrics", "ListSessions", "GetSession", "SetDraining", "CancelExec",
+        "ResetKernel",
 };
 
 static bool vtable_has_method(const char *name) {
