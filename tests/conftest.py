@@ -98,6 +98,52 @@ def in_system(*cmd, check=False):
     return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60)
 
 
+def system_python(script, *args, timeout=60):
+    """Run a Python script inside the system that runs scopebox (as root there)."""
+    r = in_system("/usr/bin/python3", "-c", script, *args)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    return r.stdout
+
+
+# Lists the processes of one session's scope (or of every session's, for "*"), from its cgroups
+# (every hierarchy that has the scope, and every cgroup below it).
+SCOPE_PIDS = r"""
+import os
+def scope_pids(sid):
+    name = 'scopebox-runner-%s.scope' % sid if sid != '*' else None
+    pids = set()
+    for root, dirs, files in os.walk('/sys/fs/cgroup'):
+        base = os.path.basename(root)
+        if (name and base == name) or (not name and base.startswith('scopebox-runner-') and base.endswith('.scope')):
+            for r2, d2, f2 in os.walk(root):
+                try:
+                    pids |= {int(x) for x in open(os.path.join(r2, 'cgroup.procs')).read().split()}
+                except (OSError, ValueError):
+                    pass
+            dirs[:] = []
+    return pids
+"""
+
+SCOPE_PROCS = SCOPE_PIDS + r"""
+import json, sys
+sid = sys.argv[1]
+out = []
+for p in sorted(scope_pids(sid)):
+    try:
+        st = dict(l.rstrip('\n').split(':\t', 1) for l in open('/proc/%d/status' % p) if ':\t' in l)
+        cmd = open('/proc/%d/cmdline' % p, 'rb').read().decode(errors='replace').split('\0')
+        out.append({'pid': p, 'ppid': int(st['PPid']), 'comm': st['Name'], 'uid': st['Uid'],
+                    'cmdline': [c for c in cmd if c]})
+    except (OSError, KeyError, ValueError):
+        pass
+print(json.dumps(out))
+"""
+
+
+def scope_processes(sid):
+    return json.loads(system_python(SCOPE_PROCS, sid))
+
+
 def manager_sessions():
     """The session manager's ListSessions as {id: {property: value}} (root's view, as scopeboxctl's)."""
     r = in_system("busctl", "--json=short", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",

@@ -9,6 +9,11 @@
         print(event, data)          # ("stdout", {"text": "0\\n"}) ... ("result", {...})
     client.delete_session(sid)
 
+    kernel = client.create_session(stateful=True)   # variables persist between cells
+    client.exec(kernel, "x = 41")
+    print(client.exec(kernel, "print(x + 1)")["stdout"])   # 42
+    client.reset(kernel)                            # the next cell starts a fresh interpreter
+
 Run it as a script to try a server: client.py URL KEY CODE (streams the code's output).
 """
 import http.client
@@ -63,6 +68,10 @@ class Client:
 
     def delete_session(self, session_id):
         return self.call("DELETE", f"/sessions/{session_id}")
+
+    def reset(self, session_id):
+        """POST /sessions/{id}/reset: a stateful session's next cell starts a fresh interpreter."""
+        return self.call("POST", f"/sessions/{session_id}/reset")
 
     def exec(self, session_id, code, timeout_ms=None, report=False):
         """POST /exec: {"stdout", "stderr", "exit_code", "files", ...}."""

@@ -103,9 +103,11 @@ static int sessions_post_read_id(HttpRequest *req, sd_bus_message *reply, const 
 }
 
 static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        char body[sizeof("{\"session_id\":\"\",\"restored\":false}") + SESSION_ID_LEN];
+        char body[sizeof("{\"session_id\":\"\",\"restored\":false,\"stateful\":true}") + SESSION_ID_LEN];
         const sd_bus_error *e;
         const char *id;
+        json_object *v;
+        bool stateful;
         int restore_failed = 0, r;
 
         e = sd_bus_message_get_error(reply);
@@ -121,9 +123,14 @@ static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
         if (sd_bus_message_read(reply, "b", &restore_failed) <= 0)
                 restore_failed = 0;
 
+        /* A stateful session says so (a server without them ignores the member): its client can
+         * tell. The body was validated before the call. */
+        stateful = req->json && json_object_object_get_ex(req->json, "stateful", &v) &&
+                   json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v);
+
         /* Validated: 32 hex digits need no escaping. */
-        (void) snprintf(body, sizeof(body), restore_failed ? "{\"session_id\":\"%s\",\"restored\":false}"
-                                                           : "{\"session_id\":\"%s\"}", id);
+        (void) snprintf(body, sizeof(body), "{\"session_id\":\"%s\"%s%s}", id,
+                        restore_failed ? ",\"restored\":false" : "", stateful ? ",\"stateful\":true" : "");
         return http_request_reply_literal(req, HTTP_OK, body);
 }
 

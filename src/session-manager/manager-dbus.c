@@ -298,6 +298,8 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 c->create = s;
                 c->adopted = true;
                 if (session_adopt(s, ttl_usec, on_session_started, c) >= 0) {
+                        /* As this create asks (its kernel, if any, ended with the archive). */
+                        s->stateful = o.stateful;
                         TAKE_PTR(c); /* on_session_started() frees it */
                         return 1;
                 }

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import create_session, delete_session, request, run
+from conftest import create_session, delete_session, in_system, request, run, scope_processes
 
 NOTE = "the kernel ended"
 
@@ -23,6 +23,22 @@ def test_variables_and_imports_persist(kernel):
     assert first["exit_code"] == 0 and first["kernel"] == "new", first
     res = run(kernel, "print(f(x), json.dumps([x]))")
     assert res["stdout"] == "42 [41]\n" and res["kernel"] == "running", res
+
+
+def test_create_says_stateful():
+    r = request("POST", "/sessions", {"stateful": True})
+    try:
+        assert r.status == 200 and r.json == {"session_id": r.json["session_id"], "stateful": True}, r
+    finally:
+        delete_session(r.json["session_id"])
+    for body in ({"stateful": False}, {"stateful": None}, {}):
+        r = request("POST", "/sessions", body)
+        try:
+            assert r.status == 200 and list(r.json) == ["session_id"], r
+        finally:
+            delete_session(r.json["session_id"])
+    r = request("POST", "/sessions", {"stateful": "yes"})
+    assert r.status == 422 and r.json["detail"][0]["loc"] == ["body", "stateful"], r
 
 
 def test_stateless_session_does_not_persist(session):
@@ -117,9 +133,9 @@ def test_kernel_is_stopped_between_cells(kernel):
 
 def test_outputs_are_artifacts_of_their_cell(kernel):
     res = run(kernel, "open('/workspace/outputs/a.txt', 'w').write('one')")
-    assert [f["path"] for f in res["files"]] == ["a.txt"], res
+    assert [f["name"] for f in res["files"]] == ["a.txt"], res
     res = run(kernel, "open('/workspace/outputs/b.txt', 'w').write('two')")
-    assert [f["path"] for f in res["files"]] == ["b.txt"], res
+    assert [f["name"] for f in res["files"]] == ["b.txt"], res
 
 
 def test_report_works_for_cells(kernel):
@@ -146,8 +162,83 @@ def test_detached_processes_do_not_survive_reset_or_release(how):
                              " sorted(int(d) for d in os.listdir('/proc') if d.isdigit()))")["stdout"]
             assert again.split()[0] == size.strip(), (size, again)
         else:
+            assert kernel_pids(sid), scope_processes(sid)
             assert delete_session(sid).status == 200
             r = request("POST", "/exec", {"session_id": sid, "code": "print(1)"})
             assert r.status == 404
+            assert scope_processes(sid) == []
     finally:
         delete_session(sid)
+
+
+def test_example_client_with_a_kernel():
+    import importlib.util
+    from conftest import BASE_URL, REPO, api_key
+    spec = importlib.util.spec_from_file_location("scopebox_client", REPO / "docs/examples/client.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.Client(BASE_URL, api_key())
+    sid = c.create_session(stateful=True)
+    try:
+        c.exec(sid, "x = 41")
+        assert c.exec(sid, "print(x + 1)")["stdout"] == "42\n"
+        events = list(c.exec_stream(sid, "import sys\nprint(x, flush=True)\nprint('e', file=sys.stderr)"))
+        assert ("stdout", {"text": "41\n"}) in events and ("stderr", {"text": "e\n"}) in events, events
+        assert events[-1][0] == "result" and events[-1][1]["kernel"] == "running", events
+        assert c.reset(sid) == {"ok": True}
+        assert "NameError" in c.exec(sid, "print(x)")["stderr"]
+    finally:
+        c.delete_session(sid)
+
+
+def test_cancel_ends_the_kernel(kernel):
+    import concurrent.futures
+    run(kernel, "t = 1")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(run, kernel, "import time\nprint('in', flush=True)\ntime.sleep(60)")
+        deadline = time.monotonic() + 30
+        while request("POST", "/exec/cancel", {"session_id": kernel}).status != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        res = fut.result(timeout=30)
+    assert res["exit_reason"] == "cancelled" and res["kernel"] == "ended" and "(cancelled)" in res["stderr"], res
+    assert run(kernel, "print('t' in globals())")["stdout"] == "False\n"
+
+
+def test_peak_memory_is_the_cells_own(kernel):
+    res = run(kernel, "b = bytearray(200 << 20)\nb[::4096] = b'x' * len(b[::4096])\ndel b", report=True)
+    assert res["resources"]["max_rss_bytes"] >= 200 << 20, res
+    res = run(kernel, "print(1)", report=True)
+    assert res["resources"]["max_rss_bytes"] < 100 << 20, res
+    # Its name is the first line of /proc/<pid>/status: a forged figure there is not read.
+    res = run(kernel, "import ctypes\nctypes.CDLL(None).prctl(15, b'VmHWM: 99999999', 0, 0, 0)\n"
+                      "print(open('/proc/self/comm').read())", report=True)
+    assert res["stdout"] == "VmHWM: 99999999\n\n" and res["resources"]["max_rss_bytes"] < 100 << 20, res
+    # A child of this cell counts; a later cell does not inherit its peak.
+    res = run(kernel, "import subprocess\nsubprocess.run(['python3', '-c', "
+                      "'b = bytearray(150 << 20); b[::4096] = bytes(len(b[::4096]))'], check=True)", report=True)
+    assert res["exit_code"] == 0 and res["resources"]["processes"] >= 1, res
+    res = run(kernel, "import os\nif os.fork() == 0: os._exit(0)\nos.wait()", report=True)
+    assert res["resources"]["max_rss_bytes"] < 100 << 20, res
+
+
+def kernel_pids(sid):
+    return [p["pid"] for p in scope_processes(sid) if any(c.endswith("kernel.py") for c in p["cmdline"])]
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_kernel_killed_between_cells_is_replaced(kernel, wait):
+    run(kernel, "s = 1")
+    pids = kernel_pids(kernel)
+    assert len(pids) == 1, pids
+    assert in_system("kill", "-KILL", str(pids[0])).returncode == 0
+    if wait:
+        deadline = time.monotonic() + 10
+        while kernel_pids(kernel):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    # The next cell runs, in a fresh interpreter, and says so; nothing is reported as a crash.
+    res = run(kernel, "print('s' in globals())")
+    assert res["stdout"] == "False\n" and res["exit_code"] == 0 and res["kernel"] == "new", res
+    assert NOTE not in res["stderr"], res
+    assert run(kernel, "print(2)")["kernel"] == "running"

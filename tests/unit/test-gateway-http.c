@@ -183,6 +183,18 @@ static void test_route_lookup(void) {
         ASSERT_STREQ(allow, "DELETE");
         ASSERT_TRUE(LOOKUP("DELETE", "/sessions/") == -ENOENT);
         ASSERT_TRUE(LOOKUP("DELETE", "/sessions/a/b") == -ENOENT);
+        /* One segment in the star's place, handed over with the rest of the path. */
+        ASSERT_TRUE(LOOKUP("POST", "/sessions/abc/reset") == 0);
+        ASSERT_TRUE(r->handler == http_sessions_reset && streq(arg, "abc/reset"));
+        ASSERT_TRUE(LOOKUP("DELETE", "/sessions/abc/reset") == -EOPNOTSUPP);
+        ASSERT_STREQ(allow, "POST");
+        ASSERT_TRUE(LOOKUP("POST", "/sessions//reset") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/sessions/reset") == -EOPNOTSUPP); /* DELETE /sessions/{id} */
+        ASSERT_TRUE(LOOKUP("POST", "/sessions/abc/reset/") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/sessions/abc/resets") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/sessions/abc/rese") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/sessions/a/b/reset") == -ENOENT);
+        ASSERT_TRUE(LOOKUP("POST", "/sessions/abc") == -EOPNOTSUPP);
 
         ASSERT_TRUE(LOOKUP("POST", "/exec") == 0);
         ASSERT_TRUE(r->handler == http_exec_post);

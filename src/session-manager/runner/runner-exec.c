@@ -75,6 +75,7 @@ RunnerExec *runner_exec_free(RunnerExec *e) {
         output_buffer_done(&e->out);
         output_buffer_done(&e->err);
         safe_close(e->status_fd);
+        safe_close(e->code_fd);
         output_set_done(&e->before);
         free(e);
         return NULL;
@@ -167,6 +168,48 @@ static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_o
         return 0;
 }
 
+static int runner_exec_watch(RunnerExec *e);
+
+/* A cell whose kernel was found dead before it ran: a new kernel runs it (runner-kernel.c), in
+ * the same RunnerExec, its timeout still running. */
+static int runner_exec_retry_cell(RunnerExec *e) {
+        Runner *r = e->runner;
+        char *no_env[1] = {};
+        SandboxExec se = {
+                .code_fd = e->code_fd,
+                .timeout_ms = e->timeout_ms,
+                .memory_limit = e->memory_limit,
+                .language = SANDBOX_PYTHON3,
+                .extra_env = no_env,
+                .network_ready_fd = -EBADF,
+                .template_fd = -EBADF,
+                .filter_fd = -EBADF,
+                .seccomp = r->seccomp,
+        };
+        size_t out_limit = e->out.limit, err_limit = e->err.limit;
+        SandboxProcess sp;
+        int q;
+
+        log_struct(LOG_NOTICE, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                   "The kernel of session %s died between cells; exec %s starts a new one.", r->session_id,
+                   e->exec_id);
+        /* Its PID 1 exits once it answered; we don't wait for its end to be seen. */
+        runner_kernel_stop(r);
+        q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
+        if (q < 0)
+                return q;
+        e->kernel_retried = true;
+        e->exited = false;
+        e->pid = sp.pid;
+        safe_close(e->status_fd);
+        e->status_fd = sp.status_fd;
+        output_buffer_done(&e->out);
+        output_buffer_done(&e->err);
+        e->out = (OutputBuffer) { .fd = sp.out_fd, .limit = out_limit };
+        e->err = (OutputBuffer) { .fd = sp.err_fd, .limit = err_limit };
+        return runner_exec_watch(e);
+}
+
 static int runner_exec_finish(RunnerExec *e) {
         Runner *r = e->runner;
         _cleanup_json_ json_object *reply = NULL, *files = NULL;
@@ -185,14 +228,29 @@ static int runner_exec_finish(RunnerExec *e) {
         int exit_code = 0, sig = 0, q;
         ssize_t k;
 
-        /* The stream ends before the result goes: its reader has every frame when the result comes. */
-        e->stream = exec_stream_free(e->stream);
-        e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
-
         /* What did PID 1 of the sandbox tell us? How the payload started, then how it ended. */
         if (read(e->status_fd, &start, sizeof(start)) == (ssize_t) sizeof(start))
                 e->from_template = start == SANDBOX_START_TEMPLATE;
         k = read(e->status_fd, &st, sizeof(st));
+        if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_KERNEL_LOST) {
+                /* The kernel had died while stopped (the OOM killer, say): nothing of the cell ran.
+                 * It runs in a new one, once; its result says "new". */
+                if (e->stateful && !e->kernel_retried && !e->timed_out && !e->cancelled) {
+                        q = runner_exec_retry_cell(e);
+                        if (q >= 0)
+                                return 0;
+                        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to start a new kernel: %m");
+                }
+                e->stream = exec_stream_free(e->stream);
+                q = runner_send_error(r, e->connection_generation, ECHILD,
+                                      "the session's kernel ended before the cell could run");
+                goto done;
+        }
+
+        /* The stream ends before the result goes: its reader has every frame when the result comes. */
+        e->stream = exec_stream_free(e->stream);
+        e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
         if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_SETUP_FAILED) {
                 st.step[sizeof(st.step) - 1] = 0;
                 log_struct(LOG_ERR, st.value, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -530,13 +588,14 @@ static int on_kernel_status(sd_event_source *s, int fd, uint32_t revents, void *
 
         e->status_source = sd_event_source_disable_unref(e->status_source);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        /* Over: a lagging stream's reader no longer holds the reading back. */
+        e->exited = true;
         for (size_t i = 0; i < ELEMENTSOF(bufs); i++) {
                 while (bufs[i]->source && ioctl(bufs[i]->fd, FIONREAD, &n) >= 0 && n > 0)
                         (void) on_output(bufs[i]->source, bufs[i]->fd, EPOLLIN, e);
                 bufs[i]->source = sd_event_source_disable_unref(bufs[i]->source);
                 bufs[i]->fd = safe_close(bufs[i]->fd);
         }
-        e->exited = true;
         runner_exec_maybe_finish(e);
         return 0;
 }
@@ -663,6 +722,26 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
         return 0;
 }
 
+/* Watches the sandbox's pipes, and PID 1 (or, for a cell, its status pipe). */
+static int runner_exec_watch(RunnerExec *e) {
+        Runner *r = e->runner;
+        int q;
+
+        (void) fd_nonblock(e->out.fd, true);
+        (void) fd_nonblock(e->err.fd, true);
+        (void) fd_nonblock(e->status_fd, true);
+        if (e->stateful)
+                /* No events: the pipe's EPOLLHUP, which epoll always reports. */
+                q = sd_event_add_io(r->event, &e->status_source, e->status_fd, 0, on_kernel_status, e);
+        else
+                q = sd_event_add_child(r->event, &e->child_source, e->pid, WEXITED, on_init_exit, e);
+        if (q >= 0)
+                q = sd_event_add_io(r->event, &e->out.source, e->out.fd, EPOLLIN, on_output, e);
+        if (q >= 0)
+                q = sd_event_add_io(r->event, &e->err.source, e->err.fd, EPOLLIN, on_output, e);
+        return q;
+}
+
 int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) {
         struct {
                 const char *exec_id, *language, *http_proxy, *https_proxy;
@@ -745,6 +824,8 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 .runner = r,
                 .connection_generation = r->connection_generation,
                 .status_fd = -EBADF,
+                .code_fd = -EBADF,
+                .memory_limit = (uint64_t) p.memory_limit,
                 .out = { .fd = -EBADF, .limit = (size_t) p.output_limit },
                 .err = { .fd = -EBADF, .limit = (size_t) p.output_limit },
                 .timeout_ms = (uint64_t) p.timeout_ms,
@@ -814,9 +895,12 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                         e->template_error = -q;
         }
         e->stateful = p.stateful;
-        if (p.stateful)
+        if (p.stateful) {
+                e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
+                if (e->code_fd < 0)
+                        return runner_send_error(r, r->connection_generation, errno, "failed to keep the code");
                 q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
-        else
+        } else
                 q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
         template_fd = safe_close(template_fd);
         exec_filter_fd = safe_close(exec_filter_fd);
@@ -841,19 +925,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         }
 
         pid = e->pid;
-        (void) fd_nonblock(e->out.fd, true);
-        (void) fd_nonblock(e->err.fd, true);
-        (void) fd_nonblock(e->status_fd, true);
-
-        if (e->stateful)
-                /* No events: the pipe's EPOLLHUP, which epoll always reports. */
-                q = sd_event_add_io(r->event, &e->status_source, e->status_fd, 0, on_kernel_status, e);
-        else
-                q = sd_event_add_child(r->event, &e->child_source, pid, WEXITED, on_init_exit, e);
-        if (q >= 0)
-                q = sd_event_add_io(r->event, &e->out.source, e->out.fd, EPOLLIN, on_output, e);
-        if (q >= 0)
-                q = sd_event_add_io(r->event, &e->err.source, e->err.fd, EPOLLIN, on_output, e);
+        q = runner_exec_watch(e);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &e->timer_source, CLOCK_MONOTONIC,
                                                e->timeout_ms * USEC_PER_MSEC, USEC_PER_MSEC, on_exec_timeout, e);

@@ -214,8 +214,12 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         q = runner_handle_reset_kernel(r);
                 else if (op && r->initialized && streq(op, "reset-inputs"))
                         q = runner_handle_reset_inputs(r);
-                else if (op && r->initialized && (streq(op, "archive") || streq(op, "restore")))
+                else if (op && r->initialized && (streq(op, "archive") || streq(op, "restore"))) {
+                        /* Archived at its release: a stateful session's kernel ends first, so that
+                         * nothing of the session outlives its last exec while the archive is pending. */
+                        runner_kernel_stop(r);
                         q = runner_handle_archive(r, req, n_fds > 0 ? fds[0] : -EBADF, streq(op, "restore"));
+                }
                 else if (op && streq(op, "ping")) {
                         _cleanup_json_ json_object *reply = json_object_new_object();
                         if (reply) {

@@ -78,6 +78,9 @@ typedef struct RunnerExec {
          * which outlives the cell; the cell is over when its status pipe closes. */
         bool stateful;
         bool kernel_new;          /* the kernel was started for this cell */
+        bool kernel_retried;      /* its first kernel was found dead: it runs in a new one */
+        int code_fd;              /* a cell's code (dup), to hand to a new kernel if need be */
+        uint64_t memory_limit;
         sd_event_source *status_source;
         int template_error;       /* why it did not start from the template (0: it did) */
         bool from_template;

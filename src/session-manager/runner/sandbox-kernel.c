@@ -150,10 +150,11 @@ static void kernel_usage(pid_t kernel, bool alive, const KernelMark *before, int
         *ret = (SandboxUsage) { .valid = true, .written_valid = io_fd >= 0, .tasks_valid = after.last_pid > 0 };
         if (alive) {
                 ret->cpu_usec = children + sub0(after.kernel_cpu_usec, before->kernel_cpu_usec);
-                /* Its peak since the cell began (kernel_clear_peak()); a child's only if one was
-                 * reaped during the cell. */
-                ret->max_rss_bytes = kernel_proc_value(kernel, "status", "VmHWM:") * 1024U;
-                if (after.children_cpu_usec != before->children_cpu_usec)
+                /* Its peak since the cell began (kernel_clear_peak()), from the start of a line:
+                 * the first line holds its name, which it chooses; a child's only when the
+                 * largest we ever reaped is of this cell (the figure is a maximum over all). */
+                ret->max_rss_bytes = kernel_proc_value(kernel, "status", "\nVmHWM:") * 1024U;
+                if (after.children_max_rss > before->children_max_rss)
                         ret->max_rss_bytes = MAX(ret->max_rss_bytes, after.children_max_rss);
                 ret->written_bytes = wchar + sub0(after.kernel_wchar, before->kernel_wchar);
         } else {
@@ -336,8 +337,9 @@ static bool kernel_run_cell(pid_t kernel, int ksock, int *listener, int signal_f
         }
 }
 
-/* The next cell from the runner: code, stdout, stderr and status fds. Returns 0, or -EPIPE when
- * the runner closed the socket, the runner asked us to end (SIGTERM) or the kernel died. */
+/* The next cell from the runner: code, stdout, stderr and status fds. Returns 0, -EPIPE when the
+ * runner closed the socket or asked us to end (SIGTERM), -EOWNERDEAD when the kernel died (*ret
+ * then holds the cell that came for it, or nothing). */
 static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell *ret) {
         for (;;) {
                 struct pollfd p[2] = {
@@ -355,8 +357,10 @@ static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell 
                         return -errno;
                 }
                 if (p[0].revents & POLLIN) {
-                        if (sigterm_from_outside(signal_fd) || reap_children(kernel, &ws))
+                        if (sigterm_from_outside(signal_fd))
                                 return -EPIPE;
+                        if (reap_children(kernel, &ws))
+                                return -EOWNERDEAD;
                 }
                 if (!p[1].revents)
                         continue;
@@ -371,7 +375,37 @@ static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell 
                         continue;
                 }
                 *ret = (KernelCell) { fds[0], fds[1], fds[2], fds[3] };
+                /* Its end may not have been noticed yet: a cell for a dead kernel never runs. */
+                if (reap_children(kernel, &ws))
+                        return -EOWNERDEAD;
                 return 0;
+        }
+}
+
+/* The kernel died while stopped: no cell can run any more. The runner's sends fail from now on
+ * (the socket is shut for reading); each cell it sent before is answered "lost", never run. */
+static void kernel_refuse_cells(int ctl_fd, KernelCell *pending) {
+        const struct {
+                int32_t start;
+                SandboxStatus st;
+        } lost = { SANDBOX_START_COLD, { .kind = SANDBOX_STATUS_KERNEL_LOST, .kernel = SANDBOX_KERNEL_ENDED } };
+
+        (void) shutdown(ctl_fd, SHUT_RD);
+        for (;;) {
+                int fds[4];
+                size_t n = 0;
+                char c;
+
+                if (pending->status_fd >= 0)
+                        (void) write_all(pending->status_fd, &lost, sizeof(lost));
+                kernel_cell_close(pending);
+                if (fds_receive(ctl_fd, &c, 1, fds, 4, &n) <= 0)
+                        return;
+                for (size_t i = 0; i < n; i++)
+                        if (i == 3)
+                                pending->status_fd = fds[i];
+                        else
+                                safe_close(fds[i]);
         }
 }
 
@@ -390,6 +424,7 @@ _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock
                 };
                 KernelMark before;
                 bool alive;
+                int q;
 
                 seccomp_report_init(&sup.report);
                 report.st.seccomp = sup.report;
@@ -409,7 +444,14 @@ _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock
                 (void) write_all(cell.status_fd, &report.start, sizeof(report.start));
                 (void) write_all(cell.status_fd, &report.st, sizeof(report.st));
                 kernel_cell_close(&cell);
-                if (!alive || kernel_next_cell(kernel, e->kernel_fd, signal_fd, &cell) < 0)
+                if (!alive)
+                        break;
+                q = kernel_next_cell(kernel, e->kernel_fd, signal_fd, &cell);
+                if (q == -EOWNERDEAD) {
+                        kernel_refuse_cells(e->kernel_fd, &cell);
+                        break;
+                }
+                if (q < 0)
                         break;
         }
         sandbox_end_all_processes();

@@ -56,6 +56,8 @@ typedef enum SandboxLanguage {
 typedef enum SandboxStatusKind {
         SANDBOX_STATUS_EXITED = 0,       /* value: wait status of the payload */
         SANDBOX_STATUS_SETUP_FAILED = 1, /* value: errno; step names what failed */
+        SANDBOX_STATUS_KERNEL_LOST = 2,  /* a stateful cell that never ran: its kernel had died
+                                          * while stopped (PID 1 exits); the runner starts a new one */
 } SandboxStatusKind;
 
 /* After the runner's SIGTERM (the exec's timeout, a cancel) PID 1 kills every process of the

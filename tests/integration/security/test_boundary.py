@@ -31,7 +31,8 @@ import time
 import pytest
 
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import create_session, delete_session, in_system, request, run, session  # noqa: F401
+from conftest import (SCOPE_PIDS, create_session, delete_session, in_system, request, run,  # noqa: F401
+                      scope_processes, session, system_python)
 
 RESET_OK = {"ok": True, "session_gone": False}
 STORAGE_ROOT = "/var/lib/scopebox-storage"
@@ -51,52 +52,6 @@ def put_file(sid, path, data):
     return r
 
 
-def system_python(script, *args, timeout=60):
-    """Run a Python script inside the system that runs scopebox (as root there)."""
-    r = in_system("/usr/bin/python3", "-c", script, *args)
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    return r.stdout
-
-
-# Lists the processes of one session's scope (or of every session's, for "*"), from its cgroups
-# (every hierarchy that has the scope, and every cgroup below it).
-# (Shared by the scripts below.) The pids in a session's scope, or in every session's for "*":
-# every hierarchy that has the scope, and every cgroup below it.
-SCOPE_PIDS = r"""
-import os
-def scope_pids(sid):
-    name = 'scopebox-runner-%s.scope' % sid if sid != '*' else None
-    pids = set()
-    for root, dirs, files in os.walk('/sys/fs/cgroup'):
-        base = os.path.basename(root)
-        if (name and base == name) or (not name and base.startswith('scopebox-runner-') and base.endswith('.scope')):
-            for r2, d2, f2 in os.walk(root):
-                try:
-                    pids |= {int(x) for x in open(os.path.join(r2, 'cgroup.procs')).read().split()}
-                except (OSError, ValueError):
-                    pass
-            dirs[:] = []
-    return pids
-"""
-
-SCOPE_PROCS = SCOPE_PIDS + r"""
-import json, sys
-sid = sys.argv[1]
-out = []
-for p in sorted(scope_pids(sid)):
-    try:
-        st = dict(l.rstrip('\n').split(':\t', 1) for l in open('/proc/%d/status' % p) if ':\t' in l)
-        cmd = open('/proc/%d/cmdline' % p, 'rb').read().decode(errors='replace').split('\0')
-        out.append({'pid': p, 'ppid': int(st['PPid']), 'comm': st['Name'], 'uid': st['Uid'],
-                    'cmdline': [c for c in cmd if c]})
-    except (OSError, KeyError, ValueError):
-        pass
-print(json.dumps(out))
-"""
-
-
-def scope_processes(sid):
-    return json.loads(system_python(SCOPE_PROCS, sid))
 
 
 def planted_processes(sid):

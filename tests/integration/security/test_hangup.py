@@ -18,9 +18,8 @@ import pytest
 
 import rawhttp
 from conftest import LOOPBACK_STORAGE, api_key, create_session, delete_session, in_system, pooled_units, request, run
-from conftest import session, storage_agent_setting, unit_environment  # noqa: F401 (fixture)
+from conftest import scope_processes, session, storage_agent_setting, unit_environment  # noqa: F401 (fixture)
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from test_boundary import scope_processes
 from test_front_door import StalledStorage
 from test_storage_ssrf import s3_block
 
