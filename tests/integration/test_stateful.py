@@ -183,7 +183,8 @@ def test_example_client_with_a_kernel():
         c.exec(sid, "x = 41")
         assert c.exec(sid, "print(x + 1)")["stdout"] == "42\n"
         events = list(c.exec_stream(sid, "import sys\nprint(x, flush=True)\nprint('e', file=sys.stderr)"))
-        assert ("stdout", {"text": "41\n"}) in events and ("stderr", {"text": "e\n"}) in events, events
+        text = {name: "".join(d["text"] for e, d in events if e == name) for name in ("stdout", "stderr")}
+        assert text == {"stdout": "41\n", "stderr": "e\n"}, events
         assert events[-1][0] == "result" and events[-1][1]["kernel"] == "running", events
         assert c.reset(sid) == {"ok": True}
         assert "NameError" in c.exec(sid, "print(x)")["stderr"]
