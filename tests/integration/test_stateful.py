@@ -243,3 +243,18 @@ def test_kernel_killed_between_cells_is_replaced(kernel, wait):
     assert res["stdout"] == "False\n" and res["exit_code"] == 0 and res["kernel"] == "new", res
     assert NOTE not in res["stderr"], res
     assert run(kernel, "print(2)")["kernel"] == "running"
+
+
+def test_a_cell_that_answers_for_itself_does_not_shift_the_next(kernel):
+    # The cell's code can reach the kernel's socket: a forged answer ends the cell early (its own
+    # choice), and its late real answer must not be taken for the next cell's.
+    res = run(kernel, "import socket, struct, time\ns = socket.socket(fileno=4)\n"
+                      "s.send(struct.pack('=Ii', 1, 5)); s.send(struct.pack('=Ii', 99, 6)); s.detach()\n"
+                      "time.sleep(0.5)\nprint('late')")
+    assert res["exit_code"] == 5 and res["kernel"] == "new", res
+    for i in range(3):
+        res = run(kernel, f"print({i})")
+        assert res["stdout"] == f"{i}\n" and res["exit_code"] == 0 and res["kernel"] == "running", res
+    res = run(kernel, "import socket\nsocket.socket(fileno=4).send(b'garbage')\nimport time\ntime.sleep(1)")
+    assert res["kernel"] == "ended", res
+    assert run(kernel, "print(1)")["kernel"] == "new"

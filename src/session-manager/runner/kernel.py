@@ -2,11 +2,12 @@
 """The kernel of a stateful session (docs/api.md "Stateful sessions"): one interpreter that runs
 every python cell of the session in the same namespace, like a notebook kernel. PID 1 of the
 sandbox (sandbox-kernel.c) starts it as the sandbox's payload, under the sandbox's rules, and
-hands it each cell on fd 4: a one-byte message with the code, the cell's stdout and its stderr as
-fds. The cell runs as __main__ code; an exception prints its traceback and gives exit code 1,
-SystemExit(n) gives n (as `python3 /exec/cell.py` would) and the kernel goes on. The answer is
-the exit code as 4 bytes; PID 1 then stops this process until the next cell. Everything here is
-the sandbox's own code: PID 1 trusts nothing it says beyond that exit code."""
+hands it each cell on fd 4: a message with the cell's number (4 bytes) and the code, the cell's
+stdout and its stderr as fds. The cell runs as __main__ code; an exception prints its traceback
+and gives exit code 1, SystemExit(n) gives n (as `python3 /exec/cell.py` would) and the kernel
+goes on. The answer is the cell's number and its exit code, 4 bytes each; PID 1 then stops this
+process until the next cell. Everything here is the sandbox's own code: PID 1 trusts nothing it
+says beyond that answer, and drops one whose number is not the cell's."""
 
 
 def _kernel():
@@ -43,8 +44,9 @@ def _kernel():
 
     while True:
         msg, fds, _, _ = socket.recv_fds(sock, 16, 3)
-        if not msg or len(fds) != 3:
+        if len(msg) != 4 or len(fds) != 3:
             os._exit(70)
+        (seq,) = struct.unpack("=I", msg)
         code_fd, out_fd, err_fd = fds
         # Processes the last cell started were killed at its end; reap what is ours.
         try:
@@ -94,7 +96,7 @@ def _kernel():
         os.dup2(null, 1)
         os.dup2(null, 2)
         try:
-            sock.send(struct.pack("=i", status))
+            sock.send(struct.pack("=Ii", seq, status))
         except OSError:
             os._exit(70)
 

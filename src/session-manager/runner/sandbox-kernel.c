@@ -9,7 +9,7 @@
  * the kernel (SIGSTOP, checked with waitpid()), kills every other process of the namespace,
  * measures the cell and reports it on the cell's status pipe as a stateless sandbox does. While
  * stopped between cells nothing of the session runs. The kernel's messages are hostile input:
- * only a 4-byte exit code is read, anything else ends the kernel. */
+ * only an 8-byte answer (the cell's number, its exit code) is read, anything else ends the kernel. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -264,20 +264,25 @@ static bool sigterm_from_outside(int signal_fd) {
         return term;
 }
 
-/* Runs one cell: hands it to the kernel, waits for its exit code, or for the kernel's end (it
- * died, or the runner asked: everything is killed). Returns whether the kernel lives on; the
- * wait status goes to st->value. */
-static bool kernel_run_cell(pid_t kernel, int ksock, int *listener, int signal_fd, KernelCell *cell,
+/* Runs cell number 'seq': hands it to the kernel, waits for its exit code, or for the kernel's end
+ * (it died, or the runner asked: everything is killed). Returns whether the kernel lives on; the
+ * wait status goes to st->value. The kernel answers (seq, exit code): an answer for another cell
+ * — a cell's code that wrote to the kernel's socket itself, and the late answer of the cell it cut
+ * short — is dropped, so that the cells that follow still get their own. */
+static bool kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int *listener, int signal_fd, KernelCell *cell,
                             SeccompSupervisor *sup, SandboxStatus *st) {
         const int fds[3] = { cell->code_fd, cell->stdout_fd, cell->stderr_fd };
         bool ending = false, dead = false;
-        int32_t code;
-        char stale[64];
+        struct {
+                uint32_t seq;
+                int32_t code;
+        } answer;
+        char buf[64];
 
-        /* A message the last cell's code sent on its own must not end this one. */
-        while (recv(ksock, stale, sizeof(stale), MSG_DONTWAIT) > 0)
+        /* What came since the last cell is stale. */
+        while (recv(ksock, buf, sizeof(buf), MSG_DONTWAIT) > 0)
                 ;
-        if (fds_send(ksock, "c", 1, fds, 3) < 0) {
+        if (fds_send(ksock, &seq, sizeof(seq), fds, 3) < 0) {
                 (void) kill(kernel, SIGKILL);
                 ending = true;
         }
@@ -312,10 +317,14 @@ static bool kernel_run_cell(pid_t kernel, int ksock, int *listener, int signal_f
                         *listener = safe_close(*listener);
 
                 if (p[1].revents) {
-                        ssize_t k = recv(ksock, &code, sizeof(code), MSG_DONTWAIT);
+                        /* A larger buffer than the answer: a longer message is seen as such. */
+                        ssize_t k = recv(ksock, buf, sizeof(buf), MSG_DONTWAIT);
 
-                        if (k == (ssize_t) sizeof(code)) {
-                                st->value = (code & 0xff) << 8; /* as an exit status */
+                        if (k == (ssize_t) sizeof(answer)) {
+                                memcpy(&answer, buf, sizeof(answer));
+                                if (answer.seq != seq)
+                                        continue;
+                                st->value = (answer.code & 0xff) << 8; /* as an exit status */
                                 return true;
                         }
                         if (k < 0 && (errno == EAGAIN || errno == EINTR))
@@ -412,6 +421,7 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending) {
 _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener, int signal_fd,
                                    int io_fd, int last_pid_fd) {
         KernelCell cell = { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd };
+        uint32_t seq = 0;
 
         for (;;) {
                 SeccompSupervisor sup = {};
@@ -431,7 +441,7 @@ _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock
                 kernel_mark(kernel, io_fd, last_pid_fd, &before);
                 kernel_clear_peak(kernel);
 
-                alive = kernel_run_cell(kernel, ksock, &listener, signal_fd, &cell, &sup, &report.st);
+                alive = kernel_run_cell(kernel, ksock, ++seq, &listener, signal_fd, &cell, &sup, &report.st);
                 if (alive)
                         alive = kernel_stop(kernel, &report.st.value);
                 if (alive)
