@@ -258,3 +258,17 @@ def test_a_cell_that_answers_for_itself_does_not_shift_the_next(kernel):
     res = run(kernel, "import socket\nsocket.socket(fileno=4).send(b'garbage')\nimport time\ntime.sleep(1)")
     assert res["kernel"] == "ended", res
     assert run(kernel, "print(1)")["kernel"] == "new"
+
+
+def test_a_restarted_manager_keeps_the_session_stateful(kernel):
+    run(kernel, "r = 7")
+    assert in_system("systemctl", "kill", "-s", "KILL", "scopebox-session-manager.service").returncode == 0
+    deadline = time.monotonic() + 30
+    while True:
+        r = request("POST", "/exec", {"session_id": kernel, "code": "print(r)", "timeout_ms": 10000})
+        if r.status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    # The runner, and with it the stopped kernel, outlived the manager; the recorded session is
+    # still stateful.
+    assert r.status == 200 and r.json["stdout"] == "7\n" and r.json["kernel"] == "running", r
