@@ -42,14 +42,14 @@ uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms)
         uint64_t t;
 
         if (!given || timeout_ms == 0)
-                t = EXEC_TIMEOUT_DEFAULT_MS;
+                t = BUS_EXEC_TIMEOUT_DEFAULT_MS;
         else if (timeout_ms < 0)
-                t = EXEC_TIMEOUT_MIN_MS;
+                t = BUS_EXEC_TIMEOUT_MIN_MS;
         else
                 t = (uint64_t) timeout_ms;
 
         /* The cap wins over the minimum if an operator configured it lower. */
-        return MIN(MAX(t, (uint64_t) EXEC_TIMEOUT_MIN_MS), MAX(cap_ms, (uint64_t) EXEC_TIMEOUT_MIN_MS));
+        return MIN(MAX(t, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS), MAX(cap_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS));
 }
 
 int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error) {
@@ -122,7 +122,7 @@ int exec_result_validate(const ExecResult *result, size_t data_size) {
                 return -EBADMSG;
         streams = result->stdout_size + result->stderr_size;
 
-        if (result->n_files > EXEC_FILES_MAX || (result->n_files > 0 && !result->files))
+        if (result->n_files > BUS_EXEC_FILES_MAX || (result->n_files > 0 && !result->files))
                 return -EBADMSG;
 
         for (size_t i = 0; i < result->n_files; i++) {
@@ -275,7 +275,7 @@ int exec_report_append(HttpStream *s, const ExecReport *r) {
         int k;
 
         /* Stateful sessions only: what became of the kernel. */
-        if (r->kernel && (streq(r->kernel, "new") || streq(r->kernel, "running") || streq(r->kernel, "ended"))) {
+        if (r->kernel && bus_kernel_state_is_valid(r->kernel)) {
                 k = http_stream_appendf(s, ",\"kernel\":\"%s\"", r->kernel);
                 if (k < 0)
                         return k;

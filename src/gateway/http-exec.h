@@ -14,9 +14,6 @@
 #include "http-util.h"
 #include "mime.h"
 
-#define EXEC_TIMEOUT_DEFAULT_MS 120000U
-#define EXEC_TIMEOUT_MIN_MS     1000U
-
 typedef struct ExecRequest {
         const char *session_id; /* borrowed from the JSON body */
         const char *code;       /* borrowed, 'code_size' bytes, may contain NULs */
@@ -32,7 +29,7 @@ typedef struct ExecRequest {
  * errno with the response to send in *ret_error; on an internal error *ret_error stays NULL. */
 int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error);
 
-/* Effective timeout: absent or 0 → default, then clamped to [EXEC_TIMEOUT_MIN_MS, cap]. */
+/* Effective timeout: absent or 0 → default, then clamped to [BUS_EXEC_TIMEOUT_MIN_MS, cap]. */
 uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms);
 
 /* The decoded reply of Exec(), pointing into the shared data buffer by offsets. */

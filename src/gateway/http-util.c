@@ -338,7 +338,7 @@ int http_storage_json(json_object *storage, const char **ret) {
         text = json_object_to_json_string_length(storage, JSON_OUTPUT_FLAGS, &n);
         if (!text)
                 return -ENOMEM;
-        if (n > HTTP_STORAGE_JSON_MAX)
+        if (n > BUS_STORAGE_JSON_MAX)
                 return -E2BIG;
         *ret = text;
         return 0;

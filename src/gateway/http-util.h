@@ -39,10 +39,6 @@ enum {
 /* A call that died with the session manager: 503 with Retry-After, safe to retry. */
 #define HTTP_DETAIL_MANAGER_RESTARTED "session manager restarted, retry"
 
-/* The largest storage block forwarded to a bus service, as JSON text. A body may be 56 MiB (300 MiB
- * for /storage/put), a bus message must stay well below the bus's own limit (32 MiB for
- * dbus-daemon, which disconnects the sender of a larger one). */
-#define HTTP_STORAGE_JSON_MAX (64U * 1024U)
 #define HTTP_DETAIL_STORAGE_TOO_LARGE "storage is too large"
 
 /* A prepared response: status and a JSON body (application/json). The body is owned and handed
@@ -107,7 +103,7 @@ int json_add_string(json_object *o, const char *key, const char *value);
 int json_add_bool(json_object *o, const char *key, bool b);
 int json_add_uint(json_object *o, const char *key, uint64_t u);
 /* The storage block of a request as compact JSON text for the bus, owned by 'storage' (valid until
- * it is serialised again or freed). -E2BIG when it is longer than HTTP_STORAGE_JSON_MAX. The text
+ * it is serialised again or freed). -E2BIG when it is longer than BUS_STORAGE_JSON_MAX. The text
  * holds credentials: never log it. */
 int http_storage_json(json_object *storage, const char **ret);
 /* Length of a string member as json-c stores it, which may include NULs that C strings hide; 0 if

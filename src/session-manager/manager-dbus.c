@@ -23,41 +23,10 @@
 #include "string-util.h"
 #include "systemd-client.h"
 
-#define DEFAULT_EXEC_TIMEOUT_MS 120000ULL
-#define MIN_EXEC_TIMEOUT_MS 1000ULL
-#define OUTPUT_LIMIT_MAX (64ULL << 20)
-#define STORAGE_JSON_MAX (64U * 1024U)
 #define SANDBOX_PYTHON_PATH "/usr/bin/python3"
 
-static const char *errno_to_bus_error(int error) {
-        switch (abs(error)) {
-        case ENXIO:
-                return BUS_ERROR_NO_SUCH_SESSION;
-        case EUSERS:
-                return BUS_ERROR_LIMIT_EXCEEDED;
-        case EBUSY:
-                return BUS_ERROR_BUSY;
-        case EXDEV:
-                return BUS_ERROR_INVALID_PATH;
-        case EFBIG:
-                return BUS_ERROR_TOO_LARGE;
-        case ENOENT:
-                return BUS_ERROR_NOT_FOUND;
-        case EREMOTEIO:
-                return BUS_ERROR_STORAGE_FAILED;
-        case ENOLINK:
-                return BUS_ERROR_RESTORE_FAILED;
-        case EINVAL:
-                return SD_BUS_ERROR_INVALID_ARGS;
-        case ECANCELED:
-                return BUS_ERROR_CANCELLED;
-        default:
-                return BUS_ERROR_BACKEND_FAILED;
-        }
-}
-
 static void reply_error(sd_bus_message *m, int error, const char *message) {
-        int r = sd_bus_reply_method_errorf(m, errno_to_bus_error(error), "%s",
+        int r = sd_bus_reply_method_errorf(m, bus_error_name_from_errno(error), "%s",
                                            message ?: strerror(abs(error)));
         if (r < 0)
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
@@ -274,7 +243,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
          * what leaving it out does; so nothing a client chose beyond a stem is ever kept or shown. */
         if (o.archive_key && !archive_stem_is_valid(o.archive_key))
                 o.archive_key = NULL;
-        if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
+        if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
         ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
                    USEC_PER_SEC;
@@ -394,7 +363,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         if (r < 0)
                 return r;
 
-        if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
+        if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
 
         s = manager_find_session(mgr, id);
@@ -414,7 +383,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
         }
 
-        if (o.storage && strlen(o.storage) > STORAGE_JSON_MAX)
+        if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
         /* "Nothing but what was restored" can't be true of an adopted session. */
         ReleaseOptions ro = { .archive = (o.archive || s->adopted) && !o.discard, .discard = o.discard,
@@ -587,9 +556,11 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (!s || s->state != SESSION_RUNNING)
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
 
-        p.timeout_ms = o.timeout_ms == 0 ? DEFAULT_EXEC_TIMEOUT_MS
-                                         : CLAMP(o.timeout_ms, MIN_EXEC_TIMEOUT_MS, mgr->config.exec_timeout_cap_ms);
-        p.output_limit = o.output_limit == 0 ? mgr->config.max_output_bytes : MIN(o.output_limit, OUTPUT_LIMIT_MAX);
+        p.timeout_ms = o.timeout_ms == 0 ? BUS_EXEC_TIMEOUT_DEFAULT_MS
+                                         : CLAMP(o.timeout_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS,
+                                                 mgr->config.exec_timeout_cap_ms);
+        p.output_limit = o.output_limit == 0 ? mgr->config.max_output_bytes
+                                             : MIN(o.output_limit, (uint64_t) BUS_OUTPUT_LIMIT_MAX);
 
         r = bus_call_new(mgr, m, o.hangup, &c, error);
         if (r < 0)

@@ -1158,7 +1158,7 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
                 return -EBADMSG;
         if (p.exit_reason && !bus_exit_reason_is_valid(p.exit_reason))
                 return -EBADMSG;
-        if (p.kernel && !streq(p.kernel, "new") && !streq(p.kernel, "running") && !streq(p.kernel, "ended"))
+        if (p.kernel && !bus_kernel_state_is_valid(p.kernel))
                 return -EBADMSG;
         r = exec_reply_parse_usage(reply, &usage);
         if (r < 0)

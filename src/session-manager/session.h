@@ -11,6 +11,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
+#include "bus-contract.h"
 #include "id.h"
 #include "macro.h"
 
@@ -41,18 +42,6 @@ SessionState session_state_from_string(const char *s);
 #define SESSION_STATE_SAVE_INTERVAL_USEC (10 * USEC_PER_SEC)
 
 typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
-
-typedef struct ExecFile {
-        const char *path;  /* relative to /workspace/outputs */
-        uint64_t offset;
-        uint64_t size;
-} ExecFile;
-
-typedef struct ExecBlocked {
-        const char *name;     /* the system call the sandbox refused */
-        const char *verdict;  /* "EPERM", "ENOSYS", ..., or "killed" */
-        uint32_t count;
-} ExecBlocked;
 
 typedef struct ExecResult {
         int exit_code;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The project's bus names, error names and the org.freedesktop.LogControl1 implementation. */
+/* org.freedesktop.LogControl1, as every daemon of ours serves it. */
 #include <errno.h>
 #include <string.h>
 
@@ -7,25 +7,6 @@
 #include "log.h"
 #include "macro.h"
 #include "string-util.h"
-
-const sd_bus_error_map scopebox_bus_errors[] = {
-        SD_BUS_ERROR_MAP(BUS_ERROR_NO_SUCH_SESSION, ENXIO),
-        SD_BUS_ERROR_MAP(BUS_ERROR_LIMIT_EXCEEDED, EUSERS),
-        SD_BUS_ERROR_MAP(BUS_ERROR_BUSY, EBUSY),
-        SD_BUS_ERROR_MAP(BUS_ERROR_INVALID_PATH, EXDEV),
-        SD_BUS_ERROR_MAP(BUS_ERROR_TOO_LARGE, EFBIG),
-        SD_BUS_ERROR_MAP(BUS_ERROR_NOT_FOUND, ENOENT),
-        SD_BUS_ERROR_MAP(BUS_ERROR_STORAGE_FAILED, EREMOTEIO),
-        SD_BUS_ERROR_MAP(BUS_ERROR_BACKEND_FAILED, EHOSTDOWN),
-        SD_BUS_ERROR_MAP(BUS_ERROR_CANCELLED, ECANCELED),
-        SD_BUS_ERROR_MAP(BUS_ERROR_DRAINING, ESHUTDOWN),
-        SD_BUS_ERROR_MAP(BUS_ERROR_NOT_RUNNING, ESRCH),
-        SD_BUS_ERROR_MAP_END,
-};
-
-int bus_errors_register(void) {
-        return sd_bus_error_add_map(scopebox_bus_errors);
-}
 
 static int property_get_log_level(sd_bus *bus, const char *path, const char *interface,
                                   const char *property, sd_bus_message *reply, void *userdata,
@@ -74,15 +55,4 @@ static const sd_bus_vtable log_control_vtable[] = {
 int bus_add_log_control(sd_bus *bus) {
         return sd_bus_add_object_vtable(bus, NULL, "/org/freedesktop/LogControl1",
                                         "org.freedesktop.LogControl1", log_control_vtable, NULL);
-}
-
-bool bus_exit_reason_is_valid(const char *s) {
-        static const char *const reasons[] = {
-                "exited", "timeout", "memory", "tasks", "blocked_syscall", "signal", "cancelled",
-        };
-
-        for (size_t i = 0; s && i < ELEMENTSOF(reasons); i++)
-                if (streq(s, reasons[i]))
-                        return true;
-        return false;
 }

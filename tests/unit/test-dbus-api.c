@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* docs/dbus-api.md is the contract the gateway codes against: every method and property of the
- * session manager's vtable must appear there with the same signature and argument names. */
+ * session manager's vtable must appear there with the same signature and argument names, and its
+ * error table must be bus-contract.c's, name for name and errno for errno. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <string.h>
 
+#include "bus-contract.h"
 #include "io-util.h"
 #include "manager.h"
 #include "tests.h"
@@ -54,6 +57,35 @@ static bool vtable_has_method(const char *name) {
         return false;
 }
 
+/* Each error of the table is a row "| `name` | `ERRNO` |" of the page; the daemons' -errno becomes
+ * that name (but for the two set by name only), and the page has no other error row. */
+static void test_errors(const char *doc) {
+        unsigned rows = 0, n = 0;
+
+        for (const sd_bus_error_map *m = scopebox_bus_errors; m->name; m++, n++) {
+                char line[256];
+
+                snprintf(line, sizeof(line), "| `%s` | `%s` |", m->name, strerrorname_np(m->code));
+                if (!strstr(doc, line)) {
+                        fprintf(stderr, "docs/dbus-api.md lacks the error row: %s\n", line);
+                        abort();
+                }
+                if (!streq(m->name, BUS_ERROR_DRAINING) && !streq(m->name, BUS_ERROR_NOT_RUNNING))
+                        ASSERT_STREQ(bus_error_name_from_errno(-m->code), m->name);
+                printf("ok - error %s\n", m->name);
+        }
+        for (const char *p = doc; (p = strstr(p, "\n| `io.scopebox.Error.")); p++)
+                rows++;
+        ASSERT_EQ(rows, n);
+        ASSERT_STREQ(bus_error_name_from_errno(-EINVAL), SD_BUS_ERROR_INVALID_ARGS);
+        ASSERT_STREQ(bus_error_name_from_errno(-ESHUTDOWN), BUS_ERROR_BACKEND_FAILED);
+        ASSERT_STREQ(bus_error_name_from_errno(-EIO), BUS_ERROR_BACKEND_FAILED);
+        ASSERT_TRUE(bus_exit_reason_is_valid("cancelled") && !bus_exit_reason_is_valid("Cancelled") &&
+                    !bus_exit_reason_is_valid(NULL));
+        ASSERT_TRUE(bus_kernel_state_is_valid("ended") && !bus_kernel_state_is_valid("end") &&
+                    !bus_kernel_state_is_valid(NULL));
+}
+
 int main(int argc, char *argv[]) {
         _cleanup_free_ char *doc = NULL;
         unsigned methods = 0, properties = 0;
@@ -101,6 +133,7 @@ int main(int argc, char *argv[]) {
                 }
                 printf("ok - required method %s\n", required_methods[i]);
         }
+        test_errors(doc);
         ASSERT_TRUE(methods >= 4);
         ASSERT_TRUE(properties >= 3);
         return 0;

@@ -152,9 +152,9 @@ static void test_request(void) {
         ASSERT_TRUE(timeout_of(BODY(",\"code\":\"\""), 30000) == 30000);
         ASSERT_TRUE(timeout_of(TIMEOUT("0"), 5000) == 5000);
 
-        ASSERT_TRUE(exec_timeout_effective(false, 0, 600000) == EXEC_TIMEOUT_DEFAULT_MS);
-        ASSERT_TRUE(exec_timeout_effective(true, INT64_MIN, 600000) == EXEC_TIMEOUT_MIN_MS);
-        ASSERT_TRUE(exec_timeout_effective(true, 5000, 0) == EXEC_TIMEOUT_MIN_MS);
+        ASSERT_TRUE(exec_timeout_effective(false, 0, 600000) == BUS_EXEC_TIMEOUT_DEFAULT_MS);
+        ASSERT_TRUE(exec_timeout_effective(true, INT64_MIN, 600000) == BUS_EXEC_TIMEOUT_MIN_MS);
+        ASSERT_TRUE(exec_timeout_effective(true, 5000, 0) == BUS_EXEC_TIMEOUT_MIN_MS);
 
         json_object_put(last_doc);
         last_doc = NULL;
@@ -464,7 +464,7 @@ static void test_compose_hostile(void) {
         check_hostile(&r, 64);
 
         /* Too many files, or files without an array. */
-        r = (ExecResult) { .files = f, .n_files = EXEC_FILES_MAX + 1 };
+        r = (ExecResult) { .files = f, .n_files = BUS_EXEC_FILES_MAX + 1 };
         check_hostile(&r, 64);
         r = (ExecResult) { .files = NULL, .n_files = 1 };
         check_hostile(&r, 64);

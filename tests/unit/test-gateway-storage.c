@@ -146,7 +146,7 @@ static void test_parse_put(void) {
         free(text);
 
         /* The storage block: too large, then missing. */
-        text = big_storage_body("\"key\":\"\\u0000\",\"data_base64\":\"!\",", HTTP_STORAGE_JSON_MAX);
+        text = big_storage_body("\"key\":\"\\u0000\",\"data_base64\":\"!\",", BUS_STORAGE_JSON_MAX);
         check_answer(PUT, text, 400, DETAIL("storage is too large"));
         free(text);
         check_answer(PUT, "{\"key\":\"../x\",\"data_base64\":\"!\"}", 400,
@@ -266,14 +266,14 @@ static void test_parse_delete(void) {
                      PYDANTIC("string_type", "\"body\",\"key\"", "Input should be a valid string"));
         check_answer(DEL, "{\"key\":\"a\",\"storage\":[]}", 422,
                      PYDANTIC("dict_type", "\"body\",\"storage\"", "Input should be a valid dictionary"));
-        text = big_storage_body("\"key\":\"a\",", HTTP_STORAGE_JSON_MAX);
+        text = big_storage_body("\"key\":\"a\",", BUS_STORAGE_JSON_MAX);
         check_answer(DEL, text, 400, DETAIL("storage is too large"));
         free(text);
         /* Just at the limit: forwarded. */
-        text = big_storage_body("\"key\":\"a\",", HTTP_STORAGE_JSON_MAX - strlen("{\"provider\":\"s3\","
+        text = big_storage_body("\"key\":\"a\",", BUS_STORAGE_JSON_MAX - strlen("{\"provider\":\"s3\","
                                                                           "\"s3_bucket\":\"\"}"));
         x = check_accepted(DEL, text);
-        ASSERT_EQ(strlen(x.storage), HTTP_STORAGE_JSON_MAX);
+        ASSERT_EQ(strlen(x.storage), BUS_STORAGE_JSON_MAX);
         free(text);
 
         check_answer(DEL, "{\"key\":\"a\"}", 400, NOT_CONFIGURED);
@@ -308,7 +308,7 @@ static void test_parse_gc(void) {
         check_answer(GC, "{\"max_age_seconds\":1,\"storage\":1}", 422,
                      PYDANTIC("dict_type", "\"body\",\"storage\"", "Input should be a valid dictionary"));
 
-        text = big_storage_body("\"max_age_seconds\":0,", HTTP_STORAGE_JSON_MAX);
+        text = big_storage_body("\"max_age_seconds\":0,", BUS_STORAGE_JSON_MAX);
         check_answer(GC, text, 400, DETAIL("storage is too large"));
         free(text);
 

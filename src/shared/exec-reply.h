@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Decoding the session manager's Exec() and Run() replies: artifacts, the info dictionary, the
- * data memfd. Shared by the gateway and scopeboxctl, so both read the contract the same way. */
+/* Decoding the session manager's Exec() and Run() replies (bus-contract.h): artifacts, the info
+ * dictionary, the data memfd. The gateway and scopeboxctl read the contract with this one decoder. */
 #pragma once
 
 #include <stdbool.h>
@@ -9,26 +9,10 @@
 
 #include <systemd/sd-bus.h>
 
+#include "bus-contract.h"
 #include "config.h"
 
-/* Sanity bound on the artifacts a reply may list, whatever the manager's configuration says. */
-#define EXEC_FILES_MAX          1000U
-/* Sanity bound on the refused calls a reply may list (the runner reports at most 16). */
-#define EXEC_BLOCKED_MAX        64U
-
-typedef struct ExecFile {
-        const char *path;       /* relative to /workspace/outputs */
-        uint64_t offset;
-        uint64_t size;
-} ExecFile;
-
-/* A system call the sandbox refused during the exec. */
-typedef struct ExecBlocked {
-        const char *name;
-        const char *verdict;    /* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT" */
-        uint32_t count;
-} ExecBlocked;
-
+/* A refused call of the reply (bus-contract.h's ExecBlocked), collected. */
 typedef struct ExecBlockedList {
         ExecBlocked *items;
         size_t n;
@@ -60,7 +44,7 @@ void exec_info_done(ExecInfo *info);
 /* Reads the end both replies share: "a{sv} info, h data" (the fd stays owned by the message). */
 int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd);
 /* Reads Exec()'s "a(stt) files" into a new array (paths point into the message); -EBADMSG past
- * EXEC_FILES_MAX. */
+ * BUS_EXEC_FILES_MAX. */
 int exec_reply_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n);
 /* The most an Exec() reply's data memfd may hold under 'config': both streams, the artifacts, and
  * room for the truncation notes. */

@@ -31,10 +31,10 @@ static int exec_read_blocked(sd_bus_message *m, void *dest) {
                         return r;
                 if (r == 0)
                         break;
-                if (list->n >= EXEC_BLOCKED_MAX)
+                if (list->n >= BUS_EXEC_BLOCKED_MAX)
                         continue;
                 if (!list->items) {
-                        list->items = calloc(EXEC_BLOCKED_MAX, sizeof(ExecBlocked));
+                        list->items = calloc(BUS_EXEC_BLOCKED_MAX, sizeof(ExecBlocked));
                         if (!list->items)
                                 return -ENOMEM;
                 }
@@ -70,7 +70,8 @@ int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd) {
         if (r < 0)
                 return r;
         /* Strings go into the response as they are: only the words we know. */
-        if (info->exit_reason && !bus_exit_reason_is_valid(info->exit_reason))
+        if ((info->exit_reason && !bus_exit_reason_is_valid(info->exit_reason)) ||
+            (info->kernel && !bus_kernel_state_is_valid(info->kernel)))
                 return -EBADMSG;
         return sd_bus_message_read_basic(reply, 'h', ret_fd);
 }
@@ -91,7 +92,7 @@ int exec_reply_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n) 
                         return r;
                 if (r == 0)
                         break;
-                if (n >= EXEC_FILES_MAX)
+                if (n >= BUS_EXEC_FILES_MAX)
                         return -EBADMSG;
                 if (n >= allocated) {
                         ExecFile *a;
