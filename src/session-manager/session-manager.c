@@ -6,6 +6,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "bus-contract.h"
 #include "daemon-util.h"
 #include "host-check.h"
 #include "log.h"
@@ -36,9 +37,13 @@ int main(int argc, char *argv[]) {
         sigset_t ss;
         int r;
 
-        r = daemon_parse_argv(argc, argv, "scopebox-session-manager",
-                              "The session manager of scopebox (io.scopebox.SessionManager1).",
-                              "by the system bus (scopebox-session-manager.service)");
+        const BusInterface ifaces[] = {
+                { SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE, manager_get_vtable() },
+                {},
+        };
+        r = daemon_parse_argv_bus(argc, argv, "scopebox-session-manager",
+                                  "The session manager of scopebox (io.scopebox.SessionManager1).",
+                                  "by the system bus (scopebox-session-manager.service)", ifaces);
         if (r != 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 

@@ -5,17 +5,28 @@
 
 #include "daemon-util.h"
 
-int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summary, const char *how) {
+int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
+                          const BusInterface *ifaces) {
+        int r;
+
         if (argc <= 1)
                 return 0;
 
         if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-                printf("%s [--help|--version]\n\n"
+                printf("%s [--help|--version%s]\n\n"
                        "%s\n\n"
                        "Started %s; takes no arguments then. Configuration: /etc/scopebox/scopebox.conf.\n"
+                       "%s"
                        "See man:%s(8) and scopeboxctl(1).\n",
-                       name, summary, how, name);
+                       name, ifaces ? "|--bus-introspect=INTERFACE|list" : "", summary, how,
+                       ifaces ? "--bus-introspect prints the introspection XML of an interface it serves.\n" : "",
+                       name);
                 return 1;
+        }
+        if (argc == 2 && ifaces) {
+                r = bus_introspect_argument(argv[1], ifaces);
+                if (r != 0)
+                        return r;
         }
         if (argc == 2 && strcmp(argv[1], "--version") == 0) {
                 printf("%s %s\n", name, PROJECT_VERSION);
@@ -24,4 +35,8 @@ int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summ
 
         fprintf(stderr, "%s: unexpected argument '%s'. It is started %s; try --help.\n", name, argv[1], how);
         return -EINVAL;
+}
+
+int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summary, const char *how) {
+        return daemon_parse_argv_bus(argc, argv, name, summary, how, NULL);
 }

@@ -3,7 +3,13 @@
  * for the operator at a shell. */
 #pragma once
 
+#include "bus-introspect.h"
+
 /* Returns 0 when the daemon should start (no arguments), 1 when --help or --version was answered
  * on stdout, -EINVAL after naming a bad argument on stderr. `how` says how the daemon is started,
  * e.g. "by scopebox-gateway.socket". */
 int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summary, const char *how);
+/* The same for a daemon that serves 'ifaces' (NULL-terminated): --bus-introspect=INTERFACE|list
+ * too (bus-introspect.h). */
+int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
+                          const BusInterface *ifaces);

@@ -93,3 +93,31 @@ def test_max_sessions_limit():
     r = request("POST", "/sessions", {})
     assert r.status == 200
     request("DELETE", f"/sessions/{r.json['session_id']}", {})
+
+
+def test_installed_interface_xml_is_what_the_manager_serves():
+    # /usr/share/dbus-1/interfaces/ has the XML the daemon makes from its vtable, and the running
+    # manager introspects the same methods, signatures and argument names.
+    iface = "io.scopebox.SessionManager1"
+    installed = in_system("cat", f"/usr/share/dbus-1/interfaces/{iface}.xml")
+    assert installed.returncode == 0, installed.stderr
+    printed = in_system("/usr/libexec/scopebox/scopebox-session-manager", f"--bus-introspect={iface}")
+    assert printed.returncode == 0 and printed.stdout == installed.stdout, printed
+    assert in_system("/usr/libexec/scopebox/scopebox-session-manager",
+                     "--bus-introspect=list").stdout == iface + "\n"
+    live = in_system("busctl", "introspect", "--xml-interface", iface, "/io/scopebox/SessionManager1")
+    assert live.returncode == 0, live.stderr
+
+    def methods(xml):
+        import xml.etree.ElementTree as ET
+        node = ET.fromstring(xml.split("\n", 2)[2] if xml.startswith("<!DOCTYPE") else xml)
+        out = {}
+        for i in node.iter("interface"):
+            if i.get("name") == iface:
+                for m in i.iter("method"):
+                    out[m.get("name")] = [(a.get("type"), a.get("name"), a.get("direction")) for a in m.iter("arg")]
+        return out
+
+    want = methods(installed.stdout)
+    assert "Exec" in want and "ResetKernel" in want, want
+    assert methods(live.stdout) == want

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bus-contract.h"
+#include "bus-introspect.h"
 #include "io-util.h"
 #include "manager.h"
 #include "tests.h"
@@ -86,6 +87,33 @@ static void test_errors(const char *doc) {
                     !bus_kernel_state_is_valid(NULL));
 }
 
+/* The XML --bus-introspect prints and the build installs: our interface alone, every method and
+ * property of the vtable in it. */
+static void test_introspection(void) {
+        const BusInterface iface = { SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE, manager_get_vtable() };
+        const BusInterface none[] = { iface, {} };
+        _cleanup_free_ char *xml = NULL;
+
+        ASSERT_EQ(bus_introspect_interface(&iface, &xml), 0);
+        ASSERT_TRUE(strstr(xml, "<interface name=\"" SESSION_MANAGER_INTERFACE "\">"));
+        ASSERT_TRUE(!strstr(xml, "org.freedesktop.DBus.Properties") && strstr(xml, "</node>\n"));
+        for (const sd_bus_vtable *v = manager_get_vtable(); v->type != _SD_BUS_VTABLE_END; v++) {
+                char want[256];
+
+                if (v->type == _SD_BUS_VTABLE_METHOD)
+                        snprintf(want, sizeof(want), "<method name=\"%s\">", v->x.method.member);
+                else if (v->type == _SD_BUS_VTABLE_PROPERTY || v->type == _SD_BUS_VTABLE_WRITABLE_PROPERTY)
+                        snprintf(want, sizeof(want), "<property name=\"%s\" type=\"%s\"", v->x.property.member,
+                                 v->x.property.signature);
+                else
+                        continue;
+                ASSERT_TRUE(strstr(xml, want));
+        }
+        ASSERT_EQ(bus_introspect_argument("--bus-introspect=io.scopebox.Nope1", none), -ENOENT);
+        ASSERT_EQ(bus_introspect_argument("--version", none), 0);
+        printf("ok - introspection\n");
+}
+
 int main(int argc, char *argv[]) {
         _cleanup_free_ char *doc = NULL;
         unsigned methods = 0, properties = 0;
@@ -134,6 +162,7 @@ int main(int argc, char *argv[]) {
                 printf("ok - required method %s\n", required_methods[i]);
         }
         test_errors(doc);
+        test_introspection();
         ASSERT_TRUE(methods >= 4);
         ASSERT_TRUE(properties >= 3);
         return 0;
