@@ -73,6 +73,29 @@ def test_reset_of_unknown_session():
     assert r.status == 404, r
 
 
+def test_reset_refusals(kernel):
+    run(kernel, "q = 1")
+    assert request("POST", f"/sessions/{kernel}/reset", key=None).status == 401
+    assert request("POST", f"/sessions/{kernel}/reset", key="wrong").status == 401
+    for bad in ("XYZ", "0" * 31, "0" * 33, kernel.upper()):
+        r = request("POST", f"/sessions/{bad}/reset")
+        assert r.status == 400 and r.json == {"detail": "invalid session_id"}, (bad, r)
+    r = request("POST", f"/sessions/{kernel[:-1]}%00/reset")
+    assert r.status == 400 and r.json == {"detail": "path contains a NUL byte"}, r
+    assert request("GET", f"/sessions/{kernel}/reset").status == 405
+    assert request("POST", f"/sessions/{kernel}/reset", raw=b"{").status == 422
+    # None of that touched the kernel; a stateless session's reset is a no-op.
+    assert run(kernel, "print(q)")["kernel"] == "running"
+    sid = create_session()
+    try:
+        run(sid, "open('/workspace/f', 'w').write('x')")
+        assert request("POST", f"/sessions/{sid}/reset").json == {"ok": True}
+        res = run(sid, "print(open('/workspace/f').read())")
+        assert res["stdout"] == "x\n" and "kernel" not in res, res
+    finally:
+        delete_session(sid)
+
+
 @pytest.mark.parametrize("crash", ["import os\nos._exit(3)", "import os, signal\nos.kill(os.getpid(), 9)"])
 def test_crash_is_reported_once_and_next_cell_is_fresh(kernel, crash):
     run(kernel, "w = 1")
