@@ -3,12 +3,14 @@
 run inside the system that hosts it (the host's systemd, or the private one of tools/sysbox)."""
 import base64
 import contextlib
+import http.client
 import json
 import os
 import pathlib
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -253,3 +255,57 @@ def exec_start(sid, count=1):
     """How the latest exec of session sid started ('template' or 'cold'; None: no entry says)."""
     starts = exec_starts(sid, count=count)
     return starts[-1] if starts else None
+
+
+def wait_until(predicate, timeout, what, interval=0.1):
+    """Poll predicate() until it returns something true and return that; fail naming what was
+    awaited (and what predicate last returned) if it has not come true within timeout seconds.
+    What tests wait on instead of sleeping for a guessed while."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def session_info(sid):
+    """The manager's info of one session (docs/dbus-api.md, ListSessions): state, execs (accepted,
+    queued ones included), exec_running, queued (calls behind the one in flight), runner_pid, ...;
+    {} once the manager no longer holds it. Asking does not reset the session's idle timer."""
+    return manager_sessions().get(sid, {})
+
+
+def workspace_has(sid, path):
+    """Whether the session's /workspace holds path now, seen from outside the API (which would
+    wait behind a running exec): through the runner's mount namespace, where the workspace is
+    mounted below /run/scopebox/sessions/<id>/root. False while the runner is unknown."""
+    pid = session_info(sid).get("runner_pid")
+    if not pid:
+        return False
+    r = in_system("test", "-e", f"/proc/{pid}/root/run/scopebox/sessions/{sid}/root/workspace/{path}")
+    return r.returncode == 0
+
+
+def start_request(method, path, body=None, key=..., timeout=120):
+    """Send a whole JSON request and return a function that waits for its Response (as request()
+    gives it): when this returns, the service has been sent everything of the request, so a
+    request made after it is surely the later one to arrive."""
+    url = urllib.parse.urlsplit(BASE_URL)
+    hdrs = {"Content-Type": "application/json"} if body is not None else {}
+    if key is ...:
+        key = api_key()
+    if key is not None:
+        hdrs["Authorization"] = f"Bearer {key}"
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+    conn.request(method, path, json.dumps(body) if body is not None else None, hdrs)
+
+    def response():
+        try:
+            r = conn.getresponse()
+            return _recorded(Response(r.status, r.read(), dict(r.getheaders())))
+        finally:
+            conn.close()
+    return response

@@ -5,6 +5,7 @@ reset-inputs racing an exec that writes the same files, parallel uploads to one 
 of create/delete cycles. Every call answers with one of the contract's outcomes (never a 5xx),
 no API call sees the middle of an exec, and a released session leaves no scope, runtime
 directory, state file, process or sandbox uid behind."""
+import base64
 import concurrent.futures
 import json
 import os
@@ -16,7 +17,8 @@ import time
 import pytest
 
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import create_session, delete_session, in_system, request, run, session  # noqa: F401
+from conftest import (create_session, delete_session, in_system, request, run, session, session_info,  # noqa: F401
+                      start_request, wait_until, workspace_has)
 from test_paths import check, content_of, listing, read, reset_inputs, write
 
 GONE = {"detail": "session not found or not running"}
@@ -82,12 +84,30 @@ def exec_request(sid, code, timeout_ms=30000):
                    timeout=timeout_ms / 1000 + 200)
 
 
+# What the tests wait for instead of sleeping: the manager's view of the session (which asking
+# does not change), or what the code left in the workspace.
+
+def accepted(sid, n=1):
+    """The manager has taken n execs of the session (running or queued)."""
+    return session_info(sid).get("execs", 0) >= n
+
+
+def exec_running(sid):
+    return session_info(sid).get("exec_running", False)
+
+
+def queued(sid, n):
+    """n calls of the session wait behind the one in flight."""
+    return session_info(sid).get("queued", 0) >= n
+
+
 # Serialised execs.
 
 def test_eight_parallel_execs_are_serialised(session):
     code = ("import os, time\n"
             "p = '/workspace/counter'\n"
             "n = int(open(p).read()) if os.path.exists(p) else 0\n"
+            # Between the read and the write: the window two execs at once would lose an update in.
             "time.sleep(0.05)\n"
             "open(p + '.tmp', 'w').write(str(n + 1))\n"
             "os.replace(p + '.tmp', p)\n"
@@ -108,12 +128,22 @@ def test_eight_parallel_execs_are_serialised(session):
 
 # Racing DELETE.
 
-@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3, 1.0])
-def test_exec_racing_delete(delay):
+# When the DELETE is sent: at once (a true race with the exec's request), once the manager has
+# the exec, once the runner executes it, and once the code is at work (it wrote /workspace/x).
+EXEC_PHASES = {
+    "at-once": lambda sid: True,
+    "accepted": accepted,
+    "running": exec_running,
+    "in-the-code": lambda sid: workspace_has(sid, "x"),
+}
+
+
+@pytest.mark.parametrize("phase", list(EXEC_PHASES))
+def test_exec_racing_delete(phase):
     sid = create_session()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        ex = pool.submit(exec_request, sid, "import time\nopen('/workspace/x', 'w').write('x')\ntime.sleep(4)\n")
-        time.sleep(delay)
+        ex = pool.submit(exec_request, sid, "import time\nopen('/workspace/x', 'w').write('x')\ntime.sleep(20)\n")
+        wait_until(lambda: EXEC_PHASES[phase](sid), 60, f"the exec to be {phase}")
         d = delete_session(sid)
         e = ex.result(timeout=120)
     check(d, 200, RELEASED)
@@ -150,18 +180,19 @@ def test_queued_calls_racing_delete():
     contract's "gone" answer, none a 5xx or a 429."""
     sid = create_session()
     with concurrent.futures.ThreadPoolExecutor(10) as pool:
-        first = pool.submit(exec_request, sid, "import time\ntime.sleep(3)\n")
-        time.sleep(0.3)
-        queued = {
+        # Long enough never to end by itself: the DELETE stops it.
+        first = pool.submit(exec_request, sid, "import time\ntime.sleep(20)\n")
+        wait_until(lambda: exec_running(sid), 60, "the first exec to run")
+        calls = {
             "write": pool.submit(write, sid, "uploads/q.txt", b"q"),
             "read": pool.submit(read, sid, "uploads/q.txt"),
             "list": pool.submit(request, "POST", "/files/list", {"session_id": sid}),
             "reset": pool.submit(reset_inputs, sid),
             "exec": pool.submit(exec_request, sid, "print(1)"),
         }
-        time.sleep(0.3)
+        wait_until(lambda: queued(sid, len(calls)), 60, f"{len(calls)} calls queued behind the exec")
         d = delete_session(sid)
-        results = {k: f.result(timeout=120) for k, f in queued.items()}
+        results = {k: f.result(timeout=120) for k, f in calls.items()}
         first = first.result(timeout=120)
     check(d, 200, RELEASED)
     check(first, 404, GONE)
@@ -197,8 +228,9 @@ def test_delete_racing_an_exec_that_writes_is_not_archived_torn():
             ex = pool.submit(exec_request, sid, "import os, time\n"
                                                 "for i in range(100):\n"
                                                 "    open('/workspace/f%03d' % i, 'w').write('x' * 10000)\n"
-                                                "    time.sleep(0.02)\n")
-            time.sleep(0.5)
+                                                "    time.sleep(0.1)\n")
+            # Released once the code has written a few files and while it still writes (10 s).
+            wait_until(lambda: workspace_has(sid, "f002"), 60, "the code to have written f002")
             d = delete_session(sid)
             e = ex.result(timeout=120)
         check(d, 200, {"ok": True, "archive": "stored"})
@@ -238,12 +270,14 @@ WRITER = ("import json, os, time\n"
 def test_upload_racing_an_exec_writing_the_same_file(session, upload_first):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         if upload_first:
-            up = pool.submit(write, session, "uploads/race.txt", b"uploaded")
-            time.sleep(0.01)
+            # The exec is sent once the whole upload has been: it races the upload's handling.
+            up = pool.submit(start_request("POST", "/files", {
+                "session_id": session, "path": "uploads/race.txt",
+                "data_base64": base64.b64encode(b"uploaded").decode()}))
             ex = pool.submit(exec_request, session, WRITER)
         else:
             ex = pool.submit(exec_request, session, WRITER)
-            time.sleep(0.3)
+            wait_until(lambda: exec_running(session) or ex.done(), 60, "the exec to run")
             up = pool.submit(write, session, "uploads/race.txt", b"uploaded")
         reads = [pool.submit(read, session, "uploads/race.txt") for _ in range(5)]
         up, ex = up.result(timeout=120), ex.result(timeout=120)
@@ -252,8 +286,10 @@ def test_upload_racing_an_exec_writing_the_same_file(session, upload_first):
     assert ex.status == 200 and ex.json["exit_code"] == 0, ex
     start = json.loads(ex.json["stdout"])
     final = content_of(read(session, "uploads/race.txt"))
-    # Either the upload came first and the exec found it, or it came after the whole exec.
-    assert (start, final) in (("uploaded", b"exec-final"), (None, b"uploaded")), (start, final)
+    # Either the upload came first and the exec found it, or it came after the whole exec; an
+    # upload sent while the exec runs waits for all of it.
+    outcomes = (("uploaded", b"exec-final"), (None, b"uploaded")) if upload_first else ((None, b"uploaded"),)
+    assert (start, final) in outcomes, (start, final)
     # No read saw the exec at work.
     for r in reads:
         assert (r.status == 404 and r.json == {"detail": "file not found"}) or \
@@ -262,26 +298,29 @@ def test_upload_racing_an_exec_writing_the_same_file(session, upload_first):
 
 def test_reads_never_see_an_exec_at_work(session):
     code = ("import time\n"
-            "deadline = time.monotonic() + 1.5\n"
+            "deadline = time.monotonic() + 3\n"
             "while time.monotonic() < deadline:\n"
             "    with open('/workspace/outputs/log.txt', 'w') as f:\n"
             "        f.write('partial'); f.flush(); f.write(' and more')\n"
             "open('/workspace/outputs/log.txt', 'w').write('final')\n")
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    with concurrent.futures.ThreadPoolExecutor(13) as pool:
         ex = pool.submit(exec_request, session, code)
-        calls = []
+        wait_until(lambda: exec_running(session) or ex.done(), 60, "the exec to run")
+        reads, lists = [], []
         for _ in range(6):
-            time.sleep(0.1)
-            calls.append(pool.submit(read, session, "outputs/log.txt"))
-            calls.append(pool.submit(request, "POST", "/files/list", {"session_id": session}))
+            reads.append(pool.submit(read, session, "outputs/log.txt"))
+            lists.append(pool.submit(request, "POST", "/files/list", {"session_id": session}))
+        # They all came while the exec was at work.
+        wait_until(lambda: queued(session, 12) or ex.done(), 60, "the file calls queued behind the exec")
+        assert not ex.done(), "the exec ended before the file calls were queued behind it"
         ex = ex.result(timeout=120)
-        results = [f.result(timeout=120) for f in calls]
+        reads = [f.result(timeout=120) for f in reads]
+        lists = [f.result(timeout=120) for f in lists]
     assert ex.status == 200 and ex.json["exit_code"] == 0, ex
-    for r in results:
-        if "data_base64" in r.json:
-            assert content_of(r) == b"final", r
-        else:
-            assert r.json == {"files": [{"path": "outputs/log.txt", "size": 5}]}, r
+    for r in reads:
+        assert content_of(r) == b"final", r
+    for r in lists:
+        assert (r.status, r.json) == (200, {"files": [{"path": "outputs/log.txt", "size": 5}]}), r
 
 
 def test_parallel_uploads_to_one_path(session):
@@ -300,21 +339,23 @@ def test_reset_inputs_racing_an_exec_filling_uploads(session):
     code = ("import os, time\n"
             "for i in range(200):\n"
             "    open('/workspace/uploads/f%03d' % i, 'w').write('x')\n"
-            "    if i % 20 == 0: time.sleep(0.05)\n"
+            "    if i % 20 == 0: time.sleep(0.3)\n"
             "print(len(os.listdir('/workspace/uploads')))\n")
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         ex = pool.submit(exec_request, session, code)
-        time.sleep(0.2)
+        wait_until(lambda: exec_running(session) or ex.done(), 60, "the exec to run")
         reset = pool.submit(reset_inputs, session)
-        time.sleep(0.05)
+        wait_until(lambda: queued(session, 1) or ex.done(), 60, "the reset queued behind the exec")
+        assert not ex.done(), "the exec ended before the reset was queued behind it"
         up = pool.submit(write, session, "uploads/new.txt", b"new")
         ex, reset, up = ex.result(timeout=120), reset.result(timeout=120), up.result(timeout=120)
     assert ex.status == 200 and ex.json["stdout"] == "200\n", ex  # the exec had them all
     check(reset, 200, RESET_OK)
     check(up, 200, {"ok": True})
     names = [f["path"] for f in listing(session)]
-    # Whole operations in some order: never a half-emptied directory.
-    assert names in ([], ["uploads/new.txt"]), names
+    # Whole operations in the order they were queued: the exec, the reset, the upload; never a
+    # half-emptied directory.
+    assert names == ["uploads/new.txt"], names
     got = run(session, "import os\nprint(os.path.isdir('/workspace/uploads'), os.path.islink('/workspace/uploads'),\n"
                        "      os.stat('/workspace/uploads').st_uid)")
     assert got["stdout"] == "True False 1000\n", got
@@ -346,16 +387,32 @@ def test_create_delete_storm():
         check(exec_request(sid, "print(1)"), 404, GONE)
 
 
+# When each cycle's DELETE is sent, in turn: as in EXEC_PHASES (the short exec may end before
+# the manager is seen running it or the code writing), and after the exec's answer.
+CYCLE_PHASES = {
+    "at-once": lambda sid, ex: True,
+    "accepted": lambda sid, ex: ex.done() or accepted(sid),
+    "running": lambda sid, ex: ex.done() or exec_running(sid),
+    "in-the-code": lambda sid, ex: ex.done() or workspace_has(sid, "started"),
+    "answered": lambda sid, ex: ex.done(),
+}
+
+
 def racing_cycle(i):
+    phase = list(CYCLE_PHASES)[i % len(CYCLE_PHASES)]
     sid = create_session()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        ex = pool.submit(exec_request, sid, "import time\ntime.sleep(0.3)\nprint('done')\n")
-        time.sleep((i % 5) * 0.1)
+        ex = pool.submit(exec_request, sid, "import time\nopen('/workspace/started', 'w').close()\n"
+                                            "time.sleep(0.3)\nprint('done')\n")
+        wait_until(lambda: CYCLE_PHASES[phase](sid, ex), 60, f"the exec to be {phase}")
         d = pool.submit(delete_session, sid)
         ex, d = ex.result(timeout=120), d.result(timeout=120)
     check(d, 200, RELEASED)
     ok = ex.status == 200 and ex.json["stdout"] == "done\n" and ex.json["exit_code"] == 0
-    assert ok or (ex.status, ex.json) == (404, GONE), ex
+    if phase == "answered":
+        assert ok, ex
+    else:
+        assert ok or (ex.status, ex.json) == (404, GONE), ex
     return sid
 
 
