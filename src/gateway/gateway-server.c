@@ -171,7 +171,6 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
         }
         d->server = s;
         d->fd = fd;
-        d->routes = NULL; /* the sidecar and the dify-sandbox API on every socket */
         d->name = strdup(strempty(name));
         if (!d->name)
                 return log_oom();

@@ -590,12 +590,8 @@ static int http_request_reply_busy(HttpRequest *req) {
         return http_request_reply_error(req, HTTP_SERVICE_UNAVAILABLE, "server busy, retry later");
 }
 
-/* Looks the request up in the API(s) its socket serves. */
+/* Every socket serves the sidecar and the dify-sandbox API: their paths are disjoint. */
 static int http_request_lookup(HttpRequest *req) {
-        if (req->daemon && req->daemon->routes)
-                return http_route_lookup(req->daemon->routes, req->method, req->path, &req->route,
-                                         &req->path_arg, req->allow, sizeof(req->allow));
-
         for (size_t i = 0; i < ELEMENTSOF(http_route_tables); i++) {
                 int r = http_route_lookup(http_route_tables[i], req->method, req->path, &req->route,
                                           &req->path_arg, req->allow, sizeof(req->allow));
