@@ -80,7 +80,8 @@ static const char etc_nsswitch[] =
 
 /* Files and directories bound read-only into the sandbox's /etc when present: the host's (the
  * dynamic linker's cache, fonts, and "alternatives", through which Debian links BLAS/LAPACK),
- * and our own matplotlibrc (CJK fonts first) rather than the host's. */
+ * and our own matplotlibrc (CJK fonts first) rather than the host's. With a network, also the
+ * certificates to check TLS peers with. */
 static const struct {
         const char *source;
         const char *name;
@@ -231,7 +232,7 @@ static int setup_etc(const SandboxExec *e, const char *root, SetupError *err) {
                 return FAIL("write /etc", r);
         if (symlinkat("/usr/share/zoneinfo/UTC", etc_fd, "localtime") < 0)
                 return FAIL("symlink /etc/localtime", errno);
-        /* With a network: slirp4netns's resolver, and certificates to check TLS peers with. */
+        /* With a network: slirp4netns's resolver. */
         if (network && (r = write_etc_file(etc_fd, "resolv.conf", "nameserver " SANDBOX_SLIRP_DNS "\n")) < 0)
                 return FAIL("write /etc/resolv.conf", r);
 
