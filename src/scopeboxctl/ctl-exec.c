@@ -16,6 +16,7 @@
 #include "json-util.h"
 #include "stream-frame.h"
 #include "string-util.h"
+#include "time-util.h"
 
 /* The manager's default when no timeout is given (docs/dbus-api.md). */
 #define EXEC_DEFAULT_TIMEOUT_MS 120000ULL
@@ -116,11 +117,8 @@ static int ctl_exec_call_streamed(sd_bus *bus, sd_bus_message *m, uint64_t timeo
                 if (r > 0 || reply)
                         continue;
                 if (sd_bus_get_timeout(bus, &until) >= 0 && until != UINT64_MAX) {
-                        struct timespec ts;
-                        uint64_t now;
+                        uint64_t now = now_usec(CLOCK_MONOTONIC);
 
-                        clock_gettime(CLOCK_MONOTONIC, &ts);
-                        now = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
                         wait_ms = until <= now ? 0 : (int) MIN((until - now + 999) / 1000, (uint64_t) INT32_MAX);
                 }
                 if (poll(p, s->fd >= 0 ? 2 : 1, wait_ms) < 0 && errno != EINTR)

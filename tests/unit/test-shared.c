@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Unit tests of src/shared: base64, ids, mime table, parsing, UTF-8, secrets, JSON, config. */
+/* Unit tests of src/shared: base64, ids, mime table, parsing, UTF-8, secrets, JSON, config, time. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -24,6 +24,7 @@
 #include "storage-config.h"
 #include "string-util.h"
 #include "tests.h"
+#include "time-util.h"
 
 static void test_base64_roundtrip(void) {
         static const struct {
@@ -844,6 +845,29 @@ static void test_proc_field(void) {
         ASSERT_EQ(proc_io_read_wchar(-EBADF, &v), -EBADF);
 }
 
+static void test_time(void) {
+        struct timespec ts;
+        uint64_t a, b, real;
+
+        ASSERT_EQ(timespec_load(&(struct timespec) { 0, 0 }), 0);
+        /* Nanoseconds are cut, not rounded: 999 ns is still the same microsecond. */
+        ASSERT_EQ(timespec_load(&(struct timespec) { 3, 999 }), 3000000);
+        ASSERT_EQ(timespec_load(&(struct timespec) { 3, 999999999 }), 3999999);
+        ASSERT_EQ(timeval_load(&(struct timeval) { 0, 0 }), 0);
+        ASSERT_EQ(timeval_load(&(struct timeval) { 7, 250000 }), 7250000);
+        /* Past 2^32 seconds, where a 32-bit product would wrap. */
+        ASSERT_TRUE(timeval_load(&(struct timeval) { 5000000000LL, 1 }) == 5000000000ULL * USEC_PER_SEC + 1);
+
+        a = now_usec(CLOCK_MONOTONIC);
+        b = now_usec(CLOCK_MONOTONIC);
+        ASSERT_TRUE(a > 0 && b >= a);
+        ASSERT_EQ(clock_gettime(CLOCK_REALTIME, &ts), 0);
+        real = now_usec(CLOCK_REALTIME);
+        ASSERT_TRUE(real >= timespec_load(&ts) && real - timespec_load(&ts) < 10 * USEC_PER_SEC);
+        /* A clock that can't be read. */
+        ASSERT_EQ(now_usec((clockid_t) 12345), 0);
+}
+
 int main(int argc, char *argv[]) {
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
@@ -864,6 +888,7 @@ int main(int argc, char *argv[]) {
         RUN(test_hangup_pipe);
         RUN(test_reset_signals);
         RUN(test_proc_field);
+        RUN(test_time);
         if (argc > 1) {
                 test_config_documented(argv[1]);
                 printf("ok - test_config_documented\n");

@@ -45,6 +45,7 @@
 #include "signal-util.h"
 #include "template-protocol.h"
 #include "string-util.h"
+#include "time-util.h"
 
 #define ROOT_TMPFS_OPTIONS "mode=0755,size=72m,nr_inodes=4096"
 #define DEV_TMPFS_OPTIONS "mode=0755,size=64k,nr_inodes=64"
@@ -1117,10 +1118,6 @@ void sandbox_end_all_processes(void) {
         }
 }
 
-static uint64_t timeval_usec(const struct timeval *tv) {
-        return (uint64_t) tv->tv_sec * USEC_PER_SEC + (uint64_t) tv->tv_usec;
-}
-
 /* What every process of the sandbox used, once all are reaped: ours (the children we reaped:
  * the cold payload and everything reparented to us) and the template's child's (the payload it
  * reaped). Our own writes since 'wchar_before' are the status pipe's few bytes. */
@@ -1133,7 +1130,7 @@ static void collect_usage(int io_fd, int last_pid_fd, uint64_t wchar_before, boo
 
         if (getrusage(RUSAGE_CHILDREN, &ru) >= 0) {
                 ret->valid = true;
-                ret->cpu_usec = timeval_usec(&ru.ru_utime) + timeval_usec(&ru.ru_stime);
+                ret->cpu_usec = timeval_load(&ru.ru_utime) + timeval_load(&ru.ru_stime);
                 ret->max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
         }
         if (ts->flags & TEMPLATE_STATUS_USAGE) {
