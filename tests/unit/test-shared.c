@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Unit tests of src/shared: base64, ids, mime table, parsing, UTF-8, secrets, JSON, config, time,
- * stream frames. */
+ * stream frames, lists. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +19,7 @@
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "list.h"
 #include "mime.h"
 #include "parse-util.h"
 #include "path-util.h"
@@ -1071,6 +1072,70 @@ static void test_stream_frame_bounds(void) {
         }
 }
 
+typedef struct ListItem ListItem;
+struct ListItem {
+        char name;
+        LIST_FIELDS(ListItem, all);
+        LIST_FIELDS(ListItem, some);  /* a second list the same elements can be in */
+};
+
+/* The names from first to last, checked against the links back. */
+static const char *list_names(ListItem *head, char buf[static 16]) {
+        ListItem *prev = NULL;
+        size_t n = 0;
+
+        LIST_FOREACH(all, i, head) {
+                ASSERT_TRUE(i->all_prev == prev);
+                buf[n++] = i->name;
+                prev = i;
+        }
+        buf[n] = 0;
+        return buf;
+}
+
+static void test_list(void) {
+        ListItem items[5] = { { .name = 'a' }, { .name = 'b' }, { .name = 'c' }, { .name = 'd' }, { .name = 'e' } };
+        ListItem *head = NULL, *some = NULL;
+        char buf[16];
+        size_t n = 0;
+
+        ASSERT_STREQ(list_names(head, buf), "");
+        LIST_PREPEND(all, head, &items[1]);
+        LIST_PREPEND(all, head, &items[0]);
+        LIST_APPEND(all, head, &items[2]);
+        LIST_APPEND(all, head, &items[3]);
+        LIST_APPEND(all, head, &items[4]);
+        ASSERT_STREQ(list_names(head, buf), "abcde");
+
+        /* Membership of one list is independent of the other. */
+        LIST_APPEND(some, some, &items[3]);
+        LIST_PREPEND(some, some, &items[1]);
+        LIST_FOREACH(some, i, some)
+                buf[n++] = i->name;
+        buf[n] = 0;
+        ASSERT_STREQ(buf, "bd");
+
+        LIST_REMOVE(all, head, &items[2]); /* the middle */
+        ASSERT_TRUE(!items[2].all_next && !items[2].all_prev);
+        ASSERT_STREQ(list_names(head, buf), "abde");
+        LIST_REMOVE(all, head, &items[0]); /* the first */
+        ASSERT_STREQ(list_names(head, buf), "bde");
+        LIST_REMOVE(all, head, &items[4]); /* the last */
+        ASSERT_STREQ(list_names(head, buf), "bd");
+        ASSERT_TRUE(some == &items[1] && items[1].some_next == &items[3] && !items[3].some_next);
+
+        /* A removed element can go in again; the safe walk may unlink what it is at. */
+        LIST_PREPEND(all, head, &items[2]);
+        LIST_APPEND(all, head, &items[0]);
+        ASSERT_STREQ(list_names(head, buf), "cbda");
+        LIST_FOREACH_SAFE(all, i, next, head)
+                if (i->name != 'd')
+                        LIST_REMOVE(all, head, i);
+        ASSERT_STREQ(list_names(head, buf), "d");
+        LIST_REMOVE(all, head, &items[3]);
+        ASSERT_TRUE(!head);
+}
+
 int main(int argc, char *argv[]) {
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
@@ -1094,6 +1159,7 @@ int main(int argc, char *argv[]) {
         RUN(test_time);
         RUN(test_stream_frame_splits);
         RUN(test_stream_frame_bounds);
+        RUN(test_list);
         if (argc > 1) {
                 test_config_documented(argv[1]);
                 printf("ok - test_config_documented\n");
