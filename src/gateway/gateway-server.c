@@ -24,16 +24,13 @@
 #include "http-router.h"
 #include "io-util.h"
 #include "log.h"
+#include "time-util.h"
 
 #define MHD_LOG_LINE_MAX 1024U
 
 uint64_t server_now(Server *s) {
-        struct timespec ts;
-
         /* Not sd_event_now(): that is the start of the loop iteration, too coarse for durations. */
-        if (clock_gettime(CLOCK_MONOTONIC, &ts) < 0)
-                return 0;
-        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
+        return now_usec(CLOCK_MONOTONIC);
 }
 
 /* MHD's diagnostics are mostly about what clients did (bad requests, resets, limits); they must not
@@ -171,7 +168,6 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
         }
         d->server = s;
         d->fd = fd;
-        d->routes = NULL; /* the sidecar and the dify-sandbox API on every socket */
         d->name = strdup(strempty(name));
         if (!d->name)
                 return log_oom();
@@ -270,7 +266,6 @@ void server_status_changed(Server *s) {
 
 int server_new(Config *config, Server **ret) {
         _cleanup_(server_freep) Server *s = NULL;
-        struct timespec ts;
         int r;
 
         assert(config);
@@ -286,8 +281,7 @@ int server_new(Config *config, Server **ret) {
         s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * s->body_budget);
         s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
         s->cut_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
-        if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
-                s->start_realtime_usec = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
+        s->start_realtime_usec = now_usec(CLOCK_REALTIME);
 
         r = sd_event_default(&s->event);
         if (r < 0)

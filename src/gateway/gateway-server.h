@@ -79,8 +79,6 @@ struct HttpDaemon {
         struct MHD_Daemon *mhd;
         int fd;                        /* inherited listening socket; MHD gets a duplicate */
         char *name;                    /* FileDescriptorName= of the socket */
-        const HttpRoute *routes;       /* which API this socket serves; NULL: all of them (their
-                                        * paths are disjoint) */
         sd_event_source *io_event_source;
         sd_event_source *timer_event_source;
 };

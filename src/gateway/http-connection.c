@@ -243,7 +243,7 @@ static int server_on_deadline(sd_event_source *source, uint64_t usec, void *user
         uint64_t now, next = UINT64_MAX;
 
         now = server_now(s);
-        for (HttpConnection *hc = s->connections; hc; hc = hc->next) {
+        LIST_FOREACH(connections, hc, s->connections) {
                 uint64_t d = http_connection_deadline(hc->phase, hc->phase_start_usec, hc->body_bytes);
 
                 if (d <= now)
@@ -322,7 +322,7 @@ HttpAdmission http_slots_admission(const HttpSlots *slots) {
 static void http_daemon_count_slots(HttpDaemon *d, const struct in6_addr *peer, HttpSlots *ret) {
         *ret = (HttpSlots) {};
 
-        for (HttpConnection *hc = d->server->connections; hc; hc = hc->next) {
+        LIST_FOREACH(connections, hc, d->server->connections) {
                 bool same_peer;
 
                 if (hc->daemon != d || hc->phase == HTTP_CONNECTION_CLOSING)
@@ -431,10 +431,7 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                                                                             : sizeof(struct sockaddr_in),
                                         &hc->peer);
 
-                hc->next = s->connections;
-                if (s->connections)
-                        s->connections->prev = hc;
-                s->connections = hc;
+                LIST_PREPEND(connections, s->connections, hc);
                 s->n_connections++;
                 *socket_context = hc;
 
@@ -447,12 +444,7 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                 return;
         *socket_context = NULL;
 
-        if (hc->prev)
-                hc->prev->next = hc->next;
-        else
-                s->connections = hc->next;
-        if (hc->next)
-                hc->next->prev = hc->prev;
+        LIST_REMOVE(connections, s->connections, hc);
         assert(s->n_connections > 0);
         s->n_connections--;
         free(hc);

@@ -14,6 +14,7 @@
 
 #include "gateway-server.h"
 #include "http-util.h"
+#include "list.h"
 
 /* What a connection is waiting for. libmicrohttpd only knows an idle timeout, which every byte
  * resets: a client dribbling its header or body could hold a connection for ever. The phases give
@@ -30,7 +31,7 @@ typedef enum HttpConnectionPhase {
 struct HttpConnection {
         HttpDaemon *daemon;
         struct MHD_Connection *connection;
-        HttpConnection *prev, *next;
+        LIST_FIELDS(HttpConnection, connections); /* Server.connections */
 
         HttpConnectionPhase phase;
         uint64_t phase_start_usec;

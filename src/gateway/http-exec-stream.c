@@ -25,10 +25,7 @@ struct ExecSse {
 
         int fd;                    /* the pipe's read end, -EBADF once done with it */
         sd_event_source *source;
-        StreamFrameHeader header;
-        size_t header_got;
-        uint8_t *frame;            /* STREAM_FRAME_DATA_MAX bytes */
-        size_t frame_got;
+        StreamFrameReader *frames; /* where the pipe's current frame stands */
         uint8_t held[2][4];        /* the start of a UTF-8 sequence, per stream */
         size_t n_held[2];
 
@@ -148,7 +145,7 @@ static void exec_sse_close_pipe(ExecSse *s) {
 
 static ExecSse *exec_sse_free(ExecSse *s) {
         exec_sse_close_pipe(s);
-        free(s->frame);
+        free(s->frames);
         json_writer_done(&s->out);
         http_stream_free(s->result);
         free(s);
@@ -254,54 +251,42 @@ static int exec_sse_start(ExecSse *s) {
         return 0;
 }
 
-/* Takes what the pipe has, at most 'budget' bytes; 1 at its end (EOF, or a frame we cannot use). */
-static int exec_sse_read_pipe(ExecSse *s, size_t budget, bool ignore_buffer) {
-        size_t done = 0;
-        ssize_t k;
+typedef struct ExecSseRead {
+        ExecSse *sse;
+        bool ignore_buffer;        /* draining: read on, however much the client has yet to take */
+} ExecSseRead;
+
+static bool exec_sse_buffer_full(const ExecSseRead *c) {
+        return !c->ignore_buffer && exec_sse_unsent(c->sse) >= EXEC_SSE_BUFFER_MAX;
+}
+
+/* A complete frame becomes an event; past the buffer's bound the rest waits in the pipe. */
+static int exec_sse_on_frame(unsigned stream, const uint8_t *data, size_t size, void *userdata) {
+        ExecSseRead *c = userdata;
+        ExecSse *s = c->sse;
+        unsigned i = stream == STREAM_FRAME_STDOUT ? 0 : 1;
         int r;
 
-        while (s->fd >= 0 && done < budget && (ignore_buffer || exec_sse_unsent(s) < EXEC_SSE_BUFFER_MAX)) {
-                if (s->header_got < sizeof(s->header)) {
-                        k = read(s->fd, (uint8_t *) &s->header + s->header_got, sizeof(s->header) - s->header_got);
-                        if (k > 0) {
-                                s->header_got += (size_t) k;
-                                done += (size_t) k;
-                                if (s->header_got < sizeof(s->header))
-                                        continue;
-                                if ((s->header.stream != STREAM_FRAME_STDOUT && s->header.stream != STREAM_FRAME_STDERR) ||
-                                    s->header.zero[0] || s->header.zero[1] || s->header.zero[2] || s->header.size == 0 ||
-                                    s->header.size > STREAM_FRAME_DATA_MAX) {
-                                        log_debug("Malformed output frame from the session manager, ignoring the rest.");
-                                        return 1;
-                                }
-                                continue;
-                        }
-                } else {
-                        k = read(s->fd, s->frame + s->frame_got, s->header.size - s->frame_got);
-                        if (k > 0) {
-                                unsigned i = s->header.stream == STREAM_FRAME_STDOUT ? 0 : 1;
+        r = exec_sse_format_chunk(&s->out, stream, s->held[i], &s->n_held[i], data, size, false);
+        if (r < 0)
+                return r;
+        return exec_sse_buffer_full(c);
+}
 
-                                s->frame_got += (size_t) k;
-                                done += (size_t) k;
-                                if (s->frame_got < s->header.size)
-                                        continue;
-                                r = exec_sse_format_chunk(&s->out, s->header.stream, s->held[i], &s->n_held[i],
-                                                          s->frame, s->frame_got, false);
-                                if (r < 0)
-                                        return r;
-                                s->header_got = s->frame_got = 0;
-                                continue;
-                        }
-                }
-                if (k == 0)
-                        return 1;
-                if (errno == EINTR)
-                        continue;
-                if (errno == EAGAIN)
-                        return 0;
-                return -errno;
+/* Takes what the pipe has, at most 'budget' bytes; 1 at its end (EOF, or a frame we cannot use). */
+static int exec_sse_read_pipe(ExecSse *s, size_t budget, bool ignore_buffer) {
+        ExecSseRead c = { .sse = s, .ignore_buffer = ignore_buffer };
+        int r;
+
+        if (s->fd < 0 || exec_sse_buffer_full(&c))
+                return 0;
+        r = stream_frame_read(s->frames, s->fd, budget, exec_sse_on_frame, &c);
+        if (r == -EBADMSG) {
+                log_debug("Malformed output frame from the session manager, ignoring the rest.");
+                return 1;
         }
-        return 0;
+        /* A frame cut by the end of the pipe was never a frame: dropped, as the end itself. */
+        return r == -EPIPE ? 1 : r;
 }
 
 static int on_pipe(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
@@ -347,8 +332,8 @@ int exec_sse_new(HttpRequest *req, ExecSse **ret, int *ret_write_fd) {
         s->n_ref = 1;
         s->req = req;
         s->fd = -EBADF;
-        s->frame = malloc(STREAM_FRAME_DATA_MAX);
-        if (!s->frame)
+        s->frames = calloc(1, sizeof(StreamFrameReader));
+        if (!s->frames)
                 return -ENOMEM;
         /* Our end never blocks; the runner makes its own end non-blocking. */
         if (pipe2(fds, O_CLOEXEC) < 0)

@@ -147,10 +147,7 @@ int http_request_new(Server *s, HttpDaemon *d, struct MHD_Connection *c, const c
         req->hangup_fd = -EBADF;
 
         /* Link first, so that free() always has something to unlink. */
-        req->next = s->requests;
-        if (s->requests)
-                s->requests->prev = req;
-        s->requests = req;
+        LIST_PREPEND(requests, s->requests, req);
         s->n_requests++;
 
         req->method = strdup(strempty(method));
@@ -242,12 +239,7 @@ HttpRequest *http_request_free(HttpRequest *req) {
         for (unsigned i = 0; i < req->n_log_fields; i++)
                 free(req->log_fields[i]);
 
-        if (req->prev)
-                req->prev->next = req->next;
-        else
-                s->requests = req->next;
-        if (req->next)
-                req->next->prev = req->prev;
+        LIST_REMOVE(requests, s->requests, req);
         s->n_requests--;
         server_status_changed(s);
 
@@ -590,12 +582,8 @@ static int http_request_reply_busy(HttpRequest *req) {
         return http_request_reply_error(req, HTTP_SERVICE_UNAVAILABLE, "server busy, retry later");
 }
 
-/* Looks the request up in the API(s) its socket serves. */
+/* Every socket serves the sidecar and the dify-sandbox API: their paths are disjoint. */
 static int http_request_lookup(HttpRequest *req) {
-        if (req->daemon && req->daemon->routes)
-                return http_route_lookup(req->daemon->routes, req->method, req->path, &req->route,
-                                         &req->path_arg, req->allow, sizeof(req->allow));
-
         for (size_t i = 0; i < ELEMENTSOF(http_route_tables); i++) {
                 int r = http_route_lookup(http_route_tables[i], req->method, req->path, &req->route,
                                           &req->path_arg, req->allow, sizeof(req->allow));
@@ -1287,7 +1275,7 @@ void http_router_request_completed(void *cls, struct MHD_Connection *connection,
 void http_router_abort_pending(Server *s, HttpDaemon *d) {
         assert(s);
 
-        for (HttpRequest *req = s->requests; req; req = req->next) {
+        LIST_FOREACH(requests, req, s->requests) {
                 if (req->daemon != d || !req->slot)
                         continue;
 

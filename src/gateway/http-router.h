@@ -14,6 +14,7 @@
 #include "gateway-server.h"
 #include "http-util.h"
 #include "id.h"
+#include "list.h"
 
 /* A resource handler. Either prepares a response (http_request_reply*()) or starts a bus call
  * (http_request_call()); a negative return becomes a 500. */
@@ -106,7 +107,7 @@ struct HttpRequest {
         Server *server;
         HttpDaemon *daemon;                 /* NULL in unit tests */
         struct MHD_Connection *connection;  /* NULL in unit tests */
-        HttpRequest *prev, *next;
+        LIST_FIELDS(HttpRequest, requests);  /* Server.requests */
 
         HttpRequestState state;
         bool begun;                         /* the access handler saw the request's header */

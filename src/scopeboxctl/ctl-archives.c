@@ -9,6 +9,7 @@
 #include "ctl.h"
 #include "json-util.h"
 #include "string-util.h"
+#include "time-util.h"
 
 #define ARCHIVES_CALL_TIMEOUT_USEC (30U * USEC_PER_SEC)
 
@@ -31,7 +32,7 @@ static int archives_list(Ctl *c, sd_bus *bus) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_(table_freep) Table *t = NULL;
         _cleanup_json_ json_object *array = NULL;
-        uint64_t now = now_realtime_usec();
+        uint64_t now = now_usec(CLOCK_REALTIME);
         int r;
 
         r = archives_call(bus, "ListPendingArchives", "Failed to list pending archives", &reply);

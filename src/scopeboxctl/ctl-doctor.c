@@ -23,6 +23,7 @@
 #include "io-util.h"
 #include "json-util.h"
 #include "strbuf.h"
+#include "time-util.h"
 
 #define API_KEY_FILE "/etc/scopebox/api-key"
 #define METRICS_KEY_FILE "/etc/credstore/scopebox-metrics-key"
@@ -79,7 +80,7 @@ static int probe(char *const argv[], const char *home, char **ret_output) {
         _cleanup_free_ char *home_env = NULL, *mpl_env = NULL;
         _cleanup_(strbuf_done) StrBuf out = {};
         posix_spawn_file_actions_t fa;
-        struct timespec start, now;
+        uint64_t start;
         int status, r;
         pid_t pid;
 
@@ -102,15 +103,14 @@ static int probe(char *const argv[], const char *home, char **ret_output) {
                 return -r;
         pipefd[1] = safe_close(pipefd[1]);
 
-        (void) clock_gettime(CLOCK_MONOTONIC, &start);
+        start = now_usec(CLOCK_MONOTONIC);
         for (;;) {
                 struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
                 char buf[4096];
                 ssize_t n;
                 long left;
 
-                (void) clock_gettime(CLOCK_MONOTONIC, &now);
-                left = PROBE_TIMEOUT_MSEC - ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+                left = PROBE_TIMEOUT_MSEC - (long) ((now_usec(CLOCK_MONOTONIC) - start) / USEC_PER_MSEC);
                 if (left <= 0 || (r = poll(&p, 1, (int) left)) == 0) {
                         (void) kill(pid, SIGKILL);
                         (void) waitpid(pid, NULL, 0);

@@ -16,6 +16,7 @@
 #include "json-util.h"
 #include "stream-frame.h"
 #include "string-util.h"
+#include "time-util.h"
 
 /* The manager's default when no timeout is given (docs/dbus-api.md). */
 #define EXEC_DEFAULT_TIMEOUT_MS 120000ULL
@@ -43,37 +44,19 @@ static int read_code(const char *path, size_t max, char **ret, size_t *ret_size)
 /* --stream: the runner's frames (stream-frame.h), each written to our stdout or stderr as it comes. */
 typedef struct CtlStream {
         int fd;
-        StreamFrameHeader header;
-        size_t header_got, data_got;
-        uint8_t data[STREAM_FRAME_DATA_MAX];
+        StreamFrameReader reader;
 } CtlStream;
+
+static int ctl_stream_write(unsigned stream, const uint8_t *data, size_t size, void *userdata) {
+        (void) write_all(stream == STREAM_FRAME_STDOUT ? STDOUT_FILENO : STDERR_FILENO, data, size);
+        return 0;
+}
 
 /* Copies what the pipe has; 1 at its end, or at a frame that makes no sense. */
 static int ctl_stream_pump(CtlStream *s) {
-        for (;;) {
-                bool in_header = s->header_got < sizeof(s->header);
-                ssize_t k = in_header ? read(s->fd, (uint8_t *) &s->header + s->header_got, sizeof(s->header) - s->header_got)
-                                      : read(s->fd, s->data + s->data_got, s->header.size - s->data_got);
+        int r = stream_frame_read(&s->reader, s->fd, SIZE_MAX, ctl_stream_write, NULL);
 
-                if (k < 0)
-                        return errno == EINTR ? 0 : errno == EAGAIN ? 0 : -errno;
-                if (k == 0)
-                        return 1;
-                if (in_header) {
-                        s->header_got += (size_t) k;
-                        if (s->header_got == sizeof(s->header) &&
-                            ((s->header.stream != STREAM_FRAME_STDOUT && s->header.stream != STREAM_FRAME_STDERR) ||
-                             s->header.size == 0 || s->header.size > STREAM_FRAME_DATA_MAX))
-                                return 1;
-                        continue;
-                }
-                s->data_got += (size_t) k;
-                if (s->data_got < s->header.size)
-                        continue;
-                (void) write_all(s->header.stream == STREAM_FRAME_STDOUT ? STDOUT_FILENO : STDERR_FILENO, s->data,
-                                 s->data_got);
-                s->header_got = s->data_got = 0;
-        }
+        return r == -EBADMSG || r == -EPIPE ? 1 : r;
 }
 
 static int on_stream_exec_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -116,11 +99,8 @@ static int ctl_exec_call_streamed(sd_bus *bus, sd_bus_message *m, uint64_t timeo
                 if (r > 0 || reply)
                         continue;
                 if (sd_bus_get_timeout(bus, &until) >= 0 && until != UINT64_MAX) {
-                        struct timespec ts;
-                        uint64_t now;
+                        uint64_t now = now_usec(CLOCK_MONOTONIC);
 
-                        clock_gettime(CLOCK_MONOTONIC, &ts);
-                        now = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
                         wait_ms = until <= now ? 0 : (int) MIN((until - now + 999) / 1000, (uint64_t) INT32_MAX);
                 }
                 if (poll(p, s->fd >= 0 ? 2 : 1, wait_ms) < 0 && errno != EINTR)

@@ -9,6 +9,7 @@
 #include "ctl.h"
 #include "string-util.h"
 #include "json-util.h"
+#include "time-util.h"
 
 /* Fallback wait for a release when the configuration can't be read. */
 #define RELEASE_TIMEOUT_FALLBACK_USEC (300U * USEC_PER_SEC)
@@ -60,7 +61,7 @@ int verb_sessions(Ctl *c) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_json_ json_object *list = NULL;
         _cleanup_(table_freep) Table *table = NULL;
-        uint64_t now = now_realtime_usec();
+        uint64_t now = now_usec(CLOCK_REALTIME);
         sd_bus *bus;
         int draining = 0, r;
 
@@ -132,7 +133,7 @@ int verb_inspect(Ctl *c) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_(unit_info_done) UnitInfo u = {};
         _cleanup_json_ json_object *o = NULL;
-        uint64_t now = now_realtime_usec();
+        uint64_t now = now_usec(CLOCK_REALTIME);
         SessionInfo s = { .id = c->args[0] };
         bool have_unit;
         sd_bus *bus;

@@ -371,10 +371,3 @@ int parse_time_span(const char *s, uint64_t default_unit_usec, uint64_t *ret_use
         *ret_usec = n * unit;
         return 0;
 }
-
-uint64_t now_realtime_usec(void) {
-        struct timespec ts;
-
-        (void) clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
-}

@@ -114,7 +114,6 @@ const char *format_bytes(char *buf, size_t size, uint64_t bytes);
 const char *format_duration(char *buf, size_t size, uint64_t usec);
 /* A number, or "-" for UINT64_MAX. */
 const char *format_u64(char *buf, size_t size, uint64_t v);
-uint64_t now_realtime_usec(void);
 /* "90", "500ms", "30s", "5min", "2h", "7d", "1w": a bare number is in 'default_unit_usec'. */
 int parse_time_span(const char *s, uint64_t default_unit_usec, uint64_t *ret_usec);
 

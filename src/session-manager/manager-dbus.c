@@ -383,8 +383,6 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
         }
 
-        if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
         /* "Nothing but what was restored" can't be true of an adopted session. */
         ReleaseOptions ro = { .archive = (o.archive || s->adopted) && !o.discard, .discard = o.discard,
                               .archive_key = o.archive_key, .storage_json = o.storage };

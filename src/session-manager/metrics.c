@@ -9,6 +9,7 @@
 #include "metrics.h"
 #include "string-util.h"
 #include "session.h"
+#include "time-util.h"
 
 static const char *const exec_outcome_table[_EXEC_OUTCOME_MAX] = {
         [EXEC_OUTCOME_OK] = "ok",
@@ -76,11 +77,7 @@ KillReason kill_reason_classify(const ExecResult *result) {
 }
 
 void metrics_init(Metrics *m) {
-        struct timespec ts;
-
-        *m = (Metrics) {};
-        if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
-                m->start_realtime_usec = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+        *m = (Metrics) { .start_realtime_usec = now_usec(CLOCK_REALTIME) };
 }
 
 void metrics_count_exec(Metrics *m, int error, const ExecResult *result) {

@@ -67,13 +67,6 @@ const char *session_state_to_string(SessionState s) {
         return s >= 0 && s < _SESSION_STATE_MAX ? session_state_table[s] : NULL;
 }
 
-SessionState session_state_from_string(const char *s) {
-        for (int i = 0; i < _SESSION_STATE_MAX; i++)
-                if (s && streq(s, session_state_table[i]))
-                        return (SessionState) i;
-        return _SESSION_STATE_INVALID;
-}
-
 static RunnerRequest *runner_request_free(RunnerRequest *q) {
         if (!q)
                 return NULL;

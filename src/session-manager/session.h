@@ -28,7 +28,6 @@ typedef enum SessionState {
 } SessionState;
 
 const char *session_state_to_string(SessionState s);
-SessionState session_state_from_string(const char *s);
 
 /* Most requests (execs, file operations) waiting behind the one in flight. */
 #define SESSION_QUEUE_MAX 16

@@ -11,6 +11,7 @@
 #include "gateway-server.h"
 #include "http-connection.h"
 #include "http-util.h"
+#include "list.h"
 #include "tests.h"
 
 #define MIB (1024ULL * 1024ULL)
@@ -114,9 +115,8 @@ static void test_timer(void) {
         s.cut_ratelimit = (RateLimit) { .interval_usec = USEC_PER_SEC, .burst = 1 };
         d.server = &s;
         a.daemon = b.daemon = &d;
-        a.next = &b;
-        b.prev = &a;
-        s.connections = &a;
+        LIST_PREPEND(connections, s.connections, &b);
+        LIST_PREPEND(connections, s.connections, &a);
         s.n_connections = 2;
 
         ASSERT_TRUE(sd_event_source_get_enabled(s.deadline_event_source, &enabled) >= 0);

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Unit tests of src/shared: base64, ids, mime table, parsing, UTF-8, secrets, JSON, config. */
+/* Unit tests of src/shared: base64, ids, mime table, parsing, UTF-8, secrets, JSON, config, time,
+ * stream frames, lists. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -17,13 +19,16 @@
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "list.h"
 #include "mime.h"
 #include "parse-util.h"
 #include "path-util.h"
 #include "signal-util.h"
 #include "storage-config.h"
+#include "stream-frame.h"
 #include "string-util.h"
 #include "tests.h"
+#include "time-util.h"
 
 static void test_base64_roundtrip(void) {
         static const struct {
@@ -844,6 +849,293 @@ static void test_proc_field(void) {
         ASSERT_EQ(proc_io_read_wchar(-EBADF, &v), -EBADF);
 }
 
+static void test_time(void) {
+        struct timespec ts;
+        uint64_t a, b, real;
+
+        ASSERT_EQ(timespec_load(&(struct timespec) { 0, 0 }), 0);
+        /* Nanoseconds are cut, not rounded: 999 ns is still the same microsecond. */
+        ASSERT_EQ(timespec_load(&(struct timespec) { 3, 999 }), 3000000);
+        ASSERT_EQ(timespec_load(&(struct timespec) { 3, 999999999 }), 3999999);
+        ASSERT_EQ(timeval_load(&(struct timeval) { 0, 0 }), 0);
+        ASSERT_EQ(timeval_load(&(struct timeval) { 7, 250000 }), 7250000);
+        /* Past 2^32 seconds, where a 32-bit product would wrap. */
+        ASSERT_TRUE(timeval_load(&(struct timeval) { 5000000000LL, 1 }) == 5000000000ULL * USEC_PER_SEC + 1);
+
+        a = now_usec(CLOCK_MONOTONIC);
+        b = now_usec(CLOCK_MONOTONIC);
+        ASSERT_TRUE(a > 0 && b >= a);
+        ASSERT_EQ(clock_gettime(CLOCK_REALTIME, &ts), 0);
+        real = now_usec(CLOCK_REALTIME);
+        ASSERT_TRUE(real >= timespec_load(&ts) && real - timespec_load(&ts) < 10 * USEC_PER_SEC);
+        /* A clock that can't be read. */
+        ASSERT_EQ(now_usec((clockid_t) 12345), 0);
+}
+
+/* What the frame callback saw, as "<stream>:<data>|" for each frame. */
+typedef struct FrameLog {
+        char text[512];
+        size_t n;
+        unsigned calls;
+        int answer;                     /* what the callback returns */
+} FrameLog;
+
+static int frame_log_add(unsigned stream, const uint8_t *data, size_t size, void *userdata) {
+        FrameLog *l = userdata;
+
+        ASSERT_TRUE(size > 0 && size <= STREAM_FRAME_DATA_MAX);
+        l->calls++;
+        if (l->n + size + 3 < sizeof(l->text)) {
+                l->n += (size_t) snprintf(l->text + l->n, sizeof(l->text) - l->n, "%u:%.*s|", stream,
+                                          (int) size, (const char *) data);
+        } else
+                l->n = sizeof(l->text); /* too long to compare: the test says so below */
+        return l->answer;
+}
+
+static size_t frame_put(uint8_t *buf, unsigned stream, const char *data) {
+        StreamFrameHeader h = { .stream = (uint8_t) stream, .size = (uint32_t) strlen(data) };
+
+        memcpy(buf, &h, sizeof(h));
+        memcpy(buf + sizeof(h), data, strlen(data));
+        return sizeof(h) + strlen(data);
+}
+
+/* A pipe whose read end is non-blocking, as the gateway and scopeboxctl have it. */
+static void frame_pipe(int fds[2]) {
+        ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+        ASSERT_EQ(fd_nonblock(fds[0], true), 0);
+}
+
+/* Feeds 'buf' in pieces cut at 'a' and 'b' (a <= b), reading after each, with 'budget' per call;
+ * returns the last result once the write end is closed. */
+static int frame_feed(StreamFrameReader *reader, const uint8_t *buf, size_t n, size_t a, size_t b,
+                      size_t budget, FrameLog *log) {
+        const size_t cut[] = { 0, a, b, n };
+        int fds[2], r = 0;
+
+        frame_pipe(fds);
+        *reader = (StreamFrameReader) {};
+        for (size_t i = 0; i < 3; i++) {
+                ASSERT_EQ(write_all(fds[1], buf + cut[i], cut[i + 1] - cut[i]), 0);
+                if (i == 2)
+                        safe_close(fds[1]);
+                /* Small budgets take several calls for what the pipe holds. */
+                do
+                        r = stream_frame_read(reader, fds[0], budget, frame_log_add, log);
+                while (r == 0 && i == 2);
+                if (i < 2)
+                        ASSERT_EQ(r, 0);
+        }
+        safe_close(fds[0]);
+        return r;
+}
+
+static void test_stream_frame_splits(void) {
+        _cleanup_free_ StreamFrameReader *reader = calloc(1, sizeof(StreamFrameReader));
+        const char *expected = "1:hello|2:oops\n|1:x|2:0123456789abcdefghij|1:world|";
+        uint8_t buf[256];
+        size_t n = 0;
+
+        ASSERT_TRUE(reader);
+        n += frame_put(buf + n, STREAM_FRAME_STDOUT, "hello");
+        n += frame_put(buf + n, STREAM_FRAME_STDERR, "oops\n");
+        n += frame_put(buf + n, STREAM_FRAME_STDOUT, "x");
+        n += frame_put(buf + n, STREAM_FRAME_STDERR, "0123456789abcdefghij");
+        n += frame_put(buf + n, STREAM_FRAME_STDOUT, "world");
+
+        /* Every pair of cut points, so every split of a header and of data, alone or together. */
+        for (size_t a = 0; a <= n; a++)
+                for (size_t b = a; b <= n; b++) {
+                        FrameLog log = {};
+
+                        ASSERT_EQ(frame_feed(reader, buf, n, a, b, SIZE_MAX, &log), 1);
+                        ASSERT_STREQ(log.text, expected);
+                }
+        /* A byte at a time, and budgets that end inside headers and frames. */
+        for (size_t budget = 1; budget <= 16; budget++) {
+                FrameLog log = {};
+
+                ASSERT_EQ(frame_feed(reader, buf, n, n / 3, n / 2, budget, &log), 1);
+                ASSERT_STREQ(log.text, expected);
+        }
+}
+
+static void test_stream_frame_bounds(void) {
+        _cleanup_free_ StreamFrameReader *reader = calloc(1, sizeof(StreamFrameReader));
+        _cleanup_free_ uint8_t *big = malloc(STREAM_FRAME_DATA_MAX);
+        uint8_t buf[64];
+        int fds[2], avail, r;
+        size_t n;
+
+        ASSERT_TRUE(reader && big);
+
+        /* The budget bounds what one call takes out of the pipe. */
+        n = frame_put(buf, STREAM_FRAME_STDOUT, "0123456789");
+        frame_pipe(fds);
+        *reader = (StreamFrameReader) {};
+        ASSERT_EQ(write_all(fds[1], buf, n), 0);
+        {
+                FrameLog log = {};
+
+                ASSERT_EQ(stream_frame_read(reader, fds[0], 5, frame_log_add, &log), 0);
+                ASSERT_EQ(ioctl(fds[0], FIONREAD, &avail), 0);
+                ASSERT_EQ(avail, (int) n - 5);
+                ASSERT_EQ(log.calls, 0);
+                ASSERT_EQ(stream_frame_read(reader, fds[0], SIZE_MAX, frame_log_add, &log), 0);
+                ASSERT_STREQ(log.text, "1:0123456789|");
+        }
+        safe_close(fds[0]);
+        safe_close(fds[1]);
+
+        /* A frame of exactly STREAM_FRAME_DATA_MAX bytes is fine; it arrives in pieces, as a pipe
+         * of the default size can't hold it whole. */
+        memset(big, 'z', STREAM_FRAME_DATA_MAX);
+        frame_pipe(fds);
+        *reader = (StreamFrameReader) {};
+        {
+                StreamFrameHeader h = { .stream = STREAM_FRAME_STDERR, .size = STREAM_FRAME_DATA_MAX };
+                FrameLog log = {};
+
+                ASSERT_EQ(write_all(fds[1], &h, sizeof(h)), 0);
+                for (size_t off = 0; off < STREAM_FRAME_DATA_MAX; off += 4096) {
+                        ASSERT_EQ(write_all(fds[1], big + off, 4096), 0);
+                        ASSERT_EQ(stream_frame_read(reader, fds[0], SIZE_MAX, frame_log_add, &log), 0);
+                }
+                ASSERT_EQ(log.calls, 1);
+                ASSERT_EQ(log.n, sizeof(log.text)); /* 64 KiB: longer than the log keeps */
+        }
+        safe_close(fds[0]);
+        safe_close(fds[1]);
+
+        /* Headers that make no sense: a stream other than 1 or 2, padding, size 0 or above 64 KiB. */
+        for (unsigned i = 0; i < 7; i++) {
+                StreamFrameHeader h = { .stream = STREAM_FRAME_STDOUT, .size = 1 };
+                FrameLog log = {};
+
+                if (i < 3)
+                        h.zero[i] = 1;
+                else if (i == 3)
+                        h.stream = 0;
+                else if (i == 4)
+                        h.stream = 3;
+                else if (i == 5)
+                        h.size = 0;
+                else
+                        h.size = STREAM_FRAME_DATA_MAX + 1;
+                frame_pipe(fds);
+                *reader = (StreamFrameReader) {};
+                ASSERT_EQ(write_all(fds[1], &h, sizeof(h)), 0);
+                ASSERT_EQ(write_all(fds[1], "x", 1), 0);
+                ASSERT_EQ(stream_frame_read(reader, fds[0], SIZE_MAX, frame_log_add, &log), -EBADMSG);
+                ASSERT_EQ(log.calls, 0);
+                safe_close(fds[0]);
+                safe_close(fds[1]);
+        }
+
+        /* The end of the pipe: between frames 1, inside a header or a frame -EPIPE, and the cut
+         * frame never reaches the callback. */
+        n = frame_put(buf, STREAM_FRAME_STDOUT, "abc");
+        for (size_t cut = 0; cut < n; cut++) {
+                FrameLog log = {};
+
+                frame_pipe(fds);
+                *reader = (StreamFrameReader) {};
+                ASSERT_EQ(write_all(fds[1], buf, cut), 0);
+                safe_close(fds[1]);
+                r = stream_frame_read(reader, fds[0], SIZE_MAX, frame_log_add, &log);
+                ASSERT_EQ(r, cut == 0 ? 1 : -EPIPE);
+                ASSERT_EQ(log.calls, 0);
+                safe_close(fds[0]);
+        }
+
+        /* The callback stops the reading (the rest stays in the pipe) or fails it. */
+        n = frame_put(buf, STREAM_FRAME_STDOUT, "one");
+        n += frame_put(buf + n, STREAM_FRAME_STDERR, "two");
+        for (size_t i = 0; i < 2; i++) {
+                int answer = i == 0 ? 1 : -ENOMEM;
+                FrameLog log = { .answer = answer };
+
+                frame_pipe(fds);
+                *reader = (StreamFrameReader) {};
+                ASSERT_EQ(write_all(fds[1], buf, n), 0);
+                r = stream_frame_read(reader, fds[0], SIZE_MAX, frame_log_add, &log);
+                ASSERT_EQ(r, answer > 0 ? 0 : answer);
+                ASSERT_STREQ(log.text, "1:one|");
+                if (answer > 0) {
+                        log.answer = 0;
+                        ASSERT_EQ(stream_frame_read(reader, fds[0], SIZE_MAX, frame_log_add, &log), 0);
+                        ASSERT_STREQ(log.text, "1:one|2:two|");
+                }
+                safe_close(fds[0]);
+                safe_close(fds[1]);
+        }
+}
+
+typedef struct ListItem ListItem;
+struct ListItem {
+        char name;
+        LIST_FIELDS(ListItem, all);
+        LIST_FIELDS(ListItem, some);  /* a second list the same elements can be in */
+};
+
+/* The names from first to last, checked against the links back. */
+static const char *list_names(ListItem *head, char buf[static 16]) {
+        ListItem *prev = NULL;
+        size_t n = 0;
+
+        LIST_FOREACH(all, i, head) {
+                ASSERT_TRUE(i->all_prev == prev);
+                buf[n++] = i->name;
+                prev = i;
+        }
+        buf[n] = 0;
+        return buf;
+}
+
+static void test_list(void) {
+        ListItem items[5] = { { .name = 'a' }, { .name = 'b' }, { .name = 'c' }, { .name = 'd' }, { .name = 'e' } };
+        ListItem *head = NULL, *some = NULL;
+        char buf[16];
+        size_t n = 0;
+
+        ASSERT_STREQ(list_names(head, buf), "");
+        LIST_PREPEND(all, head, &items[1]);
+        LIST_PREPEND(all, head, &items[0]);
+        LIST_APPEND(all, head, &items[2]);
+        LIST_APPEND(all, head, &items[3]);
+        LIST_APPEND(all, head, &items[4]);
+        ASSERT_STREQ(list_names(head, buf), "abcde");
+
+        /* Membership of one list is independent of the other. */
+        LIST_APPEND(some, some, &items[3]);
+        LIST_PREPEND(some, some, &items[1]);
+        LIST_FOREACH(some, i, some)
+                buf[n++] = i->name;
+        buf[n] = 0;
+        ASSERT_STREQ(buf, "bd");
+
+        LIST_REMOVE(all, head, &items[2]); /* the middle */
+        ASSERT_TRUE(!items[2].all_next && !items[2].all_prev);
+        ASSERT_STREQ(list_names(head, buf), "abde");
+        LIST_REMOVE(all, head, &items[0]); /* the first */
+        ASSERT_STREQ(list_names(head, buf), "bde");
+        LIST_REMOVE(all, head, &items[4]); /* the last */
+        ASSERT_STREQ(list_names(head, buf), "bd");
+        ASSERT_TRUE(some == &items[1] && items[1].some_next == &items[3] && !items[3].some_next);
+
+        /* A removed element can go in again; the safe walk may unlink what it is at. */
+        LIST_PREPEND(all, head, &items[2]);
+        LIST_APPEND(all, head, &items[0]);
+        ASSERT_STREQ(list_names(head, buf), "cbda");
+        LIST_FOREACH_SAFE(all, i, next, head)
+                if (i->name != 'd')
+                        LIST_REMOVE(all, head, i);
+        ASSERT_STREQ(list_names(head, buf), "d");
+        LIST_REMOVE(all, head, &items[3]);
+        ASSERT_TRUE(!head);
+}
+
 int main(int argc, char *argv[]) {
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
@@ -864,6 +1156,10 @@ int main(int argc, char *argv[]) {
         RUN(test_hangup_pipe);
         RUN(test_reset_signals);
         RUN(test_proc_field);
+        RUN(test_time);
+        RUN(test_stream_frame_splits);
+        RUN(test_stream_frame_bounds);
+        RUN(test_list);
         if (argc > 1) {
                 test_config_documented(argv[1]);
                 printf("ok - test_config_documented\n");

@@ -31,6 +31,7 @@
 #include "seccomp-policy.h"
 #include "stream-frame.h"
 #include "string-util.h"
+#include "time-util.h"
 
 #define OUTPUT_PIPE_CHUNK (64U * 1024U)
 /* After PID 1 of an exec is gone, every writer of the pipes is gone too; this is a safety net. */
@@ -82,12 +83,6 @@ RunnerExec *runner_exec_free(RunnerExec *e) {
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(RunnerExec *, runner_exec_free);
 
-static uint64_t now_usec(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / NSEC_PER_USEC;
-}
-
 static int copy_into(int dst_fd, uint64_t dst_off, int src_fd, uint64_t size) {
         loff_t out = (loff_t) dst_off;
         while (size > 0) {
@@ -137,10 +132,6 @@ static const char *exec_exit_reason(const RunnerExec *e, int exit_code, int sig,
         return "exited";
 }
 
-static uint64_t timeval_usec(const struct timeval *tv) {
-        return (uint64_t) tv->tv_sec * USEC_PER_SEC + (uint64_t) tv->tv_usec;
-}
-
 /* "resources": what PID 1 measured once every process of the sandbox was reaped, or, when it
  * was killed before it could report, its own rusage (which holds what it reaped in dying). */
 static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_object *reply) {
@@ -154,7 +145,7 @@ static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_o
                 cpu_usec = u->cpu_usec;
                 max_rss = u->max_rss_bytes;
         } else if (e->init_rusage_valid) {
-                cpu_usec = timeval_usec(&e->init_rusage.ru_utime) + timeval_usec(&e->init_rusage.ru_stime);
+                cpu_usec = timeval_load(&e->init_rusage.ru_utime) + timeval_load(&e->init_rusage.ru_stime);
                 max_rss = (uint64_t) e->init_rusage.ru_maxrss * 1024U;
         } else
                 return 0;
@@ -376,7 +367,8 @@ static int runner_exec_finish(RunnerExec *e) {
         json_object_object_add(reply, "timed_out", json_object_new_boolean(e->timed_out));
         if (e->cancelled)
                 json_object_object_add(reply, "cancelled", json_object_new_boolean(true));
-        json_object_object_add(reply, "duration_usec", json_object_new_int64((int64_t) (now_usec() - e->started_usec)));
+        json_object_object_add(reply, "duration_usec",
+                               json_object_new_int64((int64_t) (now_usec(CLOCK_MONOTONIC) - e->started_usec)));
         json_object_object_add(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size));
         json_object_object_add(reply, "stderr_size",
                                json_object_new_int64((int64_t) (e->err.size + (kernel_note ? strlen(kernel_note) : 0))));
@@ -422,7 +414,7 @@ static int runner_exec_finish(RunnerExec *e) {
                    "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
                    e->timed_out ? " (timed out)" : e->cancelled ? " (cancelled)" :
                    e->orphaned ? " (orphaned)" : "",
-                   (unsigned long long) ((now_usec() - e->started_usec) / 1000));
+                   (unsigned long long) ((now_usec(CLOCK_MONOTONIC) - e->started_usec) / 1000));
         if (e->timed_out || sig) {
                 const char *killed = e->orphaned ? "orphaned" : reason;
                 char signal_field[32];
@@ -830,7 +822,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 .err = { .fd = -EBADF, .limit = (size_t) p.output_limit },
                 .timeout_ms = (uint64_t) p.timeout_ms,
                 .limits = { (uint64_t) p.max_file, (uint64_t) p.max_files, (uint64_t) p.max_total },
-                .started_usec = now_usec(),
+                .started_usec = now_usec(CLOCK_MONOTONIC),
                 .oom_kills_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL),
                 .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
         };

@@ -29,6 +29,7 @@
 #include "io-util.h"
 #include "parse-util.h"
 #include "sandbox.h"
+#include "time-util.h"
 
 typedef struct KernelCell {
         int code_fd, stdout_fd, stderr_fd, status_fd;
@@ -120,8 +121,7 @@ static void kernel_mark(pid_t kernel, int io_fd, int last_pid_fd, KernelMark *re
                 .kernel_wchar = kernel_proc_value(kernel, "io", "wchar:"),
         };
         if (getrusage(RUSAGE_CHILDREN, &ru) >= 0) {
-                ret->children_cpu_usec = (uint64_t) ru.ru_utime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_utime.tv_usec +
-                                         (uint64_t) ru.ru_stime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_stime.tv_usec;
+                ret->children_cpu_usec = timeval_load(&ru.ru_utime) + timeval_load(&ru.ru_stime);
                 ret->children_max_rss = (uint64_t) ru.ru_maxrss * 1024U;
         }
         if (io_fd >= 0)

@@ -45,6 +45,7 @@
 #include "signal-util.h"
 #include "template-protocol.h"
 #include "string-util.h"
+#include "time-util.h"
 
 #define ROOT_TMPFS_OPTIONS "mode=0755,size=72m,nr_inodes=4096"
 #define DEV_TMPFS_OPTIONS "mode=0755,size=64k,nr_inodes=64"
@@ -80,7 +81,8 @@ static const char etc_nsswitch[] =
 
 /* Files and directories bound read-only into the sandbox's /etc when present: the host's (the
  * dynamic linker's cache, fonts, and "alternatives", through which Debian links BLAS/LAPACK),
- * and our own matplotlibrc (CJK fonts first) rather than the host's. */
+ * and our own matplotlibrc (CJK fonts first) rather than the host's. With a network, also the
+ * certificates to check TLS peers with. */
 static const struct {
         const char *source;
         const char *name;
@@ -231,7 +233,7 @@ static int setup_etc(const SandboxExec *e, const char *root, SetupError *err) {
                 return FAIL("write /etc", r);
         if (symlinkat("/usr/share/zoneinfo/UTC", etc_fd, "localtime") < 0)
                 return FAIL("symlink /etc/localtime", errno);
-        /* With a network: slirp4netns's resolver, and certificates to check TLS peers with. */
+        /* With a network: slirp4netns's resolver. */
         if (network && (r = write_etc_file(etc_fd, "resolv.conf", "nameserver " SANDBOX_SLIRP_DNS "\n")) < 0)
                 return FAIL("write /etc/resolv.conf", r);
 
@@ -1116,10 +1118,6 @@ void sandbox_end_all_processes(void) {
         }
 }
 
-static uint64_t timeval_usec(const struct timeval *tv) {
-        return (uint64_t) tv->tv_sec * USEC_PER_SEC + (uint64_t) tv->tv_usec;
-}
-
 /* What every process of the sandbox used, once all are reaped: ours (the children we reaped:
  * the cold payload and everything reparented to us) and the template's child's (the payload it
  * reaped). Our own writes since 'wchar_before' are the status pipe's few bytes. */
@@ -1132,7 +1130,7 @@ static void collect_usage(int io_fd, int last_pid_fd, uint64_t wchar_before, boo
 
         if (getrusage(RUSAGE_CHILDREN, &ru) >= 0) {
                 ret->valid = true;
-                ret->cpu_usec = timeval_usec(&ru.ru_utime) + timeval_usec(&ru.ru_stime);
+                ret->cpu_usec = timeval_load(&ru.ru_utime) + timeval_load(&ru.ru_stime);
                 ret->max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
         }
         if (ts->flags & TEMPLATE_STATUS_USAGE) {

@@ -66,7 +66,8 @@ typedef struct SeccompSupervisor {
  * when the listener failed; a caller that died meanwhile is not an error. */
 int seccomp_notify_handle_one(int listener_fd, SeccompSupervisor *supervisor);
 
-/* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT". */
+/* "EPERM", "ENOSYS", "ENOTTY" or "EAFNOSUPPORT", the only answers seccomp_policy_verdict() gives
+ * (and so the only ones the docs list); "refused" for any other value. */
 const char *seccomp_verdict_to_string(int verdict);
 
 /* Adds "blocked_syscalls" ([{name, verdict, count}]) to an exec reply. */

@@ -39,6 +39,7 @@
 #include "parse-util.h"
 #include "sandbox.h"
 #include "template-protocol.h"
+#include "time-util.h"
 
 /* Connections whose request has not come yet (a PID 1 still building its root, or waiting for
  * its network), and how long one may wait. */
@@ -59,9 +60,7 @@ typedef struct Served {
 } Served;
 
 static time_t now_sec(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec;
+        return (time_t) (now_usec(CLOCK_MONOTONIC) / USEC_PER_SEC);
 }
 
 static void send_reply(int conn, int error) {
@@ -217,8 +216,7 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
         for (;;) {
                 if (wait4(payload, &ws, __WALL, &ru) >= 0) {
                         status.flags |= TEMPLATE_STATUS_USAGE;
-                        status.cpu_usec = (uint64_t) ru.ru_utime.tv_sec * 1000000U + (uint64_t) ru.ru_utime.tv_usec +
-                                          (uint64_t) ru.ru_stime.tv_sec * 1000000U + (uint64_t) ru.ru_stime.tv_usec;
+                        status.cpu_usec = timeval_load(&ru.ru_utime) + timeval_load(&ru.ru_stime);
                         status.max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
                         break;
                 }
