@@ -250,7 +250,7 @@ def kernel_pids(sid):
     return [p["pid"] for p in scope_processes(sid) if any(c.endswith("kernel.py") for c in p["cmdline"])]
 
 
-@pytest.mark.parametrize("wait", [True, False])
+@pytest.mark.parametrize("wait", [True, False, False, False])
 def test_kernel_killed_between_cells_is_replaced(kernel, wait):
     run(kernel, "s = 1")
     pids = kernel_pids(kernel)

@@ -5,8 +5,8 @@ sandbox (sandbox-kernel.c) starts it as the sandbox's payload, under the sandbox
 hands it each cell on fd 4: a message with the cell's number (4 bytes) and the code, the cell's
 stdout and its stderr as fds. The cell runs as __main__ code; an exception prints its traceback
 and gives exit code 1, SystemExit(n) gives n (as `python3 /exec/cell.py` would) and the kernel
-goes on. The answer is the cell's number and its exit code, 4 bytes each; PID 1 then stops this
-process until the next cell. Everything here is the sandbox's own code: PID 1 trusts nothing it
+goes on. It says the cell's number (4 bytes) when the cell begins, and the number and its exit
+code (4 bytes each) when it is over; PID 1 then stops this process until the next cell. Everything here is the sandbox's own code: PID 1 trusts nothing it
 says beyond that answer, and drops one whose number is not the cell's."""
 
 
@@ -69,6 +69,11 @@ def _kernel():
         os.close(code_fd)
         count += 1
         status = 0
+        # The cell begins: from now on, whatever ends this process ended it.
+        try:
+            sock.send(struct.pack("=I", seq))
+        except OSError:
+            os._exit(70)
         try:
             source = b"".join(chunks)
             filename = "<cell %d>" % count

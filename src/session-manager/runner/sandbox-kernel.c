@@ -264,15 +264,23 @@ static bool sigterm_from_outside(int signal_fd) {
         return term;
 }
 
+typedef enum KernelCellEnd {
+        KERNEL_CELL_KEPT,       /* the cell is over, the kernel lives on */
+        KERNEL_CELL_ENDED,      /* the kernel ended with the cell */
+        KERNEL_CELL_LOST,       /* the kernel died before the cell began: it never ran */
+} KernelCellEnd;
+
 /* Runs cell number 'seq': hands it to the kernel, waits for its exit code, or for the kernel's end
- * (it died, or the runner asked: everything is killed). Returns whether the kernel lives on; the
- * wait status goes to st->value. The kernel answers (seq, exit code): an answer for another cell
- * — a cell's code that wrote to the kernel's socket itself, and the late answer of the cell it cut
- * short — is dropped, so that the cells that follow still get their own. */
-static bool kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int *listener, int signal_fd, KernelCell *cell,
-                            SeccompSupervisor *sup, SandboxStatus *st) {
+ * (it died, or the runner asked: everything is killed); the wait status goes to st->value. The
+ * kernel says (seq) when the cell begins and (seq, exit code) when it is over: a message for
+ * another cell — a cell's code that wrote to the kernel's socket itself, and the late answer of
+ * the cell it cut short — is dropped, so that the cells that follow still get their own. A kernel
+ * that had run cells before and dies before it said the cell began was killed while stopped (the
+ * OOM killer, say): that cell is "lost", to be run in a new kernel. */
+static KernelCellEnd kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int *listener, int signal_fd,
+                                     KernelCell *cell, SeccompSupervisor *sup, SandboxStatus *st) {
         const int fds[3] = { cell->code_fd, cell->stdout_fd, cell->stderr_fd };
-        bool ending = false, dead = false;
+        bool ending = false, asked = false, begun = false;
         struct {
                 uint32_t seq;
                 int32_t code;
@@ -307,7 +315,7 @@ static bool kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int *listener
                 if (r == 0) {
                         /* Ending, and the kernel did not go: as if killed. */
                         st->value = SIGKILL;
-                        return false;
+                        return KERNEL_CELL_ENDED;
                 }
                 if (*listener >= 0 && (p[2].revents & POLLIN)) {
                         if (seccomp_notify_handle_one(*listener, sup) < 0)
@@ -320,12 +328,17 @@ static bool kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int *listener
                         /* A larger buffer than the answer: a longer message is seen as such. */
                         ssize_t k = recv(ksock, buf, sizeof(buf), MSG_DONTWAIT);
 
+                        if (k == (ssize_t) sizeof(answer.seq)) {
+                                memcpy(&answer.seq, buf, sizeof(answer.seq));
+                                begun = begun || answer.seq == seq;
+                                continue;
+                        }
                         if (k == (ssize_t) sizeof(answer)) {
                                 memcpy(&answer, buf, sizeof(answer));
                                 if (answer.seq != seq)
                                         continue;
                                 st->value = (answer.code & 0xff) << 8; /* as an exit status */
-                                return true;
+                                return KERNEL_CELL_KEPT;
                         }
                         if (k < 0 && (errno == EAGAIN || errno == EINTR))
                                 continue;
@@ -336,12 +349,11 @@ static bool kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int *listener
 
                 if (p[0].revents & POLLIN) {
                         if (sigterm_from_outside(signal_fd) && !ending) {
-                                ending = true;
+                                ending = asked = true;
                                 (void) kill(-1, SIGKILL);
                         }
-                        dead = reap_children(kernel, &st->value);
-                        if (dead)
-                                return false;
+                        if (reap_children(kernel, &st->value))
+                                return !begun && !asked && seq > 1 ? KERNEL_CELL_LOST : KERNEL_CELL_ENDED;
                 }
         }
 }
@@ -433,6 +445,7 @@ _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock
                         .st = { .kind = SANDBOX_STATUS_EXITED, .start = SANDBOX_START_COLD },
                 };
                 KernelMark before;
+                KernelCellEnd end;
                 bool alive;
                 int q;
 
@@ -441,7 +454,13 @@ _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock
                 kernel_mark(kernel, io_fd, last_pid_fd, &before);
                 kernel_clear_peak(kernel);
 
-                alive = kernel_run_cell(kernel, ksock, ++seq, &listener, signal_fd, &cell, &sup, &report.st);
+                end = kernel_run_cell(kernel, ksock, ++seq, &listener, signal_fd, &cell, &sup, &report.st);
+                if (end == KERNEL_CELL_LOST) {
+                        sandbox_end_all_processes();
+                        kernel_refuse_cells(e->kernel_fd, &cell);
+                        break;
+                }
+                alive = end == KERNEL_CELL_KEPT;
                 if (alive)
                         alive = kernel_stop(kernel, &report.st.value);
                 if (alive)
