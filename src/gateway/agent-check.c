@@ -79,7 +79,8 @@ static int agent_fetch_health(Server *s) {
         r = server_health_new_call(s, &m);
         if (r < 0)
                 return r;
-        return sd_bus_call_async(s->bus, &s->agent_health_slot, m, agent_on_health, s, AGENT_HEALTH_TIMEOUT_USEC);
+        return sd_bus_call_async(s->bus, &s->agent_health_slot, m, agent_on_health, s,
+                                 AGENT_HEALTH_TIMEOUT_USEC);
 }
 
 /* Takes 'fd'. */

@@ -234,11 +234,11 @@ static int server_send_status(Server *s) {
         s->status_sent_usec = server_now(s);
         return sd_notifyf(false,
                           "STATUS=Serving on %zu socket%s, %u request%s in flight (%u waiting for the "
-                          "session manager, %u of clients that went away, %u dify run%s), %" PRIu64 " completed.",
-                          s->n_daemons, s->n_daemons == 1 ? "" : "s",
-                          s->n_requests, s->n_requests == 1 ? "" : "s",
-                          s->n_suspended, s->n_orphaned, s->n_dify_runs, s->n_dify_runs == 1 ? "" : "s",
-                          s->n_completed);
+                          "session manager, %u of clients that went away, %u dify run%s), %" PRIu64
+                          " completed.",
+                          s->n_daemons, s->n_daemons == 1 ? "" : "s", s->n_requests,
+                          s->n_requests == 1 ? "" : "s", s->n_suspended, s->n_orphaned, s->n_dify_runs,
+                          s->n_dify_runs == 1 ? "" : "s", s->n_completed);
 }
 
 static int server_on_status_timer(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -385,7 +385,8 @@ int server_set_api_key(Server *s, const char *key) {
 int server_set_metrics_key(Server *s, const char *key) {
         assert(s);
 
-        if (key && s->api_key && strlen(key) == s->api_key_size && memcmp(key, s->api_key, s->api_key_size) == 0)
+        if (key && s->api_key && strlen(key) == s->api_key_size &&
+            memcmp(key, s->api_key, s->api_key_size) == 0)
                 return -EEXIST;
         return auth_header_replace(&s->metrics_auth_header, &s->metrics_auth_header_size, key);
 }

@@ -96,7 +96,8 @@ static int load_metrics_key(Server *s) {
 
         r = key_load_credential(METRICS_KEY_CREDENTIAL, &key, &reason);
         if (r == -EINVAL)
-                return log_error_errno(r, "Credential \"%s\" %s, refusing to start.", METRICS_KEY_CREDENTIAL, reason);
+                return log_error_errno(r, "Credential \"%s\" %s, refusing to start.", METRICS_KEY_CREDENTIAL,
+                                       reason);
         if (r < 0)
                 return log_error_errno(r, "Failed to read credential \"%s\": %m", METRICS_KEY_CREDENTIAL);
         if (r == 0)
@@ -105,8 +106,9 @@ static int load_metrics_key(Server *s) {
                 return 0; /* no authentication at all: nothing to open */
         r = server_set_metrics_key(s, key);
         if (r == -EEXIST)
-                return log_error_errno(r, "Credential \"%s\" equals the API key; it must differ, refusing to start.",
-                                       METRICS_KEY_CREDENTIAL);
+                return log_error_errno(
+                        r, "Credential \"%s\" equals the API key; it must differ, refusing to start.",
+                        METRICS_KEY_CREDENTIAL);
         if (r < 0)
                 return log_oom();
         log_info("GET /metrics also accepts the scrape key from credential \"%s\".", METRICS_KEY_CREDENTIAL);

@@ -45,8 +45,9 @@ uint64_t http_connection_deadline(HttpConnectionPhase phase, uint64_t start_usec
                 if (body_bytes / HTTP_BODY_RATE_MIN >= HTTP_BODY_TIMEOUT_MAX_USEC / USEC_PER_SEC)
                         allowance = HTTP_BODY_TIMEOUT_MAX_USEC;
                 else
-                        allowance = MIN(HTTP_BODY_TIMEOUT_USEC + body_bytes * USEC_PER_SEC / HTTP_BODY_RATE_MIN,
-                                        HTTP_BODY_TIMEOUT_MAX_USEC);
+                        allowance =
+                                MIN(HTTP_BODY_TIMEOUT_USEC + body_bytes * USEC_PER_SEC / HTTP_BODY_RATE_MIN,
+                                    HTTP_BODY_TIMEOUT_MAX_USEC);
                 break;
         default:
                 return UINT64_MAX;
@@ -102,8 +103,9 @@ static void server_deadline_schedule(Server *s, uint64_t deadline) {
         if (deadline == UINT64_MAX || !s->deadline_event_source)
                 return;
 
-        if (sd_event_source_get_enabled(s->deadline_event_source, &enabled) >= 0 && enabled != SD_EVENT_OFF &&
-            sd_event_source_get_time(s->deadline_event_source, &current) >= 0 && current <= deadline)
+        if (sd_event_source_get_enabled(s->deadline_event_source, &enabled) >= 0 &&
+            enabled != SD_EVENT_OFF && sd_event_source_get_time(s->deadline_event_source, &current) >= 0 &&
+            current <= deadline)
                 return;
 
         r = sd_event_source_set_time(s->deadline_event_source, deadline);
@@ -453,8 +455,8 @@ void http_connection_notify(void *cls, struct MHD_Connection *connection, void *
                 (void) sd_event_source_set_enabled(s->deadline_event_source, SD_EVENT_OFF);
 }
 
-int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *event, sd_event_io_handler_t callback,
-                                 void *userdata, sd_event_source **ret) {
+int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *event,
+                                 sd_event_io_handler_t callback, void *userdata, sd_event_source **ret) {
         int fd, r;
 
         assert(event);

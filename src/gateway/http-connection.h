@@ -47,7 +47,8 @@ const char *http_connection_phase_to_string(HttpConnectionPhase p) _pure_;
  * received 'body_bytes' of a body; UINT64_MAX for none. Headers get HTTP_HEADER_TIMEOUT_USEC. A body
  * gets HTTP_BODY_TIMEOUT_USEC plus one second per HTTP_BODY_RATE_MIN bytes received, at most
  * HTTP_BODY_TIMEOUT_MAX_USEC: a body slower than the minimum rate, or stalled, runs out of time. */
-uint64_t http_connection_deadline(HttpConnectionPhase phase, uint64_t start_usec, uint64_t body_bytes) _pure_;
+uint64_t http_connection_deadline(HttpConnectionPhase phase, uint64_t start_usec,
+                                  uint64_t body_bytes) _pure_;
 
 /* Whether 'sa' is in 127.0.0.0/8, is ::1 or an IPv4-mapped address of 127.0.0.0/8: one peer for
  * HTTP_CONNECTIONS_PER_IP_MAX, since any local process can bind any of them. */
@@ -120,5 +121,5 @@ int server_deadline_timer_new(Server *s);
  * socket failed (EPOLLRDHUP, EPOLLHUP, EPOLLERR), never for data. For a request that waits
  * suspended, when libmicrohttpd does not look at the socket; the source must go before the
  * connection is resumed. */
-int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *event, sd_event_io_handler_t callback,
-                                 void *userdata, sd_event_source **ret);
+int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *event,
+                                 sd_event_io_handler_t callback, void *userdata, sd_event_source **ret);

@@ -31,7 +31,8 @@
 #define DIFY_ERROR_TIMEOUT       "error: timeout\n"
 #define DIFY_ERROR_NOT_PERMITTED "error: operation not permitted\n"
 /* Ours (upstream cuts nothing): a stream ("stdout", "stderr") cut at the limit of N bytes. */
-#define DIFY_ERROR_CUT_FORMAT    "error: %s exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (%" PRIu64 " bytes) and was cut off\n"
+#define DIFY_ERROR_CUT_FORMAT                                                                               \
+        "error: %s exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (%" PRIu64 " bytes) and was cut off\n"
 
 /* A run's body carries the code JSON-escaped (or percent-encoded): a byte of code takes at most six
  * bytes there ("\u001f"). The rest of the body (language, flags) fits in the slack. */

@@ -94,14 +94,17 @@ static size_t utf8_incomplete_tail(const uint8_t *p, size_t n) {
 
                 if ((c & 0xc0) == 0x80)
                         continue; /* a continuation byte: look further back */
-                len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+                len = c >= 0xc2 && c <= 0xdf   ? 2
+                      : c >= 0xe0 && c <= 0xef ? 3
+                      : c >= 0xf0 && c <= 0xf4 ? 4
+                                               : 0;
                 return len > k ? k : 0;
         }
         return 0;
 }
 
-int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held, const uint8_t *p,
-                          size_t n, bool last) {
+int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held,
+                          const uint8_t *p, size_t n, bool last) {
         _cleanup_free_ uint8_t *joined = NULL;
         const uint8_t *text = p;
         size_t size = n, keep;
@@ -123,8 +126,9 @@ int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4],
         keep = last ? 0 : utf8_incomplete_tail(text, size);
         *n_held = 0;
         if (size - keep > 0) {
-                r = json_writer_append_str(w, which == STREAM_FRAME_STDOUT ? "event: stdout\ndata: {\"text\":"
-                                                                           : "event: stderr\ndata: {\"text\":");
+                r = json_writer_append_str(w, which == STREAM_FRAME_STDOUT
+                                                      ? "event: stdout\ndata: {\"text\":"
+                                                      : "event: stderr\ndata: {\"text\":");
                 if (r >= 0)
                         r = json_writer_append_string_lossy(w, (const char *) text, size - keep);
                 if (r >= 0)
@@ -364,8 +368,8 @@ static int exec_sse_drain(ExecSse *s) {
                 exec_sse_close_pipe(s);
         }
         for (unsigned i = 0; i < 2; i++) {
-                r = exec_sse_format_chunk(&s->out, i == 0 ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR, s->held[i],
-                                          &s->n_held[i], NULL, 0, true);
+                r = exec_sse_format_chunk(&s->out, i == 0 ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR,
+                                          s->held[i], &s->n_held[i], NULL, 0, true);
                 if (r < 0)
                         return r;
         }

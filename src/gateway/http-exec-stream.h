@@ -44,5 +44,5 @@ int exec_sse_fail(ExecSse *s, HttpResponse *error);
  * last chunk of that stream (an incomplete UTF-8 sequence, at most 3 bytes, in 'held'); keeps the
  * end of a sequence that may continue in the next chunk. With 'last', holds nothing back. For tests
  * and the stream itself. */
-int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held, const uint8_t *p,
-                          size_t n, bool last);
+int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held,
+                          const uint8_t *p, size_t n, bool last);

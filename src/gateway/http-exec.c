@@ -49,7 +49,8 @@ uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms)
                 t = (uint64_t) timeout_ms;
 
         /* The cap wins over the minimum if an operator configured it lower. */
-        return MIN(MAX(t, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS), MAX(cap_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS));
+        return MIN(MAX(t, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS),
+                   MAX(cap_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS));
 }
 
 int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error) {
@@ -350,7 +351,8 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         for (size_t i = 0; r >= 0 && i < result->n_blocked; i++) {
                 const ExecBlocked *b = &result->blocked[i];
 
-                if ((r = http_stream_append_str(s, i > 0 ? ",{\"name\":\"" : ",\"blocked_syscalls\":[{\"name\":\"")) < 0 ||
+                if ((r = http_stream_append_str(s, i > 0 ? ",{\"name\":\""
+                                                         : ",\"blocked_syscalls\":[{\"name\":\"")) < 0 ||
                     (r = http_stream_append_text_lossy(s, b->name, strlen(b->name))) < 0 ||
                     (r = http_stream_append_str(s, "\",\"verdict\":\"")) < 0 ||
                     (r = http_stream_append_text_lossy(s, b->verdict, strlen(b->verdict))) < 0 ||

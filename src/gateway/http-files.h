@@ -47,9 +47,9 @@ void files_request_done(FilesRequest *x);
 int files_request_parse(FilesRequestKind kind, json_object *body, const Config *config, FilesRequest *ret,
                         HttpResponse **ret_error);
 
-/* The size a base64 text of 'n' bytes decodes to if it is well-formed: 3 bytes per 4 data
- * characters, 1 or 2 for a short last quantum. Lets a text be refused for its size before memory is spent on decoding it
- * (a malformed one is refused by the decoder anyway). */
+/* The size a base64 text of 'n' bytes decodes to if it is well-formed: 3 bytes per 4 data characters, 1 or 2
+ * for a short last quantum. Lets a text be refused for its size before memory is spent on decoding it (a
+ * malformed one is refused by the decoder anyway). */
 uint64_t files_upload_size(const char *text, size_t n);
 
 /* Answers a failed file call. Like http_response_new_bus_error(), but a missing file always gets

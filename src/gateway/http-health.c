@@ -112,7 +112,8 @@ int server_health_update(Server *s, sd_bus_message *reply, const char **ret_reas
 
         h = (HealthSnapshot) {
                 .sessions = info.counted_sessions,
-                .capacity = info.max_sessions > 0 ? (uint32_t) MIN(info.max_sessions, (int64_t) UINT32_MAX) : 0,
+                .capacity =
+                        info.max_sessions > 0 ? (uint32_t) MIN(info.max_sessions, (int64_t) UINT32_MAX) : 0,
                 .draining = info.draining,
         };
         r = health_compose(s, &info, &h, &o);

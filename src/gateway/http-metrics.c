@@ -159,7 +159,8 @@ static int append_seconds(JsonWriter *w, uint64_t usec) {
         return json_writer_appendf(w, "%" PRIu64 ".%s", usec / USEC_PER_SEC, frac);
 }
 
-static int append_family(JsonWriter *w, const char *name, const char *type, const char *unit, const char *help) {
+static int append_family(JsonWriter *w, const char *name, const char *type, const char *unit,
+                         const char *help) {
         int r;
 
         r = json_writer_appendf(w, "# TYPE %s %s\n", name, type);
@@ -175,7 +176,8 @@ static int append_gauge(JsonWriter *w, const char *name, const char *help, uint6
         return r < 0 ? r : json_writer_appendf(w, "%s %" PRIu64 "\n", name, value);
 }
 
-static int append_counter(JsonWriter *w, const char *name, const char *unit, const char *help, uint64_t value) {
+static int append_counter(JsonWriter *w, const char *name, const char *unit, const char *help,
+                          uint64_t value) {
         int r = append_family(w, name, "counter", unit, help);
         return r < 0 ? r : json_writer_appendf(w, "%s_total %" PRIu64 "\n", name, value);
 }
@@ -234,8 +236,9 @@ static int append_loop(JsonWriter *w, const LoopStats *l) {
                              "every other client waited.", &b, l->sum_usec, l->count);
         /* No unit line: the name does not end in it. */
         if (r >= 0)
-                r = append_family(w, "scopebox_gateway_loop_stall_seconds_max", "gauge", NULL,
-                                  "The longest dispatch of the gateway's event loop since it started, in seconds.");
+                r = append_family(
+                        w, "scopebox_gateway_loop_stall_seconds_max", "gauge", NULL,
+                        "The longest dispatch of the gateway's event loop since it started, in seconds.");
         if (r >= 0)
                 r = json_writer_append_str(w, "scopebox_gateway_loop_stall_seconds_max ");
         if (r >= 0)
@@ -255,8 +258,10 @@ static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
         GAUGE("scopebox_sessions", "Sidecar sessions that exist (starting, running or being released).",
               m->sessions);
         COUNTER("scopebox_sessions_started", "Sidecar sessions that became ready.", m->sessions_started);
-        COUNTER("scopebox_sessions_ended", "Sidecar sessions started by this session manager that ended, for "
-                "any reason.", m->sessions_ended);
+        COUNTER("scopebox_sessions_ended",
+                "Sidecar sessions started by this session manager that ended, for "
+                "any reason.",
+                m->sessions_ended);
         COUNTER("scopebox_sessions_reaped", "Sidecar sessions ended by their idle TTL.", m->sessions_reaped);
         GAUGE("scopebox_execs_running", "Execs holding one of SANDBOX_MAX_CONCURRENT_EXECS slots.",
               m->execs_running);
@@ -271,46 +276,65 @@ static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
 #undef GAUGE
 #undef COUNTER
         if (r >= 0)
-                r = append_labeled(w, "scopebox_execs", "outcome", NULL, "Execs (sidecar and dify) by how they "
-                                   "ended: ok, error (non-zero exit), timeout, killed (by a signal), failed (no "
-                                   "result), rejected (queue timeout), cancelled (the client hung up).", &m->execs);
+                r = append_labeled(
+                        w, "scopebox_execs", "outcome", NULL,
+                        "Execs (sidecar and dify) by how they "
+                        "ended: ok, error (non-zero exit), timeout, killed (by a signal), failed (no "
+                        "result), rejected (queue timeout), cancelled (the client hung up).",
+                        &m->execs);
         if (r >= 0)
-                r = append_labeled(w, "scopebox_exec_kills", "reason", NULL, "Execs stopped by their timeout, the "
-                                   "OOM killer (memory), the seccomp kill list (blocked_syscall), the tasks limit "
-                                   "(tasks) or another signal.", &m->kills);
+                r = append_labeled(
+                        w, "scopebox_exec_kills", "reason", NULL,
+                        "Execs stopped by their timeout, the "
+                        "OOM killer (memory), the seccomp kill list (blocked_syscall), the tasks limit "
+                        "(tasks) or another signal.",
+                        &m->kills);
         if (r >= 0)
-                r = append_histogram(w, "scopebox_exec_duration_seconds", "How long execs with a result ran in "
-                                     "their sandbox.", &m->exec_duration, m->exec_duration_sum_usec,
-                                     m->exec_duration_count);
+                r = append_histogram(w, "scopebox_exec_duration_seconds",
+                                     "How long execs with a result ran in "
+                                     "their sandbox.",
+                                     &m->exec_duration, m->exec_duration_sum_usec, m->exec_duration_count);
         if (r >= 0)
                 r = append_labeled(w, "scopebox_archive_bytes", "direction", "bytes", "Bytes of workspace "
                                    "archives written (committed to storage) and restored into new sessions.",
                                    &archive);
         if (r >= 0)
-                r = append_counter(w, "scopebox_archive_failures", NULL, "Attempts to store a released "
-                                   "session's workspace archive that failed (each retry counts); the journal has "
-                                   "each with its MESSAGE_ID.", m->archive_failures);
+                r = append_counter(
+                        w, "scopebox_archive_failures", NULL,
+                        "Attempts to store a released "
+                        "session's workspace archive that failed (each retry counts); the journal has "
+                        "each with its MESSAGE_ID.",
+                        m->archive_failures);
         if (r >= 0)
-                r = append_counter(w, "scopebox_archive_retries", NULL, "Archive attempts made after a failed one.",
-                                   m->archive_retries);
+                r = append_counter(w, "scopebox_archive_retries", NULL,
+                                   "Archive attempts made after a failed one.", m->archive_retries);
         if (r >= 0)
-                r = append_gauge(w, "scopebox_archives_pending", "Released sessions whose workspace is kept until "
-                                 "its archive is stored (scopeboxctl archives list).", m->archives_pending);
+                r = append_gauge(w, "scopebox_archives_pending",
+                                 "Released sessions whose workspace is kept until "
+                                 "its archive is stored (scopeboxctl archives list).",
+                                 m->archives_pending);
         if (r >= 0)
-                r = append_counter(w, "scopebox_archives_skipped", NULL, "Archives that can never be stored (larger "
-                                   "than SANDBOX_MAX_ARCHIVE_BYTES, storage block refused); the stored one stays.",
-                                   m->archives_skipped);
+                r = append_counter(
+                        w, "scopebox_archives_skipped", NULL,
+                        "Archives that can never be stored (larger "
+                        "than SANDBOX_MAX_ARCHIVE_BYTES, storage block refused); the stored one stays.",
+                        m->archives_skipped);
         if (r >= 0)
-                r = append_counter(w, "scopebox_archives_abandoned", NULL, "Archives given up (retry deadline "
-                                   "passed, runner gone, superseded by a newer release): the workspace is lost.",
-                                   m->archives_abandoned);
+                r = append_counter(
+                        w, "scopebox_archives_abandoned", NULL,
+                        "Archives given up (retry deadline "
+                        "passed, runner gone, superseded by a newer release): the workspace is lost.",
+                        m->archives_abandoned);
         if (r >= 0)
-                r = append_counter(w, "scopebox_restore_failures", NULL, "Creates whose stored archive could not "
+                r = append_counter(w, "scopebox_restore_failures", NULL,
+                                   "Creates whose stored archive could not "
                                    "be restored (the create failed, or started empty if so configured).",
                                    m->restore_failures);
         if (r >= 0)
-                r = append_timestamp(w, "scopebox_session_manager_start_time_seconds", "When the session manager "
-                                     "started; its counters start at zero then.", m->start_time_usec);
+                r = append_timestamp(w, "scopebox_session_manager_start_time_seconds",
+                                     "When the session manager "
+                                     "started; its counters start at zero then.",
+                                     m->start_time_usec);
         return r;
 }
 
@@ -323,8 +347,8 @@ int metrics_render(const GatewayMetrics *g, const ManagerMetrics *m, char **ret,
         r = append_family(&w, "scopebox_http_responses", "counter", NULL,
                           "HTTP requests the gateway finished, by status class (none: closed unanswered).");
         for (size_t i = 0; r >= 0 && i < ELEMENTSOF(classes); i++)
-                r = json_writer_appendf(&w, "scopebox_http_responses_total{class=\"%s\"} %" PRIu64 "\n", classes[i],
-                                        g->responses[class_index[i]]);
+                r = json_writer_appendf(&w, "scopebox_http_responses_total{class=\"%s\"} %" PRIu64 "\n",
+                                        classes[i], g->responses[class_index[i]]);
         if (r >= 0 && g->start_time_usec > 0)
                 r = append_timestamp(&w, "process_start_time_seconds", "When the gateway process started.",
                                      g->start_time_usec);
@@ -371,8 +395,10 @@ static int metrics_on_reply(HttpRequest *req, sd_bus_message *reply) {
         e = sd_bus_message_get_error(reply);
         if (e) {
                 /* Not running is normal: it is not started for a scrape. */
-                http_request_log_bus_error(req, e, !sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) &&
-                                                   !sd_bus_error_has_name(e, SD_BUS_ERROR_NAME_HAS_NO_OWNER));
+                http_request_log_bus_error(
+                        req, e,
+                        !sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) &&
+                                !sd_bus_error_has_name(e, SD_BUS_ERROR_NAME_HAS_NO_OWNER));
                 return metrics_reply(req, NULL);
         }
         r = manager_metrics_read(reply, &m);

@@ -100,10 +100,13 @@ int http_route_lookup(const HttpRoute *routes, const char *method, const char *p
                          * segment in the star's place (handed over with the rest of the path). */
                         const char *star = strchr(r->path, '*'), *slash;
 
-                        arg = star ? (strneq(path, r->path, (size_t) (star - r->path)) ? path + (star - r->path) : NULL)
+                        arg = star ? (strneq(path, r->path, (size_t) (star - r->path))
+                                              ? path + (star - r->path)
+                                              : NULL)
                                    : startswith(path, r->path);
                         slash = arg ? strchr(arg, '/') : NULL;
-                        if (isempty(arg) || slash == arg || (star ? !slash || !streq(slash, star + 1) : slash != NULL))
+                        if (isempty(arg) || slash == arg ||
+                            (star ? !slash || !streq(slash, star + 1) : slash != NULL))
                                 continue;
                 } else if (!streq(path, r->path))
                         continue;
@@ -482,8 +485,8 @@ void http_request_suspend_body(HttpRequest *req) {
         req->server->n_suspended++;
         server_status_changed(req->server);
         if (req->hangup_fd >= 0 &&
-            http_connection_watch_hangup(req->connection, req->server->event, http_request_on_client_hangup, req,
-                                         &req->client_source) < 0)
+            http_connection_watch_hangup(req->connection, req->server->event, http_request_on_client_hangup,
+                                         req, &req->client_source) < 0)
                 log_debug("Failed to watch a client for hang-up; its call runs to its end.");
 }
 
@@ -566,7 +569,8 @@ static int http_request_reply_too_large(HttpRequest *req) {
         /* Dify shows messages, not statuses (any status but 200 and 503 is "likely a network
          * issue" to it): the dify routes say the limit with 200 and their envelope. */
         if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY)) {
-                (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes (%s)", req->body_max,
+                (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes (%s)",
+                                req->body_max,
                                 req->route->flags & HTTP_ROUTE_CODE_BODY
                                         ? "6 per byte of SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB"
                                         : "SANDBOX_MAX_BODY_BYTES");
@@ -808,7 +812,8 @@ int http_request_append_body(HttpRequest *req, const char *data, size_t size) {
         /* The allocation may cover a whole Content-Length, but its pages are only touched as the
          * bytes arrive: the reservation follows them, a step at a time. */
         if (need > req->body_reserved) {
-                r = http_request_reserve(req, MIN(((uint64_t) need + HTTP_BODY_RESERVE_STEP - 1) / HTTP_BODY_RESERVE_STEP * HTTP_BODY_RESERVE_STEP,
+                r = http_request_reserve(req, MIN(((uint64_t) need + HTTP_BODY_RESERVE_STEP - 1) /
+                                                          HTTP_BODY_RESERVE_STEP * HTTP_BODY_RESERVE_STEP,
                                                   (uint64_t) req->body_allocated));
                 if (r < 0)
                         return r;
@@ -845,7 +850,8 @@ int http_request_dispatch(HttpRequest *req) {
                 /* A NUL in a member name is no syntax error: say what it is (C strings would have cut
                  * the value short), as for a NUL anywhere else in a request. */
                 if (r == -EILSEQ)
-                        r = http_response_new_detail(400, "the JSON body contains a NUL (\\u0000) in a member name", &resp);
+                        r = http_response_new_detail(
+                                400, "the JSON body contains a NUL (\\u0000) in a member name", &resp);
                 else
                         r = http_response_new_json_invalid(&resp);
                 if (r < 0)
@@ -906,14 +912,15 @@ static struct MHD_Response *http_response_to_mhd(Server *s, HttpResponse *resp) 
                 /* Its owner bounds what it holds. */
                 q->source = resp->source;
                 resp->source = (HttpBodySource) {};
-                m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, http_queued_read, q,
-                                                      http_queued_free);
+                m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, http_queued_read,
+                                                      q, http_queued_free);
         } else if (resp->stream) {
                 q->bytes = http_stream_footprint(resp->stream);
                 q->stream = TAKE_PTR(resp->stream);
                 size = http_stream_size(q->stream);
-                m = MHD_create_response_from_callback(size == HTTP_STREAM_SIZE_UNKNOWN ? MHD_SIZE_UNKNOWN : size,
-                                                      HTTP_STREAM_BLOCK, http_queued_read, q, http_queued_free);
+                m = MHD_create_response_from_callback(
+                        size == HTTP_STREAM_SIZE_UNKNOWN ? MHD_SIZE_UNKNOWN : size, HTTP_STREAM_BLOCK,
+                        http_queued_read, q, http_queued_free);
         } else {
                 q->bytes = resp->size;
                 q->body = TAKE_PTR(resp->body);

@@ -344,5 +344,6 @@ int http_sessions_reset(HttpRequest *req) {
         r = sd_bus_message_append(m, "s", id);
         if (r < 0)
                 return r;
-        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config), sessions_reset_on_reply);
+        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
+                                 sessions_reset_on_reply);
 }

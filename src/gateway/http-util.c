@@ -218,29 +218,30 @@ typedef struct BusErrorMapping {
 } BusErrorMapping;
 
 static const BusErrorMapping bus_error_mappings[] = {
-        { BUS_ERROR_NO_SUCH_SESSION,    HTTP_NOT_FOUND,           HTTP_DETAIL_NO_SUCH_SESSION, true },
-        { BUS_ERROR_LIMIT_EXCEEDED,     HTTP_TOO_MANY_REQUESTS,   "too many requests",         false },
-        { BUS_ERROR_BUSY,               HTTP_TOO_MANY_REQUESTS,   "session is busy",           false },
+        { BUS_ERROR_NO_SUCH_SESSION, HTTP_NOT_FOUND, HTTP_DETAIL_NO_SUCH_SESSION, true },
+        { BUS_ERROR_LIMIT_EXCEEDED, HTTP_TOO_MANY_REQUESTS, "too many requests", false },
+        { BUS_ERROR_BUSY, HTTP_TOO_MANY_REQUESTS, "session is busy", false },
         /* POST /exec/cancel of a session whose exec is over (or never began). */
-        { BUS_ERROR_NOT_RUNNING,        HTTP_CONFLICT,            "no exec is running",        true },
-        { SD_BUS_ERROR_INVALID_ARGS,    HTTP_BAD_REQUEST,         "invalid argument",          false },
-        { BUS_ERROR_INVALID_PATH,       HTTP_BAD_REQUEST,         "invalid path",              false },
-        { BUS_ERROR_TOO_LARGE,          HTTP_PAYLOAD_TOO_LARGE,   "payload too large",         false },
-        { BUS_ERROR_NOT_FOUND,          HTTP_NOT_FOUND,           "not found",                 false },
-        { BUS_ERROR_STORAGE_FAILED,     HTTP_BAD_GATEWAY,         "storage operation failed",  false },
+        { BUS_ERROR_NOT_RUNNING, HTTP_CONFLICT, "no exec is running", true },
+        { SD_BUS_ERROR_INVALID_ARGS, HTTP_BAD_REQUEST, "invalid argument", false },
+        { BUS_ERROR_INVALID_PATH, HTTP_BAD_REQUEST, "invalid path", false },
+        { BUS_ERROR_TOO_LARGE, HTTP_PAYLOAD_TOO_LARGE, "payload too large", false },
+        { BUS_ERROR_NOT_FOUND, HTTP_NOT_FOUND, "not found", false },
+        { BUS_ERROR_STORAGE_FAILED, HTTP_BAD_GATEWAY, "storage operation failed", false },
         /* The stored archive is kept; a retry once storage is back succeeds. */
-        { BUS_ERROR_RESTORE_FAILED,     HTTP_SERVICE_UNAVAILABLE, "failed to restore the workspace from its archive", false },
+        { BUS_ERROR_RESTORE_FAILED, HTTP_SERVICE_UNAVAILABLE,
+          "failed to restore the workspace from its archive", false },
         /* scopeboxctl drain: the balancer sends new sessions elsewhere; a retry may reach another node. */
-        { BUS_ERROR_DRAINING,           HTTP_SERVICE_UNAVAILABLE, "node is draining",          true },
+        { BUS_ERROR_DRAINING, HTTP_SERVICE_UNAVAILABLE, "node is draining", true },
         /* Internal failures: the bus message may name units, paths or peers; keep it in the log. */
-        { BUS_ERROR_BACKEND_FAILED,     HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
+        { BUS_ERROR_BACKEND_FAILED, HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
         /* sd-bus answers both a call timeout and a lost connection with NoReply (a recipient that
          * disconnected is told apart below). */
-        { SD_BUS_ERROR_NO_REPLY,        HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
-        { SD_BUS_ERROR_TIMEOUT,         HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
+        { SD_BUS_ERROR_NO_REPLY, HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
+        { SD_BUS_ERROR_TIMEOUT, HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
         { SD_BUS_ERROR_SERVICE_UNKNOWN, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
         { SD_BUS_ERROR_NAME_HAS_NO_OWNER, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
-        { SD_BUS_ERROR_DISCONNECTED,    HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
+        { SD_BUS_ERROR_DISCONNECTED, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
 };
 
 /* What the bus daemon answers a call whose recipient disconnected before replying (dbus-daemon's

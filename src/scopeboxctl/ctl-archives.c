@@ -41,7 +41,8 @@ static int archives_list(Ctl *c, sd_bus *bus) {
 
         if (c->json)
                 array = json_object_new_array();
-        else if (table_new(&t, "SESSION", "ARCHIVE", "ATTEMPTS", "RELEASED", "FAILING FOR", "LAST ERROR", NULL) < 0)
+        else if (table_new(&t, "SESSION", "ARCHIVE", "ATTEMPTS", "RELEASED", "FAILING FOR", "LAST ERROR",
+                           NULL) < 0)
                 return ctl_error(ENOMEM, "Out of memory.");
 
         r = sd_bus_message_enter_container(reply, 'a', "(ssutts)");
@@ -52,7 +53,8 @@ static int archives_list(Ctl *c, sd_bus *bus) {
                 uint32_t attempts;
                 uint64_t released, failing;
 
-                r = sd_bus_message_read(reply, "(ssutts)", &id, &stem, &attempts, &released, &failing, &error);
+                r = sd_bus_message_read(reply, "(ssutts)", &id, &stem, &attempts, &released, &failing,
+                                        &error);
                 if (r < 0)
                         return ctl_error(r, "Failed to read the session manager's answer: %m");
                 if (r == 0)
@@ -69,11 +71,13 @@ static int archives_list(Ctl *c, sd_bus *bus) {
                 } else {
                         char n[32], ago[32], failing_for[32];
                         snprintf(n, sizeof(n), "%" PRIu32, attempts);
-                        if (table_add_row(t, id, stem, n,
-                                          format_duration(ago, sizeof(ago), released && now > released ? now - released : 0),
-                                          format_duration(failing_for, sizeof(failing_for),
-                                                          failing && now > failing ? now - failing : UINT64_MAX),
-                                          isempty(error) ? "-" : error, NULL) < 0)
+                        if (table_add_row(
+                                    t, id, stem, n,
+                                    format_duration(ago, sizeof(ago),
+                                                    released && now > released ? now - released : 0),
+                                    format_duration(failing_for, sizeof(failing_for),
+                                                    failing && now > failing ? now - failing : UINT64_MAX),
+                                    isempty(error) ? "-" : error, NULL) < 0)
                                 return ctl_error(ENOMEM, "Out of memory.");
                 }
         }

@@ -86,8 +86,12 @@ static int probe(char *const argv[], const char *home, char **ret_output) {
 
         if (asprintf(&home_env, "HOME=%s", home) < 0 || asprintf(&mpl_env, "MPLCONFIGDIR=%s", home) < 0)
                 return -ENOMEM;
-        char *const env[] = { (char *) "PATH=/usr/bin:/bin", (char *) "LANG=C.UTF-8", (char *) "MPLBACKEND=Agg",
-                              home_env, mpl_env, NULL };
+        char *const env[] = { (char *) "PATH=/usr/bin:/bin",
+                              (char *) "LANG=C.UTF-8",
+                              (char *) "MPLBACKEND=Agg",
+                              home_env,
+                              mpl_env,
+                              NULL };
 
         if (pipe2(pipefd, O_CLOEXEC) < 0)
                 return -errno;
@@ -186,19 +190,22 @@ static void check_seccomp(Doctor *d) {
                 size_t l = strlen(needed[i]);
 
                 if (!p || (p != actions && p[-1] != ' ') || (p[l] != ' ' && p[l] != 0)) {
-                        report(d, CHECK_FAIL, "seccomp", "the kernel lacks the action '%s' the sandbox filter uses "
-                               "(available: %s)", needed[i], actions);
+                        report(d, CHECK_FAIL, "seccomp",
+                               "the kernel lacks the action '%s' the sandbox filter uses "
+                               "(available: %s)",
+                               needed[i], actions);
                         return;
                 }
         }
         /* libseccomp's view of the kernel: level 5 and up know user notification. */
         api = seccomp_api_get();
         if (api < 5) {
-                report(d, CHECK_FAIL, "seccomp", "libseccomp API level %u: no user notification (5 needed)", api);
+                report(d, CHECK_FAIL, "seccomp", "libseccomp API level %u: no user notification (5 needed)",
+                       api);
                 return;
         }
-        report(d, CHECK_OK, "seccomp", "filters with user notification (libseccomp API level %u; actions: %s)",
-               api, actions);
+        report(d, CHECK_OK, "seccomp",
+               "filters with user notification (libseccomp API level %u; actions: %s)", api, actions);
 }
 
 /* ---- the runtime ---- */
@@ -260,12 +267,14 @@ static void check_python(Doctor *d) {
         out[strcspn(out, "\n")] = 0;
         for (size_t i = 0; i < ELEMENTSOF(python_core_modules); i++)
                 if (word_listed(strchrnul(out, ' '), python_core_modules[i]))
-                        (void) snprintf(missing_core + strlen(missing_core), sizeof(missing_core) - strlen(missing_core),
-                                        " %s", python_core_modules[i]);
+                        (void) snprintf(missing_core + strlen(missing_core),
+                                        sizeof(missing_core) - strlen(missing_core), " %s",
+                                        python_core_modules[i]);
         for (size_t i = 0; i < ELEMENTSOF(python_extra_modules); i++)
                 if (word_listed(strchrnul(out, ' '), python_extra_modules[i]))
                         (void) snprintf(missing_extra + strlen(missing_extra),
-                                        sizeof(missing_extra) - strlen(missing_extra), " %s", python_extra_modules[i]);
+                                        sizeof(missing_extra) - strlen(missing_extra), " %s",
+                                        python_extra_modules[i]);
 
         if (missing_core[0])
                 report(d, CHECK_FAIL, "python", "Python %.*s lacks%s%s (install tools/runtime-packages)",
@@ -321,15 +330,18 @@ static void check_fonts(Doctor *d) {
         if (r == 0)
                 report(d, CHECK_OK, "font-cache", "%s", g.gl_pathv[0]);
         else
-                report(d, CHECK_WARN, "font-cache", "no matplotlib font list in %s: every session scans the fonts "
-                       "(run tools/build-font-cache)", FONT_CACHE_DIR);
+                report(d, CHECK_WARN, "font-cache",
+                       "no matplotlib font list in %s: every session scans the fonts "
+                       "(run tools/build-font-cache)",
+                       FONT_CACHE_DIR);
         globfree(&g);
 
         r = access(argv[0], X_OK) < 0 ? -errno : probe(argv, d->home, &out);
         for (const char *p = out; p && *p; p = strchrnul(p, '\n'), p += *p == '\n')
                 lines++;
         if (r != 0 || lines == 0)
-                report(d, CHECK_FAIL, "fonts", "fc-list finds no fonts: charts have no text (install the fonts "
+                report(d, CHECK_FAIL, "fonts",
+                       "fc-list finds no fonts: charts have no text (install the fonts "
                        "of tools/runtime-packages)");
         else
                 report(d, CHECK_OK, "fonts", "fc-list finds %zu fonts", lines);
@@ -358,7 +370,8 @@ static void check_api_key(Doctor *d, const Config *cfg, bool config_ok) {
 
         if (lstat(API_KEY_FILE, &st) < 0) {
                 if (errno == ENOENT && config_ok && (cfg->allow_no_auth || !isempty(cfg->api_key)))
-                        report(d, CHECK_WARN, "api-key", "%s is missing; the key comes from %s", API_KEY_FILE,
+                        report(d, CHECK_WARN, "api-key", "%s is missing; the key comes from %s",
+                               API_KEY_FILE,
                                cfg->allow_no_auth ? "nowhere (SANDBOX_ALLOW_NO_AUTH=1)" : "SANDBOX_API_KEY");
                 else
                         report(d, CHECK_FAIL, "api-key", "%s: %s", API_KEY_FILE, strerror(errno));
@@ -413,7 +426,8 @@ static void check_files(Doctor *d, const char *name, const char *dir, const char
                 char path[512];
                 (void) snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
                 if (access(path, F_OK) < 0)
-                        (void) snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), " %s", files[i]);
+                        (void) snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), " %s",
+                                        files[i]);
         }
         if (missing[0])
                 report(d, CHECK_FAIL, name, "missing in %s:%s", dir, missing);
@@ -427,7 +441,9 @@ static void check_installation(Doctor *d) {
                 "scopebox-session-manager.service", "scopebox-storage-agent.service", "scopebox.slice",
         };
         static const char *const policies[] = {
-                "io.scopebox.Gateway1.conf", "io.scopebox.SessionManager1.conf", "io.scopebox.StorageAgent1.conf",
+                "io.scopebox.Gateway1.conf",
+                "io.scopebox.SessionManager1.conf",
+                "io.scopebox.StorageAgent1.conf",
         };
         static const char *const activations[] = {
                 "io.scopebox.SessionManager1.service", "io.scopebox.StorageAgent1.service",
@@ -446,7 +462,8 @@ static void check_installation(Doctor *d) {
 
         for (size_t i = 0; i < ELEMENTSOF(users); i++)
                 if (!getpwnam(users[i]))
-                        (void) snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), " %s", users[i]);
+                        (void) snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), " %s",
+                                        users[i]);
         if (missing[0])
                 report(d, CHECK_FAIL, "users", "missing:%s (systemd-sysusers)", missing);
         else
@@ -493,15 +510,16 @@ int verb_doctor(Ctl *c) {
 
                 json_object_object_add(o, "ok", json_object_new_boolean(d.counts[CHECK_FAIL] == 0));
                 for (size_t i = 0; i < _CHECK_STATE_MAX; i++)
-                        json_object_object_add(counts, check_state_table[i], json_object_new_uint64(d.counts[i]));
+                        json_object_object_add(counts, check_state_table[i],
+                                               json_object_new_uint64(d.counts[i]));
                 json_object_object_add(o, "counts", counts);
                 json_object_object_add(o, "checks", TAKE_PTR(checks));
                 json_print(o);
         } else {
                 table_print(table, stdout, false, false);
                 if (c->legend)
-                        printf("\n%u ok, %u warnings, %u failed.\n", d.counts[CHECK_OK], d.counts[CHECK_WARN],
-                               d.counts[CHECK_FAIL]);
+                        printf("\n%u ok, %u warnings, %u failed.\n", d.counts[CHECK_OK],
+                               d.counts[CHECK_WARN], d.counts[CHECK_FAIL]);
         }
         return d.counts[CHECK_FAIL] > 0 ? EXIT_FAILURE : 0;
 }

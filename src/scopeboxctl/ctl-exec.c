@@ -101,7 +101,8 @@ static int ctl_exec_call_streamed(sd_bus *bus, sd_bus_message *m, uint64_t timeo
                 if (sd_bus_get_timeout(bus, &until) >= 0 && until != UINT64_MAX) {
                         uint64_t now = now_usec(CLOCK_MONOTONIC);
 
-                        wait_ms = until <= now ? 0 : (int) MIN((until - now + 999) / 1000, (uint64_t) INT32_MAX);
+                        wait_ms = until <= now ? 0
+                                               : (int) MIN((until - now + 999) / 1000, (uint64_t) INT32_MAX);
                 }
                 if (poll(p, s->fd >= 0 ? 2 : 1, wait_ms) < 0 && errno != EINTR)
                         return -errno;
@@ -179,7 +180,8 @@ int verb_exec(Ctl *c) {
         if (r >= 0)
                 r = sd_bus_message_open_container(m, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(m, "{sv}{sv}", "timeout_ms", "t", timeout_ms, "language", "s", "python3");
+                r = sd_bus_message_append(m, "{sv}{sv}", "timeout_ms", "t", timeout_ms, "language", "s",
+                                          "python3");
         if (r >= 0 && c->stream)
                 r = sd_bus_message_append(m, "{sv}", "stream", "h", stream_write);
         if (r >= 0)
@@ -189,7 +191,8 @@ int verb_exec(Ctl *c) {
         /* The message has its own copy: ours must go, or the pipe never ends. */
         stream_write = safe_close(stream_write);
         if (c->stream)
-                r = ctl_exec_call_streamed(bus, m, bus_timeout_exec_usec(&cfg, timeout_ms), stream_read, &e, &reply);
+                r = ctl_exec_call_streamed(bus, m, bus_timeout_exec_usec(&cfg, timeout_ms), stream_read, &e,
+                                           &reply);
         else
                 r = sd_bus_call(bus, m, bus_timeout_exec_usec(&cfg, timeout_ms), &e, &reply);
         if (r < 0)
@@ -214,15 +217,18 @@ int verb_exec(Ctl *c) {
                 json_object_object_add(o, "exit_code", json_object_new_int(exit_code));
                 json_object_object_add(o, "stdout", json_object_new_string_len_safe((const char *) data.data,
                                                                                     stdout_size));
-                json_object_object_add(o, "stderr", json_object_new_string_len_safe(
-                                                            (const char *) data.data + stdout_size, stderr_size));
+                json_object_object_add(o, "stderr",
+                                       json_object_new_string_len_safe(
+                                               (const char *) data.data + stdout_size, stderr_size));
                 json_object_object_add(o, "timed_out", json_object_new_boolean(info.timed_out));
                 json_object_object_add(o, "signal", json_object_new_int(info.signal));
                 json_object_object_add(o, "oom_killed", json_object_new_boolean(info.oom_killed));
                 json_object_object_add(o, "pids_limited", json_object_new_boolean(info.pids_limited));
                 json_object_object_add(o, "duration_usec", json_object_new_uint64(info.duration_usec));
-                json_object_object_add(o, "stdout_truncated", json_object_new_boolean(info.stdout_truncated));
-                json_object_object_add(o, "stderr_truncated", json_object_new_boolean(info.stderr_truncated));
+                json_object_object_add(o, "stdout_truncated",
+                                       json_object_new_boolean(info.stdout_truncated));
+                json_object_object_add(o, "stderr_truncated",
+                                       json_object_new_boolean(info.stderr_truncated));
                 for (size_t i = 0; i < n_files; i++) {
                         json_object *f = json_object_new_object();
                         json_object_object_add(f, "path", json_object_new_string(files[i].path));
@@ -234,9 +240,12 @@ int verb_exec(Ctl *c) {
                 list = json_object_new_array();
                 for (size_t i = 0; i < info.blocked.n; i++) {
                         json_object *b = json_object_new_object();
-                        json_object_object_add(b, "name", json_object_new_string(info.blocked.items[i].name));
-                        json_object_object_add(b, "verdict", json_object_new_string(info.blocked.items[i].verdict));
-                        json_object_object_add(b, "count", json_object_new_uint64(info.blocked.items[i].count));
+                        json_object_object_add(b, "name",
+                                               json_object_new_string(info.blocked.items[i].name));
+                        json_object_object_add(b, "verdict",
+                                               json_object_new_string(info.blocked.items[i].verdict));
+                        json_object_object_add(b, "count",
+                                               json_object_new_uint64(info.blocked.items[i].count));
                         json_object_array_add(list, b);
                 }
                 json_object_object_add(o, "blocked_syscalls", list);
@@ -255,7 +264,8 @@ int verb_exec(Ctl *c) {
                 }
                 for (size_t i = 0; i < n_files; i++)
                         fprintf(stderr, "scopeboxctl: artifact /workspace/outputs/%s (%" PRIu64 " bytes)\n",
-                                string_is_printable_line(files[i].path, PATH_MAX) ? files[i].path : "(name not printable)",
+                                string_is_printable_line(files[i].path, PATH_MAX) ? files[i].path
+                                                                                  : "(name not printable)",
                                 files[i].size);
                 if (info.files_skipped > 0)
                         fprintf(stderr, "scopeboxctl: %" PRIu32 " artifacts left out by the limits\n",
@@ -269,10 +279,12 @@ int verb_exec(Ctl *c) {
                 if (info.oom_killed)
                         fprintf(stderr, "scopeboxctl: the session's memory limit was reached (OOM kill)\n");
                 if (info.pids_limited)
-                        fprintf(stderr, "scopeboxctl: the session's tasks limit refused a process or thread\n");
+                        fprintf(stderr,
+                                "scopeboxctl: the session's tasks limit refused a process or thread\n");
                 for (size_t i = 0; i < info.blocked.n; i++)
                         fprintf(stderr, "scopeboxctl: the sandbox refused %s (%s) %" PRIu32 "x\n",
-                                info.blocked.items[i].name, info.blocked.items[i].verdict, info.blocked.items[i].count);
+                                info.blocked.items[i].name, info.blocked.items[i].verdict,
+                                info.blocked.items[i].count);
         }
         /* The code's status, as a shell would see it. */
         return exit_code < 0 ? EXIT_FAILURE : exit_code & 0xff;

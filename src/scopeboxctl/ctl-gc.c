@@ -28,7 +28,8 @@ int verb_gc(Ctl *c) {
         if (r < 0)
                 return ctl_error(r, "Invalid configuration: %s", strempty(config_error));
         if (!storage_json_effective(CTL_GC_STORAGE, cfg.local_storage_dir))
-                return ctl_error(ENOENT, "No storage to sweep: SANDBOX_LOCAL_STORAGE_DIR is not set or missing.");
+                return ctl_error(ENOENT,
+                                 "No storage to sweep: SANDBOX_LOCAL_STORAGE_DIR is not set or missing.");
 
         r = ctl_bus(c, &bus);
         if (r < 0)
@@ -56,7 +57,8 @@ int verb_gc(Ctl *c) {
                 json_object_object_add(o, "freed_bytes", json_object_new_uint64(freed));
                 json_print(o);
         } else
-                printf("Deleted %" PRIu64 " of %" PRIu64 " objects (%s) older than %s under local:%s in %s.\n",
+                printf("Deleted %" PRIu64 " of %" PRIu64
+                       " objects (%s) older than %s under local:%s in %s.\n",
                        deleted, scanned, format_bytes(bytes, sizeof(bytes), freed),
                        format_duration(age, sizeof(age), (uint64_t) c->max_age_sec * USEC_PER_SEC),
                        STORAGE_DEFAULT_PREFIX, cfg.local_storage_dir);

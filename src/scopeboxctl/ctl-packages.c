@@ -198,7 +198,8 @@ fail:
 int verb_packages(Ctl *c) {
         if (streq(c->args[0], "install")) {
                 if (c->n_args < 2)
-                        return ctl_error(-EINVAL, "packages install needs a wheel or a directory of wheels.");
+                        return ctl_error(-EINVAL,
+                                         "packages install needs a wheel or a directory of wheels.");
                 return packages_install(c);
         }
         return ctl_error(-EINVAL, "Unknown packages command '%s' (known: install).", c->args[0]);

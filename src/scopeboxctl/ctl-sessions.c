@@ -28,11 +28,14 @@ static json_object *session_to_json(const SessionInfo *s, const UnitInfo *u, uin
         json_object_object_add(o, "unit", json_object_new_string(s->unit));
         json_object_object_add(o, "created_usec", json_object_new_uint64(s->created_usec));
         json_object_object_add(o, "last_active_usec", json_object_new_uint64(s->last_active_usec));
-        json_object_object_add(o, "age_sec", json_object_new_uint64(elapsed_usec(now, s->created_usec) / USEC_PER_SEC));
+        json_object_object_add(o, "age_sec",
+                               json_object_new_uint64(elapsed_usec(now, s->created_usec) / USEC_PER_SEC));
         json_object_object_add(o, "idle_sec", json_object_new_uint64(idle / USEC_PER_SEC));
         json_object_object_add(o, "idle_ttl_sec", json_object_new_uint64(s->idle_ttl_usec / USEC_PER_SEC));
-        json_object_object_add(o, "expires_in_sec", json_object_new_uint64(
-                                       s->idle_ttl_usec > idle ? (s->idle_ttl_usec - idle) / USEC_PER_SEC : 0));
+        json_object_object_add(o, "expires_in_sec",
+                               json_object_new_uint64(s->idle_ttl_usec > idle
+                                                              ? (s->idle_ttl_usec - idle) / USEC_PER_SEC
+                                                              : 0));
         json_object_object_add(o, "memory_bytes", json_uint64_or_null(u ? u->memory_current : UINT64_MAX));
         json_object_object_add(o, "tasks", json_uint64_or_null(u ? u->tasks_current : UINT64_MAX));
         json_object_object_add(o, "exec_running", json_object_new_boolean(s->exec_running));
@@ -40,7 +43,8 @@ static json_object *session_to_json(const SessionInfo *s, const UnitInfo *u, uin
         json_object_object_add(o, "queued", json_object_new_uint64(s->queued));
         json_object_object_add(o, "ephemeral", json_object_new_boolean(s->ephemeral));
         json_object_object_add(o, "uid", json_object_new_uint64(s->uid));
-        json_object_object_add(o, "runner_pid", s->runner_pid > 0 ? json_object_new_uint64(s->runner_pid) : NULL);
+        json_object_object_add(o, "runner_pid",
+                               s->runner_pid > 0 ? json_object_new_uint64(s->runner_pid) : NULL);
         json_object_object_add(o, "archive_key", json_object_new_string(s->archive_key));
         return o;
 }
@@ -68,8 +72,8 @@ int verb_sessions(Ctl *c) {
         r = ctl_bus(c, &bus);
         if (r < 0)
                 return r;
-        r = sd_bus_call_method(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
-                               "ListSessions", &e, &reply, NULL);
+        r = sd_bus_call_method(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                               SESSION_MANAGER_INTERFACE, "ListSessions", &e, &reply, NULL);
         if (r < 0)
                 return ctl_bus_error(&e, r, "Failed to list sessions");
 
@@ -114,9 +118,10 @@ int verb_sessions(Ctl *c) {
         }
         table_print(table, stdout, c->legend, c->legend);
         /* The list answered, so the manager runs: its word on draining costs no activation. */
-        if (c->legend && sd_bus_get_property_trivial(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
-                                                     SESSION_MANAGER_INTERFACE, "Draining", NULL, 'b',
-                                                     &draining) >= 0 && draining)
+        if (c->legend &&
+            sd_bus_get_property_trivial(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                                        SESSION_MANAGER_INTERFACE, "Draining", NULL, 'b', &draining) >= 0 &&
+            draining)
                 printf("\nDraining: no new sessions; these finish (scopeboxctl undrain).\n");
         return 0;
 }
@@ -145,8 +150,8 @@ int verb_inspect(Ctl *c) {
         r = ctl_bus(c, &bus);
         if (r < 0)
                 return r;
-        r = sd_bus_call_method(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
-                               "GetSession", &e, &reply, "s", s.id);
+        r = sd_bus_call_method(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                               SESSION_MANAGER_INTERFACE, "GetSession", &e, &reply, "s", s.id);
         if (r < 0)
                 return ctl_bus_error(&e, r, s.id);
         r = session_info_read(reply, &s);
@@ -163,13 +168,16 @@ int verb_inspect(Ctl *c) {
 
                 if (have_unit) {
                         scope = json_object_new_object();
-                        json_object_object_add(scope, "active_state", json_object_new_string(strna(u.active_state)));
-                        json_object_object_add(scope, "sub_state", json_object_new_string(strna(u.sub_state)));
+                        json_object_object_add(scope, "active_state",
+                                               json_object_new_string(strna(u.active_state)));
+                        json_object_object_add(scope, "sub_state",
+                                               json_object_new_string(strna(u.sub_state)));
                         json_object_object_add(scope, "memory_bytes", json_uint64_or_null(u.memory_current));
                         json_object_object_add(scope, "memory_max_bytes", json_uint64_or_null(u.memory_max));
                         json_object_object_add(scope, "tasks", json_uint64_or_null(u.tasks_current));
                         json_object_object_add(scope, "tasks_max", json_uint64_or_null(u.tasks_max));
-                        json_object_object_add(scope, "cpu_usage_nsec", json_uint64_or_null(u.cpu_usage_nsec));
+                        json_object_object_add(scope, "cpu_usage_nsec",
+                                               json_uint64_or_null(u.cpu_usage_nsec));
                         json_object_object_add(scope, "cpu_quota_per_sec_usec",
                                                json_uint64_or_null(u.cpu_quota_per_sec_usec));
                 }
@@ -190,9 +198,11 @@ int verb_inspect(Ctl *c) {
                format_duration(d, sizeof(d), s.idle_ttl_usec > idle ? s.idle_ttl_usec - idle : 0));
         printf("Execs:       %" PRIu64 "%s, %" PRIu32 " calls queued\n", s.execs,
                s.exec_running ? " (one running now)" : "", s.queued);
-        printf("Memory:      %s (limit %s)\n", format_bytes(a, sizeof(a), have_unit ? u.memory_current : UINT64_MAX),
+        printf("Memory:      %s (limit %s)\n",
+               format_bytes(a, sizeof(a), have_unit ? u.memory_current : UINT64_MAX),
                format_bytes(b, sizeof(b), have_unit ? u.memory_max : UINT64_MAX));
-        printf("Tasks:       %s (limit %s)\n", format_u64(a, sizeof(a), have_unit ? u.tasks_current : UINT64_MAX),
+        printf("Tasks:       %s (limit %s)\n",
+               format_u64(a, sizeof(a), have_unit ? u.tasks_current : UINT64_MAX),
                format_u64(b, sizeof(b), have_unit ? u.tasks_max : UINT64_MAX));
         printf("CPU:         %s used (quota %s)\n",
                format_duration(a, sizeof(a), have_unit && u.cpu_usage_nsec != UINT64_MAX
@@ -203,7 +213,8 @@ int verb_inspect(Ctl *c) {
                 printf("Runner PID:  %" PRIu32 "\n", s.runner_pid);
         /* Client-chosen text never reaches the operator's terminal raw. */
         if (!isempty(s.archive_key))
-                printf("Archive key: %s\n", string_is_printable_line(s.archive_key, 1024) ? s.archive_key : "(not printable)");
+                printf("Archive key: %s\n",
+                       string_is_printable_line(s.archive_key, 1024) ? s.archive_key : "(not printable)");
         return 0;
 }
 

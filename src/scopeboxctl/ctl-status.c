@@ -73,9 +73,11 @@ static int manager_state_get(sd_bus *bus, ManagerState *ret) {
 static json_object *limits_to_json(const Config *cfg) {
         json_object *o = json_object_new_object();
 
-        json_object_object_add(o, "max_sessions", json_object_new_int64(MAX(cfg->max_sessions, (int64_t) 0)));
+        json_object_object_add(o, "max_sessions",
+                               json_object_new_int64(MAX(cfg->max_sessions, (int64_t) 0)));
         json_object_object_add(o, "max_concurrent_execs", json_object_new_uint64(cfg->max_concurrent_execs));
-        json_object_object_add(o, "max_concurrent_creates", json_object_new_uint64(cfg->max_concurrent_creates));
+        json_object_object_add(o, "max_concurrent_creates",
+                               json_object_new_uint64(cfg->max_concurrent_creates));
         json_object_object_add(o, "memory_bytes", json_object_new_uint64(cfg->memory_limit));
         json_object_object_add(o, "cpu_percent", json_object_new_uint64(cfg->cpu_quota_percent));
         json_object_object_add(o, "tasks", json_object_new_uint64(cfg->pids_limit));
@@ -98,14 +100,15 @@ static void limits_print(const Config *cfg) {
                 printf("  Sessions:           %" PRIi64 " at most\n", cfg->max_sessions);
         else
                 printf("  Sessions:           unlimited\n");
-        printf("  Execs at once:      %" PRIu64 " (creates at once: %" PRIu64 ")\n", cfg->max_concurrent_execs,
-               cfg->max_concurrent_creates);
+        printf("  Execs at once:      %" PRIu64 " (creates at once: %" PRIu64 ")\n",
+               cfg->max_concurrent_execs, cfg->max_concurrent_creates);
         printf("  Per session:        memory %s, CPU %" PRIu64 "%%, tasks %" PRIu64 ", workspace %s\n",
                format_bytes(a, sizeof(a), cfg->memory_limit), cfg->cpu_quota_percent, cfg->pids_limit,
                format_bytes(b, sizeof(b), cfg->workspace_size));
-        printf("  Idle TTL:           %" PRIu64 "s (clients may ask for up to %" PRIu64 "s)\n", cfg->idle_ttl_sec,
-               cfg->idle_ttl_cap_sec);
-        printf("  Timeouts:           exec at most %" PRIu64 " ms, queue %" PRIu64 "s, archive %" PRIu64 "s\n",
+        printf("  Idle TTL:           %" PRIu64 "s (clients may ask for up to %" PRIu64 "s)\n",
+               cfg->idle_ttl_sec, cfg->idle_ttl_cap_sec);
+        printf("  Timeouts:           exec at most %" PRIu64 " ms, queue %" PRIu64 "s, archive %" PRIu64
+               "s\n",
                cfg->exec_timeout_cap_ms, cfg->queue_timeout_sec, cfg->archive_timeout_sec);
 }
 
@@ -158,7 +161,8 @@ int verb_status(Ctl *c) {
                 json_object_object_add(d, "load_state", json_object_new_string(strna(u.load_state)));
                 json_object_object_add(d, "active_state", json_object_new_string(strna(u.active_state)));
                 json_object_object_add(d, "sub_state", json_object_new_string(strna(u.sub_state)));
-                json_object_object_add(d, "main_pid", u.main_pid > 0 ? json_object_new_int64(u.main_pid) : NULL);
+                json_object_object_add(d, "main_pid",
+                                       u.main_pid > 0 ? json_object_new_int64(u.main_pid) : NULL);
                 json_object_object_add(d, "status_text", json_object_new_string(strempty(u.status_text)));
                 json_object_object_add(d, "memory_bytes", json_uint64_or_null(u.memory_current));
                 json_object_array_add(daemons, d);
@@ -172,7 +176,8 @@ int verb_status(Ctl *c) {
         config_ok = ctl_load_config(&cfg, &config_error) >= 0;
         /* The manager's word while it runs, else its switch (it starts draining again). */
         draining = mgr.active ? mgr.draining
-                              : faccessat(AT_FDCWD, SCOPEBOX_STATE_DIR "/draining", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+                              : faccessat(AT_FDCWD, SCOPEBOX_STATE_DIR "/draining", F_OK,
+                                          AT_SYMLINK_NOFOLLOW) == 0;
 
         if (c->json) {
                 json_object *m = json_object_new_object(), *conf = json_object_new_object(),
@@ -182,28 +187,36 @@ int verb_status(Ctl *c) {
                 json_object_object_add(root, "daemons", TAKE_PTR(daemons));
 
                 json_object_object_add(m, "active", json_object_new_boolean(mgr.active));
-                json_object_object_add(m, "version", mgr.active ? json_object_new_string(strempty(mgr.version)) : NULL);
-                json_object_object_add(m, "sessions", mgr.active ? json_object_new_int64(mgr.sessions) : NULL);
-                json_object_object_add(m, "running_execs", mgr.active ? json_object_new_int64(mgr.running_execs) : NULL);
+                json_object_object_add(m, "version",
+                                       mgr.active ? json_object_new_string(strempty(mgr.version)) : NULL);
+                json_object_object_add(m, "sessions",
+                                       mgr.active ? json_object_new_int64(mgr.sessions) : NULL);
+                json_object_object_add(m, "running_execs",
+                                       mgr.active ? json_object_new_int64(mgr.running_execs) : NULL);
                 json_object_object_add(root, "manager", m);
                 json_object_object_add(root, "draining", json_object_new_boolean(draining));
-                json_object_object_add(root, "node_id", config_ok ? json_object_new_string(strempty(cfg.node_id)) : NULL);
+                json_object_object_add(root, "node_id",
+                                       config_ok ? json_object_new_string(strempty(cfg.node_id)) : NULL);
 
                 json_object_object_add(conf, "path", json_object_new_string(SCOPEBOX_CONFIG_FILE));
                 json_object_object_add(conf, "ok", json_object_new_boolean(config_ok));
-                json_object_object_add(conf, "error", config_ok ? NULL : json_object_new_string(strempty(config_error)));
+                json_object_object_add(conf, "error",
+                                       config_ok ? NULL : json_object_new_string(strempty(config_error)));
                 json_object_object_add(root, "config", conf);
                 json_object_object_add(root, "limits", config_ok ? limits_to_json(&cfg) : NULL);
 
                 json_object_object_add(storage, "local_dir",
                                        config_ok && !isempty(cfg.local_storage_dir)
                                                ? json_object_new_string(cfg.local_storage_dir) : NULL);
-                json_object_object_add(storage, "local_dir_exists",
-                                       json_object_new_boolean(config_ok && dir_exists(cfg.local_storage_dir)));
-                json_object_object_add(storage, "allowed_endpoints",
-                                       json_object_new_string(config_ok ? strempty(cfg.storage_allowed_endpoints) : ""));
+                json_object_object_add(
+                        storage, "local_dir_exists",
+                        json_object_new_boolean(config_ok && dir_exists(cfg.local_storage_dir)));
+                json_object_object_add(
+                        storage, "allowed_endpoints",
+                        json_object_new_string(config_ok ? strempty(cfg.storage_allowed_endpoints) : ""));
                 json_object_object_add(storage, "agent_active_state", json_object_new_string(agent_state));
-                json_object_object_add(storage, "agent_active", json_object_new_boolean(streq(agent_state, "active")));
+                json_object_object_add(storage, "agent_active",
+                                       json_object_new_boolean(streq(agent_state, "active")));
                 json_object_object_add(root, "storage", storage);
                 json_print(root);
                 return 0;
@@ -215,13 +228,16 @@ int verb_status(Ctl *c) {
                 printf("Sessions:             %" PRIu32 " (%" PRIu32 " running an exec)\n", mgr.sessions,
                        mgr.running_execs);
         else
-                printf("Sessions:             inactive (the session manager is not running; it starts on demand)\n");
-        printf("Draining:             %s\n", draining ? "yes (new sessions are refused; scopeboxctl undrain)" : "no");
+                printf("Sessions:             inactive (the session manager is not running; it starts on "
+                       "demand)\n");
+        printf("Draining:             %s\n",
+               draining ? "yes (new sessions are refused; scopeboxctl undrain)" : "no");
         if (config_ok && !isempty(cfg.node_id))
                 printf("Node:                 %s (SANDBOX_NODE_ID)\n", cfg.node_id);
 
         if (!config_ok) {
-                printf("Configuration:        %s is invalid: %s\n", SCOPEBOX_CONFIG_FILE, strempty(config_error));
+                printf("Configuration:        %s is invalid: %s\n", SCOPEBOX_CONFIG_FILE,
+                       strempty(config_error));
                 return 0;
         }
         limits_print(&cfg);

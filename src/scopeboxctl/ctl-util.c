@@ -69,7 +69,8 @@ int ctl_name_has_owner(sd_bus *bus, const char *name) {
 
 int ctl_check_session_id(const char *id) {
         if (!session_id_is_valid(id))
-                return ctl_error(ENXIO, "'%s' is not a session id (32 lowercase hex digits): no such session.", id);
+                return ctl_error(ENXIO,
+                                 "'%s' is not a session id (32 lowercase hex digits): no such session.", id);
         return 0;
 }
 
@@ -115,8 +116,8 @@ static int unit_get_all(sd_bus *bus, const char *path, const char *interface, co
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         int r;
 
-        r = sd_bus_call_method(bus, "org.freedesktop.systemd1", path, "org.freedesktop.DBus.Properties", "GetAll",
-                               &e, &reply, "s", interface);
+        r = sd_bus_call_method(bus, "org.freedesktop.systemd1", path, "org.freedesktop.DBus.Properties",
+                               "GetAll", &e, &reply, "s", interface);
         if (r < 0)
                 return r;
         r = bus_message_read_dict(reply, fields, u);

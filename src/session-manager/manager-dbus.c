@@ -45,7 +45,8 @@ static int read_variant(sd_bus_message *m, const char *key, char type, void *ret
 
         r = sd_bus_message_enter_container(m, 'v', sig);
         if (r < 0)
-                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Option '%s' must be of type '%s'.", key, sig);
+                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+                                         "Option '%s' must be of type '%s'.", key, sig);
         r = sd_bus_message_read_basic(m, type, ret);
         if (r < 0)
                 return r;
@@ -70,7 +71,8 @@ static int read_options(sd_bus_message *m, const BusOption options[], void *base
                         if (streq(i->name, key))
                                 o = i;
                 if (!o)
-                        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", key);
+                        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.",
+                                                 key);
                 r = read_variant(m, key, o->type, (uint8_t *) base + o->offset, error);
                 if (r < 0)
                         return r;
@@ -114,7 +116,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(BusCall *, bus_call_free);
  * create slot back. Not archived: its workspace holds only what was restored. */
 static void release_abandoned_create(Session *s, bool adopted) {
         /* An adopted session's workspace is its own, newer than the stored archive: archived again. */
-        (void) session_release_full(s, "its creator hung up", &(ReleaseOptions) { .archive = adopted }, NULL, NULL);
+        (void) session_release_full(s, "its creator hung up", &(ReleaseOptions) { .archive = adopted }, NULL,
+                                    NULL);
 }
 
 static int on_caller_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
@@ -125,7 +128,8 @@ static int on_caller_hangup(sd_event_source *source, int fd, uint32_t revents, v
 
         /* Level-triggered: once is enough. */
         c->hangup_source = sd_event_source_disable_unref(c->hangup_source);
-        log_debug("The caller of %s hung up; cancelling the call.", strna(sd_bus_message_get_member(c->message)));
+        log_debug("The caller of %s hung up; cancelling the call.",
+                  strna(sd_bus_message_get_member(c->message)));
         /* Any of them may answer at once, which frees c. */
         if (exec)
                 session_exec_cancel(exec);
@@ -153,7 +157,8 @@ static int bus_call_new(Manager *mgr, sd_bus_message *m, int hangup_fd, BusCall 
                 if (r < 0)
                         return r;
                 if (r == 0)
-                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "hangup must be the read end of a pipe");
+                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                                "hangup must be the read end of a pipe");
                 r = pipe_hung_up(hangup_fd);
                 if (r < 0)
                         return r;
@@ -245,7 +250,8 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 o.archive_key = NULL;
         if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
-        ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
+        ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec
+                                        : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
                    USEC_PER_SEC;
 
         /* Not even a pending archive's session is taken back: the balancer sends the client to
@@ -276,9 +282,11 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 c->adopted = false;
         }
 
-        if (mgr->config.max_sessions > 0 && mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions) {
+        if (mgr->config.max_sessions > 0 &&
+            mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions) {
                 /* A client can ask at will: info, not a warning. */
-                log_struct(LOG_INFO, 0, LOG_FIELDS("SCOPEBOX_LIMIT=SANDBOX_MAX_SESSIONS", SCOPEBOX_MESSAGE_LIMIT_REACHED),
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS("SCOPEBOX_LIMIT=SANDBOX_MAX_SESSIONS", SCOPEBOX_MESSAGE_LIMIT_REACHED),
                            "Refused a session: SANDBOX_MAX_SESSIONS=%" PRIi64 " sessions are running.",
                            (int64_t) mgr->config.max_sessions);
                 return sd_bus_error_set(error, BUS_ERROR_LIMIT_EXCEEDED, "too many active sessions");
@@ -373,21 +381,23 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
                  * the contract's idempotent {"ok":true}. */
                 if (o.discard && o.archive_key && archive_stem_is_valid(o.archive_key) &&
                     storage_json_effective(o.storage, mgr->config.local_storage_dir)) {
-                        r = sd_bus_call_method_async(mgr->bus, NULL, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
-                                                     STORAGE_AGENT_INTERFACE, "DeleteArchive", on_orphan_archive_deleted,
+                        r = sd_bus_call_method_async(mgr->bus, NULL, STORAGE_AGENT_BUS_NAME,
+                                                     STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE,
+                                                     "DeleteArchive", on_orphan_archive_deleted,
                                                      sd_bus_message_ref(m), "ss", o.storage, o.archive_key);
                         if (r >= 0)
                                 return 1;
                         sd_bus_message_unref(m);
                 }
-                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
+                                        "session not found or not running");
         }
 
         /* "Nothing but what was restored" can't be true of an adopted session. */
         ReleaseOptions ro = { .archive = (o.archive || s->adopted) && !o.discard, .discard = o.discard,
                               .archive_key = o.archive_key, .storage_json = o.storage };
-        r = session_release_full(s, o.discard ? "discarded by client" : "released by client", &ro, on_session_released,
-                                 sd_bus_message_ref(m));
+        r = session_release_full(s, o.discard ? "discarded by client" : "released by client", &ro,
+                                 on_session_released, sd_bus_message_ref(m));
         if (r < 0) {
                 sd_bus_message_unref(m);
                 return r;
@@ -420,15 +430,13 @@ static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
-                                          "timed_out", "b", (int) res->timed_out,
-                                          "oom_killed", "b", (int) res->oom_killed,
-                                          "pids_limited", "b", (int) res->pids_limited,
-                                          "duration_usec", "t", res->duration_usec,
-                                          "stdout_truncated", "b", (int) res->stdout_truncated,
-                                          "stderr_truncated", "b", (int) res->stderr_truncated,
-                                          "files_skipped", "u", (uint32_t) MIN(res->files_skipped, UINT32_MAX),
-                                          "signal", "i", res->signal);
+                r = sd_bus_message_append(
+                        reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "timed_out", "b", (int) res->timed_out,
+                        "oom_killed", "b", (int) res->oom_killed, "pids_limited", "b",
+                        (int) res->pids_limited, "duration_usec", "t", res->duration_usec,
+                        "stdout_truncated", "b", (int) res->stdout_truncated, "stderr_truncated", "b",
+                        (int) res->stderr_truncated, "files_skipped", "u",
+                        (uint32_t) MIN(res->files_skipped, UINT32_MAX), "signal", "i", res->signal);
         /* Newer members, each only when the runner measured it. */
         if (r >= 0 && res->exit_reason)
                 r = sd_bus_message_append(reply, "{sv}", "exit_reason", "s", res->exit_reason);
@@ -477,7 +485,8 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(stt)");
         for (size_t i = 0; r >= 0 && i < res->n_files; i++)
-                r = sd_bus_message_append(reply, "(stt)", res->files[i].path, res->files[i].offset, res->files[i].size);
+                r = sd_bus_message_append(reply, "(stt)", res->files[i].path, res->files[i].offset,
+                                          res->files[i].size);
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         if (r >= 0)
@@ -506,8 +515,10 @@ static int take_sealed_memfd(int fd, uint64_t max, const char *what, const char 
                 return -errno;
         seals = fcntl(dup_fd, F_GET_SEALS);
         if (fstat(dup_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
-            (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
-                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "%s must be a sealed memfd", what);
+            (seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW)) !=
+                    (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW))
+                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "%s must be a sealed memfd",
+                                         what);
         if ((uint64_t) st.st_size > max)
                 return sd_bus_error_set(error, BUS_ERROR_TOO_LARGE, too_large);
         *ret = TAKE_FD(dup_fd);
@@ -547,12 +558,14 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 if (r < 0)
                         return r;
                 if (r == 0)
-                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "stream must be the write end of a pipe");
+                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                                "stream must be the write end of a pipe");
         }
 
         s = manager_find_session(mgr, id);
         if (!s || s->state != SESSION_RUNNING)
-                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
+                                        "session not found or not running");
 
         p.timeout_ms = o.timeout_ms == 0 ? BUS_EXEC_TIMEOUT_DEFAULT_MS
                                          : CLAMP(o.timeout_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS,
@@ -570,7 +583,8 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (r == -EBUSY)
                 return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
         if (r == -ENXIO)
-                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
+                                        "session not found or not running");
         if (r < 0)
                 return r;
         TAKE_PTR(c); /* the callback frees it, maybe already has */
@@ -651,7 +665,8 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
             !string_is_printable_line(o.traceparent, RUN_FIELD_MAX))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid trace context");
         /* W3C traceparent "00-<trace id>-<span id>-<flags>": the ids go to the journal. */
-        if (o.traceparent && strlen(o.traceparent) == 55 && o.traceparent[2] == '-' && o.traceparent[35] == '-') {
+        if (o.traceparent && strlen(o.traceparent) == 55 && o.traceparent[2] == '-' &&
+            o.traceparent[35] == '-') {
                 memcpy(trace_id, o.traceparent + 3, 32);
                 memcpy(span_id, o.traceparent + 36, 16);
         }
@@ -778,7 +793,8 @@ static void on_file_done(Session *s, int error, const char *message, int fd, voi
                         r = sd_bus_message_open_container(reply, 'a', "(st)");
                 for (size_t i = 0; r >= 0 && i < json_object_array_length(list); i++) {
                         json_object *e = json_object_array_get_idx(list, i), *p, *sz;
-                        if (!json_object_object_get_ex(e, "path", &p) || !json_object_object_get_ex(e, "size", &sz))
+                        if (!json_object_object_get_ex(e, "path", &p) ||
+                            !json_object_object_get_ex(e, "size", &sz))
                                 continue;
                         r = sd_bus_message_append(reply, "(st)", json_object_get_string(p),
                                                   (uint64_t) json_object_get_int64(sz));
@@ -801,7 +817,8 @@ static int queue_file_call(sd_bus_message *m, int r, sd_bus_error *error) {
         if (r == -EBUSY)
                 return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
         if (r == -ENXIO)
-                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
+                                        "session not found or not running");
         return r;
 }
 
@@ -1001,30 +1018,24 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}"
-                                          "{sv}{sv}{sv}{sv}{sv}",
-                                          "start_time_usec", "t", mt->start_realtime_usec,
-                                          "sessions", "u", mgr->n_sessions - mgr->n_ephemeral,
-                                          "sessions_started", "t", mt->sessions_started,
-                                          "sessions_ended", "t", mt->sessions_ended,
-                                          "sessions_reaped", "t", mt->sessions_reaped,
-                                          "execs_running", "u", mgr->n_execs_running,
-                                          "execs_waiting", "u", (uint32_t) mgr->n_exec_waiters,
-                                          "creates_running", "u", mgr->n_creating,
-                                          "creates_waiting", "u", manager_count_pending_creates(mgr),
-                                          "runs_running", "u", mgr->n_runs_running,
-                                          "runs_waiting", "u", mgr->n_runs_queued,
-                                          "runs", "t", mt->runs,
-                                          "exec_duration_sum_usec", "t", mt->exec_duration_sum_usec,
-                                          "exec_duration_count", "t", mt->exec_duration_count,
-                                          "archive_bytes_written", "t", mt->archive_bytes_written,
-                                          "archive_bytes_restored", "t", mt->archive_bytes_restored,
-                                          "archive_failures", "t", mt->archive_failures,
-                                          "archive_retries", "t", mt->archive_retries,
-                                          "archives_skipped", "t", mt->archives_skipped,
-                                          "archives_abandoned", "t", mt->archives_abandoned,
-                                          "restore_failures", "t", mt->restore_failures,
-                                          "archives_pending", "u", session_count_pending_archives(mgr));
+                r = sd_bus_message_append(
+                        reply,
+                        "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}"
+                        "{sv}{sv}{sv}{sv}{sv}",
+                        "start_time_usec", "t", mt->start_realtime_usec, "sessions", "u",
+                        mgr->n_sessions - mgr->n_ephemeral, "sessions_started", "t", mt->sessions_started,
+                        "sessions_ended", "t", mt->sessions_ended, "sessions_reaped", "t",
+                        mt->sessions_reaped, "execs_running", "u", mgr->n_execs_running, "execs_waiting",
+                        "u", (uint32_t) mgr->n_exec_waiters, "creates_running", "u", mgr->n_creating,
+                        "creates_waiting", "u", manager_count_pending_creates(mgr), "runs_running", "u",
+                        mgr->n_runs_running, "runs_waiting", "u", mgr->n_runs_queued, "runs", "t", mt->runs,
+                        "exec_duration_sum_usec", "t", mt->exec_duration_sum_usec, "exec_duration_count",
+                        "t", mt->exec_duration_count, "archive_bytes_written", "t",
+                        mt->archive_bytes_written, "archive_bytes_restored", "t", mt->archive_bytes_restored,
+                        "archive_failures", "t", mt->archive_failures, "archive_retries", "t",
+                        mt->archive_retries, "archives_skipped", "t", mt->archives_skipped,
+                        "archives_abandoned", "t", mt->archives_abandoned, "restore_failures", "t",
+                        mt->restore_failures, "archives_pending", "u", session_count_pending_archives(mgr));
         if (r >= 0)
                 r = append_labeled(reply, "execs", mt->execs, _EXEC_OUTCOME_MAX, exec_outcome_label);
         if (r >= 0)
@@ -1034,7 +1045,8 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
         if (r >= 0)
                 r = open_array_entry(reply, "exec_duration_buckets", "(tt)");
         for (unsigned i = 0; r >= 0 && i < METRICS_EXEC_BUCKETS; i++)
-                r = sd_bus_message_append(reply, "(tt)", metrics_exec_bucket_usec[i], metrics_exec_cumulative(mt, i));
+                r = sd_bus_message_append(reply, "(tt)", metrics_exec_bucket_usec[i],
+                                          metrics_exec_cumulative(mt, i));
         if (r >= 0)
                 r = close_array_entry(reply);
         if (r >= 0)
@@ -1053,22 +1065,17 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
-                                          "state", "s", session_state_to_string(s->state),
-                                          "archive_pending", "b", (int) session_archive_pending(s),
-                                          "restore_failed", "b", (int) s->restore_failed,
-                                          "unit", "s", strempty(s->unit),
-                                          "created_usec", "t", s->created_realtime_usec,
-                                          "last_active_usec", "t", s->last_active_realtime_usec,
-                                          "idle_ttl_usec", "t", s->idle_ttl_usec,
-                                          "uid", "u", (uint32_t) s->uid,
-                                          "runner_pid", "u", (uint32_t) MAX(s->runner_pid, 0),
-                                          "execs", "t", s->n_execs,
-                                          "exec_running", "b", (int) session_exec_running(s),
-                                          "queued", "u", (uint32_t) s->n_queued,
-                                          "ephemeral", "b", (int) s->ephemeral,
-                                          "pooled", "b", (int) s->pooled,
-                                          "archive_key", "s", strempty(s->archive_key));
+                r = sd_bus_message_append(
+                        reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "state", "s",
+                        session_state_to_string(s->state), "archive_pending", "b",
+                        (int) session_archive_pending(s), "restore_failed", "b", (int) s->restore_failed,
+                        "unit", "s", strempty(s->unit), "created_usec", "t", s->created_realtime_usec,
+                        "last_active_usec", "t", s->last_active_realtime_usec, "idle_ttl_usec", "t",
+                        s->idle_ttl_usec, "uid", "u", (uint32_t) s->uid, "runner_pid", "u",
+                        (uint32_t) MAX(s->runner_pid, 0), "execs", "t", s->n_execs, "exec_running", "b",
+                        (int) session_exec_running(s), "queued", "u", (uint32_t) s->n_queued, "ephemeral",
+                        "b", (int) s->ephemeral, "pooled", "b", (int) s->pooled, "archive_key", "s",
+                        strempty(s->archive_key));
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         return r;
@@ -1136,8 +1143,9 @@ static int method_list_pending_archives(sd_bus_message *m, void *userdata, sd_bu
         for (Session *s = mgr->sessions; r >= 0 && s; s = s->next) {
                 if (!session_archive_pending(s))
                         continue;
-                r = sd_bus_message_append(reply, "(ssutts)", s->id, session_archive_stem_of(s), s->archive_attempts,
-                                          s->release_realtime_usec, s->archive_first_failure_realtime_usec,
+                r = sd_bus_message_append(reply, "(ssutts)", s->id, session_archive_stem_of(s),
+                                          s->archive_attempts, s->release_realtime_usec,
+                                          s->archive_first_failure_realtime_usec,
                                           strempty(s->archive_error));
         }
         if (r >= 0)
@@ -1189,8 +1197,9 @@ static int property_get_sessions(sd_bus *bus, const char *path, const char *inte
         return sd_bus_message_append(reply, "u", mgr->n_sessions);
 }
 
-static int property_get_running_execs(sd_bus *bus, const char *path, const char *interface, const char *property,
-                                      sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+static int property_get_running_execs(sd_bus *bus, const char *path, const char *interface,
+                                      const char *property, sd_bus_message *reply, void *userdata,
+                                      sd_bus_error *error) {
         Manager *mgr = userdata;
         return sd_bus_message_append(reply, "u", mgr->n_execs_running);
 }
@@ -1204,78 +1213,49 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("Sessions", "u", property_get_sessions, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
-        SD_BUS_PROPERTY("RunningExecs", "u", property_get_running_execs, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("RunningExecs", "u", property_get_running_execs, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Draining", "b", property_get_draining, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
-        SD_BUS_METHOD_WITH_ARGS("CreateSession",
-                                SD_BUS_ARGS("a{sv}", options),
-                                SD_BUS_RESULT("s", session_id, "b", restore_failed),
-                                method_create_session, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ReleaseSession",
-                                SD_BUS_ARGS("s", session_id, "a{sv}", options),
-                                SD_BUS_RESULT("s", archive),
-                                method_release_session, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("Exec",
-                                SD_BUS_ARGS("s", session_id, "h", code, "a{sv}", options),
-                                SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size,
-                                              "a(stt)", files, "a{sv}", info, "h", data),
+        SD_BUS_METHOD_WITH_ARGS("CreateSession", SD_BUS_ARGS("a{sv}", options),
+                                SD_BUS_RESULT("s", session_id, "b", restore_failed), method_create_session,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ReleaseSession", SD_BUS_ARGS("s", session_id, "a{sv}", options),
+                                SD_BUS_RESULT("s", archive), method_release_session,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Exec", SD_BUS_ARGS("s", session_id, "h", code, "a{sv}", options),
+                                SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size, "a(stt)",
+                                              files, "a{sv}", info, "h", data),
                                 method_exec, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("Run",
-                                SD_BUS_ARGS("s", language, "h", code, "a{sv}", options),
-                                SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size,
-                                              "a{sv}", info, "h", data),
-                                method_run, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("WriteFile",
-                                SD_BUS_ARGS("s", session_id, "s", path, "h", data),
-                                SD_BUS_NO_RESULT,
-                                method_write_file, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ReadFile",
-                                SD_BUS_ARGS("s", session_id, "s", path),
-                                SD_BUS_RESULT("h", data),
-                                method_read_file, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ListFiles",
-                                SD_BUS_ARGS("s", session_id),
-                                SD_BUS_RESULT("a(st)", files),
+        SD_BUS_METHOD_WITH_ARGS(
+                "Run", SD_BUS_ARGS("s", language, "h", code, "a{sv}", options),
+                SD_BUS_RESULT("i", exit_code, "t", stdout_size, "t", stderr_size, "a{sv}", info, "h", data),
+                method_run, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("WriteFile", SD_BUS_ARGS("s", session_id, "s", path, "h", data),
+                                SD_BUS_NO_RESULT, method_write_file, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ReadFile", SD_BUS_ARGS("s", session_id, "s", path),
+                                SD_BUS_RESULT("h", data), method_read_file, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListFiles", SD_BUS_ARGS("s", session_id), SD_BUS_RESULT("a(st)", files),
                                 method_list_files, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ResetInputs",
-                                SD_BUS_ARGS("s", session_id),
-                                SD_BUS_NO_RESULT,
+        SD_BUS_METHOD_WITH_ARGS("ResetInputs", SD_BUS_ARGS("s", session_id), SD_BUS_NO_RESULT,
                                 method_reset_inputs, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ResetKernel",
-                                SD_BUS_ARGS("s", session_id),
-                                SD_BUS_NO_RESULT,
+        SD_BUS_METHOD_WITH_ARGS("ResetKernel", SD_BUS_ARGS("s", session_id), SD_BUS_NO_RESULT,
                                 method_reset_kernel, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("CancelExec",
-                                SD_BUS_ARGS("s", session_id),
-                                SD_BUS_NO_RESULT,
+        SD_BUS_METHOD_WITH_ARGS("CancelExec", SD_BUS_ARGS("s", session_id), SD_BUS_NO_RESULT,
                                 method_cancel_exec, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("GetHealth",
-                                SD_BUS_NO_ARGS,
-                                SD_BUS_RESULT("b", ok, "a{sv}", info),
+        SD_BUS_METHOD_WITH_ARGS("GetHealth", SD_BUS_NO_ARGS, SD_BUS_RESULT("b", ok, "a{sv}", info),
                                 method_get_health, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("GetMetrics",
-                                SD_BUS_NO_ARGS,
-                                SD_BUS_RESULT("a{sv}", metrics),
+        SD_BUS_METHOD_WITH_ARGS("GetMetrics", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{sv}", metrics),
                                 method_get_metrics, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ListSessions",
-                                SD_BUS_NO_ARGS,
-                                SD_BUS_RESULT("a(sa{sv})", sessions),
+        SD_BUS_METHOD_WITH_ARGS("ListSessions", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(sa{sv})", sessions),
                                 method_list_sessions, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("GetSession",
-                                SD_BUS_ARGS("s", session_id),
-                                SD_BUS_RESULT("a{sv}", info),
+        SD_BUS_METHOD_WITH_ARGS("GetSession", SD_BUS_ARGS("s", session_id), SD_BUS_RESULT("a{sv}", info),
                                 method_get_session, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ListPendingArchives",
-                                SD_BUS_NO_ARGS,
-                                SD_BUS_RESULT("a(ssutts)", archives),
+        SD_BUS_METHOD_WITH_ARGS("ListPendingArchives", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssutts)", archives),
                                 method_list_pending_archives, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("RetryArchives",
-                                SD_BUS_NO_ARGS,
-                                SD_BUS_RESULT("u", n_archives),
+        SD_BUS_METHOD_WITH_ARGS("RetryArchives", SD_BUS_NO_ARGS, SD_BUS_RESULT("u", n_archives),
                                 method_retry_archives, SD_BUS_VTABLE_UNPRIVILEGED),
         /* Root only, by the bus policy (scopeboxctl drain/undrain). */
-        SD_BUS_METHOD_WITH_ARGS("SetDraining",
-                                SD_BUS_ARGS("b", draining),
-                                SD_BUS_NO_RESULT,
+        SD_BUS_METHOD_WITH_ARGS("SetDraining", SD_BUS_ARGS("b", draining), SD_BUS_NO_RESULT,
                                 method_set_draining, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };

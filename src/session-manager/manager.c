@@ -43,8 +43,9 @@ int manager_new(Manager **ret) {
                 return log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
         r = address_policy_parse(m->config.dify_network_allow, &m->dify_network_allow, &config_error);
         if (r < 0)
-                return log_error_errno(r, "Invalid configuration: SANDBOX_DIFY_NETWORK_ALLOW: '%s' is no address or prefix",
-                                       strna(config_error));
+                return log_error_errno(
+                        r, "Invalid configuration: SANDBOX_DIFY_NETWORK_ALLOW: '%s' is no address or prefix",
+                        strna(config_error));
 
         r = sd_event_default(&m->event);
         if (r < 0)
@@ -155,7 +156,8 @@ static int on_create_queue_timeout(sd_event_source *source, uint64_t usec, void 
         Manager *m = p->manager;
 
         pending_create_unlink(m, p);
-        log_info("A session create waited %llus for a slot; refusing it.", (unsigned long long) m->config.queue_timeout_sec);
+        log_info("A session create waited %llus for a slot; refusing it.",
+                 (unsigned long long) m->config.queue_timeout_sec);
         p->callback(p->session, -EUSERS, "session create queue is full", p->userdata);
         session_add_to_gc_queue(p->session);
         free(p);
@@ -179,8 +181,9 @@ int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void 
         if (!p)
                 return -ENOMEM;
         *p = (PendingCreate) { .manager = m, .session = s, .callback = cb, .userdata = userdata };
-        r = sd_event_add_time_relative(m->event, &p->timer, CLOCK_MONOTONIC, m->config.queue_timeout_sec * USEC_PER_SEC,
-                                       USEC_PER_MSEC * 100, on_create_queue_timeout, p);
+        r = sd_event_add_time_relative(m->event, &p->timer, CLOCK_MONOTONIC,
+                                       m->config.queue_timeout_sec * USEC_PER_SEC, USEC_PER_MSEC * 100,
+                                       on_create_queue_timeout, p);
         if (r < 0) {
                 free(p);
                 return r;
@@ -353,16 +356,19 @@ static int on_idle_exit(sd_event_source *s, uint64_t usec, void *userdata) {
 
         if (m->n_sessions > 0)
                 return 0;
-        log_info("No sessions for %llus, exiting.", (unsigned long long) (MANAGER_IDLE_EXIT_USEC / USEC_PER_SEC));
+        log_info("No sessions for %llus, exiting.",
+                 (unsigned long long) (MANAGER_IDLE_EXIT_USEC / USEC_PER_SEC));
         return sd_event_exit(m->event, 0);
 }
 
 void manager_send_status(Manager *m) {
         unsigned sessions = m->n_sessions - m->n_ephemeral;
 
-        (void) sd_notifyf(false, "STATUS=%u session%s, %u exec%s running, %zu waiting; %u dify run%s running, %u waiting",
-                          sessions, sessions == 1 ? "" : "s", m->n_execs_running, m->n_execs_running == 1 ? "" : "s",
-                          m->n_exec_waiters, m->n_runs_running, m->n_runs_running == 1 ? "" : "s", m->n_runs_queued);
+        (void) sd_notifyf(
+                false,
+                "STATUS=%u session%s, %u exec%s running, %zu waiting; %u dify run%s running, %u waiting",
+                sessions, sessions == 1 ? "" : "s", m->n_execs_running, m->n_execs_running == 1 ? "" : "s",
+                m->n_exec_waiters, m->n_runs_running, m->n_runs_running == 1 ? "" : "s", m->n_runs_queued);
 }
 
 void manager_state_changed(Manager *m) {
@@ -381,8 +387,8 @@ void manager_state_changed(Manager *m) {
                 (void) sd_event_source_set_enabled(m->idle_exit_source, SD_EVENT_ONESHOT);
                 return;
         }
-        r = sd_event_add_time_relative(m->event, &m->idle_exit_source, CLOCK_MONOTONIC, MANAGER_IDLE_EXIT_USEC,
-                                       USEC_PER_SEC, on_idle_exit, m);
+        r = sd_event_add_time_relative(m->event, &m->idle_exit_source, CLOCK_MONOTONIC,
+                                       MANAGER_IDLE_EXIT_USEC, USEC_PER_SEC, on_idle_exit, m);
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the idle exit timer, ignoring: %m");
 }
@@ -423,7 +429,8 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
 
         fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || read_full_fd(fd, 256 * 1024, &text, NULL) < 0 ||
-            json_parse(text, strlen(text), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object)) {
+            json_parse(text, strlen(text), JSON_DEPTH_MAX, &o) < 0 ||
+            !json_object_is_type(o, json_type_object)) {
                 session_cleanup_stale(s, "its record is unreadable");
                 return 0;
         }

@@ -61,7 +61,8 @@ typedef struct Metrics {
         uint64_t archive_bytes_restored;  /* archives unpacked into a new session */
         uint64_t archive_failures;        /* archive attempts that failed (each retry counts) */
         uint64_t archive_retries;         /* archive attempts after a failed one */
-        uint64_t archives_skipped;        /* archives that can never be stored (too large, storage refused) */
+        /* archives that can never be stored (too large, storage refused) */
+        uint64_t archives_skipped;
         uint64_t archives_abandoned;      /* archives given up: deadline, runner gone, superseded */
         uint64_t restore_failures;        /* creates whose archive could not be restored */
 } Metrics;

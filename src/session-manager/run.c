@@ -122,7 +122,8 @@ static void run_finish(Run *r, Session *s, int error, const char *message, const
                 (void) on_release(NULL, r);
 }
 
-static void on_exec_done(Session *s, int error, const char *message, const ExecResult *result, void *userdata) {
+static void on_exec_done(Session *s, int error, const char *message, const ExecResult *result,
+                         void *userdata) {
         Run *r = userdata;
         char detail[128];
 
@@ -132,11 +133,11 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         else if (error < 0)
                 snprintf(detail, sizeof(detail), "failed: %s", strna(message));
         else
-                snprintf(detail, sizeof(detail), "finished with exit code %i%s after %llu ms", result->exit_code,
-                         result->timed_out ? " (timed out)" : "",
+                snprintf(detail, sizeof(detail), "finished with exit code %i%s after %llu ms",
+                         result->exit_code, result->timed_out ? " (timed out)" : "",
                          (unsigned long long) (result->duration_usec / USEC_PER_MSEC));
-        run_log(r, error < 0 && error != -ECANCELED ? LOG_WARNING : LOG_INFO, error == -ECANCELED ? 0 : error,
-                detail);
+        run_log(r, error < 0 && error != -ECANCELED ? LOG_WARNING : LOG_INFO,
+                error == -ECANCELED ? 0 : error, detail);
         run_finish(r, s, error, message, error < 0 ? NULL : result);
 }
 
@@ -161,7 +162,8 @@ static void on_session_started(Session *s, int error, const char *message, void 
                  * every run. */
                 metrics_count_exec(&r->manager->metrics, r->cancelled ? -ECANCELED : error, NULL);
                 run_log(r, r->cancelled ? LOG_INFO : LOG_WARNING, r->cancelled ? 0 : error,
-                        r->cancelled ? "was cancelled before it started: its caller hung up" : "could not start");
+                        r->cancelled ? "was cancelled before it started: its caller hung up"
+                                     : "could not start");
                 /* A session that did start is ours to release. */
                 run_finish(r, error < 0 ? NULL : s, error < 0 ? error : -ECANCELED,
                            message ?: "failed to start the sandbox", NULL);
@@ -356,14 +358,19 @@ int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallbac
                 safe_close(code_fd);
                 return -ENOMEM;
         }
-        *r = (Run) { .manager = m, .code_fd = code_fd, .network = req->network, .callback = cb, .userdata = userdata };
+        *r = (Run) { .manager = m,
+                     .code_fd = code_fd,
+                     .network = req->network,
+                     .callback = cb,
+                     .userdata = userdata };
         if (m->n_runs_queued >= RUN_QUEUE_MAX) {
                 metrics_count_exec(&m->metrics, -EBUSY, NULL);
                 return -EBUSY;
         }
         r->language = strdup(req->language);
-        if (!r->language || strdup_opt(req->trace_id, &r->trace_id) < 0 || strdup_opt(req->span_id, &r->span_id) < 0 ||
-            strdup_opt(req->user_id, &r->user_id) < 0 || strdup_opt(req->user_type, &r->user_type) < 0)
+        if (!r->language || strdup_opt(req->trace_id, &r->trace_id) < 0 ||
+            strdup_opt(req->span_id, &r->span_id) < 0 || strdup_opt(req->user_id, &r->user_id) < 0 ||
+            strdup_opt(req->user_type, &r->user_type) < 0)
                 return -ENOMEM;
 
         for (tail = &m->runs_queue; *tail; tail = &(*tail)->next)

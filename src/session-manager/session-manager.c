@@ -29,7 +29,8 @@ static void log_host_finding(const HostFinding *f, void *userdata) {
         (void) snprintf(f_value, sizeof(f_value), "SCOPEBOX_VALUE=%s", f->value);
         (void) snprintf(f_recommended, sizeof(f_recommended), "SCOPEBOX_RECOMMENDED=%s", f->recommended);
         log_struct(LOG_WARNING, 0, LOG_FIELDS(f_setting, f_value, f_recommended),
-                   "Host setting %s is %s, recommended %s: %s.", f->setting, f->value, f->recommended, f->risk);
+                   "Host setting %s is %s, recommended %s: %s.", f->setting, f->value, f->recommended,
+                   f->risk);
 }
 
 int main(int argc, char *argv[]) {

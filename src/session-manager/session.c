@@ -152,7 +152,8 @@ static int session_save_state(Session *s) {
         json_object_object_add(o, "id", json_object_new_string(s->id));
         json_object_object_add(o, "idle_ttl_usec", json_object_new_int64((int64_t) s->idle_ttl_usec));
         json_object_object_add(o, "uid", json_object_new_int64((int64_t) s->uid));
-        json_object_object_add(o, "created_realtime_usec", json_object_new_int64((int64_t) s->created_realtime_usec));
+        json_object_object_add(o, "created_realtime_usec",
+                               json_object_new_int64((int64_t) s->created_realtime_usec));
         json_object_object_add(o, "last_active_realtime_usec",
                                json_object_new_int64((int64_t) s->last_active_realtime_usec));
         if (s->archive_key)
@@ -165,10 +166,13 @@ static int session_save_state(Session *s) {
                 json_object_object_add(o, "stateful", json_object_new_boolean(true));
         if (s->releasing) {
                 json_object_object_add(o, "releasing", json_object_new_boolean(true));
-                json_object_object_add(o, "release_realtime_usec", json_object_new_int64((int64_t) s->release_realtime_usec));
-                json_object_object_add(o, "archive_attempts", json_object_new_int64((int64_t) s->archive_attempts));
-                json_object_object_add(o, "archive_first_failure_realtime_usec",
-                                       json_object_new_int64((int64_t) s->archive_first_failure_realtime_usec));
+                json_object_object_add(o, "release_realtime_usec",
+                                       json_object_new_int64((int64_t) s->release_realtime_usec));
+                json_object_object_add(o, "archive_attempts",
+                                       json_object_new_int64((int64_t) s->archive_attempts));
+                json_object_object_add(
+                        o, "archive_first_failure_realtime_usec",
+                        json_object_new_int64((int64_t) s->archive_first_failure_realtime_usec));
                 if (s->archive_error)
                         json_object_object_add(o, "archive_error", json_object_new_string(s->archive_error));
                 if (s->stop_reason)
@@ -193,7 +197,8 @@ static int session_save_state(Session *s) {
 static void session_remove_state(Session *s) {
         _cleanup_free_ char *path = session_state_path(s);
         if (path && unlink(path) < 0 && errno != ENOENT)
-                log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to remove '%s': %m", path);
+                log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to remove '%s': %m", path);
 }
 
 static void session_fail_requests(Session *s, int error, const char *message) {
@@ -237,7 +242,8 @@ static void session_hand_off_runner(Session *s) {
         r = manager_watch_child(s->manager, s->runner_pid);
         if (r < 0)
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to watch runner %i of session %s, it may stay a zombie: %m", (int) s->runner_pid, s->id);
+                           "Failed to watch runner %i of session %s, it may stay a zombie: %m",
+                           (int) s->runner_pid, s->id);
         s->runner_pid = 0;
 }
 
@@ -251,19 +257,22 @@ static void session_release_remains(Session *s) {
                 /* Its runner went (killed, out of memory, unresponsive) while the archive waited. */
                 s->manager->metrics.archives_abandoned++;
                 s->archive_outcome = ARCHIVE_OUTCOME_ABANDONED;
-                log_struct(LOG_ERR, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
-                                                  SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
-                           "Gave up archiving session %s after %u attempts: the session ended first (its runner is "
-                           "gone); last error: %s. Its workspace is lost.", s->id, s->archive_attempts,
-                           strna(s->archive_error));
+                log_struct(
+                        LOG_ERR, 0,
+                        LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
+                                   SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
+                        "Gave up archiving session %s after %u attempts: the session ended first (its "
+                        "runner is "
+                        "gone); last error: %s. Its workspace is lost.",
+                        s->id, s->archive_attempts, strna(s->archive_error));
         }
 
         /* The workspace lived in the runner's mount namespace and is gone with it; what is left
          * here is the socket and an empty mount point. */
         r = rm_rf(s->runtime_dir);
         if (r < 0)
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to remove '%s', ignoring: %m",
-                           s->runtime_dir);
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to remove '%s', ignoring: %m", s->runtime_dir);
 
         if (s->start_callback) {
                 SessionDoneCallback cb = TAKE_PTR(s->start_callback);
@@ -384,16 +393,18 @@ static void session_finalize(Session *s) {
         session_add_to_gc_queue(s);
 }
 
-static void on_stop_job_done(Manager *m, const char *result, int error, const sd_bus_error *bus_error, void *userdata) {
+static void on_stop_job_done(Manager *m, const char *result, int error, const sd_bus_error *bus_error,
+                             void *userdata) {
         Session *s = userdata;
 
         s->stop_job = systemd_job_free(s->stop_job);
-        if (error < 0 && !(bus_error && sd_bus_error_has_name(bus_error, "org.freedesktop.systemd1.NoSuchUnit")))
-                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %s", s->unit,
-                           bus_error && bus_error->message ? bus_error->message : strerror(-error));
+        if (error < 0 &&
+            !(bus_error && sd_bus_error_has_name(bus_error, "org.freedesktop.systemd1.NoSuchUnit")))
+                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %s",
+                           s->unit, bus_error && bus_error->message ? bus_error->message : strerror(-error));
         else if (result && !streq(result, "done"))
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Stopping %s finished with result '%s'.",
-                           s->unit, result);
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Stopping %s finished with result '%s'.", s->unit, result);
         session_finalize(s);
 }
 
@@ -426,11 +437,13 @@ static void session_stop_scope(Session *s, const char *reason) {
                 return;
         }
         s->stop_requested = true;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Releasing session %s (%s).", s->id, reason);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Releasing session %s (%s).", s->id,
+                   reason);
 
         r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, &s->stop_job);
         if (r < 0) {
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %m", s->unit);
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %m",
+                           s->unit);
                 if (s->runner_pid > 0)
                         (void) kill(s->runner_pid, SIGKILL);
                 /* Finalized at once; the session itself stays until the event loop frees it. */
@@ -472,7 +485,8 @@ int session_release(Session *s, const char *reason, SessionDoneCallback cb, void
 
 static int session_dispatch_next(Session *s);
 
-static void session_complete_in_flight(Session *s, int error, const char *message, json_object *reply, int fd) {
+static void session_complete_in_flight(Session *s, int error, const char *message, json_object *reply,
+                                       int fd) {
         RunnerRequest *q = TAKE_PTR(s->in_flight);
 
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
@@ -509,7 +523,8 @@ static int on_control(sd_event_source *source, int fd, uint32_t revents, void *u
                 if (r == -EAGAIN)
                         break;
                 if (r < 0) {
-                        session_runner_lost(s, r == -ECONNRESET ? "control connection closed" : "bad message");
+                        session_runner_lost(s,
+                                            r == -ECONNRESET ? "control connection closed" : "bad message");
                         return 0;
                 }
                 if (!s->in_flight) {
@@ -529,7 +544,8 @@ static int on_control(sd_event_source *source, int fd, uint32_t revents, void *u
                         error = en ? json_object_get_int(en) : EIO;
                         if (error <= 0 || error > 4095)
                                 error = EIO;
-                        session_complete_in_flight(s, -error, e ? json_object_get_string(e) : "runner error", NULL, -EBADF);
+                        session_complete_in_flight(s, -error, e ? json_object_get_string(e) : "runner error",
+                                                   NULL, -EBADF);
                 }
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
@@ -591,10 +607,11 @@ static int session_dispatch_next(Session *s) {
         q->fd2 = safe_close(q->fd2);
         q->queue_timer = sd_event_source_disable_unref(q->queue_timer);
         s->in_flight = q;
-        r = sd_event_add_time_relative(s->manager->event, &s->request_timer, CLOCK_MONOTONIC, q->timeout_usec,
-                                       USEC_PER_SEC, on_request_timeout, s);
+        r = sd_event_add_time_relative(s->manager->event, &s->request_timer, CLOCK_MONOTONIC,
+                                       q->timeout_usec, USEC_PER_SEC, on_request_timeout, s);
         if (r < 0)
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to arm request timeout, ignoring: %m");
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to arm request timeout, ignoring: %m");
         return 0;
 }
 
@@ -624,8 +641,9 @@ static int on_queue_timeout(sd_event_source *source, uint64_t usec, void *userda
 
         waiting_for_slot = session_unqueue(s, q);
 
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "A request for session %s waited too long for %s.",
-                   s->id, waiting_for_slot ? "an exec slot" : "the session");
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                   "A request for session %s waited too long for %s.", s->id,
+                   waiting_for_slot ? "an exec slot" : "the session");
         if (waiting_for_slot)
                 q->callback(s, -EUSERS, "exec queue is full", NULL, -EBADF, q->userdata);
         else
@@ -661,13 +679,18 @@ static int session_enqueue_full(Session *s, json_object *message, int fd, int fd
                 safe_close(fd2);
                 return -ENOMEM;
         }
-        *q = (RunnerRequest) { .session = s, .message = message, .fd = fd, .fd2 = fd2, .timeout_usec = timeout_usec,
-                               .is_exec = is_exec, .callback = cb, .userdata = userdata };
+        *q = (RunnerRequest) { .session = s,
+                               .message = message,
+                               .fd = fd,
+                               .fd2 = fd2,
+                               .timeout_usec = timeout_usec,
+                               .is_exec = is_exec,
+                               .callback = cb,
+                               .userdata = userdata };
         /* Client calls wait at most the queue timeout; our own control requests go first. */
-        if (!front &&
-            sd_event_add_time_relative(s->manager->event, &q->queue_timer, CLOCK_MONOTONIC,
-                                       s->manager->config.queue_timeout_sec * USEC_PER_SEC, USEC_PER_MSEC * 100,
-                                       on_queue_timeout, q) < 0) {
+        if (!front && sd_event_add_time_relative(s->manager->event, &q->queue_timer, CLOCK_MONOTONIC,
+                                                 s->manager->config.queue_timeout_sec * USEC_PER_SEC,
+                                                 USEC_PER_MSEC * 100, on_queue_timeout, q) < 0) {
                 runner_request_free(q);
                 return -ENOMEM;
         }
@@ -691,9 +714,10 @@ static int session_enqueue_full(Session *s, json_object *message, int fd, int fd
         return 0;
 }
 
-static int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec, bool front,
-                           RunnerReplyCallback cb, void *userdata) {
-        return session_enqueue_full(s, message, fd, -EBADF, timeout_usec, is_exec, front, cb, userdata, NULL);
+static int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec,
+                           bool front, RunnerReplyCallback cb, void *userdata) {
+        return session_enqueue_full(s, message, fd, -EBADF, timeout_usec, is_exec, front, cb, userdata,
+                                    NULL);
 }
 
 /* ---- idle TTL ---- */
@@ -706,9 +730,11 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
                 session_touch(s);
                 return 0;
         }
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-idle",
-                                           SCOPEBOX_MESSAGE_SESSION_REAPED),
-                   "Session %s was idle for %llus.", s->id, (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-idle",
+                              SCOPEBOX_MESSAGE_SESSION_REAPED),
+                   "Session %s was idle for %llus.", s->id,
+                   (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
         if (s->counted)
                 s->manager->metrics.sessions_reaped++;
         (void) session_release_full(s, "idle timeout", &(ReleaseOptions) { .archive = true }, NULL, NULL);
@@ -723,9 +749,11 @@ static void session_arm_idle(Session *s, uint64_t usec) {
                 (void) sd_event_source_set_enabled(s->idle_timer, SD_EVENT_ONESHOT);
                 return;
         }
-        r = sd_event_add_time_relative(s->manager->event, &s->idle_timer, CLOCK_BOOTTIME, usec, USEC_PER_SEC, on_idle, s);
+        r = sd_event_add_time_relative(s->manager->event, &s->idle_timer, CLOCK_BOOTTIME, usec, USEC_PER_SEC,
+                                       on_idle, s);
         if (r < 0)
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to arm the idle timer: %m");
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to arm the idle timer: %m");
 }
 
 void session_touch(Session *s) {
@@ -770,14 +798,17 @@ static void session_start_done(Session *s, int error, const char *message) {
                 session_touch(s);
                 r = session_save_state(s);
                 if (r < 0)
-                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                   "Failed to record session %s; it won't survive a restart of the manager: %m", s->id);
+                        log_struct(
+                                LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                "Failed to record session %s; it won't survive a restart of the manager: %m",
+                                s->id);
                 if (!s->ephemeral && !s->counted) {
                         s->manager->metrics.sessions_started++;
                         s->counted = true;
                 }
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-created",
-                                                   SCOPEBOX_MESSAGE_SESSION_CREATED),
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-created",
+                                      SCOPEBOX_MESSAGE_SESSION_CREATED),
                            "Session %s started in %s.", s->id, s->unit);
                 manager_state_changed(s->manager);
         }
@@ -798,12 +829,13 @@ static void session_learn_runner(Session *s, json_object *reply) {
         s->runner_cancels = json_object_object_get_ex(reply, "cancel", &v) && json_object_get_boolean(v);
 }
 
-static void on_init_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_init_reply(Session *s, int error, const char *message, json_object *reply, int fd,
+                          void *userdata) {
         if (error >= 0)
                 session_learn_runner(s, reply);
         if (error < 0) {
-                log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Runner of session %s failed to initialize: %s",
-                           s->id, strempty(message));
+                log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Runner of session %s failed to initialize: %s", s->id, strempty(message));
                 session_start_done(s, -EHOSTDOWN, "failed to initialize the workspace");
                 return;
         }
@@ -831,7 +863,8 @@ static int session_connect(Session *s) {
         return 0;
 }
 
-static void on_scope_started(Manager *m, const char *result, int error, const sd_bus_error *bus_error, void *userdata) {
+static void on_scope_started(Manager *m, const char *result, int error, const sd_bus_error *bus_error,
+                             void *userdata) {
         Session *s = userdata;
         json_object *init;
         int r;
@@ -846,9 +879,11 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                 return;
         }
         if (error < 0 || !streq_ptr(result, "done")) {
-                log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to start %s: %s", s->unit,
-                           error < 0 ? (bus_error && bus_error->message ? bus_error->message : strerror(-error))
-                                     : strempty(result));
+                log_struct(
+                        LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to start %s: %s",
+                        s->unit,
+                        error < 0 ? (bus_error && bus_error->message ? bus_error->message : strerror(-error))
+                                  : strempty(result));
                 if (s->runner_pid > 0)
                         (void) kill(s->runner_pid, SIGKILL);
                 session_start_done(s, -EHOSTDOWN, "failed to start the session's scope");
@@ -857,7 +892,8 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
 
         r = session_connect(s);
         if (r < 0) {
-                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to connect to the runner of %s: %m", s->id);
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to connect to the runner of %s: %m", s->id);
                 session_start_done(s, -EHOSTDOWN, "failed to reach the session's runner");
                 return;
         }
@@ -870,14 +906,19 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
         json_object_object_add(init, "op", json_object_new_string("init"));
         json_object_object_add(init, "uid", json_object_new_int64((int64_t) s->uid));
         json_object_object_add(init, "gid", json_object_new_int64((int64_t) s->uid));
-        json_object_object_add(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size));
+        json_object_object_add(init, "workspace_size",
+                               json_object_new_int64((int64_t) m->config.workspace_size));
         json_object_object_add(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size));
-        json_object_object_add(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent));
+        json_object_object_add(init, "cpus_percent",
+                               json_object_new_int64((int64_t) m->config.cpu_quota_percent));
         /* A run's session has one exec, in another profile: nothing to keep warm. */
         if (m->config.preload)
-                json_object_object_add(init, "preload_modules", json_object_new_string(strempty(m->config.preload_modules)));
-        json_object_object_add(init, "idle_backstop_sec",
-                               json_object_new_int64((int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC)));
+                json_object_object_add(init, "preload_modules",
+                                       json_object_new_string(strempty(m->config.preload_modules)));
+        json_object_object_add(
+                init, "idle_backstop_sec",
+                json_object_new_int64(
+                        (int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC)));
         r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);
         if (r < 0)
                 session_start_done(s, -EHOSTDOWN, "failed to initialize the workspace");
@@ -892,8 +933,9 @@ static int on_runner_exit(sd_event_source *source, const siginfo_t *si, void *us
         s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
         s->runner_pid = 0;
         if (s->state != SESSION_STOPPING)
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Runner of session %s exited (code=%i status=%i).",
-                           s->id, si->si_code, si->si_status);
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Runner of session %s exited (code=%i status=%i).", s->id, si->si_code,
+                           si->si_status);
         return 0;
 }
 
@@ -924,7 +966,8 @@ static int spawn_runner(Session *s, int listen_fd, pid_t *ret_pid) {
 
         snprintf(arg_id, sizeof(arg_id), "--session-id=%s", s->id);
         snprintf(arg_root, sizeof(arg_root), "--session-root=%s", s->session_root);
-        snprintf(arg_level, sizeof(arg_level), "SCOPEBOX_LOG_LEVEL=%s", log_level_to_string(log_get_max_level()));
+        snprintf(arg_level, sizeof(arg_level), "SCOPEBOX_LOG_LEVEL=%s",
+                 log_level_to_string(log_get_max_level()));
 
         pid = fork();
         if (pid < 0)
@@ -973,7 +1016,8 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
 
         (void) rm_rf(s->runtime_dir);
         if (mkdir(s->runtime_dir, 0700) < 0 || mkdir(s->session_root, 0700) < 0)
-                return log_struct(LOG_ERR, errno, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to create '%s': %m", s->runtime_dir);
+                return log_struct(LOG_ERR, errno, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                  "Failed to create '%s': %m", s->runtime_dir);
 
         listen_fd = create_listen_socket(s->socket_path);
         if (listen_fd < 0) {
@@ -985,12 +1029,14 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
         r = spawn_runner(s, listen_fd, &pid);
         if (r < 0) {
                 (void) rm_rf(s->runtime_dir);
-                return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to spawn the runner: %m");
+                return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                  "Failed to spawn the runner: %m");
         }
         s->runner_pid = pid;
         r = sd_event_add_child(m->event, &s->runner_child_source, pid, WEXITED, on_runner_exit, s);
         if (r < 0)
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to watch the runner, ignoring: %m");
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to watch the runner, ignoring: %m");
 
         ScopeProperties props = {
                 .description = strjoina("scopebox runner of session ", s->id),
@@ -1023,7 +1069,8 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
                 /* Reaped once it is gone, by the watch above or, after the session, the manager. */
                 (void) kill(pid, SIGKILL);
                 (void) rm_rf(s->runtime_dir);
-                return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to request %s: %m", s->unit);
+                return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                  "Failed to request %s: %m", s->unit);
         }
         s->start_callback = cb;
         s->start_userdata = userdata;
@@ -1061,14 +1108,18 @@ static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_
                 for (size_t i = 0; i < n; i++) {
                         json_object *c = json_object_array_get_idx(arr, i), *name, *verdict, *count;
 
-                        if (!json_object_object_get_ex(c, "name", &name) || !json_object_is_type(name, json_type_string) ||
-                            !json_object_object_get_ex(c, "verdict", &verdict) || !json_object_is_type(verdict, json_type_string) ||
-                            !json_object_object_get_ex(c, "count", &count) || !json_object_is_type(count, json_type_int))
+                        if (!json_object_object_get_ex(c, "name", &name) ||
+                            !json_object_is_type(name, json_type_string) ||
+                            !json_object_object_get_ex(c, "verdict", &verdict) ||
+                            !json_object_is_type(verdict, json_type_string) ||
+                            !json_object_object_get_ex(c, "count", &count) ||
+                            !json_object_is_type(count, json_type_int))
                                 return -EBADMSG;
                         blocked[i] = (ExecBlocked) {
                                 .name = json_object_get_string(name),
                                 .verdict = json_object_get_string(verdict),
-                                .count = (uint32_t) MIN(MAX(json_object_get_int64(count), 0), (int64_t) UINT32_MAX),
+                                .count = (uint32_t) MIN(MAX(json_object_get_int64(count), 0),
+                                                        (int64_t) UINT32_MAX),
                         };
                 }
         }
@@ -1215,20 +1266,23 @@ static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, Ex
         return 0;
 }
 
-static void on_exec_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_exec_reply(Session *s, int error, const char *message, json_object *reply, int fd,
+                          void *userdata) {
         ExecCall *c = userdata;
         _cleanup_free_ ExecFile *files = NULL;
         ExecResult result;
         int r;
 
         if (c->released) {
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
                            "Exec %s of session %s was stopped: its session is released.", c->exec_id, s->id);
                 error = -ENXIO;
                 message = "session not found or not running";
         } else if (c->cancelled) {
                 /* Whatever came of it (killed, or done just before), its caller wants no result. */
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
                            "Exec %s of session %s was cancelled: its caller hung up.", c->exec_id, s->id);
                 error = -ECANCELED;
                 message = EXEC_CANCELLED_MESSAGE;
@@ -1241,7 +1295,8 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         }
         r = exec_reply_parse(reply, fd, &result, &files);
         if (r < 0) {
-                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Malformed exec result from the runner of %s.", s->id);
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Malformed exec result from the runner of %s.", s->id);
                 metrics_count_exec(&s->manager->metrics, -EHOSTDOWN, NULL);
                 c->callback(s, -EHOSTDOWN, "malformed result from the runner", NULL, c->userdata);
                 free(c);
@@ -1288,9 +1343,11 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         json_object_object_add(msg, "exec_id", json_object_new_string(exec_id));
         json_object_object_add(msg, "timeout_ms", json_object_new_int64((int64_t) p->timeout_ms));
         json_object_object_add(msg, "output_limit", json_object_new_int64((int64_t) p->output_limit));
-        json_object_object_add(msg, "max_artifact_bytes", json_object_new_int64((int64_t) cfg->max_artifact_bytes));
+        json_object_object_add(msg, "max_artifact_bytes",
+                               json_object_new_int64((int64_t) cfg->max_artifact_bytes));
         json_object_object_add(msg, "max_files", json_object_new_int64((int64_t) cfg->max_files_per_exec));
-        json_object_object_add(msg, "max_total_artifact_bytes", json_object_new_int64((int64_t) cfg->max_total_artifact_bytes));
+        json_object_object_add(msg, "max_total_artifact_bytes",
+                               json_object_new_int64((int64_t) cfg->max_total_artifact_bytes));
         json_object_object_add(msg, "memory_limit", json_object_new_int64((int64_t) cfg->memory_limit));
         if (p->language)
                 json_object_object_add(msg, "language", json_object_new_string(p->language));
@@ -1301,7 +1358,8 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         if (!cfg->preload)
                 json_object_object_add(msg, "cold", json_object_new_boolean(true));
         /* A stateful session's python cells run in its kernel (the sidecar profile only). */
-        if (s->stateful && (!p->language || streq(p->language, "python3")) && !p->no_processes && !p->network)
+        if (s->stateful && (!p->language || streq(p->language, "python3")) && !p->no_processes &&
+            !p->network)
                 json_object_object_add(msg, "stateful", json_object_new_boolean(true));
         if (p->network) {
                 json_object_object_add(msg, "network", json_object_new_boolean(true));
@@ -1326,8 +1384,8 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         if (ret_call)
                 *ret_call = c;
         r = session_enqueue_full(s, msg, TAKE_FD(fd), TAKE_FD(stream_fd),
-                                 p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false, on_exec_reply, c,
-                                 &c->request);
+                                 p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false,
+                                 on_exec_reply, c, &c->request);
         if (r < 0) {
                 if (ret_call)
                         *ret_call = NULL;
@@ -1368,8 +1426,9 @@ static void exec_call_stop(ExecCall *c, bool released) {
         if (s->in_flight != q) {
                 /* Still queued: out of the queue, answered now (on_exec_reply() frees c). */
                 (void) session_unqueue(s, q);
-                q->callback(s, released ? -ENXIO : -ECANCELED, released ? "session not found or not running" : EXEC_CANCELLED_MESSAGE,
-                            NULL, -EBADF, q->userdata);
+                q->callback(s, released ? -ENXIO : -ECANCELED,
+                            released ? "session not found or not running" : EXEC_CANCELLED_MESSAGE, NULL,
+                            -EBADF, q->userdata);
                 runner_request_free(q);
                 /* What waited behind it may go now. */
                 (void) session_dispatch_next(s);
@@ -1381,7 +1440,8 @@ static void exec_call_stop(ExecCall *c, bool released) {
          * answer still ends the session. */
         if (!s->runner_cancels) {
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "The runner of session %s can't cancel exec %s; it runs to its end.", s->id, c->exec_id);
+                           "The runner of session %s can't cancel exec %s; it runs to its end.", s->id,
+                           c->exec_id);
                 return;
         }
         if (c->interrupted)
@@ -1389,9 +1449,10 @@ static void exec_call_stop(ExecCall *c, bool released) {
         r = exec_call_send_cancel(s, c);
         if (r < 0)
                 /* A broken connection ends the exec anyway (on_control() sees it). */
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to ask the runner of session %s to cancel exec %s, it runs to its end: %m",
-                           s->id, c->exec_id);
+                log_struct(
+                        LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                        "Failed to ask the runner of session %s to cancel exec %s, it runs to its end: %m",
+                        s->id, c->exec_id);
 }
 
 void session_exec_cancel(ExecCall *c) {
@@ -1413,9 +1474,11 @@ int session_exec_interrupt(Session *s) {
         r = exec_call_send_cancel(s, c);
         if (r < 0)
                 return log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                  "Failed to ask the runner of session %s to cancel exec %s: %m", s->id, c->exec_id);
+                                  "Failed to ask the runner of session %s to cancel exec %s: %m", s->id,
+                                  c->exec_id);
         c->interrupted = true;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
                    "Cancelling exec %s of session %s on request.", c->exec_id, s->id);
         return 0;
 }
@@ -1517,8 +1580,8 @@ static int storage_call(Session *s, sd_bus_slot **ret_slot, const char *method, 
 
         if (*ret_slot)
                 return -EBUSY;  /* one at a time; the caller goes on without it */
-        r = sd_bus_message_new_method_call(s->manager->bus, &m, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
-                                           STORAGE_AGENT_INTERFACE, method);
+        r = sd_bus_message_new_method_call(s->manager->bus, &m, STORAGE_AGENT_BUS_NAME,
+                                           STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE, method);
         if (r >= 0) {
                 va_start(ap, types);
                 r = sd_bus_message_appendv(m, types, ap);
@@ -1562,8 +1625,8 @@ static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
 
         storage_reply_begin(&s->archive_slot);
         if (sd_bus_message_is_method_error(reply, NULL))
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to delete the archive of %s: %s",
-                           s->id, bus_reply_error(reply));
+                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to delete the archive of %s: %s", s->id, bus_reply_error(reply));
         session_stop_scope(s, s->stop_reason ?: "discarded");
         return 0;
 }
@@ -1636,38 +1699,50 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
 
         if (permanent) {
                 s->manager->metrics.archives_skipped++;
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
-                                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
-                                                      SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                           "Archive of session %s can't be stored: %s. The stored archive '%s', if any, stays as it was.",
-                           s->id, why, stem);
+                log_struct(
+                        LOG_WARNING, 0,
+                        LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
+                                   strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
+                                   SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
+                        "Archive of session %s can't be stored: %s. The stored archive '%s', if any, stays "
+                        "as it was.",
+                        s->id, why, stem);
                 session_archive_done(s, ARCHIVE_OUTCOME_SKIPPED);
                 return;
         }
         if (s->archive_superseded || s->control_fd < 0 || now >= deadline) {
-                const char *reason = s->archive_superseded ? "a newer release of the same archive superseded it"
-                                     : s->control_fd < 0   ? "the session's runner is gone"
-                                                           : "SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed";
+                const char *reason = s->archive_superseded
+                                             ? "a newer release of the same archive superseded it"
+                                     : s->control_fd < 0 ? "the session's runner is gone"
+                                                         : "SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed";
                 s->manager->metrics.archives_abandoned++;
-                log_struct(s->archive_superseded ? LOG_INFO : LOG_ERR, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
-                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
-                           "Gave up archiving session %s after %u attempts (%s); last error: %s. Its workspace is lost.",
-                           s->id, s->archive_attempts, reason, why);
+                log_struct(
+                        s->archive_superseded ? LOG_INFO : LOG_ERR, 0,
+                        LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
+                                   strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
+                                   SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
+                        "Gave up archiving session %s after %u attempts (%s); last error: %s. Its workspace "
+                        "is lost.",
+                        s->id, s->archive_attempts, reason, why);
                 session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
                 return;
         }
 
         delay = MIN(archive_retry_delay(s->archive_attempts), deadline - now);
-        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-failed",
-                                              strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                   "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept; next attempt in %llus.",
-                   s->id, s->archive_attempts, why, (unsigned long long) ((delay + USEC_PER_SEC - 1) / USEC_PER_SEC));
+        log_struct(
+                LOG_WARNING, 0,
+                LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-failed",
+                           strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
+                "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept; next "
+                "attempt in %llus.",
+                s->id, s->archive_attempts, why,
+                (unsigned long long) ((delay + USEC_PER_SEC - 1) / USEC_PER_SEC));
         s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
         r = session_arm_archive_retry(s, delay);
         if (r < 0) {
-                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
-                           "Failed to schedule the next archive attempt of session %s, giving up: %m", s->id);
+                log_struct(
+                        LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
+                        "Failed to schedule the next archive attempt of session %s, giving up: %m", s->id);
                 s->manager->metrics.archives_abandoned++;
                 session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
                 return;
@@ -1700,7 +1775,8 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
         }
         s->manager->metrics.archive_bytes_written += size;
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
-                   "Archived session %s (%llu bytes, attempt %u).", s->id, (unsigned long long) size, s->archive_attempts);
+                   "Archived session %s (%llu bytes, attempt %u).", s->id, (unsigned long long) size,
+                   s->archive_attempts);
         session_archive_done(s, ARCHIVE_OUTCOME_STORED);
         return 0;
 }
@@ -1709,11 +1785,13 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
  * expires by itself. */
 static void storage_abort(Session *s, const char *token) {
         if (token)
-                (void) sd_bus_call_method_async(s->manager->bus, NULL, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH,
-                                                STORAGE_AGENT_INTERFACE, "AbortArchive", NULL, NULL, "s", token);
+                (void) sd_bus_call_method_async(s->manager->bus, NULL, STORAGE_AGENT_BUS_NAME,
+                                                STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE,
+                                                "AbortArchive", NULL, NULL, "s", token);
 }
 
-static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd,
+                               void *userdata) {
         json_object *v;
         int64_t bytes;
         int r;
@@ -1722,7 +1800,8 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
                 storage_abort(s, s->archive_token);
                 s->archive_token = mfree(s->archive_token);
                 if (error == -EFBIG)
-                        session_archive_failed(s, true, "the workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES");
+                        session_archive_failed(s, true,
+                                               "the workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES");
                 else
                         session_archive_failed(s, false, strempty(message));
                 return;
@@ -1733,8 +1812,8 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
                 session_archive_failed(s, false, "the runner did not say how many bytes it wrote");
                 return;
         }
-        r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply, STORAGE_TRANSFER_TIMEOUT_USEC, "st",
-                         s->archive_token, (uint64_t) bytes);
+        r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply,
+                         STORAGE_TRANSFER_TIMEOUT_USEC, "st", s->archive_token, (uint64_t) bytes);
         if (r < 0) {
                 storage_abort(s, s->archive_token);
                 session_archive_failed_errno(s, r, "failed to call the storage agent");
@@ -1772,8 +1851,8 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         json_object_object_add(msg, "op", json_object_new_string("archive"));
         json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->max_archive_bytes));
         json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
-        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, false, true,
-                            on_runner_archived, NULL);
+        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
+                            false, true, on_runner_archived, NULL);
         if (r < 0) {
                 storage_abort(s, s->archive_token);
                 session_archive_failed_errno(s, r, "failed to ask the runner for the archive");
@@ -1804,13 +1883,14 @@ static void session_archive_attempt(Session *s) {
         s->archive_attempts++;
         if (s->archive_attempts > 1)
                 s->manager->metrics.archive_retries++;
-        r = storage_call(s, &s->archive_slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, "ss", storage,
-                         session_archive_stem(s, NULL));
+        r = storage_call(s, &s->archive_slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, "ss",
+                         storage, session_archive_stem(s, NULL));
         if (r < 0)
                 session_archive_failed_errno(s, r, "failed to call the storage agent");
 }
 
-static void on_retry_ping(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_retry_ping(Session *s, int error, const char *message, json_object *reply, int fd,
+                          void *userdata) {
         if (!s->releasing)
                 return;
         if (error < 0) {
@@ -1830,7 +1910,8 @@ static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userda
          * takes to come back. */
         ping = json_object_new_object();
         if (!ping || (json_object_object_add(ping, "op", json_object_new_string("ping")),
-                      session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_retry_ping, NULL)) < 0)
+                      session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true,
+                                      on_retry_ping, NULL)) < 0)
                 session_archive_attempt(s);
         return 0;
 }
@@ -1857,8 +1938,11 @@ static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *u
         Session *s = userdata;
 
         if (s->releasing && !s->release_told) {
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "The archive of session %s is still being stored; its release is answered as pending.", s->id);
+                log_struct(
+                        LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                        "The archive of session %s is still being stored; its release is answered as "
+                        "pending.",
+                        s->id);
                 session_release_tell(s);
         }
         return 0;
@@ -1880,7 +1964,8 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                         const char *stem = session_archive_stem(s, o->archive_key);
 
                         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                   "Session %s, whose archive was pending, is discarded by its client.", s->id);
+                                   "Session %s, whose archive was pending, is discarded by its client.",
+                                   s->id);
                         if (!session_archive_in_flight(s))
                                 session_discard(s, session_effective_storage(s, NULL), stem);
                         else {
@@ -1925,9 +2010,12 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
         if (storage && (!o || o->archive) && !starting) {
                 if (s->restore_failed) {
                         s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
-                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
-                                   "Not archiving session %s: its archive could not be restored, the stored one is kept.",
-                                   s->id);
+                        log_struct(
+                                LOG_WARNING, 0,
+                                LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
+                                "Not archiving session %s: its archive could not be restored, the stored "
+                                "one is kept.",
+                                s->id);
                         session_stop_scope(s, reason);
                         return 0;
                 }
@@ -1999,13 +2087,16 @@ void session_resume_release(Session *s) {
 /* ---- adoption: a create for an archive still pending takes its session over ---- */
 
 int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata) {
-        if (!s->releasing || s->stop_requested || session_archive_in_flight(s) || s->control_fd < 0 || s->in_flight ||
-            s->start_callback)
+        if (!s->releasing || s->stop_requested || session_archive_in_flight(s) || s->control_fd < 0 ||
+            s->in_flight || s->start_callback)
                 return -EBUSY;
 
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
-                   "Session %s, whose archive was pending (%u attempts), is taken over by a new create for the same "
-                   "archive: its workspace is newer than the stored one.", s->id, s->archive_attempts);
+        log_struct(
+                LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
+                "Session %s, whose archive was pending (%u attempts), is taken over by a new create for the "
+                "same "
+                "archive: its workspace is newer than the stored one.",
+                s->id, s->archive_attempts);
         session_archive_stop_retrying(s);
         s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
         s->adopted = true;
@@ -2028,7 +2119,8 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
 
 /* ---- restore at create ---- */
 
-static void on_inputs_reset(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_inputs_reset(Session *s, int error, const char *message, json_object *reply, int fd,
+                            void *userdata) {
         if (error < 0)
                 log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Failed to clear the inputs of session %s: %s", s->id, strempty(message));
@@ -2038,7 +2130,8 @@ static void on_inputs_reset(Session *s, int error, const char *message, json_obj
 static void session_reset_inputs_then_ready(Session *s) {
         json_object *msg = json_object_new_object();
         if (!msg || (json_object_object_add(msg, "op", json_object_new_string("reset-inputs")),
-                     session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_inputs_reset, NULL)) < 0)
+                     session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true,
+                                     on_inputs_reset, NULL)) < 0)
                 session_start_done(s, 0, NULL);
 }
 
@@ -2051,8 +2144,9 @@ static void session_restore_failed(Session *s, bool unpacked, const char *why) {
         _cleanup_free_ char *message = NULL;
 
         s->manager->metrics.restore_failures++;
-        log_struct(LOG_ERR, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
-                                          strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_RESTORE_FAILED),
+        log_struct(LOG_ERR, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
+                              strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_RESTORE_FAILED),
                    "Failed to restore session %s from archive '%s': %s. %s", s->id, stem, why,
                    start_empty ? "It starts empty and will not archive over the stored archive."
                                : "The create fails; the stored archive is kept.");
@@ -2061,13 +2155,16 @@ static void session_restore_failed(Session *s, bool unpacked, const char *why) {
                 session_reset_inputs_then_ready(s);
                 return;
         }
-        if (asprintf(&message, "failed to restore the workspace from its archive: %s; the stored archive is kept, "
-                     "retry later", why) < 0)
+        if (asprintf(&message,
+                     "failed to restore the workspace from its archive: %s; the stored archive is kept, "
+                     "retry later",
+                     why) < 0)
                 message = NULL;
         session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
 }
 
-static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd,
+                               void *userdata) {
         json_object *v;
 
         if (s->state == SESSION_STOPPING)
@@ -2079,7 +2176,8 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
         s->manager->metrics.archive_bytes_restored += s->restore_size;
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-restored"),
                    "Restored session %s from its archive (%lld bytes).", s->id,
-                   json_object_object_get_ex(reply, "bytes", &v) ? (long long) json_object_get_int64(v) : 0LL);
+                   json_object_object_get_ex(reply, "bytes", &v) ? (long long) json_object_get_int64(v)
+                                                                 : 0LL);
         session_reset_inputs_then_ready(s);
 }
 
@@ -2098,7 +2196,8 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         if (sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS)) {
                 /* A storage block the agent may not use (endpoint not allowed, not effective there):
                  * as without storage, nothing is restored, and nothing will be archived either. */
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
+                log_struct(LOG_WARNING, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
                            "Not restoring session %s, starting empty: %s", s->id, bus_reply_error(reply));
                 session_reset_inputs_then_ready(s);
                 return 0;
@@ -2129,8 +2228,8 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         /* Expansion is bounded like the workspace itself. */
         json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->workspace_size));
         json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
-        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, false, true,
-                            on_runner_restored, NULL);
+        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
+                            false, true, on_runner_restored, NULL);
         if (r < 0)
                 session_restore_failed(s, false, "failed to ask the runner to unpack it");
         return 0;
@@ -2155,20 +2254,22 @@ static void session_restore_then_ready(Session *s) {
                 if (!i->releasing || !session_same_archive(s, i))
                         continue;
                 if (session_archive_in_flight(i)) {
-                        r = sd_event_add_time_relative(s->manager->event, &s->restore_wait_timer, CLOCK_MONOTONIC,
-                                                       ARCHIVE_WAIT_USEC, 10 * USEC_PER_MSEC, on_restore_wait, s);
+                        r = sd_event_add_time_relative(s->manager->event, &s->restore_wait_timer,
+                                                       CLOCK_MONOTONIC, ARCHIVE_WAIT_USEC,
+                                                       10 * USEC_PER_MSEC, on_restore_wait, s);
                         if (r >= 0) {
                                 session_release_create_slot(s);
                                 return;
                         }
                 }
-                session_restore_failed(s, true, "the previous workspace of this archive_key is still being archived");
+                session_restore_failed(s, true,
+                                       "the previous workspace of this archive_key is still being archived");
                 return;
         }
         /* Bounded like the create itself: the gateway waits for it no longer. */
         r = storage_call(s, &s->restore_slot, "OpenArchive", on_open_archive_reply,
-                         s->manager->config.archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC, "ss", storage,
-                         stem);
+                         s->manager->config.archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
+                         "ss", storage, stem);
         if (r < 0) {
                 session_restore_failed(s, false, "failed to call the storage agent");
                 return;
@@ -2195,7 +2296,8 @@ typedef struct FileCall {
         void *userdata;
 } FileCall;
 
-static void on_file_reply(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_file_reply(Session *s, int error, const char *message, json_object *reply, int fd,
+                          void *userdata) {
         FileCall *c = userdata;
 
         if (error >= 0)
@@ -2277,11 +2379,13 @@ int session_reset_kernel(Session *s, FileCallback cb, void *userdata) {
 
 /* ---- recovery after a restart of the manager ---- */
 
-static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd, void *userdata) {
+static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd,
+                            void *userdata) {
         json_object *v;
         uint64_t now, idle, remaining;
 
-        if (error < 0 || !json_object_object_get_ex(reply, "initialized", &v) || !json_object_get_boolean(v)) {
+        if (error < 0 || !json_object_object_get_ex(reply, "initialized", &v) ||
+            !json_object_get_boolean(v)) {
                 session_cleanup_stale(s, "runner did not answer after a restart");
                 return;
         }
@@ -2295,7 +2399,8 @@ static void on_recover_ping(Session *s, int error, const char *message, json_obj
         remaining = idle < s->idle_ttl_usec ? s->idle_ttl_usec - idle : 1;
         session_arm_idle(s, remaining);
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-recovered"),
-                   "Recovered session %s; idle for %llus of %llus.", s->id, (unsigned long long) (idle / USEC_PER_SEC),
+                   "Recovered session %s; idle for %llus of %llus.", s->id,
+                   (unsigned long long) (idle / USEC_PER_SEC),
                    (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
 }
 
@@ -2313,7 +2418,8 @@ int session_recover(Session *s) {
         if (!ping)
                 return -ENOMEM;
         json_object_object_add(ping, "op", json_object_new_string("ping"));
-        return session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_recover_ping, NULL);
+        return session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_recover_ping,
+                               NULL);
 }
 
 void session_cleanup_stale(Session *s, const char *why) {

@@ -69,7 +69,8 @@ typedef struct ExecResult {
         uint64_t processes;
 } ExecResult;
 
-typedef void (*ExecCallback)(Session *s, int error, const char *message, const ExecResult *result, void *userdata);
+typedef void (*ExecCallback)(Session *s, int error, const char *message, const ExecResult *result,
+                             void *userdata);
 
 typedef struct ExecParameters {
         uint64_t timeout_ms;
@@ -89,7 +90,8 @@ typedef enum ArchiveOutcome {
         ARCHIVE_OUTCOME_NONE,       /* no effective storage: nothing to archive */
         ARCHIVE_OUTCOME_STORED,     /* stored and verified */
         ARCHIVE_OUTCOME_PENDING,    /* not stored yet: the workspace is kept, archiving is retried */
-        ARCHIVE_OUTCOME_SKIPPED,    /* can never be stored (too large, storage block refused): the stored one stays */
+        /* can never be stored (too large, storage block refused): the stored one stays */
+        ARCHIVE_OUTCOME_SKIPPED,
         ARCHIVE_OUTCOME_KEPT,       /* not archived on purpose: its restore failed, the stored one stays */
         ARCHIVE_OUTCOME_ABANDONED,  /* given up (deadline passed, runner gone, superseded) */
         ARCHIVE_OUTCOME_DISCARDED,  /* the client said discard */
@@ -147,7 +149,8 @@ struct Session {
          * can never be, or the retry deadline passed (docs/operations.md). Recorded, so that a
          * restarted manager goes on with it. */
         bool releasing;
-        bool restore_failed;        /* started empty after a failed restore: never archived over the stored one */
+        /* started empty after a failed restore: never archived over the stored one */
+        bool restore_failed;
         bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
         bool release_told;          /* the release waiters heard the outcome already */
         bool adopted;               /* a create took it over while its archive was pending */

@@ -80,8 +80,8 @@ static int on_job_removed(sd_bus_message *message, void *userdata, sd_bus_error 
 int systemd_subscribe(Manager *m) {
         int r;
 
-        r = sd_bus_match_signal_async(m->bus, NULL, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH, SYSTEMD_MANAGER_INTERFACE,
-                                      "JobRemoved", on_job_removed, NULL, m);
+        r = sd_bus_match_signal_async(m->bus, NULL, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
+                                      SYSTEMD_MANAGER_INTERFACE, "JobRemoved", on_job_removed, NULL, m);
         if (r < 0)
                 return r;
         /* Ask systemd to send us job signals even when nobody else listens. */
@@ -193,8 +193,8 @@ static bool cgroup_unified(void) {
         return statfs("/sys/fs/cgroup", &fs) >= 0 && fs.f_type == CGROUP2_SUPER_MAGIC;
 }
 
-int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb, void *userdata,
-                        SystemdJob **ret) {
+int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb,
+                        void *userdata, SystemdJob **ret) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = NULL;
         _cleanup_(systemd_job_freep) SystemdJob *j = NULL;
         int r;
@@ -262,7 +262,8 @@ int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userda
         if (r < 0)
                 return r;
         r = sd_bus_call_method_async(m->bus, &j->slot, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
-                                     SYSTEMD_MANAGER_INTERFACE, "StopUnit", on_job_reply, j, "ss", unit, "replace");
+                                     SYSTEMD_MANAGER_INTERFACE, "StopUnit", on_job_reply, j, "ss", unit,
+                                     "replace");
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(j);

@@ -37,8 +37,8 @@ int systemd_subscribe(Manager *m);
 /* Start a transient scope or stop a unit, and wait for the job. The caller owns the job it gets:
  * the callback runs once, when the job is over (it may free the job), unless the job is freed
  * first, which cancels the call or the wait. */
-int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb, void *userdata,
-                        SystemdJob **ret);
+int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb,
+                        void *userdata, SystemdJob **ret);
 /* Adds prefixes to a live unit's IPAddressDeny= (SetUnitProperties, runtime; no reply awaited). */
 int systemd_add_ip_deny(Manager *m, const char *unit, const AddressPrefix *list, size_t n);
 int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, SystemdJob **ret);

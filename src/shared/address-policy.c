@@ -113,11 +113,13 @@ static bool address_is_ours(const Address *a) {
 
                 if (!i->ifa_addr)
                         continue;
-                if (!address_from_sockaddr(i->ifa_addr, i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                                                           : sizeof(struct sockaddr_in6),
+                if (!address_from_sockaddr(i->ifa_addr,
+                                           i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                             : sizeof(struct sockaddr_in6),
                                            &b))
                         continue;
-                found = b.family == a->family && memcmp(b.bytes, a->bytes, a->family == AF_INET ? 4 : 16) == 0;
+                found = b.family == a->family &&
+                        memcmp(b.bytes, a->bytes, a->family == AF_INET ? 4 : 16) == 0;
         }
         freeifaddrs(list);
         return found;
@@ -256,7 +258,8 @@ int host_address_prefixes(AddressPrefix **list, size_t *n) {
                 return -errno;
         for (struct ifaddrs *i = ifs; i && r >= 0; i = i->ifa_next) {
                 r = prefixes_append_sockaddr(list, n, i->ifa_addr);
-                if (r >= 0 && i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_BROADCAST))
+                if (r >= 0 && i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+                    (i->ifa_flags & IFF_BROADCAST))
                         r = prefixes_append_sockaddr(list, n, i->ifa_broadaddr);
         }
         freeifaddrs(ifs);

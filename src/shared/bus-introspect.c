@@ -131,8 +131,10 @@ int bus_introspect_interface(const BusInterface *iface, char **ret) {
                         return a < 0 ? a : b;
                 if (call.done || a > 0 || b > 0)
                         continue;
-                p[0] = (struct pollfd) { .fd = sd_bus_get_fd(server), .events = (short) sd_bus_get_events(server) };
-                p[1] = (struct pollfd) { .fd = sd_bus_get_fd(client), .events = (short) sd_bus_get_events(client) };
+                p[0] = (struct pollfd) { .fd = sd_bus_get_fd(server),
+                                         .events = (short) sd_bus_get_events(server) };
+                p[1] = (struct pollfd) { .fd = sd_bus_get_fd(client),
+                                         .events = (short) sd_bus_get_events(client) };
                 if (poll(p, 2, 1000) < 0 && errno != EINTR)
                         return -errno;
         }

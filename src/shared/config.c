@@ -75,8 +75,10 @@ static const ConfigItem config_table[] = {
         ITEM("SANDBOX_TMP_SIZE", CONFIG_SIZE, tmp_size, "256M", 1ULL << 20, 1ULL << 40,
              "Size of each session's /tmp and /home/sandbox."),
         ITEM("SANDBOX_PRELOAD", CONFIG_BOOL, preload, "1", 0, 1,
-             "Fork python execs and dify runs from the template, an interpreter with the preload modules imported (scopebox-template.service); 0: every exec starts a new interpreter."),
-        ITEM("SANDBOX_PRELOAD_MODULES", CONFIG_STRING, preload_modules, "numpy pandas matplotlib matplotlib.pyplot", 0, 0,
+             "Fork python execs and dify runs from the template, an interpreter with the preload modules "
+             "imported (scopebox-template.service); 0: every exec starts a new interpreter."),
+        ITEM("SANDBOX_PRELOAD_MODULES", CONFIG_STRING, preload_modules,
+             "numpy pandas matplotlib matplotlib.pyplot", 0, 0,
              "Modules the template imports (space-separated; ones that fail to import are skipped)."),
         ITEM("SANDBOX_TEMPLATE_MAX_AGE_SECONDS", CONFIG_UINT, template_max_age, "3600", 0, 31536000,
              "Age after which the template is replaced by a new one (a new hash secret); 0: never."),
@@ -93,17 +95,22 @@ static const ConfigItem config_table[] = {
         ITEM("SANDBOX_STORAGE_ALLOWED_ENDPOINTS", CONFIG_STRING, storage_allowed_endpoints, "", 0, 0,
              "Storage endpoints requests may name (origins, or aws); empty: any."),
         ITEM("SANDBOX_STORAGE_ALLOWED_NETWORKS", CONFIG_STRING, storage_allowed_networks, "", 0, 0,
-             "Internal addresses (loopback, private...) that endpoints of requests may still connect to (CIDR)."),
+             "Internal addresses (loopback, private...) that endpoints of requests may still connect to "
+             "(CIDR)."),
         ITEM("SANDBOX_STORAGE_MAX_TTL", CONFIG_UINT, storage_max_ttl_sec, "86400", 1, 7ULL * 86400,
              "Upper bound of expires_in of presigned URLs, seconds."),
         ITEM("SANDBOX_MAX_ARCHIVE_BYTES", CONFIG_SIZE, max_archive_bytes, "200M", 0, 1ULL << 40,
              "Workspace archives larger than this are skipped (logged, not an error)."),
         ITEM("SANDBOX_ARCHIVE_TIMEOUT_S", CONFIG_UINT, archive_timeout_sec, "120", 1, 86400,
              "How long the runner may take to write a workspace archive; a slower attempt is retried."),
-        ITEM("SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS", CONFIG_UINT, archive_retry_deadline_sec, "86400", 0, 30ULL * 86400,
-             "How long a released session's workspace is kept while storing its archive fails; retried until then."),
-        ITEM("SANDBOX_START_EMPTY_ON_RESTORE_FAILURE", CONFIG_BOOL, start_empty_on_restore_failure, "0", 0, 1,
-             "A create whose archive can't be fetched starts empty (restored: false, never archived over it) instead of failing."),
+        ITEM("SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS", CONFIG_UINT, archive_retry_deadline_sec, "86400", 0,
+             30ULL * 86400,
+             "How long a released session's workspace is kept while storing its archive fails; retried "
+             "until then."),
+        ITEM("SANDBOX_START_EMPTY_ON_RESTORE_FAILURE", CONFIG_BOOL, start_empty_on_restore_failure, "0", 0,
+             1,
+             "A create whose archive can't be fetched starts empty (restored: false, never archived over "
+             "it) instead of failing."),
         /* The dify-sandbox API, under dify-sandbox's own names (COMPAT.md B). */
         ITEM("MAX_REQUESTS", CONFIG_UINT, dify_max_requests, "50", 1, 100000,
              "dify API: runs in flight (running or queued); more get 503 Too many requests."),
@@ -112,7 +119,8 @@ static const ConfigItem config_table[] = {
         ITEM("WORKER_TIMEOUT", CONFIG_UINT, dify_worker_timeout_sec, "15", 1, 3600,
              "dify API: seconds a run may take before it is killed (exit code -1, error: timeout)."),
         ITEM("SANDBOX_DIFY_POOL_SIZE", CONFIG_UINT, dify_pool_size, "2", 0, 64,
-             "dify API: never-used run sandboxes kept started after a run (at most MAX_WORKERS, gone after 60 s without runs); 0: off."),
+             "dify API: never-used run sandboxes kept started after a run (at most MAX_WORKERS, gone after "
+             "60 s without runs); 0: off."),
         ITEM("ENABLE_NETWORK", CONFIG_BOOL, dify_enable_network, "1", 0, 1,
              "dify API: whether a run that asks for enable_network gets a network."),
         ITEM("ENABLE_PRELOAD", CONFIG_BOOL, dify_enable_preload, "0", 0, 1,
@@ -122,9 +130,11 @@ static const ConfigItem config_table[] = {
         ITEM("HTTPS_PROXY", CONFIG_STRING, dify_https_proxy, "", 0, 0,
              "dify API: HTTPS_PROXY handed to runs that have a network."),
         ITEM("SANDBOX_DIFY_NETWORK_ALLOW", CONFIG_STRING, dify_network_allow, "", 0, 0,
-             "dify API: addresses of this host (CIDR, e.g. the proxy's) that runs with a network may still reach."),
+             "dify API: addresses of this host (CIDR, e.g. the proxy's) that runs with a network may still "
+             "reach."),
         ITEM("SANDBOX_DIFY_MAX_CODE_BYTES", CONFIG_SIZE, dify_max_code_bytes, "16M", 1, 64ULL << 20,
-             "dify API: largest accepted code (with preload), in UTF-8 bytes; Dify puts a node's inputs in it."),
+             "dify API: largest accepted code (with preload), in UTF-8 bytes; Dify puts a node's inputs in "
+             "it."),
         ITEM("SANDBOX_DIFY_MAX_OUTPUT_BYTES", CONFIG_SIZE, dify_max_output_bytes, "16M", 1024, 64ULL << 20,
              "dify API: bytes of stdout and of stderr kept per run (no 32 KiB cap there)."),
 };
@@ -244,7 +254,8 @@ static int config_load_file(Config *c, const char *path, char **ret_error) {
                 l = strip(l);
                 value = strip(eq + 1);
                 n = (ssize_t) strlen(value);
-                if (n >= 2 && ((value[0] == '"' && value[n - 1] == '"') || (value[0] == '\'' && value[n - 1] == '\''))) {
+                if (n >= 2 && ((value[0] == '"' && value[n - 1] == '"') ||
+                               (value[0] == '\'' && value[n - 1] == '\''))) {
                         value[n - 1] = 0;
                         value++;
                 }
@@ -287,15 +298,19 @@ int config_load(Config *c, const char *path, char **ret_error) {
         }
 
         if (!node_id_is_valid(c->node_id)) {
-                if (asprintf(ret_error, "SANDBOX_NODE_ID=%s is not a valid value (1-%u lowercase hex digits, "
-                             "or empty)", c->node_id, NODE_ID_LEN_MAX) < 0)
+                if (asprintf(ret_error,
+                             "SANDBOX_NODE_ID=%s is not a valid value (1-%u lowercase hex digits, "
+                             "or empty)",
+                             c->node_id, NODE_ID_LEN_MAX) < 0)
                         *ret_error = NULL;
                 return -EINVAL;
         }
 
         if (c->idle_ttl_sec > c->idle_ttl_cap_sec) {
-                if (asprintf(ret_error, "SANDBOX_IDLE_TTL_SECONDS=%llu exceeds SANDBOX_IDLE_TTL_CAP_SECONDS=%llu",
-                             (unsigned long long) c->idle_ttl_sec, (unsigned long long) c->idle_ttl_cap_sec) < 0)
+                if (asprintf(ret_error,
+                             "SANDBOX_IDLE_TTL_SECONDS=%llu exceeds SANDBOX_IDLE_TTL_CAP_SECONDS=%llu",
+                             (unsigned long long) c->idle_ttl_sec,
+                             (unsigned long long) c->idle_ttl_cap_sec) < 0)
                         *ret_error = NULL;
                 return -EINVAL;
         }

@@ -19,7 +19,8 @@ int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *
                        "%s"
                        "See man:%s(8) and scopeboxctl(1).\n",
                        name, ifaces ? "|--bus-introspect=INTERFACE|list" : "", summary, how,
-                       ifaces ? "--bus-introspect prints the introspection XML of an interface it serves.\n" : "",
+                       ifaces ? "--bus-introspect prints the introspection XML of an interface it serves.\n"
+                              : "",
                        name);
                 return 1;
         }

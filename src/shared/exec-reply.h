@@ -29,7 +29,8 @@ typedef struct ExecInfo {
         bool oom_killed;        /* the OOM killer struck in the session's scope during the exec */
         bool pids_limited;      /* the scope's tasks limit refused a process or thread */
         ExecBlockedList blocked;
-        const char *exit_reason;  /* NULL from a manager that does not say; else bus_exit_reason_is_valid() */
+        /* NULL from a manager that does not say; else bus_exit_reason_is_valid() */
+        const char *exit_reason;
         const char *kernel;       /* a stateful cell's "new", "running" or "ended"; NULL otherwise */
         /* What the exec's processes used; EXEC_USAGE_UNKNOWN where the manager did not say. */
         uint64_t cpu_usec;

@@ -126,7 +126,9 @@ int fd_send_one(int sock, int fd) {
         char buf[CMSG_SPACE(sizeof(int))] = {};
         char byte = 'L';
         struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf) };
+        struct msghdr mh = {
+                .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf)
+        };
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 
         c->cmsg_level = SOL_SOCKET;
@@ -140,7 +142,9 @@ int fd_receive_one(int sock) {
         char buf[CMSG_SPACE(sizeof(int))] = {};
         char byte;
         struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf) };
+        struct msghdr mh = {
+                .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf)
+        };
         struct cmsghdr *c;
         ssize_t k;
         int fd = -EBADF;
@@ -153,7 +157,8 @@ int fd_receive_one(int sock) {
         if (k == 0)
                 return -EPIPE;
         for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                    c->cmsg_len == CMSG_LEN(sizeof(int)))
                         memcpy(&fd, CMSG_DATA(c), sizeof(int));
         return fd >= 0 ? fd : -EBADMSG;
 }
@@ -181,7 +186,9 @@ int fds_send(int sock, const void *data, size_t size, const int *fds, size_t n_f
 ssize_t fds_receive(int sock, void *data, size_t size, int *fds, size_t n_fds, size_t *ret_n_fds) {
         char buf[CMSG_SPACE(sizeof(int) * FDS_SEND_MAX)] = {};
         struct iovec iov = { .iov_base = data, .iov_len = size };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf) };
+        struct msghdr mh = {
+                .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf)
+        };
         struct cmsghdr *c;
         size_t n = 0;
         ssize_t k;

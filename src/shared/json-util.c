@@ -68,7 +68,8 @@ static int json_dispatch_one(json_object *v, const JsonField *f, void *base, Jso
         switch (f->kind) {
         case JSON_FIELD_STRING:
                 if (!json_object_is_type(v, json_type_string)) {
-                        *err = (JsonDispatchError) { f->name, "string_type", "Input should be a valid string" };
+                        *err = (JsonDispatchError) { f->name, "string_type",
+                                                     "Input should be a valid string" };
                         return -EINVAL;
                 }
                 *(const char **) p = json_object_get_string(v);
@@ -79,9 +80,12 @@ static int json_dispatch_one(json_object *v, const JsonField *f, void *base, Jso
                         errno = 0;
                         int64_t i = json_object_get_int64(v);
                         /* json-c saturates out-of-range values and sets errno. */
-                        if (errno == ERANGE || (i == INT64_MAX && json_object_get_uint64(v) != (uint64_t) INT64_MAX)) {
-                                *err = (JsonDispatchError) { f->name, "int_parsing_size",
-                                                             "Unable to parse input string as an integer, exceeded maximum size" };
+                        if (errno == ERANGE ||
+                            (i == INT64_MAX && json_object_get_uint64(v) != (uint64_t) INT64_MAX)) {
+                                *err = (JsonDispatchError) {
+                                        f->name, "int_parsing_size",
+                                        "Unable to parse input string as an integer, exceeded maximum size"
+                                };
                                 return -EINVAL;
                         }
                         *(int64_t *) p = i;
@@ -90,8 +94,11 @@ static int json_dispatch_one(json_object *v, const JsonField *f, void *base, Jso
                 if (json_object_is_type(v, json_type_double)) {
                         double d = json_object_get_double(v);
                         if (!isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0) {
-                                *err = (JsonDispatchError) { f->name, "int_from_float",
-                                                             "Input should be a valid integer, got a number with a fractional part" };
+                                *err = (JsonDispatchError) {
+                                        f->name, "int_from_float",
+                                        "Input should be a valid integer, got a number with a fractional "
+                                        "part"
+                                };
                                 return -EINVAL;
                         }
                         *(int64_t *) p = (int64_t) d;
@@ -102,7 +109,8 @@ static int json_dispatch_one(json_object *v, const JsonField *f, void *base, Jso
 
         case JSON_FIELD_BOOL:
                 if (!json_object_is_type(v, json_type_boolean)) {
-                        *err = (JsonDispatchError) { f->name, "bool_type", "Input should be a valid boolean" };
+                        *err = (JsonDispatchError) { f->name, "bool_type",
+                                                     "Input should be a valid boolean" };
                         return -EINVAL;
                 }
                 *(bool *) p = json_object_get_boolean(v);
@@ -110,7 +118,8 @@ static int json_dispatch_one(json_object *v, const JsonField *f, void *base, Jso
 
         case JSON_FIELD_OBJECT:
                 if (!json_object_is_type(v, json_type_object)) {
-                        *err = (JsonDispatchError) { f->name, "dict_type", "Input should be a valid dictionary" };
+                        *err = (JsonDispatchError) { f->name, "dict_type",
+                                                     "Input should be a valid dictionary" };
                         return -EINVAL;
                 }
                 *(json_object **) p = v;
@@ -121,8 +130,10 @@ static int json_dispatch_one(json_object *v, const JsonField *f, void *base, Jso
 
 int json_dispatch(json_object *o, const JsonField fields[], void *base, JsonDispatchError *err) {
         if (!json_object_is_type(o, json_type_object)) {
-                *err = (JsonDispatchError) { NULL, "model_attributes_type",
-                                             "Input should be a valid dictionary or object to extract fields from" };
+                *err = (JsonDispatchError) {
+                        NULL, "model_attributes_type",
+                        "Input should be a valid dictionary or object to extract fields from"
+                };
                 return -EINVAL;
         }
         for (const JsonField *f = fields; f->name; f++) {

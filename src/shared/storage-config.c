@@ -56,8 +56,9 @@ static bool endpoint_is_valid(const char *e) {
 
 int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error) {
         struct {
-                const char *provider, *prefix, *s3_bucket, *s3_region, *s3_endpoint, *s3_access_key, *s3_secret_key,
-                        *oss_bucket, *oss_endpoint, *oss_access_key_id, *oss_access_key_secret;
+                const char *provider, *prefix, *s3_bucket, *s3_region, *s3_endpoint, *s3_access_key,
+                        *s3_secret_key, *oss_bucket, *oss_endpoint, *oss_access_key_id,
+                        *oss_access_key_secret;
         } p = {};
         static const JsonField fields[] = {
                 { "provider", JSON_FIELD_STRING, offsetof(typeof(p), provider), JSON_NULLABLE },
@@ -69,8 +70,10 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
                 { "s3_secret_key", JSON_FIELD_STRING, offsetof(typeof(p), s3_secret_key), JSON_NULLABLE },
                 { "oss_bucket", JSON_FIELD_STRING, offsetof(typeof(p), oss_bucket), JSON_NULLABLE },
                 { "oss_endpoint", JSON_FIELD_STRING, offsetof(typeof(p), oss_endpoint), JSON_NULLABLE },
-                { "oss_access_key_id", JSON_FIELD_STRING, offsetof(typeof(p), oss_access_key_id), JSON_NULLABLE },
-                { "oss_access_key_secret", JSON_FIELD_STRING, offsetof(typeof(p), oss_access_key_secret), JSON_NULLABLE },
+                { "oss_access_key_id", JSON_FIELD_STRING, offsetof(typeof(p), oss_access_key_id),
+                  JSON_NULLABLE },
+                { "oss_access_key_secret", JSON_FIELD_STRING, offsetof(typeof(p), oss_access_key_secret),
+                  JSON_NULLABLE },
                 {},
         };
         _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
@@ -86,8 +89,8 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
         json_object_object_foreach(o, name, value)
                 if (json_object_is_type(value, json_type_string) &&
                     strlen(json_object_get_string(value)) != (size_t) json_object_get_string_len(value)) {
-                        *ret_error = streq(name, "prefix") ? "invalid storage prefix" : "invalid storage config";
-                        return -EINVAL;
+                *ret_error = streq(name, "prefix") ? "invalid storage prefix" : "invalid storage config";
+                return -EINVAL;
                 }
 
         c.provider = storage_provider_from_string(p.provider ?: "local");
@@ -126,7 +129,8 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
 #undef DUP
 
         /* Endpoints are URLs with a scheme; nothing else is fetched. */
-        if ((c.s3_endpoint && !endpoint_is_valid(c.s3_endpoint)) || (c.oss_endpoint && !endpoint_is_valid(c.oss_endpoint))) {
+        if ((c.s3_endpoint && !endpoint_is_valid(c.s3_endpoint)) ||
+            (c.oss_endpoint && !endpoint_is_valid(c.oss_endpoint))) {
                 *ret_error = "storage endpoint must be an http(s) URL";
                 return -EINVAL;
         }
@@ -142,7 +146,8 @@ bool storage_config_effective(const StorageConfig *c, const char *local_storage_
 
         switch (c->provider) {
         case STORAGE_LOCAL:
-                return !isempty(local_storage_dir) && stat(local_storage_dir, &st) >= 0 && S_ISDIR(st.st_mode);
+                return !isempty(local_storage_dir) && stat(local_storage_dir, &st) >= 0 &&
+                       S_ISDIR(st.st_mode);
         case STORAGE_S3:
                 return c->s3_bucket != NULL;
         case STORAGE_ALIYUN_OSS:
@@ -200,8 +205,8 @@ bool storage_json_effective(const char *json, const char *local_storage_dir) {
         _cleanup_json_ json_object *o = NULL;
         const char *why;
 
-        if (!json || json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object) ||
-            storage_config_parse(o, &c, &why) < 0)
+        if (!json || json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 ||
+            !json_object_is_type(o, json_type_object) || storage_config_parse(o, &c, &why) < 0)
                 return false;
         return storage_config_effective(&c, local_storage_dir);
 }
@@ -268,8 +273,8 @@ bool archive_stem_is_valid(const char *stem) {
                 return false;
         for (size_t i = 0; i < l; i++) {
                 char ch = stem[i];
-                if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-                      ch == '-'))
+                if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                      ch == '_' || ch == '-'))
                         return false;
         }
         return true;
@@ -280,7 +285,8 @@ int storage_archive_key(const StorageConfig *c, const char *stem, char **ret) {
 
         if (!archive_stem_is_valid(stem))
                 return -EINVAL;
-        if (asprintf(&k, "%s%sworkspaces/%s.tgz", strempty(c->prefix), isempty(c->prefix) ? "" : "/", stem) < 0)
+        if (asprintf(&k, "%s%sworkspaces/%s.tgz", strempty(c->prefix), isempty(c->prefix) ? "" : "/", stem) <
+            0)
                 return -ENOMEM;
         *ret = k;
         return 0;

@@ -18,7 +18,8 @@ int main(int argc, char *argv[]) {
         int r;
 
         if (argc < 2 || !streq(argv[1], "--builtin")) {
-                r = mime_types_load(argc < 2 ? MIME_TYPES_FILES : (const char *const *) argv + 1, &m, &failed);
+                r = mime_types_load(argc < 2 ? MIME_TYPES_FILES : (const char *const *) argv + 1, &m,
+                                    &failed);
                 if (r < 0) {
                         fprintf(stderr, "Failed to load '%s': %s\n", strna(failed), strerror(-r));
                         return EXIT_FAILURE;

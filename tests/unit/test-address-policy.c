@@ -42,18 +42,48 @@ static bool permits(const AddressPolicy *p, const char *s) {
 
 static void test_internal(void) {
         static const char *const inside[] = {
-                "0.0.0.0", "0.1.2.3", "10.0.0.1", "10.255.255.255", "100.64.0.1", "100.100.100.200", "127.0.0.1",
-                "127.255.255.254", "169.254.169.254", "172.16.0.1", "172.31.255.255", "192.0.0.8", "192.168.1.1",
-                "198.18.0.1", "224.0.0.1", "239.255.255.250", "240.0.0.1", "255.255.255.255", "::", "::1",
-                "::127.0.0.1", "::ffff:127.0.0.1", "::ffff:10.1.2.3", "::ffff:169.254.169.254", "64:ff9b::7f00:1",
-                "64:ff9b::a9fe:a9fe", "fc00::1", "fd00:ec2::254", "fdff::1", "fe80::1", "febf::1", "fec0::1",
-                "ff02::1", "ff05::2",
+                "0.0.0.0",
+                "0.1.2.3",
+                "10.0.0.1",
+                "10.255.255.255",
+                "100.64.0.1",
+                "100.100.100.200",
+                "127.0.0.1",
+                "127.255.255.254",
+                "169.254.169.254",
+                "172.16.0.1",
+                "172.31.255.255",
+                "192.0.0.8",
+                "192.168.1.1",
+                "198.18.0.1",
+                "224.0.0.1",
+                "239.255.255.250",
+                "240.0.0.1",
+                "255.255.255.255",
+                "::",
+                "::1",
+                "::127.0.0.1",
+                "::ffff:127.0.0.1",
+                "::ffff:10.1.2.3",
+                "::ffff:169.254.169.254",
+                "64:ff9b::7f00:1",
+                "64:ff9b::a9fe:a9fe",
+                "fc00::1",
+                "fd00:ec2::254",
+                "fdff::1",
+                "fe80::1",
+                "febf::1",
+                "fec0::1",
+                "ff02::1",
+                "ff05::2",
         };
         static const char *const outside[] = {
-                "1.1.1.1", "8.8.8.8", "9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0", "126.255.255.255",
-                "128.0.0.0", "169.253.255.255", "172.15.255.255", "172.32.0.0", "192.167.255.255", "192.169.0.0",
-                "198.20.0.0", "223.255.255.255", "2001:4860:4860::8888", "2606:4700::1111", "::ffff:8.8.8.8",
-                "64:ff9b::808:808", "fbff::1", "fe00::1",
+                "1.1.1.1",         "8.8.8.8",        "9.255.255.255",    "11.0.0.0",
+                "100.63.255.255",  "100.128.0.0",    "126.255.255.255",  "128.0.0.0",
+                "169.253.255.255", "172.15.255.255", "172.32.0.0",       "192.167.255.255",
+                "192.169.0.0",     "198.20.0.0",     "223.255.255.255",  "2001:4860:4860::8888",
+                "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808", "fbff::1",
+                "fe00::1",
         };
 
         for (size_t i = 0; i < ELEMENTSOF(inside); i++) {
@@ -105,8 +135,10 @@ static void test_policy(void) {
         ASSERT_TRUE(!permits(&p, "::1"));
         address_policy_done(&p);
 
-        static const char *const invalid[] = { "localhost", "10.0.0.0/33", "::/129", "10.0.0.0/", "10.0.0.0/-1",
-                                               "10.0.0/8", "1.2.3.4/8x", "127.0.0.1, nope" };
+        static const char *const invalid[] = {
+                "localhost",   "10.0.0.0/33", "::/129",     "10.0.0.0/",
+                "10.0.0.0/-1", "10.0.0/8",    "1.2.3.4/8x", "127.0.0.1, nope"
+        };
         for (size_t i = 0; i < ELEMENTSOF(invalid); i++) {
                 bad = NULL;
                 ASSERT_EQ(address_policy_parse(invalid[i], &p, &bad), -EINVAL);
@@ -122,15 +154,18 @@ static void test_own_addresses(void) {
 
         ASSERT_EQ(getifaddrs(&list), 0);
         for (struct ifaddrs *i = list; i; i = i->ifa_next) {
-                if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+                if (!i->ifa_addr ||
+                    (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
                         continue;
-                socklen_t l = i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+                socklen_t l = i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                : sizeof(struct sockaddr_in6);
                 ASSERT_TRUE(!address_policy_permits(&none, i->ifa_addr, l));
         }
         freeifaddrs(list);
 }
 
-static bool prefixes_have(const AddressPrefix *list, size_t n, int family, const void *bytes, unsigned length) {
+static bool prefixes_have(const AddressPrefix *list, size_t n, int family, const void *bytes,
+                          unsigned length) {
         for (size_t i = 0; i < n; i++)
                 if (list[i].family == family && list[i].length == length &&
                     memcmp(list[i].bytes, bytes, family == AF_INET ? 4 : 16) == 0)
@@ -140,7 +175,8 @@ static bool prefixes_have(const AddressPrefix *list, size_t n, int family, const
 
 /* What a dify run's scope denies: the fixed ranges and every interface address, once each. */
 static void test_host_address_prefixes(void) {
-        static const uint8_t zero[16], loopback4[4] = { 127 }, lla4[4] = { 169, 254 }, bcast[4] = { 255, 255, 255, 255 };
+        static const uint8_t zero[16], loopback4[4] = { 127 }, lla4[4] = { 169, 254 },
+                                       bcast[4] = { 255, 255, 255, 255 };
         static const uint8_t lla6[16] = { 0xfe, 0x80 };
         AddressPrefix *list = NULL;
         struct ifaddrs *ifs;
@@ -157,9 +193,11 @@ static void test_host_address_prefixes(void) {
         ASSERT_EQ(getifaddrs(&ifs), 0);
         for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
                 if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
-                        ASSERT_TRUE(prefixes_have(list, n, AF_INET, &((struct sockaddr_in *) i->ifa_addr)->sin_addr, 32));
+                        ASSERT_TRUE(prefixes_have(list, n, AF_INET,
+                                                  &((struct sockaddr_in *) i->ifa_addr)->sin_addr, 32));
                 else if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6)
-                        ASSERT_TRUE(prefixes_have(list, n, AF_INET6, &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr, 128));
+                        ASSERT_TRUE(prefixes_have(list, n, AF_INET6,
+                                                  &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr, 128));
         }
         freeifaddrs(ifs);
         for (size_t i = 0; i < n; i++)

@@ -29,7 +29,8 @@ static void expect_sums(const ArchiveDigest *d, const void *data, size_t n) {
         ASSERT_TRUE(EVP_Digest(data, n, md5, NULL, EVP_md5(), NULL) == 1);
         ASSERT_TRUE(EVP_Digest(data, n, sha256, NULL, EVP_sha256(), NULL) == 1);
         ASSERT_TRUE(archive_digest_md5(d) && memcmp(archive_digest_md5(d), md5, ARCHIVE_MD5_SIZE) == 0);
-        ASSERT_TRUE(archive_digest_sha256(d) && memcmp(archive_digest_sha256(d), sha256, ARCHIVE_SHA256_SIZE) == 0);
+        ASSERT_TRUE(archive_digest_sha256(d) &&
+                    memcmp(archive_digest_sha256(d), sha256, ARCHIVE_SHA256_SIZE) == 0);
 }
 
 static void test_digest_known_values(void) {
@@ -152,7 +153,9 @@ static void test_digest_on_the_event_loop(void) {
                 ASSERT_TRUE(iterations < 100);
                 if (iterations == 3) {
                         /* Due now, and ready now: both go before the next slice. */
-                        ASSERT_EQ(sd_event_add_time_relative(event, &timer, CLOCK_MONOTONIC, 0, 1, on_other_timer, &s), 0);
+                        ASSERT_EQ(sd_event_add_time_relative(event, &timer, CLOCK_MONOTONIC, 0, 1,
+                                                             on_other_timer, &s),
+                                  0);
                         ASSERT_EQ(sd_event_add_defer(event, &defer, on_other_defer, &s), 0);
                 }
                 before = archive_digest_progress(s.digest);
@@ -203,11 +206,16 @@ static void test_sha256_hex(void) {
 
         for (size_t i = 0; i < sizeof(sum); i++)
                 sum[i] = (uint8_t) (0xa0 + i);
-        ASSERT_TRUE(sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf", sum));
-        ASSERT_TRUE(sha256_hex_matches("A0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBF", sum));
-        ASSERT_TRUE(!sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebe", sum));
-        ASSERT_TRUE(!sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbeb", sum));
-        ASSERT_TRUE(!sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf0", sum));
+        ASSERT_TRUE(
+                sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf", sum));
+        ASSERT_TRUE(
+                sha256_hex_matches("A0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBF", sum));
+        ASSERT_TRUE(!sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebe",
+                                        sum));
+        ASSERT_TRUE(
+                !sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbeb", sum));
+        ASSERT_TRUE(!sha256_hex_matches("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf0",
+                                        sum));
         ASSERT_TRUE(!sha256_hex_matches("", sum));
         ASSERT_TRUE(!sha256_hex_matches(NULL, sum));
 }

@@ -38,8 +38,8 @@ static int extract_confined(const char *dir, int in_fd, uint64_t *ret_total) {
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
                 close(pipefd[0]);
-                if (chdir(dir) < 0 || chroot(".") < 0 || setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-                    setresuid(65534, 65534, 65534) < 0)
+                if (chdir(dir) < 0 || chroot(".") < 0 || setgroups(0, NULL) < 0 ||
+                    setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0)
                         _exit(99);
                 res.r = archive_extract(in_fd, &limits, &res.total);
                 (void) !write(pipefd[1], &res, sizeof(res));
@@ -165,7 +165,8 @@ static void test_names(void) {
 
         for (size_t l = 0; l < ELEMENTSOF(locales); l++)
                 for (size_t t = 0; t < ELEMENTSOF(tar_formats); t++) {
-                        char src[] = "/tmp/scopebox-test-arc-src-XXXXXX", dst[] = "/tmp/scopebox-test-arc-dst-XXXXXX";
+                        char src[] = "/tmp/scopebox-test-arc-src-XXXXXX",
+                             dst[] = "/tmp/scopebox-test-arc-dst-XXXXXX";
                         _cleanup_close_ int sfd = -EBADF, dfd = -EBADF, mfd = -EBADF;
 
                         ASSERT_TRUE(setlocale(LC_CTYPE, locales[l]));
@@ -182,8 +183,10 @@ static void test_names(void) {
                                 _cleanup_free_ char *cmd = NULL;
 
                                 /* ustar can't carry every name; what it can't, tar refuses. */
-                                ASSERT_TRUE(asprintf(&cmd, "tar -C %s --format=%s -czf /proc/%d/fd/%d . 2>/dev/null",
-                                                     src, tar_formats[t], getpid(), mfd) > 0);
+                                ASSERT_TRUE(
+                                        asprintf(&cmd,
+                                                 "tar -C %s --format=%s -czf /proc/%d/fd/%d . 2>/dev/null",
+                                                 src, tar_formats[t], getpid(), mfd) > 0);
                                 if (system(cmd) != 0 && streq(tar_formats[t], "ustar"))
                                         goto next;
                         }

@@ -90,7 +90,8 @@ static void test_errors(const char *doc) {
 /* The XML --bus-introspect prints and the build installs: our interface alone, every method and
  * property of the vtable in it. */
 static void test_introspection(void) {
-        const BusInterface iface = { SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE, manager_get_vtable() };
+        const BusInterface iface = { SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
+                                     manager_get_vtable() };
         const BusInterface none[] = { iface, {} };
         _cleanup_free_ char *xml = NULL;
 
@@ -103,8 +104,8 @@ static void test_introspection(void) {
                 if (v->type == _SD_BUS_VTABLE_METHOD)
                         snprintf(want, sizeof(want), "<method name=\"%s\">", v->x.method.member);
                 else if (v->type == _SD_BUS_VTABLE_PROPERTY || v->type == _SD_BUS_VTABLE_WRITABLE_PROPERTY)
-                        snprintf(want, sizeof(want), "<property name=\"%s\" type=\"%s\"", v->x.property.member,
-                                 v->x.property.signature);
+                        snprintf(want, sizeof(want), "<property name=\"%s\" type=\"%s\"",
+                                 v->x.property.member, v->x.property.signature);
                 else
                         continue;
                 ASSERT_TRUE(strstr(xml, want));
@@ -144,8 +145,10 @@ int main(int argc, char *argv[]) {
                         }
                         printf("ok - method %s\n", v->x.method.member);
                         methods++;
-                } else if (v->type == _SD_BUS_VTABLE_PROPERTY || v->type == _SD_BUS_VTABLE_WRITABLE_PROPERTY) {
-                        snprintf(line, sizeof(line), "`%s` (`%s`", v->x.property.member, v->x.property.signature);
+                } else if (v->type == _SD_BUS_VTABLE_PROPERTY ||
+                           v->type == _SD_BUS_VTABLE_WRITABLE_PROPERTY) {
+                        snprintf(line, sizeof(line), "`%s` (`%s`", v->x.property.member,
+                                 v->x.property.signature);
                         if (!strstr(doc, line)) {
                                 fprintf(stderr, "docs/dbus-api.md lacks: %s\n", line);
                                 abort();

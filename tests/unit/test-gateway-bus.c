@@ -473,12 +473,14 @@ static void test_health(Env *env) {
         env->fake.health_ok = true;
         env->fake.counted_sessions = 3;
         env->fake.max_sessions = 16;
-        roundtrip(env, "GET", "/healthz", NULL, 200, HEALTHY("\"node\":\"\",\"sessions\":3,\"capacity\":16,\"draining\":false"));
+        roundtrip(env, "GET", "/healthz", NULL, 200,
+                  HEALTHY("\"node\":\"\",\"sessions\":3,\"capacity\":16,\"draining\":false"));
         ASSERT_TRUE(env->server.health.sessions == 3 && env->server.health.capacity == 16);
 
         /* A healthy answer is reused for a second: the manager isn't asked again. */
         env->fake.health_ok = false;
-        roundtrip(env, "GET", "/healthz", NULL, 200, HEALTHY("\"node\":\"\",\"sessions\":3,\"capacity\":16,\"draining\":false"));
+        roundtrip(env, "GET", "/healthz", NULL, 200,
+                  HEALTHY("\"node\":\"\",\"sessions\":3,\"capacity\":16,\"draining\":false"));
 
         /* Draining or full is still healthy (pinned requests must reach the node); unlimited is
          * capacity 0. */
@@ -488,7 +490,8 @@ static void test_health(Env *env) {
         env->fake.max_sessions = -1;
         env->server.config.node_id = (char *) "0a";
         env->server.health.usec = 0;
-        roundtrip(env, "GET", "/healthz", NULL, 200, HEALTHY("\"node\":\"0a\",\"sessions\":20,\"capacity\":0,\"draining\":true"));
+        roundtrip(env, "GET", "/healthz", NULL, 200,
+                  HEALTHY("\"node\":\"0a\",\"sessions\":20,\"capacity\":0,\"draining\":true"));
         env->server.config.node_id = NULL;
         env->fake.draining = false;
         env->fake.health_ok = false;
@@ -1170,7 +1173,8 @@ static void test_agent_socket(Env *env) {
                         ssize_t n = read(cs[i], buf, sizeof(buf) - 1);
 
                         if (n > 0) {
-                                ASSERT_STREQ(buf, "ready up 100%\n"); /* no counts in the reply: 0 of unlimited */
+                                /* no counts in the reply: 0 of unlimited */
+                                ASSERT_STREQ(buf, "ready up 100%\n");
                                 answered++;
                         } else
                                 closed++;

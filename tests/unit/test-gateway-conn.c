@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Unit tests of the gateway's connections: the deadline of each phase, the timer, final answers, peers and slots. */
+/* Unit tests of the gateway's connections: the deadline of each phase, the timer, final answers, peers and
+ * slots. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -39,8 +40,10 @@ static void test_deadlines(void) {
         ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, HTTP_BODY_RATE_MIN / 2),
                   t + HTTP_BODY_TIMEOUT_USEC + USEC_PER_SEC / 2);
         /* ... up to the maximum, however much arrives. */
-        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, 300 * MIB), t + HTTP_BODY_TIMEOUT_MAX_USEC);
-        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, UINT64_MAX), t + HTTP_BODY_TIMEOUT_MAX_USEC);
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, 300 * MIB),
+                  t + HTTP_BODY_TIMEOUT_MAX_USEC);
+        ASSERT_EQ(http_connection_deadline(HTTP_CONNECTION_BODY, t, UINT64_MAX),
+                  t + HTTP_BODY_TIMEOUT_MAX_USEC);
 
         /* A dribbling client (one byte a second) runs out of time right after the allowance. */
         for (uint64_t s = 1; s < 60; s++) {
@@ -252,8 +255,10 @@ static void test_slots(void) {
         s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX, .peer_total = HTTP_CONNECTIONS_PER_IP_MAX };
         ASSERT_EQ(http_slots_admission(&s), HTTP_REFUSE);
         /* The reserve is what authenticated connections may use beyond the 48. */
-        s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX - 1, .unauthenticated = peer_open - 1,
-                          .peer_total = HTTP_CONNECTIONS_PER_IP_MAX - 1, .peer_unauthenticated = peer_open - 1 };
+        s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX - 1,
+                          .unauthenticated = peer_open - 1,
+                          .peer_total = HTTP_CONNECTIONS_PER_IP_MAX - 1,
+                          .peer_unauthenticated = peer_open - 1 };
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
 
         /* Over all peers: 192 unauthenticated, 256 in all; room is made from any peer. */

@@ -39,7 +39,8 @@
         stderr_ "\",\"error\":\"" error_ "\",\"exit_code\":" exit_code_ "}}"
 #define TRACEPARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 #define ERROR_BODY(code, message) "{\"code\":" code ",\"message\":\"" message "\",\"data\":null}"
-#define CUT(stream, n) "error: " stream " exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (" n " bytes) and was cut off\\n"
+#define CUT(stream, n)                                                                                      \
+        "error: " stream " exceeded SANDBOX_DIFY_MAX_OUTPUT_BYTES (" n " bytes) and was cut off\\n"
 #define CODE_TOO_LARGE "code too large: more than 1024 bytes (SANDBOX_DIFY_MAX_CODE_BYTES)"
 
 /* Composes a run result whose data buffer is stdout followed by stderr. */
@@ -335,7 +336,8 @@ static void test_bind(void) {
         ASSERT_STREQ(message, "request body is empty");
         message = mfree(message);
         /* The query argument with its length: "python3%00junk" is no "python3". */
-        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, "python3\0junk", 12, &l, &message) == -EBADMSG);
+        ASSERT_TRUE(dify_language_request_bind(NULL, 0, NULL, "python3\0junk", 12, &l, &message) ==
+                    -EBADMSG);
         ASSERT_STREQ(message, "language contains a NUL byte");
         message = mfree(message);
         dify_language_request_done(&l);

@@ -349,7 +349,8 @@ static void test_compose_blocked(void) {
         /* Refused but coped with: listed, stderr untouched. */
         r = (ExecResult) { .stderr_size = 2, .timeout_ms = 1000, .blocked = calls, .n_blocked = 2 };
         ASSERT_STREQ(compose_stderr(&r, "E\n", 2, &c, &o), "E\n");
-        ASSERT_TRUE(json_object_object_get_ex(o, "blocked_syscalls", &v) && json_object_array_length(v) == 2);
+        ASSERT_TRUE(json_object_object_get_ex(o, "blocked_syscalls", &v) &&
+                    json_object_array_length(v) == 2);
         first = json_object_array_get_idx(v, 0);
         ASSERT_STREQ(member_string(first, "name"), "mount");
         ASSERT_STREQ(member_string(first, "verdict"), "EPERM");
@@ -359,19 +360,23 @@ static void test_compose_blocked(void) {
         /* The code failed: the note names every refused call, on a line of its own. */
         r.exit_code = 1;
         r.stderr_size = 1;
-        ASSERT_STREQ(compose_stderr(&r, "E", 1, &c, &o),
-                     "E\n[sandbox] the sandbox refused these system calls: mount (EPERM), socket (EAFNOSUPPORT)");
+        ASSERT_STREQ(
+                compose_stderr(&r, "E", 1, &c, &o),
+                "E\n[sandbox] the sandbox refused these system calls: mount (EPERM), socket (EAFNOSUPPORT)");
         json_object_put(o);
 
         /* A timeout explains itself; the refused calls stay in the fields only. */
         r.timed_out = true;
-        ASSERT_STREQ(compose_stderr(&r, "E", 1, &c, &o), "E\n[sandbox] execution exceeded 1.000s and was killed");
+        ASSERT_STREQ(compose_stderr(&r, "E", 1, &c, &o),
+                     "E\n[sandbox] execution exceeded 1.000s and was killed");
         json_object_put(o);
 
         /* Killed by the filter: the note says so (the kernel kill leaves no name). */
         r = (ExecResult) { .exit_code = 159, .signal = SIGSYS, .stderr_size = 1, .timeout_ms = 1000 };
-        ASSERT_STREQ(compose_stderr(&r, "E", 1, &c, &o),
-                     "E\n[sandbox] killed: the code made a system call that is never allowed in the sandbox (SIGSYS)");
+        ASSERT_STREQ(
+                compose_stderr(&r, "E", 1, &c, &o),
+                "E\n[sandbox] killed: the code made a system call that is never allowed in the sandbox "
+                "(SIGSYS)");
         json_object_put(o);
 }
 
@@ -541,15 +546,24 @@ static void test_sse_chunks_utf8(void) {
                                 size_t n_held = 0, got_size;
                                 _cleanup_free_ char *got = NULL;
 
-                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, p, a, false), 0);
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, p, a,
+                                                                false),
+                                          0);
                                 ASSERT_TRUE(n_held <= 3);
-                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, p + a, b - a, false), 0);
-                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, p + b, n - b, false), 0);
-                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, NULL, 0, true), 0);
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held,
+                                                                p + a, b - a, false),
+                                          0);
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held,
+                                                                p + b, n - b, false),
+                                          0);
+                                ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, NULL,
+                                                                0, true),
+                                          0);
                                 ASSERT_EQ(n_held, 0);
                                 got = sse_texts(&w, "stdout", &got_size);
                                 /* The whole text, escaped as one JSON string, without its quotes. */
-                                ASSERT_EQ(json_writer_append_string(&expect, whole.data ?: "", whole.size), 0);
+                                ASSERT_EQ(json_writer_append_string(&expect, whole.data ?: "", whole.size),
+                                          0);
                                 ASSERT_EQ(got_size, expect.size - 2);
                                 ASSERT_TRUE(memcmp(got, expect.data + 1, got_size) == 0);
                                 /* Nothing but events: an empty chunk gives none. */
@@ -566,14 +580,20 @@ static void test_sse_chunk_format(void) {
         uint8_t held[4];
         size_t n_held = 0;
 
-        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDERR, held, &n_held, (const uint8_t *) "a\nb\"", 4, false), 0);
+        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDERR, held, &n_held, (const uint8_t *) "a\nb\"",
+                                        4, false),
+                  0);
         ASSERT_STREQ(w.data, "event: stderr\ndata: {\"text\":\"a\\nb\\\"\"}\n\n");
         json_writer_done(&w);
         /* Only the start of a character: nothing yet. */
-        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xe2\x82", 2, false), 0);
+        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xe2\x82",
+                                        2, false),
+                  0);
         ASSERT_TRUE(w.size == 0);
         ASSERT_EQ(n_held, 2);
-        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xac", 1, false), 0);
+        ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xac", 1,
+                                        false),
+                  0);
         ASSERT_STREQ(w.data, "event: stdout\ndata: {\"text\":\"\xe2\x82\xac\"}\n\n");
         json_writer_done(&w);
 }

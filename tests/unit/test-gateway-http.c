@@ -121,10 +121,10 @@ static void test_bus_error_mapping(void) {
                   DETAIL("session manager did not answer"), true);
         check_map(SD_BUS_ERROR_TIMEOUT, "x", 500, DETAIL("session manager did not answer"), true);
         /* The manager died with the call (dbus-daemon's and dbus-broker's words): retry. */
-        check_map(SD_BUS_ERROR_NO_REPLY, "Message recipient disconnected from message bus without replying", 503,
+        check_map(SD_BUS_ERROR_NO_REPLY, "Message recipient disconnected from message bus without replying",
+                  503, DETAIL("session manager restarted, retry"), true);
+        check_map(SD_BUS_ERROR_NO_REPLY, "Remote peer disconnected", 503,
                   DETAIL("session manager restarted, retry"), true);
-        check_map(SD_BUS_ERROR_NO_REPLY, "Remote peer disconnected", 503, DETAIL("session manager restarted, retry"),
-                  true);
         check_map(SD_BUS_ERROR_SERVICE_UNKNOWN, "The name io.scopebox.SessionManager1 was not provided", 500,
                   DETAIL("session manager unavailable"), true);
         check_map(SD_BUS_ERROR_DISCONNECTED, "x", 500, DETAIL("session manager unavailable"), true);
@@ -303,7 +303,8 @@ static void server_done(Server *s) {
         ASSERT_TRUE(server_set_api_key(s, NULL) == 0);
 }
 
-static HttpRequest *begin_headers(Server *s, const char *method, const char *path, const HttpRequestHeaders *h) {
+static HttpRequest *begin_headers(Server *s, const char *method, const char *path,
+                                  const HttpRequestHeaders *h) {
         HttpRequest *req = NULL;
 
         ASSERT_TRUE(http_request_new(s, NULL, NULL, method, path, &req) == 0);
@@ -533,11 +534,13 @@ static void test_request_fields(void) {
         /* "%2500" is the text "%00", and a %00 in the query is judged as a query parameter. */
         check_target(&s, "POST", "/exec", "/exec?a=%2500", &base, 0, NULL);
         check_target(&s, "POST", "/exec", "/exec?a=%00", &base, 0, NULL);
-        check_target(&s, "POST", "/exe%00c", "/exe%00c", &base, 400, "{\"detail\":\"path contains a NUL byte\"}");
+        check_target(&s, "POST", "/exe%00c", "/exe%00c", &base, 400,
+                     "{\"detail\":\"path contains a NUL byte\"}");
         /* Invalid UTF-8, seen in the decoded path. */
         check_target(&s, "GET", "/sessions/\xff", NULL, &base, 400,
                      "{\"detail\":\"path is not valid UTF-8\"}");
-        check_target(&s, "GET", "/nope\xc3", "/nope%c3", &base, 400, "{\"detail\":\"path is not valid UTF-8\"}");
+        check_target(&s, "GET", "/nope\xc3", "/nope%c3", &base, 400,
+                     "{\"detail\":\"path is not valid UTF-8\"}");
         check_target(&s, "GET", "/n\xc3\xa4", NULL, &base, 404, "{\"detail\":\"Not Found\"}");
 
         /* Fields the header scan refused: after auth (a stranger learns nothing), before the route. */

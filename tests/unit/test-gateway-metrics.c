@@ -61,7 +61,9 @@ static void test_render(void) {
         assert_contains(text, "scopebox_http_responses_total{class=\"4xx\"} 3\n");
         assert_contains(text, "scopebox_http_responses_total{class=\"5xx\"} 2\n");
         assert_contains(text, "scopebox_http_responses_total{class=\"none\"} 1\n");
-        assert_contains(text, "# TYPE process_start_time_seconds gauge\n# UNIT process_start_time_seconds seconds\n");
+        assert_contains(
+                text,
+                "# TYPE process_start_time_seconds gauge\n# UNIT process_start_time_seconds seconds\n");
         assert_contains(text, "process_start_time_seconds 1700000000.000001\n");
         assert_contains(text, "scopebox_session_manager_up 1\n");
         assert_contains(text, "# TYPE scopebox_sessions gauge\n");
@@ -170,17 +172,14 @@ static int fake_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *err
                 return sd_bus_reply_method_return(m, "a{sv}", 1, "execs", "a{st}", 1, "o\"k", (uint64_t) 1);
         case FAKE_NOT_CUMULATIVE:
                 return sd_bus_reply_method_return(m, "a{sv}", 2, "exec_duration_count", "t", (uint64_t) 5,
-                                                  "exec_duration_buckets", "a(tt)", 2,
-                                                  (uint64_t) 10000, (uint64_t) 3, (uint64_t) 20000, (uint64_t) 2);
+                                                  "exec_duration_buckets", "a(tt)", 2, (uint64_t) 10000,
+                                                  (uint64_t) 3, (uint64_t) 20000, (uint64_t) 2);
         default:
-                return sd_bus_reply_method_return(m, "a{sv}", 6,
-                                                  "sessions", "u", 2,
-                                                  "execs", "a{st}", 2, "ok", (uint64_t) 5, "killed", (uint64_t) 1,
-                                                  "exec_duration_buckets", "a(tt)", 2,
-                                                  (uint64_t) 10000, (uint64_t) 1, (uint64_t) 25000, (uint64_t) 4,
-                                                  "exec_duration_count", "t", (uint64_t) 6,
-                                                  "exec_duration_sum_usec", "t", (uint64_t) 2000001,
-                                                  "future_key", "as", 1, "ignored");
+                return sd_bus_reply_method_return(
+                        m, "a{sv}", 6, "sessions", "u", 2, "execs", "a{st}", 2, "ok", (uint64_t) 5, "killed",
+                        (uint64_t) 1, "exec_duration_buckets", "a(tt)", 2, (uint64_t) 10000, (uint64_t) 1,
+                        (uint64_t) 25000, (uint64_t) 4, "exec_duration_count", "t", (uint64_t) 6,
+                        "exec_duration_sum_usec", "t", (uint64_t) 2000001, "future_key", "as", 1, "ignored");
         }
 }
 
@@ -248,7 +247,8 @@ static void test_scrape(void) {
 
         req = scrape(&env);
         ASSERT_EQ(req->response->status, 200);
-        ASSERT_STREQ(req->response->content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8");
+        ASSERT_STREQ(req->response->content_type,
+                     "application/openmetrics-text; version=1.0.0; charset=utf-8");
         ASSERT_TRUE(env.fake.calls == 1 && !env.fake.auto_start);
         assert_contains(req->response->body, "scopebox_session_manager_up 1\n");
         assert_contains(req->response->body, "\nscopebox_sessions 2\n");
@@ -312,7 +312,8 @@ static void test_auth(void) {
                 { "POST", "/files/get" }, { "POST", "/storage/gc" }, { "GET", "/nowhere" },
         };
         for (size_t i = 0; i < ELEMENTSOF(others); i++) {
-                ASSERT_TRUE(http_request_new(&env.server, NULL, NULL, others[i][0], others[i][1], &req) == 0);
+                ASSERT_TRUE(http_request_new(&env.server, NULL, NULL, others[i][0], others[i][1], &req) ==
+                            0);
                 ASSERT_TRUE(http_request_begin(req, H(BEARER("Bearer scrape"))) == 0);
                 ASSERT_TRUE(req->response && req->response->status == 401);
                 http_request_free(req);

@@ -33,13 +33,15 @@ static void test_table(void) {
                 char weaker[32];
                 ASSERT_EQ(host_sysctl_evaluate(table + i, want), 1);
                 snprintf(weaker, sizeof(weaker), "%lld",
-                         (long long) (table[i].rule == HOST_CHECK_AT_LEAST ? table[i].want - 1 : table[i].want + 1));
+                         (long long) (table[i].rule == HOST_CHECK_AT_LEAST ? table[i].want - 1
+                                                                           : table[i].want + 1));
                 ASSERT_EQ(host_sysctl_evaluate(table + i, weaker), 0);
         }
 }
 
 static void test_evaluate(void) {
-        const HostSysctl *regular = find("fs.protected_regular"), *paranoid = find("kernel.perf_event_paranoid"),
+        const HostSysctl *regular = find("fs.protected_regular"),
+                         *paranoid = find("kernel.perf_event_paranoid"),
                          *tiocsti = find("dev.tty.legacy_tiocsti"), *dumpable = find("fs.suid_dumpable");
 
         ASSERT_TRUE(regular && paranoid && tiocsti && dumpable);
@@ -87,7 +89,8 @@ static void test_swaps(void) {
         ASSERT_EQ(host_swaps_count(""), 0);
         ASSERT_EQ(host_swaps_count("Filename Type Size Used Priority"), 0);
         ASSERT_EQ(host_swaps_count("Filename\n/dev/vda2 partition 4194300 0 -2\n"), 1);
-        ASSERT_EQ(host_swaps_count("Filename\n/dev/vda2 partition 4194300 0 -2\n/swapfile file 1024 0 -3"), 2);
+        ASSERT_EQ(host_swaps_count("Filename\n/dev/vda2 partition 4194300 0 -2\n/swapfile file 1024 0 -3"),
+                  2);
         ASSERT_EQ(host_swaps_count("Filename\n\n/swapfile file 1024 0 -3\n\n"), 1);
 }
 

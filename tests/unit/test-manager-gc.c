@@ -76,7 +76,8 @@ static void test_exec_double_failure(void) {
         code_fd = memfd_create("code", MFD_CLOEXEC);
         ASSERT_TRUE(code_fd >= 0);
 
-        ASSERT_EQ(session_exec(s, code_fd, &(ExecParameters) { .timeout_ms = 1000 }, on_exec, &calls, NULL), 0);
+        ASSERT_EQ(session_exec(s, code_fd, &(ExecParameters) { .timeout_ms = 1000 }, on_exec, &calls, NULL),
+                  0);
         ASSERT_EQ(calls, 1);
         /* Gone for everyone at once, but not freed yet. */
         ASSERT_TRUE(!manager_find_session(m, id));
@@ -147,7 +148,8 @@ static pid_t session_fork_runner(Session *s, bool linger) {
                 _exit(0);
         }
         s->runner_pid = pid;
-        ASSERT_TRUE(sd_event_add_child(s->manager->event, &s->runner_child_source, pid, WEXITED, on_child, s) >= 0);
+        ASSERT_TRUE(sd_event_add_child(s->manager->event, &s->runner_child_source, pid, WEXITED, on_child,
+                                       s) >= 0);
         return pid;
 }
 
@@ -184,7 +186,8 @@ static void test_shutdown_keeps_children(void) {
         ASSERT_TRUE(waitid(P_PID, (id_t) pid, &si, WEXITED) >= 0);
 }
 
-static void on_cancelled(Session *s, int error, const char *message, const ExecResult *result, void *userdata) {
+static void on_cancelled(Session *s, int error, const char *message, const ExecResult *result,
+                         void *userdata) {
         int *calls = userdata;
 
         ASSERT_EQ(error, -ECANCELED);

@@ -16,8 +16,10 @@
 static void test_outcome(void) {
         ASSERT_EQ(exec_outcome_classify(0, RESULT(.exit_code = 0)), EXEC_OUTCOME_OK);
         ASSERT_EQ(exec_outcome_classify(0, RESULT(.exit_code = 1)), EXEC_OUTCOME_ERROR);
-        ASSERT_EQ(exec_outcome_classify(0, RESULT(.exit_code = 124, .timed_out = true)), EXEC_OUTCOME_TIMEOUT);
-        ASSERT_EQ(exec_outcome_classify(0, RESULT(.exit_code = 137, .signal = SIGKILL)), EXEC_OUTCOME_KILLED);
+        ASSERT_EQ(exec_outcome_classify(0, RESULT(.exit_code = 124, .timed_out = true)),
+                  EXEC_OUTCOME_TIMEOUT);
+        ASSERT_EQ(exec_outcome_classify(0, RESULT(.exit_code = 137, .signal = SIGKILL)),
+                  EXEC_OUTCOME_KILLED);
         ASSERT_EQ(exec_outcome_classify(-EHOSTDOWN, NULL), EXEC_OUTCOME_FAILED);
         ASSERT_EQ(exec_outcome_classify(-ENXIO, NULL), EXEC_OUTCOME_FAILED);
         ASSERT_EQ(exec_outcome_classify(-EBUSY, NULL), EXEC_OUTCOME_REJECTED);
@@ -38,7 +40,8 @@ static void test_kill_reason(void) {
         /* The OOM killer took another process (a child); the exec died otherwise. */
         ASSERT_EQ(kill_reason_classify(RESULT(.signal = SIGSEGV, .oom_killed = true)), KILL_REASON_SIGNAL);
         ASSERT_EQ(kill_reason_classify(RESULT(.signal = SIGKILL)), KILL_REASON_SIGNAL);
-        ASSERT_EQ(kill_reason_classify(RESULT(.signal = SIGSYS, .pids_limited = true)), KILL_REASON_BLOCKED_SYSCALL);
+        ASSERT_EQ(kill_reason_classify(RESULT(.signal = SIGSYS, .pids_limited = true)),
+                  KILL_REASON_BLOCKED_SYSCALL);
         ASSERT_EQ(kill_reason_classify(RESULT(.exit_code = 1, .pids_limited = true)), KILL_REASON_TASKS);
         /* Hit the limit, coped with it: not stopped. */
         ASSERT_EQ(kill_reason_classify(RESULT(.exit_code = 0, .pids_limited = true)), _KILL_REASON_INVALID);
@@ -73,7 +76,8 @@ static void test_histogram(void) {
         ASSERT_EQ(m.kills[KILL_REASON_TIMEOUT], 1);
 }
 
-static void assert_path(const char *proc_cgroup, const char *controller, const char *hierarchy, const char *path) {
+static void assert_path(const char *proc_cgroup, const char *controller, const char *hierarchy,
+                        const char *path) {
         _cleanup_free_ char *h = NULL, *p = NULL;
 
         ASSERT_EQ(cgroup_path_for_controller(proc_cgroup, controller, &h, &p), 0);
@@ -106,7 +110,9 @@ static void test_cgroup_keyed(void) {
 
         ASSERT_EQ(cgroup_keyed_value("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill", &v), 0);
         ASSERT_EQ(v, 3);
-        ASSERT_EQ(cgroup_keyed_value("low 0\nhigh 0\nmax 7\noom 2\noom_kill 1\noom_group_kill 0\n", "max", &v), 0);
+        ASSERT_EQ(
+                cgroup_keyed_value("low 0\nhigh 0\nmax 7\noom 2\noom_kill 1\noom_group_kill 0\n", "max", &v),
+                0);
         ASSERT_EQ(v, 7);
         ASSERT_EQ(cgroup_keyed_value("max 12", "max", &v), 0);
         ASSERT_EQ(v, 12);

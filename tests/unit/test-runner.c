@@ -214,7 +214,8 @@ static int probe_no_processes(void) {
         pthread_t t;
         void *ret = NULL;
 
-        if (pthread_create(&t, NULL, thread_main, (void *) 0x1) != 0 || pthread_join(t, &ret) != 0 || ret != (void *) 0x1)
+        if (pthread_create(&t, NULL, thread_main, (void *) 0x1) != 0 || pthread_join(t, &ret) != 0 ||
+            ret != (void *) 0x1)
                 _exit(1);
         if (!(fork() < 0 && errno == EPERM))
                 _exit(2);
@@ -305,7 +306,8 @@ static void test_seccomp_policy(void) {
         ASSERT_TRUE(!report_find(&report, SYS_io_uring_setup));
 
         /* Without processes: the probe's own execve of sh works, sh's exec of true doesn't. */
-        status = run_under_policy_with(&(SeccompOptions) { .no_processes = true }, probe_no_processes, &report);
+        status = run_under_policy_with(&(SeccompOptions) { .no_processes = true }, probe_no_processes,
+                                       &report);
         ASSERT_TRUE(WIFEXITED(status));
         ASSERT_TRUE(WEXITSTATUS(status) >= 100); /* sh's "can't exec" */
         ASSERT_TRUE((b = report_find(&report, SYS_clone)) && b->verdict == EPERM); /* glibc fork() */

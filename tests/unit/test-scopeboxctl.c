@@ -17,7 +17,8 @@ static void test_format_bytes(void) {
         ASSERT_STREQ(format_bytes(buf, sizeof(buf), 1536ULL << 20), "1.5G");
         ASSERT_STREQ(format_bytes(buf, sizeof(buf), 2ULL << 30), "2.0G");
         ASSERT_STREQ(format_bytes(buf, sizeof(buf), 512ULL << 20), "512M");
-        ASSERT_STREQ(format_bytes(buf, sizeof(buf), UINT64_MAX - 1), "15E"); /* whole units from 10 on, rounded down */
+        /* whole units from 10 on, rounded down */
+        ASSERT_STREQ(format_bytes(buf, sizeof(buf), UINT64_MAX - 1), "15E");
 }
 
 static void test_format_duration(void) {
@@ -27,7 +28,8 @@ static void test_format_duration(void) {
         ASSERT_STREQ(format_duration(buf, sizeof(buf), 0), "0s");
         ASSERT_STREQ(format_duration(buf, sizeof(buf), 59 * USEC_PER_SEC + 999999), "59s");
         ASSERT_STREQ(format_duration(buf, sizeof(buf), 1800 * USEC_PER_SEC), "30min 0s");
-        ASSERT_STREQ(format_duration(buf, sizeof(buf), 3 * 3600 * USEC_PER_SEC + 125 * USEC_PER_SEC), "3h 2min");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 3 * 3600 * USEC_PER_SEC + 125 * USEC_PER_SEC),
+                     "3h 2min");
         ASSERT_STREQ(format_duration(buf, sizeof(buf), 7 * 86400 * USEC_PER_SEC), "7d 0h");
 }
 

@@ -310,7 +310,8 @@ static void test_workspace_path(void) {
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 int r = workspace_path_normalize(cases[i].in, &rel);
                 if (r != cases[i].r || (r == 0 && !streq(rel, cases[i].out))) {
-                        fprintf(stderr, "workspace_path_normalize(\"%s\") = %d \"%s\"\n", cases[i].in, r, r == 0 ? rel : "");
+                        fprintf(stderr, "workspace_path_normalize(\"%s\") = %d \"%s\"\n", cases[i].in, r,
+                                r == 0 ? rel : "");
                         abort();
                 }
                 if (r == 0) {
@@ -345,7 +346,8 @@ static void test_storage_config(void) {
         storage_config_done(&c);
 
         /* Keys: joined under the prefix; a full key is accepted where allowed; never outside. */
-        const char *j = "{\"provider\":\"s3\",\"prefix\":\"aivory/\",\"s3_bucket\":\"b\",\"s3_secret_key\":\"s\"}";
+        const char *j =
+                "{\"provider\":\"s3\",\"prefix\":\"aivory/\",\"s3_bucket\":\"b\",\"s3_secret_key\":\"s\"}";
         ASSERT_EQ(json_parse(j, strlen(j), JSON_DEPTH_MAX, &o), 0);
         ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
         json_object_put(o);
@@ -455,8 +457,14 @@ static void test_json_parse(void) {
 
 static void test_json_strict(void) {
         static const char *const good[] = {
-                "{}", "[]", "0", "-0.5e+3", "\"\\u00e9\\ud83d\\ude00\"", "{\"a\":[1,{\"b\":null}],\"c\":true}",
-                " \t\r\n{\"a\":\"b\"} \n", "{\"a\":1,\"A\":2}",
+                "{}",
+                "[]",
+                "0",
+                "-0.5e+3",
+                "\"\\u00e9\\ud83d\\ude00\"",
+                "{\"a\":[1,{\"b\":null}],\"c\":true}",
+                " \t\r\n{\"a\":\"b\"} \n",
+                "{\"a\":1,\"A\":2}",
         };
         static const char *const bad[] = {
                 "{'a':1}", "{\"a\":1,}", "[1,]", "{\"a\" 1}", "NaN", "Infinity", "01", "1.", ".5", "+1",
@@ -474,9 +482,14 @@ static void test_json_strict(void) {
                         abort();
                 }
         /* Duplicates, also when spelled differently. */
-        ASSERT_EQ(json_validate_strict("{\"a\":1,\"a\":2}", strlen("{\"a\":1,\"a\":2}"), JSON_DEPTH_MAX), -ENOTUNIQ);
-        ASSERT_EQ(json_validate_strict("{\"a\":1,\"\\u0061\":2}", strlen("{\"a\":1,\"\\u0061\":2}"), JSON_DEPTH_MAX), -ENOTUNIQ);
-        ASSERT_EQ(json_validate_strict("{\"x\":{\"a\":1},\"y\":{\"a\":1}}", strlen("{\"x\":{\"a\":1},\"y\":{\"a\":1}}"), JSON_DEPTH_MAX), 0);
+        ASSERT_EQ(json_validate_strict("{\"a\":1,\"a\":2}", strlen("{\"a\":1,\"a\":2}"), JSON_DEPTH_MAX),
+                  -ENOTUNIQ);
+        ASSERT_EQ(json_validate_strict("{\"a\":1,\"\\u0061\":2}", strlen("{\"a\":1,\"\\u0061\":2}"),
+                                       JSON_DEPTH_MAX),
+                  -ENOTUNIQ);
+        ASSERT_EQ(json_validate_strict("{\"x\":{\"a\":1},\"y\":{\"a\":1}}",
+                                       strlen("{\"x\":{\"a\":1},\"y\":{\"a\":1}}"), JSON_DEPTH_MAX),
+                  0);
         ASSERT_EQ(json_validate_strict("[[[1]]]", strlen("[[[1]]]"), 3), 0);
         ASSERT_EQ(json_validate_strict("[[[[1]]]]", strlen("[[[[1]]]]"), 3), -E2BIG);
 }
@@ -495,7 +508,8 @@ static char *json_many_keys(size_t n, bool duplicate, size_t *ret_len) {
         ASSERT_TRUE(buf);
         *p++ = '{';
         for (size_t i = 0; i < n; i++)
-                p += sprintf(p, "%s\"k%07zu\":0", i > 0 ? "," : "", duplicate && i == n - 1 ? (size_t) 0 : i);
+                p += sprintf(p, "%s\"k%07zu\":0", i > 0 ? "," : "",
+                             duplicate && i == n - 1 ? (size_t) 0 : i);
         *p++ = '}';
         *ret_len = (size_t) (p - buf);
         return buf;
@@ -522,7 +536,8 @@ static void test_json_strict_bounds(void) {
         /* Without the bounds the duplicate check is still not quadratic: all keys checked. */
         t = test_now_usec();
         ASSERT_EQ(json_validate_strict_limits(many, n, &unbounded), 0);
-        printf("# 1,000,000 distinct keys validated without bounds in %.3f ms\n", (test_now_usec() - t) / 1000.0);
+        printf("# 1,000,000 distinct keys validated without bounds in %.3f ms\n",
+               (test_now_usec() - t) / 1000.0);
         dup = json_many_keys(1000000, true, &n);
         t = test_now_usec();
         ASSERT_EQ(json_validate_strict_limits(dup, n, &unbounded), -ENOTUNIQ);
@@ -562,7 +577,10 @@ static void test_json_strict_text(void) {
                 "{\"a\\u0000\":1}", "{\"code\\u0000x\":1}", "[\"x\",{\"k\\u0000\":[1]}]",
         };
         static const char *const nul_values[] = {
-                "\"\\u0000\"", "\"a\\u0000b\"", "{\"code\":\"print(1)\\u0000junk\"}", "[\"x\",{\"k\":[\"\\u0000\"]}]",
+                "\"\\u0000\"",
+                "\"a\\u0000b\"",
+                "{\"code\":\"print(1)\\u0000junk\"}",
+                "[\"x\",{\"k\":[\"\\u0000\"]}]",
         };
         static const char raw_nul[] = "{\"code\":\"print(1)\0junk\"}";
         static const char *const bad_utf8[] = {
@@ -592,12 +610,14 @@ static void test_json_strict_text(void) {
         for (size_t i = 0; i < ELEMENTSOF(good); i++)
                 ASSERT_EQ(json_validate_strict(good[i], strlen(good[i]), JSON_DEPTH_MAX), 0);
         /* Keys compare decoded, whatever the spelling. */
-        ASSERT_EQ(json_validate_strict("{\"\\u00e9\":1,\"\xc3\xa9\":2}", strlen("{\"\\u00e9\":1,\"\xc3\xa9\":2}"),
-                                       JSON_DEPTH_MAX), -ENOTUNIQ);
+        ASSERT_EQ(json_validate_strict("{\"\\u00e9\":1,\"\xc3\xa9\":2}",
+                                       strlen("{\"\\u00e9\":1,\"\xc3\xa9\":2}"), JSON_DEPTH_MAX),
+                  -ENOTUNIQ);
         ASSERT_EQ(json_validate_strict("{\"a\\/\":1,\"a/\":2}", strlen("{\"a\\/\":1,\"a/\":2}"),
                                        JSON_DEPTH_MAX), -ENOTUNIQ);
-        ASSERT_EQ(json_validate_strict("{\"ab\":1,\"a\":2,\"abc\":3}", strlen("{\"ab\":1,\"a\":2,\"abc\":3}"),
-                                       JSON_DEPTH_MAX), 0);
+        ASSERT_EQ(json_validate_strict("{\"ab\":1,\"a\":2,\"abc\":3}",
+                                       strlen("{\"ab\":1,\"a\":2,\"abc\":3}"), JSON_DEPTH_MAX),
+                  0);
         ASSERT_STREQ(json_strict_error_to_string(-EILSEQ), "NUL (\\u0000) in a JSON member name");
         ASSERT_TRUE(json_strict_error_to_string(-EPERM) == NULL);
 }
@@ -617,7 +637,9 @@ static void test_json_dispatch(void) {
         JsonDispatchError e = {};
         json_object *o;
 
-        ASSERT_EQ(json_parse("{\"s\":\"x\",\"i\":5.0,\"b\":true,\"extra\":[]}", strlen("{\"s\":\"x\",\"i\":5.0,\"b\":true,\"extra\":[]}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_parse("{\"s\":\"x\",\"i\":5.0,\"b\":true,\"extra\":[]}",
+                             strlen("{\"s\":\"x\",\"i\":5.0,\"b\":true,\"extra\":[]}"), JSON_DEPTH_MAX, &o),
+                  0);
         ASSERT_EQ(json_dispatch(o, fields, &v, &e), 0);
         ASSERT_STREQ(v.s, "x");
         ASSERT_EQ(v.i, 5);
@@ -635,12 +657,16 @@ static void test_json_dispatch(void) {
         ASSERT_STREQ(e.type, "string_type");
         json_object_put(o);
 
-        ASSERT_EQ(json_parse("{\"s\":\"a\",\"i\":1.5}", strlen("{\"s\":\"a\",\"i\":1.5}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(
+                json_parse("{\"s\":\"a\",\"i\":1.5}", strlen("{\"s\":\"a\",\"i\":1.5}"), JSON_DEPTH_MAX, &o),
+                0);
         ASSERT_EQ(json_dispatch(o, fields, &v, &e), -EINVAL);
         ASSERT_STREQ(e.field, "i");
         json_object_put(o);
 
-        ASSERT_EQ(json_parse("{\"s\":\"a\",\"i\":99999999999999999999}", strlen("{\"s\":\"a\",\"i\":99999999999999999999}"), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(json_parse("{\"s\":\"a\",\"i\":99999999999999999999}",
+                             strlen("{\"s\":\"a\",\"i\":99999999999999999999}"), JSON_DEPTH_MAX, &o),
+                  0);
         ASSERT_EQ(json_dispatch(o, fields, &v, &e), -EINVAL);
         json_object_put(o);
 
@@ -678,7 +704,8 @@ static void test_config(void) {
         /* The file, then the environment on top. */
         fd = mkstemp(path);
         ASSERT_TRUE(fd >= 0);
-        dprintf(fd, "# comment\nSANDBOX_MAX_SESSIONS=3\nexport SANDBOX_MEMORY_LIMIT=\"1G\"\nOTHER_THING=x\n");
+        dprintf(fd,
+                "# comment\nSANDBOX_MAX_SESSIONS=3\nexport SANDBOX_MEMORY_LIMIT=\"1G\"\nOTHER_THING=x\n");
         close(fd);
         setenv("SANDBOX_MAX_SESSIONS", "7", 1);
         ASSERT_EQ(config_load(&c, path, &err), 0);
@@ -749,7 +776,8 @@ static void test_config_documented(const char *srcdir) {
                 }
                 if (!streq(items[i].name, "SANDBOX_API_KEY") &&
                     !strstr(example, strjoina("#", items[i].name, "=", items[i].default_value, "\n"))) {
-                        fprintf(stderr, "conf/scopebox.conf lacks #%s=%s\n", items[i].name, items[i].default_value);
+                        fprintf(stderr, "conf/scopebox.conf lacks #%s=%s\n", items[i].name,
+                                items[i].default_value);
                         abort();
                 }
         }
@@ -1094,7 +1122,9 @@ static const char *list_names(ListItem *head, char buf[static 16]) {
 }
 
 static void test_list(void) {
-        ListItem items[5] = { { .name = 'a' }, { .name = 'b' }, { .name = 'c' }, { .name = 'd' }, { .name = 'e' } };
+        ListItem items[5] = {
+                { .name = 'a' }, { .name = 'b' }, { .name = 'c' }, { .name = 'd' }, { .name = 'e' }
+        };
         ListItem *head = NULL, *some = NULL;
         char buf[16];
         size_t n = 0;

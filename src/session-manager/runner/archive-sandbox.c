@@ -79,7 +79,8 @@ static int set_limits(const ArchiveSandbox *a) {
 
 /* The workspace becomes the root; the runner's tree is detached. */
 static int enter_workspace(const ArchiveSandbox *a) {
-        unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC | (a->restore ? 0 : MS_RDONLY);
+        unsigned long flags =
+                MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC | (a->restore ? 0 : MS_RDONLY);
 
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return -errno;

@@ -11,8 +11,9 @@
 
 /* Namespaces of the helper: its own user namespace (the runner maps the sandbox user into it),
  * and new mount, PID, network, IPC, UTS and cgroup namespaces owned by it. */
-#define ARCHIVE_SANDBOX_CLONE_FLAGS \
-        (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+#define ARCHIVE_SANDBOX_CLONE_FLAGS                                                                         \
+        (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |          \
+         CLONE_NEWCGROUP)
 
 /* What one archive or restore may take beyond its byte and entry bounds. */
 #define ARCHIVE_SANDBOX_MEMORY_MAX (1024ULL * 1024 * 1024)  /* RLIMIT_AS */

@@ -132,7 +132,8 @@ void cgroup_events_open(const char *root, CgroupEvents *ret) {
                 return;
         ret->fd[CGROUP_EVENT_OOM_KILL] = cgroup_events_open_one(root, text, "memory", "memory.oom_control",
                                                                 "memory.events");
-        ret->fd[CGROUP_EVENT_PIDS_MAX] = cgroup_events_open_one(root, text, "pids", "pids.events", "pids.events");
+        ret->fd[CGROUP_EVENT_PIDS_MAX] =
+                cgroup_events_open_one(root, text, "pids", "pids.events", "pids.events");
 }
 
 void cgroup_events_close(CgroupEvents *e) {

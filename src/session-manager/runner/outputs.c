@@ -49,7 +49,8 @@ void output_set_done(OutputSet *s) {
         *s = (OutputSet) {};
 }
 
-static int scan_dir(int dir_fd, const char *prefix, unsigned depth, unsigned max_depth, size_t max_entries, OutputSet *s) {
+static int scan_dir(int dir_fd, const char *prefix, unsigned depth, unsigned max_depth, size_t max_entries,
+                    OutputSet *s) {
         _cleanup_closedir_ DIR *d = NULL;
         struct dirent *de;
         int r;

@@ -47,13 +47,16 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
         if (j->timed_out)
                 res.error = -ETIME;
         else if (read(j->result_fd, &res, sizeof(res)) != (ssize_t) sizeof(res))
-                res = (ArchiveResult) { .error = si->si_code == CLD_KILLED && si->si_status == SIGXCPU ? -ETIME : -EIO };
+                res = (ArchiveResult) { .error = si->si_code == CLD_KILLED && si->si_status == SIGXCPU
+                                                         ? -ETIME
+                                                         : -EIO };
         res.step[sizeof(res.step) - 1] = 0;
 
         if (res.error < 0) {
                 if (res.step[0])
                         log_struct(LOG_WARNING, res.error, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "The archive helper of session %s failed at '%s': %m", r->session_id, res.step);
+                                   "The archive helper of session %s failed at '%s': %m", r->session_id,
+                                   res.step);
                 (void) runner_send_error(r, j->connection_generation, res.error, "%s failed: %s",
                                          j->restore ? "restore" : "archive", strerror(-res.error));
         } else {
@@ -66,8 +69,8 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
                 }
                 if (res.refused > 0)
                         log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Restore of session %s refused %i hostile archive entries.", r->session_id,
-                                   res.refused);
+                                   "Restore of session %s refused %i hostile archive entries.",
+                                   r->session_id, res.refused);
         }
         r->archive_job = archive_job_free(r->archive_job);
         runner_resume_connection(r);
@@ -85,7 +88,8 @@ static int on_archive_timeout(sd_event_source *s, uint64_t usec, void *userdata)
 
 /* Clones the helper into its namespaces, maps the sandbox user into its user namespace and lets
  * it go. */
-static int archive_job_spawn(Runner *r, ArchiveJob *j, int data_fd, uint64_t max_bytes, uint64_t timeout_sec) {
+static int archive_job_spawn(Runner *r, ArchiveJob *j, int data_fd, uint64_t max_bytes,
+                             uint64_t timeout_sec) {
         _cleanup_close_pair_ int result_pipe[2] = { -EBADF, -EBADF }, go_pipe[2] = { -EBADF, -EBADF };
         pid_t pid;
         int q;
@@ -138,17 +142,22 @@ int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore
         j = calloc(1, sizeof(ArchiveJob));
         if (!j)
                 return log_oom();
-        *j = (ArchiveJob) { .runner = r, .connection_generation = r->connection_generation, .restore = restore,
+        *j = (ArchiveJob) { .runner = r,
+                            .connection_generation = r->connection_generation,
+                            .restore = restore,
                             .result_fd = -EBADF };
         q = archive_job_spawn(r, j, data_fd, (uint64_t) max_bytes, (uint64_t) timeout_sec);
         if (q < 0) {
-                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to start the archive helper: %m");
-                return runner_send_error(r, r->connection_generation, q, "failed to start the archive helper");
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to start the archive helper: %m");
+                return runner_send_error(r, r->connection_generation, q,
+                                         "failed to start the archive helper");
         }
         q = sd_event_add_child(r->event, &j->child_source, j->pid, WEXITED, on_archive_child, j);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &j->timer_source, CLOCK_MONOTONIC,
-                                               (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC, on_archive_timeout, j);
+                                               (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC,
+                                               on_archive_timeout, j);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "failed to watch the archive job");
         r->archive_job = TAKE_PTR(j);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Execs: a sandbox cloned for the code (its payload forked by the template or started cold), its network, its timeout and
- * cancellation, the draining of its output pipes, and the result: exit status, stdout and stderr,
- * the artifacts it left under outputs/ and the limits that struck. */
+/* Execs: a sandbox cloned for the code (its payload forked by the template or started cold), its network,
+ * its timeout and cancellation, the draining of its output pipes, and the result: exit status, stdout and
+ * stderr, the artifacts it left under outputs/ and the limits that struck. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -115,8 +115,8 @@ static int copy_into(int dst_fd, uint64_t dst_off, int src_fd, uint64_t size) {
  * limits struck (the OOM killer; the tasks limit refused a fork or thread) and the code failed,
  * the sandbox refused a call and the code failed (SIGSYS, or a refused call and a non-zero
  * exit), a signal, or its own exit. */
-static const char *exec_exit_reason(const RunnerExec *e, int exit_code, int sig, uint32_t n_refused, bool oom,
-                                    bool pids) {
+static const char *exec_exit_reason(const RunnerExec *e, int exit_code, int sig, uint32_t n_refused,
+                                    bool oom, bool pids) {
         if (e->cancelled)
                 return "cancelled";
         if (e->timed_out)
@@ -149,13 +149,17 @@ static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_o
                 max_rss = (uint64_t) e->init_rusage.ru_maxrss * 1024U;
         } else
                 return 0;
-        json_object_object_add(o, "cpu_usec", json_object_new_int64((int64_t) MIN(cpu_usec, (uint64_t) INT64_MAX)));
-        json_object_object_add(o, "max_rss_bytes", json_object_new_int64((int64_t) MIN(max_rss, (uint64_t) INT64_MAX)));
+        json_object_object_add(o, "cpu_usec",
+                               json_object_new_int64((int64_t) MIN(cpu_usec, (uint64_t) INT64_MAX)));
+        json_object_object_add(o, "max_rss_bytes",
+                               json_object_new_int64((int64_t) MIN(max_rss, (uint64_t) INT64_MAX)));
         if (u && u->written_valid)
-                json_object_object_add(o, "written_bytes",
-                                       json_object_new_int64((int64_t) MIN(u->written_bytes, (uint64_t) INT64_MAX)));
+                json_object_object_add(
+                        o, "written_bytes",
+                        json_object_new_int64((int64_t) MIN(u->written_bytes, (uint64_t) INT64_MAX)));
         if (u && u->tasks_valid)
-                json_object_object_add(o, "processes", json_object_new_int64((int64_t) MIN(u->tasks, (uint64_t) INT64_MAX)));
+                json_object_object_add(o, "processes",
+                                       json_object_new_int64((int64_t) MIN(u->tasks, (uint64_t) INT64_MAX)));
         return 0;
 }
 
@@ -181,7 +185,8 @@ static int runner_exec_retry_cell(RunnerExec *e) {
         SandboxProcess sp;
         int q;
 
-        log_struct(LOG_NOTICE, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+        log_struct(LOG_NOTICE, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
                    "The kernel of session %s died between cells; exec %s starts a new one.", r->session_id,
                    e->exec_id);
         /* Its PID 1 exits once it answered; we don't wait for its end to be seen. */
@@ -246,8 +251,8 @@ static int runner_exec_finish(RunnerExec *e) {
                 st.step[sizeof(st.step) - 1] = 0;
                 log_struct(LOG_ERR, st.value, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Sandbox setup failed at '%s': %m", st.step);
-                q = runner_send_error(r, e->connection_generation, st.value, "sandbox setup failed at %s: %s",
-                                      st.step, strerror(st.value));
+                q = runner_send_error(r, e->connection_generation, st.value,
+                                      "sandbox setup failed at %s: %s", st.step, strerror(st.value));
                 goto done;
         }
 
@@ -262,17 +267,21 @@ static int runner_exec_finish(RunnerExec *e) {
                 }
         } else {
                 /* PID 1 itself died without reporting (killed from outside the sandbox). */
-                sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED ? e->init_info.si_status : SIGKILL;
+                sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED
+                              ? e->init_info.si_status
+                              : SIGKILL;
                 exit_code = 128 + sig;
         }
 
-        reason = exec_exit_reason(e, exit_code, sig, k == (ssize_t) sizeof(st) ? st.seccomp.n_calls : 0,
-                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before,
-                                  cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before);
+        reason = exec_exit_reason(
+                e, exit_code, sig, k == (ssize_t) sizeof(st) ? st.seccomp.n_calls : 0,
+                cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before,
+                cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before);
         /* A stateful cell that ended its kernel says so once, on stderr and as "kernel". */
         kernel_kept = e->stateful && k == (ssize_t) sizeof(st) && st.kernel == SANDBOX_KERNEL_KEPT;
         if (e->stateful && !kernel_kept &&
-            asprintf(&kernel_note, "%s[sandbox] the kernel ended (%s); the next cell starts a fresh interpreter\n",
+            asprintf(&kernel_note,
+                     "%s[sandbox] the kernel ended (%s); the next cell starts a fresh interpreter\n",
                      e->err.size > 0 && e->err.data[e->err.size - 1] != '\n' ? "\n" : "", reason) < 0) {
                 q = -ENOMEM;
                 goto fail;
@@ -284,7 +293,8 @@ static int runner_exec_finish(RunnerExec *e) {
         if (outputs_fd >= 0) {
                 q = output_set_scan(outputs_fd, &after);
                 if (q < 0)
-                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to scan outputs, ignoring: %m");
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to scan outputs, ignoring: %m");
                 scanned = q >= 0;
         }
         q = output_set_diff(&e->before, &after, &changed, &n_changed);
@@ -328,7 +338,8 @@ static int runner_exec_finish(RunnerExec *e) {
                         continue;
                 }
                 fd = openat_beneath(outputs_fd, changed[i]->path, O_RDONLY | O_NONBLOCK, 0);
-                if (fd < 0 || fstat(fd, &sst) < 0 || !S_ISREG(sst.st_mode) || (uint64_t) sst.st_size != changed[i]->size) {
+                if (fd < 0 || fstat(fd, &sst) < 0 || !S_ISREG(sst.st_mode) ||
+                    (uint64_t) sst.st_size != changed[i]->size) {
                         log_struct(LOG_DEBUG, fd < 0 ? fd : 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Artifact '%s' vanished or changed, skipping: %m", changed[i]->path);
                         skipped++;
@@ -367,13 +378,17 @@ static int runner_exec_finish(RunnerExec *e) {
         json_object_object_add(reply, "timed_out", json_object_new_boolean(e->timed_out));
         if (e->cancelled)
                 json_object_object_add(reply, "cancelled", json_object_new_boolean(true));
-        json_object_object_add(reply, "duration_usec",
-                               json_object_new_int64((int64_t) (now_usec(CLOCK_MONOTONIC) - e->started_usec)));
+        json_object_object_add(
+                reply, "duration_usec",
+                json_object_new_int64((int64_t) (now_usec(CLOCK_MONOTONIC) - e->started_usec)));
         json_object_object_add(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size));
-        json_object_object_add(reply, "stderr_size",
-                               json_object_new_int64((int64_t) (e->err.size + (kernel_note ? strlen(kernel_note) : 0))));
-        json_object_object_add(reply, "stdout_truncated", json_object_new_boolean(e->out.total > e->out.size));
-        json_object_object_add(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size));
+        json_object_object_add(
+                reply, "stderr_size",
+                json_object_new_int64((int64_t) (e->err.size + (kernel_note ? strlen(kernel_note) : 0))));
+        json_object_object_add(reply, "stdout_truncated",
+                               json_object_new_boolean(e->out.total > e->out.size));
+        json_object_object_add(reply, "stderr_truncated",
+                               json_object_new_boolean(e->err.total > e->err.size));
         json_object_object_add(reply, "files", TAKE_PTR(files));
         json_object_object_add(reply, "files_skipped", json_object_new_int64((int64_t) skipped));
         /* Whether the scope's limits struck during the exec: the OOM killer (which spares the
@@ -384,8 +399,10 @@ static int runner_exec_finish(RunnerExec *e) {
                         cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before));
         json_object_object_add(reply, "exit_reason", json_object_new_string(reason));
         if (e->stateful)
-                json_object_object_add(reply, "kernel", json_object_new_string(!kernel_kept ? "ended" :
-                                                                               e->kernel_new ? "new" : "running"));
+                json_object_object_add(reply, "kernel",
+                                       json_object_new_string(!kernel_kept    ? "ended"
+                                                              : e->kernel_new ? "new"
+                                                                              : "running"));
         q = exec_usage_to_json(e, k == (ssize_t) sizeof(st) ? &st.usage : NULL, reply);
         if (q < 0)
                 goto fail;
@@ -396,8 +413,10 @@ static int runner_exec_finish(RunnerExec *e) {
                 if (st.seccomp.n_calls > 0) {
                         _cleanup_free_ char *calls = seccomp_report_format(&st.seccomp);
                         log_struct(LOG_INFO, 0,
-                                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
-                                   "Exec %s: the sandbox refused %s.", e->exec_id, calls ?: "some system calls");
+                                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
+                                              strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                                   "Exec %s: the sandbox refused %s.", e->exec_id,
+                                   calls ?: "some system calls");
                 }
         }
 
@@ -405,7 +424,8 @@ static int runner_exec_finish(RunnerExec *e) {
                 e->template_error = st.template_error;
         if (e->template_error != 0 && e->template_error != EOPNOTSUPP)
                 log_struct(LOG_DEBUG, e->template_error,
-                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
+                                      strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
                            "Exec %s started cold: the template did not answer (%m).", e->exec_id);
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
@@ -421,7 +441,8 @@ static int runner_exec_finish(RunnerExec *e) {
 
                 snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", sig);
                 log_struct(LOG_NOTICE, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
+                                      strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
                                       strjoina("SCOPEBOX_EXIT_REASON=", killed), signal_field,
                                       SCOPEBOX_MESSAGE_EXEC_KILLED),
                            "Exec %s of session %s was killed (%s).", e->exec_id, r->session_id, killed);
@@ -431,7 +452,8 @@ static int runner_exec_finish(RunnerExec *e) {
         goto done;
 
 fail:
-        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to collect the exec's results: %m");
+        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                   "Failed to collect the exec's results: %m");
         q = runner_send_error(r, e->connection_generation, q, "failed to collect results: %s", strerror(-q));
 done:
         /* A kernel that did not survive its cell (or whose sandbox never started) is gone now,
@@ -461,8 +483,9 @@ static void runner_exec_maybe_finish(RunnerExec *e) {
                 return;
         if (exec_stream_pending(e->stream) > 0) {
                 if (!e->stream_timer &&
-                    sd_event_add_time_relative(e->runner->event, &e->stream_timer, CLOCK_MONOTONIC, STREAM_FLUSH_USEC,
-                                               USEC_PER_MSEC * 10, on_stream_flush_timeout, e) < 0)
+                    sd_event_add_time_relative(e->runner->event, &e->stream_timer, CLOCK_MONOTONIC,
+                                               STREAM_FLUSH_USEC, USEC_PER_MSEC * 10,
+                                               on_stream_flush_timeout, e) < 0)
                         e->stream = exec_stream_free(e->stream);
                 else
                         return;
@@ -515,8 +538,8 @@ static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdat
                         }
                         memcpy(b->data + b->size, buf, take);
                         b->size += take;
-                        (void) exec_stream_push(e->stream, b == &e->out ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR,
-                                                take);
+                        (void) exec_stream_push(
+                                e->stream, b == &e->out ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR, take);
                 }
                 b->total += (uint64_t) k;
                 if (!e->exited && exec_stream_pending(e->stream) >= STREAM_PENDING_MAX) {
@@ -560,8 +583,8 @@ static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata)
         runner_exec_pause_output(e, false);
 
         if (e->out.source || e->err.source) {
-                q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC, DRAIN_GRACE_USEC, 0,
-                                               on_drain_timeout, e);
+                q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC,
+                                               DRAIN_GRACE_USEC, 0, on_drain_timeout, e);
                 if (q < 0)
                         return on_drain_timeout(NULL, 0, e);
                 return 0;
@@ -612,7 +635,8 @@ static void runner_exec_end(RunnerExec *e) {
                 return;
         }
         q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC,
-                                       2 * SANDBOX_END_GRACE_MS * USEC_PER_MSEC, USEC_PER_MSEC, on_end_grace, e);
+                                       2 * SANDBOX_END_GRACE_MS * USEC_PER_MSEC, USEC_PER_MSEC, on_end_grace,
+                                       e);
         if (q < 0)
                 (void) kill(e->pid, SIGKILL);
 }
@@ -632,11 +656,13 @@ void runner_handle_cancel(Runner *r, json_object *req) {
         RunnerExec *e = r->exec;
         json_object *v;
 
-        if (!e || e->exited || e->cancelled || e->timed_out || !json_object_object_get_ex(req, "exec_id", &v) ||
-            !json_object_is_type(v, json_type_string) || !streq(json_object_get_string(v), e->exec_id))
+        if (!e || e->exited || e->cancelled || e->timed_out ||
+            !json_object_object_get_ex(req, "exec_id", &v) || !json_object_is_type(v, json_type_string) ||
+            !streq(json_object_get_string(v), e->exec_id))
                 return;
         e->cancelled = true;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
                    "Cancelling exec %s of session %s.", e->exec_id, r->session_id);
         /* As at the timeout: PID 1 takes every process of its namespace along. */
         runner_exec_end(e);
@@ -652,8 +678,10 @@ static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
                 return -errno;
         if (pid == 0) {
                 char *const argv[] = {
-                        (char *) "slirp4netns", (char *) "--configure", (char *) "--mtu=65520",
-                        (char *) "--disable-host-loopback", (char *) "--ready-fd=3", target_s, (char *) "tap0", NULL,
+                        (char *) "slirp4netns",  (char *) "--configure",
+                        (char *) "--mtu=65520",  (char *) "--disable-host-loopback",
+                        (char *) "--ready-fd=3", target_s,
+                        (char *) "tap0",         NULL,
                 };
                 char *const envp[] = { (char *) "PATH=/usr/bin:/bin", NULL };
                 int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -680,7 +708,8 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
                                   status_pipe[2] = { -EBADF, -EBADF };
         pid_t pid;
 
-        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(status_pipe, O_CLOEXEC) < 0)
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 ||
+            pipe2(status_pipe, O_CLOEXEC) < 0)
                 return -errno;
 
         se->session_root = r->session_root;
@@ -754,7 +783,8 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 { "output_limit", JSON_FIELD_INT64, offsetof(typeof(p), output_limit), JSON_MANDATORY },
                 { "max_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_file), JSON_MANDATORY },
                 { "max_files", JSON_FIELD_INT64, offsetof(typeof(p), max_files), JSON_MANDATORY },
-                { "max_total_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_total), JSON_MANDATORY },
+                { "max_total_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_total),
+                  JSON_MANDATORY },
                 {},
         };
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
@@ -778,8 +808,9 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         q = json_dispatch(req, fields, &p, &jerr);
-        if (q < 0 || p.timeout_ms <= 0 || p.output_limit <= 0 || p.output_limit > (64 << 20) || p.max_file < 0 ||
-            p.max_files < 0 || p.max_total < 0 || strlen(p.exec_id) >= sizeof(e->exec_id) || p.memory_limit < 0 ||
+        if (q < 0 || p.timeout_ms <= 0 || p.output_limit <= 0 || p.output_limit > (64 << 20) ||
+            p.max_file < 0 || p.max_files < 0 || p.max_total < 0 ||
+            strlen(p.exec_id) >= sizeof(e->exec_id) || p.memory_limit < 0 ||
             !string_is_printable_line(p.http_proxy, EXEC_ENV_VALUE_MAX) ||
             !string_is_printable_line(p.https_proxy, EXEC_ENV_VALUE_MAX))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
@@ -793,10 +824,12 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
 
         /* The session's filter, or one for this exec's profile. */
         if (p.no_processes || p.network) {
-                q = seccomp_policy_build(&(SeccompOptions) { .allow_inet = p.network, .no_processes = p.no_processes },
-                                         &filter);
+                q = seccomp_policy_build(
+                        &(SeccompOptions) { .allow_inet = p.network, .no_processes = p.no_processes },
+                        &filter);
                 if (q < 0)
-                        return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
+                        return runner_send_error(r, r->connection_generation, q,
+                                                 "failed to build the seccomp filter");
         }
         if (p.network && !isempty(p.http_proxy)) {
                 if (asprintf(&http_proxy, "HTTP_PROXY=%s", p.http_proxy) < 0)
@@ -840,11 +873,13 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 r->outputs_snapshot = (OutputSet) {};
                 r->outputs_snapshot_valid = false;
         } else {
-                outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                outputs_fd =
+                        openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (outputs_fd >= 0) {
                         q = output_set_scan(outputs_fd, &e->before);
                         if (q < 0)
-                                return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
+                                return runner_send_error(r, r->connection_generation, q,
+                                                         "failed to scan outputs");
                 }
         }
 
@@ -890,7 +925,8 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         if (p.stateful) {
                 e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
                 if (e->code_fd < 0)
-                        return runner_send_error(r, r->connection_generation, errno, "failed to keep the code");
+                        return runner_send_error(r, r->connection_generation, errno,
+                                                 "failed to keep the code");
                 q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
         } else
                 q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
@@ -920,13 +956,16 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         q = runner_exec_watch(e);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &e->timer_source, CLOCK_MONOTONIC,
-                                               e->timeout_ms * USEC_PER_MSEC, USEC_PER_MSEC, on_exec_timeout, e);
+                                               e->timeout_ms * USEC_PER_MSEC, USEC_PER_MSEC, on_exec_timeout,
+                                               e);
         if (q < 0) {
-                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Failed to watch the sandbox: %m");
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to watch the sandbox: %m");
                 return runner_send_error(r, r->connection_generation, q, "failed to watch the sandbox");
         }
 
-        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+        log_struct(LOG_DEBUG, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
                    "Exec %s started, PID 1 of its sandbox is %i.", e->exec_id, (int) pid);
         r->exec = TAKE_PTR(e);
         return 0;

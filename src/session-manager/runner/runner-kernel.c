@@ -45,8 +45,8 @@ static int on_kernel_exit(sd_event_source *s, const siginfo_t *si, void *userdat
                 if (wait4(k->pid, &ws, WNOHANG | __WALL, &e->init_rusage) == k->pid)
                         e->init_rusage_valid = true;
         }
-        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "The kernel of session %s ended.",
-                   r->session_id);
+        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                   "The kernel of session %s ended.", r->session_id);
         runner_kernel_stop(r);
         return 0;
 }

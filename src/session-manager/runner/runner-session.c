@@ -78,8 +78,10 @@ static int runner_setup_session(Runner *r) {
                 _cleanup_close_ int tmp_fd = -EBADF, home_fd = -EBADF;
 
                 if (mkdirat(scratch_fd, "tmp", 01777) < 0 || mkdirat(scratch_fd, "home", 0700) < 0 ||
-                    (tmp_fd = openat(scratch_fd, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-                    (home_fd = openat(scratch_fd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+                    (tmp_fd = openat(scratch_fd, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
+                            0 ||
+                    (home_fd = openat(scratch_fd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
+                            0 ||
                     fchmod(tmp_fd, 01777) < 0 || fchown(home_fd, r->uid, r->gid) < 0)
                         return log_error_errno(errno, "Failed to create /tmp and /home/sandbox: %m");
         }
@@ -124,10 +126,12 @@ int runner_handle_init(Runner *r, json_object *req) {
         int q;
 
         if (r->initialized)
-                return runner_send_error(r, r->connection_generation, EALREADY, "session already initialized");
+                return runner_send_error(r, r->connection_generation, EALREADY,
+                                         "session already initialized");
         q = json_dispatch(req, fields, &p, &jerr);
-        if (q < 0 || p.uid <= 0 || p.gid <= 0 || p.uid > 0xfffffffe || p.gid > 0xfffffffe || p.workspace_size <= 0 ||
-            p.tmp_size <= 0 || p.cpus_percent <= 0 || (p.preload_modules && !module_list_is_valid(p.preload_modules)))
+        if (q < 0 || p.uid <= 0 || p.gid <= 0 || p.uid > 0xfffffffe || p.gid > 0xfffffffe ||
+            p.workspace_size <= 0 || p.tmp_size <= 0 || p.cpus_percent <= 0 ||
+            (p.preload_modules && !module_list_is_valid(p.preload_modules)))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
         if (p.preload_modules && !(r->preload_modules = strdup(p.preload_modules)))
                 return log_oom();
@@ -144,16 +148,19 @@ int runner_handle_init(Runner *r, json_object *req) {
 
         q = runner_setup_session(r);
         if (q < 0)
-                return runner_send_error(r, r->connection_generation, q, "failed to set up the session: %s", strerror(-q));
+                return runner_send_error(r, r->connection_generation, q, "failed to set up the session: %s",
+                                         strerror(-q));
         q = seccomp_policy_build(&so, &r->seccomp);
         if (q < 0) {
                 log_error_errno(q, "Failed to build the seccomp filter: %m");
-                return runner_send_error(r, r->connection_generation, q, "failed to build the seccomp filter");
+                return runner_send_error(r, r->connection_generation, q,
+                                         "failed to build the seccomp filter");
         }
         runner_template_setup(r);
         r->initialized = true;
         runner_touch(r);
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.", r->session_id);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.",
+                   r->session_id);
 
         reply = json_object_new_object();
         if (!reply)

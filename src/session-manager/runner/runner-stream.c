@@ -133,7 +133,8 @@ static int exec_stream_grow(ExecStream *s) {
 
         /* Written segments make room first. */
         if (s->head > 0) {
-                memmove(s->segments, s->segments + s->head, (s->n_segments - s->head) * sizeof(StreamSegment));
+                memmove(s->segments, s->segments + s->head,
+                        (s->n_segments - s->head) * sizeof(StreamSegment));
                 s->n_segments -= s->head;
                 s->head = 0;
         }

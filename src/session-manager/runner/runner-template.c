@@ -41,8 +41,8 @@ static int open_hierarchy(const char *controllers, const char *path) {
                         fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 }
         } else {
-                if (asprintf(&dir, "/sys/fs/cgroup/%s%s", startswith(controllers, "name=") ? controllers + 5 : controllers,
-                             path) < 0)
+                if (asprintf(&dir, "/sys/fs/cgroup/%s%s",
+                             startswith(controllers, "name=") ? controllers + 5 : controllers, path) < 0)
                         return -ENOMEM;
                 fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         }

@@ -73,7 +73,8 @@ static int on_backstop(sd_event_source *s, uint64_t usec, void *userdata) {
                 runner_touch(r);
                 return 0;
         }
-        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), "SCOPEBOX_EVENT=runner-backstop"),
+        log_struct(LOG_WARNING, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), "SCOPEBOX_EVENT=runner-backstop"),
                    "No request for session %s in %llus; ending the session.", r->session_id,
                    (unsigned long long) (r->backstop_usec / USEC_PER_SEC));
         return sd_event_exit(r->event, 0);
@@ -83,8 +84,8 @@ void runner_touch(Runner *r) {
         if (r->backstop_usec == 0)
                 return;
         if (!r->backstop_source) {
-                if (sd_event_add_time_relative(r->event, &r->backstop_source, CLOCK_BOOTTIME, r->backstop_usec,
-                                               USEC_PER_SEC, on_backstop, r) < 0)
+                if (sd_event_add_time_relative(r->event, &r->backstop_source, CLOCK_BOOTTIME,
+                                               r->backstop_usec, USEC_PER_SEC, on_backstop, r) < 0)
                         log_warning("Failed to arm the idle backstop, ignoring.");
                 return;
         }
@@ -105,10 +106,13 @@ static void runner_end_orphans(Runner *r) {
         if (e && !e->exited && !e->orphaned && !e->cancelled) {
                 e->orphaned = true;
                 e->timer_source = sd_event_source_disable_unref(e->timer_source);
-                log_struct(LOG_NOTICE, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
-                           "The manager went away during exec %s of session %s; ending it, nobody can receive "
-                           "its result.", e->exec_id, r->session_id);
+                log_struct(
+                        LOG_NOTICE, 0,
+                        LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
+                                   strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                        "The manager went away during exec %s of session %s; ending it, nobody can receive "
+                        "its result.",
+                        e->exec_id, r->session_id);
                 (void) kill(e->pid, SIGKILL);
         }
         if (j && j->pid > 0 && !j->orphaned) {
@@ -190,7 +194,8 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         for (size_t i = 0; i < n_fds; i++)
                                 safe_close(fds[i]);
                         (void) runner_send_error(r, r->connection_generation, EBUSY,
-                                                 r->exec ? "an exec is running" : "an archive is being made or restored");
+                                                 r->exec ? "an exec is running"
+                                                         : "an archive is being made or restored");
                         continue;
                 }
                 /* No process of the session while we work on its files. */
@@ -203,7 +208,8 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 if (op && streq(op, "init"))
                         q = runner_handle_init(r, req);
                 else if (op && streq(op, "exec"))
-                        q = runner_handle_exec(r, req, n_fds > 0 ? fds[0] : -EBADF, n_fds > 1 ? fds[1] : -EBADF);
+                        q = runner_handle_exec(r, req, n_fds > 0 ? fds[0] : -EBADF,
+                                               n_fds > 1 ? fds[1] : -EBADF);
                 else if (op && r->initialized && streq(op, "write"))
                         q = runner_handle_write(r, req, n_fds > 0 ? fds[0] : -EBADF);
                 else if (op && r->initialized && streq(op, "read"))
@@ -224,8 +230,10 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         _cleanup_json_ json_object *reply = json_object_new_object();
                         if (reply) {
                                 json_object_object_add(reply, "ok", json_object_new_boolean(true));
-                                json_object_object_add(reply, "initialized", json_object_new_boolean(r->initialized));
-                                json_object_object_add(reply, "busy", json_object_new_boolean(r->exec || r->archive_job));
+                                json_object_object_add(reply, "initialized",
+                                                       json_object_new_boolean(r->initialized));
+                                json_object_object_add(reply, "busy",
+                                                       json_object_new_boolean(r->exec || r->archive_job));
                                 json_object_object_add(reply, "cancel", json_object_new_boolean(true));
                                 q = runner_send(r, r->connection_generation, reply, NULL, 0);
                         } else
@@ -237,7 +245,8 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         safe_close(fds[i]);
                 runner_touch(r);
                 if (q < 0 && r->conn_fd >= 0 && q != -ENOTCONN)
-                        log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Request failed: %m");
+                        log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Request failed: %m");
                 /* Every request is answered: one that failed before it could say so (out of memory)
                  * is answered with its error rather than left to the manager's timeout. */
                 if (q == -ENOMEM && r->conn_fd >= 0 && !r->exec && !r->archive_job)
@@ -368,7 +377,8 @@ int main(int argc, char *argv[]) {
 
         q = sd_event_loop(event);
 
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Runner of session %s exiting.", r->session_id);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                   "Runner of session %s exiting.", r->session_id);
         r->exec = runner_exec_free(r->exec);
         runner_kernel_stop(r);
         free(r->preload_modules);

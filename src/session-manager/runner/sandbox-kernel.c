@@ -147,7 +147,9 @@ static void kernel_usage(pid_t kernel, bool alive, const KernelMark *before, int
         kernel_mark(alive ? kernel : 0, io_fd, last_pid_fd, &after);
         children = after.children_cpu_usec - MIN(after.children_cpu_usec, before->children_cpu_usec);
         wchar = sub0(after.self_wchar, before->self_wchar);
-        *ret = (SandboxUsage) { .valid = true, .written_valid = io_fd >= 0, .tasks_valid = after.last_pid > 0 };
+        *ret = (SandboxUsage) { .valid = true,
+                                .written_valid = io_fd >= 0,
+                                .tasks_valid = after.last_pid > 0 };
         if (alive) {
                 ret->cpu_usec = children + sub0(after.kernel_cpu_usec, before->kernel_cpu_usec);
                 /* Its peak since the cell began (kernel_clear_peak()), from the start of a line:
@@ -409,7 +411,8 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending) {
         const struct {
                 int32_t start;
                 SandboxStatus st;
-        } lost = { SANDBOX_START_COLD, { .kind = SANDBOX_STATUS_KERNEL_LOST, .kernel = SANDBOX_KERNEL_ENDED } };
+        } lost = { SANDBOX_START_COLD,
+                   { .kind = SANDBOX_STATUS_KERNEL_LOST, .kernel = SANDBOX_KERNEL_ENDED } };
 
         (void) shutdown(ctl_fd, SHUT_RD);
         for (;;) {
@@ -430,8 +433,8 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending) {
         }
 }
 
-_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener, int signal_fd,
-                                   int io_fd, int last_pid_fd) {
+_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener,
+                                   int signal_fd, int io_fd, int last_pid_fd) {
         KernelCell cell = { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd };
         uint32_t seq = 0;
 

@@ -129,7 +129,8 @@ static void report_start(int status_fd, SandboxStart start) {
         start_reported = true;
 }
 
-_noreturn_ static void report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step, int code) {
+_noreturn_ static void report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step,
+                                       int code) {
         SandboxStatus s = { .kind = kind, .value = value };
 
         report_start(status_fd, SANDBOX_START_COLD);
@@ -162,8 +163,8 @@ static int remount_tree(const char *dst, unsigned long flags) {
                 if (!c)
                         continue;
                 for (; *c && *c != ' ' && n < sizeof(point) - 1; c++) {
-                        if (c[0] == '\\' && c[1] >= '0' && c[1] <= '3' && c[2] >= '0' && c[2] <= '7' && c[3] >= '0' &&
-                            c[3] <= '7') {
+                        if (c[0] == '\\' && c[1] >= '0' && c[1] <= '3' && c[2] >= '0' && c[2] <= '7' &&
+                            c[3] >= '0' && c[3] <= '7') {
                                 point[n++] = (char) ((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
                                 c += 3;
                         } else
@@ -182,8 +183,10 @@ static int remount_tree(const char *dst, unsigned long flags) {
  * /etc keeps neither rw, suid nor dev inside the sandbox. */
 static int bind_mount(const char *src, const char *dst, unsigned long extra) {
         struct mount_attr attr = {
-                .attr_set = (extra & MS_RDONLY ? MOUNT_ATTR_RDONLY : 0) | (extra & MS_NOSUID ? MOUNT_ATTR_NOSUID : 0) |
-                            (extra & MS_NODEV ? MOUNT_ATTR_NODEV : 0) | (extra & MS_NOEXEC ? MOUNT_ATTR_NOEXEC : 0),
+                .attr_set = (extra & MS_RDONLY ? MOUNT_ATTR_RDONLY : 0) |
+                            (extra & MS_NOSUID ? MOUNT_ATTR_NOSUID : 0) |
+                            (extra & MS_NODEV ? MOUNT_ATTR_NODEV : 0) |
+                            (extra & MS_NOEXEC ? MOUNT_ATTR_NOEXEC : 0),
         };
 
         if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
@@ -192,7 +195,8 @@ static int bind_mount(const char *src, const char *dst, unsigned long extra) {
          * before); mount_setattr() then adds them to every mount below it. */
         if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | extra, NULL) < 0)
                 return -errno;
-        if (syscall(SYS_mount_setattr, AT_FDCWD, dst, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr, sizeof(attr)) >= 0)
+        if (syscall(SYS_mount_setattr, AT_FDCWD, dst, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr,
+                    sizeof(attr)) >= 0)
                 return 0;
         if (errno != ENOSYS && errno != EPERM)
                 return -errno;
@@ -375,7 +379,8 @@ static int setup_proc(const char *root, SetupError *err) {
                 const char *p = strjoina(proc, "/", proc_masked_dirs[i]);
                 if (access(p, F_OK) < 0)
                         continue;
-                if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555") < 0)
+                if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                          "size=0,mode=0555") < 0)
                         return FAIL("mask /proc directory", errno);
         }
         for (size_t i = 0; i < ELEMENTSOF(proc_readonly); i++) {
@@ -595,7 +600,8 @@ static int set_rlimits(const SandboxExec *e) {
                 /* Backstop only: CPU seconds across all threads, above the wall-clock timeout. A
                  * kernel lives for many cells, each bounded by its timeout, and uses none while
                  * stopped between them. */
-                { RLIMIT_CPU, e->kernel ? RLIM_INFINITY : (rlim_t) (cpu * MAX(e->cpus_percent, 100ULL) / 100 + 5) },
+                { RLIMIT_CPU,
+                  e->kernel ? RLIM_INFINITY : (rlim_t) (cpu * MAX(e->cpus_percent, 100ULL) / 100 + 5) },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(limits); i++) {
@@ -613,8 +619,10 @@ int sandbox_become_user(const char **ret_step) {
 
         /* Lock root semantics out for good, while we still hold CAP_SETPCAP in our namespace. */
         *ret_step = "securebits";
-        if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+        if (prctl(PR_SET_SECUREBITS,
+                  SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                          SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                          SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
                   0, 0, 0) < 0)
                 return -errno;
         *ret_step = "capability bounding set";
@@ -622,10 +630,12 @@ int sandbox_become_user(const char **ret_step) {
         if (r < 0)
                 return r;
         *ret_step = "credentials";
-        if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0 || setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
+        if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0 ||
+            setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
                 return -errno;
-        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != SANDBOX_UID || eu != SANDBOX_UID ||
-            su != SANDBOX_UID || rg != SANDBOX_GID || eg != SANDBOX_GID || sg != SANDBOX_GID)
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != SANDBOX_UID ||
+            eu != SANDBOX_UID || su != SANDBOX_UID || rg != SANDBOX_GID || eg != SANDBOX_GID ||
+            sg != SANDBOX_GID)
                 return -EPERM;
         *ret_step = "capabilities";
         r = drop_capabilities();
@@ -643,15 +653,19 @@ int sandbox_become_user(const char **ret_step) {
 /* The interpreter's environment: the documented list (docs/runtime.md), plus the extras of the
  * exec (proxies). Nothing of ours. 'buf' holds the entries that are formatted here. With
  * 'base_only' (the template's own interpreter), without PYTHONPATH and the extras. */
-size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t buf_size, char **envp, size_t n_max) {
+size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t buf_size, char **envp,
+                         size_t n_max) {
         static const char *const common[] = {
                 "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/sandbox", "USER=sandbox", "LOGNAME=sandbox",
                 "TMPDIR=/tmp", "LANG=C.UTF-8",
         };
-        static const char *const python[] = {
-                "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg", "MPLCONFIGDIR=/tmp/matplotlib",
-                "PYTHONPATH=/workspace", /* last: the template goes without it */
-        };
+        static const char
+                *const
+                        python[] = {
+                                "PYTHONUNBUFFERED=1",    "PYTHONDONTWRITEBYTECODE=1",
+                                "MPLBACKEND=Agg",        "MPLCONFIGDIR=/tmp/matplotlib",
+                                "PYTHONPATH=/workspace", /* last: the template goes without it */
+                        };
         size_t n = 0;
         int k;
 
@@ -670,7 +684,8 @@ size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t
         } else
                 for (size_t i = 0; i < ELEMENTSOF(python) - base_only; i++)
                         envp[n++] = (char *) python[i];
-        snprintf(buf, buf_size, "OPENBLAS_NUM_THREADS=%llu", (unsigned long long) MAX(e->cpus_percent / 100, 1ULL));
+        snprintf(buf, buf_size, "OPENBLAS_NUM_THREADS=%llu",
+                 (unsigned long long) MAX(e->cpus_percent / 100, 1ULL));
         envp[n++] = buf;
         for (size_t i = 0; !base_only && e->extra_env && e->extra_env[i] && n < n_max - 1; i++)
                 envp[n++] = e->extra_env[i];
@@ -692,7 +707,8 @@ static int read_filter_bpf(int filter_fd, struct sock_filter *insns, size_t n_ma
         k = pread(filter_fd, insns, (size_t) st.st_size, 0);
         if (k != st.st_size)
                 return k < 0 ? -errno : -EBADMSG;
-        *ret = (struct sock_fprog) { .len = (unsigned short) (st.st_size / sizeof(struct sock_filter)), .filter = insns };
+        *ret = (struct sock_fprog) { .len = (unsigned short) (st.st_size / sizeof(struct sock_filter)),
+                                     .filter = insns };
         return 0;
 }
 
@@ -855,7 +871,8 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         if (e->filter_fd >= 0) {
                 /* The flags libseccomp's seccomp_load() uses for our filter: a listener for the
                  * notifying default action (no_new_privs is already set). */
-                long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+                long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                                  &prog);
                 if (fd < 0)
                         return -errno;
                 listener = (int) fd;
@@ -925,8 +942,8 @@ static int payload_attach(const SandboxExec *e, pid_t payload, int sync_fd) {
  * children until the payload is gone. 'payload' is our child (cold), or 0: a child
  * of the template, whose PID comes over sync_fd and whose wait status its parent (outside our
  * namespaces) writes to 'payload_status_fd'. */
-static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd, int payload_status_fd,
-                             SandboxStatus *st, TemplateStatus *ret_template) {
+static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd,
+                             int payload_status_fd, SandboxStatus *st, TemplateStatus *ret_template) {
         /* Only the cold dify payload's own execve() of the interpreter goes through; a child of the
          * template never executes anything. */
         SeccompSupervisor sup = { .first_exec_pid = e->no_processes && payload > 0 ? payload : 0 };
@@ -988,7 +1005,8 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                                  * from outside our PID namespace only. Everything of the
                                  * sandbox is killed; the payload's status and the usage of all
                                  * follow as at a normal end. */
-                                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER && !ending) {
+                                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER &&
+                                    !ending) {
                                         ending = true;
                                         (void) kill(-1, SIGKILL);
                                 }
@@ -1021,7 +1039,8 @@ static int close_fds_except(const int *keep, size_t n) {
         for (size_t i = 0; i < n; i++) {
                 if (sorted[i] < next)
                         continue;
-                if (sorted[i] > next && syscall(SYS_close_range, (unsigned) next, (unsigned) sorted[i] - 1, 0U) < 0)
+                if (sorted[i] > next &&
+                    syscall(SYS_close_range, (unsigned) next, (unsigned) sorted[i] - 1, 0U) < 0)
                         return -errno;
                 next = sorted[i] + 1;
         }
@@ -1164,7 +1183,8 @@ static void collect_usage(int io_fd, int last_pid_fd, uint64_t wchar_before, boo
 /* A stateful session's sandbox: the kernel is a cold payload with a socket of ours at
  * SANDBOX_KERNEL_FD (never from the template: it lives for many cells, so its start is paid
  * once); sandbox_kernel_run() takes over once it is mapped and filtered. */
-_noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_fd, int io_fd, int last_pid_fd) {
+_noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_fd, int io_fd,
+                                  int last_pid_fd) {
         int ksock[2], listener;
         pid_t kernel;
 
@@ -1174,7 +1194,8 @@ _noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_
         {
                 int fd = fcntl(ksock[1], F_DUPFD_CLOEXEC, 16);
                 if (fd < 0)
-                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "dup kernel socket", 125);
+                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                                        "dup kernel socket", 125);
                 safe_close(ksock[1]);
                 ksock[1] = fd;
         }
@@ -1220,7 +1241,8 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
                                                        e->kernel ? e->kernel_fd : -EBADF };
                 size_t n = 8;
 
-                for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX); i++)
+                for (size_t i = 0;
+                     e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX); i++)
                         keep[n++] = e->cgroup_fds[i];
                 r = close_fds_except(keep, n);
         }
@@ -1276,7 +1298,8 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
                         safe_close(sync[0]);
                         safe_close(sync[1]);
                         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
-                                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+                                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                                                "socketpair", 125);
                 }
         }
         for (size_t i = 0; e->template_fd >= 0 && i < e->n_cgroup_fds; i++)
@@ -1287,7 +1310,8 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         if (st.start != SANDBOX_START_TEMPLATE) {
                 payload = fork();
                 if (payload < 0)
-                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload", 125);
+                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload",
+                                        125);
                 if (payload == 0) {
                         safe_close(sync[0]);
                         payload_exec(e, sync[1]);
@@ -1310,7 +1334,8 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         /* What the payload left behind in this PID namespace is killed and reaped now, so that
          * its usage counts; then what every process of the exec used. */
         sandbox_end_all_processes();
-        collect_usage(io_fd, last_pid_fd, wchar_before, st.start == SANDBOX_START_TEMPLATE, &template_status, &st.usage);
+        collect_usage(io_fd, last_pid_fd, wchar_before, st.start == SANDBOX_START_TEMPLATE, &template_status,
+                      &st.usage);
         (void) write_all(e->status_fd, &st, sizeof(st));
         _exit(0);
 }
@@ -1338,7 +1363,8 @@ int sandbox_seed_font_cache(int scratch_fd, uid_t uid, gid_t gid) {
                 in = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
                 if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
                         continue;
-                out = openat(dst_dir, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                out = openat(dst_dir, de->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                             0600);
                 if (out < 0)
                         continue;
                 while (off < st.st_size && sendfile(out, in, &off, (size_t) (st.st_size - off)) > 0)

@@ -161,7 +161,8 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
 /* The interpreter's environment (docs/runtime.md) into envp (n_max ≥ 16 entries; 'buf', about
  * 160 bytes, holds the formatted ones). 'base_only': the template's, without PYTHONPATH and the
  * exec's extras. Returns the number of entries. */
-size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t buf_size, char **envp, size_t n_max);
+size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t buf_size, char **envp,
+                         size_t n_max);
 
 /* matplotlib's font list, built once at install (tools/build-font-cache), copied into
  * <scratch>/tmp/matplotlib (the sandbox's MPLCONFIGDIR, created here, owned by uid/gid like the
@@ -181,8 +182,8 @@ void sandbox_end_all_processes(void);
 /* sandbox-kernel.c: PID 1 of a stateful session's sandbox once its kernel ('kernel', our child,
  * started from SANDBOX_KERNEL_SCRIPT with 'ksock' at SANDBOX_KERNEL_FD) exists and 'listener' is
  * its seccomp listener (or -EBADF): runs the first cell and every one the runner sends. */
-_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener, int signal_fd,
-                                   int io_fd, int last_pid_fd);
+_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener,
+                                   int signal_fd, int io_fd, int last_pid_fd);
 
 /* Runs in the child created with SANDBOX_CLONE_FLAGS; never returns. */
 _noreturn_ void sandbox_run_init(const SandboxExec *e);

@@ -239,7 +239,8 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
         /* clone(): threads and fork are fine, new namespaces are not; without processes only
          * threads. */
         if (options->no_processes)
-                r = allow_if_eq(ctx, "clone", 0, ns_flags | CLONE_THREAD, (const uint64_t[]) { CLONE_THREAD }, 1);
+                r = allow_if_eq(ctx, "clone", 0, ns_flags | CLONE_THREAD,
+                                (const uint64_t[]) { CLONE_THREAD }, 1);
         else
                 r = allow_if_eq(ctx, "clone", 0, ns_flags, (const uint64_t[]) { 0 }, 1);
         if (r < 0)
@@ -258,9 +259,11 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
                 r = allow_if_eq(ctx, "personality", 0, 0xffffffffULL, personality_allowed,
                                 ELEMENTSOF(personality_allowed));
         if (r >= 0)
-                r = allow_if_eq(ctx, "mknod", 1, S_IFMT, mknod_types_allowed, ELEMENTSOF(mknod_types_allowed));
+                r = allow_if_eq(ctx, "mknod", 1, S_IFMT, mknod_types_allowed,
+                                ELEMENTSOF(mknod_types_allowed));
         if (r >= 0)
-                r = allow_if_eq(ctx, "mknodat", 2, S_IFMT, mknod_types_allowed, ELEMENTSOF(mknod_types_allowed));
+                r = allow_if_eq(ctx, "mknodat", 2, S_IFMT, mknod_types_allowed,
+                                ELEMENTSOF(mknod_types_allowed));
         if (r < 0)
                 return r;
 
@@ -271,16 +274,21 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
 /* What the archive helper may call: files below its root (the workspace), memory, and leaving.
  * No sockets, no processes, no new programs, no mounts, no ids. */
 static const char *const archive_allow[] = {
-        "read", "write", "readv", "writev", "pread64", "pwrite64", "lseek", "close", "dup", "dup2", "dup3",
-        "fcntl", "ftruncate", "fallocate", "fsync", "fdatasync",
-        "open", "openat", "stat", "fstat", "lstat", "newfstatat", "statx", "access", "faccessat", "faccessat2",
-        "readlink", "readlinkat", "getdents64", "getcwd", "chdir", "fchdir", "mkdir", "mkdirat", "rmdir",
-        "unlink", "unlinkat", "rename", "renameat", "renameat2", "symlink", "symlinkat", "chmod", "fchmod",
-        "fchmodat", "utimes", "utimensat", "futimesat", "umask",
-        "mmap", "munmap", "mremap", "mprotect", "madvise", "brk",
-        "futex", "rt_sigprocmask", "rt_sigaction", "rt_sigreturn", "clock_gettime", "gettimeofday", "time",
-        "getrandom", "getpid", "gettid", "getuid", "geteuid", "getgid", "getegid",
-        "exit", "exit_group",
+        "read",         "write",          "readv",        "writev",       "pread64",
+        "pwrite64",     "lseek",          "close",        "dup",          "dup2",
+        "dup3",         "fcntl",          "ftruncate",    "fallocate",    "fsync",
+        "fdatasync",    "open",           "openat",       "stat",         "fstat",
+        "lstat",        "newfstatat",     "statx",        "access",       "faccessat",
+        "faccessat2",   "readlink",       "readlinkat",   "getdents64",   "getcwd",
+        "chdir",        "fchdir",         "mkdir",        "mkdirat",      "rmdir",
+        "unlink",       "unlinkat",       "rename",       "renameat",     "renameat2",
+        "symlink",      "symlinkat",      "chmod",        "fchmod",       "fchmodat",
+        "utimes",       "utimensat",      "futimesat",    "umask",        "mmap",
+        "munmap",       "mremap",         "mprotect",     "madvise",      "brk",
+        "futex",        "rt_sigprocmask", "rt_sigaction", "rt_sigreturn", "clock_gettime",
+        "gettimeofday", "time",           "getrandom",    "getpid",       "gettid",
+        "getuid",       "geteuid",        "getgid",       "getegid",      "exit",
+        "exit_group",
 };
 
 int seccomp_policy_build_archive(scmp_filter_ctx *ret) {
@@ -351,7 +359,8 @@ int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
         if (!calls)
                 return -ENOMEM;
         for (uint32_t i = 0; i < MIN(report->n_calls, (uint32_t) SECCOMP_REPORT_MAX); i++) {
-                _cleanup_free_ char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->calls[i].nr);
+                _cleanup_free_ char *name =
+                        seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->calls[i].nr);
                 json_object *c = json_object_new_object();
                 char fallback[32];
 
@@ -360,7 +369,9 @@ int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
                 if (!name)
                         snprintf(fallback, sizeof(fallback), "syscall_%i", report->calls[i].nr);
                 json_object_object_add(c, "name", json_object_new_string(name ?: fallback));
-                json_object_object_add(c, "verdict", json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)));
+                json_object_object_add(
+                        c, "verdict",
+                        json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)));
                 json_object_object_add(c, "count", json_object_new_int64(report->calls[i].count));
                 json_object_array_add(calls, c);
         }
@@ -376,10 +387,12 @@ char *seccomp_report_format(const SeccompReport *report) {
         if (!f)
                 return NULL;
         for (uint32_t i = 0; i < MIN(report->n_calls, (uint32_t) SECCOMP_REPORT_MAX); i++) {
-                _cleanup_free_ char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->calls[i].nr);
+                _cleanup_free_ char *name =
+                        seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->calls[i].nr);
 
                 if (name)
-                        fprintf(f, "%s%s (%s", i > 0 ? ", " : "", name, seccomp_verdict_to_string(report->calls[i].verdict));
+                        fprintf(f, "%s%s (%s", i > 0 ? ", " : "", name,
+                                seccomp_verdict_to_string(report->calls[i].verdict));
                 else
                         fprintf(f, "%ssyscall_%i (%s", i > 0 ? ", " : "", report->calls[i].nr,
                                 seccomp_verdict_to_string(report->calls[i].verdict));

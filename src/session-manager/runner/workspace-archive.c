@@ -49,7 +49,8 @@ static bool relative_path_is_plain(const char *p) {
         return true;
 }
 
-ArchiveVerdict archive_entry_check(const char *name, mode_t type, const char *symlink, const char *hardlink) {
+ArchiveVerdict archive_entry_check(const char *name, mode_t type, const char *symlink,
+                                   const char *hardlink) {
         const char *rel;
 
         /* Any bytes a Linux file name can hold (not only UTF-8): users name files in any
@@ -174,7 +175,8 @@ static int add_tree(struct archive *a, int dir_fd, const char *prefix, unsigned 
                         return -EIO;
 
                 if (S_ISREG(st.st_mode)) {
-                        _cleanup_close_ int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                        _cleanup_close_ int fd =
+                                openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
                         char buf[64 * 1024];
                         uint64_t left = (uint64_t) st.st_size;
 
@@ -194,7 +196,8 @@ static int add_tree(struct archive *a, int dir_fd, const char *prefix, unsigned 
                                 left -= (uint64_t) k;
                         }
                 } else if (S_ISDIR(st.st_mode)) {
-                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name,
+                                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub < 0)
                                 continue;
                         r = add_tree(a, sub, rel, depth + 1, entries, limits);
@@ -214,7 +217,8 @@ int archive_create(int dir_fd, int out_fd, const ArchiveLimits *limits) {
         a = archive_write_new();
         if (!a)
                 return -ENOMEM;
-        if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK || archive_write_add_filter_gzip(a) != ARCHIVE_OK ||
+        if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+            archive_write_add_filter_gzip(a) != ARCHIVE_OK ||
             archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
             archive_write_open(a, &w, NULL, write_callback, NULL) != ARCHIVE_OK)
                 return w.too_big ? -EFBIG : -EIO;
@@ -246,9 +250,10 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
         archive_read_support_format_gnutar(in);
         archive_read_support_filter_gzip(in);
         /* Belt and braces on top of our own checks; never owners, never set-id bits. */
-        archive_write_disk_set_options(out, ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                                    ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_TIME |
-                                                    ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_UNLINK);
+        archive_write_disk_set_options(
+                out, ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                             ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_TIME |
+                             ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_UNLINK);
         if (archive_read_open_fd(in, in_fd, 64 * 1024) != ARCHIVE_OK)
                 return -EBADMSG;
 
@@ -261,7 +266,8 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
 
                 if (++entries > limits->max_entries)
                         return -EFBIG;
-                switch (archive_entry_check(name, type, archive_entry_symlink(e), archive_entry_hardlink(e))) {
+                switch (archive_entry_check(name, type, archive_entry_symlink(e),
+                                            archive_entry_hardlink(e))) {
                 case ARCHIVE_ENTRY_REFUSE:
                         refused++;
                         _fallthrough_;

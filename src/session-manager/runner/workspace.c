@@ -163,8 +163,8 @@ int workspace_write(const Workspace *w, const char *relative, int data_fd) {
 
         if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
                 return -EIO;
-        snprintf(tmp, sizeof(tmp), ".scopebox-upload-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
-                 rnd[4], rnd[5], rnd[6], rnd[7]);
+        snprintf(tmp, sizeof(tmp), ".scopebox-upload-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
+                 rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
         fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0)
                 return -errno;
@@ -245,7 +245,8 @@ int workspace_list(const Workspace *w, OutputSet *ret) {
         /* Names must survive JSON and D-Bus unchanged; others are left out. */
         size_t j = 0;
         for (size_t i = 0; i < s.n; i++) {
-                if (utf8_is_valid_n(s.entries[i].path, strlen(s.entries[i].path)) && j < WORKSPACE_LIST_ENTRIES_MAX)
+                if (utf8_is_valid_n(s.entries[i].path, strlen(s.entries[i].path)) &&
+                    j < WORKSPACE_LIST_ENTRIES_MAX)
                         s.entries[j++] = s.entries[i];
                 else {
                         if (j >= WORKSPACE_LIST_ENTRIES_MAX)

@@ -88,17 +88,20 @@ static int connect_notify_socket(void) {
 }
 
 static int build_tree(void) {
-        static const char *const dirs[] = { SESSION_WORKSPACE_DIR, SESSION_SCRATCH_DIR, SESSION_SCRATCH_DIR "/tmp",
-                                            SESSION_SCRATCH_DIR "/home", SESSION_NEWROOT_DIR };
+        static const char *const dirs[] = { SESSION_WORKSPACE_DIR, SESSION_SCRATCH_DIR,
+                                            SESSION_SCRATCH_DIR "/tmp", SESSION_SCRATCH_DIR "/home",
+                                            SESSION_NEWROOT_DIR };
 
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return -errno;
         if (mkdir(TEMPLATE_TREE, 0700) < 0 && errno != EEXIST)
                 return -errno;
-        if (mount("tmpfs", TEMPLATE_TREE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=16m,nr_inodes=1024") < 0)
+        if (mount("tmpfs", TEMPLATE_TREE, "tmpfs", MS_NOSUID | MS_NODEV,
+                  "mode=0700,size=16m,nr_inodes=1024") < 0)
                 return -errno;
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
-                if (mkdir(strjoina(TEMPLATE_TREE "/", dirs[i]), streq(dirs[i], SESSION_SCRATCH_DIR "/tmp") ? 01777 : 0755) < 0)
+                if (mkdir(strjoina(TEMPLATE_TREE "/", dirs[i]),
+                          streq(dirs[i], SESSION_SCRATCH_DIR "/tmp") ? 01777 : 0755) < 0)
                         return -errno;
         return 0;
 }
@@ -132,7 +135,9 @@ int main(int argc, char *argv[]) {
                 return EXIT_SUCCESS;
         }
         if (!module_list_is_valid(config.preload_modules ?: "")) {
-                log_error("Invalid configuration: SANDBOX_PRELOAD_MODULES must be module names separated by spaces.");
+                log_error(
+                        "Invalid configuration: SANDBOX_PRELOAD_MODULES must be module names separated by "
+                        "spaces.");
                 return EXIT_FAILURE;
         }
 

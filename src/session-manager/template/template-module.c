@@ -89,9 +89,9 @@ static bool request_is_valid(const TemplateRequest *req, ssize_t size) {
 
         if (size < (ssize_t) offsetof(TemplateRequest, env) || req->magic != TEMPLATE_MAGIC ||
             req->version != TEMPLATE_PROTOCOL_VERSION || req->profile >= _TEMPLATE_PROFILE_MAX ||
-            req->env_size > TEMPLATE_ENV_MAX || (size_t) size != offsetof(TemplateRequest, env) + req->env_size ||
-            req->timeout_ms == 0 || req->cpus_percent == 0 || req->n_cgroups == 0 ||
-            req->n_cgroups > TEMPLATE_CGROUPS_MAX)
+            req->env_size > TEMPLATE_ENV_MAX ||
+            (size_t) size != offsetof(TemplateRequest, env) + req->env_size || req->timeout_ms == 0 ||
+            req->cpus_percent == 0 || req->n_cgroups == 0 || req->n_cgroups > TEMPLATE_CGROUPS_MAX)
                 return false;
         /* "NAME=value" strings, each NUL-terminated, printable. */
         while (used < req->env_size) {
@@ -137,10 +137,11 @@ static void become_payload(const TemplateRequest *req, const int *fds, Served *o
                 .filter_fd = fds[TEMPLATE_FD_FILTER],
         };
         out->profile = (int) req->profile;
-        r = sandbox_payload_specialize(&e, fds[TEMPLATE_FD_SYNC], true, out->env, ELEMENTSOF(out->env), out->env_buf,
-                                       sizeof(out->env_buf), &step);
+        r = sandbox_payload_specialize(&e, fds[TEMPLATE_FD_SYNC], true, out->env, ELEMENTSOF(out->env),
+                                       out->env_buf, sizeof(out->env_buf), &step);
         if (r < 0) {
-                dprintf(STDERR_FILENO, "[sandbox] failed to start the interpreter (%s): %s\n", step, strerror(-r));
+                dprintf(STDERR_FILENO, "[sandbox] failed to start the interpreter (%s): %s\n", step,
+                        strerror(-r));
                 _exit(127);
         }
 }
@@ -148,10 +149,10 @@ static void become_payload(const TemplateRequest *req, const int *fds, Served *o
 /* The template's child: into the session, then the payload's parent. Returns only in the
  * payload. */
 static void become_child(int conn, const TemplateRequest *req, int *fds, size_t n_fds, Served *out) {
-        static const int ns_types[] = { CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWNET, CLONE_NEWPID,
-                                        CLONE_NEWNS };
-        static const int ns_fds[] = { TEMPLATE_FD_CGROUPNS, TEMPLATE_FD_IPC, TEMPLATE_FD_UTS, TEMPLATE_FD_NET,
-                                      TEMPLATE_FD_PID, TEMPLATE_FD_MNT };
+        static const int ns_types[] = { CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWUTS,
+                                        CLONE_NEWNET,    CLONE_NEWPID, CLONE_NEWNS };
+        static const int ns_fds[] = { TEMPLATE_FD_CGROUPNS, TEMPLATE_FD_IPC, TEMPLATE_FD_UTS,
+                                      TEMPLATE_FD_NET,      TEMPLATE_FD_PID, TEMPLATE_FD_MNT };
         int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 2], ws = 0, io_fd, r;
         pid_t payload;
 
@@ -240,7 +241,8 @@ fail:
 
 /* One request on 'conn': 1 when a payload was forked (in the payload: *ret_in_payload), 0 when
  * the connection is done without one, -ESTALE when the template must be rebuilt. */
-static int handle_request(int conn, const struct stat *site, bool expired, Served *out, bool *ret_in_payload) {
+static int handle_request(int conn, const struct stat *site, bool expired, Served *out,
+                          bool *ret_in_payload) {
         static TemplateRequest req;
         int fds[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX];
         struct statfs sfs;
@@ -261,7 +263,8 @@ static int handle_request(int conn, const struct stat *site, bool expired, Serve
                 goto done;
         }
         for (size_t i = _TEMPLATE_FD_MAX; i < n_fds; i++)
-                if (fstatfs(fds[i], &sfs) < 0 || (sfs.f_type != CGROUP2_SUPER_MAGIC && sfs.f_type != CGROUP_SUPER_MAGIC)) {
+                if (fstatfs(fds[i], &sfs) < 0 ||
+                    (sfs.f_type != CGROUP2_SUPER_MAGIC && sfs.f_type != CGROUP_SUPER_MAGIC)) {
                         send_reply(conn, EBADMSG);
                         goto done;
                 }
@@ -350,7 +353,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         sigset_t mask;
         time_t started = now_sec();
 
-        if (!PyArg_ParseTuple(args, "iiKKIIKs", &listen_fd, &notify_fd, &dev, &ino, &mode, &uid, &max_age, &status))
+        if (!PyArg_ParseTuple(args, "iiKKIIKs", &listen_fd, &notify_fd, &dev, &ino, &mode, &uid, &max_age,
+                              &status))
                 return NULL;
         site.st_dev = (dev_t) dev;
         site.st_ino = (ino_t) ino;
@@ -359,8 +363,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
 
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 || (sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0 ||
-            listen(listen_fd, 64) < 0)
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 ||
+            (sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0 || listen(listen_fd, 64) < 0)
                 return PyErr_SetFromErrno(PyExc_OSError);
         notify_ready(notify_fd, status);
 
@@ -371,7 +375,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
                 int q;
 
                 p[n++] = (struct pollfd) { .fd = sfd, .events = POLLIN };
-                p[n++] = (struct pollfd) { .fd = n_pending < PENDING_MAX ? listen_fd : -1, .events = POLLIN };
+                p[n++] =
+                        (struct pollfd) { .fd = n_pending < PENDING_MAX ? listen_fd : -1, .events = POLLIN };
                 for (size_t i = 0; i < n_pending; i++)
                         p[n++] = (struct pollfd) { .fd = pending[i].fd, .events = POLLIN };
                 q = poll(p, n, 1000);
