@@ -15,7 +15,6 @@ struct CurlDriver {
         sd_event *event;
         CURLM *multi;
         sd_event_source *timer;
-        unsigned running;
 };
 
 static void check_done(CurlDriver *d) {
@@ -65,7 +64,6 @@ static void check_done(CurlDriver *d) {
                 if (msg->data.result != CURLE_OK && t->n_refused > 0 && t->n_connected == 0)
                         error = -EPERM;
                 curl_multi_remove_handle(d->multi, msg->easy_handle);
-                d->running--;
                 t->callback(t, error, status, t->userdata);
         }
 }
@@ -172,10 +170,6 @@ CurlDriver *curl_driver_free(CurlDriver *d) {
 
 sd_event *curl_driver_event(CurlDriver *d) {
         return d->event;
-}
-
-unsigned curl_driver_running(CurlDriver *d) {
-        return d ? d->running : 0;
 }
 
 static size_t write_callback(char *ptr, size_t size, size_t nmemb, void *userdata) {
@@ -320,7 +314,6 @@ int transfer_start(Transfer *t, TransferCallback cb, void *userdata) {
         curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
         if (curl_multi_add_handle(t->driver->multi, t->easy) != CURLM_OK)
                 return -EIO;
-        t->driver->running++;
         return 0;
 }
 
