@@ -179,8 +179,8 @@ static void local_commit_done(StagedArchive *s, int error) {
 
         if (error < 0) {
                 log_warning_errno(error, "Failed to publish archive '%s': %m", s->full_key);
-                r = sd_bus_reply_method_error(s->commit, &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED,
-                                              storage_full_errno(error) ? "storage full" : "failed to write to storage"));
+                const char *what = storage_full_errno(error) ? "storage full" : "failed to write to storage";
+                r = sd_bus_reply_method_error(s->commit, &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED, what));
         } else {
                 log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) s->size);
                 r = sd_bus_reply_method_return(s->commit, "t", s->size);

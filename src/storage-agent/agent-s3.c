@@ -288,7 +288,8 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
                 log_warning("Garbage collection under '%s' failed: the listing holds %s.", g->config.prefix,
                             strna(reason));
                 r = sd_bus_reply_method_errorf(g->message, BUS_ERROR_STORAGE_FAILED,
-                                               "garbage collection failed: malformed listing (%s)", strna(reason));
+                                               "garbage collection failed: malformed listing (%s)",
+                                               strna(reason));
                 if (r < 0)
                         log_debug_errno(r, "Failed to send error reply, ignoring: %m");
                 gc_job_free(g);

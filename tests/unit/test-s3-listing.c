@@ -29,7 +29,8 @@ static void test_xml_text_decode(void) {
         check_xml("a &amp; b &lt;c&gt; &quot;d&quot; &apos;e&apos;", "a & b <c> \"d\" 'e'");
         /* What S3 writes for keys with control characters, and any other character. */
         check_xml("cr&#13;lf&#x0A;one&#x1;tab&#9;", "cr\rlf\none\x01tab\t");
-        check_xml("&#xe9;&#233;&#x4e2d;&#x1F600;&#x10FFFF;", "\xc3\xa9\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf");
+        check_xml("&#xe9;&#233;&#x4e2d;&#x1F600;&#x10FFFF;",
+                  "\xc3\xa9\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf");
         check_xml("&#x0000000041;", "A");
         check_xml("&amp;#x41;", "&#x41;"); /* decoded once, not twice */
         check_xml("\xc3\xbc raw UTF-8", "\xc3\xbc raw UTF-8");
@@ -156,10 +157,11 @@ static void test_listing_errors(void) {
         check_listing_error(nul, sizeof(nul) - 1, -EILSEQ);
         check_listing_error("<Contents><Key>&#0;</Key></Contents>", 36, -ERANGE);
         check_listing_error("<Contents><Key>a & b</Key></Contents>", 37, -EBADMSG);
-        check_listing_error("<EncodingType>url</EncodingType><Contents><Key>%zz</Key></Contents>", 67, -EBADMSG);
-        check_listing_error("<EncodingType>url</EncodingType><Contents><Key>%00</Key></Contents>", 67, -EILSEQ);
-        check_listing_error("<IsTruncated>true</IsTruncated><NextContinuationToken></NextContinuationToken>", 78,
-                            -EBADMSG);
+#define URL_PAGE(key) "<EncodingType>url</EncodingType><Contents><Key>" key "</Key></Contents>"
+        check_listing_error(URL_PAGE("%zz"), strlen(URL_PAGE("%zz")), -EBADMSG);
+        check_listing_error(URL_PAGE("%00"), strlen(URL_PAGE("%00")), -EILSEQ);
+#define EMPTY_TOKEN "<IsTruncated>true</IsTruncated><NextContinuationToken></NextContinuationToken>"
+        check_listing_error(EMPTY_TOKEN, strlen(EMPTY_TOKEN), -EBADMSG);
 
         /* One entry more than a page may have. */
         big = malloc(64 * (S3_LISTING_ENTRIES_MAX + 1) + 1);
