@@ -267,6 +267,8 @@ int transfer_new(CurlDriver *d, const char *method, const char *url, long connec
         curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(t->easy, CURLOPT_CONNECTTIMEOUT, connect_timeout_sec);
         curl_easy_setopt(t->easy, CURLOPT_TIMEOUT, total_timeout_sec);
+        /* The path as signed: S3 signs it as sent, so no dot segments may be taken out of a key. */
+        curl_easy_setopt(t->easy, CURLOPT_PATH_AS_IS, 1L);
         /* Only what the storage block names: no redirects, no other protocols. */
         curl_easy_setopt(t->easy, CURLOPT_FOLLOWLOCATION, 0L);
         /* No proxy from the environment either: the address policy judges the server itself. */
