@@ -90,7 +90,7 @@ static StagedArchive *staged_free(StagedArchive *s) {
         safe_close(s->spool_fd);
         storage_config_done(&s->s3);
         s->expiry = sd_event_source_disable_unref(s->expiry);
-        s->flush = sd_event_source_disable_unref(s->flush);
+        s->sync = sync_child_free(s->sync);
         sd_bus_message_unref(s->commit);
         free(s->full_key);
         agent_job_end(s->agent);
@@ -173,28 +173,49 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         return sd_bus_reply_method_return(m, "sh", s->token, s->spool_fd >= 0 ? s->spool_fd : s->local.fd);
 }
 
-static int on_flush_slice(sd_event_source *source, void *userdata) {
-        StagedArchive *s = userdata;
-        uint64_t size = 0;
+/* The end of a local commit, said once: the staging is used up either way. */
+static void local_commit_done(StagedArchive *s, int error) {
         int r;
 
-        r = local_flush_step(&s->local, s->size);
-        if (r == 0)
-                return 0;
-        if (r > 0)
-                r = local_commit(&s->local, &size);
-        if (r < 0) {
-                log_warning_errno(r, "Failed to publish archive '%s': %m", s->full_key);
-                r = sd_bus_reply_method_error(s->commit, &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED,
-                                              storage_full_errno(r) ? "storage full" : "failed to write to storage"));
+        if (error < 0) {
+                log_warning_errno(error, "Failed to publish archive '%s': %m", s->full_key);
+                const char *what = storage_full_errno(error) ? "storage full" : "failed to write to storage";
+                r = sd_bus_reply_method_error(s->commit, &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED, what));
         } else {
-                log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) size);
-                r = sd_bus_reply_method_return(s->commit, "t", size);
+                log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) s->size);
+                r = sd_bus_reply_method_return(s->commit, "t", s->size);
         }
         if (r < 0)
                 log_debug_errno(r, "Failed to reply, ignoring: %m");
         staged_free(s);
-        return 0;
+}
+
+/* The name is durable: the archive is stored. A failure here leaves the new archive in place, not
+ * known to be durable, and is reported as a failure (the session manager keeps the workspace). */
+static void on_dir_synced(SyncChild *c, int error, void *userdata) {
+        StagedArchive *s = userdata;
+
+        s->sync = sync_child_free(s->sync);
+        local_staged_done(&s->local);
+        local_commit_done(s, error);
+}
+
+/* The data is durable: now the name, then the name's durability. */
+static void on_data_synced(SyncChild *c, int error, void *userdata) {
+        StagedArchive *s = userdata;
+        int r = error;
+
+        s->sync = sync_child_free(s->sync);
+        if (r >= 0)
+                r = local_publish(&s->local, &s->size);
+        else
+                local_abort(&s->local);
+        if (r >= 0)
+                r = sync_child_start(s->agent->event, s->local.dir_fd, on_dir_synced, s, &s->sync);
+        if (r < 0) {
+                local_commit_done(s, r);
+                return;
+        }
 }
 
 /* Whether the file system of fd lacks room for 'missing' more bytes: a short staged archive there
@@ -251,17 +272,13 @@ static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error
                 staged_free(s);
                 return r;
         }
-        /* Written back a slice per loop iteration, then fsynced and renamed (on_flush_slice()). */
+        /* fsynced by a child while the loop goes on, then renamed (on_data_synced()). */
         s->expiry = sd_event_source_disable_unref(s->expiry);
-        s->size = size;
-        r = sd_event_add_defer(a->event, &s->flush, on_flush_slice, s);
-        if (r >= 0)
-                r = sd_event_source_set_priority(s->flush, SD_EVENT_PRIORITY_IDLE);
-        if (r >= 0)
-                r = sd_event_source_set_enabled(s->flush, SD_EVENT_ON);
+        r = sync_child_start(a->event, s->local.fd, on_data_synced, s, &s->sync);
         if (r < 0) {
+                log_warning_errno(r, "Failed to start writing archive '%s' to disk: %m", s->full_key);
                 staged_free(s);
-                return r;
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to write to storage");
         }
         s->commit = sd_bus_message_ref(m);
         return 1;

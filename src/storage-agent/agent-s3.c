@@ -19,9 +19,10 @@
 #include "bus-util.h"
 #include "log.h"
 #include "macro.h"
+#include "s3-listing.h"
 #include "string-util.h"
 
-#define S3_LIST_PAGE "1000"
+#define S3_LIST_PAGE STRINGIFY(S3_LISTING_ENTRIES_MAX) /* what a page may hold, see s3-listing.h */
 #define S3_PRESIGN_DEFAULT 3600U
 
 int storage_config_copy(const StorageConfig *c, StorageConfig *ret) {
@@ -197,51 +198,6 @@ int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const c
 
 /* ---- garbage collection ---- */
 
-/* The text of the first <tag>…</tag> in [p, end), entities decoded; NULL if absent. */
-static char *xml_tag(const char *p, const char *end, const char *tag, const char **ret_after) {
-        _cleanup_free_ char *open_tag = NULL, *close_tag = NULL;
-        const char *a, *b;
-        char *out, *o;
-
-        if (asprintf(&open_tag, "<%s>", tag) < 0 || asprintf(&close_tag, "</%s>", tag) < 0)
-                return NULL;
-        a = memmem(p, (size_t) (end - p), open_tag, strlen(open_tag));
-        if (!a)
-                return NULL;
-        a += strlen(open_tag);
-        b = memmem(a, (size_t) (end - a), close_tag, strlen(close_tag));
-        if (!b)
-                return NULL;
-        if (ret_after)
-                *ret_after = b + strlen(close_tag);
-        out = o = malloc((size_t) (b - a) + 1);
-        if (!out)
-                return NULL;
-        while (a < b) {
-                static const struct {
-                        const char *entity;
-                        char c;
-                } entities[] = { { "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' }, { "&quot;", '"' }, { "&apos;", '\'' } };
-                bool done = false;
-
-                if (*a == '&') {
-                        for (size_t i = 0; i < ELEMENTSOF(entities); i++) {
-                                size_t l = strlen(entities[i].entity);
-                                if ((size_t) (b - a) >= l && strneq(a, entities[i].entity, l)) {
-                                        *o++ = entities[i].c;
-                                        a += l;
-                                        done = true;
-                                        break;
-                                }
-                        }
-                }
-                if (!done)
-                        *o++ = *a++;
-        }
-        *o = 0;
-        return out;
-}
-
 typedef struct GcJob {
         Agent *agent;
         sd_bus_message *message;
@@ -303,8 +259,10 @@ static void on_gc_deleted(S3Call *call, int error, long status, const char *body
 
 static void on_gc_listed(S3Call *call, int error, long status, const char *body, void *userdata) {
         GcJob *g = userdata;
-        const char *p = body, *end = body + strlen(body), *after;
-        _cleanup_free_ char *truncated = NULL;
+        const Transfer *t = s3_call_transfer(call);
+        _cleanup_(s3_listing_done) S3Listing l = {};
+        const char *reason = NULL;
+        int r;
 
         if (error < 0 || status != 200) {
                 gc_fail(g, error, status);
@@ -314,52 +272,54 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
                 free(g->victims[i]);
         g->n_victims = g->next_victim = 0;
 
-        for (;;) {
-                _cleanup_free_ char *contents = NULL, *key = NULL, *modified = NULL, *size = NULL;
-                const char *cs, *ce;
-                struct tm tm = {};
-                char **nv;
-                uint64_t *ns;
-
-                cs = memmem(p, (size_t) (end - p), "<Contents>", 10);
-                if (!cs)
-                        break;
-                ce = memmem(cs, (size_t) (end - cs), "</Contents>", 11);
-                if (!ce)
-                        break;
-                after = ce + 11;
-                key = xml_tag(cs, ce, "Key", NULL);
-                modified = xml_tag(cs, ce, "LastModified", NULL);
-                size = xml_tag(cs, ce, "Size", NULL);
-                p = after;
-                if (!key)
-                        continue;
-                g->scanned++;
-                /* Only archives under workspaces/; unknown timestamps are kept. */
-                if (g->current == 0 && !endswith(key, ".tgz"))
-                        continue;
-                if (!modified || !strptime(modified, "%Y-%m-%dT%H:%M:%S", &tm) || timegm(&tm) >= g->cutoff)
-                        continue;
-                nv = realloc(g->victims, sizeof(char *) * (g->n_victims + 1));
-                if (nv)
-                        g->victims = nv;
-                ns = realloc(g->victim_sizes, sizeof(uint64_t) * (g->n_victims + 1));
-                if (ns)
-                        g->victim_sizes = ns;
-                if (!nv || !ns) {
-                        gc_fail(g, -ENOMEM, 0);
-                        return;
-                }
-                g->victim_sizes[g->n_victims] = size ? strtoull(size, NULL, 10) : 0;
-                g->victims[g->n_victims++] = TAKE_PTR(key);
+        /* The whole body, not up to a NUL in it: a listing that can't be read completely is refused,
+         * never collected in part. */
+        r = s3_listing_parse(body, t ? t->body_size : strlen(body), &l, &reason);
+        if (r == -ENOMEM) {
+                gc_fail(g, r, 0);
+                return;
+        }
+        /* A page that hands back the token we just sent would be listed again and again. */
+        if (r >= 0 && l.continuation && g->continuation && streq(l.continuation, g->continuation)) {
+                reason = "the continuation token it was asked with";
+                r = -EBADMSG;
+        }
+        if (r < 0) {
+                log_warning("Garbage collection under '%s' failed: the listing holds %s.", g->config.prefix,
+                            strna(reason));
+                r = sd_bus_reply_method_errorf(g->message, BUS_ERROR_STORAGE_FAILED,
+                                               "garbage collection failed: malformed listing (%s)",
+                                               strna(reason));
+                if (r < 0)
+                        log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+                gc_job_free(g);
+                return;
         }
 
-        truncated = xml_tag(body, end, "IsTruncated", NULL);
-        g->more = truncated && streq(truncated, "true");
+        free(g->victims);
+        free(g->victim_sizes);
+        g->victims = calloc(MAX(l.n_entries, (size_t) 1), sizeof(char *));
+        g->victim_sizes = calloc(MAX(l.n_entries, (size_t) 1), sizeof(uint64_t));
+        if (!g->victims || !g->victim_sizes) {
+                gc_fail(g, -ENOMEM, 0);
+                return;
+        }
+        for (size_t i = 0; i < l.n_entries; i++) {
+                S3ListingEntry *e = l.entries + i;
+
+                g->scanned++;
+                /* Only archives under workspaces/; unknown timestamps are kept. */
+                if (g->current == 0 && !endswith(e->key, ".tgz"))
+                        continue;
+                if (e->modified < 0 || e->modified >= (int64_t) g->cutoff)
+                        continue;
+                g->victim_sizes[g->n_victims] = e->size;
+                g->victims[g->n_victims++] = TAKE_PTR(e->key);
+        }
+
+        g->more = l.truncated;
         free(g->continuation);
-        g->continuation = g->more ? xml_tag(body, end, "NextContinuationToken", NULL) : NULL;
-        if (g->more && !g->continuation)
-                g->more = false; /* a truncated page without a token: don't loop forever */
+        g->continuation = TAKE_PTR(l.continuation);
         gc_step(g);
 }
 
@@ -382,6 +342,14 @@ static void gc_step(GcJob *g) {
                         .query = { { "list-type", "2" }, { "prefix", g->prefixes[g->current] }, { "max-keys", S3_LIST_PAGE },
                                    { g->continuation ? "continuation-token" : NULL, g->continuation } },
                 };
+                /* Keys as %-escapes: XML 1.0 can't carry every character a key may have. S3 only: OSS
+                 * escapes another set of elements in that mode (its V1 docs name NextMarker, not
+                 * NextContinuationToken), so its pages keep plain keys, entities decoded. */
+                if (g->config.provider == STORAGE_S3) {
+                        size_t i = g->continuation ? 4 : 3;
+                        params.query[i][0] = "encoding-type";
+                        params.query[i][1] = "url";
+                }
                 g->listed = true;
                 r = agent_s3_call(g->agent, &g->config, &params, on_gc_listed, g);
                 if (r < 0)
@@ -464,7 +432,11 @@ static void reply_archive_error(ArchiveCall *c, const char *format, ...) {
 
 /* The S3/OSS error code of an error body ("BadDigest", "NoSuchKey"), or NULL. */
 static char *error_code(const char *body) {
-        return body ? xml_tag(body, body + strlen(body), "Code", NULL) : NULL;
+        char *code = NULL;
+
+        if (!body || xml_find_text(body, body + strlen(body), "Code", &code, NULL) <= 0)
+                return NULL;
+        return code;
 }
 
 /* A failed archive transfer, said the way an operator (and the session manager, which retries what

@@ -9,6 +9,7 @@
 #include "backend-local.h"
 #include "curl-driver.h"
 #include "storage-config.h"
+#include "sync-child.h"
 #include "config.h"
 #include "macro.h"
 
@@ -25,8 +26,8 @@ typedef struct StagedArchive {
         StorageConfig s3;             /* s3: where it goes */
         sd_event_source *expiry;      /* abandoned stagings are removed */
         sd_bus_message *commit;       /* local: the CommitArchive call waiting for the write-back */
-        sd_event_source *flush;       /* local: writes the data back a slice at a time */
-        uint64_t size;                /* local: the size being committed */
+        SyncChild *sync;              /* local: the fsync of the data, then of the directory, running */
+        uint64_t size;                /* local: the size committed, once published */
 } StagedArchive;
 
 typedef struct Agent {

@@ -126,7 +126,7 @@ int local_stage(const char *root, const char *full_key, const char *token, Local
         return 0;
 }
 
-static void local_staged_done(LocalStaged *s) {
+void local_staged_done(LocalStaged *s) {
         s->fd = safe_close(s->fd);
         s->dir_fd = safe_close(s->dir_fd);
         s->staging_fd = safe_close(s->staging_fd);
@@ -135,34 +135,17 @@ static void local_staged_done(LocalStaged *s) {
         *s = LOCAL_STAGED_NULL;
 }
 
-int local_flush_step(LocalStaged *s, uint64_t size) {
-        uint64_t n;
-
-        if (s->flushed >= size)
-                return 1;
-        n = MIN((uint64_t) LOCAL_FLUSH_SLICE, size - s->flushed);
-        if (sync_file_range(s->fd, (off_t) s->flushed, (off_t) n,
-                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) < 0)
-                return -errno;
-        s->flushed += n;
-        return s->flushed >= size;
-}
-
-int local_commit(LocalStaged *s, uint64_t *ret_size) {
+int local_publish(LocalStaged *s, uint64_t *ret_size) {
         struct stat st;
         int r;
 
-        /* The data first, then the name: a crash leaves the old object or the complete new one. */
-        if (fsync(s->fd) < 0 || fstat(s->fd, &st) < 0 || renameat(s->staging_fd, s->tmp_name, s->dir_fd, s->name) < 0) {
+        /* The data is durable already (fsynced by the caller), so the name can follow it. */
+        if (fstat(s->fd, &st) < 0 || renameat(s->staging_fd, s->tmp_name, s->dir_fd, s->name) < 0) {
                 r = -errno;
                 local_abort(s);
                 return r;
         }
         s->tmp_name = mfree(s->tmp_name); /* published: nothing to remove any more */
-        r = fsync(s->dir_fd) < 0 ? -errno : 0;
-        local_staged_done(s);
-        if (r < 0)
-                return r;
         if (ret_size)
                 *ret_size = (uint64_t) st.st_size;
         return 0;

@@ -18,14 +18,13 @@
  * directory) are deleted by garbage collection once this old and older than its cutoff. */
 #define LOCAL_STAGING_STALE_SEC (24 * 3600)
 
-/* A staged object: written through 'fd', published by local_commit(). */
+/* A staged object: written through 'fd', published by local_publish() once fsynced. */
 typedef struct LocalStaged {
         int staging_fd;    /* the directory the file is staged in */
         int dir_fd;        /* the object's directory */
         char *tmp_name;    /* the staged file's name in staging_fd */
         char *name;        /* final name in dir_fd */
         int fd;            /* open for writing */
-        uint64_t flushed;  /* written back to disk so far (local_flush_step()) */
 } LocalStaged;
 
 #define LOCAL_STAGED_NULL ((LocalStaged) { .staging_fd = -EBADF, .dir_fd = -EBADF, .fd = -EBADF })
@@ -35,15 +34,12 @@ bool local_key_is_reserved(const char *full_key);
 
 /* token: [0-9a-f]+, names the staged file. */
 int local_stage(const char *root, const char *full_key, const char *token, LocalStaged *ret);
-/* Writes the staged data back to disk one slice at a time, so that the fsync of local_commit() finds
- * little left to do and no single step holds up the event loop for long: 0 while there is more to
- * write of the first 'size' bytes, 1 when done, a negative errno (-ENOSPC...) on failure. */
-#define LOCAL_FLUSH_SLICE (8U * 1024U * 1024U)
-int local_flush_step(LocalStaged *s, uint64_t size);
-/* fsync, rename into place, fsync the directory. On failure before the rename the staging is
- * discarded and nothing changed; a failure of the last fsync leaves the new object in place, not
- * known to be durable. */
-int local_commit(LocalStaged *s, uint64_t *ret_size);
+/* The durable commit, in steps so that no fsync() runs in the event loop (the agent has it done by
+ * a child, sync-child.h): fsync(s->fd); local_publish() renames the staged file into place (or
+ * discards the staging and changes nothing on failure); fsync(s->dir_fd), which makes the name
+ * durable; local_staged_done(). A crash leaves the old object or the complete new one. */
+int local_publish(LocalStaged *s, uint64_t *ret_size);
+void local_staged_done(LocalStaged *s);
 void local_abort(LocalStaged *s);
 /* Removes whatever is left in the staging directory: at startup nothing there belongs to anyone
  * (only one agent runs). Returns the number of files removed. */

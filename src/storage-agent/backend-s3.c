@@ -214,12 +214,9 @@ static int s3_attempt(S3Call *c) {
         } else {
                 /* No credentials: an anonymous request (public buckets). */
                 S3Target t = {};
-                _cleanup_free_ char *path = NULL;
                 r = s3_location_resolve(&loc, &t);
                 if (r >= 0)
-                        r = sigv4_uri_encode(t.path, true, &path);
-                if (r >= 0 && asprintf(&url, "%s%s", t.origin, path) < 0)
-                        r = -ENOMEM;
+                        r = s3_target_url(&t, NULL, &url);
                 s3_target_done(&t);
         }
         if (r < 0) {

@@ -48,7 +48,6 @@ struct Transfer {
 
 int curl_driver_new(sd_event *event, CurlDriver **ret);
 CurlDriver *curl_driver_free(CurlDriver *d);
-unsigned curl_driver_running(CurlDriver *d);
 sd_event *curl_driver_event(CurlDriver *d);
 
 /* A transfer for 'method' on 'url' with the given headers ("Name: value"), connect/total

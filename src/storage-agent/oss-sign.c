@@ -12,6 +12,7 @@
 #include <openssl/hmac.h>
 
 #include "base64.h"
+#include "endpoint.h"
 #include "macro.h"
 #include "oss-sign.h"
 #include "strbuf.h"
@@ -314,113 +315,28 @@ int oss_v1_authorization(const OssRequest *req, const OssCredentials *creds, con
         return 0;
 }
 
-static bool is_ipv4(const char *s, size_t n) {
-        unsigned parts = 0;
-        const char *e = s + n;
-
-        for (;;) {
-                size_t l = 0;
-                unsigned v = 0;
-
-                while (s + l < e && s[l] >= '0' && s[l] <= '9' && l < 4)
-                        v = v * 10 + (unsigned) (s[l++] - '0');
-                if (l == 0 || l > 3 || v > 255 || (l > 1 && s[0] == '0'))
-                        return false;
-                parts++;
-                s += l;
-                if (s == e)
-                        return parts == 4;
-                if (*s != '.')
-                        return false;
-                s++;
-        }
-}
-
-/* "scheme://host[:port]" of the endpoint, lowercased, and whether the host is an IP address. */
-static int parse_endpoint(const char *endpoint, char **ret_scheme, char **ret_authority, bool *ret_ip) {
-        _cleanup_free_ char *scheme = NULL, *authority = NULL;
-        const char *p, *port;
-        size_t l;
-        bool ip;
-
-        if (isempty(endpoint))
-                return -EINVAL;
-        p = strstr(endpoint, "://");
-        if (p) {
-                scheme = strndup(endpoint, (size_t) (p - endpoint));
-                p += 3;
-        } else {
-                scheme = strdup("https");
-                p = endpoint;
-        }
-        if (!scheme)
-                return -ENOMEM;
-        for (char *c = scheme; *c; c++)
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
-        if (!streq(scheme, "http") && !streq(scheme, "https"))
-                return -EINVAL;
-
-        l = strcspn(p, "/");
-        if (l == 0 || (p[l] == '/' && p[l + 1] != 0))
-                return -EINVAL; /* no base paths on OSS endpoints */
-        authority = strndup(p, l);
-        if (!authority)
-                return -ENOMEM;
-        for (char *c = authority; *c; c++) {
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
-                if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || strchr("-._:[]", *c)))
-                        return -EINVAL;
-        }
-
-        /* "host", "[v6 address]", either with ":port". */
-        if (authority[0] == '[') {
-                const char *close = strchr(authority, ']');
-                if (!close || close == authority + 1 || strchr(close + 1, '['))
-                        return -EINVAL;
-                port = close + 1;
-                ip = true;
-        } else {
-                l = strcspn(authority, ":");
-                if (l == 0 || strpbrk(authority, "[]"))
-                        return -EINVAL;
-                port = authority + l;
-                ip = is_ipv4(authority, l);
-        }
-        if (*port) {
-                size_t n = strlen(port + 1);
-                if (port[0] != ':' || n == 0 || n > 5 || strspn(port + 1, "0123456789") != n ||
-                    strtoul(port + 1, NULL, 10) > 65535)
-                        return -EINVAL;
-        }
-
-        *ret_scheme = TAKE_PTR(scheme);
-        *ret_authority = TAKE_PTR(authority);
-        *ret_ip = ip;
-        return 0;
-}
-
 static void str_append_query_pair(StrBuf *b, const char *name, const char *value) {
         str_append_encoded(b, name, false);
         strbuf_append_c(b, '=');
         str_append_encoded(b, strempty(value), false);
 }
 
-/* scheme://host/path of a location, without query. */
 bool oss_endpoint_wants_path_style(const char *endpoint) {
-        _cleanup_free_ char *scheme = NULL, *authority = NULL;
-        bool ip;
+        _cleanup_(storage_endpoint_done) StorageEndpoint ep = {};
 
-        if (parse_endpoint(endpoint, &scheme, &authority, &ip) < 0)
+        if (storage_endpoint_parse(endpoint, &ep) < 0)
                 return false;
-        return ip || streq(authority, "localhost") || startswith(authority, "localhost:");
+        return ep.ip || streq(ep.host, "localhost");
 }
 
-static int location_base(const OssLocation *loc, StrBuf *b) {
-        _cleanup_free_ char *scheme = NULL, *authority = NULL;
+/* The URL of a location with an encoded query (or none), assembled by endpoint.c from the endpoint
+ * libcurl parsed: the bucket's subdomain is of the host libcurl connects to. */
+static int location_url(const OssLocation *loc, const char *query, char **ret) {
+        _cleanup_(storage_endpoint_done) StorageEndpoint ep = {};
+        _cleanup_free_ char *host = NULL, *path = NULL;
+        _cleanup_(strbuf_done) StrBuf b = {};
         const char *bucket, *key;
-        bool ip, path_style;
+        bool path_style;
         int r;
 
         if (!loc)
@@ -429,51 +345,59 @@ static int location_base(const OssLocation *loc, StrBuf *b) {
         key = strempty(loc->key);
         if ((!isempty(bucket) && !bucket_ok(bucket)) || (!isempty(key) && (isempty(bucket) || !key_ok(key))))
                 return -EINVAL;
-        r = parse_endpoint(loc->endpoint, &scheme, &authority, &ip);
+        r = storage_endpoint_parse(loc->endpoint, &ep);
         if (r < 0)
                 return r;
+        if (!isempty(ep.base_path))
+                return -EINVAL; /* no base paths on OSS endpoints */
         path_style = loc->path_style;
-        if (!isempty(bucket) && !path_style && ip)
+        if (!isempty(bucket) && !path_style && ep.ip)
                 return -EINVAL; /* an IP address cannot have the bucket as subdomain */
 
-        strbuf_append(b, scheme);
-        strbuf_append(b, "://");
         if (!isempty(bucket) && !path_style) {
-                strbuf_append(b, bucket);
-                strbuf_append_c(b, '.');
-        }
-        strbuf_append(b, authority);
-        strbuf_append_c(b, '/');
+                if (asprintf(&host, "%s.%s", bucket, ep.host) < 0) {
+                        host = NULL;
+                        return -ENOMEM;
+                }
+        } else
+                host = TAKE_PTR(ep.host);
+        /* ali-oss's encoding (encodeURIComponent's set), which no libcurl function writes. */
+        strbuf_append_c(&b, '/');
         if (!isempty(bucket) && path_style) {
-                strbuf_append(b, bucket);
-                strbuf_append_c(b, '/');
+                strbuf_append(&b, bucket);
+                strbuf_append_c(&b, '/');
         }
-        str_append_encoded(b, key, true);
-        return 0;
+        str_append_encoded(&b, key, true);
+        r = strbuf_steal(&b, &path);
+        if (r < 0)
+                return r;
+        return storage_url(ep.scheme, host, ep.port, path, query, ret);
 }
 
 int oss_request_url(const OssLocation *loc, const OssPair *query, size_t n_query, char **ret) {
         _cleanup_(strbuf_done) StrBuf b = {};
+        _cleanup_free_ char *q = NULL;
         int r;
 
         if (n_query > 0 && !query)
                 return -EINVAL;
-        r = location_base(loc, &b);
-        if (r < 0)
-                return r;
         for (size_t i = 0; i < n_query; i++) {
                 if (isempty(query[i].name))
                         return -EINVAL;
-                strbuf_append_c(&b, i == 0 ? '?' : '&');
+                if (i > 0)
+                        strbuf_append_c(&b, '&');
                 str_append_query_pair(&b, query[i].name, query[i].value);
         }
-        return strbuf_steal(&b, ret);
+        r = strbuf_steal(&b, &q);
+        if (r < 0)
+                return r;
+        return location_url(loc, q, ret);
 }
 
 int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair *headers, size_t n_headers,
                       const OssPair *subresources, size_t n_subresources, const OssCredentials *creds,
                       time_t now, unsigned expires, char **ret_url) {
-        _cleanup_free_ char *authorization = NULL;
+        _cleanup_free_ char *authorization = NULL, *query = NULL;
         _cleanup_(strbuf_done) StrBuf b = {};
         char expires_str[24];
         int r;
@@ -501,10 +425,6 @@ int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair 
         if (r < 0)
                 return r;
 
-        r = location_base(loc, &b);
-        if (r < 0)
-                return r;
-        strbuf_append_c(&b, '?');
         str_append_query_pair(&b, "OSSAccessKeyId", creds->access_key_id);
         strbuf_append_c(&b, '&');
         str_append_query_pair(&b, "Expires", expires_str);
@@ -515,5 +435,8 @@ int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair 
                 strbuf_append_c(&b, '&');
                 str_append_query_pair(&b, subresources[i].name, subresources[i].value);
         }
-        return strbuf_steal(&b, ret_url);
+        r = strbuf_steal(&b, &query);
+        if (r < 0)
+                return r;
+        return location_url(loc, query, ret_url);
 }

@@ -9,22 +9,41 @@
 #include <time.h>
 
 #include <openssl/evp.h>
+#include <curl/curl.h>
 #include <openssl/hmac.h>
 
+#include "endpoint.h"
 #include "macro.h"
 #include "sigv4.h"
 #include "strbuf.h"
 #include "string-util.h"
 
-static bool is_unreserved(unsigned char c, bool keep_slash) {
-        if (keep_slash && c == '/')
-                return true;
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                c == '-' || c == '_' || c == '.' || c == '~';
-}
-
+/* curl_easy_escape() keeps exactly RFC 3986's unreserved set, A-Z a-z 0-9 - . _ ~, and writes the
+ * rest as %XX with uppercase hex digits: AWS's UriEncode(). Paths are escaped a segment at a time. */
 static void str_append_encoded(StrBuf *b, const char *s, bool keep_slash) {
-        strbuf_append_percent_encoded(b, s, is_unreserved, keep_slash);
+        for (;;) {
+                size_t l = keep_slash ? strcspn(s, "/") : strlen(s);
+                char *e;
+
+                if (l > 0) {
+                        if (l > INT32_MAX) {
+                                b->oom = true;
+                                return;
+                        }
+                        /* The handle is ignored since libcurl 7.82 (it is only consulted for settings). */
+                        e = curl_easy_escape(NULL, s, (int) l);
+                        if (!e) {
+                                b->oom = true;
+                                return;
+                        }
+                        strbuf_append(b, e);
+                        curl_free(e);
+                }
+                if (s[l] == 0)
+                        return;
+                strbuf_append_c(b, '/');
+                s += l + 1;
+        }
 }
 
 int sigv4_uri_encode(const char *s, bool keep_slash, char **ret) {
@@ -668,31 +687,17 @@ void s3_target_done(S3Target *t) {
         free(t->origin);
         free(t->host);
         free(t->path);
+        free(t->scheme);
+        free(t->hostname);
+        free(t->port);
         *t = (S3Target) {};
-}
-
-static bool is_ipv4(const char *s) {
-        unsigned parts = 0;
-
-        for (;;) {
-                size_t l = strspn(s, "0123456789");
-                if (l == 0 || l > 3 || (l > 1 && s[0] == '0') || strtoul(s, NULL, 10) > 255)
-                        return false;
-                parts++;
-                s += l;
-                if (*s == 0)
-                        return parts == 4;
-                if (*s != '.')
-                        return false;
-                s++;
-        }
 }
 
 /* isVirtualHostableS3Bucket() of the AWS SDKs, subdomains not allowed. */
 static bool bucket_is_dns_label(const char *b) {
         size_t l = strlen(b);
 
-        if (l < 3 || l > 63 || b[0] == '-' || b[l - 1] == '-' || is_ipv4(b))
+        if (l < 3 || l > 63 || b[0] == '-' || b[l - 1] == '-')
                 return false;
         for (; *b; b++)
                 if (!((*b >= 'a' && *b <= 'z') || (*b >= '0' && *b <= '9') || *b == '-'))
@@ -700,104 +705,11 @@ static bool bucket_is_dns_label(const char *b) {
         return true;
 }
 
-/* Split "scheme://host[:port][/path]" into its parts: host lowercased, default port dropped, path
- * without trailing slashes. */
-static int parse_endpoint(const char *endpoint, char **ret_scheme, char **ret_authority, bool *ret_ip,
-                          char **ret_base_path) {
-        _cleanup_free_ char *scheme = NULL, *host = NULL, *authority = NULL, *base = NULL;
-        const char *p, *e, *port = NULL;
-        size_t host_len, base_len;
-        bool ip;
-
-        p = strstr(endpoint, "://");
-        if (p) {
-                scheme = strndup(endpoint, (size_t) (p - endpoint));
-                if (!scheme)
-                        return -ENOMEM;
-                for (char *c = scheme; *c; c++)
-                        if (*c >= 'A' && *c <= 'Z')
-                                *c = (char) (*c - 'A' + 'a');
-                if (!streq(scheme, "http") && !streq(scheme, "https"))
-                        return -EINVAL;
-                p += 3;
-        } else {
-                scheme = strdup("https");
-                if (!scheme)
-                        return -ENOMEM;
-                p = endpoint;
-        }
-
-        if (strpbrk(p, "?#@\\ \t\r\n"))
-                return -EINVAL;
-        e = p + strcspn(p, "/");
-
-        if (*p == '[') {
-                const char *close = memchr(p, ']', (size_t) (e - p));
-                if (!close || close == p + 1)
-                        return -EINVAL;
-                for (const char *c = p + 1; c < close; c++)
-                        if (!strchr("0123456789abcdefABCDEF:.", *c))
-                                return -EINVAL;
-                host_len = (size_t) (close - p) + 1;
-                ip = true;
-        } else {
-                host_len = strcspn(p, ":/");
-                ip = false;
-        }
-        if (host_len == 0)
-                return -EINVAL;
-        host = strndup(p, host_len);
-        if (!host)
-                return -ENOMEM;
-        for (char *c = host; *c; c++) {
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
-                else if (!ip && !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' ||
-                                  *c == '.' || *c == '_'))
-                        return -EINVAL;
-        }
-        if (!ip)
-                ip = is_ipv4(host);
-
-        if (p[host_len] == ':') {
-                port = p + host_len + 1;
-                size_t l = (size_t) (e - port);
-                if (l == 0 || l > 5 || strspn(port, "0123456789") != l)
-                        return -EINVAL;
-                unsigned long v = strtoul(port, NULL, 10);
-                if (v == 0 || v > 65535)
-                        return -EINVAL;
-                if ((streq(scheme, "https") && v == 443) || (streq(scheme, "http") && v == 80))
-                        port = NULL;
-        } else if (p + host_len != e)
-                return -EINVAL;
-
-        if (port) {
-                if (asprintf(&authority, "%s:%.*s", host, (int) (e - port), port) < 0) {
-                        authority = NULL;
-                        return -ENOMEM;
-                }
-        } else
-                authority = TAKE_PTR(host);
-
-        base_len = strlen(e);
-        while (base_len > 0 && e[base_len - 1] == '/')
-                base_len--;
-        base = strndup(e, base_len);
-        if (!base)
-                return -ENOMEM;
-
-        *ret_scheme = TAKE_PTR(scheme);
-        *ret_authority = TAKE_PTR(authority);
-        *ret_ip = ip;
-        *ret_base_path = TAKE_PTR(base);
-        return 0;
-}
-
 int s3_location_resolve(const S3Location *loc, S3Target *ret) {
-        _cleanup_free_ char *scheme = NULL, *authority = NULL, *base = NULL, *endpoint = NULL;
+        _cleanup_(storage_endpoint_done) StorageEndpoint ep = {};
         _cleanup_(s3_target_done) S3Target t = {};
-        bool ip, virtual_host;
+        _cleanup_free_ char *endpoint = NULL;
+        bool virtual_host;
         const char *bucket, *key;
         int r;
 
@@ -816,48 +728,54 @@ int s3_location_resolve(const S3Location *loc, S3Target *ret) {
                         return -ENOMEM;
                 }
         }
-        r = parse_endpoint(loc->endpoint ?: endpoint, &scheme, &authority, &ip, &base);
+        r = storage_endpoint_parse(loc->endpoint ?: endpoint, &ep);
         if (r < 0)
                 return r;
 
-        virtual_host = !isempty(bucket) && !loc->path_style && !ip && bucket_is_dns_label(bucket);
+        virtual_host = !isempty(bucket) && !loc->path_style && !ep.ip && bucket_is_dns_label(bucket);
         if (virtual_host) {
-                if (asprintf(&t.host, "%s.%s", bucket, authority) < 0) {
-                        t.host = NULL;
+                if (asprintf(&t.hostname, "%s.%s", bucket, ep.host) < 0) {
+                        t.hostname = NULL;
                         return -ENOMEM;
                 }
-                r = asprintf(&t.path, "%s/%s", base, key);
+                r = asprintf(&t.path, "%s/%s", ep.base_path, key);
         } else {
-                t.host = TAKE_PTR(authority);
+                t.hostname = TAKE_PTR(ep.host);
                 if (isempty(bucket))
-                        r = asprintf(&t.path, "%s/", base);
+                        r = asprintf(&t.path, "%s/", ep.base_path);
                 else
-                        r = asprintf(&t.path, "%s/%s/%s", base, bucket, key);
+                        r = asprintf(&t.path, "%s/%s/%s", ep.base_path, bucket, key);
         }
         if (r < 0) {
                 t.path = NULL;
                 return -ENOMEM;
         }
-        if (asprintf(&t.origin, "%s://%s", scheme, t.host) < 0) {
+        /* The Host header is the host and port the URL names: what libcurl sends and connects to. */
+        r = ep.port ? asprintf(&t.host, "%s:%s", t.hostname, ep.port) : asprintf(&t.host, "%s", t.hostname);
+        if (r < 0) {
+                t.host = NULL;
+                return -ENOMEM;
+        }
+        if (asprintf(&t.origin, "%s://%s", ep.scheme, t.host) < 0) {
                 t.origin = NULL;
                 return -ENOMEM;
         }
+        t.scheme = TAKE_PTR(ep.scheme);
+        t.port = TAKE_PTR(ep.port);
 
         *ret = t;
         t = (S3Target) {};
         return 0;
 }
 
-static int s3_url(const S3Target *t, const char *query, char **ret) {
-        _cleanup_(strbuf_done) StrBuf b = {};
+int s3_target_url(const S3Target *t, const char *query, char **ret) {
+        _cleanup_free_ char *path = NULL;
+        int r;
 
-        strbuf_append(&b, t->origin);
-        str_append_encoded(&b, t->path, true);
-        if (!isempty(query)) {
-                strbuf_append_c(&b, '?');
-                strbuf_append(&b, query);
-        }
-        return strbuf_steal(&b, ret);
+        r = sigv4_uri_encode(t->path, true, &path);
+        if (r < 0)
+                return r;
+        return storage_url(t->scheme, t->hostname, t->port, path, query, ret);
 }
 
 int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *query, size_t n_query,
@@ -895,7 +813,7 @@ int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *
                 r = sigv4_canonical_query(query, n_query, &canonical_query);
                 if (r < 0)
                         return r;
-                r = s3_url(&t, canonical_query, &url);
+                r = s3_target_url(&t, canonical_query, &url);
                 if (r < 0)
                         return r;
                 *ret_url = TAKE_PTR(url);
@@ -933,5 +851,5 @@ int s3_presign_url(const S3Location *loc, const char *method, const SigV4Pair *q
         r = sigv4_presign(&req, creds, now, expires, &res);
         if (r < 0)
                 return r;
-        return s3_url(&t, res.query, ret_url);
+        return s3_target_url(&t, res.query, ret_url);
 }

@@ -75,7 +75,7 @@ typedef struct SigV4Result {
 void sigv4_result_done(SigV4Result *r);
 
 /* AWS UriEncode(): every byte but A-Z a-z 0-9 - _ . ~ becomes %XX (uppercase hex); '/' is kept when
- * keep_slash is set (paths) and encoded otherwise (query names and values). */
+ * keep_slash is set (paths) and encoded otherwise (query names and values). curl_easy_escape(). */
 int sigv4_uri_encode(const char *s, bool keep_slash, char **ret);
 
 /* The CanonicalURI line for an unencoded path: segments encoded once, '/' kept; with normalize, dot
@@ -145,11 +145,18 @@ typedef struct S3Target {
         char *origin;                   /* "https://bucket.s3.eu-west-1.amazonaws.com" (no default port) */
         char *host;                     /* Host header: "bucket.s3.eu-west-1.amazonaws.com", "h:9000" */
         char *path;                     /* unencoded request path, "/key" or "/base/bucket/key" */
+        /* The parts the request URL is assembled from (curl_url_set()), so that it names host. */
+        char *scheme;
+        char *hostname;                 /* host without the port */
+        char *port;                     /* NULL: the scheme's default */
 } S3Target;
 
 void s3_target_done(S3Target *t);
 
 int s3_location_resolve(const S3Location *loc, S3Target *ret);
+/* The request URL of a target: its path encoded like the CanonicalURI, then "?" and the (encoded)
+ * query unless NULL or "". Assembled and checked by libcurl's URL API: it names t->host. */
+int s3_target_url(const S3Target *t, const char *query, char **ret);
 
 /* Header-sign an S3 request: the location is resolved, SIGV4_CONTENT_SHA256_HEADER is implied, the
  * path is not normalized. ret_url (optional) receives origin + encoded path + "?" + canonical query. */

@@ -98,6 +98,7 @@ int main(int argc, char *argv[]) {
         sigemptyset(&ss);
         sigaddset(&ss, SIGTERM);
         sigaddset(&ss, SIGINT);
+        sigaddset(&ss, SIGCHLD); /* sd_event_add_child(): the fsync children of local commits */
         if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0) {
                 r = log_error_errno(errno, "Failed to block signals: %m");
                 goto finish;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <curl/curl.h>
+
 #include "macro.h"
 #include "sigv4.h"
 #include "tests.h"
@@ -791,7 +793,53 @@ static void test_s3_location(void) {
         }
 }
 
+/* The URL a request is sent to names the host that was signed, whatever the endpoint looked like. */
+static void test_url_names_signed_host(void) {
+        static const char *const endpoints[] = {
+                "http://127.0.0.1:9000", "https://[::1]:9000/", "HTTPS://Minio.Example.COM:443/base//",
+                "minio.example.com:8443", "http://h.example.com:80", "https://h.example.com/a/../b",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(endpoints); i++) {
+                _cleanup_(s3_target_done) S3Target t = {};
+                _cleanup_free_ char *url = NULL, *host = NULL, *port = NULL, *authority = NULL;
+                const S3Location loc = { .endpoint = endpoints[i], .region = "us-east-1", .bucket = "bkt",
+                                         .key = "a/../b c+%.tgz" };
+                CURLU *u = curl_url();
+
+                ASSERT_EQ(s3_location_resolve(&loc, &t), 0);
+                ASSERT_EQ(s3_target_url(&t, "x=%2F", &url), 0);
+                ASSERT_TRUE(u && curl_url_set(u, CURLUPART_URL, url, CURLU_PATH_AS_IS) == CURLUE_OK);
+                ASSERT_TRUE(curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK);
+                if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_NO_DEFAULT_PORT) == CURLUE_OK)
+                        ASSERT_TRUE(asprintf(&authority, "%s:%s", host, port) > 0);
+                else
+                        ASSERT_TRUE(asprintf(&authority, "%s", host) > 0);
+                ASSERT_STREQ(authority, t.host);
+                /* Dot segments and the escapes' case as signed. */
+                ASSERT_TRUE(strstr(url, "/a/../b%20c%2B%25.tgz?x=%2F"));
+                curl_free(host);
+                curl_free(port);
+                host = port = NULL;
+                curl_url_cleanup(u);
+        }
+
+        static const char *const bad[] = {
+                "https://h#frag", "https://[fe80::1%25eth0]", "https://h:0", "https://h\\x",
+                "https://h x", "https://h:pass@h", "https://h/?", "https://ex\xc3\xa4mple.com",
+                "file:///etc", "https://h;x",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                S3Target t = {};
+                const S3Location loc = { .endpoint = bad[i], .region = "us-east-1", .bucket = "bkt" };
+                if (s3_location_resolve(&loc, &t) != -EINVAL) {
+                        fprintf(stderr, "accepted endpoint '%s'\n", bad[i]);
+                        abort();
+                }
+        }
+}
+
 int main(void) {
+        RUN(test_url_names_signed_host);
         RUN(test_uri_encode);
         RUN(test_canonical_uri);
         RUN(test_canonical_query);

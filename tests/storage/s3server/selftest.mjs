@@ -313,6 +313,25 @@ try {
     eq(decodeURIComponent(lu.Contents[0].Key), oddKey, "encoding-type=url key, decoded");
   });
 
+  const ctlKey = "ctl/a\x01b\rc\x1fd\x7fe&f.tgz";
+  await check("test hook: PUT /__test__/object stores a key with control characters; listed as &#x..; or %-escapes", async () => {
+    const r = await fetch(`${endpoint}/__test__/object?bucket=${BUCKET}&key=${encodeURIComponent(ctlKey)}`, { method: "PUT", body: "ctl" });
+    eq(r.status, 200, "hook");
+    const list = (query) => rawSigned(endpoint, { path: `/${BUCKET}`, query: { "list-type": "2", prefix: "ctl/", ...query } });
+    const raw = (await list({})).body.toString("utf8");
+    assert(raw.includes("<Key>ctl/a&#x1;b&#xD;c&#x1F;d&#x7F;e&amp;f.tgz</Key>"), `numeric references in ${raw}`);
+    const lu = await c.send(new s3.ListObjectsV2Command({ Bucket: BUCKET, Prefix: "ctl/", EncodingType: "url" }));
+    eq(lu.Contents.map((o) => decodeURIComponent(o.Key)), [ctlKey], "encoding-type=url key, decoded");
+    eq(lu.EncodingType, "url", "EncodingType");
+    assert((await bodyOf(await c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: ctlKey })))).toString() === "ctl", "body");
+    // The quirk of servers that take encoding-type and send plain keys anyway.
+    eq((await fetch(`${endpoint}/__test__/quirks?ignore_encoding_type=1`, { method: "POST" })).status, 200, "quirk on");
+    const plain = (await list({ "encoding-type": "url" })).body.toString("utf8");
+    assert(plain.includes("&#x1;") && !plain.includes("<EncodingType>"), `plain keys in ${plain}`);
+    eq((await fetch(`${endpoint}/__test__/quirks?ignore_encoding_type=0`, { method: "POST" })).status, 200, "quirk off");
+    await c.send(new s3.DeleteObjectCommand({ Bucket: BUCKET, Key: ctlKey }));
+  });
+
   const many = Array.from({ length: 1500 }, (_, i) => `many/obj-${String(i).padStart(5, "0")}`);
   await check("1500 PutObjects", async () => {
     for (let i = 0; i < many.length; i += 100)

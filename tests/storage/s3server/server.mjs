@@ -146,8 +146,11 @@ class S3Error extends Error {
   }
 }
 
+// Control characters as numeric references, the way S3 writes keys that have them (&#x1;, &#xD;): XML
+// 1.0 has no raw form for most of them, which is why clients ask for encoding-type=url.
 function xmlEscape(s) {
-  return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;" })[c]);
+  return String(s).replace(/[&<>"'\x00-\x08\x0b\x0c\x0e-\x1f\x7f\r]/g, (c) =>
+    ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;" })[c] ?? `&#x${c.charCodeAt(0).toString(16).toUpperCase()};`);
 }
 
 function xmlUnescape(s) {
@@ -959,9 +962,11 @@ async function listObjects(ctx) {
   if (q["list-type"] !== undefined && !v2) throw new S3Error(400, "InvalidArgument", "Invalid list type", [["ArgumentName", "list-type"]]);
   const prefix = single(q, "prefix") ?? "";
   const delimiter = single(q, "delimiter") ?? "";
-  const encodingType = single(q, "encoding-type");
+  let encodingType = single(q, "encoding-type");
   if (encodingType !== undefined && encodingType !== "url")
     throw new S3Error(400, "InvalidArgument", "Invalid Encoding Method specified in Request", [["ArgumentName", "encoding-type"]]);
+  // /__test__/quirks: an S3-compatible server that accepts the parameter and sends plain keys anyway.
+  if (quirks.ignoreEncodingType) encodingType = undefined;
   const enc = encodingType === "url" ? encodeKeyForUrl : (s) => s;
   const maxKeys = listMaxKeys(q);
   const requestedMaxKeys = single(q, "max-keys") ?? String(CONFIG.maxKeys);
@@ -1124,9 +1129,11 @@ async function route(ctx) {
 // Test hooks: unsigned, only from loopback peers, under /__test__/ (no valid bucket name starts with '_').
 
 const requestLog = [];
+const HOOK_BODY_MAX = 1 << 20;
 const REQUEST_LOG_MAX = 5000;
 let failures = []; // [{ remaining, status, code, method, bucket }]
 let cuts = []; // [{ remaining, after, method, bucket }]
+const quirks = { ignoreEncodingType: false };
 
 function isLoopback(addr) {
   return addr === "127.0.0.1" || addr === "::1" || addr === "::ffff:127.0.0.1" || /^(::ffff:)?127\./.test(addr ?? "");
@@ -1147,8 +1154,14 @@ async function hooks(ctx, sub) {
   ctx.auth = "hook";
   if (!isLoopback(req.socket.remoteAddress)) return sendJson(ctx, 403, { error: "test hooks answer loopback peers only" });
   if (!CONFIG.hooks) return sendJson(ctx, 404, { error: "test hooks are disabled (S3_TEST_HOOKS=0)" });
-  for await (const _ of req); // eslint-disable-line no-unused-vars
+  const chunks = [];
+  let received = 0;
+  for await (const chunk of req) {
+    received += chunk.length;
+    if (received <= HOOK_BODY_MAX) chunks.push(chunk);
+  }
   ctx.bodyDone = true;
+  if (received > HOOK_BODY_MAX) return sendJson(ctx, 413, { error: `hook bodies are at most ${HOOK_BODY_MAX} bytes` });
   try {
     if (sub === "health" && req.method === "GET")
       return sendJson(ctx, 200, { ok: true, provider: CONFIG.provider, pid: process.pid, port: CONFIG.port, region: CONFIG.region, buckets: [...buckets.keys()], access_key: CONFIG.accessKey });
@@ -1206,6 +1219,39 @@ async function hooks(ctx, sub) {
     if (sub === "cut" && req.method === "DELETE") {
       cuts = [];
       return sendJson(ctx, 200, { queued: [] });
+    }
+    if (sub === "object" && req.method === "PUT") {
+      // Any key, unsigned: names a signing client would refuse to make (control characters).
+      const bucketName = single(query, "bucket");
+      const bucket = buckets.get(bucketName);
+      if (!bucket) return sendJson(ctx, 404, { error: `no bucket '${bucketName}'` });
+      const key = single(query, "key");
+      if (!key || Buffer.byteLength(key, "utf8") > 1024) throw new Error("'key' must be 1 to 1024 bytes");
+      const data = Buffer.concat(chunks);
+      const file = `${keyId(key)}.${crypto.randomBytes(6).toString("hex")}.data`;
+      await writeFileAtomic(path.join(bucketDir(bucketName), file), data);
+      const meta = {
+        key,
+        size: data.length,
+        etag: crypto.createHash("md5").update(data).digest("hex"),
+        contentType: OSS ? "application/octet-stream" : "binary/octet-stream",
+        lastModified: Math.floor(Date.now() / 1000) * 1000,
+        headers: {},
+        userMeta: {},
+        file,
+      };
+      await saveMeta(bucketName, meta);
+      const old = bucket.objects.get(key);
+      bucket.objects.set(key, meta);
+      if (old) await fsp.rm(path.join(bucketDir(bucketName), old.file), { force: true });
+      else bucket.sorted = null;
+      return sendJson(ctx, 200, { key, size: data.length });
+    }
+    if (sub === "quirks" && req.method === "POST") {
+      const v = single(query, "ignore_encoding_type");
+      if (v !== undefined && v !== "0" && v !== "1") throw new Error(`bad 'ignore_encoding_type=${v}' (0 or 1)`);
+      if (v !== undefined) quirks.ignoreEncodingType = v === "1";
+      return sendJson(ctx, 200, { ignore_encoding_type: quirks.ignoreEncodingType });
     }
     if (sub === "log" && req.method === "GET") return sendJson(ctx, 200, requestLog);
     if (sub === "log" && req.method === "DELETE") {
