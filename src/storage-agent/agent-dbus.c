@@ -28,7 +28,8 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
         const char *why = NULL;
         int r;
 
-        if (json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 || !json_object_is_type(o, json_type_object))
+        if (json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 ||
+            !json_object_is_type(o, json_type_object))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage config");
         r = storage_config_parse(o, ret, &why);
         if (r == -ENOMEM)
@@ -156,15 +157,17 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
                 free(s);
                 log_warning_errno(r, "Failed to stage archive '%s': %m", key);
                 return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED,
-                                        c.provider == STORAGE_LOCAL && storage_full_errno(r) ? "storage full"
-                                                                                           : "failed to write to storage");
+                                        c.provider == STORAGE_LOCAL && storage_full_errno(r)
+                                                ? "storage full"
+                                                : "failed to write to storage");
         }
         s->full_key = TAKE_PTR(key);
         s->next = a->staged;
         a->staged = s;
         agent_job_begin(a);
         r = sd_event_add_time_relative(a->event, &s->expiry, CLOCK_MONOTONIC,
-                                       a->config.archive_timeout_sec * USEC_PER_SEC + STAGED_EXPIRY_SLACK_USEC,
+                                       a->config.archive_timeout_sec * USEC_PER_SEC +
+                                               STAGED_EXPIRY_SLACK_USEC,
                                        USEC_PER_SEC, on_staged_expired, s);
         if (r < 0) {
                 staged_free(s);
@@ -180,7 +183,8 @@ static void local_commit_done(StagedArchive *s, int error) {
         if (error < 0) {
                 log_warning_errno(error, "Failed to publish archive '%s': %m", s->full_key);
                 const char *what = storage_full_errno(error) ? "storage full" : "failed to write to storage";
-                r = sd_bus_reply_method_error(s->commit, &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED, what));
+                r = sd_bus_reply_method_error(s->commit,
+                                              &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED, what));
         } else {
                 log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) s->size);
                 r = sd_bus_reply_method_return(s->commit, "t", s->size);
@@ -258,8 +262,8 @@ static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error
                 bool full = s->spool_fd < 0 && size < expected && fs_lacks_room(fd, expected - size);
 
                 log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-incomplete"),
-                           "Archive '%s' is incomplete (%llu of %llu bytes staged%s); not storing it.", s->full_key,
-                           (unsigned long long) size, (unsigned long long) expected,
+                           "Archive '%s' is incomplete (%llu of %llu bytes staged%s); not storing it.",
+                           s->full_key, (unsigned long long) size, (unsigned long long) expected,
                            full ? ", the storage directory is full" : "");
                 staged_free(s);
                 return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED,
@@ -366,7 +370,8 @@ static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *er
         if (r < 0)
                 return r;
         if (c.provider == STORAGE_LOCAL)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "presigned URLs are unsupported for local storage");
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                        "presigned URLs are unsupported for local storage");
         return agent_s3_put(a, m, &c, key, content_type, fd, expires_in);
 }
 
@@ -430,35 +435,41 @@ static int method_collect_garbage(sd_bus_message *m, void *userdata, sd_bus_erro
                 r = local_gc(a->config.local_storage_dir, mineru, NULL, cutoff, &counters);
         if (r < 0) {
                 log_warning_errno(r, "Garbage collection under '%s' failed: %m", c.prefix);
-                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "storage garbage collection failed");
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED,
+                                        "storage garbage collection failed");
         }
         log_info("Garbage collection under '%s': %llu of %llu objects deleted, %llu bytes freed.", c.prefix,
                  (unsigned long long) counters.deleted, (unsigned long long) counters.scanned,
                  (unsigned long long) counters.freed_bytes);
-        return sd_bus_reply_method_return(m, "ttt", counters.deleted, counters.scanned, counters.freed_bytes);
+        return sd_bus_reply_method_return(m, "ttt", counters.deleted, counters.scanned,
+                                          counters.freed_bytes);
 }
 
 static const sd_bus_vtable agent_vtable[] = {
         SD_BUS_VTABLE_START(0),
-        SD_BUS_METHOD_WITH_ARGS("GetVersion", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", version), method_get_version,
-                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetVersion", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", version),
+                                method_get_version, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("BeginArchive", SD_BUS_ARGS("s", storage, "s", stem),
-                                SD_BUS_RESULT("s", token, "h", sink), method_begin_archive, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("CommitArchive", SD_BUS_ARGS("s", token, "t", size), SD_BUS_RESULT("t", size),
-                                method_commit_archive, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("AbortArchive", SD_BUS_ARGS("s", token), SD_BUS_NO_RESULT, method_abort_archive,
+                                SD_BUS_RESULT("s", token, "h", sink), method_begin_archive,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("CommitArchive", SD_BUS_ARGS("s", token, "t", size),
+                                SD_BUS_RESULT("t", size), method_commit_archive, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("AbortArchive", SD_BUS_ARGS("s", token), SD_BUS_NO_RESULT,
+                                method_abort_archive, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("OpenArchive", SD_BUS_ARGS("s", storage, "s", stem),
-                                SD_BUS_RESULT("b", found, "h", source), method_open_archive, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("PutObject",
-                                SD_BUS_ARGS("s", storage, "s", key, "s", content_type, "h", data, "t", expires_in),
-                                SD_BUS_RESULT("s", provider, "s", full_key, "s", url, "t", expires_in),
-                                method_put_object, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("DeleteObject", SD_BUS_ARGS("s", storage, "s", key), SD_BUS_RESULT("s", full_key),
-                                method_delete_object, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("CollectGarbage", SD_BUS_ARGS("s", storage, "x", max_age_seconds),
-                                SD_BUS_RESULT("t", deleted, "t", scanned, "t", freed_bytes), method_collect_garbage,
+                                SD_BUS_RESULT("b", found, "h", source), method_open_archive,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS(
+                "PutObject",
+                SD_BUS_ARGS("s", storage, "s", key, "s", content_type, "h", data, "t", expires_in),
+                SD_BUS_RESULT("s", provider, "s", full_key, "s", url, "t", expires_in), method_put_object,
+                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("DeleteObject", SD_BUS_ARGS("s", storage, "s", key),
+                                SD_BUS_RESULT("s", full_key), method_delete_object,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("CollectGarbage", SD_BUS_ARGS("s", storage, "x", max_age_seconds),
+                                SD_BUS_RESULT("t", deleted, "t", scanned, "t", freed_bytes),
+                                method_collect_garbage, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("DeleteArchive", SD_BUS_ARGS("s", storage, "s", stem), SD_BUS_NO_RESULT,
                                 method_delete_archive, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
@@ -484,6 +495,10 @@ static int filter_legacy_commit(sd_bus_message *m, void *userdata, sd_bus_error 
         if (r < 0)
                 log_debug_errno(r, "Failed to reply, ignoring: %m");
         return 1;
+}
+
+const sd_bus_vtable *agent_get_vtable(void) {
+        return agent_vtable;
 }
 
 int agent_add_bus_objects(Agent *a) {

@@ -30,8 +30,16 @@ int storage_config_copy(const StorageConfig *c, StorageConfig *ret) {
         char *const *src[] = { &c->prefix, &c->s3_bucket, &c->s3_region, &c->s3_endpoint, &c->s3_access_key,
                                &c->s3_secret_key, &c->oss_bucket, &c->oss_endpoint, &c->oss_access_key_id,
                                &c->oss_access_key_secret };
-        char **dst[] = { &n.prefix, &n.s3_bucket, &n.s3_region, &n.s3_endpoint, &n.s3_access_key, &n.s3_secret_key,
-                         &n.oss_bucket, &n.oss_endpoint, &n.oss_access_key_id, &n.oss_access_key_secret };
+        char **dst[] = { &n.prefix,
+                         &n.s3_bucket,
+                         &n.s3_region,
+                         &n.s3_endpoint,
+                         &n.s3_access_key,
+                         &n.s3_secret_key,
+                         &n.oss_bucket,
+                         &n.oss_endpoint,
+                         &n.oss_access_key_id,
+                         &n.oss_access_key_secret };
 
         for (size_t i = 0; i < ELEMENTSOF(src); i++)
                 if (*src[i] && !(*dst[i] = strdup(*src[i]))) {
@@ -48,14 +56,15 @@ static void reply_failed(sd_bus_message *m, int error, long status, const char *
         if (error == -EPERM) /* the address policy: as if the endpoint were not on the allowlist */
                 r = sd_bus_reply_method_errorf(m, SD_BUS_ERROR_INVALID_ARGS, "storage endpoint not allowed");
         else if (error == -EFBIG)
-                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED, "%s: larger than SANDBOX_MAX_ARCHIVE_BYTES",
-                                               what);
+                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED,
+                                               "%s: larger than SANDBOX_MAX_ARCHIVE_BYTES", what);
         else if (error < 0)
-                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED, "%s: storage server unreachable (%s)", what,
+                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED,
+                                               "%s: storage server unreachable (%s)", what,
                                                strerror(-error));
         else
-                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED, "%s: storage server answered HTTP %ld", what,
-                                               status);
+                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED,
+                                               "%s: storage server answered HTTP %ld", what, status);
         if (r < 0)
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
 }
@@ -73,7 +82,8 @@ static void log_failed(const char *what, const char *key, int error, long status
 
 /* Endpoints the operator listed may be anywhere; the others must not be internal addresses. */
 static int agent_s3_call(Agent *a, const StorageConfig *c, S3CallParams *p, S3Callback cb, void *userdata) {
-        p->policy = storage_endpoint_listed(c, a->config.storage_allowed_endpoints) ? NULL : &a->address_policy;
+        p->policy =
+                storage_endpoint_listed(c, a->config.storage_allowed_endpoints) ? NULL : &a->address_policy;
         return s3_call(a->curl, c, p, cb, userdata);
 }
 
@@ -110,28 +120,33 @@ static void on_put_done(S3Call *call, int error, long status, const char *body, 
                 reply_failed(p->message, r, 0, "presigning failed");
         } else {
                 log_info("Stored object '%s'.", p->key);
-                r = sd_bus_reply_method_return(p->message, "ssst", storage_provider_to_string(p->config.provider), p->key,
-                                               url, (uint64_t) p->expires);
+                r = sd_bus_reply_method_return(p->message, "ssst",
+                                               storage_provider_to_string(p->config.provider), p->key, url,
+                                               (uint64_t) p->expires);
                 if (r < 0)
                         log_debug_errno(r, "Failed to reply, ignoring: %m");
         }
         put_call_free(p);
 }
 
-int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key, const char *content_type,
-                 int data_fd, uint64_t expires_in) {
+int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key,
+                 const char *content_type, int data_fd, uint64_t expires_in) {
         PutCall *p;
         int r;
 
         /* Like the upstream SDK's missing-credentials failure: a provider error, 502. */
         if (c->provider == STORAGE_S3 && (!c->s3_access_key || !c->s3_secret_key))
-                return sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED, "presigned URLs need s3 credentials");
+                return sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED,
+                                                  "presigned URLs need s3 credentials");
         p = calloc(1, sizeof(PutCall));
         if (!p)
                 return -ENOMEM;
-        *p = (PutCall) { .agent = a, .message = sd_bus_message_ref(m), .data_fd = fcntl(data_fd, F_DUPFD_CLOEXEC, 3) };
+        *p = (PutCall) { .agent = a,
+                         .message = sd_bus_message_ref(m),
+                         .data_fd = fcntl(data_fd, F_DUPFD_CLOEXEC, 3) };
         agent_job_begin(a);
-        p->expires = expires_in == 0 ? S3_PRESIGN_DEFAULT : (unsigned) MIN(expires_in, a->config.storage_max_ttl_sec);
+        p->expires = expires_in == 0 ? S3_PRESIGN_DEFAULT
+                                     : (unsigned) MIN(expires_in, a->config.storage_max_ttl_sec);
         p->expires = MIN(p->expires, 604800U);
         p->key = strdup(key);
         if (p->data_fd < 0 || !p->key || storage_config_copy(c, &p->config) < 0) {
@@ -139,8 +154,12 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
                 return -ENOMEM;
         }
         S3CallParams params = {
-                .method = "PUT", .key = p->key, .upload_fd = p->data_fd, .download_fd = -1,
-                .headers = { { "Content-Type", isempty(content_type) ? "application/octet-stream" : content_type } },
+                .method = "PUT",
+                .key = p->key,
+                .upload_fd = p->data_fd,
+                .download_fd = -1,
+                .headers = { { "Content-Type",
+                               isempty(content_type) ? "application/octet-stream" : content_type } },
         };
         r = agent_s3_call(a, &p->config, &params, on_put_done, p);
         if (r < 0) {
@@ -185,7 +204,9 @@ int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const c
         d = calloc(1, sizeof(DeleteCall));
         if (!d)
                 return -ENOMEM;
-        *d = (DeleteCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key), .reply_key = reply_key };
+        *d = (DeleteCall) {
+                .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key), .reply_key = reply_key
+        };
         agent_job_begin(a);
         S3CallParams params = { .method = "DELETE", .key = key, .upload_fd = -1, .download_fd = -1 };
         r = d->key ? agent_s3_call(a, c, &params, on_delete_done, d) : -ENOMEM;
@@ -328,7 +349,9 @@ static void gc_step(GcJob *g) {
 
         /* This page's old objects first, one by one. */
         if (g->next_victim < g->n_victims) {
-                S3CallParams params = { .method = "DELETE", .key = g->victims[g->next_victim], .upload_fd = -1,
+                S3CallParams params = { .method = "DELETE",
+                                        .key = g->victims[g->next_victim],
+                                        .upload_fd = -1,
                                         .download_fd = -1 };
                 r = agent_s3_call(g->agent, &g->config, &params, on_gc_deleted, g);
                 if (r < 0)
@@ -338,8 +361,13 @@ static void gc_step(GcJob *g) {
         /* Then the first or the next page of this prefix. */
         if (!g->listed || g->more) {
                 S3CallParams params = {
-                        .method = "GET", .key = NULL, .upload_fd = -1, .download_fd = -1,
-                        .query = { { "list-type", "2" }, { "prefix", g->prefixes[g->current] }, { "max-keys", S3_LIST_PAGE },
+                        .method = "GET",
+                        .key = NULL,
+                        .upload_fd = -1,
+                        .download_fd = -1,
+                        .query = { { "list-type", "2" },
+                                   { "prefix", g->prefixes[g->current] },
+                                   { "max-keys", S3_LIST_PAGE },
                                    { g->continuation ? "continuation-token" : NULL, g->continuation } },
                 };
                 /* Keys as %-escapes: XML 1.0 can't carry every character a key may have. S3 only: OSS
@@ -364,8 +392,9 @@ static void gc_step(GcJob *g) {
                 gc_step(g);
                 return;
         }
-        log_info("Garbage collection under '%s': %llu of %llu objects deleted, %llu bytes freed.", g->config.prefix,
-                 (unsigned long long) g->deleted, (unsigned long long) g->scanned, (unsigned long long) g->freed);
+        log_info("Garbage collection under '%s': %llu of %llu objects deleted, %llu bytes freed.",
+                 g->config.prefix, (unsigned long long) g->deleted, (unsigned long long) g->scanned,
+                 (unsigned long long) g->freed);
         r = sd_bus_reply_method_return(g->message, "ttt", g->deleted, g->scanned, g->freed);
         if (r < 0)
                 log_debug_errno(r, "Failed to reply, ignoring: %m");
@@ -378,7 +407,9 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
         g = calloc(1, sizeof(GcJob));
         if (!g)
                 return -ENOMEM;
-        *g = (GcJob) { .agent = a, .message = sd_bus_message_ref(m), .cutoff = time(NULL) - (time_t) max_age };
+        *g = (GcJob) { .agent = a,
+                       .message = sd_bus_message_ref(m),
+                       .cutoff = time(NULL) - (time_t) max_age };
         agent_job_begin(a);
         if (storage_config_copy(c, &g->config) < 0 ||
             asprintf(&g->prefixes[0], "%s%sworkspaces/", c->prefix, *c->prefix ? "/" : "") < 0 ||
@@ -441,7 +472,8 @@ static char *error_code(const char *body) {
 
 /* A failed archive transfer, said the way an operator (and the session manager, which retries what
  * may succeed later) can act on. */
-static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int error, long status, const char *body) {
+static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int error, long status,
+                           const char *body) {
         _cleanup_free_ char *code = error < 0 ? NULL : error_code(body);
         const char *what = upload ? "archive upload" : "archive download",
                    *log_what = upload ? "Upload of archive" : "Download of archive";
@@ -450,23 +482,24 @@ static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int e
         if (code && (streq(code, "BadDigest") || streq(code, "XAmzContentSHA256Mismatch") ||
                      streq(code, "InvalidDigest"))) {
                 log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
-                           "%s '%s' refused by the storage server: %s (the data changed on the way).", log_what,
-                           c->key, code);
+                           "%s '%s' refused by the storage server: %s (the data changed on the way).",
+                           log_what, c->key, code);
                 reply_archive_error(c, "%s failed: checksum mismatch", what);
         } else if (error >= 0 && (status == 507 || (code && (streq(code, "XMinioStorageFull") ||
                                                              streq(code, "QuotaExceeded"))))) {
-                log_warning("%s '%s' failed: the storage server is full (HTTP %ld%s%s).", log_what, c->key, status,
-                            code ? ", " : "", strempty(code));
+                log_warning("%s '%s' failed: the storage server is full (HTTP %ld%s%s).", log_what, c->key,
+                            status, code ? ", " : "", strempty(code));
                 reply_archive_error(c, "%s failed: storage full", what);
         } else if (error == -EPIPE) {
                 uint64_t got = t ? t->downloaded : 0, want = t ? t->response.content_length : 0;
-                log_warning("%s '%s' failed: the connection ended after %llu of %llu bytes.", log_what, c->key,
-                            (unsigned long long) got, (unsigned long long) want);
-                reply_archive_error(c, "%s failed: short body (%llu of %llu bytes)", what, (unsigned long long) got,
-                                    (unsigned long long) want);
+                log_warning("%s '%s' failed: the connection ended after %llu of %llu bytes.", log_what,
+                            c->key, (unsigned long long) got, (unsigned long long) want);
+                reply_archive_error(c, "%s failed: short body (%llu of %llu bytes)", what,
+                                    (unsigned long long) got, (unsigned long long) want);
         } else if (error == -EPERM) {
                 log_failed(log_what, c->key, error, status);
-                r = sd_bus_reply_method_errorf(c->message, SD_BUS_ERROR_INVALID_ARGS, "storage endpoint not allowed");
+                r = sd_bus_reply_method_errorf(c->message, SD_BUS_ERROR_INVALID_ARGS,
+                                               "storage endpoint not allowed");
                 if (r < 0)
                         log_debug_errno(r, "Failed to send error reply, ignoring: %m");
         } else if (error < 0) {
@@ -498,8 +531,8 @@ static void on_archive_uploaded(S3Call *call, int error, long status, const char
             etag_matches_md5(t->response.etag, archive_digest_md5(c->digest)) == 0) {
                 _cleanup_free_ char *md5 = hexmem(archive_digest_md5(c->digest), ARCHIVE_MD5_SIZE);
                 log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
-                           "Archive '%s' was stored with ETag %s, not the MD5 of what was sent (%s).", c->key,
-                           t->response.etag, strna(md5));
+                           "Archive '%s' was stored with ETag %s, not the MD5 of what was sent (%s).",
+                           c->key, t->response.etag, strna(md5));
                 reply_archive_error(c, "archive upload failed: checksum mismatch");
                 archive_call_free(c);
                 return;
@@ -519,7 +552,8 @@ static void on_upload_hashed(ArchiveDigest *d, int error, void *userdata) {
 
         if (error < 0) {
                 log_warning_errno(error, "Failed to read the staged archive '%s': %m", c->key);
-                reply_archive_error(c, "archive upload failed: the staged archive is unreadable (%s)", strerror(-error));
+                reply_archive_error(c, "archive upload failed: the staged archive is unreadable (%s)",
+                                    strerror(-error));
                 archive_call_free(c);
                 return;
         }
@@ -531,10 +565,18 @@ static void on_upload_hashed(ArchiveDigest *d, int error, void *userdata) {
         /* Content-Length is the size committed; Content-MD5 (S3 and OSS) and x-amz-checksum-sha256
          * (S3) make the server refuse anything else; the signed payload hash covers the body too. */
         S3CallParams params = {
-                .method = "PUT", .key = c->key, .upload_fd = c->fd, .download_fd = -1,
-                .has_upload_size = true, .upload_size = c->size, .payload_hash = oss ? NULL : sha256_hex,
-                .headers = { { "Content-Type", "application/gzip" }, { "Content-MD5", md5 },
-                             { oss ? "x-oss-meta-" ARCHIVE_SHA256_METADATA : "x-amz-meta-" ARCHIVE_SHA256_METADATA, sha256_hex },
+                .method = "PUT",
+                .key = c->key,
+                .upload_fd = c->fd,
+                .download_fd = -1,
+                .has_upload_size = true,
+                .upload_size = c->size,
+                .payload_hash = oss ? NULL : sha256_hex,
+                .headers = { { "Content-Type", "application/gzip" },
+                             { "Content-MD5", md5 },
+                             { oss ? "x-oss-meta-" ARCHIVE_SHA256_METADATA
+                                   : "x-amz-meta-" ARCHIVE_SHA256_METADATA,
+                               sha256_hex },
                              { oss ? NULL : "x-amz-checksum-sha256", oss ? NULL : sha256 } },
         };
         r = agent_s3_call(c->agent, &c->config, &params, on_archive_uploaded, c);
@@ -591,9 +633,11 @@ static void on_download_hashed(ArchiveDigest *d, int error, void *userdata) {
                 _cleanup_free_ char *got = hexmem(archive_digest_sha256(d), ARCHIVE_SHA256_SIZE);
                 /* Not a byte of it handed out. */
                 (void) ftruncate(c->fd, 0);
-                log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
-                           "Archive '%s' does not match its checksum (stored %s, downloaded %s); not restoring it.",
-                           c->key, c->expected_sha256, strna(got));
+                log_struct(
+                        LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
+                        "Archive '%s' does not match its checksum (stored %s, downloaded %s); not restoring "
+                        "it.",
+                        c->key, c->expected_sha256, strna(got));
                 reply_archive_error(c, "archive download failed: checksum mismatch");
         } else
                 reply_archive_found(c);
@@ -612,7 +656,8 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
                 code = error_code(body);
                 if (!code || !streq(code, "NoSuchBucket")) {
                         _cleanup_close_ int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                        r = null_fd < 0 ? -errno : sd_bus_reply_method_return(c->message, "bh", false, null_fd);
+                        r = null_fd < 0 ? -errno
+                                        : sd_bus_reply_method_return(c->message, "bh", false, null_fd);
                         if (r < 0)
                                 log_debug_errno(r, "Failed to reply, ignoring: %m");
                         archive_call_free(c);
@@ -622,9 +667,11 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
         if (error == -EFBIG) {
                 /* Not a byte of it kept: the spool is emptied now and goes away with the fd. */
                 (void) ftruncate(c->fd, 0);
-                log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-skipped"),
-                           "Archive '%s' is larger than SANDBOX_MAX_ARCHIVE_BYTES (%llu bytes), not restoring it.",
-                           c->key, (unsigned long long) c->agent->config.max_archive_bytes);
+                log_struct(
+                        LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-skipped"),
+                        "Archive '%s' is larger than SANDBOX_MAX_ARCHIVE_BYTES (%llu bytes), not restoring "
+                        "it.",
+                        c->key, (unsigned long long) c->agent->config.max_archive_bytes);
                 reply_failed(c->message, error, status, "archive download failed");
                 archive_call_free(c);
                 return;
@@ -641,11 +688,13 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
         if (fstat(c->fd, &st) < 0 || (uint64_t) st.st_size != c->size || t->response.bad_content_length ||
             (t->response.has_content_length && t->response.content_length != c->size)) {
                 (void) ftruncate(c->fd, 0);
-                log_warning("Download of archive '%s' failed: %llu bytes received, %s%llu announced.", c->key,
-                            (unsigned long long) c->size, t->response.has_content_length ? "" : "none ",
+                log_warning("Download of archive '%s' failed: %llu bytes received, %s%llu announced.",
+                            c->key, (unsigned long long) c->size,
+                            t->response.has_content_length ? "" : "none ",
                             (unsigned long long) t->response.content_length);
                 reply_archive_error(c, "archive download failed: short body (%llu of %llu bytes)",
-                                    (unsigned long long) c->size, (unsigned long long) t->response.content_length);
+                                    (unsigned long long) c->size,
+                                    (unsigned long long) t->response.content_length);
                 archive_call_free(c);
                 return;
         }

@@ -43,8 +43,8 @@ typedef struct Agent {
 } Agent;
 
 /* S3 operations (agent-s3.c). Each replies to 'm' itself, later. */
-int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key, const char *content_type,
-                 int data_fd, uint64_t expires_in);
+int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key,
+                 const char *content_type, int data_fd, uint64_t expires_in);
 int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key, bool reply_key);
 int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max_age);
 /* Uploads the first 'size' bytes of s's spool (the size committed), verified end to end. */
@@ -56,6 +56,8 @@ int storage_config_copy(const StorageConfig *c, StorageConfig *ret);
 void agent_done(Agent *a);
 
 int agent_add_bus_objects(Agent *a);
+/* io.scopebox.StorageAgent1's methods (--bus-introspect). */
+const sd_bus_vtable *agent_get_vtable(void);
 /* Called on every call: counts it (STATUS=) and pushes the idle exit further out. */
 void agent_touch(Agent *a);
 /* A transfer or staging started or ended: counted for the idle exit and the STATUS= line. */

@@ -38,7 +38,8 @@ int archive_digest_new(int fd, uint64_t size, ArchiveDigest **ret) {
         sha256 = EVP_MD_CTX_new();
         if (!md5 || !sha256)
                 return -ENOMEM;
-        if (EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1 || EVP_DigestInit_ex(sha256, EVP_sha256(), NULL) != 1)
+        if (EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1 ||
+            EVP_DigestInit_ex(sha256, EVP_sha256(), NULL) != 1)
                 return -EIO;
         d = calloc(1, sizeof(ArchiveDigest));
         if (!d)
@@ -88,7 +89,8 @@ int archive_digest_step(ArchiveDigest *d) {
         }
         if (d->offset < d->size)
                 return 0;
-        if (EVP_DigestFinal_ex(d->md5, d->md5_sum, NULL) != 1 || EVP_DigestFinal_ex(d->sha256, d->sha256_sum, NULL) != 1)
+        if (EVP_DigestFinal_ex(d->md5, d->md5_sum, NULL) != 1 ||
+            EVP_DigestFinal_ex(d->sha256, d->sha256_sum, NULL) != 1)
                 return -EIO;
         d->done = true;
         return 1;

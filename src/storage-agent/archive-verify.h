@@ -60,7 +60,8 @@ bool sha256_hex_matches(const char *s, const uint8_t sha256[static ARCHIVE_SHA25
 typedef struct ResponseHeaders {
         long status;                                  /* of the status line, 0 until one was seen */
         bool has_content_length;
-        bool bad_content_length;                      /* present but not a number, or given twice differently */
+        /* present but not a number, or given twice differently */
+        bool bad_content_length;
         uint64_t content_length;
         char etag[RESPONSE_HEADER_VALUE_MAX];
         char sha256[RESPONSE_HEADER_VALUE_MAX];       /* x-amz-meta- / x-oss-meta-scopebox-sha256 */

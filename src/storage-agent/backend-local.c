@@ -81,7 +81,8 @@ static int open_staging_dir(const char *root, bool create) {
 static int same_mount(int a, int b) {
         struct statx x = {}, y = {};
 
-        if (statx(a, "", AT_EMPTY_PATH, STATX_MNT_ID, &x) < 0 || statx(b, "", AT_EMPTY_PATH, STATX_MNT_ID, &y) < 0)
+        if (statx(a, "", AT_EMPTY_PATH, STATX_MNT_ID, &x) < 0 ||
+            statx(b, "", AT_EMPTY_PATH, STATX_MNT_ID, &y) < 0)
                 return -errno;
         if ((x.stx_mask & STATX_MNT_ID) && (y.stx_mask & STATX_MNT_ID))
                 return x.stx_mnt_id == y.stx_mnt_id;
@@ -121,8 +122,11 @@ int local_stage(const char *root, const char *full_key, const char *token, Local
         fd = openat(staging_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
-        *ret = (LocalStaged) { .staging_fd = TAKE_FD(staging_fd), .dir_fd = TAKE_FD(dir_fd), .fd = TAKE_FD(fd),
-                               .tmp_name = TAKE_PTR(tmp), .name = TAKE_PTR(name_copy) };
+        *ret = (LocalStaged) { .staging_fd = TAKE_FD(staging_fd),
+                               .dir_fd = TAKE_FD(dir_fd),
+                               .fd = TAKE_FD(fd),
+                               .tmp_name = TAKE_PTR(tmp),
+                               .name = TAKE_PTR(name_copy) };
         return 0;
 }
 
@@ -235,12 +239,14 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
                 bool staging;
                 struct stat st;
 
-                if (streq(de->d_name, ".") || streq(de->d_name, "..") || streq(de->d_name, LOCAL_STAGING_DIR))
+                if (streq(de->d_name, ".") || streq(de->d_name, "..") ||
+                    streq(de->d_name, LOCAL_STAGING_DIR))
                         continue;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue;
                 if (S_ISDIR(st.st_mode)) {
-                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name,
+                                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub >= 0) {
                                 r = gc_dir(sub, suffix, cutoff, depth + 1, c);
                                 if (r < 0)
@@ -254,7 +260,8 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
                 staging = startswith(de->d_name, LOCAL_STAGING_PREFIX);
                 c->scanned++;
                 if (staging ? (int64_t) st.st_mtim.tv_sec >= stale
-                            : (suffix && !endswith(de->d_name, suffix)) || (int64_t) st.st_mtim.tv_sec >= cutoff)
+                            : (suffix && !endswith(de->d_name, suffix)) ||
+                                      (int64_t) st.st_mtim.tv_sec >= cutoff)
                         continue;
                 if (unlinkat(dirfd(d), de->d_name, 0) < 0) {
                         if (errno == ENOENT)

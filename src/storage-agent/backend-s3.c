@@ -152,8 +152,8 @@ static int oss_attempt(S3Call *c, const SigV4Pair *query, size_t nq, const SigV4
         OssPair sub[S3_PAIRS_MAX];
         size_t nsub = 0;
         for (size_t i = 0; i < nq; i++)
-                if (streq(q[i].name, "continuation-token") || streq(q[i].name, "delete") || streq(q[i].name, "acl") ||
-                    startswith(q[i].name, "response-"))
+                if (streq(q[i].name, "continuation-token") || streq(q[i].name, "delete") ||
+                    streq(q[i].name, "acl") || startswith(q[i].name, "response-"))
                         sub[nsub++] = q[i];
         OssRequest req = { .method = c->method, .bucket = c->config.oss_bucket, .key = c->key, .headers = h,
                            .n_headers = nh + 1, .subresources = sub, .n_subresources = nsub };
@@ -161,7 +161,8 @@ static int oss_attempt(S3Call *c, const SigV4Pair *query, size_t nq, const SigV4
         if (r < 0)
                 return r;
 
-        r = transfer_new(c->driver, c->method, url, OSS_CONNECT_TIMEOUT_SEC, S3_TOTAL_TIMEOUT_SEC, &c->transfer);
+        r = transfer_new(c->driver, c->method, url, OSS_CONNECT_TIMEOUT_SEC, S3_TOTAL_TIMEOUT_SEC,
+                         &c->transfer);
         for (size_t i = 0; r >= 0 && i <= nh; i++)
                 r = transfer_add_header(c->transfer, h[i].name, h[i].value);
         if (r >= 0)
@@ -200,7 +201,8 @@ static int s3_attempt(S3Call *c) {
                         return -ENODATA; /* shorter than what was hashed and declared */
                 st.st_size = (off_t) c->upload_size;
         }
-        if (c->download_fd >= 0 && (ftruncate(c->download_fd, 0) < 0 || lseek(c->download_fd, 0, SEEK_SET) < 0))
+        if (c->download_fd >= 0 &&
+            (ftruncate(c->download_fd, 0) < 0 || lseek(c->download_fd, 0, SEEK_SET) < 0))
                 return -errno;
 
         if (c->config.provider == STORAGE_ALIYUN_OSS)
@@ -210,7 +212,8 @@ static int s3_attempt(S3Call *c) {
         if (c->config.s3_access_key && c->config.s3_secret_key) {
                 SigV4Credentials creds = { c->config.s3_access_key, c->config.s3_secret_key };
                 r = s3_sign_request(&loc, c->method, query, nq, headers, nh,
-                                    c->payload_hash ?: SIGV4_UNSIGNED_PAYLOAD, &creds, time(NULL), &res, &url);
+                                    c->payload_hash ?: SIGV4_UNSIGNED_PAYLOAD, &creds, time(NULL), &res,
+                                    &url);
         } else {
                 /* No credentials: an anonymous request (public buckets). */
                 S3Target t = {};
@@ -224,7 +227,8 @@ static int s3_attempt(S3Call *c) {
                 return r;
         }
 
-        r = transfer_new(c->driver, c->method, url, S3_CONNECT_TIMEOUT_SEC, S3_TOTAL_TIMEOUT_SEC, &c->transfer);
+        r = transfer_new(c->driver, c->method, url, S3_CONNECT_TIMEOUT_SEC, S3_TOTAL_TIMEOUT_SEC,
+                         &c->transfer);
         for (size_t i = 0; r >= 0 && i < nh; i++)
                 r = transfer_add_header(c->transfer, headers[i].name, headers[i].value);
         if (r >= 0 && res.authorization) {
@@ -253,9 +257,15 @@ int s3_call(CurlDriver *d, const StorageConfig *conf, const S3CallParams *p, S3C
         c = calloc(1, sizeof(S3Call));
         if (!c)
                 return -ENOMEM;
-        *c = (S3Call) { .driver = d, .upload_fd = p->upload_fd, .download_fd = p->download_fd,
-                        .has_upload_size = p->has_upload_size, .upload_size = p->upload_size,
-                        .download_max = p->download_max, .policy = p->policy, .callback = cb, .userdata = userdata };
+        *c = (S3Call) { .driver = d,
+                        .upload_fd = p->upload_fd,
+                        .download_fd = p->download_fd,
+                        .has_upload_size = p->has_upload_size,
+                        .upload_size = p->upload_size,
+                        .download_max = p->download_max,
+                        .policy = p->policy,
+                        .callback = cb,
+                        .userdata = userdata };
         c->config = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
         if (storage_config_copy(conf, &c->config) < 0)
                 oom = true;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Object-store requests (S3 and Aliyun OSS). S3: SigV4-signed, path-style for custom endpoints, virtual-hosted for AWS, with the
- * timeouts and retries of COMPAT.md (connect 10 s, total 120 s, 3 attempts). */
+/* Object-store requests (S3 and Aliyun OSS). S3: SigV4-signed, path-style for custom endpoints,
+ * virtual-hosted for AWS, with the timeouts and retries of COMPAT.md (connect 10 s, total 120 s, 3
+ * attempts). */
 #pragma once
 
 #include <stdint.h>
@@ -16,9 +17,9 @@
 
 typedef struct S3Call S3Call;
 
-/* error < 0: transport failure after all attempts (-EPERM: the address policy refused every address,
- * -EFBIG: the download was larger than allowed; neither is retried); else status is the final HTTP status and
- * body the (bounded) response body, for downloads too when the status is not 2xx. */
+/* error < 0: transport failure after all attempts (-EPERM: the address policy refused every address, -EFBIG:
+ * the download was larger than allowed; neither is retried); else status is the final HTTP status and body
+ * the (bounded) response body, for downloads too when the status is not 2xx. */
 typedef void (*S3Callback)(S3Call *call, int error, long status, const char *body, void *userdata);
 
 typedef struct S3CallParams {

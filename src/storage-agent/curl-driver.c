@@ -132,7 +132,9 @@ static int timer_callback(CURLM *multi, long timeout_ms, void *userp) {
                 return 0;
         }
         /* Accuracy 1 µs: 0 would mean sd-event's default of 250 ms, a stall on every transfer. */
-        return sd_event_add_time_relative(d->event, &d->timer, CLOCK_MONOTONIC, usec, 1, on_timer, d) < 0 ? -1 : 0;
+        return sd_event_add_time_relative(d->event, &d->timer, CLOCK_MONOTONIC, usec, 1, on_timer, d) < 0
+                       ? -1
+                       : 0;
 }
 
 int curl_driver_new(sd_event *event, CurlDriver **ret) {
@@ -204,7 +206,8 @@ static size_t write_callback(char *ptr, size_t size, size_t nmemb, void *userdat
 
 /* Every connection goes through here, with the address actually connected to (after DNS, for each
  * address tried): the one place where the address policy can't be side-stepped. */
-static curl_socket_t opensocket_callback(void *userdata, curlsocktype purpose, struct curl_sockaddr *address) {
+static curl_socket_t opensocket_callback(void *userdata, curlsocktype purpose,
+                                         struct curl_sockaddr *address) {
         Transfer *t = userdata;
         curl_socket_t fd;
 

@@ -470,8 +470,8 @@ static bool strcaseeq_any(const char *s, const char *const *list) {
 }
 
 static int validate_request(const SigV4Request *req, const SigV4Credentials *creds) {
-        if (!req || !http_token_is_valid(req->method) || !host_ok(req->host) || !scope_part_ok(req->region) ||
-            !scope_part_ok(req->service) || !credentials_ok(creds))
+        if (!req || !http_token_is_valid(req->method) || !host_ok(req->host) ||
+            !scope_part_ok(req->region) || !scope_part_ok(req->service) || !credentials_ok(creds))
                 return -EINVAL;
         if ((req->n_headers > 0 && !req->headers) || (req->n_query > 0 && !req->query))
                 return -EINVAL;

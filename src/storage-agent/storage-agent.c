@@ -31,7 +31,9 @@ static int on_idle(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 static void agent_send_status(Agent *a) {
-        (void) sd_notifyf(false, "STATUS=%u transfer%s in progress, %" PRIu64 " call%s served; exits after %llus without calls.",
+        (void) sd_notifyf(false,
+                          "STATUS=%u transfer%s in progress, %" PRIu64
+                          " call%s served; exits after %llus without calls.",
                           a->n_jobs, a->n_jobs == 1 ? "" : "s", a->n_calls, a->n_calls == 1 ? "" : "s",
                           (unsigned long long) (AGENT_IDLE_EXIT_USEC / USEC_PER_SEC));
 }
@@ -60,9 +62,13 @@ int main(int argc, char *argv[]) {
         sigset_t ss;
         int r;
 
-        r = daemon_parse_argv(argc, argv, "scopebox-storage-agent",
-                              "The storage agent of scopebox (io.scopebox.StorageAgent1).",
-                              "by the system bus (scopebox-storage-agent.service)");
+        const BusInterface ifaces[] = {
+                { STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE, agent_get_vtable() },
+                {},
+        };
+        r = daemon_parse_argv_bus(argc, argv, "scopebox-storage-agent",
+                                  "The storage agent of scopebox (io.scopebox.StorageAgent1).",
+                                  "by the system bus (scopebox-storage-agent.service)", ifaces);
         if (r != 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 
@@ -75,10 +81,14 @@ int main(int argc, char *argv[]) {
                         log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
                         goto finish;
                 }
-                r = address_policy_parse(a->config.storage_allowed_networks, &a->address_policy, &config_error);
+                r = address_policy_parse(a->config.storage_allowed_networks, &a->address_policy,
+                                         &config_error);
                 if (r < 0) {
-                        log_error_errno(r, "Invalid configuration: SANDBOX_STORAGE_ALLOWED_NETWORKS: '%s' is not an "
-                                        "address or network (address/prefix length)", strna(config_error));
+                        log_error_errno(
+                                r,
+                                "Invalid configuration: SANDBOX_STORAGE_ALLOWED_NETWORKS: '%s' is not an "
+                                "address or network (address/prefix length)",
+                                strna(config_error));
                         goto finish;
                 }
         }
@@ -90,9 +100,12 @@ int main(int argc, char *argv[]) {
                         log_warning_errno(r, "Failed to clean up '%s/" LOCAL_STAGING_DIR "', ignoring: %m",
                                           a->config.local_storage_dir);
                 else if (r > 0)
-                        log_struct(LOG_NOTICE, 0, LOG_FIELDS("SCOPEBOX_EVENT=staging-swept"),
-                                   "Removed %i leftover staging file%s of an earlier agent from '%s/" LOCAL_STAGING_DIR "'.",
-                                   r, r == 1 ? "" : "s", a->config.local_storage_dir);
+                        log_struct(
+                                LOG_NOTICE, 0, LOG_FIELDS("SCOPEBOX_EVENT=staging-swept"),
+                                "Removed %i leftover staging file%s of an earlier agent from "
+                                "'%s/" LOCAL_STAGING_DIR
+                                "'.",
+                                r, r == 1 ? "" : "s", a->config.local_storage_dir);
         }
 
         sigemptyset(&ss);
@@ -137,8 +150,8 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to set up bus objects: %m");
                 goto finish;
         }
-        r = sd_event_add_time_relative(event, &a->idle_source, CLOCK_MONOTONIC, AGENT_IDLE_EXIT_USEC, USEC_PER_SEC,
-                                       on_idle, a);
+        r = sd_event_add_time_relative(event, &a->idle_source, CLOCK_MONOTONIC, AGENT_IDLE_EXIT_USEC,
+                                       USEC_PER_SEC, on_idle, a);
         if (r < 0) {
                 log_error_errno(r, "Failed to arm the idle timer: %m");
                 goto finish;

@@ -2,6 +2,8 @@
 """The service set as systemd runs it: bus activation, users, bus policy, idle reaping."""
 import time
 
+import pytest
+
 from conftest import create_session, in_system, manager_sessions, request, run
 
 
@@ -95,29 +97,30 @@ def test_max_sessions_limit():
     request("DELETE", f"/sessions/{r.json['session_id']}", {})
 
 
-def test_installed_interface_xml_is_what_the_manager_serves():
+@pytest.mark.parametrize("daemon,iface,path,method", [
+    ("scopebox-session-manager", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1", "ResetKernel"),
+    ("scopebox-storage-agent", "io.scopebox.StorageAgent1", "/io/scopebox/StorageAgent1", "CollectGarbage"),
+])
+def test_installed_interface_xml_is_what_the_daemon_serves(daemon, iface, path, method):
     # /usr/share/dbus-1/interfaces/ has the XML the daemon makes from its vtable, and the running
-    # manager introspects the same methods, signatures and argument names.
-    iface = "io.scopebox.SessionManager1"
+    # daemon introspects the same methods, signatures and argument names.
+    import xml.etree.ElementTree as ET
+
     installed = in_system("cat", f"/usr/share/dbus-1/interfaces/{iface}.xml")
     assert installed.returncode == 0, installed.stderr
-    printed = in_system("/usr/libexec/scopebox/scopebox-session-manager", f"--bus-introspect={iface}")
+    printed = in_system(f"/usr/libexec/scopebox/{daemon}", f"--bus-introspect={iface}")
     assert printed.returncode == 0 and printed.stdout == installed.stdout, printed
-    assert in_system("/usr/libexec/scopebox/scopebox-session-manager",
-                     "--bus-introspect=list").stdout == iface + "\n"
-    live = in_system("busctl", "introspect", "--xml-interface", iface, "/io/scopebox/SessionManager1")
+    assert in_system(f"/usr/libexec/scopebox/{daemon}", "--bus-introspect=list").stdout == iface + "\n"
+    wrong = in_system(f"/usr/libexec/scopebox/{daemon}", "--bus-introspect=org.example.Nope1")
+    assert wrong.returncode != 0 and "list" in wrong.stderr, wrong
+    live = in_system("busctl", "introspect", "--xml-interface", iface, path)
     assert live.returncode == 0, live.stderr
 
     def methods(xml):
-        import xml.etree.ElementTree as ET
         node = ET.fromstring(xml.split("\n", 2)[2] if xml.startswith("<!DOCTYPE") else xml)
-        out = {}
-        for i in node.iter("interface"):
-            if i.get("name") == iface:
-                for m in i.iter("method"):
-                    out[m.get("name")] = [(a.get("type"), a.get("name"), a.get("direction")) for a in m.iter("arg")]
-        return out
+        return {m.get("name"): [(a.get("type"), a.get("name"), a.get("direction")) for a in m.iter("arg")]
+                for i in node.iter("interface") if i.get("name") == iface for m in i.iter("method")}
 
     want = methods(installed.stdout)
-    assert "Exec" in want and "ResetKernel" in want, want
+    assert method in want, want
     assert methods(live.stdout) == want
