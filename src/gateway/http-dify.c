@@ -38,9 +38,10 @@ int dify_response_new_error(unsigned status, int code, const char *message, Http
         assert(message);
         assert(ret);
 
-        if ((r = json_writer_appendf(&w, "{\"code\":%d,\"message\":", code)) < 0 ||
-            (r = json_writer_append_string_lossy(&w, message, strlen(message))) < 0 ||
-            (r = json_writer_append_str(&w, ",\"data\":null}")) < 0)
+        (void) json_writer_appendf(&w, "{\"code\":%d,\"message\":", code);
+        (void) json_writer_append_string_lossy(&w, message, strlen(message));
+        r = json_writer_append_str(&w, ",\"data\":null}");
+        if (r < 0)
                 return r;
         return http_response_new_writer(status, &w, ret);
 }
@@ -513,7 +514,7 @@ static int error_append_detail(JsonWriter *out, size_t start, const char *detail
 
         if (n == 0)
                 return 0;
-        if (out->size > start && out->data[out->size - 1] != '\n') {
+        if (out->buf.len > start && out->buf.s[out->buf.len - 1] != '\n') {
                 r = json_writer_append(out, "\n", 1);
                 if (r < 0)
                         return r;
@@ -534,7 +535,7 @@ int dify_error_compose(int32_t exit_code, const char *sandbox_message, const cha
                 return 0;
 
         sandbox_message = strempty(sandbox_message);
-        start = out->size;
+        start = out->buf.len;
         r = json_writer_appendf(out, "process exited with code %" PRIi32, exit_code);
         if (r >= 0)
                 r = error_append_detail(out, start, sandbox_message, strlen(sandbox_message));
@@ -554,7 +555,7 @@ int dify_error_append_cuts(const DifyResult *r, JsonWriter *out) {
         for (size_t i = 0; i < ELEMENTSOF(streams); i++) {
                 if (!streams[i])
                         continue;
-                if (out->size > 0 && out->data[out->size - 1] != '\n') {
+                if (out->buf.len > 0 && out->buf.s[out->buf.len - 1] != '\n') {
                         k = json_writer_append(out, "\n", 1);
                         if (k < 0)
                                 return k;
@@ -592,7 +593,8 @@ int dify_result_compose(const DifyResult *r, const void *data, size_t data_size,
                 k = dify_error_append_cuts(r, &error);
         if (k < 0)
                 return k;
-        if (exit_code != 0 && r->stderr_size > 0 && error.size > 0 && error.data[error.size - 1] != '\n') {
+        if (exit_code != 0 && r->stderr_size > 0 && error.buf.len > 0 &&
+            error.buf.s[error.buf.len - 1] != '\n') {
                 k = json_writer_append(&error, "\n", 1);
                 if (k < 0)
                         return k;
@@ -601,17 +603,20 @@ int dify_result_compose(const DifyResult *r, const void *data, size_t data_size,
         k = http_stream_new(&s);
         if (k < 0)
                 return k;
-        if ((k = http_stream_append_str(s, "{\"code\":0,\"message\":\"" DIFY_MESSAGE_SUCCESS "\","
-                                        "\"data\":{\"stdout\":\"")) < 0 ||
-            (k = http_stream_append_text_lossy(s, d, r->stdout_size)) < 0 ||
-            (k = http_stream_append_str(s, "\",\"stderr\":\"")) < 0 ||
-            (k = http_stream_append_text_lossy(s, stderr_raw, r->stderr_size)) < 0 ||
-            (k = http_stream_append_str(s, "\",\"error\":\"")) < 0 ||
-            (k = http_stream_append_text_lossy(s, error.data ?: "", error.size)) < 0 ||
-            (k = exit_code != 0 ? http_stream_append_text_lossy(s, stderr_raw, r->stderr_size) : 0) < 0 ||
-            (k = http_stream_appendf(s, "\",\"exit_code\":%" PRIi32, exit_code)) < 0 ||
-            (k = exec_report_append(s, &r->report)) < 0 ||
-            (k = http_stream_append_str(s, "}}")) < 0)
+        /* Appends stop at the first failure; checked once. */
+        (void) http_stream_append_str(s, "{\"code\":0,\"message\":\"" DIFY_MESSAGE_SUCCESS "\","
+                                         "\"data\":{\"stdout\":\"");
+        (void) http_stream_append_text_lossy(s, d, r->stdout_size);
+        (void) http_stream_append_str(s, "\",\"stderr\":\"");
+        (void) http_stream_append_text_lossy(s, stderr_raw, r->stderr_size);
+        (void) http_stream_append_str(s, "\",\"error\":\"");
+        (void) http_stream_append_text_lossy(s, error.buf.s ?: "", error.buf.len);
+        if (exit_code != 0)
+                (void) http_stream_append_text_lossy(s, stderr_raw, r->stderr_size);
+        (void) http_stream_appendf(s, "\",\"exit_code\":%" PRIi32, exit_code);
+        (void) exec_report_append(s, &r->report);
+        k = http_stream_append_str(s, "}}");
+        if (k < 0)
                 return k;
         return http_response_new_stream(HTTP_OK, TAKE_PTR(s), ret);
 }
@@ -632,10 +637,10 @@ int dify_dependencies_compose(const char *text, size_t size, HttpResponse **ret)
                         return -EBADMSG;
         }
 
-        r = json_writer_append_str(&out, "{\"code\":0,\"message\":\"" DIFY_MESSAGE_SUCCESS "\","
-                                   "\"data\":{\"dependencies\":[");
+        (void) json_writer_append_str(&out, "{\"code\":0,\"message\":\"" DIFY_MESSAGE_SUCCESS "\","
+                                      "\"data\":{\"dependencies\":[");
         n = list ? json_object_array_length(list) : 0;
-        for (size_t i = 0; r >= 0 && i < n; i++) {
+        for (size_t i = 0; i < n; i++) {
                 json_object *e = json_object_array_get_idx(list, i), *name, *version;
                 const char *v = "";
 
@@ -646,16 +651,15 @@ int dify_dependencies_compose(const char *text, size_t size, HttpResponse **ret)
                     json_object_is_type(version, json_type_string))
                         v = json_object_get_string(version);
 
-                if ((r = json_writer_append_str(&out, written++ > 0 ? ",{\"name\":" : "{\"name\":")) < 0 ||
-                    (r = json_writer_append_string(&out, json_object_get_string(name),
-                                                   (size_t) json_object_get_string_len(name))) < 0 ||
-                    (r = json_writer_append_str(&out, ",\"version\":")) < 0 ||
-                    (r = json_writer_append_string(&out, v, strlen(v))) < 0)
-                        break;
-                r = json_writer_append_str(&out, "}");
+                (void) json_writer_append_str(&out, written++ > 0 ? ",{\"name\":" : "{\"name\":");
+                (void) json_writer_append_string(&out, json_object_get_string(name),
+                                                 (size_t) json_object_get_string_len(name));
+                (void) json_writer_append_str(&out, ",\"version\":");
+                (void) json_writer_append_string(&out, v, strlen(v));
+                (void) json_writer_append_str(&out, "}");
         }
-        if (r >= 0)
-                r = json_writer_append_str(&out, "]}}");
+        /* Appends stop at the first failure; checked once. */
+        r = json_writer_append_str(&out, "]}}");
         if (r < 0)
                 return r;
         return http_response_new_writer(HTTP_OK, &out, ret);

@@ -177,7 +177,7 @@ bool exec_sse_started(const ExecSse *s) {
 }
 
 static size_t exec_sse_unsent(const ExecSse *s) {
-        return s->out.size - s->out_sent;
+        return s->out.buf.len - s->out_sent;
 }
 
 /* What waits for libmicrohttpd changed: a reader that suspended itself runs again. */
@@ -193,14 +193,14 @@ static ssize_t exec_sse_read(void *userdata, uint64_t pos, char *buf, size_t max
         for (;;) {
                 if (exec_sse_unsent(s) > 0) {
                         n = MIN(max, exec_sse_unsent(s));
-                        memcpy(buf, s->out.data + s->out_sent, n);
+                        memcpy(buf, s->out.buf.s + s->out_sent, n);
                         s->out_sent += n;
-                        if (s->out_sent == s->out.size)
-                                s->out.size = s->out_sent = 0;
+                        if (s->out_sent == s->out.buf.len)
+                                s->out.buf.len = s->out_sent = 0;
                         else if (s->out_sent >= EXEC_SSE_BUFFER_MAX / 4) {
                                 /* What was sent goes, so that the buffer stays within its bound. */
-                                memmove(s->out.data, s->out.data + s->out_sent, exec_sse_unsent(s));
-                                s->out.size -= s->out_sent;
+                                memmove(s->out.buf.s, s->out.buf.s + s->out_sent, exec_sse_unsent(s));
+                                s->out.buf.len -= s->out_sent;
                                 s->out_sent = 0;
                         }
                         /* Room again: read on. */

@@ -160,8 +160,8 @@ static void exec_text_done(ExecText *t) {
 /* Notes go on a line of their own. The raw text ends in a newline exactly when its last byte is
  * one: the UTF-8 repair replaces only bytes of 0x80 and above. */
 static const char *exec_note_separator(const ExecText *t) {
-        if (t->notes.size > 0)
-                return t->notes.data[t->notes.size - 1] != '\n' ? "\n" : "";
+        if (t->notes.buf.len > 0)
+                return t->notes.buf.s[t->notes.buf.len - 1] != '\n' ? "\n" : "";
         return t->raw_size > 0 && t->raw[t->raw_size - 1] != '\n' ? "\n" : "";
 }
 
@@ -238,12 +238,9 @@ static int exec_compose_stderr(const ExecResult *result, const uint8_t *data, co
 
 /* "<text>" as a JSON string: the raw bytes streamed, then the notes. */
 static int exec_stream_text(HttpStream *s, const ExecText *t) {
-        int r;
-
-        if ((r = http_stream_append(s, "\"", 1)) < 0 ||
-            (r = http_stream_append_text_lossy(s, t->raw, t->raw_size)) < 0 ||
-            (r = http_stream_append_text_lossy(s, t->notes.data ?: "", t->notes.size)) < 0)
-                return r;
+        (void) http_stream_append(s, "\"", 1);
+        (void) http_stream_append_text_lossy(s, t->raw, t->raw_size);
+        (void) http_stream_append_text_lossy(s, t->notes.buf.s ?: "", t->notes.buf.len);
         return http_stream_append(s, "\"", 1);
 }
 
@@ -273,29 +270,21 @@ bool exec_report_cancelled(const ExecReport *r) {
 /* Only for a client that asked (or cancelled), so that the peers' clients get their bytes.
  * Numbers are whole; what was not measured is null. */
 int exec_report_append(HttpStream *s, const ExecReport *r) {
-        int k;
-
         /* Stateful sessions only: what became of the kernel. */
-        if (r->kernel && bus_kernel_state_is_valid(r->kernel)) {
-                k = http_stream_appendf(s, ",\"kernel\":\"%s\"", r->kernel);
-                if (k < 0)
-                        return k;
+        if (r->kernel && bus_kernel_state_is_valid(r->kernel))
+                (void) http_stream_appendf(s, ",\"kernel\":\"%s\"", r->kernel);
+        if (r->exit_reason && (r->wanted || exec_report_cancelled(r)))
+                (void) http_stream_appendf(s, ",\"exit_reason\":\"%s\"", r->exit_reason);
+        if (r->wanted) {
+                (void) http_stream_append_str(s, ",\"resources\":{");
+                (void) exec_append_usage(s, "cpu_ms", r->cpu_usec, USEC_PER_MSEC, true);
+                (void) exec_append_usage(s, "wall_ms", r->wall_usec, USEC_PER_MSEC, false);
+                (void) exec_append_usage(s, "max_rss_bytes", r->max_rss_bytes, 1, false);
+                (void) exec_append_usage(s, "written_bytes", r->written_bytes, 1, false);
+                (void) exec_append_usage(s, "processes", r->processes, 1, false);
+                (void) http_stream_append_str(s, "}");
         }
-        if (r->exit_reason && (r->wanted || exec_report_cancelled(r))) {
-                k = http_stream_appendf(s, ",\"exit_reason\":\"%s\"", r->exit_reason);
-                if (k < 0)
-                        return k;
-        }
-        if (!r->wanted)
-                return 0;
-        if ((k = http_stream_append_str(s, ",\"resources\":{")) < 0 ||
-            (k = exec_append_usage(s, "cpu_ms", r->cpu_usec, USEC_PER_MSEC, true)) < 0 ||
-            (k = exec_append_usage(s, "wall_ms", r->wall_usec, USEC_PER_MSEC, false)) < 0 ||
-            (k = exec_append_usage(s, "max_rss_bytes", r->max_rss_bytes, 1, false)) < 0 ||
-            (k = exec_append_usage(s, "written_bytes", r->written_bytes, 1, false)) < 0 ||
-            (k = exec_append_usage(s, "processes", r->processes, 1, false)) < 0)
-                return k;
-        return http_stream_append_str(s, "}");
+        return http_stream_error(s);
 }
 
 int exec_result_compose(const ExecResult *result, const void *data, size_t data_size, const Config *config,
@@ -325,46 +314,41 @@ int exec_result_compose(const ExecResult *result, const void *data, size_t data_
         r = http_stream_new(&s);
         if (r < 0)
                 return r;
-        if ((r = http_stream_append_str(s, "{\"stdout\":")) < 0 ||
-            (r = exec_stream_text(s, &out_text)) < 0 ||
-            (r = http_stream_append_str(s, ",\"stderr\":")) < 0 ||
-            (r = exec_stream_text(s, &err_text)) < 0 ||
-            (r = http_stream_appendf(s, ",\"exit_code\":%" PRIi32 ",\"files\":[",
-                                     result->timed_out ? 124 : result->exit_code)) < 0)
-                return r;
-
+        /* Appends stop at the first failure; checked once below. */
+        (void) http_stream_append_str(s, "{\"stdout\":");
+        (void) exec_stream_text(s, &out_text);
+        (void) http_stream_append_str(s, ",\"stderr\":");
+        (void) exec_stream_text(s, &err_text);
+        (void) http_stream_appendf(s, ",\"exit_code\":%" PRIi32 ",\"files\":[",
+                                   result->timed_out ? 124 : result->exit_code);
         for (size_t i = 0; i < result->n_files; i++) {
                 const ExecFile *f = &result->files[i];
                 const char *name = exec_file_name(f->path), *mime = mime_type_from_name(mime_types, name);
 
-                if ((r = http_stream_append_str(s, i > 0 ? ",{\"name\":\"" : "{\"name\":\"")) < 0 ||
-                    (r = http_stream_append_text_lossy(s, name, strlen(name))) < 0 ||
-                    (r = http_stream_append_str(s, "\",\"mime_type\":\"")) < 0 ||
-                    (r = http_stream_append_text_lossy(s, mime, strlen(mime))) < 0 ||
-                    (r = http_stream_append_str(s, "\",\"data_base64\":")) < 0 ||
-                    (r = http_stream_append_base64(s, d + f->offset, (size_t) f->size)) < 0 ||
-                    (r = http_stream_append_str(s, "}")) < 0)
-                        return r;
+                (void) http_stream_append_str(s, i > 0 ? ",{\"name\":\"" : "{\"name\":\"");
+                (void) http_stream_append_text_lossy(s, name, strlen(name));
+                (void) http_stream_append_str(s, "\",\"mime_type\":\"");
+                (void) http_stream_append_text_lossy(s, mime, strlen(mime));
+                (void) http_stream_append_str(s, "\",\"data_base64\":");
+                (void) http_stream_append_base64(s, d + f->offset, (size_t) f->size);
+                (void) http_stream_append_str(s, "}");
         }
-
-        r = http_stream_append_str(s, "]");
-        for (size_t i = 0; r >= 0 && i < result->n_blocked; i++) {
+        (void) http_stream_append_str(s, "]");
+        for (size_t i = 0; i < result->n_blocked; i++) {
                 const ExecBlocked *b = &result->blocked[i];
 
-                if ((r = http_stream_append_str(s, i > 0 ? ",{\"name\":\""
-                                                         : ",\"blocked_syscalls\":[{\"name\":\"")) < 0 ||
-                    (r = http_stream_append_text_lossy(s, b->name, strlen(b->name))) < 0 ||
-                    (r = http_stream_append_str(s, "\",\"verdict\":\"")) < 0 ||
-                    (r = http_stream_append_text_lossy(s, b->verdict, strlen(b->verdict))) < 0 ||
-                    (r = http_stream_appendf(s, "\",\"count\":%" PRIu32 "}", b->count)) < 0)
-                        return r;
+                (void) http_stream_append_str(s, i > 0 ? ",{\"name\":\""
+                                                       : ",\"blocked_syscalls\":[{\"name\":\"");
+                (void) http_stream_append_text_lossy(s, b->name, strlen(b->name));
+                (void) http_stream_append_str(s, "\",\"verdict\":\"");
+                (void) http_stream_append_text_lossy(s, b->verdict, strlen(b->verdict));
+                (void) http_stream_appendf(s, "\",\"count\":%" PRIu32 "}", b->count);
         }
-        if (r >= 0 && result->n_blocked > 0)
-                r = http_stream_append_str(s, "]");
-        if (r >= 0)
-                r = exec_report_append(s, &result->report);
-        if (r >= 0)
-                r = http_stream_append_str(s, "}");
+        if (result->n_blocked > 0)
+                (void) http_stream_append_str(s, "]");
+        (void) exec_report_append(s, &result->report);
+        (void) http_stream_append_str(s, "}");
+        r = http_stream_error(s);
         if (r < 0)
                 return r;
 

@@ -29,6 +29,7 @@ typedef struct Part {
 
 struct HttpStream {
         JsonWriter text;
+        int error;              /* the first failed append: every later one returns it */
         Part *parts;
         size_t n_parts, n_allocated;
         BusData data;
@@ -90,7 +91,7 @@ static int stream_add_part(HttpStream *s, Part p) {
 
 /* The text just appended to s->text, from 'start': extends the last part if that is text. */
 static int stream_add_text(HttpStream *s, size_t start) {
-        size_t n = s->text.size - start;
+        size_t n = s->text.buf.len - start;
         Part *last = s->n_parts > 0 ? &s->parts[s->n_parts - 1] : NULL;
 
         if (n == 0)
@@ -103,44 +104,38 @@ static int stream_add_text(HttpStream *s, size_t start) {
         return stream_add_part(s, (Part) { .kind = PART_TEXT, .offset = start, .size = n });
 }
 
-int http_stream_append(HttpStream *s, const char *text, size_t n) {
+static int stream_append(HttpStream *s, const char *text, size_t n) {
         size_t start;
         int r;
 
         assert(s);
         assert(text || n == 0);
 
-        start = s->text.size;
+        start = s->text.buf.len;
         r = json_writer_append(&s->text, text, n);
         if (r < 0)
                 return r;
         return stream_add_text(s, start);
 }
 
-int http_stream_append_str(HttpStream *s, const char *text) {
-        return http_stream_append(s, text, strlen(text));
-}
 
-int http_stream_appendf(HttpStream *s, const char *format, ...) {
+static int stream_vappendf(HttpStream *s, const char *format, va_list ap) {
         char buf[256];
-        va_list ap;
         int k;
 
-        va_start(ap, format);
         k = vsnprintf(buf, sizeof(buf), format, ap);
-        va_end(ap);
         if (k < 0 || (size_t) k >= sizeof(buf))
                 return -EINVAL;
-        return http_stream_append(s, buf, (size_t) k);
+        return stream_append(s, buf, (size_t) k);
 }
 
-int http_stream_append_base64(HttpStream *s, const void *p, size_t n) {
+static int stream_append_base64(HttpStream *s, const void *p, size_t n) {
         int r;
 
         assert(s);
         assert(p || n == 0);
 
-        r = http_stream_append(s, "\"", 1);
+        r = stream_append(s, "\"", 1);
         if (r < 0)
                 return r;
         if (n > 0) {
@@ -149,7 +144,7 @@ int http_stream_append_base64(HttpStream *s, const void *p, size_t n) {
                         return r;
                 s->size += base64_encoded_size(n);
         }
-        return http_stream_append(s, "\"", 1);
+        return stream_append(s, "\"", 1);
 }
 
 /* The JSON string contents for the character at p (n > 0 bytes left) into out; returns their
@@ -200,7 +195,7 @@ static size_t plain_run(const uint8_t *p, size_t n) {
         return k;
 }
 
-int http_stream_append_text_lossy(HttpStream *s, const void *p, size_t n) {
+static int stream_append_text_lossy(HttpStream *s, const void *p, size_t n) {
         const uint8_t *d = p;
         size_t start, i = 0;
         int r;
@@ -213,7 +208,7 @@ int http_stream_append_text_lossy(HttpStream *s, const void *p, size_t n) {
                 return stream_add_part(s, (Part) { .kind = PART_LOSSY, .data = p, .size = n });
         }
 
-        start = s->text.size;
+        start = s->text.buf.len;
         r = json_writer_reserve(&s->text, n + 16);
         if (r < 0)
                 return r;
@@ -236,6 +231,49 @@ int http_stream_append_text_lossy(HttpStream *s, const void *p, size_t n) {
         return stream_add_text(s, start);
 }
 
+/* The first failure sticks (http_stream_error()). */
+static int stream_fail(HttpStream *s, int r) {
+        if (r < 0 && s->error == 0)
+                s->error = r;
+        return r < 0 ? s->error : 0;
+}
+
+int http_stream_append(HttpStream *s, const char *text, size_t n) {
+        assert(s);
+        return s->error < 0 ? s->error : stream_fail(s, stream_append(s, text, n));
+}
+
+int http_stream_append_str(HttpStream *s, const char *text) {
+        return http_stream_append(s, text, strlen(text));
+}
+
+int http_stream_appendf(HttpStream *s, const char *format, ...) {
+        va_list ap;
+        int r;
+
+        assert(s);
+        if (s->error < 0)
+                return s->error;
+        va_start(ap, format);
+        r = stream_vappendf(s, format, ap);
+        va_end(ap);
+        return stream_fail(s, r);
+}
+
+int http_stream_append_base64(HttpStream *s, const void *p, size_t n) {
+        assert(s);
+        return s->error < 0 ? s->error : stream_fail(s, stream_append_base64(s, p, n));
+}
+
+int http_stream_append_text_lossy(HttpStream *s, const void *p, size_t n) {
+        assert(s);
+        return s->error < 0 ? s->error : stream_fail(s, stream_append_text_lossy(s, p, n));
+}
+
+int http_stream_error(const HttpStream *s) {
+        return s->error;
+}
+
 uint64_t http_stream_size(const HttpStream *s) {
         assert(s);
         return s->unknown ? HTTP_STREAM_SIZE_UNKNOWN : s->size;
@@ -243,7 +281,7 @@ uint64_t http_stream_size(const HttpStream *s) {
 
 uint64_t http_stream_footprint(const HttpStream *s) {
         assert(s);
-        return sizeof(HttpStream) + s->text.allocated + s->n_allocated * sizeof(Part) +
+        return sizeof(HttpStream) + s->text.buf.cap + s->n_allocated * sizeof(Part) +
                 (s->data.map ? s->data.map_size : s->data.copy ? s->data.size : 0);
 }
 
@@ -252,7 +290,7 @@ uint64_t http_stream_footprint(const HttpStream *s) {
 static size_t read_text(HttpStream *s, const Part *p, char *buf, size_t room) {
         size_t k = MIN(room, p->size - s->done);
 
-        memcpy(buf, s->text.data + p->offset + s->done, k);
+        memcpy(buf, s->text.buf.s + p->offset + s->done, k);
         s->done += k;
         return k;
 }
@@ -362,12 +400,12 @@ int http_stream_read_all(HttpStream *s, size_t max_per_call, char **ret, size_t 
                 r = json_writer_reserve(&out, max_per_call);
                 if (r < 0)
                         return r;
-                k = http_stream_read(s, s->pos, out.data + out.size, max_per_call);
+                k = http_stream_read(s, s->pos, out.buf.s + out.buf.len, max_per_call);
                 if (k == MHD_CONTENT_READER_END_OF_STREAM)
                         break;
                 if (k <= 0)
                         return -EIO;
-                out.size += (size_t) k;
+                out.buf.len += (size_t) k;
         }
         *ret = json_writer_steal(&out, ret_size);
         return *ret ? 0 : -ENOMEM;

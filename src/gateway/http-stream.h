@@ -29,6 +29,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpStream *, http_stream_free);
 /* Takes over the mapping (or copy) in *data; parts appended later may point into it. */
 void http_stream_hold(HttpStream *s, BusData *data);
 
+/* Appends: each returns the stream's first failure, once there is one, and then does nothing;
+ * a composer appends freely and checks http_stream_error() once at the end. */
+
 /* JSON text as is. */
 int http_stream_append(HttpStream *s, const char *text, size_t n);
 int http_stream_append_str(HttpStream *s, const char *text);
@@ -40,6 +43,9 @@ int http_stream_append_base64(HttpStream *s, const void *p, size_t n);
  * json_writer_append_text_lossy() then json_writer_append_string() would give. Escaped at once
  * up to HTTP_STREAM_EAGER_MAX bytes, else as sent ('p' then stays valid as for base64). */
 int http_stream_append_text_lossy(HttpStream *s, const void *p, size_t n);
+
+/* 0, or the first failure of an append (-ENOMEM, -EINVAL). */
+int http_stream_error(const HttpStream *s);
 
 /* Exact number of bytes the body has, or HTTP_STREAM_SIZE_UNKNOWN. */
 uint64_t http_stream_size(const HttpStream *s);

@@ -10,6 +10,7 @@
 #include <json-c/json.h>
 
 #include "json-util.h"
+#include "json-writer.h"
 #include "macro.h"
 
 /* Status codes we send. Plain numbers so this header does not need microhttpd.h. */
@@ -77,7 +78,6 @@ int http_response_new_source(unsigned status, const char *content_type, const Ht
                              HttpResponse **ret);
 /* Produces a streamed body whole, into 'body' (for tests and small bodies). */
 int http_response_flatten(HttpResponse *r);
-typedef struct JsonWriter JsonWriter;
 /* Takes the text of 'w' (leaving it empty) as the body. */
 int http_response_new_writer(unsigned status, JsonWriter *w, HttpResponse **ret);
 int http_response_new_json(unsigned status, json_object *o, HttpResponse **ret);
@@ -118,30 +118,6 @@ int http_parse_content_length(const char *value, uint64_t max, uint64_t *ret);
  * \xNN, '"' and '\' escaped, cut at 'max' input bytes with "..." appended. Always NUL-terminates
  * 'buf' (which should hold 4 * max + 4 bytes to never cut an escape). */
 void http_sanitize_for_log(const char *s, size_t max, char *buf, size_t bufsize);
-
-/* Growing buffer for JSON text assembled by hand (large exec results), so that artifacts can be
- * base64-encoded straight into the response body. */
-struct JsonWriter {
-        char *data;
-        size_t size;
-        size_t allocated;
-};
-
-void json_writer_done(JsonWriter *w);
-int json_writer_reserve(JsonWriter *w, size_t more);
-int json_writer_append(JsonWriter *w, const char *s, size_t n);
-int json_writer_append_str(JsonWriter *w, const char *s);
-int json_writer_appendf(JsonWriter *w, const char *format, ...) _printf_(2, 3);
-/* Appends a quoted JSON string. 's' must be valid UTF-8 (checked by the caller). */
-int json_writer_append_string(JsonWriter *w, const char *s, size_t n);
-/* Appends bytes as a quoted JSON string, invalid UTF-8 replaced by U+FFFD. */
-int json_writer_append_string_lossy(JsonWriter *w, const char *s, size_t n);
-/* The same, unquoted: text to be quoted later (like Python's errors="replace"). */
-int json_writer_append_text_lossy(JsonWriter *w, const void *p, size_t n);
-/* Appends a quoted base64 string of the bytes. */
-int json_writer_append_base64(JsonWriter *w, const void *p, size_t n);
-/* Hands out the text (NUL-terminated) and resets the writer. */
-char *json_writer_steal(JsonWriter *w, size_t *ret_size);
 
 /* A simple "at most 'burst' events per 'interval'" limiter for log messages clients can cause. */
 typedef struct RateLimit {

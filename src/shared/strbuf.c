@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A growing string for building canonical requests and URLs. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,20 +13,35 @@ void strbuf_done(StrBuf *b) {
         *b = (StrBuf) {};
 }
 
-void strbuf_append_n(StrBuf *b, const char *p, size_t n) {
+int strbuf_reserve(StrBuf *b, size_t more) {
+        size_t need, cap;
+        char *s;
+
         if (b->oom)
-                return;
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = MAX(MAX(b->cap * 2, b->len + n + 1), (size_t) 64);
-                char *s = realloc(b->s, cap);
-                if (!s) {
-                        b->oom = true;
-                        return;
-                }
-                b->s = s;
-                b->cap = cap;
+                return -ENOMEM;
+        if (more > SIZE_MAX - b->len - 1) {
+                b->oom = true;
+                return -ENOMEM;
         }
-        memcpy(b->s + b->len, p, n);
+        need = b->len + more + 1;
+        if (need <= b->cap)
+                return 0;
+        cap = MAX(MAX(b->cap < SIZE_MAX / 2 ? b->cap * 2 : need, need), (size_t) 64);
+        s = realloc(b->s, cap);
+        if (!s) {
+                b->oom = true;
+                return -ENOMEM;
+        }
+        b->s = s;
+        b->cap = cap;
+        return 0;
+}
+
+void strbuf_append_n(StrBuf *b, const char *p, size_t n) {
+        if (strbuf_reserve(b, n) < 0)
+                return;
+        if (n > 0)
+                memcpy(b->s + b->len, p, n);
         b->len += n;
         b->s[b->len] = 0;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* A growing string for building canonical requests and URLs. Appends remember the first
- * allocation failure, so call sites append freely and check once in strbuf_steal(). */
+/* The project's growing string (canonical requests, URLs, and under JsonWriter every JSON text
+ * the gateway writes by hand). Appends remember the first allocation failure, so call sites append
+ * freely and check once in strbuf_steal(). */
 #pragma once
 
 #include <stdbool.h>
@@ -13,6 +14,8 @@ typedef struct StrBuf {
 } StrBuf;
 
 void strbuf_done(StrBuf *b);
+/* Room for 'more' bytes and a NUL after the current end; -ENOMEM (remembered) if there is none. */
+int strbuf_reserve(StrBuf *b, size_t more);
 void strbuf_append_n(StrBuf *b, const char *p, size_t n);
 void strbuf_append(StrBuf *b, const char *p);
 void strbuf_append_c(StrBuf *b, char c);

@@ -172,13 +172,13 @@ static void test_error_composition(void) {
 
         /* The composition on its own, as upstream's run_code_test.go pins it. */
         ASSERT_TRUE(dify_error_compose(-1, DIFY_ERROR_TIMEOUT, "", 0, &w) == 0);
-        ASSERT_EQ(w.size, strlen("process exited with code -1\nerror: timeout\n"));
-        ASSERT_TRUE(memcmp(w.data, "process exited with code -1\nerror: timeout\n", w.size) == 0);
+        ASSERT_EQ(w.buf.len, strlen("process exited with code -1\nerror: timeout\n"));
+        ASSERT_TRUE(memcmp(w.buf.s, "process exited with code -1\nerror: timeout\n", w.buf.len) == 0);
         json_writer_done(&w);
-        ASSERT_TRUE(dify_error_compose(0, DIFY_ERROR_TIMEOUT, "x", 1, &w) == 0 && w.size == 0);
+        ASSERT_TRUE(dify_error_compose(0, DIFY_ERROR_TIMEOUT, "x", 1, &w) == 0 && w.buf.len == 0);
         ASSERT_TRUE(dify_error_compose(3, "", "x", 1, &w) == 0);
-        ASSERT_TRUE(w.size == strlen("process exited with code 3\nx") &&
-                    memcmp(w.data, "process exited with code 3\nx", w.size) == 0);
+        ASSERT_TRUE(w.buf.len == strlen("process exited with code 3\nx") &&
+                    memcmp(w.buf.s, "process exited with code 3\nx", w.buf.len) == 0);
         json_writer_done(&w);
 }
 

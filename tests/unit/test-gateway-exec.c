@@ -504,7 +504,7 @@ static void test_accept_event_stream(void) {
 
 /* The text members of the events in 'w' for stream 'name', concatenated (their JSON, unquoted). */
 static char *sse_texts(const JsonWriter *w, const char *name, size_t *ret_size) {
-        char prefix[64], *out = calloc(1, w->size + 1), *p = w->data ?: (char *) "";
+        char prefix[64], *out = calloc(1, w->buf.len + 1), *p = w->buf.s ?: (char *) "";
         size_t n = 0, lp;
 
         ASSERT_TRUE(out);
@@ -562,12 +562,13 @@ static void test_sse_chunks_utf8(void) {
                                 ASSERT_EQ(n_held, 0);
                                 got = sse_texts(&w, "stdout", &got_size);
                                 /* The whole text, escaped as one JSON string, without its quotes. */
-                                ASSERT_EQ(json_writer_append_string(&expect, whole.data ?: "", whole.size),
-                                          0);
-                                ASSERT_EQ(got_size, expect.size - 2);
-                                ASSERT_TRUE(memcmp(got, expect.data + 1, got_size) == 0);
+                                ASSERT_EQ(
+                                        json_writer_append_string(&expect, whole.buf.s ?: "", whole.buf.len),
+                                        0);
+                                ASSERT_EQ(got_size, expect.buf.len - 2);
+                                ASSERT_TRUE(memcmp(got, expect.buf.s + 1, got_size) == 0);
                                 /* Nothing but events: an empty chunk gives none. */
-                                ASSERT_TRUE(!w.data || strstr(w.data, "event: stderr") == NULL);
+                                ASSERT_TRUE(!w.buf.s || strstr(w.buf.s, "event: stderr") == NULL);
                                 json_writer_done(&w);
                                 json_writer_done(&expect);
                         }
@@ -583,18 +584,18 @@ static void test_sse_chunk_format(void) {
         ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDERR, held, &n_held, (const uint8_t *) "a\nb\"",
                                         4, false),
                   0);
-        ASSERT_STREQ(w.data, "event: stderr\ndata: {\"text\":\"a\\nb\\\"\"}\n\n");
+        ASSERT_STREQ(w.buf.s, "event: stderr\ndata: {\"text\":\"a\\nb\\\"\"}\n\n");
         json_writer_done(&w);
         /* Only the start of a character: nothing yet. */
         ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xe2\x82",
                                         2, false),
                   0);
-        ASSERT_TRUE(w.size == 0);
+        ASSERT_TRUE(w.buf.len == 0);
         ASSERT_EQ(n_held, 2);
         ASSERT_EQ(exec_sse_format_chunk(&w, STREAM_FRAME_STDOUT, held, &n_held, (const uint8_t *) "\xac", 1,
                                         false),
                   0);
-        ASSERT_STREQ(w.data, "event: stdout\ndata: {\"text\":\"\xe2\x82\xac\"}\n\n");
+        ASSERT_STREQ(w.buf.s, "event: stdout\ndata: {\"text\":\"\xe2\x82\xac\"}\n\n");
         json_writer_done(&w);
 }
 

@@ -266,7 +266,7 @@ static void test_json_writer(void) {
         s = json_writer_steal(&w, &n);
         ASSERT_TRUE(s && strlen(s) == n);
         ASSERT_STREQ(s, "[\"a\\tb\\u001f\\\"\",\"aGVsbG8=\",\"\",\"x\\u0000y\",42]");
-        ASSERT_TRUE(!w.data && w.size == 0);
+        ASSERT_TRUE(!w.buf.s && w.buf.len == 0);
         free(s);
 
         /* An empty writer yields an empty string. */

@@ -17,12 +17,12 @@ static void reference_lossy(JsonWriter *w, const void *p, size_t n) {
         size_t start;
 
         ASSERT_TRUE(json_writer_append_text_lossy(&text, p, n) == 0);
-        start = w->size;
-        ASSERT_TRUE(json_writer_append_string(w, text.data ?: "", text.size) == 0);
+        start = w->buf.len;
+        ASSERT_TRUE(json_writer_append_string(w, text.buf.s ?: "", text.buf.len) == 0);
         /* Without its quotes. */
-        memmove(w->data + start, w->data + start + 1, w->size - start - 2);
-        w->size -= 2;
-        w->data[w->size] = 0;
+        memmove(w->buf.s + start, w->buf.s + start + 1, w->buf.len - start - 2);
+        w->buf.len -= 2;
+        w->buf.s[w->buf.len] = 0;
 }
 
 /* Reads the stream with reads of sizes cycling through 'steps'. */
@@ -35,11 +35,11 @@ static char *read_stepped(HttpStream *s, const size_t *steps, size_t n_steps, si
                 ssize_t k;
 
                 ASSERT_TRUE(json_writer_reserve(&out, max) == 0);
-                k = http_stream_read(s, pos, out.data + out.size, max);
+                k = http_stream_read(s, pos, out.buf.s + out.buf.len, max);
                 if (k == MHD_CONTENT_READER_END_OF_STREAM)
                         break;
                 ASSERT_TRUE(k > 0 && (size_t) k <= max);
-                out.size += (size_t) k;
+                out.buf.len += (size_t) k;
                 pos += (uint64_t) k;
         }
         return json_writer_steal(&out, ret_size);
@@ -100,18 +100,18 @@ static void check_stream(size_t text_size, size_t blob_size, unsigned seed) {
 
                 /* Text escaped at once leaves the size known: Content-Length, not chunks. */
                 if (text_size <= HTTP_STREAM_EAGER_MAX)
-                        ASSERT_EQ(http_stream_size(s), ref.size);
+                        ASSERT_EQ(http_stream_size(s), ref.buf.len);
                 else
                         ASSERT_TRUE(http_stream_size(s) == HTTP_STREAM_SIZE_UNKNOWN);
 
                 got = read_stepped(s, steps[k], n_steps, &size);
                 ASSERT_TRUE(got);
-                if (size != ref.size || memcmp(got, ref.data, size) != 0) {
+                if (size != ref.buf.len || memcmp(got, ref.buf.s, size) != 0) {
                         size_t i = 0;
-                        while (i < MIN(size, ref.size) && got[i] == ref.data[i])
+                        while (i < MIN(size, ref.buf.len) && got[i] == ref.buf.s[i])
                                 i++;
                         fprintf(stderr, "text %zu blob %zu steps %zu: differs at %zu (%zu vs %zu bytes)\n",
-                                text_size, blob_size, k, i, size, ref.size);
+                                text_size, blob_size, k, i, size, ref.buf.len);
                         abort();
                 }
                 /* Once at the end it stays there. */
