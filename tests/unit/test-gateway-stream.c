@@ -181,9 +181,27 @@ static void test_hold(void) {
         ASSERT_STREQ(got, "\"aGVsZCBieXRlcw==\"");
 }
 
+/* An append that fails (a formatted piece over 256 bytes) sticks: the composer checks once. */
+static void test_sticky_error(void) {
+        _cleanup_(http_stream_freep) HttpStream *s = NULL;
+        char big[300];
+
+        memset(big, 'x', sizeof(big) - 1);
+        big[sizeof(big) - 1] = 0;
+        ASSERT_EQ(http_stream_new(&s), 0);
+        ASSERT_EQ(http_stream_append_str(s, "{"), 0);
+        ASSERT_EQ(http_stream_appendf(s, "%s", big), -EINVAL);
+        ASSERT_EQ(http_stream_append_str(s, "}"), -EINVAL);
+        ASSERT_EQ(http_stream_append_base64(s, "x", 1), -EINVAL);
+        ASSERT_EQ(http_stream_append_text_lossy(s, "x", 1), -EINVAL);
+        ASSERT_EQ(http_stream_error(s), -EINVAL);
+        ASSERT_EQ(http_stream_size(s), 1U);
+}
+
 int main(void) {
         RUN(test_equal_to_whole);
         RUN(test_bounded_work);
         RUN(test_hold);
+        RUN(test_sticky_error);
         return 0;
 }

@@ -19,6 +19,7 @@
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "json-writer.h"
 #include "list.h"
 #include "mime.h"
 #include "parse-util.h"
@@ -1166,6 +1167,44 @@ static void test_list(void) {
         ASSERT_TRUE(!head);
 }
 
+/* JsonWriter keeps its first failure: every later append returns it and writes nothing, and
+ * steal hands out nothing; before a failure it builds the text (escapes, base64, lossy). */
+static void test_json_writer(void) {
+        JsonWriter w = {};
+        _cleanup_free_ char *text = NULL;
+        size_t n = 0;
+
+        ASSERT_EQ(json_writer_append_str(&w, "{\"a\":"), 0);
+        ASSERT_EQ(json_writer_append_string(&w, "x\"\n\x01", 4), 0);
+        ASSERT_EQ(json_writer_appendf(&w, ",\"n\":%d,\"b\":", 42), 0);
+        ASSERT_EQ(json_writer_append_base64(&w, "hi", 2), 0);
+        ASSERT_EQ(json_writer_append_str(&w, ",\"l\":"), 0);
+        ASSERT_EQ(json_writer_append_string_lossy(&w, "\xff!", 2), 0);
+        ASSERT_EQ(json_writer_append_str(&w, "}"), 0);
+        ASSERT_EQ(json_writer_error(&w), 0);
+        text = json_writer_steal(&w, &n);
+        ASSERT_STREQ(text, "{\"a\":\"x\\\"\\n\\u0001\",\"n\":42,\"b\":\"aGk=\",\"l\":\"\xef\xbf\xbd!\"}");
+        ASSERT_EQ(n, strlen(text));
+        ASSERT_TRUE(!w.buf.s && w.buf.len == 0);
+
+        /* An empty writer steals an empty string. */
+        free(text);
+        text = json_writer_steal(&w, &n);
+        ASSERT_TRUE(text && n == 0 && *text == 0);
+
+        /* A reservation that can't be had sticks. */
+        ASSERT_EQ(json_writer_append_str(&w, "kept"), 0);
+        ASSERT_EQ(json_writer_reserve(&w, SIZE_MAX - 2), -ENOMEM);
+        ASSERT_EQ(json_writer_append_str(&w, "lost"), -ENOMEM);
+        ASSERT_EQ(json_writer_appendf(&w, "%d", 1), -ENOMEM);
+        ASSERT_EQ(json_writer_append_base64(&w, "x", 1), -ENOMEM);
+        ASSERT_EQ(json_writer_append_string_lossy(&w, "x", 1), -ENOMEM);
+        ASSERT_EQ(json_writer_error(&w), -ENOMEM);
+        ASSERT_STREQ(w.buf.s, "kept");
+        ASSERT_TRUE(!json_writer_steal(&w, &n));
+        ASSERT_TRUE(!w.buf.s && json_writer_error(&w) == 0);
+}
+
 int main(int argc, char *argv[]) {
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
@@ -1190,6 +1229,7 @@ int main(int argc, char *argv[]) {
         RUN(test_stream_frame_splits);
         RUN(test_stream_frame_bounds);
         RUN(test_list);
+        RUN(test_json_writer);
         if (argc > 1) {
                 test_config_documented(argv[1]);
                 printf("ok - test_config_documented\n");
