@@ -139,7 +139,7 @@ static int session_save_state(Session *s) {
         _cleanup_free_ char *path = NULL, *tmp = NULL;
         _cleanup_close_ int fd = -EBADF;
         const char *text;
-        int r;
+        int r, jr = 0;
 
         /* A run's session lives for one exec; a restarted manager stops it as unrecorded. */
         if (s->ephemeral)
@@ -149,36 +149,38 @@ static int session_save_state(Session *s) {
         path = session_state_path(s);
         if (!o || !path || asprintf(&tmp, "%s.tmp", path) < 0)
                 return -ENOMEM;
-        json_object_object_add(o, "id", json_object_new_string(s->id));
-        json_object_object_add(o, "idle_ttl_usec", json_object_new_int64((int64_t) s->idle_ttl_usec));
-        json_object_object_add(o, "uid", json_object_new_int64((int64_t) s->uid));
-        json_object_object_add(o, "created_realtime_usec",
-                               json_object_new_int64((int64_t) s->created_realtime_usec));
-        json_object_object_add(o, "last_active_realtime_usec",
-                               json_object_new_int64((int64_t) s->last_active_realtime_usec));
+        json_add_checked(o, "id", json_object_new_string(s->id), &jr);
+        json_add_checked(o, "idle_ttl_usec", json_object_new_int64((int64_t) s->idle_ttl_usec), &jr);
+        json_add_checked(o, "uid", json_object_new_int64((int64_t) s->uid), &jr);
+        json_add_checked(o, "created_realtime_usec",
+                         json_object_new_int64((int64_t) s->created_realtime_usec), &jr);
+        json_add_checked(o, "last_active_realtime_usec",
+                         json_object_new_int64((int64_t) s->last_active_realtime_usec), &jr);
         if (s->archive_key)
-                json_object_object_add(o, "archive_key", json_object_new_string(s->archive_key));
+                json_add_checked(o, "archive_key", json_object_new_string(s->archive_key), &jr);
         if (s->storage_json)
-                json_object_object_add(o, "storage", json_object_new_string(s->storage_json));
+                json_add_checked(o, "storage", json_object_new_string(s->storage_json), &jr);
         if (s->restore_failed)
-                json_object_object_add(o, "restore_failed", json_object_new_boolean(true));
+                json_add_checked(o, "restore_failed", json_object_new_boolean(true), &jr);
         if (s->stateful)
-                json_object_object_add(o, "stateful", json_object_new_boolean(true));
+                json_add_checked(o, "stateful", json_object_new_boolean(true), &jr);
         if (s->releasing) {
-                json_object_object_add(o, "releasing", json_object_new_boolean(true));
-                json_object_object_add(o, "release_realtime_usec",
-                                       json_object_new_int64((int64_t) s->release_realtime_usec));
-                json_object_object_add(o, "archive_attempts",
-                                       json_object_new_int64((int64_t) s->archive_attempts));
-                json_object_object_add(
-                        o, "archive_first_failure_realtime_usec",
-                        json_object_new_int64((int64_t) s->archive_first_failure_realtime_usec));
+                json_add_checked(o, "releasing", json_object_new_boolean(true), &jr);
+                json_add_checked(o, "release_realtime_usec",
+                                 json_object_new_int64((int64_t) s->release_realtime_usec), &jr);
+                json_add_checked(o, "archive_attempts", json_object_new_int64((int64_t) s->archive_attempts),
+                                 &jr);
+                json_add_checked(o, "archive_first_failure_realtime_usec",
+                                 json_object_new_int64((int64_t) s->archive_first_failure_realtime_usec),
+                                 &jr);
                 if (s->archive_error)
-                        json_object_object_add(o, "archive_error", json_object_new_string(s->archive_error));
+                        json_add_checked(o, "archive_error", json_object_new_string(s->archive_error), &jr);
                 if (s->stop_reason)
-                        json_object_object_add(o, "release_reason", json_object_new_string(s->stop_reason));
+                        json_add_checked(o, "release_reason", json_object_new_string(s->stop_reason), &jr);
         }
-        text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+        text = jr < 0 ? NULL : json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+        if (!text)
+                return -ENOMEM; /* never a record with a member missing */
 
         /* The storage block may carry credentials: root only. */
         fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -867,7 +869,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                              void *userdata) {
         Session *s = userdata;
         json_object *init;
-        int r;
+        int r, jr = 0;
 
         s->start_job = systemd_job_free(s->start_job);
         if (s->state == SESSION_STOPPING) {
@@ -903,22 +905,27 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                 session_start_done(s, -ENOMEM, "out of memory");
                 return;
         }
-        json_object_object_add(init, "op", json_object_new_string("init"));
-        json_object_object_add(init, "uid", json_object_new_int64((int64_t) s->uid));
-        json_object_object_add(init, "gid", json_object_new_int64((int64_t) s->uid));
-        json_object_object_add(init, "workspace_size",
-                               json_object_new_int64((int64_t) m->config.workspace_size));
-        json_object_object_add(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size));
-        json_object_object_add(init, "cpus_percent",
-                               json_object_new_int64((int64_t) m->config.cpu_quota_percent));
+        json_add_checked(init, "op", json_object_new_string("init"), &jr);
+        json_add_checked(init, "uid", json_object_new_int64((int64_t) s->uid), &jr);
+        json_add_checked(init, "gid", json_object_new_int64((int64_t) s->uid), &jr);
+        json_add_checked(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size),
+                         &jr);
+        json_add_checked(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size), &jr);
+        json_add_checked(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent),
+                         &jr);
         /* A run's session has one exec, in another profile: nothing to keep warm. */
         if (m->config.preload)
-                json_object_object_add(init, "preload_modules",
-                                       json_object_new_string(strempty(m->config.preload_modules)));
-        json_object_object_add(
-                init, "idle_backstop_sec",
-                json_object_new_int64(
-                        (int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC)));
+                json_add_checked(init, "preload_modules",
+                                 json_object_new_string(strempty(m->config.preload_modules)), &jr);
+        json_add_checked(init, "idle_backstop_sec",
+                         json_object_new_int64((int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) /
+                                                          USEC_PER_SEC)),
+                         &jr);
+        if (jr < 0) {
+                json_object_put(init);
+                session_start_done(s, -ENOMEM, "out of memory");
+                return;
+        }
         r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);
         if (r < 0)
                 session_start_done(s, -EHOSTDOWN, "failed to initialize the workspace");
@@ -1316,7 +1323,7 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         ExecCall *c;
         char exec_id[32];
         Config *cfg = &s->manager->config;
-        int r;
+        int r, jr = 0;
 
         if (s->state != SESSION_RUNNING)
                 return -ENXIO;
@@ -1339,34 +1346,41 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         }
         *c = (ExecCall) { .session = s, .callback = cb, .userdata = userdata };
         memcpy(c->exec_id, exec_id, sizeof(c->exec_id));
-        json_object_object_add(msg, "op", json_object_new_string("exec"));
-        json_object_object_add(msg, "exec_id", json_object_new_string(exec_id));
-        json_object_object_add(msg, "timeout_ms", json_object_new_int64((int64_t) p->timeout_ms));
-        json_object_object_add(msg, "output_limit", json_object_new_int64((int64_t) p->output_limit));
-        json_object_object_add(msg, "max_artifact_bytes",
-                               json_object_new_int64((int64_t) cfg->max_artifact_bytes));
-        json_object_object_add(msg, "max_files", json_object_new_int64((int64_t) cfg->max_files_per_exec));
-        json_object_object_add(msg, "max_total_artifact_bytes",
-                               json_object_new_int64((int64_t) cfg->max_total_artifact_bytes));
-        json_object_object_add(msg, "memory_limit", json_object_new_int64((int64_t) cfg->memory_limit));
+        json_add_checked(msg, "op", json_object_new_string("exec"), &jr);
+        json_add_checked(msg, "exec_id", json_object_new_string(exec_id), &jr);
+        json_add_checked(msg, "timeout_ms", json_object_new_int64((int64_t) p->timeout_ms), &jr);
+        json_add_checked(msg, "output_limit", json_object_new_int64((int64_t) p->output_limit), &jr);
+        json_add_checked(msg, "max_artifact_bytes", json_object_new_int64((int64_t) cfg->max_artifact_bytes),
+                         &jr);
+        json_add_checked(msg, "max_files", json_object_new_int64((int64_t) cfg->max_files_per_exec), &jr);
+        json_add_checked(msg, "max_total_artifact_bytes",
+                         json_object_new_int64((int64_t) cfg->max_total_artifact_bytes), &jr);
+        json_add_checked(msg, "memory_limit", json_object_new_int64((int64_t) cfg->memory_limit), &jr);
         if (p->language)
-                json_object_object_add(msg, "language", json_object_new_string(p->language));
+                json_add_checked(msg, "language", json_object_new_string(p->language), &jr);
         if (p->no_processes)
-                json_object_object_add(msg, "no_processes", json_object_new_boolean(true));
+                json_add_checked(msg, "no_processes", json_object_new_boolean(true), &jr);
         /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided per exec,
          * so that switching it takes effect for the sessions that exist). */
         if (!cfg->preload)
-                json_object_object_add(msg, "cold", json_object_new_boolean(true));
+                json_add_checked(msg, "cold", json_object_new_boolean(true), &jr);
         /* A stateful session's python cells run in its kernel (the sidecar profile only). */
         if (s->stateful && (!p->language || streq(p->language, "python3")) && !p->no_processes &&
             !p->network)
-                json_object_object_add(msg, "stateful", json_object_new_boolean(true));
+                json_add_checked(msg, "stateful", json_object_new_boolean(true), &jr);
         if (p->network) {
-                json_object_object_add(msg, "network", json_object_new_boolean(true));
+                json_add_checked(msg, "network", json_object_new_boolean(true), &jr);
                 if (!isempty(p->http_proxy))
-                        json_object_object_add(msg, "http_proxy", json_object_new_string(p->http_proxy));
+                        json_add_checked(msg, "http_proxy", json_object_new_string(p->http_proxy), &jr);
                 if (!isempty(p->https_proxy))
-                        json_object_object_add(msg, "https_proxy", json_object_new_string(p->https_proxy));
+                        json_add_checked(msg, "https_proxy", json_object_new_string(p->https_proxy), &jr);
+        }
+        /* Never an exec without a member it should have (no_processes, say: the dify profile). */
+        if (jr < 0) {
+                json_object_put(msg);
+                free(c);
+                metrics_count_exec(&s->manager->metrics, jr, NULL);
+                return jr;
         }
 
         if (p->stream_fd >= 0) {

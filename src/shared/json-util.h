@@ -77,3 +77,9 @@ int json_dispatch(json_object *o, const JsonField fields[], void *base, JsonDisp
 
 /* Convenience builders that return NULL on OOM. */
 json_object *json_object_new_string_len_safe(const char *s, size_t n);
+
+/* json_object_object_add() for messages whose every member matters (the manager's requests to the
+ * runner, its state records): 'v' is taken, a NULL 'v' is its failed allocation; the first
+ * failure is kept in *error (0 to begin with) and later adds do nothing, so a message is checked
+ * once, after its last member, and never goes out with one silently missing. */
+void json_add_checked(json_object *o, const char *key, json_object *v, int *error);
