@@ -137,10 +137,11 @@ static const char *exec_exit_reason(const RunnerExec *e, int exit_code, int sig,
 static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_object *reply) {
         json_object *o = json_object_new_object();
         uint64_t cpu_usec, max_rss;
+        int jr = 0;
 
-        if (!o)
-                return -ENOMEM;
-        json_object_object_add(reply, "resources", o);
+        json_add_checked(reply, "resources", o, &jr);
+        if (jr < 0)
+                return jr;
         if (u && u->valid) {
                 cpu_usec = u->cpu_usec;
                 max_rss = u->max_rss_bytes;
@@ -149,18 +150,19 @@ static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_o
                 max_rss = (uint64_t) e->init_rusage.ru_maxrss * 1024U;
         } else
                 return 0;
-        json_object_object_add(o, "cpu_usec",
-                               json_object_new_int64((int64_t) MIN(cpu_usec, (uint64_t) INT64_MAX)));
-        json_object_object_add(o, "max_rss_bytes",
-                               json_object_new_int64((int64_t) MIN(max_rss, (uint64_t) INT64_MAX)));
+        /* Every figure or none: the reply is checked once, at its end. */
+        json_add_checked(o, "cpu_usec", json_object_new_int64((int64_t) MIN(cpu_usec, (uint64_t) INT64_MAX)),
+                         &jr);
+        json_add_checked(o, "max_rss_bytes",
+                         json_object_new_int64((int64_t) MIN(max_rss, (uint64_t) INT64_MAX)), &jr);
         if (u && u->written_valid)
-                json_object_object_add(
+                json_add_checked(
                         o, "written_bytes",
-                        json_object_new_int64((int64_t) MIN(u->written_bytes, (uint64_t) INT64_MAX)));
+                        json_object_new_int64((int64_t) MIN(u->written_bytes, (uint64_t) INT64_MAX)), &jr);
         if (u && u->tasks_valid)
-                json_object_object_add(o, "processes",
-                                       json_object_new_int64((int64_t) MIN(u->tasks, (uint64_t) INT64_MAX)));
-        return 0;
+                json_add_checked(o, "processes",
+                                 json_object_new_int64((int64_t) MIN(u->tasks, (uint64_t) INT64_MAX)), &jr);
+        return jr;
 }
 
 static int runner_exec_watch(RunnerExec *e);
@@ -221,7 +223,7 @@ static int runner_exec_finish(RunnerExec *e) {
         bool kernel_kept = false;
         size_t n_changed = 0, skipped = 0;
         uint64_t offset;
-        int exit_code = 0, sig = 0, q;
+        int exit_code = 0, sig = 0, q, jr = 0;
         ssize_t k;
 
         /* What did PID 1 of the sandbox tell us? How the payload started, then how it ended. */
@@ -357,10 +359,14 @@ static int runner_exec_finish(RunnerExec *e) {
                         q = -ENOMEM;
                         goto fail;
                 }
-                json_object_object_add(f, "path", json_object_new_string(changed[i]->path));
-                json_object_object_add(f, "offset", json_object_new_int64((int64_t) offset));
-                json_object_object_add(f, "size", json_object_new_int64((int64_t) changed[i]->size));
-                json_object_array_add(files, f);
+                json_add_checked(f, "path", json_object_new_string(changed[i]->path), &jr);
+                json_add_checked(f, "offset", json_object_new_int64((int64_t) offset), &jr);
+                json_add_checked(f, "size", json_object_new_int64((int64_t) changed[i]->size), &jr);
+                if (jr < 0 || json_object_array_add(files, f) < 0) {
+                        json_object_put(f);
+                        q = -ENOMEM;
+                        goto fail;
+                }
                 offset += changed[i]->size;
         }
         q = memfd_seal(data_fd);
@@ -372,38 +378,46 @@ static int runner_exec_finish(RunnerExec *e) {
                 q = -ENOMEM;
                 goto fail;
         }
-        json_object_object_add(reply, "ok", json_object_new_boolean(true));
-        json_object_object_add(reply, "exit_code", json_object_new_int(exit_code));
-        json_object_object_add(reply, "signal", json_object_new_int(sig));
-        json_object_object_add(reply, "timed_out", json_object_new_boolean(e->timed_out));
+        json_add_checked(reply, "ok", json_object_new_boolean(true), &jr);
+        json_add_checked(reply, "exit_code", json_object_new_int(exit_code), &jr);
+        json_add_checked(reply, "signal", json_object_new_int(sig), &jr);
+        json_add_checked(reply, "timed_out", json_object_new_boolean(e->timed_out), &jr);
         if (e->cancelled)
-                json_object_object_add(reply, "cancelled", json_object_new_boolean(true));
-        json_object_object_add(
-                reply, "duration_usec",
-                json_object_new_int64((int64_t) (now_usec(CLOCK_MONOTONIC) - e->started_usec)));
-        json_object_object_add(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size));
-        json_object_object_add(
+                json_add_checked(reply, "cancelled", json_object_new_boolean(true), &jr);
+        json_add_checked(reply, "duration_usec",
+                         json_object_new_int64((int64_t) (now_usec(CLOCK_MONOTONIC) - e->started_usec)),
+                         &jr);
+        json_add_checked(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size), &jr);
+        json_add_checked(
                 reply, "stderr_size",
-                json_object_new_int64((int64_t) (e->err.size + (kernel_note ? strlen(kernel_note) : 0))));
-        json_object_object_add(reply, "stdout_truncated",
-                               json_object_new_boolean(e->out.total > e->out.size));
-        json_object_object_add(reply, "stderr_truncated",
-                               json_object_new_boolean(e->err.total > e->err.size));
-        json_object_object_add(reply, "files", TAKE_PTR(files));
-        json_object_object_add(reply, "files_skipped", json_object_new_int64((int64_t) skipped));
+                json_object_new_int64((int64_t) (e->err.size + (kernel_note ? strlen(kernel_note) : 0))),
+                &jr);
+        json_add_checked(reply, "stdout_truncated", json_object_new_boolean(e->out.total > e->out.size),
+                         &jr);
+        json_add_checked(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size),
+                         &jr);
+        json_add_checked(reply, "files", TAKE_PTR(files), &jr);
+        json_add_checked(reply, "files_skipped", json_object_new_int64((int64_t) skipped), &jr);
         /* Whether the scope's limits struck during the exec: the OOM killer (which spares the
          * runner), or a fork or thread refused at TasksMax. */
-        json_object_object_add(reply, "oom_killed", json_object_new_boolean(
-                        cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before));
-        json_object_object_add(reply, "pids_limited", json_object_new_boolean(
-                        cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before));
-        json_object_object_add(reply, "exit_reason", json_object_new_string(reason));
+        json_add_checked(
+                reply, "oom_killed",
+                json_object_new_boolean(cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) >
+                                        e->oom_kills_before),
+                &jr);
+        json_add_checked(
+                reply, "pids_limited",
+                json_object_new_boolean(cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) >
+                                        e->pids_max_before),
+                &jr);
+        json_add_checked(reply, "exit_reason", json_object_new_string(reason), &jr);
         if (e->stateful)
-                json_object_object_add(reply, "kernel",
-                                       json_object_new_string(!kernel_kept    ? "ended"
-                                                              : e->kernel_new ? "new"
-                                                                              : "running"));
-        q = exec_usage_to_json(e, k == (ssize_t) sizeof(st) ? &st.usage : NULL, reply);
+                json_add_checked(reply, "kernel",
+                                 json_object_new_string(!kernel_kept    ? "ended"
+                                                        : e->kernel_new ? "new"
+                                                                        : "running"),
+                                 &jr);
+        q = jr < 0 ? jr : exec_usage_to_json(e, k == (ssize_t) sizeof(st) ? &st.usage : NULL, reply);
         if (q < 0)
                 goto fail;
         if (k == (ssize_t) sizeof(st)) {
