@@ -93,29 +93,6 @@ static int hex4(const char *s, uint32_t *ret) {
         return 0;
 }
 
-static size_t utf8_put(char *out, uint32_t cp) {
-        if (cp < 0x80) {
-                out[0] = (char) cp;
-                return 1;
-        }
-        if (cp < 0x800) {
-                out[0] = (char) (0xc0 | (cp >> 6));
-                out[1] = (char) (0x80 | (cp & 0x3f));
-                return 2;
-        }
-        if (cp < 0x10000) {
-                out[0] = (char) (0xe0 | (cp >> 12));
-                out[1] = (char) (0x80 | ((cp >> 6) & 0x3f));
-                out[2] = (char) (0x80 | (cp & 0x3f));
-                return 3;
-        }
-        out[0] = (char) (0xf0 | (cp >> 18));
-        out[1] = (char) (0x80 | ((cp >> 12) & 0x3f));
-        out[2] = (char) (0x80 | ((cp >> 6) & 0x3f));
-        out[3] = (char) (0x80 | (cp & 0x3f));
-        return 4;
-}
-
 /* The code point of the \u escape whose hex digits start at s, a surrogate pair taken together, and
  * how many bytes after the "\u" it took: -EINVAL for a malformed escape or a lone surrogate. */
 static int parse_u_escape(const char *s, const char *end, uint32_t *ret, size_t *ret_len) {
@@ -155,7 +132,7 @@ static size_t decode_string(const char *s, const char *end, char *out) {
                 }
                 if (s[1] == 'u') {
                         (void) parse_u_escape(s + 2, end, &cp, &l); /* checked before */
-                        o += utf8_put(out + o, cp);
+                        o += utf8_encode(cp, out + o);
                         s += 2 + l;
                         continue;
                 }

@@ -27,10 +27,13 @@
 const char *startswith(const char *s, const char *prefix) _pure_;
 bool endswith(const char *s, const char *suffix) _pure_;
 
-/* True if the buffer is valid UTF-8 (no overlongs, no surrogates, ≤ U+10FFFF). */
 /* Length of the valid UTF-8 sequence at s (1 ≤ n bytes), or 0 if invalid. */
 size_t utf8_sequence_length(const unsigned char *s, size_t n) _pure_;
+/* True if the buffer is valid UTF-8 (no overlongs, no surrogates, ≤ U+10FFFF). */
 bool utf8_is_valid_n(const char *s, size_t n) _pure_;
+/* Writes code point 'cp' (≤ U+10FFFF, no surrogate: the caller checked) as UTF-8; returns its
+ * length, 1 to 4. */
+size_t utf8_encode(uint32_t cp, char out[static 4]);
 
 /* Copy of s with invalid UTF-8 sequences replaced by U+FFFD (like Python's errors="replace"). */
 char *utf8_sanitize(const char *s, size_t n, size_t *ret_len);

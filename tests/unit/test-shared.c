@@ -413,7 +413,22 @@ static void test_storage_config(void) {
 }
 
 static void test_utf8(void) {
+        static const struct {
+                uint32_t cp;
+                const char *utf8;
+        } encodings[] = { { 0x41, "A" }, { 0x7f, "\x7f" }, { 0x80, "\xc2\x80" }, { 0x7ff, "\xdf\xbf" },
+                          { 0x800, "\xe0\xa0\x80" }, { 0xfffd, "\xef\xbf\xbd" },
+                          { 0x10000, "\xf0\x90\x80\x80" }, { 0x10ffff, "\xf4\x8f\xbf\xbf" } };
         size_t n;
+
+        /* Every length's first and last code point, as the validator sees them. */
+        for (size_t i = 0; i < ELEMENTSOF(encodings); i++) {
+                char out[4];
+                size_t l = utf8_encode(encodings[i].cp, out);
+
+                ASSERT_EQ(l, strlen(encodings[i].utf8));
+                ASSERT_TRUE(memcmp(out, encodings[i].utf8, l) == 0 && utf8_is_valid_n(out, l));
+        }
 
         ASSERT_TRUE(utf8_is_valid_n("héllo 中文 😀", strlen("héllo 中文 😀")));
         ASSERT_TRUE(!utf8_is_valid_n("\xff", 1));
