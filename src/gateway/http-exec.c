@@ -533,14 +533,6 @@ static const JsonField cancel_body_fields[] = {
         {}
 };
 
-static int exec_cancel_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
-
-        if (e)
-                return http_request_reply_bus_error(req, e);
-        return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
-}
-
 int http_exec_cancel(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         JsonDispatchError e = {};
@@ -569,5 +561,5 @@ int http_exec_cancel(HttpRequest *req) {
         r = sd_bus_message_append(m, "s", b.session_id);
         if (r < 0)
                 return r;
-        return http_request_call(req, m, BUS_TIMEOUT_SHORT_USEC, exec_cancel_on_reply);
+        return http_request_call(req, m, BUS_TIMEOUT_SHORT_USEC, http_request_reply_ok_or_bus_error);
 }

@@ -303,6 +303,14 @@ int http_request_reply_literal(HttpRequest *req, unsigned status, const char *js
         return http_request_reply(req, r);
 }
 
+int http_request_reply_ok_or_bus_error(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        if (e)
+                return http_request_reply_bus_error(req, e);
+        return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
+}
+
 void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ours) {
         Server *s = req->server;
         const char *name = e && e->name ? e->name : "(unknown)";

@@ -177,6 +177,8 @@ int http_request_reply_json(HttpRequest *req, unsigned status, json_object *o);
 int http_request_reply_literal(HttpRequest *req, unsigned status, const char *json);
 /* Answers a failed bus call; logs the real cause when it is ours (500) and hidden from the client. */
 int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e);
+/* An on_reply for a call whose success is {"ok":true}: that, or the bus error's answer. */
+int http_request_reply_ok_or_bus_error(HttpRequest *req, sd_bus_message *reply);
 /* For a body produced as it goes (HttpBodySource): its reader has nothing to give yet. Called from
  * the reader, it suspends the connection (watching the client for a hang-up, which closes the
  * request's hang-up pipe) until http_request_resume(). */

@@ -315,14 +315,6 @@ int http_sessions_delete(HttpRequest *req) {
                                  sessions_delete_on_reply);
 }
 
-static int sessions_reset_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
-
-        if (e)
-                return http_request_reply_bus_error(req, e);
-        return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
-}
-
 int http_sessions_reset(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         const char *arg = req->path_arg, *slash = strchr(arg, '/');
@@ -345,5 +337,5 @@ int http_sessions_reset(HttpRequest *req) {
         if (r < 0)
                 return r;
         return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
-                                 sessions_reset_on_reply);
+                                 http_request_reply_ok_or_bus_error);
 }
