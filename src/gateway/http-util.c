@@ -307,16 +307,6 @@ int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool 
         return r;
 }
 
-static int json_add(json_object *o, const char *key, json_object *v) {
-        if (!v)
-                return -ENOMEM;
-        if (json_object_object_add(o, key, v) < 0) {
-                json_object_put(v);
-                return -ENOMEM;
-        }
-        return 0;
-}
-
 int json_add_string(json_object *o, const char *key, const char *value) {
         return json_add(o, key, json_object_new_string(value));
 }

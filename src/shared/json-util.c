@@ -166,10 +166,20 @@ json_object *json_object_new_string_len_safe(const char *s, size_t n) {
         return json_object_new_string_len(s, (int) n);
 }
 
-void json_add_checked(json_object *o, const char *key, json_object *v, int *error) {
-        if (*error < 0 || !v || json_object_object_add(o, key, v) < 0) {
+int json_add(json_object *o, const char *key, json_object *v) {
+        if (!v)
+                return -ENOMEM;
+        if (json_object_object_add(o, key, v) < 0) {
                 json_object_put(v);
-                if (*error == 0)
-                        *error = -ENOMEM;
+                return -ENOMEM;
         }
+        return 0;
+}
+
+void json_add_checked(json_object *o, const char *key, json_object *v, int *error) {
+        if (*error < 0) {
+                json_object_put(v);
+                return;
+        }
+        *error = json_add(o, key, v);
 }

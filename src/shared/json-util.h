@@ -78,7 +78,11 @@ int json_dispatch(json_object *o, const JsonField fields[], void *base, JsonDisp
 /* Convenience builders that return NULL on OOM. */
 json_object *json_object_new_string_len_safe(const char *s, size_t n);
 
-/* json_object_object_add() for messages whose every member matters (the manager's requests to the
+/* json_object_object_add() that can fail: 'v' is taken, a NULL 'v' is its failed allocation;
+ * -ENOMEM then, or if the add fails. */
+int json_add(json_object *o, const char *key, json_object *v);
+
+/* json_add() for messages whose every member matters (the manager's requests to the
  * runner, its state records): 'v' is taken, a NULL 'v' is its failed allocation; the first
  * failure is kept in *error (0 to begin with) and later adds do nothing, so a message is checked
  * once, after its last member, and never goes out with one silently missing. */
