@@ -42,8 +42,11 @@ static int on_kernel_exit(sd_event_source *s, const siginfo_t *si, void *userdat
                 int ws;
 
                 e->init_info = *si;
-                if (wait4(k->pid, &ws, WNOHANG | __WALL, &e->init_rusage) == k->pid)
+                if (wait4(k->pid, &ws, WNOHANG | __WALL, &e->init_rusage) == k->pid) {
                         e->init_rusage_valid = true;
+                        /* Reaped: its number may be another process's already, never signal it. */
+                        k->pid = 0;
+                }
         }
         log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                    "The kernel of session %s ended.", r->session_id);
