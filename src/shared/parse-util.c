@@ -2,6 +2,7 @@
 /* Parsing of integers, sizes and booleans from configuration and protocol text. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -10,16 +11,28 @@
 #include "macro.h"
 #include "parse-util.h"
 
-int safe_atou64(const char *s, uint64_t *ret) {
+/* The decimal digits at the start of s; *ret_end points past them. Neither sign nor space may lead. */
+static int parse_leading_u64(const char *s, uint64_t *ret, char **ret_end) {
         unsigned long long v;
-        char *end;
 
         if (isempty(s) || !isdigit((unsigned char) s[0]))
                 return -EINVAL;
         errno = 0;
-        v = strtoull(s, &end, 10);
+        v = strtoull(s, ret_end, 10);
         if (errno == ERANGE)
                 return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int safe_atou64(const char *s, uint64_t *ret) {
+        uint64_t v;
+        char *end;
+        int r;
+
+        r = parse_leading_u64(s, &v, &end);
+        if (r < 0)
+                return r;
         if (*end != 0)
                 return -EINVAL;
         *ret = v;
@@ -27,18 +40,17 @@ int safe_atou64(const char *s, uint64_t *ret) {
 }
 
 int safe_atoi64(const char *s, int64_t *ret) {
-        long long v;
-        char *end;
+        bool negative = s && s[0] == '-';
+        uint64_t v;
+        int r;
 
-        if (isempty(s) || !(isdigit((unsigned char) s[0]) || (s[0] == '-' && isdigit((unsigned char) s[1]))))
-                return -EINVAL;
-        errno = 0;
-        v = strtoll(s, &end, 10);
-        if (errno == ERANGE)
+        r = safe_atou64(negative ? s + 1 : s, &v);
+        if (r < 0)
+                return r;
+        if (v > (uint64_t) INT64_MAX + negative)
                 return -ERANGE;
-        if (*end != 0)
-                return -EINVAL;
-        *ret = v;
+        /* -(v - 1) - 1: v may be 2^63, which int64_t cannot hold before it is negated. */
+        *ret = negative ? -(int64_t) (v - 1) - 1 : (int64_t) v;
         return 0;
 }
 
@@ -52,15 +64,13 @@ int parse_size(const char *s, uint64_t *ret) {
                 { "g", 1ULL << 30 }, { "gb", 1ULL << 30 }, { "gib", 1ULL << 30 }, { "t", 1ULL << 40 },
                 { "tb", 1ULL << 40 }, { "tib", 1ULL << 40 },
         };
-        unsigned long long v;
+        uint64_t v;
         char *end;
+        int r;
 
-        if (isempty(s) || !isdigit((unsigned char) s[0]))
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno == ERANGE)
-                return -ERANGE;
+        r = parse_leading_u64(s, &v, &end);
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < ELEMENTSOF(table); i++)
                 if (strcasecmp(end, table[i].suffix) == 0) {
                         if (v > UINT64_MAX / table[i].factor)
