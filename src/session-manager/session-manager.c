@@ -11,6 +11,7 @@
 #include "host-check.h"
 #include "log.h"
 #include "manager.h"
+#include "signal-util.h"
 
 static void log_host_finding(const HostFinding *f, void *userdata) {
         char f_setting[96], f_value[96], f_recommended[128];
@@ -35,7 +36,6 @@ static void log_host_finding(const HostFinding *f, void *userdata) {
 
 int main(int argc, char *argv[]) {
         _cleanup_(manager_freep) Manager *m = NULL;
-        sigset_t ss;
         int r;
 
         const BusInterface ifaces[] = {
@@ -52,12 +52,9 @@ int main(int argc, char *argv[]) {
         umask(0022);
 
         /* sd-event handles these; children get a clean mask before exec. */
-        sigemptyset(&ss);
-        sigaddset(&ss, SIGCHLD);
-        sigaddset(&ss, SIGTERM);
-        sigaddset(&ss, SIGINT);
-        if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0) {
-                log_error_errno(errno, "Failed to block signals: %m");
+        r = sigprocmask_many(SIG_BLOCK, NULL, SIGCHLD, SIGTERM, SIGINT, -1);
+        if (r < 0) {
+                log_error_errno(r, "Failed to block signals: %m");
                 return EXIT_FAILURE;
         }
         (void) signal(SIGPIPE, SIG_IGN);

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "daemon-util.h"
+#include "macro.h"
+#include "signal-util.h"
 
 int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
                           const BusInterface *ifaces) {
@@ -40,4 +44,32 @@ int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *
 
 int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summary, const char *how) {
         return daemon_parse_argv_bus(argc, argv, name, summary, how, NULL);
+}
+
+int daemon_event_new(sd_event **ret, ...) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        va_list ap;
+        int r;
+
+        r = sigprocmask_many(SIG_BLOCK, NULL, SIGCHLD, -1);
+        if (r < 0)
+                return r;
+        r = sd_event_default(&e);
+        if (r < 0)
+                return r;
+
+        va_start(ap, ret);
+        for (int sig; r >= 0 && (sig = va_arg(ap, int)) >= 0;) {
+                if (sig == SIGCHLD)
+                        continue;
+                /* sd_event_add_signal() wants it blocked, or it would still kill us. */
+                r = sigprocmask_many(SIG_BLOCK, NULL, sig, -1);
+                if (r >= 0)
+                        r = sd_event_add_signal(e, NULL, sig, NULL, NULL);
+        }
+        va_end(ap);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(e);
+        return 0;
 }

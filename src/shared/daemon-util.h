@@ -3,6 +3,8 @@
  * for the operator at a shell. */
 #pragma once
 
+#include <systemd/sd-event.h>
+
 #include "bus-introspect.h"
 
 /* Returns 0 when the daemon should start (no arguments), 1 when --help or --version was answered
@@ -13,3 +15,7 @@ int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summ
  * too (bus-introspect.h). */
 int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
                           const BusInterface *ifaces);
+
+/* The daemon's one event loop, sd_event_default(), which each of the signals listed, ended by -1,
+ * ends. Those are blocked first, and SIGCHLD with them, which sd_event_add_child() wants blocked. */
+int daemon_event_new(sd_event **ret, ...);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,4 +31,22 @@ int reset_all_signal_dispositions(void) {
         if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, sizeof(uint64_t)) < 0 && r == 0)
                 r = -errno;
         return r;
+}
+
+int sigprocmask_many(int how, sigset_t *ret_old, ...) {
+        sigset_t ss;
+        va_list ap;
+        int r = 0;
+
+        (void) sigemptyset(&ss);
+        va_start(ap, ret_old);
+        for (int sig; r == 0 && (sig = va_arg(ap, int)) >= 0;)
+                if (sigaddset(&ss, sig) < 0)
+                        r = -errno;
+        va_end(ap);
+        if (r < 0)
+                return r;
+        if (sigprocmask(how, &ss, ret_old) < 0)
+                return -errno;
+        return 0;
 }

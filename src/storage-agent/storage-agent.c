@@ -59,7 +59,6 @@ int main(int argc, char *argv[]) {
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         Agent agent = {}, *a = &agent;
-        sigset_t ss;
         int r;
 
         const BusInterface ifaces[] = {
@@ -108,23 +107,13 @@ int main(int argc, char *argv[]) {
                                 r, r == 1 ? "" : "s", a->config.local_storage_dir);
         }
 
-        sigemptyset(&ss);
-        sigaddset(&ss, SIGTERM);
-        sigaddset(&ss, SIGINT);
-        sigaddset(&ss, SIGCHLD); /* sd_event_add_child(): the fsync children of local commits */
-        if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0) {
-                r = log_error_errno(errno, "Failed to block signals: %m");
-                goto finish;
-        }
-
-        r = sd_event_default(&event);
+        /* SIGCHLD is blocked too: sd_event_add_child() watches the fsync children of local commits. */
+        r = daemon_event_new(&event, SIGTERM, SIGINT, -1);
         if (r < 0) {
-                log_error_errno(r, "Failed to allocate the event loop: %m");
+                log_error_errno(r, "Failed to set up the event loop: %m");
                 goto finish;
         }
         a->event = event;
-        (void) sd_event_add_signal(event, NULL, SIGTERM, NULL, NULL);
-        (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
         (void) sd_event_set_watchdog(event, true);
 
         r = curl_driver_new(event, &a->curl);

@@ -16,6 +16,7 @@
 
 #include "base64.h"
 #include "config.h"
+#include "daemon-util.h"
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -282,7 +283,23 @@ static void test_parse(void) {
         ASSERT_EQ(safe_atoi64("-5", &i), 0);
         ASSERT_EQ(i, -5);
         ASSERT_EQ(safe_atoi64("5x", &i), -EINVAL);
+        ASSERT_EQ(safe_atoi64("-9223372036854775808", &i), 0);
+        ASSERT_EQ(i, INT64_MIN);
+        ASSERT_EQ(safe_atoi64("9223372036854775807", &i), 0);
+        ASSERT_EQ(i, INT64_MAX);
+        ASSERT_EQ(safe_atoi64("-9223372036854775809", &i), -ERANGE);
+        ASSERT_EQ(safe_atoi64("9223372036854775808", &i), -ERANGE);
+        ASSERT_EQ(safe_atoi64("-", &i), -EINVAL);
+        ASSERT_EQ(safe_atoi64("--5", &i), -EINVAL);
+        ASSERT_EQ(safe_atoi64("+5", &i), -EINVAL);
+        ASSERT_EQ(safe_atoi64(" 5", &i), -EINVAL);
         ASSERT_EQ(safe_atou64("", &u), -EINVAL);
+        ASSERT_EQ(safe_atou64("-1", &u), -EINVAL);
+        ASSERT_EQ(safe_atou64("18446744073709551615", &u), 0);
+        ASSERT_EQ(u, UINT64_MAX);
+        ASSERT_EQ(safe_atou64("18446744073709551616", &u), -ERANGE);
+        ASSERT_EQ(parse_size("18446744073709551616", &u), -ERANGE);
+        ASSERT_EQ(parse_size("16E", &u), -EINVAL);
 }
 
 static void test_workspace_path(void) {
@@ -869,6 +886,39 @@ static void test_reset_signals(void) {
         ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+static void test_daemon_signals(void) {
+        pid_t pid = fork();
+        int status;
+
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                uint64_t want = (1ULL << (SIGCHLD - 1)) | (1ULL << (SIGTERM - 1)) | (1ULL << (SIGHUP - 1));
+                sd_event *e = NULL;
+                sigset_t old;
+
+                ASSERT_EQ(reset_all_signal_dispositions(), 0);
+                ASSERT_EQ(sigprocmask_many(SIG_BLOCK, NULL, SIGUSR1, SIGUSR2, -1), 0);
+                ASSERT_EQ(status_mask("SigBlk:"), (1ULL << (SIGUSR1 - 1)) | (1ULL << (SIGUSR2 - 1)));
+                ASSERT_EQ(sigprocmask_many(SIG_UNBLOCK, &old, SIGUSR1, -1), 0);
+                ASSERT_EQ(sigismember(&old, SIGUSR1), 1);
+                ASSERT_EQ(status_mask("SigBlk:"), 1ULL << (SIGUSR2 - 1));
+                /* A number that is no signal changes nothing. */
+                ASSERT_EQ(sigprocmask_many(SIG_SETMASK, NULL, SIGTERM, 12345, -1), -EINVAL);
+                ASSERT_EQ(status_mask("SigBlk:"), 1ULL << (SIGUSR2 - 1));
+                ASSERT_EQ(sigprocmask_many(SIG_SETMASK, NULL, -1), 0);
+
+                ASSERT_EQ(daemon_event_new(&e, SIGTERM, SIGHUP, -1), 0);
+                ASSERT_EQ(status_mask("SigBlk:"), want);
+                /* Each listed signal ends the loop with its exit code 0. */
+                ASSERT_EQ(kill(getpid(), SIGHUP), 0);
+                ASSERT_EQ(sd_event_loop(e), 0);
+                e = sd_event_unref(e);
+                _exit(0);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_proc_field(void) {
         static const char io[] = "rchar: 12\nwchar: 4096\nsyscr: 3\nwchar_x: 7\n";
         uint64_t v = 0;
@@ -1239,6 +1289,7 @@ int main(int argc, char *argv[]) {
         RUN(test_config);
         RUN(test_hangup_pipe);
         RUN(test_reset_signals);
+        RUN(test_daemon_signals);
         RUN(test_proc_field);
         RUN(test_time);
         RUN(test_stream_frame_splits);

@@ -26,6 +26,7 @@
 #include <systemd/sd-event.h>
 
 #include "cgroup-events.h"
+#include "daemon-util.h"
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -317,7 +318,6 @@ int main(int argc, char *argv[]) {
                            .workspace = { .fd = -EBADF, .view_fd = -EBADF },
                            .cgroup_events = CGROUP_EVENTS_NULL };
         Runner *r = &runner;
-        sigset_t ss;
         int q, fd;
 
         log_setup("scopebox-runner");
@@ -343,26 +343,13 @@ int main(int argc, char *argv[]) {
                 safe_close(fd);
         }
 
-        sigemptyset(&ss);
-        sigaddset(&ss, SIGCHLD);
-        sigaddset(&ss, SIGTERM);
-        sigaddset(&ss, SIGINT);
-        sigaddset(&ss, SIGHUP);
-        if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0) {
-                log_error_errno(errno, "Failed to block signals: %m");
-                return EXIT_FAILURE;
-        }
-        (void) signal(SIGPIPE, SIG_IGN);
-
-        q = sd_event_default(&event);
+        q = daemon_event_new(&event, SIGTERM, SIGINT, SIGHUP, -1);
         if (q < 0) {
-                log_error_errno(q, "Failed to allocate the event loop: %m");
+                log_error_errno(q, "Failed to set up the event loop: %m");
                 return EXIT_FAILURE;
         }
         r->event = event;
-        (void) sd_event_add_signal(event, NULL, SIGTERM, NULL, NULL);
-        (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
-        (void) sd_event_add_signal(event, NULL, SIGHUP, NULL, NULL);
+        (void) signal(SIGPIPE, SIG_IGN);
 
         if (fcntl(r->listen_fd, F_SETFD, FD_CLOEXEC) < 0) {
                 log_error_errno(errno, "No control socket on fd %i: %m", r->listen_fd);
