@@ -75,6 +75,40 @@ static void skip_ws(Parser *ps) {
                 ps->p++;
 }
 
+/* Takes c when it comes next. */
+static bool skip_char(Parser *ps, char c) {
+        if (ps->p >= ps->end || *ps->p != c)
+                return false;
+        ps->p++;
+        return true;
+}
+
+static size_t skip_digits(Parser *ps) {
+        const char *s = ps->p;
+
+        while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+                ps->p++;
+        return (size_t) (ps->p - s);
+}
+
+/* Takes the opening bracket, then 'close' when it follows at once: true for an empty object or array. */
+static bool parse_open(Parser *ps, char close) {
+        ps->p++;
+        skip_ws(ps);
+        return skip_char(ps, close);
+}
+
+/* After a member or an element: 1 when a ',' says another follows, 0 when 'close' ends the
+ * object or array. */
+static int parse_next(Parser *ps, char close) {
+        skip_ws(ps);
+        if (skip_char(ps, ','))
+                return 1;
+        if (skip_char(ps, close))
+                return 0;
+        return fail(ps, EBADMSG);
+}
+
 static int hex4(const char *s, uint32_t *ret) {
         uint32_t v = 0;
         for (int i = 0; i < 4; i++) {
@@ -212,35 +246,18 @@ static int parse_string(Parser *ps, Key *ret) {
 
 static int parse_number(Parser *ps) {
         const char *s = ps->p;
-        bool digits = false;
 
-        if (ps->p < ps->end && *ps->p == '-')
-                ps->p++;
-        if (ps->p < ps->end && *ps->p == '0') {
-                ps->p++;
-                digits = true;
-        } else
-                while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
-                        ps->p++;
-                        digits = true;
-                }
-        if (!digits)
+        (void) skip_char(ps, '-');
+        /* A leading 0 stands alone: what digits follow it are left to fail the caller. */
+        if (!skip_char(ps, '0') && skip_digits(ps) == 0)
                 return fail(ps, EBADMSG);
-        if (ps->p < ps->end && *ps->p == '.') {
-                ps->p++;
-                if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
+        if (skip_char(ps, '.') && skip_digits(ps) == 0)
+                return fail(ps, EBADMSG);
+        if (skip_char(ps, 'e') || skip_char(ps, 'E')) {
+                if (!skip_char(ps, '+'))
+                        (void) skip_char(ps, '-');
+                if (skip_digits(ps) == 0)
                         return fail(ps, EBADMSG);
-                while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
-                        ps->p++;
-        }
-        if (ps->p < ps->end && (*ps->p == 'e' || *ps->p == 'E')) {
-                ps->p++;
-                if (ps->p < ps->end && (*ps->p == '+' || *ps->p == '-'))
-                        ps->p++;
-                if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
-                        return fail(ps, EBADMSG);
-                while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
-                        ps->p++;
         }
         /* Absurdly long numerals are refused outright; range checks happen per field. */
         if (ps->p - s > 64)
@@ -254,13 +271,9 @@ static int parse_object(Parser *ps) {
         _cleanup_(keyset_done) KeySet keys = {};
         int r;
 
-        ps->p++; /* '{' */
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == '}') {
-                ps->p++;
+        if (parse_open(ps, '}'))
                 return 0;
-        }
-        for (;;) {
+        do {
                 Key key = {};
 
                 if (keys.n >= ps->limits.members_max || ++ps->n_tokens > ps->limits.tokens_max)
@@ -282,23 +295,15 @@ static int parse_object(Parser *ps) {
                 keys.keys[keys.n++] = key;
 
                 skip_ws(ps);
-                if (ps->p >= ps->end || *ps->p != ':')
+                if (!skip_char(ps, ':'))
                         return fail(ps, EBADMSG);
-                ps->p++;
                 r = parse_value(ps);
                 if (r < 0)
                         return r;
-                skip_ws(ps);
-                if (ps->p < ps->end && *ps->p == ',') {
-                        ps->p++;
-                        continue;
-                }
-                if (ps->p < ps->end && *ps->p == '}') {
-                        ps->p++;
-                        break;
-                }
-                return fail(ps, EBADMSG);
-        }
+                r = parse_next(ps, '}');
+                if (r < 0)
+                        return r;
+        } while (r > 0);
         /* Once the object is complete: a syntax error further on wins over a duplicate. */
         if (keyset_has_duplicate(&keys))
                 return fail(ps, ENOTUNIQ);
@@ -308,27 +313,15 @@ static int parse_object(Parser *ps) {
 static int parse_array(Parser *ps) {
         int r;
 
-        ps->p++; /* '[' */
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == ']') {
-                ps->p++;
+        if (parse_open(ps, ']'))
                 return 0;
-        }
-        for (;;) {
+        do {
                 r = parse_value(ps);
                 if (r < 0)
                         return r;
-                skip_ws(ps);
-                if (ps->p < ps->end && *ps->p == ',') {
-                        ps->p++;
-                        continue;
-                }
-                if (ps->p < ps->end && *ps->p == ']') {
-                        ps->p++;
-                        return 0;
-                }
-                return fail(ps, EBADMSG);
-        }
+                r = parse_next(ps, ']');
+        } while (r > 0);
+        return r;
 }
 
 static int parse_literal(Parser *ps, const char *lit) {

@@ -11,32 +11,37 @@
 #include "macro.h"
 #include "parse-util.h"
 
-/* The decimal digits at the start of s; *ret_end points past them. Neither sign nor space may lead. */
-static int parse_leading_u64(const char *s, uint64_t *ret, char **ret_end) {
+typedef struct Suffix {
+        const char *suffix;
+        uint64_t factor;
+} Suffix;
+
+/* Decimal digits (neither sign nor space may lead), then one of the suffixes (matched ignoring
+ * case), which scales them. */
+static int parse_u64_suffixed(const char *s, const Suffix *table, size_t n_table, uint64_t *ret) {
         unsigned long long v;
+        char *end;
 
         if (isempty(s) || !isdigit((unsigned char) s[0]))
                 return -EINVAL;
         errno = 0;
-        v = strtoull(s, ret_end, 10);
+        v = strtoull(s, &end, 10);
         if (errno == ERANGE)
                 return -ERANGE;
-        *ret = v;
-        return 0;
+        for (size_t i = 0; i < n_table; i++)
+                if (strcasecmp(end, table[i].suffix) == 0) {
+                        if (v > UINT64_MAX / table[i].factor)
+                                return -ERANGE;
+                        *ret = v * table[i].factor;
+                        return 0;
+                }
+        return -EINVAL;
 }
 
 int safe_atou64(const char *s, uint64_t *ret) {
-        uint64_t v;
-        char *end;
-        int r;
+        static const Suffix none[] = { { "", 1 } };
 
-        r = parse_leading_u64(s, &v, &end);
-        if (r < 0)
-                return r;
-        if (*end != 0)
-                return -EINVAL;
-        *ret = v;
-        return 0;
+        return parse_u64_suffixed(s, none, ELEMENTSOF(none), ret);
 }
 
 int safe_atoi64(const char *s, int64_t *ret) {
@@ -55,30 +60,14 @@ int safe_atoi64(const char *s, int64_t *ret) {
 }
 
 int parse_size(const char *s, uint64_t *ret) {
-        static const struct {
-                const char *suffix;
-                uint64_t factor;
-        } table[] = {
+        static const Suffix table[] = {
                 { "", 1 },         { "b", 1 },          { "k", 1ULL << 10 }, { "kb", 1ULL << 10 },
                 { "kib", 1ULL << 10 }, { "m", 1ULL << 20 }, { "mb", 1ULL << 20 }, { "mib", 1ULL << 20 },
                 { "g", 1ULL << 30 }, { "gb", 1ULL << 30 }, { "gib", 1ULL << 30 }, { "t", 1ULL << 40 },
                 { "tb", 1ULL << 40 }, { "tib", 1ULL << 40 },
         };
-        uint64_t v;
-        char *end;
-        int r;
 
-        r = parse_leading_u64(s, &v, &end);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < ELEMENTSOF(table); i++)
-                if (strcasecmp(end, table[i].suffix) == 0) {
-                        if (v > UINT64_MAX / table[i].factor)
-                                return -ERANGE;
-                        *ret = v * table[i].factor;
-                        return 0;
-                }
-        return -EINVAL;
+        return parse_u64_suffixed(s, table, ELEMENTSOF(table), ret);
 }
 
 int parse_boolean(const char *s) {

@@ -498,11 +498,13 @@ static void test_json_strict(void) {
                 "{\"a\":[1,{\"b\":null}],\"c\":true}",
                 " \t\r\n{\"a\":\"b\"} \n",
                 "{\"a\":1,\"A\":2}",
+                "[ ]", "{ }", "[[],{}]", "-0", "12.50", "1E-7", "3e9",
         };
         static const char *const bad[] = {
                 "{'a':1}", "{\"a\":1,}", "[1,]", "{\"a\" 1}", "NaN", "Infinity", "01", "1.", ".5", "+1",
                 "\"\\x41\"", "\"\\ud800\"", "\"\\udc00x\"", "\"a\tb\"", "/* c */ {}", "{} {}", "tru", "",
                 "{\"a\":1 // c\n}",
+                "-", "1e", "1e+", "--1", "1.e5", "[1 2]", "{\"a\":1 \"b\":2}", "[", "{", "{,}", "[,1]",
         };
         for (size_t i = 0; i < ELEMENTSOF(good); i++)
                 if (json_validate_strict(good[i], strlen(good[i]), JSON_DEPTH_MAX) != 0) {
