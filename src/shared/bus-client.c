@@ -39,17 +39,19 @@ uint64_t bus_timeout_run_usec(const Config *c) {
         return rounds * c->dify_worker_timeout_sec * USEC_PER_SEC + BUS_TIMEOUT_SLACK_USEC;
 }
 
-int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **ret) {
+static int bus_new_call(sd_bus *bus, const char *destination, const char *path, const char *interface,
+                        const char *member, sd_bus_message **ret) {
         assert(member);
         assert(ret);
 
         if (!bus)
                 return -ENOTCONN;
-        return sd_bus_message_new_method_call(bus, ret,
-                                              SESSION_MANAGER_BUS_NAME,
-                                              SESSION_MANAGER_OBJECT_PATH,
-                                              SESSION_MANAGER_INTERFACE,
-                                              member);
+        return sd_bus_message_new_method_call(bus, ret, destination, path, interface, member);
+}
+
+int session_manager_new_call(sd_bus *bus, const char *member, sd_bus_message **ret) {
+        return bus_new_call(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                            SESSION_MANAGER_INTERFACE, member, ret);
 }
 
 uint64_t bus_timeout_storage_usec(const Config *c) {
@@ -63,16 +65,8 @@ uint64_t bus_timeout_storage_gc_usec(const Config *c) {
 }
 
 int storage_agent_new_call(sd_bus *bus, const char *member, sd_bus_message **ret) {
-        assert(member);
-        assert(ret);
-
-        if (!bus)
-                return -ENOTCONN;
-        return sd_bus_message_new_method_call(bus, ret,
-                                              STORAGE_AGENT_BUS_NAME,
-                                              STORAGE_AGENT_OBJECT_PATH,
-                                              STORAGE_AGENT_INTERFACE,
-                                              member);
+        return bus_new_call(bus, STORAGE_AGENT_BUS_NAME, STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE,
+                            member, ret);
 }
 
 static int bus_read_basic_value(sd_bus_message *m, char type, void *p) {

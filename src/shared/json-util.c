@@ -62,97 +62,92 @@ int json_parse(const char *buf, size_t len, int max_depth, json_object **ret) {
         return 0;
 }
 
-static int json_dispatch_one(json_object *v, const JsonField *f, void *base, JsonDispatchError *err) {
-        void *p = (uint8_t *) base + f->offset;
-
-        switch (f->kind) {
-        case JSON_FIELD_STRING:
-                if (!json_object_is_type(v, json_type_string)) {
-                        *err = (JsonDispatchError) { f->name, "string_type",
-                                                     "Input should be a valid string" };
-                        return -EINVAL;
-                }
-                *(const char **) p = json_object_get_string(v);
-                return 0;
-
-        case JSON_FIELD_INT64:
-                if (json_object_is_type(v, json_type_int)) {
-                        errno = 0;
-                        int64_t i = json_object_get_int64(v);
-                        /* json-c saturates out-of-range values and sets errno. */
-                        if (errno == ERANGE ||
-                            (i == INT64_MAX && json_object_get_uint64(v) != (uint64_t) INT64_MAX)) {
-                                *err = (JsonDispatchError) {
-                                        f->name, "int_parsing_size",
-                                        "Unable to parse input string as an integer, exceeded maximum size"
-                                };
-                                return -EINVAL;
-                        }
-                        *(int64_t *) p = i;
-                        return 0;
-                }
-                if (json_object_is_type(v, json_type_double)) {
-                        double d = json_object_get_double(v);
-                        if (!isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0) {
-                                *err = (JsonDispatchError) {
-                                        f->name, "int_from_float",
-                                        "Input should be a valid integer, got a number with a fractional "
-                                        "part"
-                                };
-                                return -EINVAL;
-                        }
-                        *(int64_t *) p = (int64_t) d;
-                        return 0;
-                }
-                *err = (JsonDispatchError) { f->name, "int_type", "Input should be a valid integer" };
-                return -EINVAL;
-
-        case JSON_FIELD_BOOL:
-                if (!json_object_is_type(v, json_type_boolean)) {
-                        *err = (JsonDispatchError) { f->name, "bool_type",
-                                                     "Input should be a valid boolean" };
-                        return -EINVAL;
-                }
-                *(bool *) p = json_object_get_boolean(v);
-                return 0;
-
-        case JSON_FIELD_OBJECT:
-                if (!json_object_is_type(v, json_type_object)) {
-                        *err = (JsonDispatchError) { f->name, "dict_type",
-                                                     "Input should be a valid dictionary" };
-                        return -EINVAL;
-                }
-                *(json_object **) p = v;
-                return 0;
-        }
+static int json_dispatch_fail(JsonDispatchError *err, const char *field, const char *type, const char *msg) {
+        *err = (JsonDispatchError) { field, type, msg };
         return -EINVAL;
 }
 
-int json_dispatch(json_object *o, const JsonField fields[], void *base, JsonDispatchError *err) {
-        if (!json_object_is_type(o, json_type_object)) {
-                *err = (JsonDispatchError) {
-                        NULL, "model_attributes_type",
-                        "Input should be a valid dictionary or object to extract fields from"
-                };
+/* The JSON type each kind of field takes, and the error when a member is of another. */
+static const struct {
+        json_type type;
+        const char *error, *msg;
+} json_field_types[] = {
+        [JSON_FIELD_STRING] = { json_type_string, "string_type", "Input should be a valid string" },
+        [JSON_FIELD_INT64] = { json_type_int, "int_type", "Input should be a valid integer" },
+        [JSON_FIELD_BOOL] = { json_type_boolean, "bool_type", "Input should be a valid boolean" },
+        [JSON_FIELD_OBJECT] = { json_type_object, "dict_type", "Input should be a valid dictionary" },
+};
+
+/* An integer, or a float without a fractional part. */
+static int json_dispatch_int64(json_object *v, const JsonField *f, int64_t *p, JsonDispatchError *err) {
+        if (json_object_is_type(v, json_type_int)) {
+                errno = 0;
+                int64_t i = json_object_get_int64(v);
+                /* json-c saturates out-of-range values and sets errno. */
+                if (errno == ERANGE || (i == INT64_MAX && json_object_get_uint64(v) != (uint64_t) INT64_MAX))
+                        return json_dispatch_fail(
+                                err, f->name, "int_parsing_size",
+                                "Unable to parse input string as an integer, exceeded maximum size");
+                *p = i;
+                return 0;
+        }
+        if (json_object_is_type(v, json_type_double)) {
+                double d = json_object_get_double(v);
+                if (!isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0)
+                        return json_dispatch_fail(
+                                err, f->name, "int_from_float",
+                                "Input should be a valid integer, got a number with a fractional part");
+                *p = (int64_t) d;
+                return 0;
+        }
+        return json_dispatch_fail(err, f->name, json_field_types[JSON_FIELD_INT64].error,
+                                  json_field_types[JSON_FIELD_INT64].msg);
+}
+
+/* A JSON null (v == NULL) is of no field's type. */
+static int json_dispatch_one(json_object *v, const JsonField *f, void *base, JsonDispatchError *err) {
+        void *p = (uint8_t *) base + f->offset;
+
+        if ((size_t) f->kind >= ELEMENTSOF(json_field_types))
+                return -EINVAL;
+        if (f->kind == JSON_FIELD_INT64)
+                return json_dispatch_int64(v, f, p, err);
+        if (!json_object_is_type(v, json_field_types[f->kind].type))
+                return json_dispatch_fail(err, f->name, json_field_types[f->kind].error,
+                                          json_field_types[f->kind].msg);
+
+        switch (f->kind) {
+        case JSON_FIELD_STRING:
+                *(const char **) p = json_object_get_string(v);
+                break;
+        case JSON_FIELD_BOOL:
+                *(bool *) p = json_object_get_boolean(v);
+                break;
+        case JSON_FIELD_OBJECT:
+                *(json_object **) p = v;
+                break;
+        default:
                 return -EINVAL;
         }
+        return 0;
+}
+
+int json_dispatch(json_object *o, const JsonField fields[], void *base, JsonDispatchError *err) {
+        if (!json_object_is_type(o, json_type_object))
+                return json_dispatch_fail(
+                        err, NULL, "model_attributes_type",
+                        "Input should be a valid dictionary or object to extract fields from");
         for (const JsonField *f = fields; f->name; f++) {
                 json_object *v = NULL;
                 int r;
 
                 if (!json_object_object_get_ex(o, f->name, &v)) {
-                        if (f->flags & JSON_MANDATORY) {
-                                *err = (JsonDispatchError) { f->name, "missing", "Field required" };
-                                return -EINVAL;
-                        }
+                        if (f->flags & JSON_MANDATORY)
+                                return json_dispatch_fail(err, f->name, "missing", "Field required");
                         continue;
                 }
-                if (!v) { /* JSON null */
-                        if (f->flags & JSON_NULLABLE)
-                                continue;
-                        r = json_dispatch_one(v, f, base, err);
-                        return r;
-                }
+                if (!v && (f->flags & JSON_NULLABLE))
+                        continue;
                 r = json_dispatch_one(v, f, base, err);
                 if (r < 0)
                         return r;
