@@ -38,17 +38,13 @@ int main(int argc, char *argv[]) {
         _cleanup_(manager_freep) Manager *m = NULL;
         int r;
 
-        const BusInterface ifaces[] = {
-                { SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE, manager_get_vtable() },
-                {},
-        };
-        r = daemon_parse_argv_bus(argc, argv, "scopebox-session-manager",
-                                  "The session manager of scopebox (io.scopebox.SessionManager1).",
-                                  "by the system bus (scopebox-session-manager.service)", ifaces);
+        r = daemon_setup_bus(argc, argv, "scopebox-session-manager",
+                             "The session manager of scopebox (io.scopebox.SessionManager1).",
+                             "by the system bus (scopebox-session-manager.service)",
+                             &(const BusInterface) { SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
+                                                     manager_get_vtable() });
         if (r != 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-
-        log_setup("scopebox-session-manager");
         umask(0022);
 
         /* sd-event handles these; children get a clean mask before exec. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "daemon-util.h"
+#include "log.h"
 #include "macro.h"
 #include "signal-util.h"
 
@@ -44,6 +45,17 @@ int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *
 
 int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summary, const char *how) {
         return daemon_parse_argv_bus(argc, argv, name, summary, how, NULL);
+}
+
+int daemon_setup_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
+                     const BusInterface *iface) {
+        const BusInterface ifaces[] = { *iface, {} };
+        int r;
+
+        r = daemon_parse_argv_bus(argc, argv, name, summary, how, ifaces);
+        if (r == 0)
+                log_setup(name);
+        return r;
 }
 
 int daemon_event_new(sd_event **ret, ...) {

@@ -16,6 +16,11 @@ int daemon_parse_argv(int argc, char *argv[], const char *name, const char *summ
 int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
                           const BusInterface *ifaces);
 
+/* The start of the main() of a bus daemon that serves one interface: daemon_parse_argv_bus() (the
+ * same returns), then, when it is to start, log_setup(name). */
+int daemon_setup_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
+                     const BusInterface *iface);
+
 /* The daemon's one event loop, sd_event_default(), which each of the signals listed, ended by -1,
  * ends. Those are blocked first, and SIGCHLD with them, which sd_event_add_child() wants blocked. */
 int daemon_event_new(sd_event **ret, ...);

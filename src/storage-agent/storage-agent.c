@@ -61,17 +61,13 @@ int main(int argc, char *argv[]) {
         Agent agent = {}, *a = &agent;
         int r;
 
-        const BusInterface ifaces[] = {
-                { STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE, agent_get_vtable() },
-                {},
-        };
-        r = daemon_parse_argv_bus(argc, argv, "scopebox-storage-agent",
-                                  "The storage agent of scopebox (io.scopebox.StorageAgent1).",
-                                  "by the system bus (scopebox-storage-agent.service)", ifaces);
+        r = daemon_setup_bus(argc, argv, "scopebox-storage-agent",
+                             "The storage agent of scopebox (io.scopebox.StorageAgent1).",
+                             "by the system bus (scopebox-storage-agent.service)",
+                             &(const BusInterface) { STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE,
+                                                     agent_get_vtable() });
         if (r != 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-
-        log_setup("scopebox-storage-agent");
 
         {
                 _cleanup_free_ char *config_error = NULL;
