@@ -2,6 +2,7 @@
 /* The SANDBOX_* settings shared by all daemons: /etc/scopebox/scopebox.conf, then the environment. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,17 @@ const ConfigItemInfo *config_items(unsigned *ret_n) {
         return infos;
 }
 
+/* Returns r, with *ret_error the message (NULL when out of memory). */
+_printf_(3, 4) static int config_fail(char **ret_error, int r, const char *format, ...) {
+        va_list ap;
+
+        va_start(ap, format);
+        if (vasprintf(ret_error, format, ap) < 0)
+                *ret_error = NULL;
+        va_end(ap);
+        return r;
+}
+
 static int config_set(Config *c, const ConfigItem *item, const char *value, char **ret_error) {
         void *p = (uint8_t *) c + item->offset;
         uint64_t u = 0;
@@ -188,19 +200,14 @@ static int config_set(Config *c, const ConfigItem *item, const char *value, char
         }
         if (r < 0)
                 goto invalid;
-        if (u < item->min || u > item->max) {
-                if (asprintf(ret_error, "%s=%s is out of range [%llu, %llu]", item->info.name, value,
-                             (unsigned long long) item->min, (unsigned long long) item->max) < 0)
-                        *ret_error = NULL;
-                return -ERANGE;
-        }
+        if (u < item->min || u > item->max)
+                return config_fail(ret_error, -ERANGE, "%s=%s is out of range [%llu, %llu]", item->info.name,
+                                   value, (unsigned long long) item->min, (unsigned long long) item->max);
         *(uint64_t *) p = u;
         return 0;
 
 invalid:
-        if (asprintf(ret_error, "%s=%s is not a valid value", item->info.name, value) < 0)
-                *ret_error = NULL;
-        return -EINVAL;
+        return config_fail(ret_error, -EINVAL, "%s=%s is not a valid value", item->info.name, value);
 }
 
 static const ConfigItem *config_find(const char *name, size_t len) {
@@ -245,11 +252,8 @@ static int config_load_file(Config *c, const char *path, char **ret_error) {
                         continue;
                 l = (char *) (startswith(l, "export ") ?: l);
                 eq = strchr(l, '=');
-                if (!eq) {
-                        if (asprintf(ret_error, "%s:%u: expected KEY=VALUE", path, lineno) < 0)
-                                *ret_error = NULL;
-                        return -EINVAL;
-                }
+                if (!eq)
+                        return config_fail(ret_error, -EINVAL, "%s:%u: expected KEY=VALUE", path, lineno);
                 *eq = 0;
                 l = strip(l);
                 value = strip(eq + 1);
@@ -281,12 +285,11 @@ int config_load(Config *c, const char *path, char **ret_error) {
         }
 
         r = config_load_file(c, path ?: SCOPEBOX_CONFIG_FILE, ret_error);
-        if (r < 0) {
-                if (!*ret_error && asprintf(ret_error, "Failed to read %s: %s", path ?: SCOPEBOX_CONFIG_FILE,
-                                            strerror(-r)) < 0)
-                        *ret_error = NULL;
+        if (r < 0 && !*ret_error)
+                return config_fail(ret_error, r, "Failed to read %s: %s", path ?: SCOPEBOX_CONFIG_FILE,
+                                   strerror(-r));
+        if (r < 0)
                 return r;
-        }
 
         for (size_t i = 0; i < ELEMENTSOF(config_table); i++) {
                 const char *v = getenv(config_table[i].info.name);
@@ -297,38 +300,29 @@ int config_load(Config *c, const char *path, char **ret_error) {
                         return r;
         }
 
-        if (!node_id_is_valid(c->node_id)) {
-                if (asprintf(ret_error,
-                             "SANDBOX_NODE_ID=%s is not a valid value (1-%u lowercase hex digits, "
-                             "or empty)",
-                             c->node_id, NODE_ID_LEN_MAX) < 0)
-                        *ret_error = NULL;
-                return -EINVAL;
-        }
+        if (!node_id_is_valid(c->node_id))
+                return config_fail(ret_error, -EINVAL,
+                                   "SANDBOX_NODE_ID=%s is not a valid value (1-%u lowercase hex digits, "
+                                   "or empty)",
+                                   c->node_id, NODE_ID_LEN_MAX);
 
-        if (c->idle_ttl_sec > c->idle_ttl_cap_sec) {
-                if (asprintf(ret_error,
-                             "SANDBOX_IDLE_TTL_SECONDS=%llu exceeds SANDBOX_IDLE_TTL_CAP_SECONDS=%llu",
-                             (unsigned long long) c->idle_ttl_sec,
-                             (unsigned long long) c->idle_ttl_cap_sec) < 0)
-                        *ret_error = NULL;
-                return -EINVAL;
-        }
+        if (c->idle_ttl_sec > c->idle_ttl_cap_sec)
+                return config_fail(ret_error, -EINVAL,
+                                   "SANDBOX_IDLE_TTL_SECONDS=%llu exceeds SANDBOX_IDLE_TTL_CAP_SECONDS=%llu",
+                                   (unsigned long long) c->idle_ttl_sec,
+                                   (unsigned long long) c->idle_ttl_cap_sec);
         return 0;
 }
 
 void config_done(Config *c) {
-        free(c->node_id);
-        free(c->local_storage_dir);
-        free(c->storage_allowed_endpoints);
-        free(c->storage_allowed_networks);
-        free(c->dify_http_proxy);
-        free(c->preload_modules);
-        free(c->dify_https_proxy);
-        free(c->dify_network_allow);
-        if (c->api_key) {
-                explicit_bzero(c->api_key, strlen(c->api_key));
-                free(c->api_key);
+        /* The table knows the strings; each is erased, as the API key must be. */
+        for (size_t i = 0; i < ELEMENTSOF(config_table); i++) {
+                char **s = (char **) ((uint8_t *) c + config_table[i].offset);
+
+                if (config_table[i].type != CONFIG_STRING || !*s)
+                        continue;
+                explicit_bzero(*s, strlen(*s));
+                free(*s);
         }
         *c = (Config) {};
 }

@@ -782,6 +782,19 @@ static void test_config(void) {
         }
         unsetenv("SANDBOX_NODE_ID");
         unlink(path);
+
+        /* A line that is no assignment names the file and the line. */
+        strcpy(path, "/tmp/scopebox-test-config-XXXXXX");
+        fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        dprintf(fd, "SANDBOX_API_KEY=secret\nnot an assignment\n");
+        close(fd);
+        err = mfree(err);
+        ASSERT_EQ(config_load(&c, path, &err), -EINVAL);
+        ASSERT_TRUE(err && endswith(err, ":2: expected KEY=VALUE"));
+        config_done(&c);
+        ASSERT_TRUE(!c.api_key);
+        unlink(path);
 }
 
 /* Every setting is documented in docs/configuration.md and in the shipped example file. */
