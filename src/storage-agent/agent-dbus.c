@@ -82,11 +82,7 @@ static int read_archive_key(sd_bus_message *m, Agent *a, StorageConfig *c, char 
 static StagedArchive *staged_free(StagedArchive *s) {
         if (!s)
                 return NULL;
-        for (StagedArchive **p = &s->agent->staged; *p; p = &(*p)->next)
-                if (*p == s) {
-                        *p = s->next;
-                        break;
-                }
+        LIST_REMOVE(staged, s->agent->staged, s);
         local_abort(&s->local);
         safe_close(s->spool_fd);
         storage_config_done(&s->s3);
@@ -108,7 +104,7 @@ static int on_staged_expired(sd_event_source *source, uint64_t usec, void *userd
 
 /* A staging being committed is no longer anyone's to commit or abort. */
 static StagedArchive *staged_find(Agent *a, const char *token) {
-        for (StagedArchive *s = a->staged; s; s = s->next)
+        LIST_FOREACH(staged, s, a->staged)
                 if (streq(s->token, token) && !s->commit)
                         return s;
         return NULL;
@@ -162,8 +158,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
                                                 : "failed to write to storage");
         }
         s->full_key = TAKE_PTR(key);
-        s->next = a->staged;
-        a->staged = s;
+        LIST_PREPEND(staged, a->staged, s);
         agent_job_begin(a);
         r = sd_event_add_time_relative(a->event, &s->expiry, CLOCK_MONOTONIC,
                                        a->config.archive_timeout_sec * USEC_PER_SEC +

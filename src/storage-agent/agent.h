@@ -11,14 +11,15 @@
 #include "storage-config.h"
 #include "sync-child.h"
 #include "config.h"
+#include "list.h"
 #include "macro.h"
 
 #define AGENT_IDLE_EXIT_USEC (30 * USEC_PER_SEC)
 
 /* An archive being written by a runner, published on commit. */
 typedef struct StagedArchive {
-        struct StagedArchive *next;
         struct Agent *agent;
+        LIST_FIELDS(struct StagedArchive, staged); /* Agent.staged */
         char token[33];
         char *full_key;
         LocalStaged local;
