@@ -778,24 +778,21 @@ int s3_target_url(const S3Target *t, const char *query, char **ret) {
         return storage_url(t->scheme, t->hostname, t->port, path, query, ret);
 }
 
-int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *query, size_t n_query,
-                    const SigV4Pair *headers, size_t n_headers, const char *payload_hash,
-                    const SigV4Credentials *creds, time_t now, SigV4Result *ret, char **ret_url) {
-        _cleanup_(sigv4_result_done) SigV4Result res = {};
-        _cleanup_(s3_target_done) S3Target t = {};
-        _cleanup_free_ char *canonical_query = NULL, *url = NULL;
+/* The request to sign for an S3 location: the location resolved into *ret_target, which the request's
+ * host and path point into, and the path signed as is (S3 does not normalize it). */
+static int s3_request_prepare(const S3Location *loc, const char *method, const SigV4Pair *query,
+                              size_t n_query, const SigV4Pair *headers, size_t n_headers,
+                              const char *payload_hash, unsigned flags, S3Target *ret_target,
+                              SigV4Request *ret_req) {
         int r;
 
-        if (!ret)
-                return -EINVAL;
-        r = s3_location_resolve(loc, &t);
+        r = s3_location_resolve(loc, ret_target);
         if (r < 0)
                 return r;
-
-        SigV4Request req = {
+        *ret_req = (SigV4Request) {
                 .method = method,
-                .host = t.host,
-                .path = t.path,
+                .host = ret_target->host,
+                .path = ret_target->path,
                 .query = query,
                 .n_query = n_query,
                 .headers = headers,
@@ -803,8 +800,26 @@ int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *
                 .payload_hash = payload_hash,
                 .region = loc->region,
                 .service = "s3",
-                .flags = SIGV4_CONTENT_SHA256_HEADER,
+                .flags = flags,
         };
+        return 0;
+}
+
+int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *query, size_t n_query,
+                    const SigV4Pair *headers, size_t n_headers, const char *payload_hash,
+                    const SigV4Credentials *creds, time_t now, SigV4Result *ret, char **ret_url) {
+        _cleanup_(sigv4_result_done) SigV4Result res = {};
+        _cleanup_(s3_target_done) S3Target t = {};
+        _cleanup_free_ char *canonical_query = NULL, *url = NULL;
+        SigV4Request req;
+        int r;
+
+        if (!ret)
+                return -EINVAL;
+        r = s3_request_prepare(loc, method, query, n_query, headers, n_headers, payload_hash,
+                               SIGV4_CONTENT_SHA256_HEADER, &t, &req);
+        if (r < 0)
+                return r;
         r = sigv4_sign_headers(&req, creds, now, &res);
         if (r < 0)
                 return r;
@@ -828,26 +843,14 @@ int s3_presign_url(const S3Location *loc, const char *method, const SigV4Pair *q
                    unsigned expires, unsigned flags, char **ret_url) {
         _cleanup_(sigv4_result_done) SigV4Result res = {};
         _cleanup_(s3_target_done) S3Target t = {};
+        SigV4Request req;
         int r;
 
         if (!ret_url || (flags & ~(unsigned) SIGV4_PRESIGN_CONTENT_SHA256_PARAM))
                 return -EINVAL;
-        r = s3_location_resolve(loc, &t);
+        r = s3_request_prepare(loc, method, query, n_query, headers, n_headers, NULL, flags, &t, &req);
         if (r < 0)
                 return r;
-
-        SigV4Request req = {
-                .method = method,
-                .host = t.host,
-                .path = t.path,
-                .query = query,
-                .n_query = n_query,
-                .headers = headers,
-                .n_headers = n_headers,
-                .region = loc->region,
-                .service = "s3",
-                .flags = flags,
-        };
         r = sigv4_presign(&req, creds, now, expires, &res);
         if (r < 0)
                 return r;
