@@ -11,6 +11,7 @@
 
 #include "agent.h"
 #include "bus-util.h"
+#include "endpoint.h"
 #include "id.h"
 #include "json-util.h"
 #include "log.h"
@@ -25,7 +26,7 @@ static bool storage_full_errno(int r) {
 /* Parses a storage block and checks it is effective; errors are set on 'error'. */
 static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_error *error) {
         _cleanup_json_ json_object *o = NULL;
-        const char *why = NULL;
+        const char *why = NULL, *endpoint;
         int r;
 
         if (json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 ||
@@ -36,6 +37,18 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
                 return r;
         if (r < 0)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, why);
+        /* That checked the endpoint without libcurl, by the rule of the parser requests use: should
+         * the two ever part, the client still hears 400 here, not 502 from the transfer. */
+        endpoint = ret->provider == STORAGE_S3           ? ret->s3_endpoint
+                   : ret->provider == STORAGE_ALIYUN_OSS ? ret->oss_endpoint
+                                                         : NULL;
+        r = endpoint ? storage_endpoint_check(endpoint, ret->provider == STORAGE_S3) : 0;
+        if (r < 0) {
+                storage_config_done(ret);
+                return r == -ENOMEM ? r
+                                    : sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                                       "storage endpoint must be an http(s) URL");
+        }
         if (!storage_config_effective(ret, a->config.local_storage_dir)) {
                 storage_config_done(ret);
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured");

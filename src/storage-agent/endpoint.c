@@ -152,6 +152,16 @@ int storage_endpoint_parse(const char *endpoint, StorageEndpoint *ret) {
         return 0;
 }
 
+int storage_endpoint_check(const char *endpoint, bool base_path) {
+        _cleanup_(storage_endpoint_done) StorageEndpoint ep = {};
+        int r;
+
+        r = storage_endpoint_parse(endpoint, &ep);
+        if (r < 0)
+                return r;
+        return base_path || isempty(ep.base_path) ? 0 : -EINVAL;
+}
+
 int storage_url(const char *scheme, const char *host, const char *port, const char *encoded_path,
                 const char *encoded_query, char **ret) {
         _cleanup_(curl_url_cleanupp) CURLU *u = NULL;
