@@ -9,6 +9,7 @@
 
 #include "endpoint.h"
 #include "macro.h"
+#include "sign-util.h"
 #include "string-util.h"
 
 static void curl_url_cleanupp(CURLU **u) {
@@ -109,14 +110,10 @@ int storage_endpoint_parse(const char *endpoint, StorageEndpoint *ret) {
                 r = url_part(u, CURLUPART_HOST, 0, &e.host);
         if (r <= 0)
                 return r < 0 ? r : -EINVAL; /* file:///…: no host */
-        for (char *c = e.scheme; *c; c++)
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
+        sign_ascii_lower(e.scheme);
         if (!streq(e.scheme, "http") && !streq(e.scheme, "https"))
                 return -EINVAL;
-        for (char *c = e.host; *c; c++)
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
+        sign_ascii_lower(e.host);
         if (e.host[0] == '[')
                 e.ip = true; /* libcurl checked the address */
         else {

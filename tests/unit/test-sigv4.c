@@ -24,12 +24,12 @@ static bool has_prefix(const char *s, const char *prefix) {
 
 static const SigV4Credentials suite_creds = {
         .access_key_id = "AKIDEXAMPLE",
-        .secret_access_key = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        .secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
 };
 
 static const SigV4Credentials s3_doc_creds = {
         .access_key_id = "AKIAIOSFODNN7EXAMPLE",
-        .secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        .secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
 };
 
 static void test_uri_encode(void) {
@@ -177,7 +177,7 @@ static void test_signing_key(void) {
         _cleanup_free_ char *hex = NULL;
         static const char expected[] = "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d";
 
-        ASSERT_EQ(sigv4_signing_key(suite_creds.secret_access_key, "20120215", "us-east-1", "iam", k), 0);
+        ASSERT_EQ(sigv4_signing_key(suite_creds.secret, "20120215", "us-east-1", "iam", k), 0);
         for (size_t i = 0; i < sizeof(k); i++) {
                 char b[3];
                 snprintf(b, sizeof(b), "%02x", k[i]);
