@@ -80,16 +80,34 @@ static int archive_key_from(Agent *a, const char *storage, const char *stem, Sto
         return r;
 }
 
-/* The (storage, stem) arguments of the archive methods, as the object key they name. */
-static int read_archive_key(sd_bus_message *m, Agent *a, StorageConfig *c, char **ret, sd_bus_error *error) {
-        const char *storage, *stem;
+/* The (storage, key) arguments of the object methods, as the full key; accept_full as for
+ * storage_full_key(). */
+static int object_key_from(Agent *a, const char *storage, const char *key, bool accept_full,
+                           StorageConfig *c, char **ret, sd_bus_error *error) {
+        int r;
+
+        r = parse_storage(a, storage, c, error);
+        if (r != 0)
+                return r;
+        r = storage_full_key(c, key, accept_full, ret);
+        if (r == -EINVAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
+        return r;
+}
+
+/* The (storage, stem) arguments of the archive methods, or the (storage, key) of DeleteObject (which
+ * takes full keys too), as the object key they name. */
+static int read_storage_key(sd_bus_message *m, Agent *a, bool archive, StorageConfig *c, char **ret,
+                            sd_bus_error *error) {
+        const char *storage, *name;
         int r;
 
         agent_touch(a);
-        r = sd_bus_message_read(m, "ss", &storage, &stem);
+        r = sd_bus_message_read(m, "ss", &storage, &name);
         if (r < 0)
                 return r;
-        return archive_key_from(a, storage, stem, c, ret, error);
+        return archive ? archive_key_from(a, storage, name, c, ret, error)
+                       : object_key_from(a, storage, name, true, c, ret, error);
 }
 
 static StagedArchive *staged_free(StagedArchive *s) {
@@ -144,7 +162,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         StagedArchive *s;
         int r;
 
-        r = read_archive_key(m, a, &c, &key, error);
+        r = read_storage_key(m, a, true, &c, &key, error);
         if (r != 0)
                 return r;
 
@@ -316,7 +334,7 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
         _cleanup_close_ int fd = -EBADF;
         int r;
 
-        r = read_archive_key(m, a, &c, &key, error);
+        r = read_storage_key(m, a, true, &c, &key, error);
         if (r != 0)
                 return r;
         if (c.provider != STORAGE_LOCAL)
@@ -337,24 +355,32 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
         return sd_bus_reply_method_return(m, "bh", true, fd);
 }
 
-static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Agent *a = userdata;
+/* DeleteArchive and DeleteObject: one deletion, told apart in the log and the reply (DeleteObject answers
+ * the full key, and an invalid key there is the caller's mistake). */
+static int delete_storage_key(sd_bus_message *m, Agent *a, bool object, sd_bus_error *error) {
         _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
         _cleanup_free_ char *key = NULL;
+        const char *what = object ? "object" : "archive";
         int r;
 
-        r = read_archive_key(m, a, &c, &key, error);
+        r = read_storage_key(m, a, !object, &c, &key, error);
         if (r != 0)
                 return r;
         if (c.provider != STORAGE_LOCAL)
-                return agent_s3_delete(a, m, &c, key, false);
+                return agent_s3_delete(a, m, &c, key, object);
         r = local_delete(a->config.local_storage_dir, key);
+        if (r == -EINVAL && object)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
         if (r < 0) {
-                log_warning_errno(r, "Failed to delete archive '%s': %m", key);
+                log_warning_errno(r, "Failed to delete %s '%s': %m", what, key);
                 return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to delete from storage");
         }
-        log_info("Deleted archive '%s'.", key);
-        return sd_bus_reply_method_return(m, NULL);
+        log_info("Deleted %s '%s'.", what, key);
+        return object ? sd_bus_reply_method_return(m, "s", key) : sd_bus_reply_method_return(m, NULL);
+}
+
+static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return delete_storage_key(m, userdata, false, error);
 }
 
 static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -369,13 +395,8 @@ static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *er
         r = sd_bus_message_read(m, "sssht", &storage, &k, &content_type, &fd, &expires_in);
         if (r < 0)
                 return r;
-        r = parse_storage(a, storage, &c, error);
+        r = object_key_from(a, storage, k, false, &c, &key, error);
         if (r != 0)
-                return r;
-        r = storage_full_key(&c, k, false, &key);
-        if (r == -EINVAL)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
-        if (r < 0)
                 return r;
         if (c.provider == STORAGE_LOCAL)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
@@ -384,35 +405,7 @@ static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *er
 }
 
 static int method_delete_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Agent *a = userdata;
-        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
-        _cleanup_free_ char *key = NULL;
-        const char *storage, *k;
-        int r;
-
-        agent_touch(a);
-        r = sd_bus_message_read(m, "ss", &storage, &k);
-        if (r < 0)
-                return r;
-        r = parse_storage(a, storage, &c, error);
-        if (r != 0)
-                return r;
-        r = storage_full_key(&c, k, true, &key);
-        if (r == -EINVAL)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
-        if (r < 0)
-                return r;
-        if (c.provider != STORAGE_LOCAL)
-                return agent_s3_delete(a, m, &c, key, true);
-        r = local_delete(a->config.local_storage_dir, key);
-        if (r == -EINVAL)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
-        if (r < 0) {
-                log_warning_errno(r, "Failed to delete '%s': %m", key);
-                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to delete from storage");
-        }
-        log_info("Deleted object '%s'.", key);
-        return sd_bus_reply_method_return(m, "s", key);
+        return delete_storage_key(m, userdata, true, error);
 }
 
 static int method_collect_garbage(sd_bus_message *m, void *userdata, sd_bus_error *error) {
