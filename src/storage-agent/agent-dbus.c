@@ -202,6 +202,15 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         return sd_bus_reply_method_return(m, "sh", s->token, s->spool_fd >= 0 ? s->spool_fd : s->local.fd);
 }
 
+void agent_reply_archive_stored(sd_bus_message *m, const char *key, uint64_t size) {
+        int r;
+
+        log_info("Stored archive '%s' (%llu bytes).", key, (unsigned long long) size);
+        r = sd_bus_reply_method_return(m, "t", size);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
+}
+
 /* The end of a local commit, said once: the staging is used up either way. */
 static void local_commit_done(StagedArchive *s, int error) {
         int r;
@@ -211,12 +220,10 @@ static void local_commit_done(StagedArchive *s, int error) {
                 const char *what = storage_full_errno(error) ? "storage full" : "failed to write to storage";
                 r = sd_bus_reply_method_error(s->commit,
                                               &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED, what));
-        } else {
-                log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) s->size);
-                r = sd_bus_reply_method_return(s->commit, "t", s->size);
-        }
-        if (r < 0)
-                log_debug_errno(r, "Failed to reply, ignoring: %m");
+                if (r < 0)
+                        log_debug_errno(r, "Failed to reply, ignoring: %m");
+        } else
+                agent_reply_archive_stored(s->commit, s->full_key, s->size);
         staged_free(s);
 }
 

@@ -51,6 +51,8 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
 /* Uploads the first 'size' bytes of s's spool (the size committed), verified end to end. */
 int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint64_t size);
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key);
+/* CommitArchive's answer once the archive is stored, wherever that is: logged and replied with its size. */
+void agent_reply_archive_stored(sd_bus_message *m, const char *key, uint64_t size);
 /* Copies the fields a request needs into a config that outlives the call. */
 int storage_config_copy(const StorageConfig *c, StorageConfig *ret);
 
