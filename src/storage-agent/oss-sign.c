@@ -271,7 +271,10 @@ int oss_v1_authorization(const OssRequest *req, const OssCredentials *creds, con
         return 0;
 }
 
+/* "name=value", after a '&' unless it is the first. */
 static void str_append_query_pair(StrBuf *b, const char *name, const char *value) {
+        if (b->len > 0)
+                strbuf_append_c(b, '&');
         str_append_encoded(b, name, false);
         strbuf_append_c(b, '=');
         str_append_encoded(b, strempty(value), false);
@@ -285,16 +288,19 @@ bool oss_endpoint_wants_path_style(const char *endpoint) {
         return ep.ip || streq(ep.host, "localhost");
 }
 
-/* The URL of a location with an encoded query (or none), assembled by endpoint.c from the endpoint
+/* The URL of a location with an encoded query (empty: none), assembled by endpoint.c from the endpoint
  * libcurl parsed: the bucket's subdomain is of the host libcurl connects to. */
-static int location_url(const OssLocation *loc, const char *query, char **ret) {
+static int location_url(const OssLocation *loc, StrBuf *query_buf, char **ret) {
         _cleanup_(storage_endpoint_done) StorageEndpoint ep = {};
-        _cleanup_free_ char *host = NULL, *path = NULL;
+        _cleanup_free_ char *host = NULL, *path = NULL, *query = NULL;
         _cleanup_(strbuf_done) StrBuf b = {};
         const char *bucket, *key;
         bool path_style;
         int r;
 
+        r = strbuf_steal(query_buf, &query);
+        if (r < 0)
+                return r;
         if (!loc)
                 return -EINVAL;
         bucket = strempty(loc->bucket);
@@ -332,28 +338,21 @@ static int location_url(const OssLocation *loc, const char *query, char **ret) {
 
 int oss_request_url(const OssLocation *loc, const OssPair *query, size_t n_query, char **ret) {
         _cleanup_(strbuf_done) StrBuf b = {};
-        _cleanup_free_ char *q = NULL;
-        int r;
 
         if (n_query > 0 && !query)
                 return -EINVAL;
         for (size_t i = 0; i < n_query; i++) {
                 if (isempty(query[i].name))
                         return -EINVAL;
-                if (i > 0)
-                        strbuf_append_c(&b, '&');
                 str_append_query_pair(&b, query[i].name, query[i].value);
         }
-        r = strbuf_steal(&b, &q);
-        if (r < 0)
-                return r;
-        return location_url(loc, q, ret);
+        return location_url(loc, &b, ret);
 }
 
 int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair *headers, size_t n_headers,
                       const OssPair *subresources, size_t n_subresources, const OssCredentials *creds,
                       time_t now, unsigned expires, char **ret_url) {
-        _cleanup_free_ char *authorization = NULL, *query = NULL;
+        _cleanup_free_ char *authorization = NULL;
         _cleanup_(strbuf_done) StrBuf b = {};
         char expires_str[24];
         int r;
@@ -382,17 +381,10 @@ int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair 
                 return r;
 
         str_append_query_pair(&b, "OSSAccessKeyId", creds->access_key_id);
-        strbuf_append_c(&b, '&');
         str_append_query_pair(&b, "Expires", expires_str);
-        strbuf_append_c(&b, '&');
         /* authorization is "OSS <id>:<signature>"; the signature follows the last ':'. */
         str_append_query_pair(&b, "Signature", strrchr(authorization, ':') + 1);
-        for (size_t i = 0; i < n_subresources; i++) {
-                strbuf_append_c(&b, '&');
+        for (size_t i = 0; i < n_subresources; i++)
                 str_append_query_pair(&b, subresources[i].name, subresources[i].value);
-        }
-        r = strbuf_steal(&b, &query);
-        if (r < 0)
-                return r;
-        return location_url(loc, query, ret_url);
+        return location_url(loc, &b, ret_url);
 }
