@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The "storage" block of the sidecar API: parsing, when it is effective, and object key rules. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,12 +47,66 @@ void storage_config_done(StorageConfig *c) {
         *c = (StorageConfig) { .provider = _STORAGE_PROVIDER_INVALID };
 }
 
-/* "http(s)://authority[/path]": nothing that could hide another host from the allowlist ('@'
- * userinfo, '?' or '#' before the authority ends, a backslash) and no whitespace, as the
- * signers' endpoint parser demands. */
-static bool endpoint_is_valid(const char *e) {
-        const char *rest = startswith(e, "https://") ?: startswith(e, "http://");
-        return rest && *rest && *rest != '/' && !strpbrk(rest, "?#@\\ \t\r\n");
+/* A port libcurl takes and the agent keeps: decimal, 1…65535, or none at all ("h:" is "h"). */
+static bool endpoint_port_is_valid(const char *p, size_t n) {
+        unsigned long v = 0;
+
+        if (n == 0)
+                return true;
+        for (size_t i = 0; i < n; i++) {
+                if (p[i] < '0' || p[i] > '9')
+                        return false;
+                v = v * 10 + (unsigned long) (p[i] - '0');
+                if (v > 65535)
+                        return false;
+        }
+        return v > 0;
+}
+
+bool storage_endpoint_is_valid(const char *endpoint, bool base_path) {
+        const char *rest, *path, *port = NULL;
+        size_t host_len;
+
+        if (!endpoint)
+                return false;
+        rest = startswith(endpoint, "https://") ?: startswith(endpoint, "http://");
+        if (!rest)
+                return false;
+        /* Nothing that could hide another host from the allowlist ('@' userinfo, '?' or '#', a
+         * backslash), no blanks and no control characters, which libcurl refuses. */
+        for (const unsigned char *c = (const unsigned char *) rest; *c; c++)
+                if (*c < 0x20 || *c == 0x7f || strchr("?#@\\ ", *c))
+                        return false;
+
+        path = rest + strcspn(rest, "/");
+        if (rest[0] == '[') {
+                /* An IPv6 address in brackets, without a zone ("%25eth0"). */
+                char addr[INET6_ADDRSTRLEN];
+                struct in6_addr a;
+                const char *end = memchr(rest, ']', (size_t) (path - rest));
+
+                if (!end || (size_t) (end - rest - 1) >= sizeof(addr))
+                        return false;
+                memcpy(addr, rest + 1, (size_t) (end - rest - 1));
+                addr[end - rest - 1] = 0;
+                if (inet_pton(AF_INET6, addr, &a) != 1)
+                        return false;
+                host_len = (size_t) (end + 1 - rest);
+        } else {
+                /* A name of DNS label characters (or an IPv4 address). */
+                host_len = strspn(rest, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._");
+                if (host_len == 0)
+                        return false;
+        }
+        if (rest[host_len] == ':')
+                port = rest + host_len + 1;
+        else if (rest + host_len != path)
+                return false;
+        if (port && !endpoint_port_is_valid(port, (size_t) (path - port)))
+                return false;
+
+        /* OSS endpoints have no base path: the bucket and key are all of it. */
+        return base_path || path[strspn(path, "/")] == 0;
 }
 
 int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error) {
@@ -129,8 +184,8 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
 #undef DUP
 
         /* Endpoints are URLs with a scheme; nothing else is fetched. */
-        if ((c.s3_endpoint && !endpoint_is_valid(c.s3_endpoint)) ||
-            (c.oss_endpoint && !endpoint_is_valid(c.oss_endpoint))) {
+        if ((c.s3_endpoint && !storage_endpoint_is_valid(c.s3_endpoint, true)) ||
+            (c.oss_endpoint && !storage_endpoint_is_valid(c.oss_endpoint, false))) {
                 *ret_error = "storage endpoint must be an http(s) URL";
                 return -EINVAL;
         }

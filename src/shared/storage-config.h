@@ -41,6 +41,14 @@ typedef struct StorageConfig {
 int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error);
 void storage_config_done(StorageConfig *c);
 
+/* Whether the storage agent can use an endpoint: "http(s)://host[:port][/base-path]", the host of
+ * a-z A-Z 0-9 '-' '.' '_' (no %XX) or an IPv6 address in brackets (no zone), the port 1…65535, no user,
+ * query or fragment, no blanks, backslashes or control characters; with base_path false (OSS)
+ * nothing after the host and port but '/'. This is the agent's libcurl parser's rule
+ * (storage_endpoint_check() in src/storage-agent/endpoint.c), written without libcurl so the daemons
+ * that don't link it refuse the same endpoints; tests/unit/test-sigv4.c holds both to one table. */
+bool storage_endpoint_is_valid(const char *endpoint, bool base_path);
+
 /* Whether archives and the storage endpoints work with this block (COMPAT.md "Storage effective"). */
 bool storage_config_effective(const StorageConfig *c, const char *local_storage_dir);
 

@@ -11,6 +11,7 @@
 
 #include "agent.h"
 #include "bus-util.h"
+#include "endpoint.h"
 #include "id.h"
 #include "json-util.h"
 #include "log.h"
@@ -25,7 +26,7 @@ static bool storage_full_errno(int r) {
 /* Parses a storage block and checks it is effective; errors are set on 'error'. */
 static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_error *error) {
         _cleanup_json_ json_object *o = NULL;
-        const char *why = NULL;
+        const char *why = NULL, *endpoint;
         int r;
 
         if (json_parse(json, strlen(json), JSON_DEPTH_MAX, &o) < 0 ||
@@ -36,6 +37,18 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
                 return r;
         if (r < 0)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, why);
+        /* That checked the endpoint without libcurl, by the rule of the parser requests use: should
+         * the two ever part, the client still hears 400 here, not 502 from the transfer. */
+        endpoint = ret->provider == STORAGE_S3           ? ret->s3_endpoint
+                   : ret->provider == STORAGE_ALIYUN_OSS ? ret->oss_endpoint
+                                                         : NULL;
+        r = endpoint ? storage_endpoint_check(endpoint, ret->provider == STORAGE_S3) : 0;
+        if (r < 0) {
+                storage_config_done(ret);
+                return r == -ENOMEM ? r
+                                    : sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                                       "storage endpoint must be an http(s) URL");
+        }
         if (!storage_config_effective(ret, a->config.local_storage_dir)) {
                 storage_config_done(ret);
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured");
@@ -67,26 +80,40 @@ static int archive_key_from(Agent *a, const char *storage, const char *stem, Sto
         return r;
 }
 
-/* The (storage, stem) arguments of the archive methods, as the object key they name. */
-static int read_archive_key(sd_bus_message *m, Agent *a, StorageConfig *c, char **ret, sd_bus_error *error) {
-        const char *storage, *stem;
+/* The (storage, key) arguments of the object methods, as the full key; accept_full as for
+ * storage_full_key(). */
+static int object_key_from(Agent *a, const char *storage, const char *key, bool accept_full,
+                           StorageConfig *c, char **ret, sd_bus_error *error) {
+        int r;
+
+        r = parse_storage(a, storage, c, error);
+        if (r != 0)
+                return r;
+        r = storage_full_key(c, key, accept_full, ret);
+        if (r == -EINVAL)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
+        return r;
+}
+
+/* The (storage, stem) arguments of the archive methods, or the (storage, key) of DeleteObject (which
+ * takes full keys too), as the object key they name. */
+static int read_storage_key(sd_bus_message *m, Agent *a, bool archive, StorageConfig *c, char **ret,
+                            sd_bus_error *error) {
+        const char *storage, *name;
         int r;
 
         agent_touch(a);
-        r = sd_bus_message_read(m, "ss", &storage, &stem);
+        r = sd_bus_message_read(m, "ss", &storage, &name);
         if (r < 0)
                 return r;
-        return archive_key_from(a, storage, stem, c, ret, error);
+        return archive ? archive_key_from(a, storage, name, c, ret, error)
+                       : object_key_from(a, storage, name, true, c, ret, error);
 }
 
 static StagedArchive *staged_free(StagedArchive *s) {
         if (!s)
                 return NULL;
-        for (StagedArchive **p = &s->agent->staged; *p; p = &(*p)->next)
-                if (*p == s) {
-                        *p = s->next;
-                        break;
-                }
+        LIST_REMOVE(staged, s->agent->staged, s);
         local_abort(&s->local);
         safe_close(s->spool_fd);
         storage_config_done(&s->s3);
@@ -108,7 +135,7 @@ static int on_staged_expired(sd_event_source *source, uint64_t usec, void *userd
 
 /* A staging being committed is no longer anyone's to commit or abort. */
 static StagedArchive *staged_find(Agent *a, const char *token) {
-        for (StagedArchive *s = a->staged; s; s = s->next)
+        LIST_FOREACH(staged, s, a->staged)
                 if (streq(s->token, token) && !s->commit)
                         return s;
         return NULL;
@@ -135,7 +162,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         StagedArchive *s;
         int r;
 
-        r = read_archive_key(m, a, &c, &key, error);
+        r = read_storage_key(m, a, true, &c, &key, error);
         if (r != 0)
                 return r;
 
@@ -162,8 +189,7 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
                                                 : "failed to write to storage");
         }
         s->full_key = TAKE_PTR(key);
-        s->next = a->staged;
-        a->staged = s;
+        LIST_PREPEND(staged, a->staged, s);
         agent_job_begin(a);
         r = sd_event_add_time_relative(a->event, &s->expiry, CLOCK_MONOTONIC,
                                        a->config.archive_timeout_sec * USEC_PER_SEC +
@@ -176,6 +202,15 @@ static int method_begin_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         return sd_bus_reply_method_return(m, "sh", s->token, s->spool_fd >= 0 ? s->spool_fd : s->local.fd);
 }
 
+void agent_reply_archive_stored(sd_bus_message *m, const char *key, uint64_t size) {
+        int r;
+
+        log_info("Stored archive '%s' (%llu bytes).", key, (unsigned long long) size);
+        r = sd_bus_reply_method_return(m, "t", size);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
+}
+
 /* The end of a local commit, said once: the staging is used up either way. */
 static void local_commit_done(StagedArchive *s, int error) {
         int r;
@@ -185,12 +220,10 @@ static void local_commit_done(StagedArchive *s, int error) {
                 const char *what = storage_full_errno(error) ? "storage full" : "failed to write to storage";
                 r = sd_bus_reply_method_error(s->commit,
                                               &SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_STORAGE_FAILED, what));
-        } else {
-                log_info("Stored archive '%s' (%llu bytes).", s->full_key, (unsigned long long) s->size);
-                r = sd_bus_reply_method_return(s->commit, "t", s->size);
-        }
-        if (r < 0)
-                log_debug_errno(r, "Failed to reply, ignoring: %m");
+                if (r < 0)
+                        log_debug_errno(r, "Failed to reply, ignoring: %m");
+        } else
+                agent_reply_archive_stored(s->commit, s->full_key, s->size);
         staged_free(s);
 }
 
@@ -308,7 +341,7 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
         _cleanup_close_ int fd = -EBADF;
         int r;
 
-        r = read_archive_key(m, a, &c, &key, error);
+        r = read_storage_key(m, a, true, &c, &key, error);
         if (r != 0)
                 return r;
         if (c.provider != STORAGE_LOCAL)
@@ -329,24 +362,32 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
         return sd_bus_reply_method_return(m, "bh", true, fd);
 }
 
-static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Agent *a = userdata;
+/* DeleteArchive and DeleteObject: one deletion, told apart in the log and the reply (DeleteObject answers
+ * the full key, and an invalid key there is the caller's mistake). */
+static int delete_storage_key(sd_bus_message *m, Agent *a, bool object, sd_bus_error *error) {
         _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
         _cleanup_free_ char *key = NULL;
+        const char *what = object ? "object" : "archive";
         int r;
 
-        r = read_archive_key(m, a, &c, &key, error);
+        r = read_storage_key(m, a, !object, &c, &key, error);
         if (r != 0)
                 return r;
         if (c.provider != STORAGE_LOCAL)
-                return agent_s3_delete(a, m, &c, key, false);
+                return agent_s3_delete(a, m, &c, key, object);
         r = local_delete(a->config.local_storage_dir, key);
+        if (r == -EINVAL && object)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
         if (r < 0) {
-                log_warning_errno(r, "Failed to delete archive '%s': %m", key);
+                log_warning_errno(r, "Failed to delete %s '%s': %m", what, key);
                 return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to delete from storage");
         }
-        log_info("Deleted archive '%s'.", key);
-        return sd_bus_reply_method_return(m, NULL);
+        log_info("Deleted %s '%s'.", what, key);
+        return object ? sd_bus_reply_method_return(m, "s", key) : sd_bus_reply_method_return(m, NULL);
+}
+
+static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return delete_storage_key(m, userdata, false, error);
 }
 
 static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -361,13 +402,8 @@ static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *er
         r = sd_bus_message_read(m, "sssht", &storage, &k, &content_type, &fd, &expires_in);
         if (r < 0)
                 return r;
-        r = parse_storage(a, storage, &c, error);
+        r = object_key_from(a, storage, k, false, &c, &key, error);
         if (r != 0)
-                return r;
-        r = storage_full_key(&c, k, false, &key);
-        if (r == -EINVAL)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
-        if (r < 0)
                 return r;
         if (c.provider == STORAGE_LOCAL)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
@@ -376,35 +412,7 @@ static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *er
 }
 
 static int method_delete_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Agent *a = userdata;
-        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
-        _cleanup_free_ char *key = NULL;
-        const char *storage, *k;
-        int r;
-
-        agent_touch(a);
-        r = sd_bus_message_read(m, "ss", &storage, &k);
-        if (r < 0)
-                return r;
-        r = parse_storage(a, storage, &c, error);
-        if (r != 0)
-                return r;
-        r = storage_full_key(&c, k, true, &key);
-        if (r == -EINVAL)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
-        if (r < 0)
-                return r;
-        if (c.provider != STORAGE_LOCAL)
-                return agent_s3_delete(a, m, &c, key, true);
-        r = local_delete(a->config.local_storage_dir, key);
-        if (r == -EINVAL)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid storage key");
-        if (r < 0) {
-                log_warning_errno(r, "Failed to delete '%s': %m", key);
-                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to delete from storage");
-        }
-        log_info("Deleted object '%s'.", key);
-        return sd_bus_reply_method_return(m, "s", key);
+        return delete_storage_key(m, userdata, true, error);
 }
 
 static int method_collect_garbage(sd_bus_message *m, void *userdata, sd_bus_error *error) {

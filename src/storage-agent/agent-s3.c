@@ -517,7 +517,6 @@ static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int e
 static void on_archive_uploaded(S3Call *call, int error, long status, const char *body, void *userdata) {
         ArchiveCall *c = userdata;
         const Transfer *t = s3_call_transfer(call);
-        int r;
 
         if (error < 0 || status < 200 || status >= 300) {
                 archive_failed(c, true, t, error, status, body);
@@ -537,10 +536,7 @@ static void on_archive_uploaded(S3Call *call, int error, long status, const char
                 archive_call_free(c);
                 return;
         }
-        log_info("Stored archive '%s' (%llu bytes).", c->key, (unsigned long long) c->size);
-        r = sd_bus_reply_method_return(c->message, "t", c->size);
-        if (r < 0)
-                log_debug_errno(r, "Failed to reply, ignoring: %m");
+        agent_reply_archive_stored(c->message, c->key, c->size);
         archive_call_free(c);
 }
 

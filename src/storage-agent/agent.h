@@ -11,14 +11,15 @@
 #include "storage-config.h"
 #include "sync-child.h"
 #include "config.h"
+#include "list.h"
 #include "macro.h"
 
 #define AGENT_IDLE_EXIT_USEC (30 * USEC_PER_SEC)
 
 /* An archive being written by a runner, published on commit. */
 typedef struct StagedArchive {
-        struct StagedArchive *next;
         struct Agent *agent;
+        LIST_FIELDS(struct StagedArchive, staged); /* Agent.staged */
         char token[33];
         char *full_key;
         LocalStaged local;
@@ -50,6 +51,8 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
 /* Uploads the first 'size' bytes of s's spool (the size committed), verified end to end. */
 int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint64_t size);
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key);
+/* CommitArchive's answer once the archive is stored, wherever that is: logged and replied with its size. */
+void agent_reply_archive_stored(sd_bus_message *m, const char *key, uint64_t size);
 /* Copies the fields a request needs into a config that outlives the call. */
 int storage_config_copy(const StorageConfig *c, StorageConfig *ret);
 

@@ -9,6 +9,7 @@
 
 #include "endpoint.h"
 #include "macro.h"
+#include "sign-util.h"
 #include "string-util.h"
 
 static void curl_url_cleanupp(CURLU **u) {
@@ -109,14 +110,10 @@ int storage_endpoint_parse(const char *endpoint, StorageEndpoint *ret) {
                 r = url_part(u, CURLUPART_HOST, 0, &e.host);
         if (r <= 0)
                 return r < 0 ? r : -EINVAL; /* file:///…: no host */
-        for (char *c = e.scheme; *c; c++)
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
+        sign_ascii_lower(e.scheme);
         if (!streq(e.scheme, "http") && !streq(e.scheme, "https"))
                 return -EINVAL;
-        for (char *c = e.host; *c; c++)
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
+        sign_ascii_lower(e.host);
         if (e.host[0] == '[')
                 e.ip = true; /* libcurl checked the address */
         else {
@@ -150,6 +147,16 @@ int storage_endpoint_parse(const char *endpoint, StorageEndpoint *ret) {
         *ret = e;
         e = (StorageEndpoint) {};
         return 0;
+}
+
+int storage_endpoint_check(const char *endpoint, bool base_path) {
+        _cleanup_(storage_endpoint_done) StorageEndpoint ep = {};
+        int r;
+
+        r = storage_endpoint_parse(endpoint, &ep);
+        if (r < 0)
+                return r;
+        return base_path || isempty(ep.base_path) ? 0 : -EINVAL;
 }
 
 int storage_url(const char *scheme, const char *host, const char *port, const char *encoded_path,

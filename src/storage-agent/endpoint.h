@@ -21,6 +21,11 @@ typedef struct StorageEndpoint {
 int storage_endpoint_parse(const char *endpoint, StorageEndpoint *ret);
 void storage_endpoint_done(StorageEndpoint *e);
 
+/* Whether requests can be made to an endpoint: it parses, and with base_path false (OSS) it names no
+ * base path. 0 or -EINVAL (-ENOMEM). storage_endpoint_is_valid() (storage-config.h) is the same rule
+ * without libcurl. */
+int storage_endpoint_check(const char *endpoint, bool base_path);
+
 /* The URL of a request, assembled by curl_url_set(): path and query already percent-encoded the way
  * they were signed, and kept as they are (no dot-segment removal: S3 signs the path as sent; the
  * transfer sets CURLOPT_PATH_AS_IS for the same reason). port NULL: the default; query NULL or "":

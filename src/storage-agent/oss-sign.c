@@ -31,32 +31,14 @@ static void str_append_encoded(StrBuf *b, const char *s, bool keep_slash) {
         strbuf_append_percent_encoded(b, s, is_uri_component_char, keep_slash);
 }
 
-static bool is_blank(char c) {
-        return c == ' ' || c == '\t';
-}
-
-static bool access_key_id_ok(const char *s) {
-        if (isempty(s))
-                return false;
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
-                if (*p <= 0x20 || *p == 0x7f || *p == ':')
-                        return false;
-        return true;
-}
-
+/* The AccessKeyId ends up in "OSS <id>:<signature>". */
 static bool credentials_ok(const OssCredentials *c) {
-        return c && access_key_id_ok(c->access_key_id) && !isempty(c->access_key_secret);
+        return sign_credentials_ok(c, ":");
 }
 
 /* Bucket names are 3…63 of a-z 0-9 '-'; accept what can at least not break the resource or host. */
 static bool bucket_ok(const char *b) {
-        if (isempty(b))
-                return false;
-        for (; *b; b++)
-                if (!((*b >= 'a' && *b <= 'z') || (*b >= 'A' && *b <= 'Z') || (*b >= '0' && *b <= '9') ||
-                      *b == '-' || *b == '.' || *b == '_'))
-                        return false;
-        return true;
+        return sign_name_is_valid(b);
 }
 
 /* Object names are UTF-8 and do not start with '/'. */
@@ -68,10 +50,10 @@ static bool key_ok(const char *k) {
 static char *strdup_trimmed(const char *v) {
         size_t l;
 
-        while (is_blank(*v))
+        while (sign_is_blank(*v))
                 v++;
         l = strlen(v);
-        while (l > 0 && is_blank(v[l - 1]))
+        while (l > 0 && sign_is_blank(v[l - 1]))
                 l--;
         return strndup(v, l);
 }
@@ -92,40 +74,16 @@ int oss_http_date(time_t t, char ret[static OSS_HTTP_DATE_LEN + 1]) {
         return 0;
 }
 
-typedef struct Entry {
-        char *name;
-        char *value;
-        size_t index;
-} Entry;
-
-static void entries_free(Entry *e, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                free(e[i].name);
-                free(e[i].value);
-        }
-        free(e);
-}
-
-static int entry_cmp(const void *a, const void *b) {
-        const Entry *x = a, *y = b;
-        int r;
-
-        r = strcmp(x->name, y->name);
-        if (r != 0)
-                return r;
-        return x->index < y->index ? -1 : x->index > y->index;
-}
-
 int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
         _cleanup_(strbuf_done) StrBuf b = {};
-        Entry *e;
+        SignEntry *e;
         size_t m = 0;
         int r = 0;
 
         if (n > 0 && !headers)
                 return -EINVAL;
 
-        e = calloc(MAX(n, (size_t) 1), sizeof(Entry));
+        e = sign_entries_new(n);
         if (!e)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
@@ -145,11 +103,9 @@ int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
                         r = -ENOMEM;
                         goto finish;
                 }
-                for (char *c = e[m - 1].name; *c; c++)
-                        if (*c >= 'A' && *c <= 'Z')
-                                *c = (char) (*c - 'A' + 'a');
+                sign_ascii_lower(e[m - 1].name);
         }
-        qsort(e, m, sizeof(Entry), entry_cmp);
+        qsort(e, m, sizeof(SignEntry), sign_entry_cmp_name_index);
 
         for (size_t i = 0; i < m; i++) {
                 if (i > 0 && streq(e[i].name, e[i - 1].name)) {
@@ -166,14 +122,14 @@ int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
         }
         r = strbuf_steal(&b, ret);
 finish:
-        entries_free(e, n);
+        sign_entries_free(e, n);
         return r;
 }
 
 int oss_v1_canonicalized_resource(const char *bucket, const char *key, const OssPair *subresources, size_t n,
                                   char **ret) {
         _cleanup_(strbuf_done) StrBuf b = {};
-        Entry *e;
+        SignEntry *e;
         int r;
 
         if ((n > 0 && !subresources) || (!isempty(key) && isempty(bucket)) ||
@@ -187,25 +143,25 @@ int oss_v1_canonicalized_resource(const char *bucket, const char *key, const Oss
                 strbuf_append(&b, strempty(key));
         }
 
-        e = calloc(MAX(n, (size_t) 1), sizeof(Entry));
+        e = sign_entries_new(n);
         if (!e)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
                 if (isempty(subresources[i].name) || !http_field_value_is_valid(subresources[i].name) ||
                     strpbrk(subresources[i].name, "&=") ||
                     (subresources[i].value && !http_field_value_is_valid(subresources[i].value))) {
-                        entries_free(e, n);
+                        sign_entries_free(e, n);
                         return -EINVAL;
                 }
                 e[i].name = strdup(subresources[i].name);
                 e[i].value = isempty(subresources[i].value) ? NULL : strdup(subresources[i].value);
                 e[i].index = i;
                 if (!e[i].name || (!isempty(subresources[i].value) && !e[i].value)) {
-                        entries_free(e, n);
+                        sign_entries_free(e, n);
                         return -ENOMEM;
                 }
         }
-        qsort(e, n, sizeof(Entry), entry_cmp);
+        qsort(e, n, sizeof(SignEntry), sign_entry_cmp_name_index);
 
         for (size_t i = 0; i < n; i++) {
                 strbuf_append_c(&b, i == 0 ? '?' : '&');
@@ -215,7 +171,7 @@ int oss_v1_canonicalized_resource(const char *bucket, const char *key, const Oss
                         strbuf_append(&b, e[i].value);
                 }
         }
-        entries_free(e, n);
+        sign_entries_free(e, n);
 
         r = strbuf_steal(&b, ret);
         return r;
@@ -301,7 +257,7 @@ int oss_v1_authorization(const OssRequest *req, const OssCredentials *creds, con
         r = oss_v1_string_to_sign(req, date, &sts);
         if (r < 0)
                 return r;
-        r = oss_v1_signature(creds->access_key_secret, sts, &signature);
+        r = oss_v1_signature(creds->secret, sts, &signature);
         if (r < 0)
                 return r;
         if (asprintf(&authorization, "OSS %s:%s", creds->access_key_id, signature) < 0) {
@@ -315,7 +271,10 @@ int oss_v1_authorization(const OssRequest *req, const OssCredentials *creds, con
         return 0;
 }
 
+/* "name=value", after a '&' unless it is the first. */
 static void str_append_query_pair(StrBuf *b, const char *name, const char *value) {
+        if (b->len > 0)
+                strbuf_append_c(b, '&');
         str_append_encoded(b, name, false);
         strbuf_append_c(b, '=');
         str_append_encoded(b, strempty(value), false);
@@ -329,16 +288,19 @@ bool oss_endpoint_wants_path_style(const char *endpoint) {
         return ep.ip || streq(ep.host, "localhost");
 }
 
-/* The URL of a location with an encoded query (or none), assembled by endpoint.c from the endpoint
+/* The URL of a location with an encoded query (empty: none), assembled by endpoint.c from the endpoint
  * libcurl parsed: the bucket's subdomain is of the host libcurl connects to. */
-static int location_url(const OssLocation *loc, const char *query, char **ret) {
+static int location_url(const OssLocation *loc, StrBuf *query_buf, char **ret) {
         _cleanup_(storage_endpoint_done) StorageEndpoint ep = {};
-        _cleanup_free_ char *host = NULL, *path = NULL;
+        _cleanup_free_ char *host = NULL, *path = NULL, *query = NULL;
         _cleanup_(strbuf_done) StrBuf b = {};
         const char *bucket, *key;
         bool path_style;
         int r;
 
+        r = strbuf_steal(query_buf, &query);
+        if (r < 0)
+                return r;
         if (!loc)
                 return -EINVAL;
         bucket = strempty(loc->bucket);
@@ -376,28 +338,21 @@ static int location_url(const OssLocation *loc, const char *query, char **ret) {
 
 int oss_request_url(const OssLocation *loc, const OssPair *query, size_t n_query, char **ret) {
         _cleanup_(strbuf_done) StrBuf b = {};
-        _cleanup_free_ char *q = NULL;
-        int r;
 
         if (n_query > 0 && !query)
                 return -EINVAL;
         for (size_t i = 0; i < n_query; i++) {
                 if (isempty(query[i].name))
                         return -EINVAL;
-                if (i > 0)
-                        strbuf_append_c(&b, '&');
                 str_append_query_pair(&b, query[i].name, query[i].value);
         }
-        r = strbuf_steal(&b, &q);
-        if (r < 0)
-                return r;
-        return location_url(loc, q, ret);
+        return location_url(loc, &b, ret);
 }
 
 int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair *headers, size_t n_headers,
                       const OssPair *subresources, size_t n_subresources, const OssCredentials *creds,
                       time_t now, unsigned expires, char **ret_url) {
-        _cleanup_free_ char *authorization = NULL, *query = NULL;
+        _cleanup_free_ char *authorization = NULL;
         _cleanup_(strbuf_done) StrBuf b = {};
         char expires_str[24];
         int r;
@@ -426,17 +381,10 @@ int oss_v1_signed_url(const OssLocation *loc, const char *method, const OssPair 
                 return r;
 
         str_append_query_pair(&b, "OSSAccessKeyId", creds->access_key_id);
-        strbuf_append_c(&b, '&');
         str_append_query_pair(&b, "Expires", expires_str);
-        strbuf_append_c(&b, '&');
         /* authorization is "OSS <id>:<signature>"; the signature follows the last ':'. */
         str_append_query_pair(&b, "Signature", strrchr(authorization, ':') + 1);
-        for (size_t i = 0; i < n_subresources; i++) {
-                strbuf_append_c(&b, '&');
+        for (size_t i = 0; i < n_subresources; i++)
                 str_append_query_pair(&b, subresources[i].name, subresources[i].value);
-        }
-        r = strbuf_steal(&b, &query);
-        if (r < 0)
-                return r;
-        return location_url(loc, query, ret_url);
+        return location_url(loc, &b, ret_url);
 }

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "sign-util.h"
+
 /* Version 1 is what the official SDKs sign with by default (ali-oss 6.x: authorizationV4 defaults to
  * false). Pure functions: strings in, malloc()ed strings out; errors are negative errno values
  * (-EINVAL for malformed input, -ERANGE for an unrepresentable time, -ENOMEM) and ret_ parameters
@@ -18,17 +20,12 @@
 
 #define OSS_HTTP_DATE_LEN 29            /* "Thu, 17 Nov 2005 18:49:58 GMT" */
 
-/* A header or a query parameter / sub-resource (name, value), unencoded. A sub-resource with a NULL or
- * empty value is signed as the bare name ("?acl"). */
-typedef struct OssPair {
-        const char *name;
-        const char *value;
-} OssPair;
+/* A header or a query parameter / sub-resource. A sub-resource with a NULL or empty value is signed as
+ * the bare name ("?acl"). */
+typedef SignPair OssPair;
 
-typedef struct OssCredentials {
-        const char *access_key_id;
-        const char *access_key_secret;
-} OssCredentials;
+/* The AccessKeyId and the AccessKeySecret. */
+typedef SignCredentials OssCredentials;
 
 typedef struct OssRequest {
         const char *method;

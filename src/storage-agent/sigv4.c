@@ -55,33 +55,14 @@ int sigv4_uri_encode(const char *s, bool keep_slash, char **ret) {
         return strbuf_steal(&b, ret);
 }
 
-static bool is_blank(char c) {
-        return c == ' ' || c == '\t';
-}
-
 /* Region and service names end up in the scope, separated by '/'. */
 static bool scope_part_ok(const char *s) {
-        if (isempty(s))
-                return false;
-        for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-                      *s == '-' || *s == '_' || *s == '.'))
-                        return false;
-        return true;
+        return sign_name_is_valid(s);
 }
 
 /* The access key id ends up in "Credential=<id>/<scope>, " of the Authorization header. */
-static bool access_key_id_ok(const char *s) {
-        if (isempty(s))
-                return false;
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
-                if (*p <= 0x20 || *p == 0x7f || *p == '/' || *p == ',')
-                        return false;
-        return true;
-}
-
 static bool credentials_ok(const SigV4Credentials *c) {
-        return c && access_key_id_ok(c->access_key_id) && !isempty(c->secret_access_key);
+        return sign_credentials_ok(c, "/,");
 }
 
 static bool host_ok(const char *s) {
@@ -159,22 +140,9 @@ int sigv4_canonical_uri(const char *path, bool normalize, char **ret) {
         return strbuf_steal(&b, ret);
 }
 
-typedef struct EncodedPair {
-        char *name;
-        char *value;
-        size_t index;
-} EncodedPair;
-
-static void encoded_pairs_free(EncodedPair *p, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                free(p[i].name);
-                free(p[i].value);
-        }
-        free(p);
-}
-
+/* Query parameters sort by name and then by value. */
 static int encoded_pair_cmp(const void *a, const void *b) {
-        const EncodedPair *x = a, *y = b;
+        const SignEntry *x = a, *y = b;
         int r;
 
         r = strcmp(x->name, y->name);
@@ -184,35 +152,35 @@ static int encoded_pair_cmp(const void *a, const void *b) {
 }
 
 /* Encode and sort the query parameters; *ret has n entries. */
-static int encode_query(const SigV4Pair *query, size_t n, EncodedPair **ret) {
-        EncodedPair *p;
+static int encode_query(const SigV4Pair *query, size_t n, SignEntry **ret) {
+        SignEntry *p;
         int r;
 
         if (n > 0 && !query)
                 return -EINVAL;
-        p = calloc(MAX(n, (size_t) 1), sizeof(EncodedPair));
+        p = sign_entries_new(n);
         if (!p)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
                 if (!query[i].name) {
-                        encoded_pairs_free(p, n);
+                        sign_entries_free(p, n);
                         return -EINVAL;
                 }
                 r = sigv4_uri_encode(query[i].name, false, &p[i].name);
                 if (r >= 0)
                         r = sigv4_uri_encode(strempty(query[i].value), false, &p[i].value);
                 if (r < 0) {
-                        encoded_pairs_free(p, n);
+                        sign_entries_free(p, n);
                         return r;
                 }
                 p[i].index = i;
         }
-        qsort(p, n, sizeof(EncodedPair), encoded_pair_cmp);
+        qsort(p, n, sizeof(SignEntry), encoded_pair_cmp);
         *ret = p;
         return 0;
 }
 
-static void str_append_query(StrBuf *b, const EncodedPair *p, size_t n) {
+static void str_append_query(StrBuf *b, const SignEntry *p, size_t n) {
         for (size_t i = 0; i < n; i++) {
                 if (i > 0)
                         strbuf_append_c(b, '&');
@@ -224,19 +192,19 @@ static void str_append_query(StrBuf *b, const EncodedPair *p, size_t n) {
 
 int sigv4_canonical_query(const SigV4Pair *query, size_t n, char **ret) {
         _cleanup_(strbuf_done) StrBuf b = {};
-        EncodedPair *p = NULL;
+        SignEntry *p = NULL;
         int r;
 
         r = encode_query(query, n, &p);
         if (r < 0)
                 return r;
         str_append_query(&b, p, n);
-        encoded_pairs_free(p, n);
+        sign_entries_free(p, n);
         return strbuf_steal(&b, ret);
 }
 
 /* Lowercase name, value trimmed and inner runs of blanks collapsed to one space. */
-static int normalize_header(const SigV4Pair *h, size_t index, EncodedPair *ret) {
+static int normalize_header(const SigV4Pair *h, size_t index, SignEntry *ret) {
         char *name, *value, *o;
         const char *v;
 
@@ -250,17 +218,15 @@ static int normalize_header(const SigV4Pair *h, size_t index, EncodedPair *ret) 
                 free(value);
                 return -ENOMEM;
         }
-        for (char *c = name; *c; c++)
-                if (*c >= 'A' && *c <= 'Z')
-                        *c = (char) (*c - 'A' + 'a');
+        sign_ascii_lower(name);
 
         o = value;
         v = h->value;
-        while (is_blank(*v))
+        while (sign_is_blank(*v))
                 v++;
         while (*v) {
-                if (is_blank(*v)) {
-                        while (is_blank(*v))
+                if (sign_is_blank(*v)) {
+                        while (sign_is_blank(*v))
                                 v++;
                         if (*v)
                                 *o++ = ' ';
@@ -269,31 +235,20 @@ static int normalize_header(const SigV4Pair *h, size_t index, EncodedPair *ret) 
         }
         *o = 0;
 
-        *ret = (EncodedPair) { .name = name, .value = value, .index = index };
+        *ret = (SignEntry) { .name = name, .value = value, .index = index };
         return 0;
-}
-
-static int header_cmp(const void *a, const void *b) {
-        const EncodedPair *x = a, *y = b;
-        int r;
-
-        /* Equal names keep the order they were given in: their values are joined in that order. */
-        r = strcmp(x->name, y->name);
-        if (r != 0)
-                return r;
-        return x->index < y->index ? -1 : x->index > y->index;
 }
 
 int sigv4_canonical_headers(const SigV4Pair *headers, size_t n, char **ret_canonical, char **ret_signed) {
         _cleanup_(strbuf_done) StrBuf c = {}, s = {};
         _cleanup_free_ char *canonical = NULL;
-        EncodedPair *p;
+        SignEntry *p;
         int r = 0;
 
         if (n == 0 || !headers)
                 return -EINVAL; /* at least Host is always signed */
 
-        p = calloc(n, sizeof(EncodedPair));
+        p = sign_entries_new(n);
         if (!p)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
@@ -301,7 +256,7 @@ int sigv4_canonical_headers(const SigV4Pair *headers, size_t n, char **ret_canon
                 if (r < 0)
                         goto finish;
         }
-        qsort(p, n, sizeof(EncodedPair), header_cmp);
+        qsort(p, n, sizeof(SignEntry), sign_entry_cmp_name_index);
 
         for (size_t i = 0; i < n; i++) {
                 if (i > 0 && streq(p[i].name, p[i - 1].name)) {
@@ -328,7 +283,7 @@ int sigv4_canonical_headers(const SigV4Pair *headers, size_t n, char **ret_canon
                 goto finish;
         *ret_canonical = TAKE_PTR(canonical);
 finish:
-        encoded_pairs_free(p, n);
+        sign_entries_free(p, n);
         return r;
 }
 
@@ -509,7 +464,7 @@ static int sign_common(const SigV4Request *req, const SigV4Credentials *creds, c
 
         memcpy(yyyymmdd, amz_date, 8);
         yyyymmdd[8] = 0;
-        r = sigv4_signing_key(creds->secret_access_key, yyyymmdd, req->region, req->service, key);
+        r = sigv4_signing_key(creds->secret, yyyymmdd, req->region, req->service, key);
         if (r < 0)
                 return r;
         r = sigv4_signature(key, res->string_to_sign, &res->signature);
@@ -612,7 +567,7 @@ int sigv4_presign(const SigV4Request *req, const SigV4Credentials *creds, time_t
         _cleanup_free_ SigV4Pair *headers = NULL, *params = NULL;
         char amz_date[SIGV4_AMZ_DATE_LEN + 1], expires_str[16];
         _cleanup_(strbuf_done) StrBuf q = {};
-        EncodedPair *encoded = NULL;
+        SignEntry *encoded = NULL;
         size_t n_headers, n_params = 0;
         SigV4Pair host = { "host", req ? req->host : NULL };
         int r;
@@ -671,7 +626,7 @@ int sigv4_presign(const SigV4Request *req, const SigV4Credentials *creds, time_t
         if (r < 0)
                 return r;
         str_append_query(&q, encoded, n_params);
-        encoded_pairs_free(encoded, n_params);
+        sign_entries_free(encoded, n_params);
         r = strbuf_steal(&q, &res.query);
         if (r < 0)
                 return r;
@@ -778,24 +733,21 @@ int s3_target_url(const S3Target *t, const char *query, char **ret) {
         return storage_url(t->scheme, t->hostname, t->port, path, query, ret);
 }
 
-int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *query, size_t n_query,
-                    const SigV4Pair *headers, size_t n_headers, const char *payload_hash,
-                    const SigV4Credentials *creds, time_t now, SigV4Result *ret, char **ret_url) {
-        _cleanup_(sigv4_result_done) SigV4Result res = {};
-        _cleanup_(s3_target_done) S3Target t = {};
-        _cleanup_free_ char *canonical_query = NULL, *url = NULL;
+/* The request to sign for an S3 location: the location resolved into *ret_target, which the request's
+ * host and path point into, and the path signed as is (S3 does not normalize it). */
+static int s3_request_prepare(const S3Location *loc, const char *method, const SigV4Pair *query,
+                              size_t n_query, const SigV4Pair *headers, size_t n_headers,
+                              const char *payload_hash, unsigned flags, S3Target *ret_target,
+                              SigV4Request *ret_req) {
         int r;
 
-        if (!ret)
-                return -EINVAL;
-        r = s3_location_resolve(loc, &t);
+        r = s3_location_resolve(loc, ret_target);
         if (r < 0)
                 return r;
-
-        SigV4Request req = {
+        *ret_req = (SigV4Request) {
                 .method = method,
-                .host = t.host,
-                .path = t.path,
+                .host = ret_target->host,
+                .path = ret_target->path,
                 .query = query,
                 .n_query = n_query,
                 .headers = headers,
@@ -803,8 +755,26 @@ int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *
                 .payload_hash = payload_hash,
                 .region = loc->region,
                 .service = "s3",
-                .flags = SIGV4_CONTENT_SHA256_HEADER,
+                .flags = flags,
         };
+        return 0;
+}
+
+int s3_sign_request(const S3Location *loc, const char *method, const SigV4Pair *query, size_t n_query,
+                    const SigV4Pair *headers, size_t n_headers, const char *payload_hash,
+                    const SigV4Credentials *creds, time_t now, SigV4Result *ret, char **ret_url) {
+        _cleanup_(sigv4_result_done) SigV4Result res = {};
+        _cleanup_(s3_target_done) S3Target t = {};
+        _cleanup_free_ char *canonical_query = NULL, *url = NULL;
+        SigV4Request req;
+        int r;
+
+        if (!ret)
+                return -EINVAL;
+        r = s3_request_prepare(loc, method, query, n_query, headers, n_headers, payload_hash,
+                               SIGV4_CONTENT_SHA256_HEADER, &t, &req);
+        if (r < 0)
+                return r;
         r = sigv4_sign_headers(&req, creds, now, &res);
         if (r < 0)
                 return r;
@@ -828,26 +798,14 @@ int s3_presign_url(const S3Location *loc, const char *method, const SigV4Pair *q
                    unsigned expires, unsigned flags, char **ret_url) {
         _cleanup_(sigv4_result_done) SigV4Result res = {};
         _cleanup_(s3_target_done) S3Target t = {};
+        SigV4Request req;
         int r;
 
         if (!ret_url || (flags & ~(unsigned) SIGV4_PRESIGN_CONTENT_SHA256_PARAM))
                 return -EINVAL;
-        r = s3_location_resolve(loc, &t);
+        r = s3_request_prepare(loc, method, query, n_query, headers, n_headers, NULL, flags, &t, &req);
         if (r < 0)
                 return r;
-
-        SigV4Request req = {
-                .method = method,
-                .host = t.host,
-                .path = t.path,
-                .query = query,
-                .n_query = n_query,
-                .headers = headers,
-                .n_headers = n_headers,
-                .region = loc->region,
-                .service = "s3",
-                .flags = flags,
-        };
         r = sigv4_presign(&req, creds, now, expires, &res);
         if (r < 0)
                 return r;

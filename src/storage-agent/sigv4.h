@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "sign-util.h"
+
 /* Pure functions: strings in, malloc()ed strings out, no I/O and no global state. Every function that
  * can fail returns a negative errno (-EINVAL for a malformed input, -ERANGE for a timestamp outside
  * 1970…9999, -ENOMEM) and writes its ret_ parameters only on success. */
@@ -18,17 +20,12 @@
 #define SIGV4_SIGNING_KEY_SIZE 32
 #define SIGV4_PRESIGN_EXPIRES_MAX 604800U /* seven days, the limit S3 and the AWS SDKs enforce */
 
-/* A header (name, value) or a query parameter (name, value), both unencoded. For query parameters a
- * NULL value means the empty value ("?lifecycle" is signed as "lifecycle="). */
-typedef struct SigV4Pair {
-        const char *name;
-        const char *value;
-} SigV4Pair;
+/* A header or a query parameter. For query parameters a NULL value means the empty value ("?lifecycle"
+ * is signed as "lifecycle="). */
+typedef SignPair SigV4Pair;
 
-typedef struct SigV4Credentials {
-        const char *access_key_id;
-        const char *secret_access_key;
-} SigV4Credentials;
+/* The access key id and the secret access key. */
+typedef SignCredentials SigV4Credentials;
 
 typedef enum SigV4Flags {
         /* Remove "." and ".." segments and empty segments from the path before encoding it, as every

@@ -293,6 +293,23 @@ def test_invalid_storage_blocks():
           400, {"detail": "storage endpoint must be an http(s) URL"})
     # A sweep of storage that is not in effect finds nothing.
     check(gc(DAY, storage={"provider": "ftp"}), 200, ZEROS)
+
+
+def test_endpoints_the_agent_cannot_use_are_400():
+    # http(s) URLs all, but none that libcurl's parser takes (a port out of range, an IPv6 zone, a
+    # host of other characters) or, for OSS, with a base path: the client's mistake, not the
+    # storage server's failure (502).
+    s3 = ("http://h:65536", "http://h:0", "https://[fe80::1%25eth0]", "https://[zzz]", "http://:80",
+          "https://h~x", "https://h+x", "https://ex\u00e4mple.com")
+    for endpoint in s3:
+        storage = {"provider": "s3", "s3_bucket": "b", "s3_endpoint": endpoint}
+        check(delete("mineru/a.pdf", storage=storage), 400,
+              {"detail": "storage endpoint must be an http(s) URL"})
+    for endpoint in s3 + ("https://oss.example/base",):
+        storage = {"provider": "aliyun_oss", "oss_bucket": "b", "oss_endpoint": endpoint,
+                   "oss_access_key_id": "i", "oss_access_key_secret": "s"}
+        check(put("mineru/a.pdf", b"x", storage=storage), 400,
+              {"detail": "storage endpoint must be an http(s) URL"})
     # Blocks larger than 64 KiB are not forwarded.
     big = {"provider": "local", "prefix": "aivory/", "pad": "p" * (64 * 1024)}
     check(put("mineru/a.pdf", b"x", storage=big), 400, TOO_LARGE)

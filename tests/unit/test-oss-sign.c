@@ -18,7 +18,7 @@ static bool has_prefix(const char *s, const char *prefix) {
 
 static const OssCredentials doc_creds = {
         .access_key_id = "44CF9590006BF252F707",
-        .access_key_secret = "OtxrzxIsfpFjA7SwPzILwy8Bw21TLhquhboDYROV",
+        .secret = "OtxrzxIsfpFjA7SwPzILwy8Bw21TLhquhboDYROV",
 };
 
 static void test_http_date(void) {
@@ -86,7 +86,7 @@ static void test_doc_signed_url(void) {
         const OssRequest req = { .method = "GET", .bucket = "oss-example", .key = "oss-api.pdf" };
         ASSERT_EQ(oss_v1_string_to_sign(&req, "1141889120", &sts), 0);
         ASSERT_STREQ(sts, "GET\n\n\n1141889120\n/oss-example/oss-api.pdf");
-        ASSERT_EQ(oss_v1_signature(doc_creds.access_key_secret, sts, &signature), 0);
+        ASSERT_EQ(oss_v1_signature(doc_creds.secret, sts, &signature), 0);
         ASSERT_STREQ(signature, "EwaNTn1erJGkimiJ9WmXgwnANLc=");
 
         const OssLocation loc = {

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Unit tests of AWS Signature Version 4 signing against AWS's published vectors and S3 examples. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <curl/curl.h>
 
+#include "endpoint.h"
 #include "macro.h"
 #include "sigv4.h"
+#include "storage-config.h"
 #include "tests.h"
 
 #define SUITE_TIME ((time_t) 1440938160) /* 20150830T123600Z */
@@ -21,12 +24,12 @@ static bool has_prefix(const char *s, const char *prefix) {
 
 static const SigV4Credentials suite_creds = {
         .access_key_id = "AKIDEXAMPLE",
-        .secret_access_key = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        .secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
 };
 
 static const SigV4Credentials s3_doc_creds = {
         .access_key_id = "AKIAIOSFODNN7EXAMPLE",
-        .secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        .secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
 };
 
 static void test_uri_encode(void) {
@@ -174,7 +177,7 @@ static void test_signing_key(void) {
         _cleanup_free_ char *hex = NULL;
         static const char expected[] = "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d";
 
-        ASSERT_EQ(sigv4_signing_key(suite_creds.secret_access_key, "20120215", "us-east-1", "iam", k), 0);
+        ASSERT_EQ(sigv4_signing_key(suite_creds.secret, "20120215", "us-east-1", "iam", k), 0);
         for (size_t i = 0; i < sizeof(k); i++) {
                 char b[3];
                 snprintf(b, sizeof(b), "%02x", k[i]);
@@ -838,7 +841,91 @@ static void test_url_names_signed_host(void) {
         }
 }
 
+/* One table for the two checks of an endpoint: the gateway's and session manager's, without libcurl
+ * (storage_endpoint_is_valid()), and the agent's, by libcurl's parser (storage_endpoint_check()).
+ * What the first accepts the second must accept too, or the client would hear 502 for its own
+ * mistake instead of 400. */
+static void test_endpoint_checks_agree(void) {
+        static const struct {
+                const char *endpoint;
+                bool s3, oss;           /* storage_endpoint_is_valid(endpoint, true / false) */
+        } table[] = {
+                { "https://s3.amazonaws.com", true, true },
+                { "http://127.0.0.1:9000", true, true },
+                { "http://127.0.0.1:9000/", true, true },
+                { "https://oss-cn-hangzhou.aliyuncs.com", true, true },
+                { "https://Minio.Example.COM:443/base//", true, false },
+                { "http://h.example.com:80", true, true },
+                { "https://h.example.com/a/../b", true, false },
+                { "https://h_x.example.com:65535/", true, true },
+                { "https://[::1]:9000/", true, true },
+                { "https://[2001:db8::1]", true, true },
+                { "http://h:/", true, true },
+                { "http://h:0", false, false },
+                { "http://h:65536", false, false },
+                { "http://h:99999", false, false },
+                { "http://h:80x", false, false },
+                { "http://h:80:90", false, false },
+                { "http://h:+80", false, false },
+                { "http://:80", false, false },
+                { "http://", false, false },
+                { "http:///etc", false, false },
+                { "https://[fe80::1%25eth0]", false, false },
+                { "https://[zzz]", false, false },
+                { "https://[::1", false, false },
+                { "https://[::1]x", false, false },
+                { "https://::1", false, false },
+                { "https://ex\xc3\xa4mple.com", false, false },
+                { "https://h%41.example.com", false, false }, /* libcurl decodes it, we don't */
+                { "https://h;x", false, false },
+                { "https://h,x", false, false },
+                { "https://h!x", false, false },
+                { "https://h*x", false, false },
+                { "https://h$x", false, false },
+                { "https://h'x", false, false },
+                { "https://h=x", false, false },
+                { "https://h(x)", false, false },
+                { "https://h&x", false, false },
+                { "https://h+x", false, false },
+                { "https://h~x", false, false },
+                { "https://h{x}", false, false },
+                { "https://h|x", false, false },
+                { "https://h^x", false, false },
+                { "https://h`x", false, false },
+                { "https://h\"x", false, false },
+                { "https://h<x>", false, false },
+                { "https://h#frag", false, false },
+                { "https://h/?", false, false },
+                { "https://h:pass@h", false, false },
+                { "https://h\\x", false, false },
+                { "https://h x", false, false },
+                { "https://h/\x01", false, false },
+                { "https://h/\x7f", false, false },
+                { "https://h/a b", false, false },
+                { "https://h/base\xc3\xa4", true, false },
+                { "file:///etc", false, false },
+                { "ftp://h", false, false },
+                { "storage.example.com", false, false },   /* the agent's parser would take it */
+                { "HTTPS://h", false, false },             /* likewise */
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(table); i++)
+                for (int base_path = 0; base_path <= 1; base_path++) {
+                        const char *e = table[i].endpoint;
+                        bool want = base_path ? table[i].s3 : table[i].oss;
+                        bool valid = storage_endpoint_is_valid(e, base_path);
+                        int agent = storage_endpoint_check(e, base_path);
+
+                        if (valid != want || (valid && agent != 0)) {
+                                fprintf(stderr, "endpoint '%s' (base path %s): valid %s, agent %d\n", e,
+                                        base_path ? "allowed" : "refused", valid ? "yes" : "no", agent);
+                                abort();
+                        }
+                }
+}
+
 int main(void) {
+        RUN(test_endpoint_checks_agree);
         RUN(test_url_names_signed_host);
         RUN(test_uri_encode);
         RUN(test_canonical_uri);

@@ -115,7 +115,7 @@ static int sigv4_case(json_object *c, json_object *cases, time_t now) {
                                                                                   : "s3_credentials");
         const SigV4Credentials creds = {
                 .access_key_id = get_string(creds_json, "accessKeyId"),
-                .secret_access_key = get_string(creds_json, "secretAccessKey"),
+                .secret = get_string(creds_json, "secretAccessKey"),
         };
 
         r = get_sigv4_pairs(c, "query", &query, &n_query);
@@ -176,7 +176,7 @@ static int s3_case(json_object *c, json_object *cases, time_t now) {
         creds_json = get(cases, "s3_credentials");
         const SigV4Credentials creds = {
                 .access_key_id = get_string(creds_json, "accessKeyId"),
-                .secret_access_key = get_string(creds_json, "secretAccessKey"),
+                .secret = get_string(creds_json, "secretAccessKey"),
         };
         const S3Location loc = {
                 .endpoint = get_string(client, "endpoint"),
@@ -233,7 +233,7 @@ static int oss_case(json_object *c, json_object *cases, time_t now) {
         creds_json = get(cases, "oss_credentials");
         const OssCredentials creds = {
                 .access_key_id = get_string(creds_json, "accessKeyId"),
-                .access_key_secret = get_string(creds_json, "accessKeySecret"),
+                .secret = get_string(creds_json, "accessKeySecret"),
         };
         const OssLocation loc = {
                 .endpoint = get_string(client, "endpoint"),
