@@ -116,7 +116,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(BusCall *, bus_call_free);
  * create slot back. Not archived: its workspace holds only what was restored. */
 static void release_abandoned_create(Session *s, bool adopted) {
         /* An adopted session's workspace is its own, newer than the stored archive: archived again. */
-        (void) session_release_full(s, "its creator hung up", &(ReleaseOptions) { .archive = adopted }, NULL,
+        (void) session_release_full(s, SESSION_END_HANGUP, &(ReleaseOptions) { .archive = adopted }, NULL,
                                     NULL);
 }
 
@@ -396,7 +396,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         /* "Nothing but what was restored" can't be true of an adopted session. */
         ReleaseOptions ro = { .archive = (o.archive || s->adopted) && !o.discard, .discard = o.discard,
                               .archive_key = o.archive_key, .storage_json = o.storage };
-        r = session_release_full(s, o.discard ? "discarded by client" : "released by client", &ro,
+        r = session_release_full(s, o.discard ? SESSION_END_DISCARDED : SESSION_END_RELEASED, &ro,
                                  on_session_released, sd_bus_message_ref(m));
         if (r < 0) {
                 sd_bus_message_unref(m);

@@ -112,7 +112,7 @@ static void run_finish(Run *r, Session *s, int error, const char *message, const
         r->session = NULL;
         /* Safe inside the session's own callbacks: a session is only freed from the event loop. */
         if (s)
-                (void) session_release(s, "run finished", NULL, NULL);
+                (void) session_release(s, SESSION_END_RUN_FINISHED, NULL, NULL);
         /* The pool is kept and refilled once the run has answered, not while it executes: on a
          * small machine a scope starting next to the run's interpreter slowed the run down by
          * more than the pool saved. */
@@ -429,5 +429,5 @@ void manager_cancel_run(Run *r) {
         /* Its session is starting: stopping it undoes the start, and on_session_started() hears of
          * it and finishes the run (once no process of the session is left to stop). */
         if (r->session)
-                (void) session_release(r->session, "run cancelled", NULL, NULL);
+                (void) session_release(r->session, SESSION_END_RUN_CANCELLED, NULL, NULL);
 }

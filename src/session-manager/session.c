@@ -29,6 +29,7 @@
 #include "signal-util.h"
 #include "bus-util.h"
 #include "storage-config.h"
+#include "string-table.h"
 #include "string-util.h"
 #include "systemd-client.h"
 
@@ -63,8 +64,35 @@ static const char *const session_state_table[_SESSION_STATE_MAX] = {
         [SESSION_STOPPING] = "stopping",
 };
 
-const char *session_state_to_string(SessionState s) {
-        return s >= 0 && s < _SESSION_STATE_MAX ? session_state_table[s] : NULL;
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(session_state, SessionState)
+
+static const char *const session_end_table[_SESSION_END_MAX] = {
+        [SESSION_END_RELEASED] = "released",
+        [SESSION_END_DISCARDED] = "discarded",
+        [SESSION_END_IDLE] = "idle",
+        [SESSION_END_HANGUP] = "hangup",
+        [SESSION_END_RUN_FINISHED] = "run-finished",
+        [SESSION_END_RUN_CANCELLED] = "run-cancelled",
+        [SESSION_END_START_FAILED] = "start-failed",
+        [SESSION_END_RUNNER_LOST] = "runner-lost",
+        [SESSION_END_UNRESPONSIVE] = "unresponsive",
+        [SESSION_END_STALE] = "stale",
+};
+
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(session_end, SessionEnd)
+
+/* What versions before the words recorded: the phrases of the releases that archive (only those
+ * are recorded), read from a manager that may have been upgraded meanwhile. */
+static const char *const session_end_old_table[_SESSION_END_MAX] = {
+        [SESSION_END_RELEASED] = "released by client",
+        [SESSION_END_DISCARDED] = "discarded by client",
+        [SESSION_END_IDLE] = "idle timeout",
+        [SESSION_END_HANGUP] = "its creator hung up",
+};
+
+SessionEnd session_end_from_string(const char *s) {
+        ssize_t i = string_table_lookup(session_end_table, _SESSION_END_MAX, s);
+        return (SessionEnd) (i >= 0 ? i : string_table_lookup(session_end_old_table, _SESSION_END_MAX, s));
 }
 
 static RunnerRequest *runner_request_free(RunnerRequest *q) {
@@ -84,7 +112,9 @@ static int session_alloc(Manager *m, const char *id, Session **ret) {
         s = calloc(1, sizeof(Session));
         if (!s)
                 return -ENOMEM;
-        *s = (Session) { .manager = m, .control_fd = -EBADF, .state = SESSION_STARTING };
+        *s = (Session) {
+                .manager = m, .control_fd = -EBADF, .state = SESSION_STARTING, .end = _SESSION_END_INVALID
+        };
         strcpy(s->id, id);
         if (asprintf(&s->unit, "scopebox-runner-%s.scope", s->id) < 0 ||
             asprintf(&s->runtime_dir, SCOPEBOX_SESSIONS_RUNTIME_DIR "/%s", s->id) < 0 ||
@@ -175,8 +205,9 @@ static int session_save_state(Session *s) {
                                  &jr);
                 if (s->archive_error)
                         json_add_checked(o, "archive_error", json_object_new_string(s->archive_error), &jr);
-                if (s->stop_reason)
-                        json_add_checked(o, "release_reason", json_object_new_string(s->stop_reason), &jr);
+                if (s->end >= 0)
+                        json_add_checked(o, "release_reason",
+                                         json_object_new_string(session_end_to_string(s->end)), &jr);
         }
         text = jr < 0 ? NULL : json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
         if (!text)
@@ -289,8 +320,10 @@ static void session_release_remains(Session *s) {
 
         if (s->counted)
                 s->manager->metrics.sessions_ended++;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released",
-                                           SCOPEBOX_MESSAGE_SESSION_RELEASED),
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released",
+                              SCOPEBOX_MESSAGE_SESSION_RELEASED,
+                              strjoina("SCOPEBOX_SESSION_END=", session_end_to_string(s->end))),
                    "Session %s released.", s->id);
 }
 
@@ -352,7 +385,6 @@ Session *session_free(Session *s) {
         free(s->archive_key);
         free(s->storage_json);
         free(s->archive_token);
-        free(s->stop_reason);
         free(s->archive_error);
         free(s->discard_stem);
         free(s);
@@ -429,8 +461,13 @@ static void session_begin_stopping(Session *s) {
         s->queue_tail = NULL;
 }
 
+/* Why the session stops, or 'fallback' when nobody said (a record of an earlier version without it). */
+static SessionEnd session_end_or(const Session *s, SessionEnd fallback) {
+        return s->end >= 0 ? s->end : fallback;
+}
+
 /* Stop the scope (killing the runner and everything of the session) and then finalize. */
-static void session_stop_scope(Session *s, const char *reason) {
+static void session_stop_scope(Session *s, SessionEnd end) {
         int r;
 
         if (s->stop_requested) {
@@ -439,8 +476,11 @@ static void session_stop_scope(Session *s, const char *reason) {
                 return;
         }
         s->stop_requested = true;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Releasing session %s (%s).", s->id,
-                   reason);
+        s->end = end;
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id),
+                              strjoina("SCOPEBOX_SESSION_END=", session_end_to_string(end))),
+                   "Releasing session %s (%s).", s->id, session_end_to_string(end));
 
         r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, &s->stop_job);
         if (r < 0) {
@@ -455,9 +495,9 @@ static void session_stop_scope(Session *s, const char *reason) {
         manager_state_changed(s->manager);
 }
 
-static void session_teardown(Session *s, const char *reason) {
+static void session_teardown(Session *s, SessionEnd end) {
         session_begin_stopping(s);
-        session_stop_scope(s, reason);
+        session_stop_scope(s, end);
 }
 
 static int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *userdata) {
@@ -473,13 +513,13 @@ static int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *
         return 0;
 }
 
-int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata) {
+int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *userdata) {
         int r = session_add_release_waiter(s, cb, userdata);
         if (r < 0)
                 return r;
         if (s->state == SESSION_STOPPING)
                 return 0; /* already on its way out; the waiter hears when it is gone */
-        session_teardown(s, reason);
+        session_teardown(s, end);
         return 0;
 }
 
@@ -508,7 +548,7 @@ static void session_runner_lost(Session *s, const char *why) {
         s->control_source = sd_event_source_disable_unref(s->control_source);
         s->control_fd = safe_close(s->control_fd);
         session_complete_in_flight(s, -ENXIO, "session not found or not running", NULL, -EBADF);
-        session_teardown(s, why);
+        session_teardown(s, SESSION_END_RUNNER_LOST);
 }
 
 static int on_control(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
@@ -569,7 +609,7 @@ static int on_request_timeout(sd_event_source *source, uint64_t usec, void *user
         log_struct(LOG_ERR, ETIMEDOUT, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                    "Runner of session %s did not answer in time; tearing the session down.", s->id);
         session_complete_in_flight(s, -ETIMEDOUT, "the session's runner did not answer", NULL, -EBADF);
-        session_teardown(s, "runner unresponsive");
+        session_teardown(s, SESSION_END_UNRESPONSIVE);
         return 0;
 }
 
@@ -739,7 +779,7 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
                    (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
         if (s->counted)
                 s->manager->metrics.sessions_reaped++;
-        (void) session_release_full(s, "idle timeout", &(ReleaseOptions) { .archive = true }, NULL, NULL);
+        (void) session_release_full(s, SESSION_END_IDLE, &(ReleaseOptions) { .archive = true }, NULL, NULL);
         return 0;
 }
 
@@ -817,7 +857,7 @@ static void session_start_done(Session *s, int error, const char *message) {
         if (cb)
                 cb(s, error, message, s->start_userdata);
         if (error < 0 && !stopping)
-                session_teardown(s, "start failed");
+                session_teardown(s, SESSION_END_START_FAILED);
 }
 
 static void session_restore_then_ready(Session *s);
@@ -1525,9 +1565,7 @@ static const char *const archive_outcome_table[_ARCHIVE_OUTCOME_MAX] = {
         [ARCHIVE_OUTCOME_DISCARDED] = "discarded",
 };
 
-const char *archive_outcome_to_string(ArchiveOutcome o) {
-        return o >= 0 && o < _ARCHIVE_OUTCOME_MAX ? archive_outcome_table[o] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(archive_outcome, ArchiveOutcome)
 
 /* The storage block to use (the one remembered at create, or the release's) if it is effective,
  * else NULL: then archives are no-ops (COMPAT.md). */
@@ -1641,7 +1679,7 @@ static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
         if (sd_bus_message_is_method_error(reply, NULL))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Failed to delete the archive of %s: %s", s->id, bus_reply_error(reply));
-        session_stop_scope(s, s->stop_reason ?: "discarded");
+        session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
         return 0;
 }
 
@@ -1652,7 +1690,7 @@ static void session_discard(Session *s, const char *storage, const char *stem) {
         session_archive_stop_retrying(s);
         if (!storage || storage_call(s, &s->archive_slot, "DeleteArchive", on_discard_reply,
                                      STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, stem) < 0)
-                session_stop_scope(s, s->stop_reason ?: "discarded");
+                session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
 }
 
 /* The archive is stored, or never will be: the session goes. */
@@ -1666,7 +1704,7 @@ static void session_archive_done(Session *s, ArchiveOutcome outcome) {
         s->archive_outcome = outcome;
         session_archive_stop_retrying(s);
         manager_state_changed(s->manager);
-        session_stop_scope(s, s->stop_reason ?: "released");
+        session_stop_scope(s, session_end_or(s, SESSION_END_RELEASED));
 }
 
 static void session_archive_attempt(Session *s);
@@ -1964,7 +2002,7 @@ static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *u
 
 /* An exec that runs when its session is released is stopped as its timeout would stop it; its
  * caller hears that the session is gone. The archive request waits behind it. */
-int session_release_full(Session *s, const char *reason, const ReleaseOptions *o, SessionDoneCallback cb,
+int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata) {
         _cleanup_free_ char *storage_override = NULL;
         const char *storage;
@@ -2008,8 +2046,7 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                 return r;
 
         session_begin_stopping(s);
-        free(s->stop_reason);
-        s->stop_reason = strdup(reason);
+        s->end = end;
         /* The release's storage block is the one its archive goes to, also on every retry. */
         if (storage_override) {
                 free(s->storage_json);
@@ -2030,7 +2067,7 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                                 "Not archiving session %s: its archive could not be restored, the stored "
                                 "one is kept.",
                                 s->id);
-                        session_stop_scope(s, reason);
+                        session_stop_scope(s, end);
                         return 0;
                 }
                 s->releasing = true;
@@ -2056,7 +2093,7 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                 session_archive_attempt(s);
                 return 0;
         }
-        session_stop_scope(s, reason);
+        session_stop_scope(s, end);
         return 0;
 }
 
@@ -2079,9 +2116,14 @@ int session_load_release_state(Session *s, json_object *o) {
         if (json_object_object_get_ex(o, "archive_error", &v) && json_object_is_type(v, json_type_string) &&
             !(s->archive_error = strdup(json_object_get_string(v))))
                 return -ENOMEM;
-        if (json_object_object_get_ex(o, "release_reason", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->stop_reason = strdup(json_object_get_string(v))))
-                return -ENOMEM;
+        /* A word we don't know (a newer version's) only loses the word: the release goes on. */
+        if (json_object_object_get_ex(o, "release_reason", &v) && json_object_is_type(v, json_type_string)) {
+                s->end = session_end_from_string(json_object_get_string(v));
+                if (s->end < 0)
+                        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Session %s was released for a reason we don't know, ignoring it.",
+                                   s->id);
+        }
         return 0;
 }
 
@@ -2121,7 +2163,7 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
         s->archive_attempts = 0;
         s->archive_first_failure_realtime_usec = s->release_realtime_usec = 0;
         s->archive_error = mfree(s->archive_error);
-        s->stop_reason = mfree(s->stop_reason);
+        s->end = _SESSION_END_INVALID;
         s->idle_ttl_usec = idle_ttl_usec;
         s->state = SESSION_STARTING;
         s->start_callback = cb;
@@ -2439,5 +2481,5 @@ int session_recover(Session *s) {
 void session_cleanup_stale(Session *s, const char *why) {
         log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-stale"),
                    "Cleaning up session %s: %s.", s->id, why);
-        session_teardown(s, why);
+        session_teardown(s, SESSION_END_STALE);
 }
