@@ -30,7 +30,7 @@ static void manager_refresh_run_filters(Manager *m) {
                 log_warning_errno(r, "Failed to list the host's addresses, runs keep their filters: %m");
                 return;
         }
-        for (Session *s = m->sessions; s; s = s->next) {
+        LIST_FOREACH(sessions, s, m->sessions) {
                 if (!s->ephemeral || !s->unit || s->state == SESSION_STOPPING)
                         continue;
                 r = systemd_add_ip_deny(m, s->unit, host, n_host);

@@ -1092,7 +1092,7 @@ static int method_list_sessions(sd_bus_message *m, void *userdata, sd_bus_error 
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(sa{sv})");
-        for (Session *s = mgr->sessions; r >= 0 && s; s = s->next) {
+        for (Session *s = mgr->sessions; r >= 0 && s; s = s->sessions_next) {
                 r = sd_bus_message_open_container(reply, 'r', "sa{sv}");
                 if (r >= 0)
                         r = sd_bus_message_append(reply, "s", s->id);
@@ -1140,7 +1140,7 @@ static int method_list_pending_archives(sd_bus_message *m, void *userdata, sd_bu
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(ssutts)");
-        for (Session *s = mgr->sessions; r >= 0 && s; s = s->next) {
+        for (Session *s = mgr->sessions; r >= 0 && s; s = s->sessions_next) {
                 if (!session_archive_pending(s))
                         continue;
                 r = sd_bus_message_append(reply, "(ssutts)", s->id, session_archive_stem_of(s),
@@ -1159,7 +1159,7 @@ static int method_retry_archives(sd_bus_message *m, void *userdata, sd_bus_error
         Manager *mgr = userdata;
         uint32_t n = 0;
 
-        for (Session *s = mgr->sessions; s; s = s->next)
+        LIST_FOREACH(sessions, s, mgr->sessions)
                 if (session_archive_pending(s)) {
                         session_archive_retry_now(s);
                         n++;

@@ -15,6 +15,7 @@
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "list.h"
 #include "string-util.h"
 #include "log.h"
 #include "drain.h"
@@ -134,7 +135,7 @@ void manager_release_exec_slot(Manager *m) {
 /* ---- create slots ---- */
 
 struct PendingCreate {
-        PendingCreate *next;
+        LIST_FIELDS(PendingCreate, creates);  /* in manager->pending_creates, in order */
         Manager *manager;
         Session *session;
         SessionDoneCallback_ callback;
@@ -143,11 +144,7 @@ struct PendingCreate {
 };
 
 static void pending_create_unlink(Manager *m, PendingCreate *p) {
-        for (PendingCreate **i = &m->pending_creates; *i; i = &(*i)->next)
-                if (*i == p) {
-                        *i = p->next;
-                        break;
-                }
+        LIST_REMOVE(creates, m->pending_creates, p);
         p->timer = sd_event_source_disable_unref(p->timer);
 }
 
@@ -165,7 +162,7 @@ static int on_create_queue_timeout(sd_event_source *source, uint64_t usec, void 
 }
 
 int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata) {
-        PendingCreate *p, **tail;
+        PendingCreate *p;
         int r;
 
         if (m->n_creating < m->config.max_concurrent_creates) {
@@ -188,9 +185,7 @@ int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void 
                 free(p);
                 return r;
         }
-        for (tail = &m->pending_creates; *tail; tail = &(*tail)->next)
-                ;
-        *tail = p;
+        LIST_APPEND(creates, m->pending_creates, p);
         return 0;
 }
 
@@ -216,7 +211,7 @@ void manager_create_finished(Manager *m) {
 }
 
 void manager_cancel_pending_create(Manager *m, Session *s) {
-        for (PendingCreate *p = m->pending_creates; p; p = p->next)
+        LIST_FOREACH(creates, p, m->pending_creates)
                 if (p->session == s) {
                         pending_create_unlink(m, p);
                         p->callback(s, -EHOSTDOWN, "the session was released before it started",
@@ -229,21 +224,20 @@ void manager_cancel_pending_create(Manager *m, Session *s) {
 unsigned manager_count_pending_creates(Manager *m) {
         unsigned n = 0;
 
-        for (PendingCreate *p = m->pending_creates; p; p = p->next)
+        LIST_FOREACH(creates, p, m->pending_creates)
                 n++;
         return n;
 }
 
 Session *manager_find_session(Manager *m, const char *id) {
-        for (Session *s = m->sessions; s; s = s->next)
+        LIST_FOREACH(sessions, s, m->sessions)
                 if (streq(s->id, id))
                         return s;
         return NULL;
 }
 
 void manager_add_session(Manager *m, Session *s) {
-        s->next = m->sessions;
-        m->sessions = s;
+        LIST_PREPEND(sessions, m->sessions, s);
         m->n_sessions++;
         if (s->ephemeral)
                 m->n_ephemeral++;
@@ -251,15 +245,13 @@ void manager_add_session(Manager *m, Session *s) {
 }
 
 void manager_remove_session(Manager *m, Session *s) {
-        for (Session **p = &m->sessions; *p; p = &(*p)->next)
-                if (*p == s) {
-                        *p = s->next;
-                        m->n_sessions--;
-                        if (s->ephemeral)
-                                m->n_ephemeral--;
-                        break;
-                }
-        s->next = NULL;
+        /* Also for one that left already (queued for GC, then freed) or never came. */
+        if (s->sessions_prev || m->sessions == s) {
+                LIST_REMOVE(sessions, m->sessions, s);
+                m->n_sessions--;
+                if (s->ephemeral)
+                        m->n_ephemeral--;
+        }
         manager_state_changed(m);
 }
 
@@ -270,8 +262,7 @@ void manager_gc(Manager *m) {
 
         /* Sessions freed here may queue others (their callbacks run from here): drained until empty. */
         while ((s = m->session_gc_queue)) {
-                m->session_gc_queue = s->gc_next;
-                s->gc_next = NULL;
+                LIST_REMOVE(gc_queue, m->session_gc_queue, s);
                 session_free(s);
         }
 }
@@ -301,7 +292,7 @@ int manager_arm_gc(Manager *m) {
 /* ---- children of freed sessions ---- */
 
 struct ChildWatch {
-        ChildWatch *next;
+        LIST_FIELDS(ChildWatch, watches);  /* in manager->child_watches */
         Manager *manager;
         sd_event_source *source;
 };
@@ -309,12 +300,8 @@ struct ChildWatch {
 static ChildWatch *child_watch_free(ChildWatch *w) {
         if (!w)
                 return NULL;
-        for (ChildWatch **p = &w->manager->child_watches; *p; p = &(*p)->next)
-                if (*p == w) {
-                        *p = w->next;
-                        w->manager->n_child_watches--;
-                        break;
-                }
+        LIST_REMOVE(watches, w->manager->child_watches, w);
+        w->manager->n_child_watches--;
         /* Inside its own callback the source stays valid until sd-event has reaped the child. */
         w->source = sd_event_source_disable_unref(w->source);
         return mfree(w);
@@ -345,8 +332,7 @@ int manager_watch_child(Manager *m, pid_t pid) {
                 free(w);
                 return r;
         }
-        w->next = m->child_watches;
-        m->child_watches = w;
+        LIST_PREPEND(watches, m->child_watches, w);
         m->n_child_watches++;
         return 0;
 }
@@ -394,7 +380,7 @@ void manager_state_changed(Manager *m) {
 }
 
 static bool manager_uid_in_use(Manager *m, uid_t uid) {
-        for (Session *s = m->sessions; s; s = s->next)
+        LIST_FOREACH(sessions, s, m->sessions)
                 if (s->uid == uid)
                         return true;
         return false;

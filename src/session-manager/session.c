@@ -40,7 +40,7 @@ typedef void (*RunnerReplyCallback)(Session *s, int error, const char *message, 
                                     void *userdata);
 
 struct RunnerRequest {
-        RunnerRequest *next;
+        LIST_FIELDS(RunnerRequest, queue);  /* in session->queue_head until sent */
         Session *session;
         sd_event_source *queue_timer;  /* how long it may wait for the session or a slot */
         json_object *message;
@@ -53,7 +53,7 @@ struct RunnerRequest {
 };
 
 typedef struct ReleaseWaiter {
-        struct ReleaseWaiter *next;
+        LIST_FIELDS(struct ReleaseWaiter, waiters);
         SessionDoneCallback callback;
         void *userdata;
 } ReleaseWaiter;
@@ -234,18 +234,28 @@ static void session_remove_state(Session *s) {
                            "Failed to remove '%s': %m", path);
 }
 
+static void session_queue_remove(Session *s, RunnerRequest *q) {
+        LIST_REMOVE(queue, s->queue_head, q);
+        s->n_queued--;
+}
+
+/* The requests still queued hear 'error' now. */
+static void session_fail_queued(Session *s, int error, const char *message) {
+        RunnerRequest *q;
+
+        while ((q = s->queue_head)) {
+                session_queue_remove(s, q);
+                q->callback(s, error, message, NULL, -EBADF, q->userdata);
+                runner_request_free(q);
+        }
+}
+
 static void session_fail_requests(Session *s, int error, const char *message) {
         RunnerRequest *q;
 
         /* Until nothing is left: a callback may queue a request of ours (restore → reset-inputs). */
         do {
-                while ((q = s->queue_head)) {
-                        s->queue_head = q->next;
-                        s->n_queued--;
-                        q->callback(s, error, message, NULL, -EBADF, q->userdata);
-                        runner_request_free(q);
-                }
-                s->queue_tail = NULL;
+                session_fail_queued(s, error, message);
                 if ((q = TAKE_PTR(s->in_flight))) {
                         s->request_timer = sd_event_source_disable_unref(s->request_timer);
                         q->callback(s, error, message, NULL, -EBADF, q->userdata);
@@ -257,6 +267,7 @@ static void session_fail_requests(Session *s, int error, const char *message) {
 }
 
 static void session_release_create_slot(Session *s);
+static void session_release_tell(Session *s);
 
 static bool session_calls_pending(const Session *s) {
         return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
@@ -311,12 +322,7 @@ static void session_release_remains(Session *s) {
                 SessionDoneCallback cb = TAKE_PTR(s->start_callback);
                 cb(s, -EHOSTDOWN, "the session's runner failed to start", s->start_userdata);
         }
-        while (s->release_waiters) {
-                ReleaseWaiter *w = s->release_waiters;
-                s->release_waiters = w->next;
-                w->callback(s, 0, NULL, w->userdata);
-                free(w);
-        }
+        session_release_tell(s);
 
         if (s->counted)
                 s->manager->metrics.sessions_ended++;
@@ -328,14 +334,9 @@ static void session_release_remains(Session *s) {
 }
 
 static void session_unlink_gc(Session *s) {
-        if (!s->manager)
-                return;
-        for (Session **p = &s->manager->session_gc_queue; *p; p = &(*p)->gc_next)
-                if (*p == s) {
-                        *p = s->gc_next;
-                        break;
-                }
-        s->gc_next = NULL;
+        /* Still queued, not taken from the queue by manager_gc(). */
+        if (s->manager && (s->gc_queue_prev || s->manager->session_gc_queue == s))
+                LIST_REMOVE(gc_queue, s->manager->session_gc_queue, s);
 }
 
 Session *session_free(Session *s) {
@@ -373,9 +374,8 @@ Session *session_free(Session *s) {
         s->control_fd = safe_close(s->control_fd);
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-        while (s->release_waiters) {
-                ReleaseWaiter *w = s->release_waiters;
-                s->release_waiters = w->next;
+        for (ReleaseWaiter *w; (w = s->release_waiters);) {
+                LIST_REMOVE(waiters, s->release_waiters, w);
                 free(w);
         }
         free(s->unit);
@@ -399,8 +399,7 @@ void session_add_to_gc_queue(Session *s) {
                 return;
         manager_remove_session(m, s);
         manager_forget_exec_waiter(m, s);
-        s->gc_next = m->session_gc_queue;
-        m->session_gc_queue = s;
+        LIST_PREPEND(gc_queue, m->session_gc_queue, s);
         s->in_gc_queue = true;
         r = manager_arm_gc(m);
         if (r < 0)
@@ -444,21 +443,13 @@ static void on_stop_job_done(Manager *m, const char *result, int error, const sd
 
 /* From now on the session takes no calls: clients see it as gone at once. */
 static void session_begin_stopping(Session *s) {
-        RunnerRequest *q;
-
         s->state = SESSION_STOPPING;
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
         /* Still waiting for a create slot: it never starts. Still fetching its archive: not waited
          * for (a stalled storage endpoint must not keep a released session counted). */
         manager_cancel_pending_create(s->manager, s);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
-        while ((q = s->queue_head)) {
-                s->queue_head = q->next;
-                s->n_queued--;
-                q->callback(s, -ENXIO, "session not found or not running", NULL, -EBADF, q->userdata);
-                runner_request_free(q);
-        }
-        s->queue_tail = NULL;
+        session_fail_queued(s, -ENXIO, "session not found or not running");
 }
 
 /* Why the session stops, or 'fallback' when nobody said (a record of an earlier version without it). */
@@ -508,8 +499,8 @@ static int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *
         w = calloc(1, sizeof(ReleaseWaiter));
         if (!w)
                 return -ENOMEM;
-        *w = (ReleaseWaiter) { .next = s->release_waiters, .callback = cb, .userdata = userdata };
-        s->release_waiters = w;
+        *w = (ReleaseWaiter) { .callback = cb, .userdata = userdata };
+        LIST_PREPEND(waiters, s->release_waiters, w);
         return 0;
 }
 
@@ -625,11 +616,7 @@ static int session_dispatch_next(Session *s) {
                 return 0;
 
         q = s->queue_head;
-        s->queue_head = q->next;
-        if (!s->queue_head)
-                s->queue_tail = NULL;
-        s->n_queued--;
-        q->next = NULL;
+        session_queue_remove(s, q);
 
         {
                 int fds[2] = { q->fd, q->fd2 };
@@ -662,15 +649,7 @@ static int session_dispatch_next(Session *s) {
 static bool session_unqueue(Session *s, RunnerRequest *q) {
         bool waiting_for_slot = q == s->queue_head && !s->in_flight && q->is_exec;
 
-        for (RunnerRequest **p = &s->queue_head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
-                if (*p == q) {
-                        *p = q->next;
-                        if (s->queue_tail == q)
-                                s->queue_tail = prev;
-                        s->n_queued--;
-                        break;
-                }
-        q->next = NULL;
+        session_queue_remove(s, q);
         if (waiting_for_slot)
                 manager_forget_exec_waiter(s->manager, s);
         return waiting_for_slot;
@@ -736,18 +715,10 @@ static int session_enqueue_full(Session *s, json_object *message, int fd, int fd
                 runner_request_free(q);
                 return -ENOMEM;
         }
-        if (front) {
-                q->next = s->queue_head;
-                s->queue_head = q;
-                if (!s->queue_tail)
-                        s->queue_tail = q;
-        } else {
-                if (s->queue_tail)
-                        s->queue_tail->next = q;
-                else
-                        s->queue_head = q;
-                s->queue_tail = q;
-        }
+        if (front)
+                LIST_PREPEND(queue, s->queue_head, q);
+        else
+                LIST_APPEND(queue, s->queue_head, q);
         s->n_queued++;
         if (ret_request)
                 *ret_request = q;
@@ -1592,7 +1563,7 @@ bool session_archive_pending(const Session *s) {
 
 unsigned session_count_pending_archives(Manager *m) {
         unsigned n = 0;
-        for (Session *i = m->sessions; i; i = i->next)
+        LIST_FOREACH(sessions, i, m->sessions)
                 n += i->releasing;
         return n;
 }
@@ -1615,7 +1586,7 @@ Session *session_find_pending_archive(Manager *m, const char *stem, const char *
         Session *found = NULL;
 
         /* The newest release wins: its workspace is what the client saw last. */
-        for (Session *i = m->sessions; i; i = i->next)
+        LIST_FOREACH(sessions, i, m->sessions)
                 if (i->releasing && !i->stop_requested && session_archives_to(i, stem, storage_json) &&
                     (!found || i->release_realtime_usec >= found->release_realtime_usec))
                         found = i;
@@ -1659,9 +1630,8 @@ static const char *bus_reply_error(sd_bus_message *reply) {
 static void session_release_tell(Session *s) {
         s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
         s->release_told = true;
-        while (s->release_waiters) {
-                ReleaseWaiter *w = s->release_waiters;
-                s->release_waiters = w->next;
+        for (ReleaseWaiter *w; (w = s->release_waiters);) {
+                LIST_REMOVE(waiters, s->release_waiters, w);
                 w->callback(s, 0, NULL, w->userdata);
                 free(w);
         }
@@ -1925,7 +1895,7 @@ static void session_archive_attempt(Session *s) {
                 return;
         }
         /* Archives of one stem are stored one after the other, in the order of their releases. */
-        for (Session *i = s->manager->sessions; i; i = i->next)
+        LIST_FOREACH(sessions, i, s->manager->sessions)
                 if (session_same_archive(s, i) && session_archive_in_flight(i)) {
                         r = session_arm_archive_retry(s, ARCHIVE_WAIT_USEC);
                         if (r >= 0)
@@ -1976,8 +1946,7 @@ void session_archive_retry_now(Session *s) {
 /* A newer release of the same archive: older pending ones are superseded (their workspace is
  * older); one in flight finishes its attempt first, and the new one waits for it. */
 static void session_supersede_older(Session *s) {
-        for (Session *i = s->manager->sessions, *next; i; i = next) {
-                next = i->next;
+        LIST_FOREACH_SAFE(sessions, i, next, s->manager->sessions) {
                 if (!i->releasing || !session_same_archive(s, i))
                         continue;
                 i->archive_superseded = true;
@@ -2306,7 +2275,7 @@ static void session_restore_then_ready(Session *s) {
         /* The archive of a session released moments ago may not be stored yet: never restore what
          * it is about to replace. One being stored now is waited for; one that failed and waits for
          * its next attempt is the client's to take over (a new create adopts it). */
-        for (Session *i = s->manager->sessions; i; i = i->next) {
+        LIST_FOREACH(sessions, i, s->manager->sessions) {
                 if (!i->releasing || !session_same_archive(s, i))
                         continue;
                 if (session_archive_in_flight(i)) {

@@ -13,6 +13,7 @@
 
 #include "bus-contract.h"
 #include "id.h"
+#include "list.h"
 #include "macro.h"
 
 typedef struct Manager Manager;
@@ -129,7 +130,7 @@ const char *archive_outcome_to_string(ArchiveOutcome o);
 
 struct Session {
         Manager *manager;
-        Session *next;
+        LIST_FIELDS(Session, sessions);   /* in manager->sessions */
 
         char id[SESSION_ID_LEN + 1];
         char *unit;
@@ -150,7 +151,7 @@ struct Session {
         int control_fd;
         sd_event_source *control_source;
 
-        RunnerRequest *queue_head, *queue_tail;
+        RunnerRequest *queue_head;  /* in order, the control requests first */
         unsigned n_queued;
         RunnerRequest *in_flight;
         sd_event_source *request_timer;
@@ -196,7 +197,7 @@ struct Session {
         bool holds_create_slot;     /* one of the manager's create slots (scope start and init) */
         bool finalized;             /* over: out of the manager's lookups, freed by its GC */
         bool in_gc_queue;
-        Session *gc_next;
+        LIST_FIELDS(Session, gc_queue);   /* in manager->session_gc_queue until freed */
 
         SessionDoneCallback start_callback;
         void *start_userdata;
