@@ -80,6 +80,8 @@ Manager *manager_free(Manager *m) {
                 child_watch_free(m->child_watches);
         free(m->exec_waiters);
         m->idle_exit_source = sd_event_source_disable_unref(m->idle_exit_source);
+        /* No signal reaches a manager that is gone, whoever else holds the bus. */
+        m->job_removed_slot = sd_bus_slot_unref(m->job_removed_slot);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
         m->address_watch_source = sd_event_source_disable_unref(m->address_watch_source);

@@ -76,7 +76,7 @@ static int on_job_removed(sd_bus_message *message, void *userdata, sd_bus_error 
 int systemd_subscribe(Manager *m) {
         int r;
 
-        r = sd_bus_match_signal_async(m->bus, NULL, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
+        r = sd_bus_match_signal_async(m->bus, &m->job_removed_slot, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
                                       SYSTEMD_MANAGER_INTERFACE, "JobRemoved", on_job_removed, NULL, m);
         if (r < 0)
                 return r;
