@@ -732,38 +732,34 @@ static int bus_normalize_path(const char *path, char **ret, sd_bus_error *error)
         return 0;
 }
 
-/* Runner errors of file operations, in the contract's words. */
+/* Runner errors of file operations, in the contract's words: the error and message the caller
+ * gets (a NULL message: the one that came with it, of the queue). */
+static const struct {
+        int error;
+        int reply;
+        const char *message;
+} file_errors[] = {
+        { EXDEV, EXDEV, "path resolves outside /workspace" },
+        { ELOOP, EXDEV, "path resolves outside /workspace" },
+        { EISDIR, EXDEV, "path is a directory" },
+        { ENOENT, ENOENT, "file not found" },
+        { ENOTDIR, ENOENT, "file not found" },
+        { EFBIG, EFBIG, "file too large" },
+        { ENOSPC, EFBIG, "workspace is full" },
+        { EDQUOT, EFBIG, "workspace is full" },
+        { ENXIO, ENXIO, "session not found or not running" },
+        { EBUSY, EBUSY, NULL },
+        { EUSERS, EUSERS, NULL },
+};
+
 static void reply_file_error(sd_bus_message *m, int error, const char *message) {
-        switch (-error) {
-        case EXDEV:
-        case ELOOP:
-                reply_error(m, -EXDEV, "path resolves outside /workspace");
-                break;
-        case EISDIR:
-                reply_error(m, -EXDEV, "path is a directory");
-                break;
-        case ENOENT:
-        case ENOTDIR:
-                reply_error(m, -ENOENT, "file not found");
-                break;
-        case EFBIG:
-                reply_error(m, -EFBIG, "file too large");
-                break;
-        case ENOSPC:
-        case EDQUOT:
-                reply_error(m, -EFBIG, "workspace is full");
-                break;
-        case ENXIO:
-                reply_error(m, -ENXIO, "session not found or not running");
-                break;
-        case EBUSY:
-        case EUSERS:
-                reply_error(m, error, message);
-                break;
-        default:
-                log_warning_errno(error, "Workspace operation failed: %s", strempty(message));
-                reply_error(m, -EHOSTDOWN, "workspace operation failed");
-        }
+        for (size_t i = 0; i < ELEMENTSOF(file_errors); i++)
+                if (-error == file_errors[i].error) {
+                        reply_error(m, -file_errors[i].reply, file_errors[i].message ?: message);
+                        return;
+                }
+        log_warning_errno(error, "Workspace operation failed: %s", strempty(message));
+        reply_error(m, -EHOSTDOWN, "workspace operation failed");
 }
 
 static void on_file_done(Session *s, int error, const char *message, int fd, void *userdata) {
