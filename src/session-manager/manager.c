@@ -406,7 +406,6 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
         _cleanup_free_ char *text = NULL;
         _cleanup_json_ json_object *o = NULL;
         _cleanup_close_ int fd = -EBADF;
-        json_object *v;
         Session *s;
         int r;
 
@@ -422,27 +421,7 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
                 session_cleanup_stale(s, "its record is unreadable");
                 return 0;
         }
-        if (json_object_object_get_ex(o, "idle_ttl_usec", &v))
-                s->idle_ttl_usec = (uint64_t) MAX(json_object_get_int64(v), (int64_t) USEC_PER_SEC);
-        if (json_object_object_get_ex(o, "created_realtime_usec", &v))
-                s->created_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "last_active_realtime_usec", &v))
-                s->last_active_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "archive_key", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->archive_key = strdup(json_object_get_string(v))))
-                return -ENOMEM;
-        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
-                s->stateful = json_object_get_boolean(v);
-        if (json_object_object_get_ex(o, "storage", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->storage_json = strdup(json_object_get_string(v))))
-                return -ENOMEM;
-        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
-        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
-                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
-        if (s->idle_ttl_usec == 0)
-                s->idle_ttl_usec = m->config.idle_ttl_sec * USEC_PER_SEC;
-        s->state_saved_realtime_usec = s->last_active_realtime_usec;
-        r = session_load_release_state(s, o);
+        r = session_load_state(s, o);
         if (r < 0)
                 return r;
         return session_recover(s);

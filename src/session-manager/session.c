@@ -2066,8 +2066,52 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
         return 0;
 }
 
+/* A member of the record: a string copied to *ret (-ENOMEM), a number at least 'min'. */
+static int record_string(json_object *o, const char *key, char **ret) {
+        json_object *v;
+
+        if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+                return 0;
+        free(*ret);
+        *ret = strdup(json_object_get_string(v));
+        return *ret ? 0 : -ENOMEM;
+}
+
+static void record_usec(json_object *o, const char *key, int64_t min, uint64_t *ret) {
+        json_object *v;
+
+        if (json_object_object_get_ex(o, key, &v))
+                *ret = (uint64_t) MAX(json_object_get_int64(v), min);
+}
+
+int session_load_state(Session *s, json_object *o) {
+        json_object *v;
+        int r;
+
+        record_usec(o, "idle_ttl_usec", (int64_t) USEC_PER_SEC, &s->idle_ttl_usec);
+        record_usec(o, "created_realtime_usec", 0, &s->created_realtime_usec);
+        record_usec(o, "last_active_realtime_usec", 0, &s->last_active_realtime_usec);
+        r = record_string(o, "archive_key", &s->archive_key);
+        if (r < 0)
+                return r;
+        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
+                s->stateful = json_object_get_boolean(v);
+        r = record_string(o, "storage", &s->storage_json);
+        if (r < 0)
+                return r;
+        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
+        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
+                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
+        if (s->idle_ttl_usec == 0)
+                s->idle_ttl_usec = s->manager->config.idle_ttl_sec * USEC_PER_SEC;
+        s->state_saved_realtime_usec = s->last_active_realtime_usec;
+        return session_load_release_state(s, o);
+}
+
 int session_load_release_state(Session *s, json_object *o) {
         json_object *v;
+        uint64_t attempts = s->archive_attempts;
+        int r;
 
         if (json_object_object_get_ex(o, "restore_failed", &v))
                 s->restore_failed = json_object_get_boolean(v);
@@ -2076,15 +2120,13 @@ int session_load_release_state(Session *s, json_object *o) {
         s->releasing = true;
         s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
         s->release_told = true; /* whoever asked heard from the earlier manager, or not at all */
-        if (json_object_object_get_ex(o, "archive_attempts", &v))
-                s->archive_attempts = (unsigned) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT_MAX);
-        if (json_object_object_get_ex(o, "release_realtime_usec", &v))
-                s->release_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "archive_first_failure_realtime_usec", &v))
-                s->archive_first_failure_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "archive_error", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->archive_error = strdup(json_object_get_string(v))))
-                return -ENOMEM;
+        record_usec(o, "archive_attempts", 0, &attempts);
+        s->archive_attempts = (unsigned) MIN(attempts, (uint64_t) UINT_MAX);
+        record_usec(o, "release_realtime_usec", 0, &s->release_realtime_usec);
+        record_usec(o, "archive_first_failure_realtime_usec", 0, &s->archive_first_failure_realtime_usec);
+        r = record_string(o, "archive_error", &s->archive_error);
+        if (r < 0)
+                return r;
         /* A word we don't know (a newer version's) only loses the word: the release goes on. */
         if (json_object_object_get_ex(o, "release_reason", &v) && json_object_is_type(v, json_type_string)) {
                 s->end = session_end_from_string(json_object_get_string(v));

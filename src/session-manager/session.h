@@ -275,7 +275,10 @@ const char *session_archive_stem_of(Session *s);
 /* A session whose archive is pending becomes a running session again for a new create with the
  * same archive: its workspace is newer than anything stored. */
 int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata);
-/* From a recorded session's state file: a release that was in progress. */
+/* From a recorded session's state file (session_save_state()'s): what the session was. Members
+ * missing or of another type are left at their defaults. */
+int session_load_state(Session *s, json_object *o);
+/* Of that, a release that was in progress. */
 int session_load_release_state(Session *s, json_object *o);
 /* After recovery: go on archiving a session that was being released. */
 void session_resume_release(Session *s);
