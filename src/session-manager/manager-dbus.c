@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "bus-util.h"
+#include "event-source-util.h"
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -177,13 +178,9 @@ static int bus_call_new(Manager *mgr, sd_bus_message *m, int hangup_fd, BusCall 
                 return -ENOMEM;
         if (fd >= 0) {
                 /* No events: only EPOLLHUP and EPOLLERR, which epoll always reports, wake us. */
-                r = sd_event_add_io(mgr->event, &c->hangup_source, fd, 0, on_caller_hangup, c);
+                r = event_add_io_owned(mgr->event, &c->hangup_source, TAKE_FD(fd), 0, on_caller_hangup, c);
                 if (r < 0)
                         return r;
-                r = sd_event_source_set_io_fd_own(c->hangup_source, true);
-                if (r < 0)
-                        return r;
-                TAKE_FD(fd);
                 (void) sd_event_source_set_description(c->hangup_source, "caller-hangup");
         }
         c->message = sd_bus_message_ref(m);
