@@ -15,6 +15,7 @@
 #include <linux/rtnetlink.h>
 
 #include "address-policy.h"
+#include "event-source-util.h"
 #include "log.h"
 #include "manager.h"
 #include "session.h"
@@ -30,7 +31,7 @@ static void manager_refresh_run_filters(Manager *m) {
                 log_warning_errno(r, "Failed to list the host's addresses, runs keep their filters: %m");
                 return;
         }
-        for (Session *s = m->sessions; s; s = s->next) {
+        LIST_FOREACH(sessions, s, m->sessions) {
                 if (!s->ephemeral || !s->unit || s->state == SESSION_STOPPING)
                         continue;
                 r = systemd_add_ip_deny(m, s->unit, host, n_host);
@@ -74,19 +75,12 @@ int manager_watch_host_addresses(Manager *m) {
                 .nl_groups = RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR,
         };
         _cleanup_close_ int fd = -EBADF;
-        int r;
 
         fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
         if (fd < 0)
                 return -errno;
         if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
                 return -errno;
-        r = sd_event_add_io(m->event, &m->address_watch_source, fd, EPOLLIN, on_address_event, m);
-        if (r < 0)
-                return r;
-        r = sd_event_source_set_io_fd_own(m->address_watch_source, true);
-        if (r < 0)
-                return r;
-        TAKE_FD(fd);
-        return 0;
+        return event_add_io_owned(m->event, &m->address_watch_source, TAKE_FD(fd), EPOLLIN, on_address_event,
+                                  m);
 }

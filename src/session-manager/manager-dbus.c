@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "bus-util.h"
+#include "event-source-util.h"
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -116,7 +117,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(BusCall *, bus_call_free);
  * create slot back. Not archived: its workspace holds only what was restored. */
 static void release_abandoned_create(Session *s, bool adopted) {
         /* An adopted session's workspace is its own, newer than the stored archive: archived again. */
-        (void) session_release_full(s, "its creator hung up", &(ReleaseOptions) { .archive = adopted }, NULL,
+        (void) session_release_full(s, SESSION_END_HANGUP, &(ReleaseOptions) { .archive = adopted }, NULL,
                                     NULL);
 }
 
@@ -177,13 +178,9 @@ static int bus_call_new(Manager *mgr, sd_bus_message *m, int hangup_fd, BusCall 
                 return -ENOMEM;
         if (fd >= 0) {
                 /* No events: only EPOLLHUP and EPOLLERR, which epoll always reports, wake us. */
-                r = sd_event_add_io(mgr->event, &c->hangup_source, fd, 0, on_caller_hangup, c);
+                r = event_add_io_owned(mgr->event, &c->hangup_source, TAKE_FD(fd), 0, on_caller_hangup, c);
                 if (r < 0)
                         return r;
-                r = sd_event_source_set_io_fd_own(c->hangup_source, true);
-                if (r < 0)
-                        return r;
-                TAKE_FD(fd);
                 (void) sd_event_source_set_description(c->hangup_source, "caller-hangup");
         }
         c->message = sd_bus_message_ref(m);
@@ -396,7 +393,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         /* "Nothing but what was restored" can't be true of an adopted session. */
         ReleaseOptions ro = { .archive = (o.archive || s->adopted) && !o.discard, .discard = o.discard,
                               .archive_key = o.archive_key, .storage_json = o.storage };
-        r = session_release_full(s, o.discard ? "discarded by client" : "released by client", &ro,
+        r = session_release_full(s, o.discard ? SESSION_END_DISCARDED : SESSION_END_RELEASED, &ro,
                                  on_session_released, sd_bus_message_ref(m));
         if (r < 0) {
                 sd_bus_message_unref(m);
@@ -732,38 +729,34 @@ static int bus_normalize_path(const char *path, char **ret, sd_bus_error *error)
         return 0;
 }
 
-/* Runner errors of file operations, in the contract's words. */
+/* Runner errors of file operations, in the contract's words: the error and message the caller
+ * gets (a NULL message: the one that came with it, of the queue). */
+static const struct {
+        int error;
+        int reply;
+        const char *message;
+} file_errors[] = {
+        { EXDEV, EXDEV, "path resolves outside /workspace" },
+        { ELOOP, EXDEV, "path resolves outside /workspace" },
+        { EISDIR, EXDEV, "path is a directory" },
+        { ENOENT, ENOENT, "file not found" },
+        { ENOTDIR, ENOENT, "file not found" },
+        { EFBIG, EFBIG, "file too large" },
+        { ENOSPC, EFBIG, "workspace is full" },
+        { EDQUOT, EFBIG, "workspace is full" },
+        { ENXIO, ENXIO, "session not found or not running" },
+        { EBUSY, EBUSY, NULL },
+        { EUSERS, EUSERS, NULL },
+};
+
 static void reply_file_error(sd_bus_message *m, int error, const char *message) {
-        switch (-error) {
-        case EXDEV:
-        case ELOOP:
-                reply_error(m, -EXDEV, "path resolves outside /workspace");
-                break;
-        case EISDIR:
-                reply_error(m, -EXDEV, "path is a directory");
-                break;
-        case ENOENT:
-        case ENOTDIR:
-                reply_error(m, -ENOENT, "file not found");
-                break;
-        case EFBIG:
-                reply_error(m, -EFBIG, "file too large");
-                break;
-        case ENOSPC:
-        case EDQUOT:
-                reply_error(m, -EFBIG, "workspace is full");
-                break;
-        case ENXIO:
-                reply_error(m, -ENXIO, "session not found or not running");
-                break;
-        case EBUSY:
-        case EUSERS:
-                reply_error(m, error, message);
-                break;
-        default:
-                log_warning_errno(error, "Workspace operation failed: %s", strempty(message));
-                reply_error(m, -EHOSTDOWN, "workspace operation failed");
-        }
+        for (size_t i = 0; i < ELEMENTSOF(file_errors); i++)
+                if (-error == file_errors[i].error) {
+                        reply_error(m, -file_errors[i].reply, file_errors[i].message ?: message);
+                        return;
+                }
+        log_warning_errno(error, "Workspace operation failed: %s", strempty(message));
+        reply_error(m, -EHOSTDOWN, "workspace operation failed");
 }
 
 static void on_file_done(Session *s, int error, const char *message, int fd, void *userdata) {
@@ -1092,7 +1085,7 @@ static int method_list_sessions(sd_bus_message *m, void *userdata, sd_bus_error 
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(sa{sv})");
-        for (Session *s = mgr->sessions; r >= 0 && s; s = s->next) {
+        for (Session *s = mgr->sessions; r >= 0 && s; s = s->sessions_next) {
                 r = sd_bus_message_open_container(reply, 'r', "sa{sv}");
                 if (r >= 0)
                         r = sd_bus_message_append(reply, "s", s->id);
@@ -1140,7 +1133,7 @@ static int method_list_pending_archives(sd_bus_message *m, void *userdata, sd_bu
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(ssutts)");
-        for (Session *s = mgr->sessions; r >= 0 && s; s = s->next) {
+        for (Session *s = mgr->sessions; r >= 0 && s; s = s->sessions_next) {
                 if (!session_archive_pending(s))
                         continue;
                 r = sd_bus_message_append(reply, "(ssutts)", s->id, session_archive_stem_of(s),
@@ -1159,7 +1152,7 @@ static int method_retry_archives(sd_bus_message *m, void *userdata, sd_bus_error
         Manager *mgr = userdata;
         uint32_t n = 0;
 
-        for (Session *s = mgr->sessions; s; s = s->next)
+        LIST_FOREACH(sessions, s, mgr->sessions)
                 if (session_archive_pending(s)) {
                         session_archive_retry_now(s);
                         n++;

@@ -15,6 +15,7 @@
 #include "id.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "list.h"
 #include "string-util.h"
 #include "log.h"
 #include "drain.h"
@@ -79,6 +80,8 @@ Manager *manager_free(Manager *m) {
                 child_watch_free(m->child_watches);
         free(m->exec_waiters);
         m->idle_exit_source = sd_event_source_disable_unref(m->idle_exit_source);
+        /* No signal reaches a manager that is gone, whoever else holds the bus. */
+        m->job_removed_slot = sd_bus_slot_unref(m->job_removed_slot);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
         m->address_watch_source = sd_event_source_disable_unref(m->address_watch_source);
@@ -134,7 +137,7 @@ void manager_release_exec_slot(Manager *m) {
 /* ---- create slots ---- */
 
 struct PendingCreate {
-        PendingCreate *next;
+        LIST_FIELDS(PendingCreate, creates);  /* in manager->pending_creates, in order */
         Manager *manager;
         Session *session;
         SessionDoneCallback_ callback;
@@ -143,11 +146,7 @@ struct PendingCreate {
 };
 
 static void pending_create_unlink(Manager *m, PendingCreate *p) {
-        for (PendingCreate **i = &m->pending_creates; *i; i = &(*i)->next)
-                if (*i == p) {
-                        *i = p->next;
-                        break;
-                }
+        LIST_REMOVE(creates, m->pending_creates, p);
         p->timer = sd_event_source_disable_unref(p->timer);
 }
 
@@ -165,7 +164,7 @@ static int on_create_queue_timeout(sd_event_source *source, uint64_t usec, void 
 }
 
 int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata) {
-        PendingCreate *p, **tail;
+        PendingCreate *p;
         int r;
 
         if (m->n_creating < m->config.max_concurrent_creates) {
@@ -188,9 +187,7 @@ int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void 
                 free(p);
                 return r;
         }
-        for (tail = &m->pending_creates; *tail; tail = &(*tail)->next)
-                ;
-        *tail = p;
+        LIST_APPEND(creates, m->pending_creates, p);
         return 0;
 }
 
@@ -216,7 +213,7 @@ void manager_create_finished(Manager *m) {
 }
 
 void manager_cancel_pending_create(Manager *m, Session *s) {
-        for (PendingCreate *p = m->pending_creates; p; p = p->next)
+        LIST_FOREACH(creates, p, m->pending_creates)
                 if (p->session == s) {
                         pending_create_unlink(m, p);
                         p->callback(s, -EHOSTDOWN, "the session was released before it started",
@@ -229,21 +226,20 @@ void manager_cancel_pending_create(Manager *m, Session *s) {
 unsigned manager_count_pending_creates(Manager *m) {
         unsigned n = 0;
 
-        for (PendingCreate *p = m->pending_creates; p; p = p->next)
+        LIST_FOREACH(creates, p, m->pending_creates)
                 n++;
         return n;
 }
 
 Session *manager_find_session(Manager *m, const char *id) {
-        for (Session *s = m->sessions; s; s = s->next)
+        LIST_FOREACH(sessions, s, m->sessions)
                 if (streq(s->id, id))
                         return s;
         return NULL;
 }
 
 void manager_add_session(Manager *m, Session *s) {
-        s->next = m->sessions;
-        m->sessions = s;
+        LIST_PREPEND(sessions, m->sessions, s);
         m->n_sessions++;
         if (s->ephemeral)
                 m->n_ephemeral++;
@@ -251,15 +247,13 @@ void manager_add_session(Manager *m, Session *s) {
 }
 
 void manager_remove_session(Manager *m, Session *s) {
-        for (Session **p = &m->sessions; *p; p = &(*p)->next)
-                if (*p == s) {
-                        *p = s->next;
-                        m->n_sessions--;
-                        if (s->ephemeral)
-                                m->n_ephemeral--;
-                        break;
-                }
-        s->next = NULL;
+        /* Also for one that left already (queued for GC, then freed) or never came. */
+        if (s->sessions_prev || m->sessions == s) {
+                LIST_REMOVE(sessions, m->sessions, s);
+                m->n_sessions--;
+                if (s->ephemeral)
+                        m->n_ephemeral--;
+        }
         manager_state_changed(m);
 }
 
@@ -270,8 +264,7 @@ void manager_gc(Manager *m) {
 
         /* Sessions freed here may queue others (their callbacks run from here): drained until empty. */
         while ((s = m->session_gc_queue)) {
-                m->session_gc_queue = s->gc_next;
-                s->gc_next = NULL;
+                LIST_REMOVE(gc_queue, m->session_gc_queue, s);
                 session_free(s);
         }
 }
@@ -301,7 +294,7 @@ int manager_arm_gc(Manager *m) {
 /* ---- children of freed sessions ---- */
 
 struct ChildWatch {
-        ChildWatch *next;
+        LIST_FIELDS(ChildWatch, watches);  /* in manager->child_watches */
         Manager *manager;
         sd_event_source *source;
 };
@@ -309,12 +302,8 @@ struct ChildWatch {
 static ChildWatch *child_watch_free(ChildWatch *w) {
         if (!w)
                 return NULL;
-        for (ChildWatch **p = &w->manager->child_watches; *p; p = &(*p)->next)
-                if (*p == w) {
-                        *p = w->next;
-                        w->manager->n_child_watches--;
-                        break;
-                }
+        LIST_REMOVE(watches, w->manager->child_watches, w);
+        w->manager->n_child_watches--;
         /* Inside its own callback the source stays valid until sd-event has reaped the child. */
         w->source = sd_event_source_disable_unref(w->source);
         return mfree(w);
@@ -345,8 +334,7 @@ int manager_watch_child(Manager *m, pid_t pid) {
                 free(w);
                 return r;
         }
-        w->next = m->child_watches;
-        m->child_watches = w;
+        LIST_PREPEND(watches, m->child_watches, w);
         m->n_child_watches++;
         return 0;
 }
@@ -394,7 +382,7 @@ void manager_state_changed(Manager *m) {
 }
 
 static bool manager_uid_in_use(Manager *m, uid_t uid) {
-        for (Session *s = m->sessions; s; s = s->next)
+        LIST_FOREACH(sessions, s, m->sessions)
                 if (s->uid == uid)
                         return true;
         return false;
@@ -418,7 +406,6 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
         _cleanup_free_ char *text = NULL;
         _cleanup_json_ json_object *o = NULL;
         _cleanup_close_ int fd = -EBADF;
-        json_object *v;
         Session *s;
         int r;
 
@@ -434,27 +421,7 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
                 session_cleanup_stale(s, "its record is unreadable");
                 return 0;
         }
-        if (json_object_object_get_ex(o, "idle_ttl_usec", &v))
-                s->idle_ttl_usec = (uint64_t) MAX(json_object_get_int64(v), (int64_t) USEC_PER_SEC);
-        if (json_object_object_get_ex(o, "created_realtime_usec", &v))
-                s->created_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "last_active_realtime_usec", &v))
-                s->last_active_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "archive_key", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->archive_key = strdup(json_object_get_string(v))))
-                return -ENOMEM;
-        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
-                s->stateful = json_object_get_boolean(v);
-        if (json_object_object_get_ex(o, "storage", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->storage_json = strdup(json_object_get_string(v))))
-                return -ENOMEM;
-        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
-        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
-                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
-        if (s->idle_ttl_usec == 0)
-                s->idle_ttl_usec = m->config.idle_ttl_sec * USEC_PER_SEC;
-        s->state_saved_realtime_usec = s->last_active_realtime_usec;
-        r = session_load_release_state(s, o);
+        r = session_load_state(s, o);
         if (r < 0)
                 return r;
         return session_recover(s);

@@ -40,6 +40,7 @@ typedef struct Manager {
         uint64_t run_pool_failed_usec; /* CLOCK_MONOTONIC of the last pooled start that failed */
         unsigned n_execs_running;
         SystemdJob *job_waits; /* systemd-client.c's jobs whose JobRemoved we wait for */
+        sd_bus_slot *job_removed_slot; /* the match for JobRemoved, which finds them */
 
         /* Sessions that are over (finalized) or never started, freed from the event loop
          * (gc_source), never inside a call chain that may still use them. */

@@ -7,6 +7,7 @@
 
 #include "macro.h"
 #include "metrics.h"
+#include "string-table.h"
 #include "string-util.h"
 #include "session.h"
 #include "time-util.h"
@@ -29,13 +30,8 @@ static const char *const kill_reason_table[_KILL_REASON_MAX] = {
         [KILL_REASON_SIGNAL] = "signal",
 };
 
-const char *exec_outcome_to_string(ExecOutcome o) {
-        return o >= 0 && o < _EXEC_OUTCOME_MAX ? exec_outcome_table[o] : NULL;
-}
-
-const char *kill_reason_to_string(KillReason r) {
-        return r >= 0 && r < _KILL_REASON_MAX ? kill_reason_table[r] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(exec_outcome, ExecOutcome)
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(kill_reason, KillReason)
 
 const uint64_t metrics_exec_bucket_usec[METRICS_EXEC_BUCKETS] = {
         10 * USEC_PER_MSEC, 25 * USEC_PER_MSEC, 50 * USEC_PER_MSEC, 100 * USEC_PER_MSEC,

@@ -18,6 +18,7 @@
 
 #include <systemd/sd-event.h>
 
+#include "list.h"
 #include "log.h"
 #include "macro.h"
 #include "run.h"
@@ -33,7 +34,7 @@
 
 struct Run {
         Manager *manager;
-        Run *next;
+        LIST_FIELDS(Run, queue);   /* in manager->runs_queue while it waits for a worker */
         int code_fd;
         char *language;
         bool network;
@@ -112,7 +113,7 @@ static void run_finish(Run *r, Session *s, int error, const char *message, const
         r->session = NULL;
         /* Safe inside the session's own callbacks: a session is only freed from the event loop. */
         if (s)
-                (void) session_release(s, "run finished", NULL, NULL);
+                (void) session_release(s, SESSION_END_RUN_FINISHED, NULL, NULL);
         /* The pool is kept and refilled once the run has answered, not while it executes: on a
          * small machine a scope starting next to the run's interpreter slowed the run down by
          * more than the pool saved. */
@@ -183,7 +184,7 @@ static unsigned run_pool_size(const Manager *m) {
 static unsigned run_pool_count(const Manager *m) {
         unsigned n = 0;
 
-        for (Session *s = m->sessions; s; s = s->next)
+        for (const Session *s = m->sessions; s; s = s->sessions_next)
                 if (s->pooled && s->state != SESSION_STOPPING)
                         n++;
         return n;
@@ -253,7 +254,7 @@ static void run_pool_fill(Manager *m) {
 
 /* A run came: the pool lives another RUN_POOL_IDLE_USEC, and is topped up. */
 static void run_pool_keep(Manager *m) {
-        for (Session *s = m->sessions; s; s = s->next)
+        LIST_FOREACH(sessions, s, m->sessions)
                 if (s->pooled)
                         session_touch(s);
         run_pool_fill(m);
@@ -264,7 +265,7 @@ static void run_pool_keep(Manager *m) {
 static Session *run_pool_take(Manager *m) {
         Session *starting = NULL;
 
-        for (Session *s = m->sessions; s; s = s->next) {
+        LIST_FOREACH(sessions, s, m->sessions) {
                 if (!s->pooled || s->n_execs > 0)
                         continue;
                 if (s->state == SESSION_RUNNING && !s->in_flight && s->n_queued == 0) {
@@ -329,8 +330,7 @@ static void manager_runs_next(Manager *m) {
                 Run *r = m->runs_queue;
                 int q;
 
-                m->runs_queue = r->next;
-                r->next = NULL;
+                LIST_REMOVE(queue, m->runs_queue, r);
                 m->n_runs_queued--;
                 q = run_start(r);
                 if (q < 0) {
@@ -351,7 +351,6 @@ static int strdup_opt(const char *s, char **ret) {
 int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallback cb, void *userdata,
                       Run **ret_run) {
         _cleanup_(run_freep) Run *r = NULL;
-        Run **tail;
 
         r = calloc(1, sizeof(Run));
         if (!r) {
@@ -373,11 +372,9 @@ int manager_queue_run(Manager *m, int code_fd, const RunRequest *req, RunCallbac
             strdup_opt(req->user_type, &r->user_type) < 0)
                 return -ENOMEM;
 
-        for (tail = &m->runs_queue; *tail; tail = &(*tail)->next)
-                ;
         if (ret_run)
                 *ret_run = r;
-        *tail = TAKE_PTR(r);
+        LIST_APPEND(queue, m->runs_queue, TAKE_PTR(r));
         m->n_runs_queued++;
         m->metrics.runs++;
         manager_runs_next(m);
@@ -389,7 +386,7 @@ void manager_runs_flush(Manager *m) {
         while (m->runs_queue) {
                 Run *r = m->runs_queue;
 
-                m->runs_queue = r->next;
+                LIST_REMOVE(queue, m->runs_queue, r);
                 m->n_runs_queued--;
                 if (r->callback)
                         r->callback(-ESHUTDOWN, "the service is stopping", NULL, r->userdata);
@@ -408,12 +405,8 @@ void manager_cancel_run(Run *r) {
                 RunCallback cb = TAKE_PTR(r->callback);
 
                 /* Still waiting for a worker: nothing of it exists yet. */
-                for (Run **p = &m->runs_queue; *p; p = &(*p)->next)
-                        if (*p == r) {
-                                *p = r->next;
-                                m->n_runs_queued--;
-                                break;
-                        }
+                LIST_REMOVE(queue, m->runs_queue, r);
+                m->n_runs_queued--;
                 metrics_count_exec(&m->metrics, -ECANCELED, NULL);
                 run_log(r, LOG_INFO, 0, "was cancelled while it waited for a worker: its caller hung up");
                 cb(-ECANCELED, RUN_CANCELLED_MESSAGE, NULL, r->userdata);
@@ -429,5 +422,5 @@ void manager_cancel_run(Run *r) {
         /* Its session is starting: stopping it undoes the start, and on_session_started() hears of
          * it and finishes the run (once no process of the session is left to stop). */
         if (r->session)
-                (void) session_release(r->session, "run cancelled", NULL, NULL);
+                (void) session_release(r->session, SESSION_END_RUN_CANCELLED, NULL, NULL);
 }

@@ -29,6 +29,7 @@
 #include "signal-util.h"
 #include "bus-util.h"
 #include "storage-config.h"
+#include "string-table.h"
 #include "string-util.h"
 #include "systemd-client.h"
 
@@ -39,7 +40,7 @@ typedef void (*RunnerReplyCallback)(Session *s, int error, const char *message, 
                                     void *userdata);
 
 struct RunnerRequest {
-        RunnerRequest *next;
+        LIST_FIELDS(RunnerRequest, queue);  /* in session->queue_head until sent */
         Session *session;
         sd_event_source *queue_timer;  /* how long it may wait for the session or a slot */
         json_object *message;
@@ -52,7 +53,7 @@ struct RunnerRequest {
 };
 
 typedef struct ReleaseWaiter {
-        struct ReleaseWaiter *next;
+        LIST_FIELDS(struct ReleaseWaiter, waiters);
         SessionDoneCallback callback;
         void *userdata;
 } ReleaseWaiter;
@@ -63,8 +64,35 @@ static const char *const session_state_table[_SESSION_STATE_MAX] = {
         [SESSION_STOPPING] = "stopping",
 };
 
-const char *session_state_to_string(SessionState s) {
-        return s >= 0 && s < _SESSION_STATE_MAX ? session_state_table[s] : NULL;
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(session_state, SessionState)
+
+static const char *const session_end_table[_SESSION_END_MAX] = {
+        [SESSION_END_RELEASED] = "released",
+        [SESSION_END_DISCARDED] = "discarded",
+        [SESSION_END_IDLE] = "idle",
+        [SESSION_END_HANGUP] = "hangup",
+        [SESSION_END_RUN_FINISHED] = "run-finished",
+        [SESSION_END_RUN_CANCELLED] = "run-cancelled",
+        [SESSION_END_START_FAILED] = "start-failed",
+        [SESSION_END_RUNNER_LOST] = "runner-lost",
+        [SESSION_END_UNRESPONSIVE] = "unresponsive",
+        [SESSION_END_STALE] = "stale",
+};
+
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(session_end, SessionEnd)
+
+/* What versions before the words recorded: the phrases of the releases that archive (only those
+ * are recorded), read from a manager that may have been upgraded meanwhile. */
+static const char *const session_end_old_table[_SESSION_END_MAX] = {
+        [SESSION_END_RELEASED] = "released by client",
+        [SESSION_END_DISCARDED] = "discarded by client",
+        [SESSION_END_IDLE] = "idle timeout",
+        [SESSION_END_HANGUP] = "its creator hung up",
+};
+
+SessionEnd session_end_from_string(const char *s) {
+        ssize_t i = string_table_lookup(session_end_table, _SESSION_END_MAX, s);
+        return (SessionEnd) (i >= 0 ? i : string_table_lookup(session_end_old_table, _SESSION_END_MAX, s));
 }
 
 static RunnerRequest *runner_request_free(RunnerRequest *q) {
@@ -84,7 +112,9 @@ static int session_alloc(Manager *m, const char *id, Session **ret) {
         s = calloc(1, sizeof(Session));
         if (!s)
                 return -ENOMEM;
-        *s = (Session) { .manager = m, .control_fd = -EBADF, .state = SESSION_STARTING };
+        *s = (Session) {
+                .manager = m, .control_fd = -EBADF, .state = SESSION_STARTING, .end = _SESSION_END_INVALID
+        };
         strcpy(s->id, id);
         if (asprintf(&s->unit, "scopebox-runner-%s.scope", s->id) < 0 ||
             asprintf(&s->runtime_dir, SCOPEBOX_SESSIONS_RUNTIME_DIR "/%s", s->id) < 0 ||
@@ -175,8 +205,9 @@ static int session_save_state(Session *s) {
                                  &jr);
                 if (s->archive_error)
                         json_add_checked(o, "archive_error", json_object_new_string(s->archive_error), &jr);
-                if (s->stop_reason)
-                        json_add_checked(o, "release_reason", json_object_new_string(s->stop_reason), &jr);
+                if (s->end >= 0)
+                        json_add_checked(o, "release_reason",
+                                         json_object_new_string(session_end_to_string(s->end)), &jr);
         }
         text = jr < 0 ? NULL : json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
         if (!text)
@@ -203,18 +234,28 @@ static void session_remove_state(Session *s) {
                            "Failed to remove '%s': %m", path);
 }
 
+static void session_queue_remove(Session *s, RunnerRequest *q) {
+        LIST_REMOVE(queue, s->queue_head, q);
+        s->n_queued--;
+}
+
+/* The requests still queued hear 'error' now. */
+static void session_fail_queued(Session *s, int error, const char *message) {
+        RunnerRequest *q;
+
+        while ((q = s->queue_head)) {
+                session_queue_remove(s, q);
+                q->callback(s, error, message, NULL, -EBADF, q->userdata);
+                runner_request_free(q);
+        }
+}
+
 static void session_fail_requests(Session *s, int error, const char *message) {
         RunnerRequest *q;
 
         /* Until nothing is left: a callback may queue a request of ours (restore → reset-inputs). */
         do {
-                while ((q = s->queue_head)) {
-                        s->queue_head = q->next;
-                        s->n_queued--;
-                        q->callback(s, error, message, NULL, -EBADF, q->userdata);
-                        runner_request_free(q);
-                }
-                s->queue_tail = NULL;
+                session_fail_queued(s, error, message);
                 if ((q = TAKE_PTR(s->in_flight))) {
                         s->request_timer = sd_event_source_disable_unref(s->request_timer);
                         q->callback(s, error, message, NULL, -EBADF, q->userdata);
@@ -226,6 +267,7 @@ static void session_fail_requests(Session *s, int error, const char *message) {
 }
 
 static void session_release_create_slot(Session *s);
+static void session_release_tell(Session *s);
 
 static bool session_calls_pending(const Session *s) {
         return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
@@ -280,29 +322,21 @@ static void session_release_remains(Session *s) {
                 SessionDoneCallback cb = TAKE_PTR(s->start_callback);
                 cb(s, -EHOSTDOWN, "the session's runner failed to start", s->start_userdata);
         }
-        while (s->release_waiters) {
-                ReleaseWaiter *w = s->release_waiters;
-                s->release_waiters = w->next;
-                w->callback(s, 0, NULL, w->userdata);
-                free(w);
-        }
+        session_release_tell(s);
 
         if (s->counted)
                 s->manager->metrics.sessions_ended++;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released",
-                                           SCOPEBOX_MESSAGE_SESSION_RELEASED),
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-released",
+                              SCOPEBOX_MESSAGE_SESSION_RELEASED,
+                              strjoina("SCOPEBOX_SESSION_END=", session_end_to_string(s->end))),
                    "Session %s released.", s->id);
 }
 
 static void session_unlink_gc(Session *s) {
-        if (!s->manager)
-                return;
-        for (Session **p = &s->manager->session_gc_queue; *p; p = &(*p)->gc_next)
-                if (*p == s) {
-                        *p = s->gc_next;
-                        break;
-                }
-        s->gc_next = NULL;
+        /* Still queued, not taken from the queue by manager_gc(). */
+        if (s->manager && (s->gc_queue_prev || s->manager->session_gc_queue == s))
+                LIST_REMOVE(gc_queue, s->manager->session_gc_queue, s);
 }
 
 Session *session_free(Session *s) {
@@ -340,9 +374,8 @@ Session *session_free(Session *s) {
         s->control_fd = safe_close(s->control_fd);
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-        while (s->release_waiters) {
-                ReleaseWaiter *w = s->release_waiters;
-                s->release_waiters = w->next;
+        for (ReleaseWaiter *w; (w = s->release_waiters);) {
+                LIST_REMOVE(waiters, s->release_waiters, w);
                 free(w);
         }
         free(s->unit);
@@ -352,7 +385,6 @@ Session *session_free(Session *s) {
         free(s->archive_key);
         free(s->storage_json);
         free(s->archive_token);
-        free(s->stop_reason);
         free(s->archive_error);
         free(s->discard_stem);
         free(s);
@@ -367,8 +399,7 @@ void session_add_to_gc_queue(Session *s) {
                 return;
         manager_remove_session(m, s);
         manager_forget_exec_waiter(m, s);
-        s->gc_next = m->session_gc_queue;
-        m->session_gc_queue = s;
+        LIST_PREPEND(gc_queue, m->session_gc_queue, s);
         s->in_gc_queue = true;
         r = manager_arm_gc(m);
         if (r < 0)
@@ -412,25 +443,22 @@ static void on_stop_job_done(Manager *m, const char *result, int error, const sd
 
 /* From now on the session takes no calls: clients see it as gone at once. */
 static void session_begin_stopping(Session *s) {
-        RunnerRequest *q;
-
         s->state = SESSION_STOPPING;
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
         /* Still waiting for a create slot: it never starts. Still fetching its archive: not waited
          * for (a stalled storage endpoint must not keep a released session counted). */
         manager_cancel_pending_create(s->manager, s);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
-        while ((q = s->queue_head)) {
-                s->queue_head = q->next;
-                s->n_queued--;
-                q->callback(s, -ENXIO, "session not found or not running", NULL, -EBADF, q->userdata);
-                runner_request_free(q);
-        }
-        s->queue_tail = NULL;
+        session_fail_queued(s, -ENXIO, "session not found or not running");
+}
+
+/* Why the session stops, or 'fallback' when nobody said (a record of an earlier version without it). */
+static SessionEnd session_end_or(const Session *s, SessionEnd fallback) {
+        return s->end >= 0 ? s->end : fallback;
 }
 
 /* Stop the scope (killing the runner and everything of the session) and then finalize. */
-static void session_stop_scope(Session *s, const char *reason) {
+static void session_stop_scope(Session *s, SessionEnd end) {
         int r;
 
         if (s->stop_requested) {
@@ -439,8 +467,11 @@ static void session_stop_scope(Session *s, const char *reason) {
                 return;
         }
         s->stop_requested = true;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Releasing session %s (%s).", s->id,
-                   reason);
+        s->end = end;
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id),
+                              strjoina("SCOPEBOX_SESSION_END=", session_end_to_string(end))),
+                   "Releasing session %s (%s).", s->id, session_end_to_string(end));
 
         r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, &s->stop_job);
         if (r < 0) {
@@ -455,9 +486,9 @@ static void session_stop_scope(Session *s, const char *reason) {
         manager_state_changed(s->manager);
 }
 
-static void session_teardown(Session *s, const char *reason) {
+static void session_teardown(Session *s, SessionEnd end) {
         session_begin_stopping(s);
-        session_stop_scope(s, reason);
+        session_stop_scope(s, end);
 }
 
 static int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *userdata) {
@@ -468,18 +499,18 @@ static int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *
         w = calloc(1, sizeof(ReleaseWaiter));
         if (!w)
                 return -ENOMEM;
-        *w = (ReleaseWaiter) { .next = s->release_waiters, .callback = cb, .userdata = userdata };
-        s->release_waiters = w;
+        *w = (ReleaseWaiter) { .callback = cb, .userdata = userdata };
+        LIST_PREPEND(waiters, s->release_waiters, w);
         return 0;
 }
 
-int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata) {
+int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *userdata) {
         int r = session_add_release_waiter(s, cb, userdata);
         if (r < 0)
                 return r;
         if (s->state == SESSION_STOPPING)
                 return 0; /* already on its way out; the waiter hears when it is gone */
-        session_teardown(s, reason);
+        session_teardown(s, end);
         return 0;
 }
 
@@ -508,7 +539,7 @@ static void session_runner_lost(Session *s, const char *why) {
         s->control_source = sd_event_source_disable_unref(s->control_source);
         s->control_fd = safe_close(s->control_fd);
         session_complete_in_flight(s, -ENXIO, "session not found or not running", NULL, -EBADF);
-        session_teardown(s, why);
+        session_teardown(s, SESSION_END_RUNNER_LOST);
 }
 
 static int on_control(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
@@ -569,7 +600,7 @@ static int on_request_timeout(sd_event_source *source, uint64_t usec, void *user
         log_struct(LOG_ERR, ETIMEDOUT, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                    "Runner of session %s did not answer in time; tearing the session down.", s->id);
         session_complete_in_flight(s, -ETIMEDOUT, "the session's runner did not answer", NULL, -EBADF);
-        session_teardown(s, "runner unresponsive");
+        session_teardown(s, SESSION_END_UNRESPONSIVE);
         return 0;
 }
 
@@ -585,11 +616,7 @@ static int session_dispatch_next(Session *s) {
                 return 0;
 
         q = s->queue_head;
-        s->queue_head = q->next;
-        if (!s->queue_head)
-                s->queue_tail = NULL;
-        s->n_queued--;
-        q->next = NULL;
+        session_queue_remove(s, q);
 
         {
                 int fds[2] = { q->fd, q->fd2 };
@@ -622,15 +649,7 @@ static int session_dispatch_next(Session *s) {
 static bool session_unqueue(Session *s, RunnerRequest *q) {
         bool waiting_for_slot = q == s->queue_head && !s->in_flight && q->is_exec;
 
-        for (RunnerRequest **p = &s->queue_head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
-                if (*p == q) {
-                        *p = q->next;
-                        if (s->queue_tail == q)
-                                s->queue_tail = prev;
-                        s->n_queued--;
-                        break;
-                }
-        q->next = NULL;
+        session_queue_remove(s, q);
         if (waiting_for_slot)
                 manager_forget_exec_waiter(s->manager, s);
         return waiting_for_slot;
@@ -696,18 +715,10 @@ static int session_enqueue_full(Session *s, json_object *message, int fd, int fd
                 runner_request_free(q);
                 return -ENOMEM;
         }
-        if (front) {
-                q->next = s->queue_head;
-                s->queue_head = q;
-                if (!s->queue_tail)
-                        s->queue_tail = q;
-        } else {
-                if (s->queue_tail)
-                        s->queue_tail->next = q;
-                else
-                        s->queue_head = q;
-                s->queue_tail = q;
-        }
+        if (front)
+                LIST_PREPEND(queue, s->queue_head, q);
+        else
+                LIST_APPEND(queue, s->queue_head, q);
         s->n_queued++;
         if (ret_request)
                 *ret_request = q;
@@ -739,7 +750,7 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
                    (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
         if (s->counted)
                 s->manager->metrics.sessions_reaped++;
-        (void) session_release_full(s, "idle timeout", &(ReleaseOptions) { .archive = true }, NULL, NULL);
+        (void) session_release_full(s, SESSION_END_IDLE, &(ReleaseOptions) { .archive = true }, NULL, NULL);
         return 0;
 }
 
@@ -817,7 +828,7 @@ static void session_start_done(Session *s, int error, const char *message) {
         if (cb)
                 cb(s, error, message, s->start_userdata);
         if (error < 0 && !stopping)
-                session_teardown(s, "start failed");
+                session_teardown(s, SESSION_END_START_FAILED);
 }
 
 static void session_restore_then_ready(Session *s);
@@ -1525,9 +1536,7 @@ static const char *const archive_outcome_table[_ARCHIVE_OUTCOME_MAX] = {
         [ARCHIVE_OUTCOME_DISCARDED] = "discarded",
 };
 
-const char *archive_outcome_to_string(ArchiveOutcome o) {
-        return o >= 0 && o < _ARCHIVE_OUTCOME_MAX ? archive_outcome_table[o] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(archive_outcome, ArchiveOutcome)
 
 /* The storage block to use (the one remembered at create, or the release's) if it is effective,
  * else NULL: then archives are no-ops (COMPAT.md). */
@@ -1554,7 +1563,7 @@ bool session_archive_pending(const Session *s) {
 
 unsigned session_count_pending_archives(Manager *m) {
         unsigned n = 0;
-        for (Session *i = m->sessions; i; i = i->next)
+        LIST_FOREACH(sessions, i, m->sessions)
                 n += i->releasing;
         return n;
 }
@@ -1577,7 +1586,7 @@ Session *session_find_pending_archive(Manager *m, const char *stem, const char *
         Session *found = NULL;
 
         /* The newest release wins: its workspace is what the client saw last. */
-        for (Session *i = m->sessions; i; i = i->next)
+        LIST_FOREACH(sessions, i, m->sessions)
                 if (i->releasing && !i->stop_requested && session_archives_to(i, stem, storage_json) &&
                     (!found || i->release_realtime_usec >= found->release_realtime_usec))
                         found = i;
@@ -1621,9 +1630,8 @@ static const char *bus_reply_error(sd_bus_message *reply) {
 static void session_release_tell(Session *s) {
         s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
         s->release_told = true;
-        while (s->release_waiters) {
-                ReleaseWaiter *w = s->release_waiters;
-                s->release_waiters = w->next;
+        for (ReleaseWaiter *w; (w = s->release_waiters);) {
+                LIST_REMOVE(waiters, s->release_waiters, w);
                 w->callback(s, 0, NULL, w->userdata);
                 free(w);
         }
@@ -1641,7 +1649,7 @@ static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
         if (sd_bus_message_is_method_error(reply, NULL))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Failed to delete the archive of %s: %s", s->id, bus_reply_error(reply));
-        session_stop_scope(s, s->stop_reason ?: "discarded");
+        session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
         return 0;
 }
 
@@ -1652,7 +1660,7 @@ static void session_discard(Session *s, const char *storage, const char *stem) {
         session_archive_stop_retrying(s);
         if (!storage || storage_call(s, &s->archive_slot, "DeleteArchive", on_discard_reply,
                                      STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, stem) < 0)
-                session_stop_scope(s, s->stop_reason ?: "discarded");
+                session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
 }
 
 /* The archive is stored, or never will be: the session goes. */
@@ -1666,7 +1674,7 @@ static void session_archive_done(Session *s, ArchiveOutcome outcome) {
         s->archive_outcome = outcome;
         session_archive_stop_retrying(s);
         manager_state_changed(s->manager);
-        session_stop_scope(s, s->stop_reason ?: "released");
+        session_stop_scope(s, session_end_or(s, SESSION_END_RELEASED));
 }
 
 static void session_archive_attempt(Session *s);
@@ -1887,7 +1895,7 @@ static void session_archive_attempt(Session *s) {
                 return;
         }
         /* Archives of one stem are stored one after the other, in the order of their releases. */
-        for (Session *i = s->manager->sessions; i; i = i->next)
+        LIST_FOREACH(sessions, i, s->manager->sessions)
                 if (session_same_archive(s, i) && session_archive_in_flight(i)) {
                         r = session_arm_archive_retry(s, ARCHIVE_WAIT_USEC);
                         if (r >= 0)
@@ -1938,8 +1946,7 @@ void session_archive_retry_now(Session *s) {
 /* A newer release of the same archive: older pending ones are superseded (their workspace is
  * older); one in flight finishes its attempt first, and the new one waits for it. */
 static void session_supersede_older(Session *s) {
-        for (Session *i = s->manager->sessions, *next; i; i = next) {
-                next = i->next;
+        LIST_FOREACH_SAFE(sessions, i, next, s->manager->sessions) {
                 if (!i->releasing || !session_same_archive(s, i))
                         continue;
                 i->archive_superseded = true;
@@ -1964,7 +1971,7 @@ static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *u
 
 /* An exec that runs when its session is released is stopped as its timeout would stop it; its
  * caller hears that the session is gone. The archive request waits behind it. */
-int session_release_full(Session *s, const char *reason, const ReleaseOptions *o, SessionDoneCallback cb,
+int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata) {
         _cleanup_free_ char *storage_override = NULL;
         const char *storage;
@@ -2008,8 +2015,7 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                 return r;
 
         session_begin_stopping(s);
-        free(s->stop_reason);
-        s->stop_reason = strdup(reason);
+        s->end = end;
         /* The release's storage block is the one its archive goes to, also on every retry. */
         if (storage_override) {
                 free(s->storage_json);
@@ -2030,7 +2036,7 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                                 "Not archiving session %s: its archive could not be restored, the stored "
                                 "one is kept.",
                                 s->id);
-                        session_stop_scope(s, reason);
+                        session_stop_scope(s, end);
                         return 0;
                 }
                 s->releasing = true;
@@ -2056,12 +2062,56 @@ int session_release_full(Session *s, const char *reason, const ReleaseOptions *o
                 session_archive_attempt(s);
                 return 0;
         }
-        session_stop_scope(s, reason);
+        session_stop_scope(s, end);
         return 0;
+}
+
+/* A member of the record: a string copied to *ret (-ENOMEM), a number at least 'min'. */
+static int record_string(json_object *o, const char *key, char **ret) {
+        json_object *v;
+
+        if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+                return 0;
+        free(*ret);
+        *ret = strdup(json_object_get_string(v));
+        return *ret ? 0 : -ENOMEM;
+}
+
+static void record_usec(json_object *o, const char *key, int64_t min, uint64_t *ret) {
+        json_object *v;
+
+        if (json_object_object_get_ex(o, key, &v))
+                *ret = (uint64_t) MAX(json_object_get_int64(v), min);
+}
+
+int session_load_state(Session *s, json_object *o) {
+        json_object *v;
+        int r;
+
+        record_usec(o, "idle_ttl_usec", (int64_t) USEC_PER_SEC, &s->idle_ttl_usec);
+        record_usec(o, "created_realtime_usec", 0, &s->created_realtime_usec);
+        record_usec(o, "last_active_realtime_usec", 0, &s->last_active_realtime_usec);
+        r = record_string(o, "archive_key", &s->archive_key);
+        if (r < 0)
+                return r;
+        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
+                s->stateful = json_object_get_boolean(v);
+        r = record_string(o, "storage", &s->storage_json);
+        if (r < 0)
+                return r;
+        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
+        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
+                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
+        if (s->idle_ttl_usec == 0)
+                s->idle_ttl_usec = s->manager->config.idle_ttl_sec * USEC_PER_SEC;
+        s->state_saved_realtime_usec = s->last_active_realtime_usec;
+        return session_load_release_state(s, o);
 }
 
 int session_load_release_state(Session *s, json_object *o) {
         json_object *v;
+        uint64_t attempts = s->archive_attempts;
+        int r;
 
         if (json_object_object_get_ex(o, "restore_failed", &v))
                 s->restore_failed = json_object_get_boolean(v);
@@ -2070,18 +2120,21 @@ int session_load_release_state(Session *s, json_object *o) {
         s->releasing = true;
         s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
         s->release_told = true; /* whoever asked heard from the earlier manager, or not at all */
-        if (json_object_object_get_ex(o, "archive_attempts", &v))
-                s->archive_attempts = (unsigned) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT_MAX);
-        if (json_object_object_get_ex(o, "release_realtime_usec", &v))
-                s->release_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "archive_first_failure_realtime_usec", &v))
-                s->archive_first_failure_realtime_usec = (uint64_t) MAX(json_object_get_int64(v), 0);
-        if (json_object_object_get_ex(o, "archive_error", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->archive_error = strdup(json_object_get_string(v))))
-                return -ENOMEM;
-        if (json_object_object_get_ex(o, "release_reason", &v) && json_object_is_type(v, json_type_string) &&
-            !(s->stop_reason = strdup(json_object_get_string(v))))
-                return -ENOMEM;
+        record_usec(o, "archive_attempts", 0, &attempts);
+        s->archive_attempts = (unsigned) MIN(attempts, (uint64_t) UINT_MAX);
+        record_usec(o, "release_realtime_usec", 0, &s->release_realtime_usec);
+        record_usec(o, "archive_first_failure_realtime_usec", 0, &s->archive_first_failure_realtime_usec);
+        r = record_string(o, "archive_error", &s->archive_error);
+        if (r < 0)
+                return r;
+        /* A word we don't know (a newer version's) only loses the word: the release goes on. */
+        if (json_object_object_get_ex(o, "release_reason", &v) && json_object_is_type(v, json_type_string)) {
+                s->end = session_end_from_string(json_object_get_string(v));
+                if (s->end < 0)
+                        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Session %s was released for a reason we don't know, ignoring it.",
+                                   s->id);
+        }
         return 0;
 }
 
@@ -2121,7 +2174,7 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
         s->archive_attempts = 0;
         s->archive_first_failure_realtime_usec = s->release_realtime_usec = 0;
         s->archive_error = mfree(s->archive_error);
-        s->stop_reason = mfree(s->stop_reason);
+        s->end = _SESSION_END_INVALID;
         s->idle_ttl_usec = idle_ttl_usec;
         s->state = SESSION_STARTING;
         s->start_callback = cb;
@@ -2264,7 +2317,7 @@ static void session_restore_then_ready(Session *s) {
         /* The archive of a session released moments ago may not be stored yet: never restore what
          * it is about to replace. One being stored now is waited for; one that failed and waits for
          * its next attempt is the client's to take over (a new create adopts it). */
-        for (Session *i = s->manager->sessions; i; i = i->next) {
+        LIST_FOREACH(sessions, i, s->manager->sessions) {
                 if (!i->releasing || !session_same_archive(s, i))
                         continue;
                 if (session_archive_in_flight(i)) {
@@ -2439,5 +2492,5 @@ int session_recover(Session *s) {
 void session_cleanup_stale(Session *s, const char *why) {
         log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-stale"),
                    "Cleaning up session %s: %s.", s->id, why);
-        session_teardown(s, why);
+        session_teardown(s, SESSION_END_STALE);
 }

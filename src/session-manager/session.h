@@ -13,6 +13,7 @@
 
 #include "bus-contract.h"
 #include "id.h"
+#include "list.h"
 #include "macro.h"
 
 typedef struct Manager Manager;
@@ -28,6 +29,28 @@ typedef enum SessionState {
 } SessionState;
 
 const char *session_state_to_string(SessionState s);
+
+/* Why a session ended: one word each, in the journal (SCOPEBOX_SESSION_END=) and in the record of
+ * a session whose release a restarted manager goes on with ("release_reason"). The details (which
+ * message a lost runner sent, why a record was stale) are in the entries that lead to it. */
+typedef enum SessionEnd {
+        SESSION_END_RELEASED,      /* ReleaseSession */
+        SESSION_END_DISCARDED,     /* ReleaseSession with discard */
+        SESSION_END_IDLE,          /* its idle TTL passed */
+        SESSION_END_HANGUP,        /* the caller of its CreateSession hung up before the answer */
+        SESSION_END_RUN_FINISHED,  /* a dify run's session, after its one exec */
+        SESSION_END_RUN_CANCELLED, /* a dify run's session, its run cancelled */
+        SESSION_END_START_FAILED,  /* its scope, runner or workspace did not come up */
+        SESSION_END_RUNNER_LOST,   /* the control connection closed, broke or could not be written */
+        SESSION_END_UNRESPONSIVE,  /* its runner did not answer a request in time */
+        SESSION_END_STALE,         /* found after a restart, and could not be taken over */
+        _SESSION_END_MAX,
+        _SESSION_END_INVALID = -EINVAL,
+} SessionEnd;
+
+const char *session_end_to_string(SessionEnd e);
+/* Also the phrases recorded by earlier versions; -EINVAL for anything else. */
+SessionEnd session_end_from_string(const char *s);
 
 /* Most requests (execs, file operations) waiting behind the one in flight. */
 #define SESSION_QUEUE_MAX 16
@@ -107,7 +130,7 @@ const char *archive_outcome_to_string(ArchiveOutcome o);
 
 struct Session {
         Manager *manager;
-        Session *next;
+        LIST_FIELDS(Session, sessions);   /* in manager->sessions */
 
         char id[SESSION_ID_LEN + 1];
         char *unit;
@@ -128,7 +151,7 @@ struct Session {
         int control_fd;
         sd_event_source *control_source;
 
-        RunnerRequest *queue_head, *queue_tail;
+        RunnerRequest *queue_head;  /* in order, the control requests first */
         unsigned n_queued;
         RunnerRequest *in_flight;
         sd_event_source *request_timer;
@@ -143,7 +166,7 @@ struct Session {
         char *archive_key;
         char *storage_json;
         char *archive_token;      /* the storage agent's staging of our archive, while it runs */
-        char *stop_reason;
+        SessionEnd end;           /* why it is stopping; _SESSION_END_INVALID until then */
 
         /* Archiving at release: the workspace (and the scope) stay until the archive is stored,
          * can never be, or the retry deadline passed (docs/operations.md). Recorded, so that a
@@ -174,7 +197,7 @@ struct Session {
         bool holds_create_slot;     /* one of the manager's create slots (scope start and init) */
         bool finalized;             /* over: out of the manager's lookups, freed by its GC */
         bool in_gc_queue;
-        Session *gc_next;
+        LIST_FIELDS(Session, gc_queue);   /* in manager->session_gc_queue until freed */
 
         SessionDoneCallback start_callback;
         void *start_userdata;
@@ -198,7 +221,7 @@ void session_add_to_gc_queue(Session *s);
 int session_start(Session *s, SessionDoneCallback cb, void *userdata);
 /* Stop the scope and forget the session. cb (optional) runs when it is gone. Safe from inside
  * the session's own callbacks: nothing is freed before the event loop gets back to the manager. */
-int session_release(Session *s, const char *reason, SessionDoneCallback cb, void *userdata);
+int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *userdata);
 /* Release waiters hear when the session is gone, or earlier when its archive is pending; they
  * find the outcome in s->archive_outcome. */
 /* Release with the client's options: archive the workspace first (default, when storage is
@@ -209,7 +232,7 @@ typedef struct ReleaseOptions {
         const char *archive_key;   /* for discard */
         const char *storage_json;  /* overrides the remembered block */
 } ReleaseOptions;
-int session_release_full(Session *s, const char *reason, const ReleaseOptions *o, SessionDoneCallback cb,
+int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata);
 
 /* An exec queued by session_exec(), valid until its callback has run. */
@@ -252,7 +275,10 @@ const char *session_archive_stem_of(Session *s);
 /* A session whose archive is pending becomes a running session again for a new create with the
  * same archive: its workspace is newer than anything stored. */
 int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata);
-/* From a recorded session's state file: a release that was in progress. */
+/* From a recorded session's state file (session_save_state()'s): what the session was. Members
+ * missing or of another type are left at their defaults. */
+int session_load_state(Session *s, json_object *o);
+/* Of that, a release that was in progress. */
 int session_load_release_state(Session *s, json_object *o);
 /* After recovery: go on archiving a session that was being released. */
 void session_resume_release(Session *s);

@@ -7,6 +7,7 @@
 #include <linux/magic.h>
 
 #include "bus-util.h"
+#include "list.h"
 #include "log.h"
 #include "manager.h"
 #include "systemd-client.h"
@@ -23,16 +24,11 @@ struct SystemdJob {
         char *job_path;         /* then the job, while it is in manager->job_waits */
         JobCallback callback;
         void *userdata;
-        SystemdJob *next;
+        LIST_FIELDS(SystemdJob, job_waits);
 };
 
 static void manager_remove_job_wait(Manager *m, SystemdJob *j) {
-        for (SystemdJob **p = &m->job_waits; *p; p = &(*p)->next)
-                if (*p == j) {
-                        *p = j->next;
-                        j->next = NULL;
-                        return;
-                }
+        LIST_REMOVE(job_waits, m->job_waits, j);
 }
 
 SystemdJob *systemd_job_free(SystemdJob *j) {
@@ -69,7 +65,7 @@ static int on_job_removed(sd_bus_message *message, void *userdata, sd_bus_error 
                 log_debug_errno(r, "Failed to parse JobRemoved signal, ignoring: %m");
                 return 0;
         }
-        for (SystemdJob *j = m->job_waits; j; j = j->next)
+        LIST_FOREACH(job_waits, j, m->job_waits)
                 if (streq(j->job_path, path)) {
                         systemd_job_done(j, result, 0, NULL);
                         break;
@@ -80,7 +76,7 @@ static int on_job_removed(sd_bus_message *message, void *userdata, sd_bus_error 
 int systemd_subscribe(Manager *m) {
         int r;
 
-        r = sd_bus_match_signal_async(m->bus, NULL, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
+        r = sd_bus_match_signal_async(m->bus, &m->job_removed_slot, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
                                       SYSTEMD_MANAGER_INTERFACE, "JobRemoved", on_job_removed, NULL, m);
         if (r < 0)
                 return r;
@@ -112,8 +108,7 @@ static int on_job_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret
                 return 0;
         }
         j->slot = sd_bus_slot_unref(j->slot);
-        j->next = j->manager->job_waits;
-        j->manager->job_waits = j;
+        LIST_PREPEND(job_waits, j->manager->job_waits, j);
         return 0;
 }
 
