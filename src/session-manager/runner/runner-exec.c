@@ -373,12 +373,9 @@ static int runner_exec_finish(RunnerExec *e) {
         if (q < 0)
                 goto fail;
 
-        reply = json_object_new_object();
-        if (!reply) {
-                q = -ENOMEM;
+        q = runner_reply_new(&reply);
+        if (q < 0)
                 goto fail;
-        }
-        json_add_checked(reply, "ok", json_object_new_boolean(true), &jr);
         json_add_checked(reply, "exit_code", json_object_new_int(exit_code), &jr);
         json_add_checked(reply, "signal", json_object_new_int(sig), &jr);
         json_add_checked(reply, "timed_out", json_object_new_boolean(e->timed_out), &jr);

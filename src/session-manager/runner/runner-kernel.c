@@ -109,14 +109,9 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
 }
 
 int runner_handle_reset_kernel(Runner *r) {
-        _cleanup_json_ json_object *reply = json_object_new_object();
-
-        if (!reply)
-                return -ENOMEM;
         if (r->kernel)
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Resetting the kernel of session %s.", r->session_id);
         runner_kernel_stop(r);
-        json_object_object_add(reply, "ok", json_object_new_boolean(true));
-        return runner_send(r, r->connection_generation, reply, NULL, 0);
+        return runner_send_ok(r, r->connection_generation, NULL, 0);
 }

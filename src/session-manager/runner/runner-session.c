@@ -123,7 +123,7 @@ int runner_handle_init(Runner *r, json_object *req) {
         _cleanup_json_ json_object *reply = NULL;
         JsonDispatchError jerr;
         SeccompOptions so = {};
-        int q;
+        int q, jr;
 
         if (r->initialized)
                 return runner_send_error(r, r->connection_generation, EALREADY,
@@ -162,12 +162,11 @@ int runner_handle_init(Runner *r, json_object *req) {
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.",
                    r->session_id);
 
-        reply = json_object_new_object();
-        if (!reply)
-                return -ENOMEM;
-        json_object_object_add(reply, "ok", json_object_new_boolean(true));
-        json_object_object_add(reply, "pid", json_object_new_int(getpid()));
+        jr = runner_reply_new(&reply);
+        json_add_checked(reply, "pid", json_object_new_int(getpid()), &jr);
         /* What this runner can do that earlier ones could not: cancel an exec. */
-        json_object_object_add(reply, "cancel", json_object_new_boolean(true));
+        json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
+        if (jr < 0)
+                return jr;
         return runner_send(r, r->connection_generation, reply, NULL, 0);
 }

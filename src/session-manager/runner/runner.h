@@ -149,6 +149,11 @@ typedef struct SandboxProcess {
 /* runner.c: replies on the control connection, the idle backstop, the connection's flow. */
 int runner_send(Runner *r, uint64_t generation, json_object *msg, const int *fds, size_t n_fds);
 int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt, ...) _printf_(4, 5);
+/* A success reply, {"ok": true}: the caller adds its members with json_add_checked() and sends it
+ * only if none failed. */
+int runner_reply_new(json_object **ret);
+/* A success reply without members. */
+int runner_send_ok(Runner *r, uint64_t generation, const int *fds, size_t n_fds);
 void runner_touch(Runner *r);
 void runner_resume_connection(Runner *r);
 

@@ -355,6 +355,7 @@ int seccomp_notify_handle_one(int listener_fd, SeccompSupervisor *supervisor) {
 
 int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
         _cleanup_json_ json_object *calls = json_object_new_array();
+        int jr = 0;
 
         if (!calls)
                 return -ENOMEM;
@@ -368,15 +369,17 @@ int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
                         return -ENOMEM;
                 if (!name)
                         snprintf(fallback, sizeof(fallback), "syscall_%i", report->calls[i].nr);
-                json_object_object_add(c, "name", json_object_new_string(name ?: fallback));
-                json_object_object_add(
+                json_add_checked(c, "name", json_object_new_string(name ?: fallback), &jr);
+                json_add_checked(
                         c, "verdict",
-                        json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)));
-                json_object_object_add(c, "count", json_object_new_int64(report->calls[i].count));
-                json_object_array_add(calls, c);
+                        json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)), &jr);
+                json_add_checked(c, "count", json_object_new_int64(report->calls[i].count), &jr);
+                if (jr < 0 || json_object_array_add(calls, c) < 0) {
+                        json_object_put(c);
+                        return -ENOMEM;
+                }
         }
-        json_object_object_add(reply, "blocked_syscalls", TAKE_PTR(calls));
-        return 0;
+        return json_add(reply, "blocked_syscalls", TAKE_PTR(calls));
 }
 
 char *seccomp_report_format(const SeccompReport *report) {
