@@ -712,21 +712,46 @@ static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
         return 0;
 }
 
+int sandbox_pipes_open(SandboxPipes *p) {
+        _cleanup_(sandbox_pipes_close) SandboxPipes n = SANDBOX_PIPES_NULL;
+
+        if (pipe2(n.out, O_CLOEXEC) < 0 || pipe2(n.err, O_CLOEXEC) < 0 || pipe2(n.status, O_CLOEXEC) < 0)
+                return -errno;
+        *p = n;
+        n = SANDBOX_PIPES_NULL;
+        return 0;
+}
+
+void sandbox_pipes_close(SandboxPipes *p) {
+        close_pairp(&p->out);
+        close_pairp(&p->err);
+        close_pairp(&p->status);
+}
+
+SandboxProcess sandbox_pipes_take(SandboxPipes *p, pid_t pid) {
+        return (SandboxProcess) {
+                .pid = pid,
+                .out_fd = TAKE_FD(p->out[0]),
+                .err_fd = TAKE_FD(p->err[0]),
+                .status_fd = TAKE_FD(p->status[0]),
+        };
+}
+
 /* Creates the pipes of a sandbox, fills in what every sandbox of the session shares and clones
  * PID 1 of a new one, which runs 'se'. 'parent_only_fd' (or -EBADF) is closed in the child. */
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret) {
-        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
-                                  status_pipe[2] = { -EBADF, -EBADF };
+        _cleanup_(sandbox_pipes_close) SandboxPipes pipes = SANDBOX_PIPES_NULL;
         pid_t pid;
+        int q;
 
-        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 ||
-            pipe2(status_pipe, O_CLOEXEC) < 0)
-                return -errno;
+        q = sandbox_pipes_open(&pipes);
+        if (q < 0)
+                return q;
 
         se->session_root = r->session_root;
-        se->stdout_fd = out_pipe[1];
-        se->stderr_fd = err_pipe[1];
-        se->status_fd = status_pipe[1];
+        se->stdout_fd = pipes.out[1];
+        se->stderr_fd = pipes.err[1];
+        se->status_fd = pipes.status[1];
         se->uid = r->uid;
         se->gid = r->gid;
         /* No file can be larger than both filesystems together: a backstop only, so that hitting
@@ -739,18 +764,13 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
         if (pid < 0)
                 return -errno;
         if (pid == 0) {
-                safe_close(out_pipe[0]);
-                safe_close(err_pipe[0]);
-                safe_close(status_pipe[0]);
+                safe_close(pipes.out[0]);
+                safe_close(pipes.err[0]);
+                safe_close(pipes.status[0]);
                 safe_close(parent_only_fd);
                 sandbox_run_init(se);
         }
-        *ret = (SandboxProcess) {
-                .pid = pid,
-                .out_fd = TAKE_FD(out_pipe[0]),
-                .err_fd = TAKE_FD(err_pipe[0]),
-                .status_fd = TAKE_FD(status_pipe[0]),
-        };
+        *ret = sandbox_pipes_take(&pipes, pid);
         return 0;
 }
 
