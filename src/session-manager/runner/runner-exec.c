@@ -167,22 +167,27 @@ static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_o
 
 static int runner_exec_watch(RunnerExec *e);
 
-/* A cell whose kernel was found dead before it ran: a new kernel runs it (runner-kernel.c), in
- * the same RunnerExec, its timeout still running. */
-static int runner_exec_retry_cell(RunnerExec *e) {
-        Runner *r = e->runner;
-        char *no_env[1] = {};
-        SandboxExec se = {
+/* What a cell of a stateful session runs, its first time and in a new kernel alike: its code (kept
+ * in e->code_fd) in the session's python profile, with nothing of an exec's own (no template, no
+ * network, no filter or environment of its own: runner_handle_exec() refuses them for a cell). */
+static SandboxExec runner_exec_cell(const RunnerExec *e) {
+        return (SandboxExec) {
                 .code_fd = e->code_fd,
                 .timeout_ms = e->timeout_ms,
                 .memory_limit = e->memory_limit,
                 .language = SANDBOX_PYTHON3,
-                .extra_env = no_env,
                 .network_ready_fd = -EBADF,
                 .template_fd = -EBADF,
                 .filter_fd = -EBADF,
-                .seccomp = r->seccomp,
+                .seccomp = e->runner->seccomp,
         };
+}
+
+/* A cell whose kernel was found dead before it ran: a new kernel runs it (runner-kernel.c), in
+ * the same RunnerExec, its timeout still running. */
+static int runner_exec_retry_cell(RunnerExec *e) {
+        Runner *r = e->runner;
+        SandboxExec se = runner_exec_cell(e);
         size_t out_limit = e->out.limit, err_limit = e->err.limit;
         SandboxProcess sp;
         int q;
@@ -821,6 +826,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
         _cleanup_close_ int outputs_fd = -EBADF, template_fd = -EBADF, exec_filter_fd = -EBADF;
+        SandboxExec se;
         SandboxProcess sp;
         _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
         _cleanup_free_ char *http_proxy = NULL, *https_proxy = NULL;
@@ -917,18 +923,27 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         if (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
 
-        SandboxExec se = {
-                .code_fd = code_fd,
-                .timeout_ms = e->timeout_ms,
-                .memory_limit = (uint64_t) p.memory_limit,
-                .language = language,
-                .no_processes = p.no_processes,
-                .extra_env = extra_env,
-                .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
-                .template_fd = -EBADF,
-                .filter_fd = -EBADF,
-                .seccomp = filter ?: r->seccomp,
-        };
+        e->stateful = p.stateful;
+        if (p.stateful) {
+                /* Kept for a retry in a new kernel. */
+                e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
+                if (e->code_fd < 0)
+                        return runner_send_error(r, r->connection_generation, errno,
+                                                 "failed to keep the code");
+                se = runner_exec_cell(e);
+        } else
+                se = (SandboxExec) {
+                        .code_fd = code_fd,
+                        .timeout_ms = e->timeout_ms,
+                        .memory_limit = (uint64_t) p.memory_limit,
+                        .language = language,
+                        .no_processes = p.no_processes,
+                        .extra_env = extra_env,
+                        .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
+                        .template_fd = -EBADF,
+                        .filter_fd = -EBADF,
+                        .seccomp = filter ?: r->seccomp,
+                };
         /* A python payload is forked by the template, if it is there; PID 1 starts it cold
          * otherwise. */
         if (language == SANDBOX_PYTHON3 && !p.cold && !p.stateful) {
@@ -952,14 +967,9 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 } else
                         e->template_error = -q;
         }
-        e->stateful = p.stateful;
-        if (p.stateful) {
-                e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
-                if (e->code_fd < 0)
-                        return runner_send_error(r, r->connection_generation, errno,
-                                                 "failed to keep the code");
+        if (p.stateful)
                 q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
-        } else
+        else
                 q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
         template_fd = safe_close(template_fd);
         exec_filter_fd = safe_close(exec_filter_fd);
