@@ -181,6 +181,16 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsi
         return seccomp_rule_add_array(ctx, action, nr, n_args, args);
 }
 
+/* 'action' for each of the calls named, whatever their arguments. */
+static int add_rules(scmp_filter_ctx ctx, uint32_t action, const char *const names[], size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                int r = add_rule(ctx, action, names[i], 0, NULL);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 static int allow_if_eq(scmp_filter_ctx ctx, const char *name, unsigned arg, uint64_t mask,
                        const uint64_t *values, size_t n) {
         for (size_t i = 0; i < n; i++) {
@@ -203,11 +213,9 @@ static int filter_new(uint32_t default_action, scmp_filter_ctx *ret) {
             (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1)) < 0 ||
             (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)) < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(deny_kill); i++) {
-                r = add_rule(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
+        r = add_rules(ctx, SCMP_ACT_KILL_PROCESS, deny_kill, ELEMENTSOF(deny_kill));
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(ctx);
         return 0;
 }
@@ -230,11 +238,9 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
                 if (r < 0)
                         return r;
         }
-        for (size_t i = 0; i < ELEMENTSOF(silent_enosys); i++) {
-                r = add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), silent_enosys[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
+        r = add_rules(ctx, SCMP_ACT_ERRNO(ENOSYS), silent_enosys, ELEMENTSOF(silent_enosys));
+        if (r < 0)
+                return r;
 
         /* clone(): threads and fork are fine, new namespaces are not; without processes only
          * threads. */
@@ -298,11 +304,9 @@ int seccomp_policy_build_archive(scmp_filter_ctx *ret) {
         r = filter_new(SCMP_ACT_ERRNO(EPERM), &ctx);
         if (r < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(archive_allow); i++) {
-                r = add_rule(ctx, SCMP_ACT_ALLOW, archive_allow[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
+        r = add_rules(ctx, SCMP_ACT_ALLOW, archive_allow, ELEMENTSOF(archive_allow));
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(ctx);
         return 0;
 }
