@@ -329,6 +329,22 @@ static void test_seccomp_policy(void) {
         ASSERT_EQ(report.n_calls, SECCOMP_REPORT_MAX);
         ASSERT_EQ(report.overflow, 3);
         ASSERT_EQ(report.calls[0].count, 2);
+
+        /* In the exec's reply: every call with its three members. */
+        {
+                _cleanup_json_ json_object *reply = json_object_new_object();
+                json_object *calls, *c, *v;
+
+                ASSERT_TRUE(reply);
+                ASSERT_EQ(seccomp_report_to_json(&report, reply), 0);
+                ASSERT_TRUE(json_object_object_get_ex(reply, "blocked_syscalls", &calls));
+                ASSERT_EQ(json_object_array_length(calls), (size_t) SECCOMP_REPORT_MAX);
+                c = json_object_array_get_idx(calls, 0);
+                ASSERT_TRUE(json_object_object_get_ex(c, "name", &v) && json_object_get_string(v)[0]);
+                ASSERT_TRUE(json_object_object_get_ex(c, "verdict", &v));
+                ASSERT_STREQ(json_object_get_string(v), "ENOSYS");
+                ASSERT_TRUE(json_object_object_get_ex(c, "count", &v) && json_object_get_int64(v) == 2);
+        }
 }
 
 static void test_openat_beneath(void) {

@@ -60,13 +60,15 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
                 (void) runner_send_error(r, j->connection_generation, res.error, "%s failed: %s",
                                          j->restore ? "restore" : "archive", strerror(-res.error));
         } else {
-                reply = json_object_new_object();
-                if (reply) {
-                        json_object_object_add(reply, "ok", json_object_new_boolean(true));
-                        json_object_object_add(reply, "bytes", json_object_new_int64((int64_t) res.bytes));
-                        json_object_object_add(reply, "refused", json_object_new_int(res.refused));
+                int jr = runner_reply_new(&reply);
+
+                json_add_checked(reply, "bytes", json_object_new_int64((int64_t) res.bytes), &jr);
+                json_add_checked(reply, "refused", json_object_new_int(res.refused), &jr);
+                /* No request follows to answer it for us: the job is answered here, either way. */
+                if (jr < 0)
+                        (void) runner_send_error(r, j->connection_generation, ENOMEM, "out of memory");
+                else
                         (void) runner_send(r, j->connection_generation, reply, NULL, 0);
-                }
                 if (res.refused > 0)
                         log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Restore of session %s refused %i hostile archive entries.",

@@ -167,22 +167,27 @@ static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_o
 
 static int runner_exec_watch(RunnerExec *e);
 
-/* A cell whose kernel was found dead before it ran: a new kernel runs it (runner-kernel.c), in
- * the same RunnerExec, its timeout still running. */
-static int runner_exec_retry_cell(RunnerExec *e) {
-        Runner *r = e->runner;
-        char *no_env[1] = {};
-        SandboxExec se = {
+/* What a cell of a stateful session runs, its first time and in a new kernel alike: its code (kept
+ * in e->code_fd) in the session's python profile, with nothing of an exec's own (no template, no
+ * network, no filter or environment of its own: runner_handle_exec() refuses them for a cell). */
+static SandboxExec runner_exec_cell(const RunnerExec *e) {
+        return (SandboxExec) {
                 .code_fd = e->code_fd,
                 .timeout_ms = e->timeout_ms,
                 .memory_limit = e->memory_limit,
                 .language = SANDBOX_PYTHON3,
-                .extra_env = no_env,
                 .network_ready_fd = -EBADF,
                 .template_fd = -EBADF,
                 .filter_fd = -EBADF,
-                .seccomp = r->seccomp,
+                .seccomp = e->runner->seccomp,
         };
+}
+
+/* A cell whose kernel was found dead before it ran: a new kernel runs it (runner-kernel.c), in
+ * the same RunnerExec, its timeout still running. */
+static int runner_exec_retry_cell(RunnerExec *e) {
+        Runner *r = e->runner;
+        SandboxExec se = runner_exec_cell(e);
         size_t out_limit = e->out.limit, err_limit = e->err.limit;
         SandboxProcess sp;
         int q;
@@ -373,12 +378,9 @@ static int runner_exec_finish(RunnerExec *e) {
         if (q < 0)
                 goto fail;
 
-        reply = json_object_new_object();
-        if (!reply) {
-                q = -ENOMEM;
+        q = runner_reply_new(&reply);
+        if (q < 0)
                 goto fail;
-        }
-        json_add_checked(reply, "ok", json_object_new_boolean(true), &jr);
         json_add_checked(reply, "exit_code", json_object_new_int(exit_code), &jr);
         json_add_checked(reply, "signal", json_object_new_int(sig), &jr);
         json_add_checked(reply, "timed_out", json_object_new_boolean(e->timed_out), &jr);
@@ -715,21 +717,46 @@ static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
         return 0;
 }
 
+int sandbox_pipes_open(SandboxPipes *p) {
+        _cleanup_(sandbox_pipes_close) SandboxPipes n = SANDBOX_PIPES_NULL;
+
+        if (pipe2(n.out, O_CLOEXEC) < 0 || pipe2(n.err, O_CLOEXEC) < 0 || pipe2(n.status, O_CLOEXEC) < 0)
+                return -errno;
+        *p = n;
+        n = SANDBOX_PIPES_NULL;
+        return 0;
+}
+
+void sandbox_pipes_close(SandboxPipes *p) {
+        close_pairp(&p->out);
+        close_pairp(&p->err);
+        close_pairp(&p->status);
+}
+
+SandboxProcess sandbox_pipes_take(SandboxPipes *p, pid_t pid) {
+        return (SandboxProcess) {
+                .pid = pid,
+                .out_fd = TAKE_FD(p->out[0]),
+                .err_fd = TAKE_FD(p->err[0]),
+                .status_fd = TAKE_FD(p->status[0]),
+        };
+}
+
 /* Creates the pipes of a sandbox, fills in what every sandbox of the session shares and clones
  * PID 1 of a new one, which runs 'se'. 'parent_only_fd' (or -EBADF) is closed in the child. */
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret) {
-        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
-                                  status_pipe[2] = { -EBADF, -EBADF };
+        _cleanup_(sandbox_pipes_close) SandboxPipes pipes = SANDBOX_PIPES_NULL;
         pid_t pid;
+        int q;
 
-        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 ||
-            pipe2(status_pipe, O_CLOEXEC) < 0)
-                return -errno;
+        q = sandbox_pipes_open(&pipes);
+        if (q < 0)
+                return q;
 
         se->session_root = r->session_root;
-        se->stdout_fd = out_pipe[1];
-        se->stderr_fd = err_pipe[1];
-        se->status_fd = status_pipe[1];
+        se->stdout_fd = pipes.out[1];
+        se->stderr_fd = pipes.err[1];
+        se->status_fd = pipes.status[1];
         se->uid = r->uid;
         se->gid = r->gid;
         /* No file can be larger than both filesystems together: a backstop only, so that hitting
@@ -742,18 +769,13 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
         if (pid < 0)
                 return -errno;
         if (pid == 0) {
-                safe_close(out_pipe[0]);
-                safe_close(err_pipe[0]);
-                safe_close(status_pipe[0]);
+                safe_close(pipes.out[0]);
+                safe_close(pipes.err[0]);
+                safe_close(pipes.status[0]);
                 safe_close(parent_only_fd);
                 sandbox_run_init(se);
         }
-        *ret = (SandboxProcess) {
-                .pid = pid,
-                .out_fd = TAKE_FD(out_pipe[0]),
-                .err_fd = TAKE_FD(err_pipe[0]),
-                .status_fd = TAKE_FD(status_pipe[0]),
-        };
+        *ret = sandbox_pipes_take(&pipes, pid);
         return 0;
 }
 
@@ -804,6 +826,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
         _cleanup_close_ int outputs_fd = -EBADF, template_fd = -EBADF, exec_filter_fd = -EBADF;
+        SandboxExec se;
         SandboxProcess sp;
         _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
         _cleanup_free_ char *http_proxy = NULL, *https_proxy = NULL;
@@ -900,18 +923,27 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         if (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
 
-        SandboxExec se = {
-                .code_fd = code_fd,
-                .timeout_ms = e->timeout_ms,
-                .memory_limit = (uint64_t) p.memory_limit,
-                .language = language,
-                .no_processes = p.no_processes,
-                .extra_env = extra_env,
-                .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
-                .template_fd = -EBADF,
-                .filter_fd = -EBADF,
-                .seccomp = filter ?: r->seccomp,
-        };
+        e->stateful = p.stateful;
+        if (p.stateful) {
+                /* Kept for a retry in a new kernel. */
+                e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
+                if (e->code_fd < 0)
+                        return runner_send_error(r, r->connection_generation, errno,
+                                                 "failed to keep the code");
+                se = runner_exec_cell(e);
+        } else
+                se = (SandboxExec) {
+                        .code_fd = code_fd,
+                        .timeout_ms = e->timeout_ms,
+                        .memory_limit = (uint64_t) p.memory_limit,
+                        .language = language,
+                        .no_processes = p.no_processes,
+                        .extra_env = extra_env,
+                        .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
+                        .template_fd = -EBADF,
+                        .filter_fd = -EBADF,
+                        .seccomp = filter ?: r->seccomp,
+                };
         /* A python payload is forked by the template, if it is there; PID 1 starts it cold
          * otherwise. */
         if (language == SANDBOX_PYTHON3 && !p.cold && !p.stateful) {
@@ -935,14 +967,9 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 } else
                         e->template_error = -q;
         }
-        e->stateful = p.stateful;
-        if (p.stateful) {
-                e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
-                if (e->code_fd < 0)
-                        return runner_send_error(r, r->connection_generation, errno,
-                                                 "failed to keep the code");
+        if (p.stateful)
                 q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
-        } else
+        else
                 q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
         template_fd = safe_close(template_fd);
         exec_filter_fd = safe_close(exec_filter_fd);

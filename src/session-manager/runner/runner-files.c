@@ -12,14 +12,6 @@
 #include "runner.h"
 #include "workspace.h"
 
-static int runner_send_ok(Runner *r, json_object *extra, const int *fds, size_t n_fds) {
-        _cleanup_json_ json_object *reply = extra ?: json_object_new_object();
-        if (!reply)
-                return -ENOMEM;
-        json_object_object_add(reply, "ok", json_object_new_boolean(true));
-        return runner_send(r, r->connection_generation, reply, fds, n_fds);
-}
-
 static bool path_has_dotdot_component(const char *p) {
         for (const char *c = p; *c;) {
                 size_t l = strcspn(c, "/");
@@ -55,7 +47,7 @@ int runner_handle_write(Runner *r, json_object *req, int data_fd) {
         q = workspace_write(&r->workspace, path, data_fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
-        return runner_send_ok(r, NULL, NULL, 0);
+        return runner_send_ok(r, r->connection_generation, NULL, 0);
 }
 
 int runner_handle_read(Runner *r, json_object *req) {
@@ -71,7 +63,7 @@ int runner_handle_read(Runner *r, json_object *req) {
         q = workspace_read(&r->workspace, path, (uint64_t) max, &fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
-        return runner_send_ok(r, NULL, &fd, 1);
+        return runner_send_ok(r, r->connection_generation, &fd, 1);
 }
 
 int runner_handle_list(Runner *r) {
@@ -79,34 +71,45 @@ int runner_handle_list(Runner *r) {
         _cleanup_close_ int fd = -EBADF;
         OutputSet s = {};
         const char *text;
-        int q;
+        int q, jr = 0;
 
         q = workspace_list(&r->workspace, &s);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
+        /* Every entry or an error: never a list with one missing. */
         list = json_object_new_array();
-        for (size_t i = 0; list && i < s.n; i++) {
+        if (!list)
+                jr = -ENOMEM;
+        for (size_t i = 0; jr >= 0 && i < s.n; i++) {
                 json_object *e = json_object_new_object();
-                if (!e)
+
+                if (!e) {
+                        jr = -ENOMEM;
                         break;
-                json_object_object_add(e, "path", json_object_new_string(s.entries[i].path));
-                json_object_object_add(e, "size", json_object_new_int64((int64_t) s.entries[i].size));
-                json_object_array_add(list, e);
+                }
+                json_add_checked(e, "path", json_object_new_string(s.entries[i].path), &jr);
+                json_add_checked(e, "size", json_object_new_int64((int64_t) s.entries[i].size), &jr);
+                if (jr < 0 || json_object_array_add(list, e) < 0) {
+                        json_object_put(e);
+                        jr = -ENOMEM;
+                }
         }
         output_set_done(&s);
-        if (!list)
-                return -ENOMEM;
+        if (jr < 0)
+                return jr;
         /* 500 paths of up to 4 KiB don't fit a control message: the list travels in a memfd. */
         text = json_object_to_json_string_ext(list, JSON_C_TO_STRING_PLAIN);
+        if (!text)
+                return -ENOMEM;
         fd = memfd_new_data("workspace-list", text, strlen(text));
         if (fd < 0)
                 return runner_send_error(r, r->connection_generation, fd, "%s", strerror(-fd));
-        return runner_send_ok(r, NULL, &fd, 1);
+        return runner_send_ok(r, r->connection_generation, &fd, 1);
 }
 
 int runner_handle_reset_inputs(Runner *r) {
         int q = workspace_reset_inputs(&r->workspace);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
-        return runner_send_ok(r, NULL, NULL, 0);
+        return runner_send_ok(r, r->connection_generation, NULL, 0);
 }

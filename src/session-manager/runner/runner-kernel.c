@@ -57,24 +57,19 @@ static int on_kernel_exit(sd_event_source *s, const siginfo_t *si, void *userdat
 /* Hands the cell described by 'se' (its code_fd) to the kernel, starting one first if there is
  * none: *ret gets the read ends of the cell's pipes, *ret_new whether the kernel is new. */
 int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new) {
-        _cleanup_close_pair_ int out_pipe[2] = { -EBADF, -EBADF }, err_pipe[2] = { -EBADF, -EBADF },
-                                  status_pipe[2] = { -EBADF, -EBADF }, ctl[2] = { -EBADF, -EBADF };
+        _cleanup_(sandbox_pipes_close) SandboxPipes pipes = SANDBOX_PIPES_NULL;
+        _cleanup_close_pair_ int ctl[2] = { -EBADF, -EBADF };
         RunnerKernel *k;
         int q;
 
         if (r->kernel) {
-                if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 ||
-                    pipe2(status_pipe, O_CLOEXEC) < 0)
-                        return -errno;
+                q = sandbox_pipes_open(&pipes);
+                if (q < 0)
+                        return q;
                 q = fds_send(r->kernel->ctl_fd, "c", 1,
-                             (const int[]) { se->code_fd, out_pipe[1], err_pipe[1], status_pipe[1] }, 4);
+                             (const int[]) { se->code_fd, pipes.out[1], pipes.err[1], pipes.status[1] }, 4);
                 if (q >= 0) {
-                        *ret = (SandboxProcess) {
-                                .pid = r->kernel->pid,
-                                .out_fd = TAKE_FD(out_pipe[0]),
-                                .err_fd = TAKE_FD(err_pipe[0]),
-                                .status_fd = TAKE_FD(status_pipe[0]),
-                        };
+                        *ret = sandbox_pipes_take(&pipes, r->kernel->pid);
                         *ret_new = false;
                         return 0;
                 }
@@ -109,14 +104,9 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
 }
 
 int runner_handle_reset_kernel(Runner *r) {
-        _cleanup_json_ json_object *reply = json_object_new_object();
-
-        if (!reply)
-                return -ENOMEM;
         if (r->kernel)
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Resetting the kernel of session %s.", r->session_id);
         runner_kernel_stop(r);
-        json_object_object_add(reply, "ok", json_object_new_boolean(true));
-        return runner_send(r, r->connection_generation, reply, NULL, 0);
+        return runner_send_ok(r, r->connection_generation, NULL, 0);
 }

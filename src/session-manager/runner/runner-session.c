@@ -23,12 +23,31 @@
 
 #define SESSION_ROOT_TMPFS_OPTIONS "mode=0700,size=1m,nr_inodes=64"
 
+/* A tmpfs of 'size' bytes at 'where' ('what', for messages), whose options start with 'owner', and
+ * an inode per 4 KiB of it (1024 at least): many small files meet the same quota as a few large
+ * ones. Opened into *ret_fd. */
+static int mount_session_tmpfs(const char *where, const char *what, const char *owner, uint64_t size,
+                               int *ret_fd) {
+        char opts[256];
+        int fd;
+
+        snprintf(opts, sizeof(opts), "%s,size=%llu,nr_inodes=%llu", owner, (unsigned long long) size,
+                 (unsigned long long) MAX(size / 4096, 1024ULL));
+        if (mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+                return log_error_errno(errno, "Failed to mount %s: %m", what);
+        fd = open(where, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to open %s: %m", what);
+        *ret_fd = fd;
+        return 0;
+}
+
 static int runner_setup_session(Runner *r) {
         _cleanup_close_ int ws_fd = -EBADF, scratch_fd = -EBADF;
         const char *ws = strjoina(r->session_root, "/" SESSION_WORKSPACE_DIR);
         const char *scratch = strjoina(r->session_root, "/" SESSION_SCRATCH_DIR);
         const char *view = strjoina(r->session_root, "/view");
-        char opts[256];
+        char owner[64];
         int q;
 
         /* A mount namespace of our own: the session's filesystems are invisible to everyone else,
@@ -46,14 +65,10 @@ static int runner_setup_session(Runner *r) {
                 return log_error_errno(errno, "Failed to create the session's directories: %m");
 
         /* /workspace: a size-bounded tmpfs owned by the sandbox user; code gets ENOSPC at the quota. */
-        snprintf(opts, sizeof(opts), "mode=0755,uid=%u,gid=%u,size=%llu,nr_inodes=%llu", r->uid, r->gid,
-                 (unsigned long long) r->workspace_size,
-                 (unsigned long long) MAX(r->workspace_size / 4096, 1024ULL));
-        if (mount("tmpfs", ws, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
-                return log_error_errno(errno, "Failed to mount the workspace: %m");
-        ws_fd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (ws_fd < 0)
-                return log_error_errno(errno, "Failed to open the workspace: %m");
+        snprintf(owner, sizeof(owner), "mode=0755,uid=%u,gid=%u", r->uid, r->gid);
+        q = mount_session_tmpfs(ws, "the workspace", owner, r->workspace_size, &ws_fd);
+        if (q < 0)
+                return q;
         static const char *const ws_dirs[] = { "uploads", "outputs", "skills" };
         for (size_t i = 0; i < ELEMENTSOF(ws_dirs); i++) {
                 _cleanup_close_ int fd = -EBADF;
@@ -65,13 +80,9 @@ static int runner_setup_session(Runner *r) {
         }
 
         /* /tmp and /home/sandbox share one bounded tmpfs that survives across execs. */
-        snprintf(opts, sizeof(opts), "mode=0755,size=%llu,nr_inodes=%llu", (unsigned long long) r->tmp_size,
-                 (unsigned long long) MAX(r->tmp_size / 4096, 1024ULL));
-        if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
-                return log_error_errno(errno, "Failed to mount the scratch filesystem: %m");
-        scratch_fd = open(scratch, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (scratch_fd < 0)
-                return log_error_errno(errno, "Failed to open the scratch filesystem: %m");
+        q = mount_session_tmpfs(scratch, "the scratch filesystem", "mode=0755", r->tmp_size, &scratch_fd);
+        if (q < 0)
+                return q;
         /* A fresh filesystem no process of the session has seen yet; still, ownership and modes
          * are set through fds opened without following links, as everywhere else. */
         {
@@ -123,7 +134,7 @@ int runner_handle_init(Runner *r, json_object *req) {
         _cleanup_json_ json_object *reply = NULL;
         JsonDispatchError jerr;
         SeccompOptions so = {};
-        int q;
+        int q, jr;
 
         if (r->initialized)
                 return runner_send_error(r, r->connection_generation, EALREADY,
@@ -162,12 +173,11 @@ int runner_handle_init(Runner *r, json_object *req) {
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.",
                    r->session_id);
 
-        reply = json_object_new_object();
-        if (!reply)
-                return -ENOMEM;
-        json_object_object_add(reply, "ok", json_object_new_boolean(true));
-        json_object_object_add(reply, "pid", json_object_new_int(getpid()));
+        jr = runner_reply_new(&reply);
+        json_add_checked(reply, "pid", json_object_new_int(getpid()), &jr);
         /* What this runner can do that earlier ones could not: cancel an exec. */
-        json_object_object_add(reply, "cancel", json_object_new_boolean(true));
+        json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
+        if (jr < 0)
+                return jr;
         return runner_send(r, r->connection_generation, reply, NULL, 0);
 }

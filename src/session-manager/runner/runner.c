@@ -48,6 +48,7 @@ int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt
         _cleanup_json_ json_object *m = NULL;
         char msg[512];
         va_list ap;
+        int jr = 0;
 
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -56,10 +57,35 @@ int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt
         m = json_object_new_object();
         if (!m)
                 return -ENOMEM;
-        json_object_object_add(m, "ok", json_object_new_boolean(false));
-        json_object_object_add(m, "errno", json_object_new_int(abs(error)));
-        json_object_object_add(m, "error", json_object_new_string(msg));
+        json_add_checked(m, "ok", json_object_new_boolean(false), &jr);
+        json_add_checked(m, "errno", json_object_new_int(abs(error)), &jr);
+        json_add_checked(m, "error", json_object_new_string(msg), &jr);
+        if (jr < 0)
+                return jr;
         return runner_send(r, generation, m, NULL, 0);
+}
+
+int runner_reply_new(json_object **ret) {
+        _cleanup_json_ json_object *reply = json_object_new_object();
+        int q;
+
+        if (!reply)
+                return -ENOMEM;
+        q = json_add(reply, "ok", json_object_new_boolean(true));
+        if (q < 0)
+                return q;
+        *ret = TAKE_PTR(reply);
+        return 0;
+}
+
+int runner_send_ok(Runner *r, uint64_t generation, const int *fds, size_t n_fds) {
+        _cleanup_json_ json_object *reply = NULL;
+        int q;
+
+        q = runner_reply_new(&reply);
+        if (q < 0)
+                return q;
+        return runner_send(r, generation, reply, fds, n_fds);
 }
 
 /* ---- backstop ---- */
@@ -154,6 +180,21 @@ static bool op_works_on_files(const char *op) {
         return false;
 }
 
+/* Answered while an exec or archive job runs, too: so is its failure, which the fallback of
+ * on_connection() for requests of an idle session would not answer. */
+static int runner_handle_ping(Runner *r) {
+        _cleanup_json_ json_object *reply = NULL;
+        int jr;
+
+        jr = runner_reply_new(&reply);
+        json_add_checked(reply, "initialized", json_object_new_boolean(r->initialized), &jr);
+        json_add_checked(reply, "busy", json_object_new_boolean(r->exec || r->archive_job), &jr);
+        json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
+        if (jr < 0)
+                return runner_send_error(r, r->connection_generation, ENOMEM, "out of memory");
+        return runner_send(r, r->connection_generation, reply, NULL, 0);
+}
+
 static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         Runner *r = userdata;
 
@@ -227,19 +268,9 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         runner_kernel_stop(r);
                         q = runner_handle_archive(r, req, n_fds > 0 ? fds[0] : -EBADF, streq(op, "restore"));
                 }
-                else if (op && streq(op, "ping")) {
-                        _cleanup_json_ json_object *reply = json_object_new_object();
-                        if (reply) {
-                                json_object_object_add(reply, "ok", json_object_new_boolean(true));
-                                json_object_object_add(reply, "initialized",
-                                                       json_object_new_boolean(r->initialized));
-                                json_object_object_add(reply, "busy",
-                                                       json_object_new_boolean(r->exec || r->archive_job));
-                                json_object_object_add(reply, "cancel", json_object_new_boolean(true));
-                                q = runner_send(r, r->connection_generation, reply, NULL, 0);
-                        } else
-                                q = -ENOMEM;
-                } else
+                else if (op && streq(op, "ping"))
+                        q = runner_handle_ping(r);
+                else
                         q = runner_send_error(r, r->connection_generation, EOPNOTSUPP, "unknown operation");
 
                 for (size_t i = 0; i < n_fds; i++)

@@ -145,10 +145,23 @@ typedef struct SandboxProcess {
         int out_fd, err_fd, status_fd;
 } SandboxProcess;
 
+/* The pipes of a sandbox, or of a cell of the kernel: its stdout, stderr and status; [0] the
+ * runner's read end, [1] the sandbox's write end. */
+typedef struct SandboxPipes {
+        int out[2], err[2], status[2];
+} SandboxPipes;
+#define SANDBOX_PIPES_NULL                                                                           \
+        (SandboxPipes) { { -EBADF, -EBADF }, { -EBADF, -EBADF }, { -EBADF, -EBADF } }
+
 
 /* runner.c: replies on the control connection, the idle backstop, the connection's flow. */
 int runner_send(Runner *r, uint64_t generation, json_object *msg, const int *fds, size_t n_fds);
 int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt, ...) _printf_(4, 5);
+/* A success reply, {"ok": true}: the caller adds its members with json_add_checked() and sends it
+ * only if none failed. */
+int runner_reply_new(json_object **ret);
+/* A success reply without members. */
+int runner_send_ok(Runner *r, uint64_t generation, const int *fds, size_t n_fds);
 void runner_touch(Runner *r);
 void runner_resume_connection(Runner *r);
 
@@ -157,6 +170,11 @@ int runner_handle_init(Runner *r, json_object *req);
 
 /* runner-exec.c */
 RunnerExec *runner_exec_free(RunnerExec *e);
+/* All or none: on failure '*p' stays as it was (SANDBOX_PIPES_NULL). */
+int sandbox_pipes_open(SandboxPipes *p);
+void sandbox_pipes_close(SandboxPipes *p);
+/* The read ends, taken out of 'p', with the PID 1 that writes them. */
+SandboxProcess sandbox_pipes_take(SandboxPipes *p, pid_t pid);
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret);
 /* 'stream_fd' (borrowed, or -EBADF): the write end of a pipe for the output as it is produced. */
 int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd);

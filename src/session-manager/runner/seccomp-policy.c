@@ -181,6 +181,16 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsi
         return seccomp_rule_add_array(ctx, action, nr, n_args, args);
 }
 
+/* 'action' for each of the calls named, whatever their arguments. */
+static int add_rules(scmp_filter_ctx ctx, uint32_t action, const char *const names[], size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                int r = add_rule(ctx, action, names[i], 0, NULL);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 static int allow_if_eq(scmp_filter_ctx ctx, const char *name, unsigned arg, uint64_t mask,
                        const uint64_t *values, size_t n) {
         for (size_t i = 0; i < n; i++) {
@@ -203,11 +213,9 @@ static int filter_new(uint32_t default_action, scmp_filter_ctx *ret) {
             (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1)) < 0 ||
             (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)) < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(deny_kill); i++) {
-                r = add_rule(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
+        r = add_rules(ctx, SCMP_ACT_KILL_PROCESS, deny_kill, ELEMENTSOF(deny_kill));
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(ctx);
         return 0;
 }
@@ -230,11 +238,9 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
                 if (r < 0)
                         return r;
         }
-        for (size_t i = 0; i < ELEMENTSOF(silent_enosys); i++) {
-                r = add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), silent_enosys[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
+        r = add_rules(ctx, SCMP_ACT_ERRNO(ENOSYS), silent_enosys, ELEMENTSOF(silent_enosys));
+        if (r < 0)
+                return r;
 
         /* clone(): threads and fork are fine, new namespaces are not; without processes only
          * threads. */
@@ -298,11 +304,9 @@ int seccomp_policy_build_archive(scmp_filter_ctx *ret) {
         r = filter_new(SCMP_ACT_ERRNO(EPERM), &ctx);
         if (r < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(archive_allow); i++) {
-                r = add_rule(ctx, SCMP_ACT_ALLOW, archive_allow[i], 0, NULL);
-                if (r < 0)
-                        return r;
-        }
+        r = add_rules(ctx, SCMP_ACT_ALLOW, archive_allow, ELEMENTSOF(archive_allow));
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(ctx);
         return 0;
 }
@@ -355,6 +359,7 @@ int seccomp_notify_handle_one(int listener_fd, SeccompSupervisor *supervisor) {
 
 int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
         _cleanup_json_ json_object *calls = json_object_new_array();
+        int jr = 0;
 
         if (!calls)
                 return -ENOMEM;
@@ -368,15 +373,17 @@ int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
                         return -ENOMEM;
                 if (!name)
                         snprintf(fallback, sizeof(fallback), "syscall_%i", report->calls[i].nr);
-                json_object_object_add(c, "name", json_object_new_string(name ?: fallback));
-                json_object_object_add(
+                json_add_checked(c, "name", json_object_new_string(name ?: fallback), &jr);
+                json_add_checked(
                         c, "verdict",
-                        json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)));
-                json_object_object_add(c, "count", json_object_new_int64(report->calls[i].count));
-                json_object_array_add(calls, c);
+                        json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)), &jr);
+                json_add_checked(c, "count", json_object_new_int64(report->calls[i].count), &jr);
+                if (jr < 0 || json_object_array_add(calls, c) < 0) {
+                        json_object_put(c);
+                        return -ENOMEM;
+                }
         }
-        json_object_object_add(reply, "blocked_syscalls", TAKE_PTR(calls));
-        return 0;
+        return json_add(reply, "blocked_syscalls", TAKE_PTR(calls));
 }
 
 char *seccomp_report_format(const SeccompReport *report) {

@@ -106,15 +106,94 @@ static int build_tree(void) {
         return 0;
 }
 
-int main(int argc, char *argv[]) {
-        _cleanup_free_ char *config_error = NULL, *modules = NULL;
-        Config config = {};
+/* Builds the template's tree and root, and becomes its interpreter: returns only on failure. */
+static int template_run(const Config *config) {
+        _cleanup_free_ char *modules = NULL;
         struct stat site = {};
         char site_arg[96], age_arg[32], buf[192];
         char *envp[32], *args[512];
         const char *step = NULL;
         size_t n = 0;
         int fd, notify, r;
+
+        /* What runners compare with before they use us (as they lstat it). */
+        if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &site) < 0)
+                site = (struct stat) {};
+        snprintf(site_arg, sizeof(site_arg), "%llu:%llu:%u:%u", (unsigned long long) site.st_dev,
+                 (unsigned long long) site.st_ino, (unsigned) site.st_mode, (unsigned) site.st_uid);
+        snprintf(age_arg, sizeof(age_arg), "%llu", (unsigned long long) config->template_max_age);
+
+        notify = connect_notify_socket();
+        if (notify < 0 && notify != -ENOENT)
+                log_warning_errno(notify, "Failed to connect to $NOTIFY_SOCKET, ignoring: %m");
+        (void) unsetenv("NOTIFY_SOCKET");
+        fd = bind_socket();
+        if (fd < 0)
+                return log_error_errno(fd, "Failed to bind " TEMPLATE_SOCKET_PATH ": %m");
+        if (unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET) < 0)
+                return log_error_errno(errno, "Failed to create the template's namespaces: %m");
+        r = build_tree();
+        if (r < 0)
+                return log_error_errno(r, "Failed to create the template's tree: %m");
+        {
+                /* The font list where the template's matplotlib looks for it, as in a session. */
+                _cleanup_close_ int scratch = open(TEMPLATE_TREE "/" SESSION_SCRATCH_DIR,
+                                                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                int q = scratch < 0 ? -errno : sandbox_seed_font_cache(scratch, 0, 0);
+                if (q < 0)
+                        log_warning_errno(q, "Failed to seed the matplotlib font list, ignoring: %m");
+        }
+
+        SandboxExec e = {
+                .session_root = TEMPLATE_TREE,
+                .code_fd = -EBADF,
+                .stdout_fd = -EBADF,
+                .stderr_fd = -EBADF,
+                .status_fd = -EBADF,
+                .language = SANDBOX_PYTHON3,
+                .network_ready_fd = -EBADF,
+                .template_fd = -EBADF,
+                .filter_fd = -EBADF,
+                .cpus_percent = 100,   /* OPENBLAS_NUM_THREADS=1: no threads in the template */
+        };
+        r = sandbox_build_root(&e, &step);
+        if (r < 0)
+                return log_error_errno(r, "Failed to build the template's root at '%s': %m", strna(step));
+        if (chdir("/workspace") < 0)
+                return log_error_errno(errno, "Failed to enter /workspace: %m");
+        if (fd == 3 ? fcntl(fd, F_SETFD, 0) < 0 : dup2(fd, 3) < 0)
+                return log_error_errno(errno, "Failed to pass the socket: %m");
+        /* Readiness (Type=notify): fd 4, "-1" without a service manager. */
+        if (notify >= 0 && (notify == 4 ? fcntl(notify, F_SETFD, 0) < 0 : dup2(notify, 4) < 0))
+                return log_error_errno(errno, "Failed to pass the notification socket: %m");
+
+        /* Defaults for every signal, also the two glibc keeps (systemd cannot reset those, and
+         * an ignored one would reach every exec forked from us). */
+        r = reset_all_signal_dispositions();
+        if (r < 0)
+                return log_error_errno(r, "Failed to reset the signal dispositions: %m");
+        sandbox_build_env(&e, true, buf, sizeof(buf), envp, ELEMENTSOF(envp));
+        args[n++] = (char *) "python3";
+        args[n++] = (char *) TEMPLATE_SCRIPT;
+        args[n++] = (char *) TEMPLATE_MODULE;
+        args[n++] = site_arg;
+        args[n++] = age_arg;
+        args[n++] = (char *) (notify >= 0 ? "4" : "-1");
+        modules = strdup(config->preload_modules ?: "");
+        if (!modules)
+                return log_oom();
+        for (char *save = NULL, *m = strtok_r(modules, " ", &save); m && n < ELEMENTSOF(args) - 1;
+             m = strtok_r(NULL, " ", &save))
+                args[n++] = m;
+        args[n] = NULL;
+        execve(SANDBOX_PYTHON, args, envp);
+        return log_error_errno(errno, "Failed to execute " SANDBOX_PYTHON ": %m");
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_free_ char *config_error = NULL;
+        Config config = {};
+        int r;
 
         r = daemon_parse_argv(argc, argv, "scopebox-template",
                               "The template interpreter of scopebox, from which python execs are forked.",
@@ -141,93 +220,6 @@ int main(int argc, char *argv[]) {
                 return EXIT_FAILURE;
         }
 
-        /* What runners compare with before they use us (as they lstat it). */
-        if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &site) < 0)
-                site = (struct stat) {};
-        snprintf(site_arg, sizeof(site_arg), "%llu:%llu:%u:%u", (unsigned long long) site.st_dev,
-                 (unsigned long long) site.st_ino, (unsigned) site.st_mode, (unsigned) site.st_uid);
-        snprintf(age_arg, sizeof(age_arg), "%llu", (unsigned long long) config.template_max_age);
-
-        notify = connect_notify_socket();
-        if (notify < 0 && notify != -ENOENT)
-                log_warning_errno(notify, "Failed to connect to $NOTIFY_SOCKET, ignoring: %m");
-        (void) unsetenv("NOTIFY_SOCKET");
-        fd = bind_socket();
-        if (fd < 0) {
-                log_error_errno(fd, "Failed to bind " TEMPLATE_SOCKET_PATH ": %m");
-                return EXIT_FAILURE;
-        }
-        if (unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET) < 0) {
-                log_error_errno(errno, "Failed to create the template's namespaces: %m");
-                return EXIT_FAILURE;
-        }
-        r = build_tree();
-        if (r < 0) {
-                log_error_errno(r, "Failed to create the template's tree: %m");
-                return EXIT_FAILURE;
-        }
-        {
-                /* The font list where the template's matplotlib looks for it, as in a session. */
-                _cleanup_close_ int scratch = open(TEMPLATE_TREE "/" SESSION_SCRATCH_DIR,
-                                                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                int q = scratch < 0 ? -errno : sandbox_seed_font_cache(scratch, 0, 0);
-                if (q < 0)
-                        log_warning_errno(q, "Failed to seed the matplotlib font list, ignoring: %m");
-        }
-
-        SandboxExec e = {
-                .session_root = TEMPLATE_TREE,
-                .code_fd = -EBADF,
-                .stdout_fd = -EBADF,
-                .stderr_fd = -EBADF,
-                .status_fd = -EBADF,
-                .language = SANDBOX_PYTHON3,
-                .network_ready_fd = -EBADF,
-                .template_fd = -EBADF,
-                .filter_fd = -EBADF,
-                .cpus_percent = 100,   /* OPENBLAS_NUM_THREADS=1: no threads in the template */
-        };
-        r = sandbox_build_root(&e, &step);
-        if (r < 0) {
-                log_error_errno(r, "Failed to build the template's root at '%s': %m", strna(step));
-                return EXIT_FAILURE;
-        }
-        if (chdir("/workspace") < 0) {
-                log_error_errno(errno, "Failed to enter /workspace: %m");
-                return EXIT_FAILURE;
-        }
-        if (fd == 3 ? fcntl(fd, F_SETFD, 0) < 0 : dup2(fd, 3) < 0) {
-                log_error_errno(errno, "Failed to pass the socket: %m");
-                return EXIT_FAILURE;
-        }
-        /* Readiness (Type=notify): fd 4, "-1" without a service manager. */
-        if (notify >= 0 && (notify == 4 ? fcntl(notify, F_SETFD, 0) < 0 : dup2(notify, 4) < 0)) {
-                log_error_errno(errno, "Failed to pass the notification socket: %m");
-                return EXIT_FAILURE;
-        }
-
-        /* Defaults for every signal, also the two glibc keeps (systemd cannot reset those, and
-         * an ignored one would reach every exec forked from us). */
-        r = reset_all_signal_dispositions();
-        if (r < 0) {
-                log_error_errno(r, "Failed to reset the signal dispositions: %m");
-                return EXIT_FAILURE;
-        }
-        sandbox_build_env(&e, true, buf, sizeof(buf), envp, ELEMENTSOF(envp));
-        args[n++] = (char *) "python3";
-        args[n++] = (char *) TEMPLATE_SCRIPT;
-        args[n++] = (char *) TEMPLATE_MODULE;
-        args[n++] = site_arg;
-        args[n++] = age_arg;
-        args[n++] = (char *) (notify >= 0 ? "4" : "-1");
-        modules = strdup(config.preload_modules ?: "");
-        if (!modules)
-                return log_oom(), EXIT_FAILURE;
-        for (char *save = NULL, *m = strtok_r(modules, " ", &save); m && n < ELEMENTSOF(args) - 1;
-             m = strtok_r(NULL, " ", &save))
-                args[n++] = m;
-        args[n] = NULL;
-        execve(SANDBOX_PYTHON, args, envp);
-        log_error_errno(errno, "Failed to execute " SANDBOX_PYTHON ": %m");
+        (void) template_run(&config); /* it returns only if it failed, and said why */
         return EXIT_FAILURE;
 }
