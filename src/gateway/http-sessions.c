@@ -57,10 +57,14 @@ static int session_body_parse(HttpRequest *req, const JsonField fields[], Sessio
 }
 
 /* Appends the archive_key and storage options shared by both calls. Contains the storage block's
- * credentials: never log the message. -E2BIG if the storage block is too large to forward. */
-static int session_append_storage_options(sd_bus_message *m, json_object *body, const SessionBody *b) {
-        json_object *v;
+ * credentials: never log the message. Returns 1 if appended, 0 if a 400 was prepared (the storage
+ * block is too large to forward). */
+static int session_append_storage_options(HttpRequest *req, sd_bus_message *m, const SessionBody *b) {
+        json_object *body = req->json, *v;
         int r;
+
+        if (!body)
+                return 1;
 
         /* A key with an embedded NUL cannot cross the bus, and an invalid key means "use the session
          * id", which is what leaving it out does (COMPAT.md). */
@@ -77,6 +81,9 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
 
                 /* The manager refuses larger ones as well. */
                 r = http_storage_json(b->storage, &text);
+                if (r == -E2BIG)
+                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
+                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
                 if (r < 0)
                         return r;
                 r = sd_bus_message_append(m, "{sv}", "storage", "s", text);
@@ -84,7 +91,7 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
                         return r;
         }
 
-        return 0;
+        return 1;
 }
 
 /* The id in a successful CreateSession reply, validated and recorded for the access log. */
@@ -214,14 +221,9 @@ int http_sessions_post(HttpRequest *req) {
                         return r;
         }
 
-        if (req->json) {
-                r = session_append_storage_options(m, req->json, &b);
-                if (r == -E2BIG)
-                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
-                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
-                if (r < 0)
-                        return r;
-        }
+        r = session_append_storage_options(req, m, &b);
+        if (r <= 0)
+                return r;
         /* Only when asked: a stateless create is the same call as before. */
         if (b.stateful) {
                 r = sd_bus_message_append(m, "{sv}", "stateful", "b", 1);
@@ -299,14 +301,9 @@ int http_sessions_delete(HttpRequest *req) {
                 if (r < 0)
                         return r;
         }
-        if (req->json) {
-                r = session_append_storage_options(m, req->json, &b);
-                if (r == -E2BIG)
-                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
-                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
-                if (r < 0)
-                        return r;
-        }
+        r = session_append_storage_options(req, m, &b);
+        if (r <= 0)
+                return r;
         r = sd_bus_message_close_container(m);
         if (r < 0)
                 return r;
