@@ -289,6 +289,19 @@ static int files_parse(HttpRequest *req, FilesRequestKind kind, FilesRequest *re
         return 1;
 }
 
+/* The handlers whose call carries what the body names, and nothing else. */
+static int files_parse_and_call(HttpRequest *req, FilesRequestKind kind, const char *member,
+                                HttpReplyHandler handler) {
+        _cleanup_(files_request_done) FilesRequest x = {};
+        int r;
+
+        r = files_parse(req, kind, &x);
+        if (r <= 0)
+                return r;
+
+        return files_call(req, member, &x, -EBADF, handler);
+}
+
 /* POST /files */
 
 static int files_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
@@ -348,14 +361,7 @@ static int files_get_on_reply(HttpRequest *req, sd_bus_message *reply) {
 }
 
 int http_files_get(HttpRequest *req) {
-        _cleanup_(files_request_done) FilesRequest x = {};
-        int r;
-
-        r = files_parse(req, FILES_REQUEST_READ, &x);
-        if (r <= 0)
-                return r;
-
-        return files_call(req, "ReadFile", &x, -EBADF, files_get_on_reply);
+        return files_parse_and_call(req, FILES_REQUEST_READ, "ReadFile", files_get_on_reply);
 }
 
 /* POST /files/list */
@@ -398,14 +404,7 @@ static int files_list_on_reply(HttpRequest *req, sd_bus_message *reply) {
 }
 
 int http_files_list(HttpRequest *req) {
-        _cleanup_(files_request_done) FilesRequest x = {};
-        int r;
-
-        r = files_parse(req, FILES_REQUEST_SESSION, &x);
-        if (r <= 0)
-                return r;
-
-        return files_call(req, "ListFiles", &x, -EBADF, files_list_on_reply);
+        return files_parse_and_call(req, FILES_REQUEST_SESSION, "ListFiles", files_list_on_reply);
 }
 
 /* POST /files/reset-inputs */
@@ -426,12 +425,5 @@ static int files_reset_inputs_on_reply(HttpRequest *req, sd_bus_message *reply) 
 }
 
 int http_files_reset_inputs(HttpRequest *req) {
-        _cleanup_(files_request_done) FilesRequest x = {};
-        int r;
-
-        r = files_parse(req, FILES_REQUEST_SESSION, &x);
-        if (r <= 0)
-                return r;
-
-        return files_call(req, "ResetInputs", &x, -EBADF, files_reset_inputs_on_reply);
+        return files_parse_and_call(req, FILES_REQUEST_SESSION, "ResetInputs", files_reset_inputs_on_reply);
 }
