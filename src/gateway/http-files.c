@@ -242,15 +242,7 @@ int files_list_response_new(const FilesEntry *entries, size_t n, HttpResponse **
 /* Replies the handlers share. */
 
 static int files_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
-        bool internal = false;
-        HttpResponse *resp;
-        int r;
-
-        r = files_response_new_bus_error(e, &resp, &internal);
-        if (r < 0)
-                return r;
-        http_request_log_bus_error(req, e, internal);
-        return http_request_reply(req, resp);
+        return http_request_reply_bus_error_as(req, e, files_response_new_bus_error);
 }
 
 static int files_call(HttpRequest *req, const char *member, const FilesRequest *x, int fd,
@@ -410,18 +402,9 @@ int http_files_list(HttpRequest *req) {
 /* POST /files/reset-inputs */
 
 static int files_reset_inputs_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        const sd_bus_error *e;
-        bool internal = false;
-        HttpResponse *resp;
-        int r;
-
-        e = sd_bus_message_get_error(reply);
-        r = files_reset_inputs_response_new(e, &resp, &internal);
-        if (r < 0)
-                return r;
-        if (e)
-                http_request_log_bus_error(req, e, internal);
-        return http_request_reply(req, resp);
+        /* Also the answer to a success. */
+        return http_request_reply_bus_error_as(req, sd_bus_message_get_error(reply),
+                                               files_reset_inputs_response_new);
 }
 
 int http_files_reset_inputs(HttpRequest *req) {
