@@ -272,6 +272,26 @@ static int sessions_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
 }
 
+/* The call 'member' about the session 'id' from the path, which it names first. Returns 1 with the
+ * call, 0 when a 400 was prepared for an invalid id. */
+static int session_new_call(HttpRequest *req, const char *id, const char *member, sd_bus_message **ret) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        if (!session_id_is_valid(id))
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
+        http_request_set_session_id(req, id);
+
+        r = session_manager_new_call(req->server->bus, member, &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "s", id);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(m);
+        return 1;
+}
+
 int http_sessions_delete(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         const char *id = req->path_arg;
@@ -283,15 +303,8 @@ int http_sessions_delete(HttpRequest *req) {
         if (r <= 0)
                 return r;
 
-        if (!session_id_is_valid(id))
-                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
-        http_request_set_session_id(req, id);
-
-        r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_append(m, "s", id);
-        if (r < 0)
+        r = session_new_call(req, id, "ReleaseSession", &m);
+        if (r <= 0)
                 return r;
         r = sd_bus_message_open_container(m, 'a', "{sv}");
         if (r < 0)
@@ -323,15 +336,8 @@ int http_sessions_reset(HttpRequest *req) {
                 return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
         memcpy(id, arg, (size_t) (slash - arg));
         id[slash - arg] = 0;
-        if (!session_id_is_valid(id))
-                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
-        http_request_set_session_id(req, id);
-
-        r = session_manager_new_call(req->server->bus, "ResetKernel", &m);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_append(m, "s", id);
-        if (r < 0)
+        r = session_new_call(req, id, "ResetKernel", &m);
+        if (r <= 0)
                 return r;
         return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
                                  http_request_reply_ok_or_bus_error);
