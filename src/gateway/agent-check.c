@@ -12,6 +12,7 @@
 #include "bus-client.h"
 #include "http-health.h"
 #include "io-util.h"
+#include "list.h"
 #include "log.h"
 
 struct AgentListener {
@@ -23,7 +24,7 @@ struct AgentListener {
 
 struct AgentConnection {
         int fd;
-        AgentConnection *next;
+        LIST_FIELDS(AgentConnection, waiting); /* Server.agent_waiting */
 };
 
 static void agent_send_line(int fd, const char *line) {
@@ -33,10 +34,8 @@ static void agent_send_line(int fd, const char *line) {
 
 /* 'line' NULL: closed without one. */
 static void agent_answer_waiting(Server *s, const char *line) {
-        while (s->agent_waiting) {
-                AgentConnection *c = s->agent_waiting;
-
-                s->agent_waiting = c->next;
+        LIST_FOREACH_SAFE(waiting, c, n, s->agent_waiting) {
+                LIST_REMOVE(waiting, s->agent_waiting, c);
                 if (line)
                         agent_send_line(c->fd, line);
                 safe_close(c->fd);
@@ -96,13 +95,13 @@ static void agent_serve(Server *s, int fd) {
                 return;
         }
 
-        if (s->n_agent_waiting >= AGENT_WAITING_MAX || !(c = malloc(sizeof(AgentConnection)))) {
+        if (s->n_agent_waiting >= AGENT_WAITING_MAX || !(c = calloc(1, sizeof(AgentConnection)))) {
                 s->n_agent_refused++;
                 safe_close(fd);
                 return;
         }
-        *c = (AgentConnection) { .fd = fd, .next = s->agent_waiting };
-        s->agent_waiting = c;
+        c->fd = fd;
+        LIST_PREPEND(waiting, s->agent_waiting, c);
         s->n_agent_waiting++;
 
         r = agent_fetch_health(s);

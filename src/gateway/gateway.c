@@ -23,10 +23,16 @@ static void strv_freep(char ***p) {
         free(*p);
 }
 
+/* The inherited sockets [SD_LISTEN_FDS_START + next, SD_LISTEN_FDS_START + n) not handed to the
+ * server yet. */
+typedef struct ListenFds {
+        int next, n;
+} ListenFds;
+
 /* Our references only: systemd keeps the sockets for the next activation. */
-static void close_listen_fds(int from, int n) {
-        for (int i = from; i < n; i++)
-                (void) safe_close(SD_LISTEN_FDS_START + i);
+static void listen_fds_close(ListenFds *l) {
+        for (; l->next < l->n; l->next++)
+                (void) safe_close(SD_LISTEN_FDS_START + l->next);
 }
 
 /* The artifacts' types as the sidecar's Python mimetypes gives them on this host: its builtin table
@@ -121,7 +127,8 @@ static int run(int argc, char *argv[]) {
         _cleanup_free_ char *config_error = NULL;
         _cleanup_(strv_freep) char **names = NULL;
         _cleanup_(config_done) Config config = {};
-        int n, r;
+        _cleanup_(listen_fds_close) ListenFds fds = {};
+        int r;
 
         r = daemon_parse_argv(argc, argv, "scopebox-gateway",
                               "The HTTP gateway of scopebox: the sidecar and dify-sandbox APIs.",
@@ -145,51 +152,42 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return r;
 
-        n = sd_listen_fds_with_names(true, &names);
-        if (n < 0)
-                return log_error_errno(n, "Failed to get listening sockets from systemd: %m");
-        if (n == 0)
+        fds.n = sd_listen_fds_with_names(true, &names);
+        if (fds.n < 0)
+                return log_error_errno(fds.n, "Failed to get listening sockets from systemd: %m");
+        if (fds.n == 0)
                 return log_error_errno(-ENXIO,
                                        "No listening socket received. scopebox-gateway is socket-activated: "
                                        "start scopebox-gateway.socket, or for testing run it under "
                                        "systemd-socket-activate -l 127.0.0.1:48217.");
 
         r = server_new(&config, &s);
-        if (r < 0) {
-                close_listen_fds(0, n);
+        if (r < 0)
                 return r;
-        }
 
         r = load_mime_types(s);
-        if (r < 0) {
-                close_listen_fds(0, n);
+        if (r < 0)
                 return r;
-        }
 
         r = server_set_api_key(s, key);
-        if (r < 0) {
-                close_listen_fds(0, n);
+        if (r < 0)
                 return log_oom();
-        }
         r = load_metrics_key(s);
-        if (r < 0) {
-                close_listen_fds(0, n);
+        if (r < 0)
                 return r;
-        }
 
         /* The bus first: without it there is nothing to serve, and the sockets stay untouched. */
         r = server_connect_bus(s);
-        if (r < 0) {
-                close_listen_fds(0, n);
+        if (r < 0)
                 return r;
-        }
 
-        for (int i = 0; i < n; i++) {
+        /* Each is the server's from here, also when it fails. */
+        while (fds.next < fds.n) {
+                int i = fds.next++;
+
                 r = server_add_listen_fd(s, SD_LISTEN_FDS_START + i, names ? names[i] : NULL);
-                if (r < 0) {
-                        close_listen_fds(i + 1, n);
+                if (r < 0)
                         return r;
-                }
         }
 
         return server_run(s);

@@ -242,15 +242,7 @@ int files_list_response_new(const FilesEntry *entries, size_t n, HttpResponse **
 /* Replies the handlers share. */
 
 static int files_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
-        bool internal = false;
-        HttpResponse *resp;
-        int r;
-
-        r = files_response_new_bus_error(e, &resp, &internal);
-        if (r < 0)
-                return r;
-        http_request_log_bus_error(req, e, internal);
-        return http_request_reply(req, resp);
+        return http_request_reply_bus_error_as(req, e, files_response_new_bus_error);
 }
 
 static int files_call(HttpRequest *req, const char *member, const FilesRequest *x, int fd,
@@ -287,6 +279,19 @@ static int files_parse(HttpRequest *req, FilesRequestKind kind, FilesRequest *re
         }
         http_request_set_session_id(req, ret->session_id);
         return 1;
+}
+
+/* The handlers whose call carries what the body names, and nothing else. */
+static int files_parse_and_call(HttpRequest *req, FilesRequestKind kind, const char *member,
+                                HttpReplyHandler handler) {
+        _cleanup_(files_request_done) FilesRequest x = {};
+        int r;
+
+        r = files_parse(req, kind, &x);
+        if (r <= 0)
+                return r;
+
+        return files_call(req, member, &x, -EBADF, handler);
 }
 
 /* POST /files */
@@ -348,14 +353,7 @@ static int files_get_on_reply(HttpRequest *req, sd_bus_message *reply) {
 }
 
 int http_files_get(HttpRequest *req) {
-        _cleanup_(files_request_done) FilesRequest x = {};
-        int r;
-
-        r = files_parse(req, FILES_REQUEST_READ, &x);
-        if (r <= 0)
-                return r;
-
-        return files_call(req, "ReadFile", &x, -EBADF, files_get_on_reply);
+        return files_parse_and_call(req, FILES_REQUEST_READ, "ReadFile", files_get_on_reply);
 }
 
 /* POST /files/list */
@@ -398,40 +396,17 @@ static int files_list_on_reply(HttpRequest *req, sd_bus_message *reply) {
 }
 
 int http_files_list(HttpRequest *req) {
-        _cleanup_(files_request_done) FilesRequest x = {};
-        int r;
-
-        r = files_parse(req, FILES_REQUEST_SESSION, &x);
-        if (r <= 0)
-                return r;
-
-        return files_call(req, "ListFiles", &x, -EBADF, files_list_on_reply);
+        return files_parse_and_call(req, FILES_REQUEST_SESSION, "ListFiles", files_list_on_reply);
 }
 
 /* POST /files/reset-inputs */
 
 static int files_reset_inputs_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        const sd_bus_error *e;
-        bool internal = false;
-        HttpResponse *resp;
-        int r;
-
-        e = sd_bus_message_get_error(reply);
-        r = files_reset_inputs_response_new(e, &resp, &internal);
-        if (r < 0)
-                return r;
-        if (e)
-                http_request_log_bus_error(req, e, internal);
-        return http_request_reply(req, resp);
+        /* Also the answer to a success. */
+        return http_request_reply_bus_error_as(req, sd_bus_message_get_error(reply),
+                                               files_reset_inputs_response_new);
 }
 
 int http_files_reset_inputs(HttpRequest *req) {
-        _cleanup_(files_request_done) FilesRequest x = {};
-        int r;
-
-        r = files_parse(req, FILES_REQUEST_SESSION, &x);
-        if (r <= 0)
-                return r;
-
-        return files_call(req, "ResetInputs", &x, -EBADF, files_reset_inputs_on_reply);
+        return files_parse_and_call(req, FILES_REQUEST_SESSION, "ResetInputs", files_reset_inputs_on_reply);
 }

@@ -246,96 +246,124 @@ static int append_loop(JsonWriter *w, const LoopStats *l) {
         return r < 0 ? r : json_writer_append_str(w, "\n");
 }
 
+/* One family of the session manager's, as the table in append_manager() lists them. */
+typedef enum MetricKind {
+        METRIC_GAUGE,
+        METRIC_COUNTER,
+        METRIC_LABELED,
+        METRIC_HISTOGRAM,
+        METRIC_TIMESTAMP,
+} MetricKind;
+
+typedef struct MetricFamily {
+        MetricKind kind;
+        const char *name;
+        const char *help;
+        uint64_t value;                 /* gauge, counter; timestamp: usec; histogram: the sum in usec */
+        const char *label, *unit;       /* labeled: the label's name, the family's unit (or NULL) */
+        const MetricsLabeled *labeled;  /* labeled */
+        const MetricsBuckets *buckets;  /* histogram, with its 'count' */
+        uint64_t count;
+} MetricFamily;
+
+static int append_families(JsonWriter *w, const MetricFamily *f, size_t n) {
+        int r = 0;
+
+        for (size_t i = 0; r >= 0 && i < n; i++)
+                switch (f[i].kind) {
+                case METRIC_GAUGE:
+                        r = append_gauge(w, f[i].name, f[i].help, f[i].value);
+                        break;
+                case METRIC_COUNTER:
+                        r = append_counter(w, f[i].name, NULL, f[i].help, f[i].value);
+                        break;
+                case METRIC_LABELED:
+                        r = append_labeled(w, f[i].name, f[i].label, f[i].unit, f[i].help, f[i].labeled);
+                        break;
+                case METRIC_HISTOGRAM:
+                        r = append_histogram(w, f[i].name, f[i].help, f[i].buckets, f[i].value, f[i].count);
+                        break;
+                case METRIC_TIMESTAMP:
+                        r = append_timestamp(w, f[i].name, f[i].help, f[i].value);
+                        break;
+                default:
+                        assert(false);
+                }
+        return r;
+}
+
 static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
         MetricsLabeled archive = {
                 .v = { { "written", m->archive_bytes_written }, { "restored", m->archive_bytes_restored } },
                 .n = 2,
         };
-        int r = 0;
+        const MetricFamily families[] = {
+                { METRIC_GAUGE, "scopebox_sessions",
+                  "Sidecar sessions that exist (starting, running or being released).", m->sessions },
+                { METRIC_COUNTER, "scopebox_sessions_started", "Sidecar sessions that became ready.",
+                  m->sessions_started },
+                { METRIC_COUNTER, "scopebox_sessions_ended",
+                  "Sidecar sessions started by this session manager that ended, for any reason.",
+                  m->sessions_ended },
+                { METRIC_COUNTER, "scopebox_sessions_reaped", "Sidecar sessions ended by their idle TTL.",
+                  m->sessions_reaped },
+                { METRIC_GAUGE, "scopebox_execs_running",
+                  "Execs holding one of SANDBOX_MAX_CONCURRENT_EXECS slots.", m->execs_running },
+                { METRIC_GAUGE, "scopebox_execs_waiting", "Execs waiting for a free exec slot.",
+                  m->execs_waiting },
+                { METRIC_GAUGE, "scopebox_session_creates_running",
+                  "Sessions being started (SANDBOX_MAX_CONCURRENT_CREATES).", m->creates_running },
+                { METRIC_GAUGE, "scopebox_session_creates_waiting",
+                  "Session creates waiting for a free create slot.", m->creates_waiting },
+                { METRIC_GAUGE, "scopebox_dify_runs_running", "dify-sandbox runs executing (MAX_WORKERS).",
+                  m->runs_running },
+                { METRIC_GAUGE, "scopebox_dify_runs_waiting", "dify-sandbox runs waiting for a worker.",
+                  m->runs_waiting },
+                { METRIC_COUNTER, "scopebox_dify_runs", "dify-sandbox runs accepted by the session manager.",
+                  m->runs },
+                { METRIC_LABELED, "scopebox_execs",
+                  "Execs (sidecar and dify) by how they ended: ok, error (non-zero exit), timeout, killed "
+                  "(by a signal), failed (no result), rejected (queue timeout), cancelled (the client hung "
+                  "up).",
+                  .label = "outcome", .labeled = &m->execs },
+                { METRIC_LABELED, "scopebox_exec_kills",
+                  "Execs stopped by their timeout, the OOM killer (memory), the seccomp kill list "
+                  "(blocked_syscall), the tasks limit (tasks) or another signal.",
+                  .label = "reason", .labeled = &m->kills },
+                { METRIC_HISTOGRAM, "scopebox_exec_duration_seconds",
+                  "How long execs with a result ran in their sandbox.", m->exec_duration_sum_usec,
+                  .buckets = &m->exec_duration, .count = m->exec_duration_count },
+                { METRIC_LABELED, "scopebox_archive_bytes",
+                  "Bytes of workspace archives written (committed to storage) and restored into new "
+                  "sessions.",
+                  .label = "direction", .unit = "bytes", .labeled = &archive },
+                { METRIC_COUNTER, "scopebox_archive_failures",
+                  "Attempts to store a released session's workspace archive that failed (each retry "
+                  "counts); the journal has each with its MESSAGE_ID.",
+                  m->archive_failures },
+                { METRIC_COUNTER, "scopebox_archive_retries", "Archive attempts made after a failed one.",
+                  m->archive_retries },
+                { METRIC_GAUGE, "scopebox_archives_pending",
+                  "Released sessions whose workspace is kept until its archive is stored (scopeboxctl "
+                  "archives list).",
+                  m->archives_pending },
+                { METRIC_COUNTER, "scopebox_archives_skipped",
+                  "Archives that can never be stored (larger than SANDBOX_MAX_ARCHIVE_BYTES, storage block "
+                  "refused); the stored one stays.",
+                  m->archives_skipped },
+                { METRIC_COUNTER, "scopebox_archives_abandoned",
+                  "Archives given up (retry deadline passed, runner gone, superseded by a newer release): "
+                  "the workspace is lost.",
+                  m->archives_abandoned },
+                { METRIC_COUNTER, "scopebox_restore_failures",
+                  "Creates whose stored archive could not be restored (the create failed, or started empty "
+                  "if so configured).",
+                  m->restore_failures },
+                { METRIC_TIMESTAMP, "scopebox_session_manager_start_time_seconds",
+                  "When the session manager started; its counters start at zero then.", m->start_time_usec },
+        };
 
-#define GAUGE(name, help, value) if (r >= 0) r = append_gauge(w, name, help, value)
-#define COUNTER(name, help, value) if (r >= 0) r = append_counter(w, name, NULL, help, value)
-        GAUGE("scopebox_sessions", "Sidecar sessions that exist (starting, running or being released).",
-              m->sessions);
-        COUNTER("scopebox_sessions_started", "Sidecar sessions that became ready.", m->sessions_started);
-        COUNTER("scopebox_sessions_ended",
-                "Sidecar sessions started by this session manager that ended, for "
-                "any reason.",
-                m->sessions_ended);
-        COUNTER("scopebox_sessions_reaped", "Sidecar sessions ended by their idle TTL.", m->sessions_reaped);
-        GAUGE("scopebox_execs_running", "Execs holding one of SANDBOX_MAX_CONCURRENT_EXECS slots.",
-              m->execs_running);
-        GAUGE("scopebox_execs_waiting", "Execs waiting for a free exec slot.", m->execs_waiting);
-        GAUGE("scopebox_session_creates_running", "Sessions being started (SANDBOX_MAX_CONCURRENT_CREATES).",
-              m->creates_running);
-        GAUGE("scopebox_session_creates_waiting", "Session creates waiting for a free create slot.",
-              m->creates_waiting);
-        GAUGE("scopebox_dify_runs_running", "dify-sandbox runs executing (MAX_WORKERS).", m->runs_running);
-        GAUGE("scopebox_dify_runs_waiting", "dify-sandbox runs waiting for a worker.", m->runs_waiting);
-        COUNTER("scopebox_dify_runs", "dify-sandbox runs accepted by the session manager.", m->runs);
-#undef GAUGE
-#undef COUNTER
-        if (r >= 0)
-                r = append_labeled(
-                        w, "scopebox_execs", "outcome", NULL,
-                        "Execs (sidecar and dify) by how they "
-                        "ended: ok, error (non-zero exit), timeout, killed (by a signal), failed (no "
-                        "result), rejected (queue timeout), cancelled (the client hung up).",
-                        &m->execs);
-        if (r >= 0)
-                r = append_labeled(
-                        w, "scopebox_exec_kills", "reason", NULL,
-                        "Execs stopped by their timeout, the "
-                        "OOM killer (memory), the seccomp kill list (blocked_syscall), the tasks limit "
-                        "(tasks) or another signal.",
-                        &m->kills);
-        if (r >= 0)
-                r = append_histogram(w, "scopebox_exec_duration_seconds",
-                                     "How long execs with a result ran in "
-                                     "their sandbox.",
-                                     &m->exec_duration, m->exec_duration_sum_usec, m->exec_duration_count);
-        if (r >= 0)
-                r = append_labeled(w, "scopebox_archive_bytes", "direction", "bytes", "Bytes of workspace "
-                                   "archives written (committed to storage) and restored into new sessions.",
-                                   &archive);
-        if (r >= 0)
-                r = append_counter(
-                        w, "scopebox_archive_failures", NULL,
-                        "Attempts to store a released "
-                        "session's workspace archive that failed (each retry counts); the journal has "
-                        "each with its MESSAGE_ID.",
-                        m->archive_failures);
-        if (r >= 0)
-                r = append_counter(w, "scopebox_archive_retries", NULL,
-                                   "Archive attempts made after a failed one.", m->archive_retries);
-        if (r >= 0)
-                r = append_gauge(w, "scopebox_archives_pending",
-                                 "Released sessions whose workspace is kept until "
-                                 "its archive is stored (scopeboxctl archives list).",
-                                 m->archives_pending);
-        if (r >= 0)
-                r = append_counter(
-                        w, "scopebox_archives_skipped", NULL,
-                        "Archives that can never be stored (larger "
-                        "than SANDBOX_MAX_ARCHIVE_BYTES, storage block refused); the stored one stays.",
-                        m->archives_skipped);
-        if (r >= 0)
-                r = append_counter(
-                        w, "scopebox_archives_abandoned", NULL,
-                        "Archives given up (retry deadline "
-                        "passed, runner gone, superseded by a newer release): the workspace is lost.",
-                        m->archives_abandoned);
-        if (r >= 0)
-                r = append_counter(w, "scopebox_restore_failures", NULL,
-                                   "Creates whose stored archive could not "
-                                   "be restored (the create failed, or started empty if so configured).",
-                                   m->restore_failures);
-        if (r >= 0)
-                r = append_timestamp(w, "scopebox_session_manager_start_time_seconds",
-                                     "When the session manager "
-                                     "started; its counters start at zero then.",
-                                     m->start_time_usec);
-        return r;
+        return append_families(w, families, ELEMENTSOF(families));
 }
 
 int metrics_render(const GatewayMetrics *g, const ManagerMetrics *m, char **ret, size_t *ret_size) {

@@ -327,16 +327,21 @@ void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ou
                 log_debug("Bus call answered %s: %s", name, message);
 }
 
-int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
+int http_request_reply_bus_error_as(HttpRequest *req, const sd_bus_error *e, HttpBusErrorAnswer answer) {
         bool internal = false;
         HttpResponse *r;
         int k;
 
-        k = http_response_new_bus_error(e, &r, &internal);
+        k = answer(e, &r, &internal);
         if (k < 0)
                 return k;
-        http_request_log_bus_error(req, e, internal);
+        if (e)
+                http_request_log_bus_error(req, e, internal);
         return http_request_reply(req, r);
+}
+
+int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
+        return http_request_reply_bus_error_as(req, e, http_response_new_bus_error);
 }
 
 void http_request_set_session_id(HttpRequest *req, const char *id) {

@@ -177,6 +177,11 @@ int http_request_reply_json(HttpRequest *req, unsigned status, json_object *o);
 int http_request_reply_literal(HttpRequest *req, unsigned status, const char *json);
 /* Answers a failed bus call; logs the real cause when it is ours (500) and hidden from the client. */
 int http_request_reply_bus_error(HttpRequest *req, const sd_bus_error *e);
+/* Makes the answer to a bus call's error (or, where it takes NULL, to its success); sets *ret_internal
+ * when the failure is ours. http_response_new_bus_error() is the one of most routes. */
+typedef int (*HttpBusErrorAnswer)(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal);
+/* The same with the route's own answer: logs 'e' (if any) as http_request_reply_bus_error() does. */
+int http_request_reply_bus_error_as(HttpRequest *req, const sd_bus_error *e, HttpBusErrorAnswer answer);
 /* An on_reply for a call whose success is {"ok":true}: that, or the bus error's answer. */
 int http_request_reply_ok_or_bus_error(HttpRequest *req, sd_bus_message *reply);
 /* For a body produced as it goes (HttpBodySource): its reader has nothing to give yet. Called from

@@ -57,10 +57,14 @@ static int session_body_parse(HttpRequest *req, const JsonField fields[], Sessio
 }
 
 /* Appends the archive_key and storage options shared by both calls. Contains the storage block's
- * credentials: never log the message. -E2BIG if the storage block is too large to forward. */
-static int session_append_storage_options(sd_bus_message *m, json_object *body, const SessionBody *b) {
-        json_object *v;
+ * credentials: never log the message. Returns 1 if appended, 0 if a 400 was prepared (the storage
+ * block is too large to forward). */
+static int session_append_storage_options(HttpRequest *req, sd_bus_message *m, const SessionBody *b) {
+        json_object *body = req->json, *v;
         int r;
+
+        if (!body)
+                return 1;
 
         /* A key with an embedded NUL cannot cross the bus, and an invalid key means "use the session
          * id", which is what leaving it out does (COMPAT.md). */
@@ -77,6 +81,9 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
 
                 /* The manager refuses larger ones as well. */
                 r = http_storage_json(b->storage, &text);
+                if (r == -E2BIG)
+                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
+                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
                 if (r < 0)
                         return r;
                 r = sd_bus_message_append(m, "{sv}", "storage", "s", text);
@@ -84,7 +91,7 @@ static int session_append_storage_options(sd_bus_message *m, json_object *body, 
                         return r;
         }
 
-        return 0;
+        return 1;
 }
 
 /* The id in a successful CreateSession reply, validated and recorded for the access log. */
@@ -214,14 +221,9 @@ int http_sessions_post(HttpRequest *req) {
                         return r;
         }
 
-        if (req->json) {
-                r = session_append_storage_options(m, req->json, &b);
-                if (r == -E2BIG)
-                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
-                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
-                if (r < 0)
-                        return r;
-        }
+        r = session_append_storage_options(req, m, &b);
+        if (r <= 0)
+                return r;
         /* Only when asked: a stateless create is the same call as before. */
         if (b.stateful) {
                 r = sd_bus_message_append(m, "{sv}", "stateful", "b", 1);
@@ -270,6 +272,26 @@ static int sessions_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
 }
 
+/* The call 'member' about the session 'id' from the path, which it names first. Returns 1 with the
+ * call, 0 when a 400 was prepared for an invalid id. */
+static int session_new_call(HttpRequest *req, const char *id, const char *member, sd_bus_message **ret) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        if (!session_id_is_valid(id))
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
+        http_request_set_session_id(req, id);
+
+        r = session_manager_new_call(req->server->bus, member, &m);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(m, "s", id);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(m);
+        return 1;
+}
+
 int http_sessions_delete(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         const char *id = req->path_arg;
@@ -281,15 +303,8 @@ int http_sessions_delete(HttpRequest *req) {
         if (r <= 0)
                 return r;
 
-        if (!session_id_is_valid(id))
-                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
-        http_request_set_session_id(req, id);
-
-        r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_append(m, "s", id);
-        if (r < 0)
+        r = session_new_call(req, id, "ReleaseSession", &m);
+        if (r <= 0)
                 return r;
         r = sd_bus_message_open_container(m, 'a', "{sv}");
         if (r < 0)
@@ -299,14 +314,9 @@ int http_sessions_delete(HttpRequest *req) {
                 if (r < 0)
                         return r;
         }
-        if (req->json) {
-                r = session_append_storage_options(m, req->json, &b);
-                if (r == -E2BIG)
-                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
-                                                         HTTP_DETAIL_STORAGE_TOO_LARGE);
-                if (r < 0)
-                        return r;
-        }
+        r = session_append_storage_options(req, m, &b);
+        if (r <= 0)
+                return r;
         r = sd_bus_message_close_container(m);
         if (r < 0)
                 return r;
@@ -326,15 +336,8 @@ int http_sessions_reset(HttpRequest *req) {
                 return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
         memcpy(id, arg, (size_t) (slash - arg));
         id[slash - arg] = 0;
-        if (!session_id_is_valid(id))
-                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
-        http_request_set_session_id(req, id);
-
-        r = session_manager_new_call(req->server->bus, "ResetKernel", &m);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_append(m, "s", id);
-        if (r < 0)
+        r = session_new_call(req, id, "ResetKernel", &m);
+        if (r <= 0)
                 return r;
         return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
                                  http_request_reply_ok_or_bus_error);

@@ -293,15 +293,25 @@ int storage_response_new_bus_error(StorageRequestKind kind, const sd_bus_error *
 
 /* The handlers. */
 
-static int storage_reply_bus_error(HttpRequest *req, StorageRequestKind kind, const sd_bus_error *e) {
+/* Reads a successful reply into its answer. */
+typedef int (*StorageAnswer)(sd_bus_message *reply, HttpResponse **ret);
+
+/* The on_reply of each handler: the answer to an error, or 'answer' for a success. */
+static int storage_reply(HttpRequest *req, StorageRequestKind kind, sd_bus_message *reply,
+                         StorageAnswer answer) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
         bool internal = false;
         HttpResponse *resp;
         int r;
 
-        r = storage_response_new_bus_error(kind, e, &resp, &internal);
+        if (e) {
+                r = storage_response_new_bus_error(kind, e, &resp, &internal);
+                if (r >= 0)
+                        http_request_log_bus_error(req, e, internal);
+        } else
+                r = answer(reply, &resp);
         if (r < 0)
                 return r;
-        http_request_log_bus_error(req, e, internal);
         return http_request_reply(req, resp);
 }
 
@@ -318,24 +328,19 @@ static int storage_parse(HttpRequest *req, StorageRequestKind kind, StorageReque
 
 /* POST /storage/put */
 
-static int storage_put_on_reply(HttpRequest *req, sd_bus_message *reply) {
+static int storage_put_answer(sd_bus_message *reply, HttpResponse **ret) {
         const char *provider, *key, *url;
-        const sd_bus_error *e;
         uint64_t expires_in;
-        HttpResponse *resp;
         int r;
-
-        e = sd_bus_message_get_error(reply);
-        if (e)
-                return storage_reply_bus_error(req, STORAGE_REQUEST_PUT, e);
 
         r = sd_bus_message_read(reply, "ssst", &provider, &key, &url, &expires_in);
         if (r < 0)
                 return r;
-        r = storage_put_response_new(provider, key, url, expires_in, &resp);
-        if (r < 0)
-                return r;
-        return http_request_reply(req, resp);
+        return storage_put_response_new(provider, key, url, expires_in, ret);
+}
+
+static int storage_put_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        return storage_reply(req, STORAGE_REQUEST_PUT, reply, storage_put_answer);
 }
 
 int http_storage_put(HttpRequest *req) {
@@ -375,23 +380,18 @@ int http_storage_put(HttpRequest *req) {
 
 /* POST /storage/delete */
 
-static int storage_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        const sd_bus_error *e;
-        HttpResponse *resp;
+static int storage_delete_answer(sd_bus_message *reply, HttpResponse **ret) {
         const char *key;
         int r;
-
-        e = sd_bus_message_get_error(reply);
-        if (e)
-                return storage_reply_bus_error(req, STORAGE_REQUEST_DELETE, e);
 
         r = sd_bus_message_read(reply, "s", &key);
         if (r < 0)
                 return r;
-        r = storage_delete_response_new(key, &resp);
-        if (r < 0)
-                return r;
-        return http_request_reply(req, resp);
+        return storage_delete_response_new(key, ret);
+}
+
+static int storage_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        return storage_reply(req, STORAGE_REQUEST_DELETE, reply, storage_delete_answer);
 }
 
 int http_storage_delete(HttpRequest *req) {
@@ -416,23 +416,18 @@ int http_storage_delete(HttpRequest *req) {
 
 /* POST /storage/gc */
 
-static int storage_gc_on_reply(HttpRequest *req, sd_bus_message *reply) {
+static int storage_gc_answer(sd_bus_message *reply, HttpResponse **ret) {
         uint64_t deleted, scanned, freed_bytes;
-        const sd_bus_error *e;
-        HttpResponse *resp;
         int r;
-
-        e = sd_bus_message_get_error(reply);
-        if (e)
-                return storage_reply_bus_error(req, STORAGE_REQUEST_GC, e);
 
         r = sd_bus_message_read(reply, "ttt", &deleted, &scanned, &freed_bytes);
         if (r < 0)
                 return r;
-        r = storage_gc_response_new(deleted, scanned, freed_bytes, &resp);
-        if (r < 0)
-                return r;
-        return http_request_reply(req, resp);
+        return storage_gc_response_new(deleted, scanned, freed_bytes, ret);
+}
+
+static int storage_gc_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        return storage_reply(req, STORAGE_REQUEST_GC, reply, storage_gc_answer);
 }
 
 int http_storage_gc(HttpRequest *req) {
