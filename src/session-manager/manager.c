@@ -436,7 +436,9 @@ int manager_recover_sessions(Manager *m) {
         /* Sessions recorded by an earlier instance: reattach to their runners. */
         d = opendir(SESSION_STATE_DIR);
         if (d) {
-                while ((de = readdir(d))) {
+                FOREACH_DIRENT(de, d,
+                               log_warning_errno(errno, "Failed to read '" SESSION_STATE_DIR
+                                                        "', ignoring: %m")) {
                         char id[SESSION_ID_LEN + 1];
 
                         if (strlen(de->d_name) != SESSION_ID_LEN + 5 || !endswith(de->d_name, ".json"))
@@ -456,8 +458,10 @@ int manager_recover_sessions(Manager *m) {
         /* Runner directories nobody recorded (e.g. a crash between start and record): their
          * scopes are stopped and the directories removed. */
         d = opendir(SCOPEBOX_SESSIONS_RUNTIME_DIR);
-        if (d)
-                while ((de = readdir(d))) {
+        if (d) {
+                FOREACH_DIRENT(de, d,
+                               log_warning_errno(errno, "Failed to read '" SCOPEBOX_SESSIONS_RUNTIME_DIR
+                                                        "', ignoring: %m")) {
                         Session *s;
 
                         if (!session_id_is_valid(de->d_name) || manager_find_session(m, de->d_name))
@@ -467,6 +471,7 @@ int manager_recover_sessions(Manager *m) {
                         manager_add_session(m, s);
                         session_cleanup_stale(s, "no record of it");
                 }
+        }
 
         if (n > 0)
                 log_info("Found %u session%s of an earlier instance.", n, n == 1 ? "" : "s");

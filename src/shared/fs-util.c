@@ -49,6 +49,17 @@ int opendir_at(int dir_fd, DIR **ret) {
         return 0;
 }
 
+struct dirent *readdir_no_dot(DIR *d) {
+        for (;;) {
+                struct dirent *de;
+
+                errno = 0;
+                de = readdir(d);
+                if (!de || !(streq(de->d_name, ".") || streq(de->d_name, "..")))
+                        return de;
+        }
+}
+
 #define RM_RF_DEPTH_MAX 256
 
 static int rm_rf_children_internal(int dir_fd, int top_fd, dev_t dev, unsigned depth, bool *hoisted) {
@@ -59,11 +70,9 @@ static int rm_rf_children_internal(int dir_fd, int top_fd, dev_t dev, unsigned d
         r = opendir_at(dir_fd, &d);
         if (r < 0)
                 return r;
-        while ((errno = 0, de = readdir(d))) {
+        FOREACH_DIRENT(de, d, if (r == 0) r = -errno) {
                 struct stat st;
 
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
                         if (errno != ENOENT && r == 0)
                                 r = -errno;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <errno.h>
 #include <sys/types.h>
 
 #include "macro.h"
@@ -12,6 +13,21 @@ static inline void closedirp(DIR **d) {
                 (void) closedir(*d);
 }
 #define _cleanup_closedir_ _cleanup_(closedirp)
+
+/* The next entry of d other than "." and "..", or NULL: at its end with errno 0, on an error with
+ * errno set. */
+struct dirent *readdir_no_dot(DIR *d);
+
+/* Every entry of d but "." and "..". When readdir() fails, on_error runs with errno set (it may
+ * return or break); the loop ends there either way, so a failure is never mistaken for the end. */
+#define FOREACH_DIRENT(de, d, on_error)                                                   \
+        for (errno = 0, (de) = readdir_no_dot(d);; errno = 0, (de) = readdir_no_dot(d)) \
+                if (!(de)) {                                                              \
+                        if (errno > 0) {                                                  \
+                                on_error;                                                 \
+                        }                                                                 \
+                        break;                                                            \
+                } else
 
 /* Opens the directory dir_fd refers to for reading from its start (not sharing dir_fd's offset). */
 int opendir_at(int dir_fd, DIR **ret);

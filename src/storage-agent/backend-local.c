@@ -175,9 +175,7 @@ int local_sweep_staging(const char *root) {
         r = opendir_at(fd, &d);
         if (r < 0)
                 return r;
-        while ((de = readdir(d))) {
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
+        FOREACH_DIRENT(de, d, return -errno) {
                 if (unlinkat(dirfd(d), de->d_name, 0) < 0) {
                         if (errno == ENOENT || errno == EISDIR || errno == EPERM)
                                 continue; /* not ours to remove (we never make directories there) */
@@ -235,12 +233,11 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
         r = opendir_at(dir_fd, &d);
         if (r < 0)
                 return r;
-        while ((de = readdir(d))) {
+        FOREACH_DIRENT(de, d, return -errno) {
                 bool staging;
                 struct stat st;
 
-                if (streq(de->d_name, ".") || streq(de->d_name, "..") ||
-                    streq(de->d_name, LOCAL_STAGING_DIR))
+                if (streq(de->d_name, LOCAL_STAGING_DIR))
                         continue;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue;

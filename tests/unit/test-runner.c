@@ -528,8 +528,51 @@ static void test_reset_inputs_race(void) {
         ASSERT_EQ(rmdir(host), 0);
 }
 
+/* FOREACH_DIRENT: every entry once, never "." or "..", continue and break as in any loop. */
+static void test_foreach_dirent(void) {
+        char dir[] = "/tmp/scopebox-test-dirent-XXXXXX";
+        _cleanup_close_ int fd = -EBADF;
+        struct dirent *de;
+        unsigned n = 0, seen = 0;
+
+        ASSERT_TRUE(mkdtemp(dir));
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(write_file_at(fd, "a", "1", 1, 0600), 0);
+        ASSERT_EQ(write_file_at(fd, ".b", "2", 1, 0600), 0);
+        ASSERT_EQ(mkdirat(fd, "c", 0700), 0);
+        {
+                _cleanup_closedir_ DIR *d = NULL;
+
+                ASSERT_EQ(opendir_at(fd, &d), 0);
+                FOREACH_DIRENT(de, d, ASSERT_TRUE(false)) {
+                        ASSERT_TRUE(strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0);
+                        n++;
+                        if (strcmp(de->d_name, "a") == 0)
+                                continue;
+                        seen |= de->d_name[0] == '.' ? 1 : 2;
+                }
+        }
+        ASSERT_EQ(n, 3U);
+        ASSERT_EQ(seen, 3U);
+        n = 0;
+        {
+                _cleanup_closedir_ DIR *d = NULL;
+
+                ASSERT_EQ(opendir_at(fd, &d), 0);
+                FOREACH_DIRENT(de, d, ASSERT_TRUE(false)) {
+                        n++;
+                        break;
+                }
+        }
+        ASSERT_EQ(n, 1U);
+        ASSERT_EQ(rm_rf_children(fd), 0);
+        ASSERT_EQ(rmdir(dir), 0);
+}
+
 int main(void) {
         RUN(test_output_diff);
+        RUN(test_foreach_dirent);
         RUN(test_output_scan);
         RUN(test_artifact_limits);
         RUN(test_openat_beneath);

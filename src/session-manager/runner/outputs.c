@@ -59,12 +59,10 @@ static int scan_dir(int dir_fd, const char *prefix, unsigned depth, unsigned max
         if (r < 0)
                 return r;
 
-        while ((errno = 0, de = readdir(d))) {
+        FOREACH_DIRENT(de, d, return -errno) {
                 _cleanup_free_ char *path = NULL;
                 struct stat st;
 
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
                 if (s->visited >= max_entries) {
                         s->truncated = true;
                         return 0;
@@ -101,7 +99,7 @@ static int scan_dir(int dir_fd, const char *prefix, unsigned depth, unsigned max
                 }
                 /* Symlinks, fifos, sockets and devices are never artifacts. */
         }
-        return errno > 0 ? -errno : 0;
+        return 0;
 }
 
 int output_set_scan(int dir_fd, OutputSet *ret) {

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs-util.h"
 #include "io-util.h"
 #include "parse-util.h"
 #include "sandbox.h"
@@ -211,7 +212,7 @@ static bool kill_all_but_kernel(pid_t kernel, int *kernel_status) {
                 d = opendir("/proc");
                 if (!d)
                         return dead;
-                while ((de = readdir(d))) {
+                FOREACH_DIRENT(de, d, alive = true) { /* not known: look again */
                         uint64_t f[18];
                         char state = 0, *end;
                         long pid = strtol(de->d_name, &end, 10);

@@ -1353,7 +1353,7 @@ int sandbox_seed_font_cache(int scratch_fd, uid_t uid, gid_t gid) {
         d = opendir(SANDBOX_FONT_CACHE_DIR);
         if (!d)
                 return 0;
-        while ((de = readdir(d))) {
+        FOREACH_DIRENT(de, d, break) { /* a cache: what could not be read is rebuilt */
                 _cleanup_close_ int in = -EBADF, out = -EBADF;
                 struct stat st;
                 off_t off = 0;

@@ -131,13 +131,11 @@ static int add_tree(struct archive *a, int dir_fd, const char *prefix, unsigned 
         r = opendir_at(dir_fd, &d);
         if (r < 0)
                 return r;
-        while ((de = readdir(d))) {
+        FOREACH_DIRENT(de, d, return -errno) {
                 _cleanup_(archive_entry_freep) struct archive_entry *e = NULL;
                 _cleanup_free_ char *rel = NULL, *name = NULL;
                 struct stat st;
 
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
                 if (asprintf(&rel, "%s%s%s", prefix, *prefix ? "/" : "", de->d_name) < 0 ||
                     asprintf(&name, "./%s", rel) < 0)
                         return -ENOMEM;
