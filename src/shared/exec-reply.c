@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "alloc-util.h"
 #include "bus-client.h"
 #include "bus-util.h"
 #include "exec-reply.h"
@@ -94,15 +95,8 @@ int exec_reply_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n) 
                         break;
                 if (n >= BUS_EXEC_FILES_MAX)
                         return -EBADMSG;
-                if (n >= allocated) {
-                        ExecFile *a;
-
-                        allocated = MAX(allocated * 2, (size_t) 8);
-                        a = realloc(files, allocated * sizeof(ExecFile));
-                        if (!a)
-                                return -ENOMEM;
-                        files = a;
-                }
+                if (ARRAY_GROW(files, allocated, n, 8) < 0)
+                        return -ENOMEM;
                 files[n++] = f;
         }
         r = sd_bus_message_exit_container(reply);

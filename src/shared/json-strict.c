@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc-util.h"
 #include "json-util.h"
 #include "macro.h"
 #include "string-util.h"
@@ -282,15 +283,9 @@ static int parse_object(Parser *ps) {
                 r = parse_string(ps, &key);
                 if (r < 0)
                         return r;
-                if (keys.n == keys.allocated) {
-                        size_t na = MAX(keys.allocated * 2, (size_t) 8);
-                        Key *nk = reallocarray(keys.keys, na, sizeof(Key));
-                        if (!nk) {
-                                free(key.owned);
-                                return fail(ps, ENOMEM);
-                        }
-                        keys.keys = nk;
-                        keys.allocated = na;
+                if (ARRAY_GROW(keys.keys, keys.allocated, keys.n, 8) < 0) {
+                        free(key.owned);
+                        return fail(ps, ENOMEM);
                 }
                 keys.keys[keys.n++] = key;
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc-util.h"
 #include "io-util.h"
 #include "macro.h"
 #include "mime.h"
@@ -231,15 +232,8 @@ size_t mime_types_size(const MimeTypes *m) {
 static int mime_types_add(MimeTypes *m, size_t *allocated, const char *ext, const char *type) {
         if (strlen(ext) > MIME_EXT_MAX)
                 return 0;
-        if (m->n_entries == *allocated) {
-                size_t n = *allocated * 2;
-                MimeEntry *e = reallocarray(m->entries, n, sizeof(MimeEntry));
-
-                if (!e)
-                        return -ENOMEM;
-                m->entries = e;
-                *allocated = n;
-        }
+        if (ARRAY_GROW(m->entries, *allocated, m->n_entries, 0) < 0)
+                return -ENOMEM;
         m->entries[m->n_entries] = (MimeEntry) { .ext = ext, .type = type, .order = m->n_entries };
         m->n_entries++;
         return 0;

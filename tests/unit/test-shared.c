@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc-util.h"
 #include "base64.h"
 #include "config.h"
 #include "daemon-util.h"
@@ -1285,7 +1286,32 @@ static void test_json_writer(void) {
         ASSERT_TRUE(!w.buf.s && json_writer_error(&w) == 0);
 }
 
+/* ARRAY_GROW: room when needed, doubling from the minimum, nothing lost or changed on -ENOMEM. */
+static void test_array_grow(void) {
+        _cleanup_free_ uint32_t *a = NULL;
+        size_t allocated = 0;
+
+        ASSERT_EQ(ARRAY_GROW(a, allocated, 0, 4), 0);
+        ASSERT_EQ(allocated, 4U);
+        for (uint32_t i = 0; i < 4; i++)
+                a[i] = i;
+        ASSERT_EQ(ARRAY_GROW(a, allocated, 3, 4), 0); /* room already */
+        ASSERT_EQ(allocated, 4U);
+        ASSERT_EQ(ARRAY_GROW(a, allocated, 4, 4), 0);
+        ASSERT_EQ(allocated, 8U);
+        for (uint32_t i = 0; i < 4; i++)
+                ASSERT_EQ(a[i], i);
+        ASSERT_EQ(ARRAY_GROW(a, allocated, 20, 4), 0); /* at least n + 1 */
+        ASSERT_EQ(allocated, 21U);
+        /* Too large to allocate: the array stays. */
+        ASSERT_EQ(ARRAY_GROW(a, allocated, SIZE_MAX / 2, 0), -ENOMEM);
+        ASSERT_EQ(ARRAY_GROW(a, allocated, SIZE_MAX, 0), -ENOMEM);
+        ASSERT_EQ(allocated, 21U);
+        ASSERT_EQ(a[3], 3U);
+}
+
 int main(int argc, char *argv[]) {
+        RUN(test_array_grow);
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
         RUN(test_session_id);

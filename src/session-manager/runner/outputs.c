@@ -7,25 +7,22 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "alloc-util.h"
 #include "fs-util.h"
 #include "macro.h"
 #include "outputs.h"
 
 int output_set_add(OutputSet *s, const char *path, uint64_t size, int64_t mtime_nsec) {
         char *p;
+        int r;
 
         if (s->n >= OUTPUTS_SET_MAX) {
                 s->truncated = true;
                 return 0;
         }
-        if (s->n >= s->allocated) {
-                size_t want = MAX(s->allocated * 2, (size_t) 64);
-                OutputEntry *n = reallocarray(s->entries, want, sizeof(OutputEntry));
-                if (!n)
-                        return -ENOMEM;
-                s->entries = n;
-                s->allocated = want;
-        }
+        r = ARRAY_GROW(s->entries, s->allocated, s->n, 64);
+        if (r < 0)
+                return r;
         p = strdup(path);
         if (!p)
                 return -ENOMEM;

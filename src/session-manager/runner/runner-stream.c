@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "alloc-util.h"
 #include "io-util.h"
 #include "log.h"
 #include "runner.h"
@@ -128,9 +129,6 @@ static void exec_stream_write(ExecStream *s) {
 }
 
 static int exec_stream_grow(ExecStream *s) {
-        StreamSegment *n;
-        size_t want;
-
         /* Written segments make room first. */
         if (s->head > 0) {
                 memmove(s->segments, s->segments + s->head,
@@ -138,15 +136,7 @@ static int exec_stream_grow(ExecStream *s) {
                 s->n_segments -= s->head;
                 s->head = 0;
         }
-        if (s->n_segments < s->n_allocated)
-                return 0;
-        want = MAX(s->n_allocated * 2, (size_t) 16);
-        n = reallocarray(s->segments, want, sizeof(StreamSegment));
-        if (!n)
-                return -ENOMEM;
-        s->segments = n;
-        s->n_allocated = want;
-        return 0;
+        return ARRAY_GROW(s->segments, s->n_allocated, s->n_segments, 16);
 }
 
 int exec_stream_push(ExecStream *s, uint8_t which, size_t n) {
