@@ -10,6 +10,7 @@
 
 #include <microhttpd.h>
 
+#include "alloc-util.h"
 #include "base64.h"
 #include "http-stream.h"
 #include "string-util.h"
@@ -77,14 +78,8 @@ void http_stream_hold(HttpStream *s, BusData *data) {
 }
 
 static int stream_add_part(HttpStream *s, Part p) {
-        if (s->n_parts == s->n_allocated) {
-                size_t n = MAX(s->n_allocated * 2, (size_t) 8);
-                Part *a = reallocarray(s->parts, n, sizeof(Part));
-                if (!a)
-                        return -ENOMEM;
-                s->parts = a;
-                s->n_allocated = n;
-        }
+        if (ARRAY_GROW(s->parts, s->n_allocated, s->n_parts, 8) < 0)
+                return -ENOMEM;
         s->parts[s->n_parts++] = p;
         return 0;
 }
