@@ -462,9 +462,33 @@ static int append_exec_info(sd_bus_message *reply, const ExecResult *res) {
         return r;
 }
 
+/* The answer to Exec ("itta(stt)a{sv}h") or, without the files, to Run ("itta{sv}h"). */
+static int send_exec_result(sd_bus_message *m, const ExecResult *res, bool with_files) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "itt", res->exit_code, res->stdout_size, res->stderr_size);
+        if (r >= 0 && with_files) {
+                r = sd_bus_message_open_container(reply, 'a', "(stt)");
+                for (size_t i = 0; r >= 0 && i < res->n_files; i++)
+                        r = sd_bus_message_append(reply, "(stt)", res->files[i].path, res->files[i].offset,
+                                                  res->files[i].size);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(reply);
+        }
+        if (r >= 0)
+                r = append_exec_info(reply, res);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "h", res->data_fd);
+        if (r >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+        return r;
+}
+
 static void on_exec_done(Session *s, int error, const char *message, const ExecResult *res, void *userdata) {
         _cleanup_(bus_call_freep) BusCall *c = userdata;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         sd_bus_message *m = c->message;
         int r;
 
@@ -476,22 +500,7 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
                 return;
         }
 
-        r = sd_bus_message_new_method_return(m, &reply);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "itt", res->exit_code, res->stdout_size, res->stderr_size);
-        if (r >= 0)
-                r = sd_bus_message_open_container(reply, 'a', "(stt)");
-        for (size_t i = 0; r >= 0 && i < res->n_files; i++)
-                r = sd_bus_message_append(reply, "(stt)", res->files[i].path, res->files[i].offset,
-                                          res->files[i].size);
-        if (r >= 0)
-                r = sd_bus_message_close_container(reply);
-        if (r >= 0)
-                r = append_exec_info(reply, res);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "h", res->data_fd);
-        if (r >= 0)
-                r = sd_bus_send(NULL, reply, NULL);
+        r = send_exec_result(m, res, true);
         if (r < 0) {
                 log_warning_errno(r, "Failed to send the exec result of session %s: %m", s->id);
                 reply_error(m, r, "failed to send the result");
@@ -613,7 +622,6 @@ static const BusOption run_options[] = {
 
 static void on_run_done(int error, const char *message, const ExecResult *res, void *userdata) {
         _cleanup_(bus_call_freep) BusCall *c = userdata;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         sd_bus_message *m = c->message;
         int r;
 
@@ -622,15 +630,7 @@ static void on_run_done(int error, const char *message, const ExecResult *res, v
                 reply_error(m, error, message);
                 return;
         }
-        r = sd_bus_message_new_method_return(m, &reply);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "itt", res->exit_code, res->stdout_size, res->stderr_size);
-        if (r >= 0)
-                r = append_exec_info(reply, res);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "h", res->data_fd);
-        if (r >= 0)
-                r = sd_bus_send(NULL, reply, NULL);
+        r = send_exec_result(m, res, false);
         if (r < 0) {
                 log_warning_errno(r, "Failed to send the result of a run: %m");
                 reply_error(m, r, "failed to send the result");
@@ -815,22 +815,37 @@ static int queue_file_call(sd_bus_message *m, int r, sd_bus_error *error) {
         return r;
 }
 
+/* The running session and the path in it a file call names first ("ss"), the path normalized into
+ * *ret_rel: NULL, with 'error' set or *ret_r < 0, if there is none. */
+static Session *bus_read_session_path(sd_bus_message *m, Manager *mgr, char **ret_rel, sd_bus_error *error,
+                                      int *ret_r) {
+        const char *id, *path;
+        Session *s;
+
+        *ret_r = sd_bus_message_read(m, "ss", &id, &path);
+        if (*ret_r < 0)
+                return NULL;
+        s = bus_find_running_session(mgr, id, error);
+        if (!s) {
+                *ret_r = -EINVAL;
+                return NULL;
+        }
+        *ret_r = bus_normalize_path(path, ret_rel, error);
+        return *ret_r == 0 ? s : NULL;
+}
+
 static int method_write_file(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         _cleanup_free_ char *rel = NULL;
         _cleanup_close_ int data_fd = -EBADF;
-        const char *id, *path;
         Session *s;
         int fd, r;
 
-        r = sd_bus_message_read(m, "ssh", &id, &path, &fd);
-        if (r < 0)
-                return r;
-        s = bus_find_running_session(mgr, id, error);
+        s = bus_read_session_path(m, mgr, &rel, error, &r);
         if (!s)
-                return -EINVAL;
-        r = bus_normalize_path(path, &rel, error);
-        if (r != 0)
+                return r;
+        r = sd_bus_message_read(m, "h", &fd);
+        if (r < 0)
                 return r;
         r = take_sealed_memfd(fd, mgr->config.max_upload_bytes, "data", "file too large", &data_fd, error);
         if (r <= 0)
@@ -845,18 +860,11 @@ static int method_write_file(sd_bus_message *m, void *userdata, sd_bus_error *er
 static int method_read_file(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         _cleanup_free_ char *rel = NULL;
-        const char *id, *path;
         Session *s;
         int r;
 
-        r = sd_bus_message_read(m, "ss", &id, &path);
-        if (r < 0)
-                return r;
-        s = bus_find_running_session(mgr, id, error);
+        s = bus_read_session_path(m, mgr, &rel, error, &r);
         if (!s)
-                return -EINVAL;
-        r = bus_normalize_path(path, &rel, error);
-        if (r != 0)
                 return r;
         r = session_read_file(s, rel, mgr->config.max_upload_bytes, on_file_done, sd_bus_message_ref(m));
         return queue_file_call(m, r, error);
