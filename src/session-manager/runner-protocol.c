@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "io-util.h"
 #include "json-util.h"
 #include "macro.h"
 #include "runner-protocol.h"
@@ -81,18 +82,7 @@ int runner_message_recv(int fd, json_object **ret, int *ret_fds, size_t *ret_n_f
         if (k < 0)
                 return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-                        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                        for (size_t i = 0; i < n; i++) {
-                                int x;
-                                memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                                if (n_fds < RUNNER_MESSAGE_FDS_MAX)
-                                        fds[n_fds++] = x;
-                                else
-                                        safe_close(x);
-                        }
-                }
+        n_fds = cmsg_take_fds(&mh, fds, RUNNER_MESSAGE_FDS_MAX);
 
         if (k == 0) {
                 r = -ECONNRESET;

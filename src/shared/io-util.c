@@ -145,22 +145,41 @@ int fd_receive_one(int sock) {
         struct msghdr mh = {
                 .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf)
         };
-        struct cmsghdr *c;
         ssize_t k;
-        int fd = -EBADF;
+        int fds[2];
+        size_t n;
 
         do
                 k = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
         while (k < 0 && errno == EINTR);
         if (k < 0)
                 return -errno;
-        if (k == 0)
-                return -EPIPE;
-        for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-                    c->cmsg_len == CMSG_LEN(sizeof(int)))
-                        memcpy(&fd, CMSG_DATA(c), sizeof(int));
-        return fd >= 0 ? fd : -EBADMSG;
+        n = cmsg_take_fds(&mh, fds, ELEMENTSOF(fds));
+        if (k == 0 || n != 1 || (mh.msg_flags & MSG_CTRUNC)) {
+                for (size_t i = 0; i < n; i++)
+                        (void) close(fds[i]);
+                return k == 0 ? -EPIPE : -EBADMSG;
+        }
+        return fds[0];
+}
+
+size_t cmsg_take_fds(struct msghdr *mh, int *fds, size_t max) {
+        size_t n = 0;
+
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                        int fd;
+
+                        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                        if (n < max)
+                                fds[n++] = fd;
+                        else
+                                (void) close(fd);
+                }
+        }
+        return n;
 }
 
 int fds_send(int sock, const void *data, size_t size, const int *fds, size_t n_fds) {
@@ -189,8 +208,7 @@ ssize_t fds_receive(int sock, void *data, size_t size, int *fds, size_t n_fds, s
         struct msghdr mh = {
                 .msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf, .msg_controllen = sizeof(buf)
         };
-        struct cmsghdr *c;
-        size_t n = 0;
+        size_t n;
         ssize_t k;
 
         assert(n_fds <= FDS_SEND_MAX);
@@ -200,19 +218,7 @@ ssize_t fds_receive(int sock, void *data, size_t size, int *fds, size_t n_fds, s
         if (k < 0)
                 return -errno;
         /* Whatever came along is ours to close, also when it is more than asked for. */
-        for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                        continue;
-                size_t m = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t i = 0; i < m; i++) {
-                        int fd;
-                        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                        if (n < n_fds)
-                                fds[n++] = fd;
-                        else
-                                (void) close(fd);
-                }
-        }
+        n = cmsg_take_fds(&mh, fds, n_fds);
         *ret_n_fds = n;
         if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
                 for (size_t i = 0; i < n; i++)

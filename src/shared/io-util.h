@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 int fd_nonblock(int fd, bool nonblock);
@@ -22,6 +23,10 @@ int memfd_seal(int fd);
  * fd_receive_one() fails with -EPIPE at EOF and -EBADMSG when no fd came along. */
 int fd_send_one(int sock, int fd);
 int fd_receive_one(int sock);
+
+/* Takes the fds that came with a received message (SCM_RIGHTS): the first 'max' into fds, the
+ * others are closed. Returns how many it took. */
+size_t cmsg_take_fds(struct msghdr *mh, int *fds, size_t max);
 
 /* One message of 'size' bytes with up to FDS_SEND_MAX fds (SCM_RIGHTS), and its receipt, never
  * blocking (O_CLOEXEC): fds beyond 'n_fds' are closed, a truncated message or fd list fails
