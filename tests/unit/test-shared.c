@@ -19,6 +19,7 @@
 #include "config.h"
 #include "daemon-util.h"
 #include "id.h"
+#include "fs-util.h"
 #include "io-util.h"
 #include "json-util.h"
 #include "json-writer.h"
@@ -1310,7 +1311,54 @@ static void test_array_grow(void) {
         ASSERT_EQ(a[3], 3U);
 }
 
+static unsigned open_fds(void) {
+        _cleanup_closedir_ DIR *d = opendir("/proc/self/fd");
+        struct dirent *de;
+        unsigned n = 0;
+
+        ASSERT_TRUE(d);
+        FOREACH_DIRENT(de, d, ASSERT_TRUE(false))
+                n++;
+        return n;
+}
+
+/* The fds that come with a message: what is not asked for is closed, a second one refused. */
+static void test_receive_fds(void) {
+        int sv[2], fds[3], got[3];
+        size_t n;
+        unsigned before;
+        char byte = 0;
+
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        for (size_t i = 0; i < ELEMENTSOF(fds); i++)
+                ASSERT_TRUE((fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+        before = open_fds();
+
+        ASSERT_EQ(fds_send(sv[0], &byte, 1, fds, 3), 0);
+        ASSERT_EQ(fds_receive(sv[1], &byte, 1, got, 1, &n), 1);
+        ASSERT_EQ(n, 1U);
+        ASSERT_EQ(open_fds(), before + 1); /* the two not asked for are closed */
+        safe_close(got[0]);
+
+        ASSERT_EQ(fds_send(sv[0], &byte, 1, fds, 2), 0);
+        ASSERT_EQ(fd_receive_one(sv[1]), -EBADMSG);
+        ASSERT_EQ(open_fds(), before);
+
+        ASSERT_EQ(fd_send_one(sv[0], fds[0]), 0);
+        got[0] = fd_receive_one(sv[1]);
+        ASSERT_TRUE(got[0] >= 0);
+        safe_close(got[0]);
+        ASSERT_EQ(open_fds(), before);
+
+        for (size_t i = 0; i < ELEMENTSOF(fds); i++)
+                safe_close(fds[i]);
+        safe_close(sv[0]);
+        ASSERT_EQ(fd_receive_one(sv[1]), -EPIPE);
+        safe_close(sv[1]);
+}
+
 int main(int argc, char *argv[]) {
+        RUN(test_receive_fds);
         RUN(test_array_grow);
         RUN(test_base64_roundtrip);
         RUN(test_base64_strict);
