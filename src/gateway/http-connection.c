@@ -16,22 +16,19 @@
 #include "http-connection.h"
 #include "http-router.h"
 #include "log.h"
+#include "string-table.h"
 #include "string-util.h"
 
 #define PEER_MAX (INET6_ADDRSTRLEN + 16)
 
-static const char *const phase_table[_HTTP_CONNECTION_PHASE_MAX] = {
+static const char *const http_connection_phase_table[_HTTP_CONNECTION_PHASE_MAX] = {
         [HTTP_CONNECTION_HEADERS] = "headers",
         [HTTP_CONNECTION_BODY]    = "body",
         [HTTP_CONNECTION_BUSY]    = "busy",
         [HTTP_CONNECTION_CLOSING] = "closing",
 };
 
-const char *http_connection_phase_to_string(HttpConnectionPhase p) {
-        if (p < 0 || p >= _HTTP_CONNECTION_PHASE_MAX)
-                return NULL;
-        return phase_table[p];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(http_connection_phase, HttpConnectionPhase)
 
 uint64_t http_connection_deadline(HttpConnectionPhase phase, uint64_t start_usec, uint64_t body_bytes) {
         uint64_t allowance;

@@ -11,6 +11,7 @@
 #include "io-util.h"
 #include "macro.h"
 #include "parse-util.h"
+#include "string-table.h"
 
 /* Sysctl files and /proc/swaps are a few bytes; anything longer is not what we expect. */
 #define HOST_FILE_MAX 4096
@@ -97,11 +98,7 @@ CgroupMode cgroup_mode_from_magic(int64_t root_magic, int64_t unified_magic) {
         return unified_magic == CGROUP2_SUPER_MAGIC ? CGROUP_HYBRID : CGROUP_LEGACY;
 }
 
-const char *cgroup_mode_to_string(CgroupMode m) {
-        if (m < 0 || m >= _CGROUP_MODE_MAX)
-                return NULL;
-        return cgroup_mode_table[m];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(cgroup_mode, CgroupMode)
 
 size_t host_swaps_count(const char *proc_swaps) {
         const char *p = strchr(proc_swaps, '\n'); /* the first line is the header */

@@ -12,6 +12,7 @@
 #include <systemd/sd-journal.h>
 
 #include "log.h"
+#include "string-table.h"
 
 #define LOG_MESSAGE_MAX 4096
 #define LOG_FIELDS_MAX 32
@@ -27,12 +28,11 @@ static const char *const log_level_table[] = {
 };
 
 int log_level_from_string(const char *s) {
-        if (!s)
-                return -EINVAL;
-        for (size_t i = 0; i < ELEMENTSOF(log_level_table); i++)
-                if (streq(s, log_level_table[i]))
-                        return (int) i;
-        if (streq(s, "error"))
+        ssize_t i = string_table_lookup(log_level_table, ELEMENTSOF(log_level_table), s);
+
+        if (i >= 0)
+                return (int) i;
+        if (s && streq(s, "error"))
                 return LOG_ERR;
         return -EINVAL;
 }

@@ -9,24 +9,17 @@
 
 #include "json-util.h"
 #include "storage-config.h"
+#include "string-table.h"
 #include "string-util.h"
 
-static const char *const provider_table[_STORAGE_PROVIDER_MAX] = {
+static const char *const storage_provider_table[_STORAGE_PROVIDER_MAX] = {
         [STORAGE_LOCAL] = "local",
         [STORAGE_S3] = "s3",
         [STORAGE_ALIYUN_OSS] = "aliyun_oss",
 };
 
-const char *storage_provider_to_string(StorageProvider p) {
-        return p >= 0 && p < _STORAGE_PROVIDER_MAX ? provider_table[p] : NULL;
-}
-
-StorageProvider storage_provider_from_string(const char *s) {
-        for (int i = 0; i < _STORAGE_PROVIDER_MAX; i++)
-                if (s && streq(s, provider_table[i]))
-                        return (StorageProvider) i;
-        return _STORAGE_PROVIDER_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(storage_provider, StorageProvider)
+DEFINE_STRING_TABLE_LOOKUP_FROM_STRING(storage_provider, StorageProvider)
 
 void storage_config_done(StorageConfig *c) {
         char **secrets[] = { &c->s3_secret_key, &c->oss_access_key_secret };
