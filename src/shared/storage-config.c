@@ -179,7 +179,7 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
         /* Endpoints are URLs with a scheme; nothing else is fetched. */
         if ((c.s3_endpoint && !storage_endpoint_is_valid(c.s3_endpoint, true)) ||
             (c.oss_endpoint && !storage_endpoint_is_valid(c.oss_endpoint, false))) {
-                *ret_error = "storage endpoint must be an http(s) URL";
+                *ret_error = STORAGE_ENDPOINT_INVALID;
                 return -EINVAL;
         }
 

@@ -21,6 +21,8 @@ StorageProvider storage_provider_from_string(const char *s);
 
 #define STORAGE_DEFAULT_PREFIX "workspaces/"
 #define STORAGE_KEY_MAX 1024
+/* The 400 for an endpoint the agent cannot use, from the gateway's check and the agent's alike. */
+#define STORAGE_ENDPOINT_INVALID "storage endpoint must be an http(s) URL"
 #define ARCHIVE_STEM_MAX 128
 
 typedef struct StorageConfig {

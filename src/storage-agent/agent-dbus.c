@@ -47,7 +47,7 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
                 storage_config_done(ret);
                 return r == -ENOMEM ? r
                                     : sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
-                                                       "storage endpoint must be an http(s) URL");
+                                                       STORAGE_ENDPOINT_INVALID);
         }
         if (!storage_config_effective(ret, a->config.local_storage_dir)) {
                 storage_config_done(ret);
