@@ -11,6 +11,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "bus-util.h"
+#include "daemon-util.h"
 #include "fs-util.h"
 #include "id.h"
 #include "io-util.h"
@@ -48,11 +49,9 @@ int manager_new(Manager **ret) {
                         r, "Invalid configuration: SANDBOX_DIFY_NETWORK_ALLOW: '%s' is no address or prefix",
                         strna(config_error));
 
-        r = sd_event_default(&m->event);
+        r = daemon_event_new(&m->event, SIGTERM, SIGINT, -1);
         if (r < 0)
                 return r;
-        (void) sd_event_add_signal(m->event, NULL, SIGTERM, NULL, NULL);
-        (void) sd_event_add_signal(m->event, NULL, SIGINT, NULL, NULL);
         (void) sd_event_set_watchdog(m->event, true);
 
         *ret = TAKE_PTR(m);
