@@ -358,38 +358,36 @@ int http_files_get(HttpRequest *req) {
 
 /* POST /files/list */
 
-static int files_list_on_reply(HttpRequest *req, sd_bus_message *reply) {
+typedef struct FilesList {
         FilesEntry entries[FILES_LIST_MAX];
+        size_t n;
+} FilesList;
+
+static int files_read_entry(sd_bus_message *m, void *userdata) {
+        FilesList *l = userdata;
+        FilesEntry *e = &l->entries[l->n];
+        int r = sd_bus_message_read(m, "(st)", &e->path, &e->size);
+
+        if (r >= 0)
+                l->n++;
+        return r;
+}
+
+static int files_list_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        FilesList list = {};
         const sd_bus_error *e;
         HttpResponse *resp;
-        size_t n = 0;
         int r;
 
         e = sd_bus_message_get_error(reply);
         if (e)
                 return files_reply_bus_error(req, e);
 
-        r = sd_bus_message_enter_container(reply, 'a', "(st)");
-        if (r < 0)
-                return r;
-        for (;;) {
-                const char *path;
-                uint64_t size;
-
-                r = sd_bus_message_read(reply, "(st)", &path, &size);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (n >= FILES_LIST_MAX)
-                        return -EBADMSG;
-                entries[n++] = (FilesEntry) { .path = path, .size = size };
-        }
-        r = sd_bus_message_exit_container(reply);
+        r = bus_message_read_array(reply, "(st)", FILES_LIST_MAX, files_read_entry, &list);
         if (r < 0)
                 return r;
 
-        r = files_list_response_new(entries, n, &resp);
+        r = files_list_response_new(list.entries, list.n, &resp);
         if (r < 0)
                 return r;
         return http_request_reply(req, resp);

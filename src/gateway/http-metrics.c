@@ -26,58 +26,43 @@ static bool label_is_valid(const char *s) {
         return true;
 }
 
-static int read_labeled(sd_bus_message *m, void *dest) {
-        MetricsLabeled *l = dest;
+static int read_label(sd_bus_message *m, void *userdata) {
+        MetricsLabeled *l = userdata;
+        const char *label;
+        uint64_t value;
         int r;
 
-        *l = (MetricsLabeled) {};
-        r = sd_bus_message_enter_container(m, 'a', "{st}");
+        r = sd_bus_message_read(m, "{st}", &label, &value);
         if (r < 0)
                 return r;
-        for (;;) {
-                const char *label;
-                uint64_t value;
-
-                r = sd_bus_message_read(m, "{st}", &label, &value);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (l->n >= METRICS_LABELS_MAX || !label_is_valid(label))
+        if (!label_is_valid(label))
+                return -EBADMSG;
+        for (size_t i = 0; i < l->n; i++)
+                if (streq(l->v[i].label, label))
                         return -EBADMSG;
-                for (size_t i = 0; i < l->n; i++)
-                        if (streq(l->v[i].label, label))
-                                return -EBADMSG;
-                l->v[l->n].label = label;
-                l->v[l->n].value = value;
-                l->n++;
-        }
-        return sd_bus_message_exit_container(m);
+        l->v[l->n].label = label;
+        l->v[l->n].value = value;
+        l->n++;
+        return 0;
+}
+
+static int read_labeled(sd_bus_message *m, void *dest) {
+        *(MetricsLabeled *) dest = (MetricsLabeled) {};
+        return bus_message_read_array(m, "{st}", METRICS_LABELS_MAX, read_label, dest);
+}
+
+static int read_bucket(sd_bus_message *m, void *userdata) {
+        MetricsBuckets *b = userdata;
+        int r = sd_bus_message_read(m, "(tt)", &b->b[b->n].le_usec, &b->b[b->n].count);
+
+        if (r >= 0)
+                b->n++;
+        return r;
 }
 
 static int read_buckets(sd_bus_message *m, void *dest) {
-        MetricsBuckets *b = dest;
-        int r;
-
-        *b = (MetricsBuckets) {};
-        r = sd_bus_message_enter_container(m, 'a', "(tt)");
-        if (r < 0)
-                return r;
-        for (;;) {
-                uint64_t le, count;
-
-                r = sd_bus_message_read(m, "(tt)", &le, &count);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (b->n >= METRICS_BUCKETS_MAX)
-                        return -EBADMSG;
-                b->b[b->n].le_usec = le;
-                b->b[b->n].count = count;
-                b->n++;
-        }
-        return sd_bus_message_exit_container(m);
+        *(MetricsBuckets *) dest = (MetricsBuckets) {};
+        return bus_message_read_array(m, "(tt)", METRICS_BUCKETS_MAX, read_bucket, dest);
 }
 
 static const BusDictField manager_metrics_fields[] = {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bus-client.h"
 #include "bus-util.h"
 #include "event-source-util.h"
 #include "id.h"
@@ -31,59 +32,6 @@ static void reply_error(sd_bus_message *m, int error, const char *message) {
                                            message ?: strerror(abs(error)));
         if (r < 0)
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
-}
-
-/* One option a method takes: its name, D-Bus type and where it goes. */
-typedef struct BusOption {
-        const char *name;
-        char type;              /* 'b' (into an int), 't', 's', 'h' (both borrowed from the message) */
-        size_t offset;
-} BusOption;
-
-static int read_variant(sd_bus_message *m, const char *key, char type, void *ret, sd_bus_error *error) {
-        char sig[2] = { type, 0 };
-        int r;
-
-        r = sd_bus_message_enter_container(m, 'v', sig);
-        if (r < 0)
-                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
-                                         "Option '%s' must be of type '%s'.", key, sig);
-        r = sd_bus_message_read_basic(m, type, ret);
-        if (r < 0)
-                return r;
-        return sd_bus_message_exit_container(m);
-}
-
-/* Reads an a{sv} of options into the struct at 'base'; an unknown option is an error. */
-static int read_options(sd_bus_message *m, const BusOption options[], void *base, sd_bus_error *error) {
-        int r;
-
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const BusOption *o = NULL;
-                const char *key;
-
-                r = sd_bus_message_read(m, "s", &key);
-                if (r < 0)
-                        return r;
-                for (const BusOption *i = options; i->name && !o; i++)
-                        if (streq(i->name, key))
-                                o = i;
-                if (!o)
-                        return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.",
-                                                 key);
-                r = read_variant(m, key, o->type, (uint8_t *) base + o->offset, error);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
-        }
-        if (r < 0)
-                return r;
-        return sd_bus_message_exit_container(m);
 }
 
 /* ---- callers that hang up (CreateSession, Exec, Run) ---- */
@@ -194,11 +142,11 @@ typedef struct CreateOptions {
         uint64_t idle_ttl_sec;
         const char *archive_key;
         const char *storage;
-        int stateful;
+        bool stateful;
         int hangup;
 } CreateOptions;
 
-static const BusOption create_options[] = {
+static const BusDictField create_options[] = {
         { "idle_ttl_sec", 't', offsetof(CreateOptions, idle_ttl_sec) },
         { "archive_key",  's', offsetof(CreateOptions, archive_key)  },
         { "storage",      's', offsetof(CreateOptions, storage)      },
@@ -238,7 +186,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         Session *s;
         int r;
 
-        r = read_options(m, create_options, &o, error);
+        r = bus_message_read_options(m, create_options, &o, error);
         if (r < 0)
                 return r;
         /* An archive key that can't be a valid stem means "use the session id" (COMPAT.md), which is
@@ -315,13 +263,13 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
 /* ---- ReleaseSession ---- */
 
 typedef struct ReleaseArgs {
-        int discard;
-        int archive;            /* default true; false: the gateway's release of an abandoned create */
+        bool discard;
+        bool archive;           /* default true; false: the gateway's release of an abandoned create */
         const char *archive_key;
         const char *storage;
 } ReleaseArgs;
 
-static const BusOption release_options[] = {
+static const BusDictField release_options[] = {
         { "discard",     'b', offsetof(ReleaseArgs, discard)     },
         { "archive",     'b', offsetof(ReleaseArgs, archive)     },
         { "archive_key", 's', offsetof(ReleaseArgs, archive_key) },
@@ -364,7 +312,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
                 return r;
         if (!session_id_is_valid(id))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
-        r = read_options(m, release_options, &o, error);
+        r = bus_message_read_options(m, release_options, &o, error);
         if (r < 0)
                 return r;
 
@@ -412,7 +360,7 @@ typedef struct ExecOptions {
         int stream;
 } ExecOptions;
 
-static const BusOption exec_options[] = {
+static const BusDictField exec_options[] = {
         { "timeout_ms",   't', offsetof(ExecOptions, timeout_ms)   },
         { "output_limit", 't', offsetof(ExecOptions, output_limit) },
         { "language",     's', offsetof(ExecOptions, language)     },
@@ -550,7 +498,7 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return r;
         if (!session_id_is_valid(id))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
-        r = read_options(m, exec_options, &o, error);
+        r = bus_message_read_options(m, exec_options, &o, error);
         if (r < 0)
                 return r;
         if (o.language && !streq(o.language, "python3"))
@@ -603,14 +551,14 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
 #define RUN_FIELD_MAX 256
 
 typedef struct RunOptions {
-        int enable_network;
+        bool enable_network;
         const char *traceparent;
         const char *user_id;
         const char *user_type;
         int hangup;
 } RunOptions;
 
-static const BusOption run_options[] = {
+static const BusDictField run_options[] = {
         { "enable_network", 'b', offsetof(RunOptions, enable_network) },
         { "traceparent",    's', offsetof(RunOptions, traceparent)    },
         { "user_id",        's', offsetof(RunOptions, user_id)        },
@@ -651,7 +599,7 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return r;
         if (!streq(language, "python3") && !streq(language, "nodejs"))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unsupported language");
-        r = read_options(m, run_options, &o, error);
+        r = bus_message_read_options(m, run_options, &o, error);
         if (r < 0)
                 return r;
         if (o.enable_network && !mgr->config.dify_enable_network)

@@ -83,20 +83,26 @@ static int bus_read_basic_value(sd_bus_message *m, char type, void *p) {
         case 't':
         case 'x':
         case 's':
+        case 'h':
                 return sd_bus_message_read_basic(m, type, p);
         default:
                 return -EINVAL;
         }
 }
 
-static int bus_dict_read_value(sd_bus_message *m, const BusDictField *f, void *base) {
+/* A known key whose variant holds another type: -EBADMSG, or for options (an 'error' to fill) the
+ * error that names it. */
+static int bus_dict_read_value(sd_bus_message *m, const BusDictField *f, void *base, sd_bus_error *error) {
         char sig[2] = { f->type, 0 };
         void *p = (uint8_t *) base + f->offset;
         int r;
 
         r = sd_bus_message_enter_container(m, 'v', f->read ? f->signature : sig);
         if (r == -ENXIO)
-                return -EBADMSG; /* the variant holds another type */
+                return error ? sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+                                                 "Option '%s' must be of type '%s'.", f->name,
+                                                 f->read ? f->signature : sig)
+                             : -EBADMSG;
         if (r < 0)
                 return r;
 
@@ -107,46 +113,79 @@ static int bus_dict_read_value(sd_bus_message *m, const BusDictField *f, void *b
         return sd_bus_message_exit_container(m);
 }
 
-int bus_message_read_dict(sd_bus_message *m, const BusDictField fields[], void *base) {
+int bus_message_read_array(sd_bus_message *m, const char *contents, size_t max, BusArrayElement element,
+                           void *userdata) {
         int r;
 
         assert(m);
-        assert(fields);
+        assert(contents);
+        assert(element);
 
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        r = sd_bus_message_enter_container(m, 'a', contents);
         if (r < 0)
                 return r;
-
-        for (;;) {
-                const BusDictField *f = NULL;
-                const char *name;
-
-                r = sd_bus_message_enter_container(m, 'e', "sv");
+        for (size_t n = 0;; n++) {
+                r = sd_bus_message_at_end(m, false);
                 if (r < 0)
                         return r;
-                if (r == 0)
+                if (r > 0)
                         break;
-
-                r = sd_bus_message_read_basic(m, 's', &name);
-                if (r < 0)
-                        return r;
-
-                for (const BusDictField *i = fields; i->name; i++)
-                        if (streq(i->name, name)) {
-                                f = i;
-                                break;
-                        }
-
-                r = f ? bus_dict_read_value(m, f, base) : sd_bus_message_skip(m, "v");
-                if (r < 0)
-                        return r;
-
-                r = sd_bus_message_exit_container(m);
+                if (n >= max)
+                        return -EBADMSG;
+                r = element(m, userdata);
                 if (r < 0)
                         return r;
         }
+        return sd_bus_message_exit_container(m);
+}
+
+typedef struct DictRead {
+        const BusDictField *fields;
+        void *base;
+        sd_bus_error *error;   /* options: unknown keys and other types are errors */
+} DictRead;
+
+static int bus_dict_read_entry(sd_bus_message *m, void *userdata) {
+        const DictRead *d = userdata;
+        const BusDictField *f = NULL;
+        const char *name;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'e', "sv");
+        if (r < 0)
+                return r;
+
+        r = sd_bus_message_read_basic(m, 's', &name);
+        if (r < 0)
+                return r;
+        for (const BusDictField *i = d->fields; i->name && !f; i++)
+                if (streq(i->name, name))
+                        f = i;
+        if (!f && d->error)
+                return sd_bus_error_setf(d->error, SD_BUS_ERROR_INVALID_ARGS, "Unknown option '%s'.", name);
+        r = f ? bus_dict_read_value(m, f, d->base, d->error) : sd_bus_message_skip(m, "v");
+        if (r < 0)
+                return r;
 
         return sd_bus_message_exit_container(m);
+}
+
+int bus_message_read_dict(sd_bus_message *m, const BusDictField fields[], void *base) {
+        assert(m);
+        assert(fields);
+
+        return bus_message_read_array(m, "{sv}", SIZE_MAX, bus_dict_read_entry,
+                                      &(DictRead) { fields, base, NULL });
+}
+
+int bus_message_read_options(sd_bus_message *m, const BusDictField fields[], void *base,
+                             sd_bus_error *error) {
+        assert(m);
+        assert(fields);
+        assert(error);
+
+        return bus_message_read_array(m, "{sv}", SIZE_MAX, bus_dict_read_entry,
+                                      &(DictRead) { fields, base, error });
 }
 
 void bus_data_done(BusData *d) {

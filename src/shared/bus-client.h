@@ -48,11 +48,20 @@ uint64_t bus_timeout_storage_gc_usec(const Config *c);
 /* A new method call on the storage agent's object. */
 int storage_agent_new_call(sd_bus *bus, const char *member, sd_bus_message **ret);
 
-/* One entry of an a{sv} the gateway understands. */
+/* Reads the element that is next in an array (there is one), or fails. */
+typedef int (*BusArrayElement)(sd_bus_message *m, void *userdata);
+
+/* Reads an array of 'contents' (the element's signature) with 'element', once for each element,
+ * and leaves the array: the one walk of an array every reader of the contract uses. An array of
+ * more than 'max' elements fails with -EBADMSG before 'element' sees the one too many. */
+int bus_message_read_array(sd_bus_message *m, const char *contents, size_t max, BusArrayElement element,
+                           void *userdata);
+
+/* One entry of an a{sv}: a reply's info the gateway and scopeboxctl read, or a method's options. */
 typedef struct BusDictField {
         const char *name;
         char type;        /* 'b' bool, 'u' uint32_t, 'i' int32_t, 't' uint64_t, 'x' int64_t,
-                           * 's' const char *,
+                           * 's' const char *, 'h' int (an fd),
                            * 0: read by `read` from a variant of `signature` */
         size_t offset;
         const char *signature;
@@ -60,8 +69,13 @@ typedef struct BusDictField {
 } BusDictField;
 
 /* Reads an a{sv} into the struct at 'base'. Unknown keys are skipped (the manager may grow new ones);
- * a known key with another type fails with -EBADMSG. Strings stay owned by the message. */
+ * a known key with another type fails with -EBADMSG. Strings and fds stay owned by the message. */
 int bus_message_read_dict(sd_bus_message *m, const BusDictField fields[], void *base);
+
+/* As bus_message_read_dict(), for a method's a{sv} of options: an unknown key, or a known one of
+ * another type, is an InvalidArgs error in 'error' that names it. */
+int bus_message_read_options(sd_bus_message *m, const BusDictField fields[], void *base,
+                             sd_bus_error *error);
 
 /* The content of a data fd a reply carries (a memfd). Mapped when it is sealed against shrinking;
  * copied otherwise, since the sender could shrink it under a mapping and turn our reads into

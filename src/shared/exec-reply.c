@@ -16,32 +16,26 @@ void exec_info_done(ExecInfo *info) {
         info->blocked.items = mfree(info->blocked.items);
 }
 
-/* "blocked_syscalls" is a(ssu); strings stay owned by the message. */
-static int exec_read_blocked(sd_bus_message *m, void *dest) {
-        ExecBlockedList *list = dest;
+static int exec_read_blocked_one(sd_bus_message *m, void *userdata) {
+        ExecBlockedList *list = userdata;
+        ExecBlocked b;
         int r;
 
-        r = sd_bus_message_enter_container(m, 'a', "(ssu)");
-        if (r < 0)
-                return r;
-        for (;;) {
-                ExecBlocked b;
-
-                r = sd_bus_message_read(m, "(ssu)", &b.name, &b.verdict, &b.count);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (list->n >= BUS_EXEC_BLOCKED_MAX)
-                        continue;
-                if (!list->items) {
-                        list->items = calloc(BUS_EXEC_BLOCKED_MAX, sizeof(ExecBlocked));
-                        if (!list->items)
-                                return -ENOMEM;
-                }
-                list->items[list->n++] = b;
+        r = sd_bus_message_read(m, "(ssu)", &b.name, &b.verdict, &b.count);
+        if (r < 0 || list->n >= BUS_EXEC_BLOCKED_MAX)
+                return r; /* past the most there can be: skipped */
+        if (!list->items) {
+                list->items = calloc(BUS_EXEC_BLOCKED_MAX, sizeof(ExecBlocked));
+                if (!list->items)
+                        return -ENOMEM;
         }
-        return sd_bus_message_exit_container(m);
+        list->items[list->n++] = b;
+        return 0;
+}
+
+/* "blocked_syscalls" is a(ssu); strings stay owned by the message. */
+static int exec_read_blocked(sd_bus_message *m, void *dest) {
+        return bus_message_read_array(m, "(ssu)", SIZE_MAX, exec_read_blocked_one, dest);
 }
 
 static const BusDictField exec_info_fields[] = {
@@ -77,34 +71,35 @@ int exec_reply_read_info(sd_bus_message *reply, ExecInfo *info, int *ret_fd) {
         return sd_bus_message_read_basic(reply, 'h', ret_fd);
 }
 
-int exec_reply_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n) {
-        _cleanup_free_ ExecFile *files = NULL;
-        size_t n = 0, allocated = 0;
+typedef struct ExecFileList {
+        ExecFile *items;
+        size_t n, allocated;
+} ExecFileList;
+
+static int exec_read_file(sd_bus_message *m, void *userdata) {
+        ExecFileList *l = userdata;
         int r;
 
-        r = sd_bus_message_enter_container(reply, 'a', "(stt)");
-        if (r < 0)
-                return r;
-        for (;;) {
-                ExecFile f;
+        if (ARRAY_GROW(l->items, l->allocated, l->n, 8) < 0)
+                return -ENOMEM;
+        r = sd_bus_message_read(m, "(stt)", &l->items[l->n].path, &l->items[l->n].offset,
+                                &l->items[l->n].size);
+        if (r >= 0)
+                l->n++;
+        return r;
+}
 
-                r = sd_bus_message_read(reply, "(stt)", &f.path, &f.offset, &f.size);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (n >= BUS_EXEC_FILES_MAX)
-                        return -EBADMSG;
-                if (ARRAY_GROW(files, allocated, n, 8) < 0)
-                        return -ENOMEM;
-                files[n++] = f;
+int exec_reply_read_files(sd_bus_message *reply, ExecFile **ret, size_t *ret_n) {
+        ExecFileList l = {};
+        int r;
+
+        r = bus_message_read_array(reply, "(stt)", BUS_EXEC_FILES_MAX, exec_read_file, &l);
+        if (r < 0) {
+                free(l.items);
+                return r;
         }
-        r = sd_bus_message_exit_container(reply);
-        if (r < 0)
-                return r;
-
-        *ret = TAKE_PTR(files);
-        *ret_n = n;
+        *ret = l.items;
+        *ret_n = l.n;
         return 0;
 }
 

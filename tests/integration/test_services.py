@@ -54,6 +54,23 @@ def test_bus_policy_refuses_other_users():
     assert r.returncode == 0 and r.stdout.startswith("a(sa{sv})"), r
 
 
+
+def test_manager_options_are_checked():
+    # A method's a{sv} of options: an unknown key, or a known one of another type, is refused
+    # with InvalidArgs naming it, before anything is started.
+    call = ("busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+            "io.scopebox.SessionManager1", "CreateSession")
+    for options, text in ((["1", "bogus", "b", "true"], "Unknown option 'bogus'."),
+                          (["1", "stateful", "s", "yes"], "Option 'stateful' must be of type 'b'."),
+                          (["1", "idle_ttl_sec", "u", "5"], "Option 'idle_ttl_sec' must be of type 't'."),
+                          (["2", "stateful", "b", "true", "hangup", "s", "x"],
+                           "Option 'hangup' must be of type 'h'.")):
+        r = in_system(*call, "a{sv}", *options)
+        assert r.returncode != 0 and text in r.stderr, (options, r)
+    r = in_system("busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+                  "io.scopebox.SessionManager1", "ReleaseSession", "sa{sv}", "0" * 32, "1", "discard", "t", "1")
+    assert r.returncode != 0 and "Option 'discard' must be of type 'b'." in r.stderr, r
+
 def test_idle_session_is_reaped():
     sid = create_session(idle_ttl_sec=2)
     assert run(sid, "print(1)")["stdout"] == "1\n"

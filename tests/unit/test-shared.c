@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -16,6 +18,7 @@
 
 #include "alloc-util.h"
 #include "base64.h"
+#include "bus-client.h"
 #include "config.h"
 #include "daemon-util.h"
 #include "id.h"
@@ -1357,7 +1360,148 @@ static void test_receive_fds(void) {
         safe_close(sv[1]);
 }
 
+/* A sealed message holding what 'types' appends, ready to read. */
+static sd_bus_message *bus_message_of(const char *types, ...) {
+        static sd_bus *bus = NULL;
+        sd_bus_message *m = NULL;
+        va_list ap;
+        int r;
+
+        /* A bus to make messages with (a started one: this sd-bus wants one); nothing is sent. */
+        if (!bus) {
+                int pair[2];
+
+                ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+                ASSERT_TRUE(sd_bus_new(&bus) >= 0);
+                ASSERT_TRUE(sd_bus_set_fd(bus, pair[0], pair[0]) >= 0);
+                ASSERT_TRUE(sd_bus_negotiate_fds(bus, 1) >= 0);
+                ASSERT_TRUE(sd_bus_start(bus) >= 0);
+        }
+        ASSERT_TRUE(sd_bus_message_new_method_call(bus, &m, "io.scopebox.Test", "/", "io.scopebox.Test",
+                                                   "Test") >= 0);
+        va_start(ap, types);
+        r = sd_bus_message_appendv(m, types, ap);
+        va_end(ap);
+        ASSERT_TRUE(r >= 0);
+        ASSERT_TRUE(sd_bus_message_seal(m, 1, 0) >= 0);
+        ASSERT_TRUE(sd_bus_message_rewind(m, true) >= 0);
+        return m;
+}
+
+typedef struct Collected {
+        uint64_t v[4];
+        size_t n, calls;
+        int fail_at;
+} Collected;
+
+static int collect_element(sd_bus_message *m, void *userdata) {
+        Collected *c = userdata;
+        int r;
+
+        c->calls++;
+        if ((int) c->calls == c->fail_at)
+                return -ENOTRECOVERABLE;
+        ASSERT_TRUE(c->n < ELEMENTSOF(c->v));
+        r = sd_bus_message_read(m, "t", &c->v[c->n]);
+        if (r >= 0)
+                c->n++;
+        return r;
+}
+
+typedef struct Options {
+        bool flag;
+        uint64_t count;
+        const char *name;
+        int fd;
+} Options;
+
+static const BusDictField option_fields[] = {
+        { "flag",  'b', offsetof(Options, flag)  },
+        { "count", 't', offsetof(Options, count) },
+        { "name",  's', offsetof(Options, name)  },
+        { "fd",    'h', offsetof(Options, fd)    },
+        {}
+};
+
+static void test_bus_read_array(void) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        Collected c = {};
+
+        /* As many as the bound: all read, in order, and the array left (the next value reads). */
+        m = bus_message_of("ats", 3, (uint64_t) 7, (uint64_t) 8, (uint64_t) 9, "after");
+        ASSERT_EQ(bus_message_read_array(m, "t", 3, collect_element, &c), 1);
+        ASSERT_EQ(c.n, 3U);
+        ASSERT_TRUE(c.v[0] == 7 && c.v[1] == 8 && c.v[2] == 9);
+        const char *after = NULL;
+        ASSERT_TRUE(sd_bus_message_read(m, "s", &after) > 0 && streq(after, "after"));
+        m = sd_bus_message_unref(m);
+
+        /* One too many: refused before the element reader sees it. */
+        c = (Collected) {};
+        m = bus_message_of("at", 3, (uint64_t) 1, (uint64_t) 2, (uint64_t) 3);
+        ASSERT_EQ(bus_message_read_array(m, "t", 2, collect_element, &c), -EBADMSG);
+        ASSERT_EQ(c.calls, 2U);
+        m = sd_bus_message_unref(m);
+
+        /* Empty: no call. A failing element: its failure, and no further call. */
+        c = (Collected) {};
+        m = bus_message_of("at", 0);
+        ASSERT_EQ(bus_message_read_array(m, "t", 2, collect_element, &c), 1);
+        ASSERT_EQ(c.calls, 0U);
+        m = sd_bus_message_unref(m);
+        c = (Collected) { .fail_at = 2 };
+        m = bus_message_of("at", 3, (uint64_t) 1, (uint64_t) 2, (uint64_t) 3);
+        ASSERT_EQ(bus_message_read_array(m, "t", 8, collect_element, &c), -ENOTRECOVERABLE);
+        ASSERT_EQ(c.calls, 2U);
+        m = sd_bus_message_unref(m);
+
+        /* Another element type than the array's: the walk fails. */
+        c = (Collected) {};
+        m = bus_message_of("as", 1, "x");
+        ASSERT_TRUE(bus_message_read_array(m, "t", 8, collect_element, &c) < 0);
+        ASSERT_EQ(c.calls, 0U);
+}
+
+static void test_bus_read_options(void) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        Options o = { .fd = -EBADF };
+
+        ASSERT_TRUE(fd >= 0);
+        m = bus_message_of("a{sv}", 4, "flag", "b", 1, "count", "t", (uint64_t) 5, "name", "s", "n", "fd",
+                           "h", fd);
+        ASSERT_TRUE(bus_message_read_options(m, option_fields, &o, &e) >= 0);
+        ASSERT_TRUE(o.flag && o.count == 5 && streq(o.name, "n") && o.fd >= 0 && o.fd != fd);
+        m = sd_bus_message_unref(m);
+
+        /* An unknown key, and a known one of another type: InvalidArgs naming it. */
+        m = bus_message_of("a{sv}", 2, "count", "t", (uint64_t) 1, "bogus", "b", 0);
+        ASSERT_EQ(bus_message_read_options(m, option_fields, &o, &e), -EINVAL);
+        ASSERT_TRUE(sd_bus_error_has_name(&e, SD_BUS_ERROR_INVALID_ARGS));
+        ASSERT_STREQ(e.message, "Unknown option 'bogus'.");
+        sd_bus_error_free(&e);
+        m = sd_bus_message_unref(m);
+        m = bus_message_of("a{sv}", 1, "count", "u", 1);
+        ASSERT_EQ(bus_message_read_options(m, option_fields, &o, &e), -EINVAL);
+        ASSERT_STREQ(e.message, "Option 'count' must be of type 't'.");
+        sd_bus_error_free(&e);
+        m = sd_bus_message_unref(m);
+
+        /* The same for a reply's info: the unknown key is skipped, the other type is -EBADMSG. */
+        o = (Options) {};
+        m = bus_message_of("a{sv}", 2, "bogus", "b", 0, "count", "t", (uint64_t) 3);
+        ASSERT_TRUE(bus_message_read_dict(m, option_fields, &o) >= 0);
+        ASSERT_EQ(o.count, 3U);
+        m = sd_bus_message_unref(m);
+        m = bus_message_of("a{sv}", 1, "name", "u", 1);
+        ASSERT_EQ(bus_message_read_dict(m, option_fields, &o), -EBADMSG);
+        safe_close(fd);
+}
+
 int main(int argc, char *argv[]) {
+        RUN(test_bus_read_array);
+        RUN(test_bus_read_options);
         RUN(test_receive_fds);
         RUN(test_array_grow);
         RUN(test_base64_roundtrip);
