@@ -729,13 +729,10 @@ static int dify_request_trace(HttpRequest *req, DifyTrace *ret) {
 }
 
 static int dify_reply_error(HttpRequest *req, unsigned status, int code, const char *message) {
-        HttpResponse *resp;
-        int r;
+        HttpResponse *resp = NULL;
+        int r = dify_response_new_error(status, code, message, &resp);
 
-        r = dify_response_new_error(status, code, message, &resp);
-        if (r < 0)
-                return r;
-        return http_request_reply(req, resp);
+        return http_request_reply_made(req, r, resp);
 }
 
 int http_dify_health(HttpRequest *req) {

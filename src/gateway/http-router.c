@@ -259,38 +259,37 @@ int http_request_reply(HttpRequest *req, HttpResponse *response) {
         return 0;
 }
 
-int http_request_reply_detail(HttpRequest *req, unsigned status, const char *detail) {
-        HttpResponse *r;
-        int k;
+int http_request_reply_made(HttpRequest *req, int made, HttpResponse *response) {
+        if (made < 0) {
+                http_response_free(response);
+                return made;
+        }
+        return http_request_reply(req, response);
+}
 
-        k = http_response_new_detail(status, detail, &r);
-        if (k < 0)
-                return k;
-        return http_request_reply(req, r);
+int http_request_reply_detail(HttpRequest *req, unsigned status, const char *detail) {
+        HttpResponse *r = NULL;
+        int k = http_response_new_detail(status, detail, &r);
+
+        return http_request_reply_made(req, k, r);
 }
 
 int http_request_reply_error(HttpRequest *req, unsigned status, const char *error) {
-        HttpResponse *r;
-        int k;
+        HttpResponse *r = NULL;
+        int k = http_response_new_error(status, error, &r);
 
-        k = http_response_new_error(status, error, &r);
-        if (k < 0)
-                return k;
-        return http_request_reply(req, r);
+        return http_request_reply_made(req, k, r);
 }
 
 int http_request_reply_json(HttpRequest *req, unsigned status, json_object *o) {
-        HttpResponse *r;
-        int k;
+        HttpResponse *r = NULL;
+        int k = http_response_new_json(status, o, &r);
 
-        k = http_response_new_json(status, o, &r);
-        if (k < 0)
-                return k;
-        return http_request_reply(req, r);
+        return http_request_reply_made(req, k, r);
 }
 
 int http_request_reply_literal(HttpRequest *req, unsigned status, const char *json) {
-        HttpResponse *r;
+        HttpResponse *r = NULL;
         char *copy;
         int k;
 
@@ -298,9 +297,7 @@ int http_request_reply_literal(HttpRequest *req, unsigned status, const char *js
         if (!copy)
                 return -ENOMEM;
         k = http_response_new_take(status, copy, strlen(copy), &r);
-        if (k < 0)
-                return k;
-        return http_request_reply(req, r);
+        return http_request_reply_made(req, k, r);
 }
 
 int http_request_reply_ok_or_bus_error(HttpRequest *req, sd_bus_message *reply) {

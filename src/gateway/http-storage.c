@@ -296,7 +296,38 @@ int storage_response_new_bus_error(StorageRequestKind kind, const sd_bus_error *
 /* Reads a successful reply into its answer. */
 typedef int (*StorageAnswer)(sd_bus_message *reply, HttpResponse **ret);
 
-/* The on_reply of each handler: the answer to an error, or 'answer' for a success. */
+static int storage_put_answer(sd_bus_message *reply, HttpResponse **ret) {
+        const char *provider, *key, *url;
+        uint64_t expires_in;
+        int r;
+
+        r = sd_bus_message_read(reply, "ssst", &provider, &key, &url, &expires_in);
+        if (r < 0)
+                return r;
+        return storage_put_response_new(provider, key, url, expires_in, ret);
+}
+
+static int storage_delete_answer(sd_bus_message *reply, HttpResponse **ret) {
+        const char *key;
+        int r;
+
+        r = sd_bus_message_read(reply, "s", &key);
+        if (r < 0)
+                return r;
+        return storage_delete_response_new(key, ret);
+}
+
+static int storage_gc_answer(sd_bus_message *reply, HttpResponse **ret) {
+        uint64_t deleted, scanned, freed_bytes;
+        int r;
+
+        r = sd_bus_message_read(reply, "ttt", &deleted, &scanned, &freed_bytes);
+        if (r < 0)
+                return r;
+        return storage_gc_response_new(deleted, scanned, freed_bytes, ret);
+}
+
+/* The on_reply of each request: the answer to an error, or 'answer' for a success. */
 static int storage_reply(HttpRequest *req, StorageRequestKind kind, sd_bus_message *reply,
                          StorageAnswer answer) {
         const sd_bus_error *e = sd_bus_message_get_error(reply);
@@ -315,137 +346,88 @@ static int storage_reply(HttpRequest *req, StorageRequestKind kind, sd_bus_messa
         return http_request_reply(req, resp);
 }
 
-/* Returns 1 when the call may go ahead, 0 when the answer is prepared. */
-static int storage_parse(HttpRequest *req, StorageRequestKind kind, StorageRequest *ret) {
-        HttpResponse *answer;
-        int r;
-
-        r = storage_request_parse(kind, req->json, ret, &answer);
-        if (r == 0)
-                (void) http_request_reply(req, answer);
-        return r;
-}
-
-/* POST /storage/put */
-
-static int storage_put_answer(sd_bus_message *reply, HttpResponse **ret) {
-        const char *provider, *key, *url;
-        uint64_t expires_in;
-        int r;
-
-        r = sd_bus_message_read(reply, "ssst", &provider, &key, &url, &expires_in);
-        if (r < 0)
-                return r;
-        return storage_put_response_new(provider, key, url, expires_in, ret);
-}
-
 static int storage_put_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return storage_reply(req, STORAGE_REQUEST_PUT, reply, storage_put_answer);
-}
-
-int http_storage_put(HttpRequest *req) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int fd = -EBADF;
-        StorageRequest x;
-        int r;
-
-        r = storage_parse(req, STORAGE_REQUEST_PUT, &x);
-        if (r <= 0)
-                return r;
-
-        /* The object crosses the bus as a sealed memfd, decoded into it piece by piece. */
-        r = storage_data_memfd(x.data_base64, x.data_base64_size, STORAGE_DECODE_CHUNK, &fd);
-        if (r == -EINVAL)
-                return http_request_reply_detail(req, HTTP_BAD_REQUEST, STORAGE_DETAIL_INVALID_BASE64);
-        if (r < 0)
-                return r;
-
-        r = storage_agent_new_call(req->server->bus, "PutObject", &m);
-        if (r < 0)
-                return r;
-        /* The message holds the storage block's credentials: never log it. */
-        r = sd_bus_message_append(m, "sssht", x.storage, x.key, x.content_type, fd, x.expires_in);
-        if (r < 0)
-                return r;
-
-        /* Everything the call needs is in the message now. The parsed body is as large as the
-         * upload: let it go rather than hold it while the agent transfers. */
-        json_object_put(req->json);
-        req->json = NULL;
-        x = (StorageRequest) {};
-
-        return http_request_call(req, m, bus_timeout_storage_usec(&req->server->config),
-                                 storage_put_on_reply);
-}
-
-/* POST /storage/delete */
-
-static int storage_delete_answer(sd_bus_message *reply, HttpResponse **ret) {
-        const char *key;
-        int r;
-
-        r = sd_bus_message_read(reply, "s", &key);
-        if (r < 0)
-                return r;
-        return storage_delete_response_new(key, ret);
 }
 
 static int storage_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return storage_reply(req, STORAGE_REQUEST_DELETE, reply, storage_delete_answer);
 }
 
-int http_storage_delete(HttpRequest *req) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        StorageRequest x;
-        int r;
-
-        r = storage_parse(req, STORAGE_REQUEST_DELETE, &x);
-        if (r <= 0)
-                return r;
-
-        r = storage_agent_new_call(req->server->bus, "DeleteObject", &m);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_append(m, "ss", x.storage, x.key);
-        if (r < 0)
-                return r;
-
-        return http_request_call(req, m, bus_timeout_storage_usec(&req->server->config),
-                                 storage_delete_on_reply);
-}
-
-/* POST /storage/gc */
-
-static int storage_gc_answer(sd_bus_message *reply, HttpResponse **ret) {
-        uint64_t deleted, scanned, freed_bytes;
-        int r;
-
-        r = sd_bus_message_read(reply, "ttt", &deleted, &scanned, &freed_bytes);
-        if (r < 0)
-                return r;
-        return storage_gc_response_new(deleted, scanned, freed_bytes, ret);
-}
-
 static int storage_gc_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return storage_reply(req, STORAGE_REQUEST_GC, reply, storage_gc_answer);
 }
 
-int http_storage_gc(HttpRequest *req) {
+/* What each request is on the bus: the agent's method, and what answers its reply. */
+static const struct {
+        const char *method;
+        HttpReplyHandler on_reply;
+} storage_calls[_STORAGE_REQUEST_KIND_MAX] = {
+        [STORAGE_REQUEST_PUT]    = { "PutObject",      storage_put_on_reply    },
+        [STORAGE_REQUEST_DELETE] = { "DeleteObject",   storage_delete_on_reply },
+        [STORAGE_REQUEST_GC]     = { "CollectGarbage", storage_gc_on_reply     },
+};
+
+/* POST /storage/put, /storage/delete and /storage/gc: the body checked, then the agent's method. */
+static int storage_handle(HttpRequest *req, StorageRequestKind kind) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        const Config *config = &req->server->config;
+        HttpResponse *answer;
         StorageRequest x;
         int r;
 
-        r = storage_parse(req, STORAGE_REQUEST_GC, &x);
+        r = storage_request_parse(kind, req->json, &x, &answer);
         if (r <= 0)
-                return r;
+                return r < 0 ? r : http_request_reply(req, answer);
 
-        r = storage_agent_new_call(req->server->bus, "CollectGarbage", &m);
+        if (kind == STORAGE_REQUEST_PUT) {
+                /* The object crosses the bus as a sealed memfd, decoded into it piece by piece. */
+                r = storage_data_memfd(x.data_base64, x.data_base64_size, STORAGE_DECODE_CHUNK, &fd);
+                if (r == -EINVAL)
+                        return http_request_reply_detail(req, HTTP_BAD_REQUEST,
+                                                         STORAGE_DETAIL_INVALID_BASE64);
+                if (r < 0)
+                        return r;
+        }
+
+        r = storage_agent_new_call(req->server->bus, storage_calls[kind].method, &m);
         if (r < 0)
                 return r;
-        r = sd_bus_message_append(m, "sx", x.storage, x.max_age_sec);
+        /* The message holds the storage block's credentials: never log it. */
+        switch (kind) {
+        case STORAGE_REQUEST_PUT:
+                r = sd_bus_message_append(m, "sssht", x.storage, x.key, x.content_type, fd, x.expires_in);
+                break;
+        case STORAGE_REQUEST_DELETE:
+                r = sd_bus_message_append(m, "ss", x.storage, x.key);
+                break;
+        default:
+                r = sd_bus_message_append(m, "sx", x.storage, x.max_age_sec);
+        }
         if (r < 0)
                 return r;
 
-        return http_request_call(req, m, bus_timeout_storage_gc_usec(&req->server->config),
-                                 storage_gc_on_reply);
+        /* Everything the call needs is in the message now. The parsed body can be as large as the
+         * upload: let it go rather than hold it while the agent transfers. */
+        json_object_put(req->json);
+        req->json = NULL;
+        x = (StorageRequest) {};
+
+        return http_request_call(req, m,
+                                 kind == STORAGE_REQUEST_GC ? bus_timeout_storage_gc_usec(config)
+                                                            : bus_timeout_storage_usec(config),
+                                 storage_calls[kind].on_reply);
+}
+
+int http_storage_put(HttpRequest *req) {
+        return storage_handle(req, STORAGE_REQUEST_PUT);
+}
+
+int http_storage_delete(HttpRequest *req) {
+        return storage_handle(req, STORAGE_REQUEST_DELETE);
+}
+
+int http_storage_gc(HttpRequest *req) {
+        return storage_handle(req, STORAGE_REQUEST_GC);
 }
