@@ -87,22 +87,42 @@ static int agent_s3_call(Agent *a, const StorageConfig *c, S3CallParams *p, S3Ca
         return s3_call(a->curl, c, p, cb, userdata);
 }
 
+/* A method call answered once its transfer is done, counted as a job until then: the first member
+ * of each kind of call below. */
+typedef struct AgentCall {
+        Agent *agent;
+        sd_bus_message *message;      /* the call to answer */
+        StorageConfig config;         /* the storage block's fields the transfer needs, copied */
+        char *key;                    /* the object's; NULL when out of memory, or for a sweep */
+} AgentCall;
+
+static AgentCall agent_call_start(Agent *a, sd_bus_message *m, const char *key) {
+        agent_job_begin(a);
+        return (AgentCall) {
+                .agent = a,
+                .message = sd_bus_message_ref(m),
+                .config = { .provider = _STORAGE_PROVIDER_INVALID },
+                .key = key ? strdup(key) : NULL,
+        };
+}
+
+static void agent_call_done(AgentCall *c) {
+        agent_job_end(c->agent);
+        sd_bus_message_unref(c->message);
+        storage_config_done(&c->config);
+        free(c->key);
+}
+
 /* ---- put ---- */
 
 typedef struct PutCall {
-        Agent *agent;
-        sd_bus_message *message;
-        StorageConfig config;
-        char *key;
+        AgentCall call;
         int data_fd;
         unsigned expires;
 } PutCall;
 
 static void put_call_free(PutCall *p) {
-        agent_job_end(p->agent);
-        sd_bus_message_unref(p->message);
-        storage_config_done(&p->config);
-        free(p->key);
+        agent_call_done(&p->call);
         safe_close(p->data_fd);
         free(p);
 }
@@ -113,16 +133,16 @@ static void on_put_done(S3Call *call, int error, long status, const char *body, 
         int r;
 
         if (error < 0 || status < 200 || status >= 300) {
-                log_failed("Upload of", p->key, error, status);
-                reply_failed(p->message, error, status, "upload failed");
-        } else if ((r = s3_presigned_get(&p->config, p->key, p->expires, &url)) < 0) {
-                log_warning_errno(r, "Failed to presign '%s': %m", p->key);
-                reply_failed(p->message, r, 0, "presigning failed");
+                log_failed("Upload of", p->call.key, error, status);
+                reply_failed(p->call.message, error, status, "upload failed");
+        } else if ((r = s3_presigned_get(&p->call.config, p->call.key, p->expires, &url)) < 0) {
+                log_warning_errno(r, "Failed to presign '%s': %m", p->call.key);
+                reply_failed(p->call.message, r, 0, "presigning failed");
         } else {
-                log_info("Stored object '%s'.", p->key);
-                r = sd_bus_reply_method_return(p->message, "ssst",
-                                               storage_provider_to_string(p->config.provider), p->key, url,
-                                               (uint64_t) p->expires);
+                log_info("Stored object '%s'.", p->call.key);
+                r = sd_bus_reply_method_return(p->call.message, "ssst",
+                                               storage_provider_to_string(p->call.config.provider),
+                                               p->call.key, url, (uint64_t) p->expires);
                 if (r < 0)
                         log_debug_errno(r, "Failed to reply, ignoring: %m");
         }
@@ -141,27 +161,24 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
         p = calloc(1, sizeof(PutCall));
         if (!p)
                 return -ENOMEM;
-        *p = (PutCall) { .agent = a,
-                         .message = sd_bus_message_ref(m),
+        *p = (PutCall) { .call = agent_call_start(a, m, key),
                          .data_fd = fcntl(data_fd, F_DUPFD_CLOEXEC, 3) };
-        agent_job_begin(a);
         p->expires = expires_in == 0 ? S3_PRESIGN_DEFAULT
                                      : (unsigned) MIN(expires_in, a->config.storage_max_ttl_sec);
         p->expires = MIN(p->expires, 604800U);
-        p->key = strdup(key);
-        if (p->data_fd < 0 || !p->key || storage_config_copy(c, &p->config) < 0) {
+        if (p->data_fd < 0 || !p->call.key || storage_config_copy(c, &p->call.config) < 0) {
                 put_call_free(p);
                 return -ENOMEM;
         }
         S3CallParams params = {
                 .method = "PUT",
-                .key = p->key,
+                .key = p->call.key,
                 .upload_fd = p->data_fd,
                 .download_fd = -1,
                 .headers = { { "Content-Type",
                                isempty(content_type) ? "application/octet-stream" : content_type } },
         };
-        r = agent_s3_call(a, &p->config, &params, on_put_done, p);
+        r = agent_s3_call(a, &p->call.config, &params, on_put_done, p);
         if (r < 0) {
                 put_call_free(p);
                 return r;
@@ -172,9 +189,7 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
 /* ---- delete ---- */
 
 typedef struct DeleteCall {
-        Agent *agent;
-        sd_bus_message *message;
-        char *key;
+        AgentCall call;
         bool reply_key;
 } DeleteCall;
 
@@ -184,16 +199,14 @@ static void on_delete_done(S3Call *call, int error, long status, const char *bod
 
         /* Not found is success: the object is gone either way. */
         if (error >= 0 && ((status >= 200 && status < 300) || status == 404)) {
-                log_info("Deleted object '%s'.", d->key);
-                r = d->reply_key ? sd_bus_reply_method_return(d->message, "s", d->key)
-                                 : sd_bus_reply_method_return(d->message, NULL);
+                log_info("Deleted object '%s'.", d->call.key);
+                r = d->reply_key ? sd_bus_reply_method_return(d->call.message, "s", d->call.key)
+                                 : sd_bus_reply_method_return(d->call.message, NULL);
                 if (r < 0)
                         log_debug_errno(r, "Failed to reply, ignoring: %m");
         } else
-                reply_failed(d->message, error, status, "delete failed");
-        agent_job_end(d->agent);
-        sd_bus_message_unref(d->message);
-        free(d->key);
+                reply_failed(d->call.message, error, status, "delete failed");
+        agent_call_done(&d->call);
         free(d);
 }
 
@@ -204,12 +217,9 @@ int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const c
         d = calloc(1, sizeof(DeleteCall));
         if (!d)
                 return -ENOMEM;
-        *d = (DeleteCall) {
-                .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key), .reply_key = reply_key
-        };
-        agent_job_begin(a);
+        *d = (DeleteCall) { .call = agent_call_start(a, m, key), .reply_key = reply_key };
         S3CallParams params = { .method = "DELETE", .key = key, .upload_fd = -1, .download_fd = -1 };
-        r = d->key ? agent_s3_call(a, c, &params, on_delete_done, d) : -ENOMEM;
+        r = d->call.key ? agent_s3_call(a, c, &params, on_delete_done, d) : -ENOMEM;
         if (r < 0) {
                 on_delete_done(NULL, r, 0, NULL, d);
                 return 1;
@@ -220,9 +230,7 @@ int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const c
 /* ---- garbage collection ---- */
 
 typedef struct GcJob {
-        Agent *agent;
-        sd_bus_message *message;
-        StorageConfig config;
+        AgentCall call;
         char *prefixes[2];            /* "<prefix>/workspaces/", "<prefix>/mineru/" */
         unsigned current;
         char *continuation;
@@ -236,9 +244,7 @@ typedef struct GcJob {
 } GcJob;
 
 static void gc_job_free(GcJob *g) {
-        agent_job_end(g->agent);
-        sd_bus_message_unref(g->message);
-        storage_config_done(&g->config);
+        agent_call_done(&g->call);
         free(g->prefixes[0]);
         free(g->prefixes[1]);
         free(g->continuation);
@@ -254,12 +260,13 @@ static void gc_step(GcJob *g);
 static void gc_fail(GcJob *g, int error, long status) {
         int r = 0;
 
-        log_failed("Garbage collection under", g->config.prefix, error, status);
+        log_failed("Garbage collection under", g->call.config.prefix, error, status);
         /* Like a block naming an endpoint that is not allowed: nothing to sweep. */
         if (error == -EPERM)
-                r = sd_bus_reply_method_return(g->message, "ttt", (uint64_t) 0, (uint64_t) 0, (uint64_t) 0);
+                r = sd_bus_reply_method_return(g->call.message, "ttt", (uint64_t) 0, (uint64_t) 0,
+                                               (uint64_t) 0);
         else
-                reply_failed(g->message, error, status, "garbage collection failed");
+                reply_failed(g->call.message, error, status, "garbage collection failed");
         if (r < 0)
                 log_debug_errno(r, "Failed to reply, ignoring: %m");
         gc_job_free(g);
@@ -306,9 +313,9 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
                 r = -EBADMSG;
         }
         if (r < 0) {
-                log_warning("Garbage collection under '%s' failed: the listing holds %s.", g->config.prefix,
-                            strna(reason));
-                r = sd_bus_reply_method_errorf(g->message, BUS_ERROR_STORAGE_FAILED,
+                log_warning("Garbage collection under '%s' failed: the listing holds %s.",
+                            g->call.config.prefix, strna(reason));
+                r = sd_bus_reply_method_errorf(g->call.message, BUS_ERROR_STORAGE_FAILED,
                                                "garbage collection failed: malformed listing (%s)",
                                                strna(reason));
                 if (r < 0)
@@ -353,7 +360,7 @@ static void gc_step(GcJob *g) {
                                         .key = g->victims[g->next_victim],
                                         .upload_fd = -1,
                                         .download_fd = -1 };
-                r = agent_s3_call(g->agent, &g->config, &params, on_gc_deleted, g);
+                r = agent_s3_call(g->call.agent, &g->call.config, &params, on_gc_deleted, g);
                 if (r < 0)
                         gc_fail(g, r, 0);
                 return;
@@ -373,13 +380,13 @@ static void gc_step(GcJob *g) {
                 /* Keys as %-escapes: XML 1.0 can't carry every character a key may have. S3 only: OSS
                  * escapes another set of elements in that mode (its V1 docs name NextMarker, not
                  * NextContinuationToken), so its pages keep plain keys, entities decoded. */
-                if (g->config.provider == STORAGE_S3) {
+                if (g->call.config.provider == STORAGE_S3) {
                         size_t i = g->continuation ? 4 : 3;
                         params.query[i][0] = "encoding-type";
                         params.query[i][1] = "url";
                 }
                 g->listed = true;
-                r = agent_s3_call(g->agent, &g->config, &params, on_gc_listed, g);
+                r = agent_s3_call(g->call.agent, &g->call.config, &params, on_gc_listed, g);
                 if (r < 0)
                         gc_fail(g, r, 0);
                 return;
@@ -393,9 +400,9 @@ static void gc_step(GcJob *g) {
                 return;
         }
         log_info("Garbage collection under '%s': %llu of %llu objects deleted, %llu bytes freed.",
-                 g->config.prefix, (unsigned long long) g->deleted, (unsigned long long) g->scanned,
+                 g->call.config.prefix, (unsigned long long) g->deleted, (unsigned long long) g->scanned,
                  (unsigned long long) g->freed);
-        r = sd_bus_reply_method_return(g->message, "ttt", g->deleted, g->scanned, g->freed);
+        r = sd_bus_reply_method_return(g->call.message, "ttt", g->deleted, g->scanned, g->freed);
         if (r < 0)
                 log_debug_errno(r, "Failed to reply, ignoring: %m");
         gc_job_free(g);
@@ -407,11 +414,8 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
         g = calloc(1, sizeof(GcJob));
         if (!g)
                 return -ENOMEM;
-        *g = (GcJob) { .agent = a,
-                       .message = sd_bus_message_ref(m),
-                       .cutoff = time(NULL) - (time_t) max_age };
-        agent_job_begin(a);
-        if (storage_config_copy(c, &g->config) < 0 ||
+        *g = (GcJob) { .call = agent_call_start(a, m, NULL), .cutoff = time(NULL) - (time_t) max_age };
+        if (storage_config_copy(c, &g->call.config) < 0 ||
             asprintf(&g->prefixes[0], "%s%sworkspaces/", c->prefix, *c->prefix ? "/" : "") < 0 ||
             asprintf(&g->prefixes[1], "%s%smineru/", c->prefix, *c->prefix ? "/" : "") < 0) {
                 gc_job_free(g);
@@ -428,10 +432,7 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
  * download: fetched into a spool, its length checked against Content-Length and, when the object
  * carries our metadata, its SHA-256 against that, before anyone reads a byte of it. */
 typedef struct ArchiveCall {
-        Agent *agent;
-        sd_bus_message *message;
-        StorageConfig config;         /* upload: where it goes once hashed */
-        char *key;
+        AgentCall call;               /* config: (upload) where it goes once hashed */
         int fd;                       /* the spool file */
         uint64_t size;                /* upload: the bytes to send; download: the bytes received */
         ArchiveDigest *digest;
@@ -439,11 +440,8 @@ typedef struct ArchiveCall {
 } ArchiveCall;
 
 static void archive_call_free(ArchiveCall *c) {
-        agent_job_end(c->agent);
-        sd_bus_message_unref(c->message);
-        storage_config_done(&c->config);
+        agent_call_done(&c->call);
         archive_digest_free(c->digest);
-        free(c->key);
         free(c->expected_sha256);
         safe_close(c->fd);
         free(c);
@@ -455,7 +453,7 @@ static void reply_archive_error(ArchiveCall *c, const char *format, ...) {
         int r;
 
         va_start(ap, format);
-        r = sd_bus_reply_method_errorfv(c->message, BUS_ERROR_STORAGE_FAILED, format, ap);
+        r = sd_bus_reply_method_errorfv(c->call.message, BUS_ERROR_STORAGE_FAILED, format, ap);
         va_end(ap);
         if (r < 0)
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
@@ -483,33 +481,33 @@ static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int e
                      streq(code, "InvalidDigest"))) {
                 log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
                            "%s '%s' refused by the storage server: %s (the data changed on the way).",
-                           log_what, c->key, code);
+                           log_what, c->call.key, code);
                 reply_archive_error(c, "%s failed: checksum mismatch", what);
         } else if (error >= 0 && (status == 507 || (code && (streq(code, "XMinioStorageFull") ||
                                                              streq(code, "QuotaExceeded"))))) {
-                log_warning("%s '%s' failed: the storage server is full (HTTP %ld%s%s).", log_what, c->key,
-                            status, code ? ", " : "", strempty(code));
+                log_warning("%s '%s' failed: the storage server is full (HTTP %ld%s%s).", log_what,
+                            c->call.key, status, code ? ", " : "", strempty(code));
                 reply_archive_error(c, "%s failed: storage full", what);
         } else if (error == -EPIPE) {
                 uint64_t got = t ? t->downloaded : 0, want = t ? t->response.content_length : 0;
                 log_warning("%s '%s' failed: the connection ended after %llu of %llu bytes.", log_what,
-                            c->key, (unsigned long long) got, (unsigned long long) want);
+                            c->call.key, (unsigned long long) got, (unsigned long long) want);
                 reply_archive_error(c, "%s failed: short body (%llu of %llu bytes)", what,
                                     (unsigned long long) got, (unsigned long long) want);
         } else if (error == -EPERM) {
-                log_failed(log_what, c->key, error, status);
-                r = sd_bus_reply_method_errorf(c->message, SD_BUS_ERROR_INVALID_ARGS,
+                log_failed(log_what, c->call.key, error, status);
+                r = sd_bus_reply_method_errorf(c->call.message, SD_BUS_ERROR_INVALID_ARGS,
                                                "storage endpoint not allowed");
                 if (r < 0)
                         log_debug_errno(r, "Failed to send error reply, ignoring: %m");
         } else if (error < 0) {
-                log_failed(log_what, c->key, error, status);
+                log_failed(log_what, c->call.key, error, status);
                 reply_archive_error(c, "%s failed: storage server unreachable (%s)", what, strerror(-error));
         } else {
                 if (code)
-                        log_warning("%s '%s' failed: HTTP %ld (%s)", log_what, c->key, status, code);
+                        log_warning("%s '%s' failed: HTTP %ld (%s)", log_what, c->call.key, status, code);
                 else
-                        log_failed(log_what, c->key, error, status);
+                        log_failed(log_what, c->call.key, error, status);
                 reply_archive_error(c, "%s failed: storage server answered HTTP %ld", what, status);
         }
 }
@@ -531,23 +529,23 @@ static void on_archive_uploaded(S3Call *call, int error, long status, const char
                 _cleanup_free_ char *md5 = hexmem(archive_digest_md5(c->digest), ARCHIVE_MD5_SIZE);
                 log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
                            "Archive '%s' was stored with ETag %s, not the MD5 of what was sent (%s).",
-                           c->key, t->response.etag, strna(md5));
+                           c->call.key, t->response.etag, strna(md5));
                 reply_archive_error(c, "archive upload failed: checksum mismatch");
                 archive_call_free(c);
                 return;
         }
-        agent_reply_archive_stored(c->message, c->key, c->size);
+        agent_reply_archive_stored(c->call.message, c->call.key, c->size);
         archive_call_free(c);
 }
 
 static void on_upload_hashed(ArchiveDigest *d, int error, void *userdata) {
         ArchiveCall *c = userdata;
         char md5[32], sha256[64], sha256_hex[ARCHIVE_SHA256_HEX_LEN + 1];
-        bool oss = c->config.provider == STORAGE_ALIYUN_OSS;
+        bool oss = c->call.config.provider == STORAGE_ALIYUN_OSS;
         int r;
 
         if (error < 0) {
-                log_warning_errno(error, "Failed to read the staged archive '%s': %m", c->key);
+                log_warning_errno(error, "Failed to read the staged archive '%s': %m", c->call.key);
                 reply_archive_error(c, "archive upload failed: the staged archive is unreadable (%s)",
                                     strerror(-error));
                 archive_call_free(c);
@@ -562,7 +560,7 @@ static void on_upload_hashed(ArchiveDigest *d, int error, void *userdata) {
          * (S3) make the server refuse anything else; the signed payload hash covers the body too. */
         S3CallParams params = {
                 .method = "PUT",
-                .key = c->key,
+                .key = c->call.key,
                 .upload_fd = c->fd,
                 .download_fd = -1,
                 .has_upload_size = true,
@@ -575,7 +573,7 @@ static void on_upload_hashed(ArchiveDigest *d, int error, void *userdata) {
                                sha256_hex },
                              { oss ? NULL : "x-amz-checksum-sha256", oss ? NULL : sha256 } },
         };
-        r = agent_s3_call(c->agent, &c->config, &params, on_archive_uploaded, c);
+        r = agent_s3_call(c->call.agent, &c->call.config, &params, on_archive_uploaded, c);
         if (r < 0) {
                 archive_failed(c, true, NULL, r, 0, NULL);
                 archive_call_free(c);
@@ -589,11 +587,10 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint6
         c = calloc(1, sizeof(ArchiveCall));
         if (!c)
                 return -ENOMEM;
-        *c = (ArchiveCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(s->full_key),
-                             .fd = fcntl(s->spool_fd, F_DUPFD_CLOEXEC, 3), .size = size,
-                             .config = { .provider = _STORAGE_PROVIDER_INVALID } };
-        agent_job_begin(a);
-        r = !c->key || c->fd < 0 ? -ENOMEM : storage_config_copy(&s->s3, &c->config);
+        *c = (ArchiveCall) { .call = agent_call_start(a, m, s->full_key),
+                             .fd = fcntl(s->spool_fd, F_DUPFD_CLOEXEC, 3),
+                             .size = size };
+        r = !c->call.key || c->fd < 0 ? -ENOMEM : storage_config_copy(&s->s3, &c->call.config);
         if (r >= 0)
                 r = archive_digest_new(c->fd, size, &c->digest);
         if (r >= 0)
@@ -610,11 +607,11 @@ static void reply_archive_found(ArchiveCall *c) {
 
         if (lseek(c->fd, 0, SEEK_SET) < 0) {
                 r = -errno;
-                log_warning_errno(r, "Failed to rewind the download of archive '%s': %m", c->key);
+                log_warning_errno(r, "Failed to rewind the download of archive '%s': %m", c->call.key);
                 reply_archive_error(c, "archive download failed: %s", strerror(-r));
                 return;
         }
-        r = sd_bus_reply_method_return(c->message, "bh", true, c->fd);
+        r = sd_bus_reply_method_return(c->call.message, "bh", true, c->fd);
         if (r < 0)
                 log_debug_errno(r, "Failed to reply, ignoring: %m");
 }
@@ -623,7 +620,7 @@ static void on_download_hashed(ArchiveDigest *d, int error, void *userdata) {
         ArchiveCall *c = userdata;
 
         if (error < 0) {
-                log_warning_errno(error, "Failed to read the download of archive '%s': %m", c->key);
+                log_warning_errno(error, "Failed to read the download of archive '%s': %m", c->call.key);
                 reply_archive_error(c, "archive download failed: %s", strerror(-error));
         } else if (!sha256_hex_matches(c->expected_sha256, archive_digest_sha256(d))) {
                 _cleanup_free_ char *got = hexmem(archive_digest_sha256(d), ARCHIVE_SHA256_SIZE);
@@ -633,7 +630,7 @@ static void on_download_hashed(ArchiveDigest *d, int error, void *userdata) {
                         LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
                         "Archive '%s' does not match its checksum (stored %s, downloaded %s); not restoring "
                         "it.",
-                        c->key, c->expected_sha256, strna(got));
+                        c->call.key, c->expected_sha256, strna(got));
                 reply_archive_error(c, "archive download failed: checksum mismatch");
         } else
                 reply_archive_found(c);
@@ -653,7 +650,7 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
                 if (!code || !streq(code, "NoSuchBucket")) {
                         _cleanup_close_ int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                         r = null_fd < 0 ? -errno
-                                        : sd_bus_reply_method_return(c->message, "bh", false, null_fd);
+                                        : sd_bus_reply_method_return(c->call.message, "bh", false, null_fd);
                         if (r < 0)
                                 log_debug_errno(r, "Failed to reply, ignoring: %m");
                         archive_call_free(c);
@@ -667,8 +664,8 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
                         LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-skipped"),
                         "Archive '%s' is larger than SANDBOX_MAX_ARCHIVE_BYTES (%llu bytes), not restoring "
                         "it.",
-                        c->key, (unsigned long long) c->agent->config.max_archive_bytes);
-                reply_failed(c->message, error, status, "archive download failed");
+                        c->call.key, (unsigned long long) c->call.agent->config.max_archive_bytes);
+                reply_failed(c->call.message, error, status, "archive download failed");
                 archive_call_free(c);
                 return;
         }
@@ -685,7 +682,7 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
             (t->response.has_content_length && t->response.content_length != c->size)) {
                 (void) ftruncate(c->fd, 0);
                 log_warning("Download of archive '%s' failed: %llu bytes received, %s%llu announced.",
-                            c->key, (unsigned long long) c->size,
+                            c->call.key, (unsigned long long) c->size,
                             t->response.has_content_length ? "" : "none ",
                             (unsigned long long) t->response.content_length);
                 reply_archive_error(c, "archive download failed: short body (%llu of %llu bytes)",
@@ -704,9 +701,9 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
         c->expected_sha256 = strdup(t->response.sha256);
         r = c->expected_sha256 ? archive_digest_new(c->fd, c->size, &c->digest) : -ENOMEM;
         if (r >= 0)
-                r = archive_digest_start(c->digest, c->agent->event, on_download_hashed, c);
+                r = archive_digest_start(c->digest, c->call.agent->event, on_download_hashed, c);
         if (r < 0) {
-                log_warning_errno(r, "Failed to check the download of archive '%s': %m", c->key);
+                log_warning_errno(r, "Failed to check the download of archive '%s': %m", c->call.key);
                 reply_archive_error(c, "archive download failed: %s", strerror(-r));
                 archive_call_free(c);
         }
@@ -720,17 +717,15 @@ int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf
         if (!c)
                 return -ENOMEM;
         /* An unnamed file in our private /var/tmp: streamed to disk, never held in memory. */
-        *c = (ArchiveCall) { .agent = a, .message = sd_bus_message_ref(m), .key = strdup(key),
-                             .fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600),
-                             .config = { .provider = _STORAGE_PROVIDER_INVALID } };
-        agent_job_begin(a);
-        if (!c->key || c->fd < 0) {
+        *c = (ArchiveCall) { .call = agent_call_start(a, m, key),
+                             .fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600) };
+        if (!c->call.key || c->fd < 0) {
                 r = c->fd < 0 ? -errno : -ENOMEM;
                 archive_call_free(c);
                 return r;
         }
         /* Bounded like the archives we write; retries start the file over. */
-        S3CallParams params = { .method = "GET", .key = c->key, .upload_fd = -1, .download_fd = c->fd,
+        S3CallParams params = { .method = "GET", .key = c->call.key, .upload_fd = -1, .download_fd = c->fd,
                                 .download_max = a->config.max_archive_bytes };
         r = agent_s3_call(a, conf, &params, on_archive_downloaded, c);
         if (r < 0) {
