@@ -102,6 +102,12 @@ bool storage_endpoint_is_valid(const char *endpoint, bool base_path) {
         return base_path || path[strspn(path, "/")] == 0;
 }
 
+bool storage_region_is_valid(const char *s) {
+        size_t n = strlen(s);
+
+        return n > 0 && n <= STORAGE_REGION_MAX && strspn(s, NAME_CHARS) == n;
+}
+
 int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error) {
         struct {
                 const char *provider, *prefix, *s3_bucket, *s3_region, *s3_endpoint, *s3_access_key,
@@ -175,6 +181,11 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
         DUP(oss_access_key_id);
         DUP(oss_access_key_secret);
 #undef DUP
+
+        /* The region names the host and signs the request (SigV4's credential scope): of the
+         * characters the signer takes, as boto3 refuses other names before any request. */
+        if (c.s3_region && !storage_region_is_valid(c.s3_region))
+                return -EINVAL;
 
         /* Endpoints are URLs with a scheme; nothing else is fetched. */
         if ((c.s3_endpoint && !storage_endpoint_is_valid(c.s3_endpoint, true)) ||

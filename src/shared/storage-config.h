@@ -39,6 +39,10 @@ typedef struct StorageConfig {
         char *oss_access_key_secret;
 } StorageConfig;
 
+/* The most bytes of an s3_region, and its characters: A-Z a-z 0-9 - . _ (what SigV4's scope takes). */
+#define STORAGE_REGION_MAX 64U
+bool storage_region_is_valid(const char *s);
+
 /* Parses the block (a JSON object). -EINVAL with *ret_error set to a client-facing reason. */
 int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error);
 void storage_config_done(StorageConfig *c);

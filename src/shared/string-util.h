@@ -53,3 +53,7 @@ bool string_is_printable_line(const char *s, size_t max) _pure_;
 
 /* SANDBOX_PRELOAD_MODULES: dotted identifiers separated by spaces, at most 4096 bytes. */
 bool module_list_is_valid(const char *s) _pure_;
+
+/* The characters of a name that may go anywhere in a request unescaped: an S3 region or service,
+ * an OSS bucket (RFC 3986's unreserved set but '~'). */
+#define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."

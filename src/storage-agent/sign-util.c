@@ -17,13 +17,7 @@ bool sign_credentials_ok(const SignCredentials *c, const char *separators) {
 }
 
 bool sign_name_is_valid(const char *s) {
-        if (isempty(s))
-                return false;
-        for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-                      *s == '-' || *s == '_' || *s == '.'))
-                        return false;
-        return true;
+        return !isempty(s) && s[strspn(s, NAME_CHARS)] == 0;
 }
 
 SignEntry *sign_entries_new(size_t n) {

@@ -289,6 +289,13 @@ def test_invalid_storage_blocks():
     check(delete("mineru/a.pdf", storage={"provider": "local", "prefix": "../up/"}), 400,
           {"detail": "invalid storage prefix"})
     check(delete("mineru/a.pdf", storage={"provider": 5}), 400, {"detail": "invalid storage config"})
+    # A region the request could not be signed with, nor name a host: refused before any transfer.
+    for region in ("us east-1", "us-east-1/x", "eu\r\nX-Evil: 1", "r" * 65):
+        check(delete("mineru/a.pdf", storage={"provider": "s3", "s3_bucket": "b", "s3_region": region}), 400,
+              {"detail": "invalid storage config"})
+        check(put("mineru/a.pdf", b"x", storage={"provider": "s3", "s3_bucket": "b", "s3_region": region}), 400,
+              {"detail": "invalid storage config"})
+        check(gc(DAY, storage={"provider": "s3", "s3_bucket": "b", "s3_region": region}), 200, ZEROS)
     check(delete("mineru/a.pdf", storage={"provider": "s3", "s3_bucket": "b", "s3_endpoint": "file:///etc"}),
           400, {"detail": "storage endpoint must be an http(s) URL"})
     # A sweep of storage that is not in effect finds nothing.

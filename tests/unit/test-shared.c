@@ -400,6 +400,11 @@ static void test_storage_config(void) {
         static const char *const refused[] = {
                 "{\"provider\":\"ftp\"}", "{\"provider\":\"s3\",\"s3_endpoint\":\"file:///etc\"}",
                 "{\"prefix\":\"../up\"}", "{\"prefix\":\"/abs\"}", "{\"s3_bucket\":5}",
+                /* Regions the signer could not put in its scope, nor the host name. */
+                "{\"provider\":\"s3\",\"s3_region\":\"us east-1\"}",
+                "{\"provider\":\"s3\",\"s3_region\":\"us-east-1/x\"}",
+                "{\"provider\":\"s3\",\"s3_region\":\"eu\\r\\nX-Evil: 1\"}",
+                "{\"provider\":\"s3\",\"s3_region\":\"r\u00e9gion\"}",
         };
         for (size_t i = 0; i < ELEMENTSOF(refused); i++) {
                 ASSERT_EQ(json_parse(refused[i], strlen(refused[i]), JSON_DEPTH_MAX, &o), 0);
@@ -407,6 +412,22 @@ static void test_storage_config(void) {
                 ASSERT_TRUE(err != NULL);
                 json_object_put(o);
         }
+
+        /* Regions: A-Z a-z 0-9 - . _, at most STORAGE_REGION_MAX bytes; an empty one is the default. */
+        ASSERT_TRUE(storage_region_is_valid("us-east-1") && storage_region_is_valid("cn-north-1"));
+        ASSERT_TRUE(storage_region_is_valid("oss-cn-hangzhou.internal") &&
+                    storage_region_is_valid("my_region"));
+        char region[STORAGE_REGION_MAX + 2] = {};
+        memset(region, 'r', STORAGE_REGION_MAX);
+        ASSERT_TRUE(storage_region_is_valid(region));
+        region[STORAGE_REGION_MAX] = 'r';
+        ASSERT_TRUE(!storage_region_is_valid(region) && !storage_region_is_valid(""));
+        j = "{\"provider\":\"s3\",\"s3_bucket\":\"b\",\"s3_region\":\"\"}";
+        ASSERT_EQ(json_parse(j, strlen(j), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
+        json_object_put(o);
+        ASSERT_TRUE(c.s3_region == NULL);
+        storage_config_done(&c);
 
         /* The operator's endpoint allowlist. */
         j = "{\"provider\":\"s3\",\"s3_bucket\":\"b\",\"s3_endpoint\":\"http://MinIO.internal:9000/base/\"}";
