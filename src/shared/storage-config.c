@@ -184,7 +184,7 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
 
         /* The region names the host and signs the request (SigV4's credential scope): of the
          * characters the signer takes, as boto3 refuses other names before any request. */
-        if (c.s3_region && !storage_region_is_valid(c.s3_region))
+        if (c.provider == STORAGE_S3 && c.s3_region && !storage_region_is_valid(c.s3_region))
                 return -EINVAL;
 
         /* Endpoints are URLs with a scheme; nothing else is fetched. */

@@ -710,19 +710,21 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
 }
 
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf, const char *key) {
+        _cleanup_close_ int fd = -EBADF;
         ArchiveCall *c;
         int r;
 
+        /* An unnamed file in our private /var/tmp: streamed to disk, never held in memory. */
+        fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return -errno;
         c = calloc(1, sizeof(ArchiveCall));
         if (!c)
                 return -ENOMEM;
-        /* An unnamed file in our private /var/tmp: streamed to disk, never held in memory. */
-        *c = (ArchiveCall) { .call = agent_call_start(a, m, key),
-                             .fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600) };
-        if (!c->call.key || c->fd < 0) {
-                r = c->fd < 0 ? -errno : -ENOMEM;
+        *c = (ArchiveCall) { .call = agent_call_start(a, m, key), .fd = TAKE_FD(fd) };
+        if (!c->call.key) {
                 archive_call_free(c);
-                return r;
+                return -ENOMEM;
         }
         /* Bounded like the archives we write; retries start the file over. */
         S3CallParams params = { .method = "GET", .key = c->call.key, .upload_fd = -1, .download_fd = c->fd,

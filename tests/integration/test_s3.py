@@ -166,6 +166,28 @@ def test_archives_through_s3(s3):
         delete_session(sid3, discard=True, archive_key=stem, storage=st)
 
 
+
+def test_archive_block_with_an_invalid_region_is_not_effective(s3):
+    # The storage endpoints refuse such a block with a 400; a session given it has no storage:
+    # the stored archive is neither restored nor overwritten (docs/api.md).
+    st = storage(s3)
+    stem = f"s3_region_{time.time_ns()}"
+    sid = create_session(archive_key=stem, storage=st)
+    run(sid, "open('/workspace/kept.txt', 'w').write('stored')")
+    assert delete_session(sid).json == {"ok": True, "archive": "stored"}
+    bad = {**st, "s3_region": "us east-1"}
+    sid2 = create_session(archive_key=stem, storage=bad)
+    try:
+        assert run(sid2, "import os\nprint(os.path.exists('/workspace/kept.txt'))")["stdout"] == "False\n"
+        run(sid2, "open('/workspace/kept.txt', 'w').write('other')")
+    finally:
+        assert delete_session(sid2).json == {"ok": True}  # nothing to archive to
+    sid3 = create_session(archive_key=stem, storage=st)
+    try:
+        assert run(sid3, "print(open('/workspace/kept.txt').read())")["stdout"] == "stored\n"
+    finally:
+        delete_session(sid3, discard=True, archive_key=stem, storage=st)
+
 def test_storage_outage_gives_502_and_sessions_still_work(s3):
     st = storage(s3)
     down = dict(st, s3_endpoint="http://127.0.0.1:9")  # nothing listens on the discard port

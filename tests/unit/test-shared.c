@@ -428,6 +428,12 @@ static void test_storage_config(void) {
         json_object_put(o);
         ASSERT_TRUE(c.s3_region == NULL);
         storage_config_done(&c);
+        /* Only an s3 block's region is one: another provider's stray member is not looked at. */
+        j = "{\"provider\":\"local\",\"s3_region\":\"not a region\"}";
+        ASSERT_EQ(json_parse(j, strlen(j), JSON_DEPTH_MAX, &o), 0);
+        ASSERT_EQ(storage_config_parse(o, &c, &err), 0);
+        json_object_put(o);
+        storage_config_done(&c);
 
         /* The operator's endpoint allowlist. */
         j = "{\"provider\":\"s3\",\"s3_bucket\":\"b\",\"s3_endpoint\":\"http://MinIO.internal:9000/base/\"}";
