@@ -28,59 +28,67 @@ static int archives_call(sd_bus *bus, const char *member, const char *what, sd_b
         return 0;
 }
 
+/* Where the rows of ListPendingArchives go: a JSON array, or a table. */
+typedef struct ArchivesOut {
+        bool json;
+        json_object *array;
+        Table *table;
+        uint64_t now;
+} ArchivesOut;
+
+static int archives_add_row(sd_bus_message *reply, void *userdata) {
+        ArchivesOut *out = userdata;
+        const char *id, *stem, *error;
+        uint32_t attempts;
+        uint64_t released, failing, now = out->now;
+        char n[32], ago[32], failing_for[32];
+        int r;
+
+        r = sd_bus_message_read(reply, "(ssutts)", &id, &stem, &attempts, &released, &failing, &error);
+        if (r < 0)
+                return r;
+        if (out->json) {
+                json_object *o = json_object_new_object();
+                json_object_object_add(o, "id", json_object_new_string(id));
+                json_object_object_add(o, "archive", json_object_new_string(stem));
+                json_object_object_add(o, "attempts", json_object_new_uint64(attempts));
+                json_object_object_add(o, "released_usec", json_object_new_uint64(released));
+                json_object_object_add(o, "first_failure_usec", json_object_new_uint64(failing));
+                json_object_object_add(o, "last_error", json_object_new_string(error));
+                json_object_array_add(out->array, o);
+                return 0;
+        }
+        snprintf(n, sizeof(n), "%" PRIu32, attempts);
+        if (table_add_row(out->table, id, stem, n,
+                          format_duration(ago, sizeof(ago), released && now > released ? now - released : 0),
+                          format_duration(failing_for, sizeof(failing_for),
+                                          failing && now > failing ? now - failing : UINT64_MAX),
+                          isempty(error) ? "-" : error, NULL) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
 static int archives_list(Ctl *c, sd_bus *bus) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_(table_freep) Table *t = NULL;
         _cleanup_json_ json_object *array = NULL;
-        uint64_t now = now_usec(CLOCK_REALTIME);
         int r;
 
         r = archives_call(bus, "ListPendingArchives", "Failed to list pending archives", &reply);
         if (r < 0)
                 return r;
 
-        if (c->json)
-                array = json_object_new_array();
-        else if (table_new(&t, "SESSION", "ARCHIVE", "ATTEMPTS", "RELEASED", "FAILING FOR", "LAST ERROR",
-                           NULL) < 0)
+        if (c->json ? !(array = json_object_new_array())
+                    : table_new(&t, "SESSION", "ARCHIVE", "ATTEMPTS", "RELEASED", "FAILING FOR",
+                                "LAST ERROR", NULL) < 0)
                 return ctl_error(ENOMEM, "Out of memory.");
 
-        r = sd_bus_message_enter_container(reply, 'a', "(ssutts)");
+        r = bus_message_read_array(reply, "(ssutts)", SIZE_MAX, archives_add_row,
+                                   &(ArchivesOut) { c->json, array, t, now_usec(CLOCK_REALTIME) });
+        if (r == -ENOMEM)
+                return ctl_error(ENOMEM, "Out of memory.");
         if (r < 0)
                 return ctl_error(r, "Failed to read the session manager's answer: %m");
-        for (;;) {
-                const char *id, *stem, *error;
-                uint32_t attempts;
-                uint64_t released, failing;
-
-                r = sd_bus_message_read(reply, "(ssutts)", &id, &stem, &attempts, &released, &failing,
-                                        &error);
-                if (r < 0)
-                        return ctl_error(r, "Failed to read the session manager's answer: %m");
-                if (r == 0)
-                        break;
-                if (c->json) {
-                        json_object *o = json_object_new_object();
-                        json_object_object_add(o, "id", json_object_new_string(id));
-                        json_object_object_add(o, "archive", json_object_new_string(stem));
-                        json_object_object_add(o, "attempts", json_object_new_uint64(attempts));
-                        json_object_object_add(o, "released_usec", json_object_new_uint64(released));
-                        json_object_object_add(o, "first_failure_usec", json_object_new_uint64(failing));
-                        json_object_object_add(o, "last_error", json_object_new_string(error));
-                        json_object_array_add(array, o);
-                } else {
-                        char n[32], ago[32], failing_for[32];
-                        snprintf(n, sizeof(n), "%" PRIu32, attempts);
-                        if (table_add_row(
-                                    t, id, stem, n,
-                                    format_duration(ago, sizeof(ago),
-                                                    released && now > released ? now - released : 0),
-                                    format_duration(failing_for, sizeof(failing_for),
-                                                    failing && now > failing ? now - failing : UINT64_MAX),
-                                    isempty(error) ? "-" : error, NULL) < 0)
-                                return ctl_error(ENOMEM, "Out of memory.");
-                }
-        }
         if (c->json)
                 json_print(array);
         else

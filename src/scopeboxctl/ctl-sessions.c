@@ -60,6 +60,43 @@ static bool scope_info(sd_bus *bus, const SessionInfo *s, UnitInfo *ret) {
         return true;
 }
 
+/* Where the rows of ListSessions go: both a JSON array and a table, one printed. */
+typedef struct SessionsOut {
+        sd_bus *bus;
+        json_object *list;
+        Table *table;
+        uint64_t now;
+} SessionsOut;
+
+static int sessions_add_row(sd_bus_message *reply, void *userdata) {
+        SessionsOut *out = userdata;
+        _cleanup_(unit_info_done) UnitInfo u = {};
+        char age[32], idle[32], mem[32], tasks[32];
+        uint64_t now = out->now;
+        SessionInfo s = {};
+        bool have_unit;
+        int r;
+
+        r = sd_bus_message_enter_container(reply, 'r', "sa{sv}");
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "s", &s.id);
+        if (r >= 0)
+                r = session_info_read(reply, &s);
+        if (r >= 0)
+                r = sd_bus_message_exit_container(reply);
+        if (r < 0)
+                return r;
+
+        have_unit = scope_info(out->bus, &s, &u);
+        json_object_array_add(out->list, session_to_json(&s, have_unit ? &u : NULL, now));
+        return table_add_row(out->table, s.id,
+                             format_duration(age, sizeof(age), elapsed_usec(now, s.created_usec)),
+                             format_duration(idle, sizeof(idle), elapsed_usec(now, s.last_active_usec)),
+                             format_bytes(mem, sizeof(mem), have_unit ? u.memory_current : UINT64_MAX),
+                             format_u64(tasks, sizeof(tasks), have_unit ? u.tasks_current : UINT64_MAX),
+                             s.exec_running ? "running" : s.ephemeral ? "run" : "-", s.unit);
+}
+
 int verb_sessions(Ctl *c) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
@@ -82,33 +119,8 @@ int verb_sessions(Ctl *c) {
         if (!list || r < 0)
                 return ctl_error(ENOMEM, "Out of memory.");
 
-        r = sd_bus_message_enter_container(reply, 'a', "(sa{sv})");
-        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "sa{sv}")) > 0) {
-                _cleanup_(unit_info_done) UnitInfo u = {};
-                char age[32], idle[32], mem[32], tasks[32];
-                SessionInfo s = {};
-                bool have_unit;
-
-                r = sd_bus_message_read(reply, "s", &s.id);
-                if (r >= 0)
-                        r = session_info_read(reply, &s);
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(reply);
-                if (r < 0)
-                        break;
-
-                have_unit = scope_info(bus, &s, &u);
-                json_object_array_add(list, session_to_json(&s, have_unit ? &u : NULL, now));
-                r = table_add_row(table, s.id,
-                                  format_duration(age, sizeof(age), elapsed_usec(now, s.created_usec)),
-                                  format_duration(idle, sizeof(idle), elapsed_usec(now, s.last_active_usec)),
-                                  format_bytes(mem, sizeof(mem), have_unit ? u.memory_current : UINT64_MAX),
-                                  format_u64(tasks, sizeof(tasks), have_unit ? u.tasks_current : UINT64_MAX),
-                                  s.exec_running ? "running" : s.ephemeral ? "run" : "-",
-                                  s.unit);
-        }
-        if (r >= 0)
-                r = sd_bus_message_exit_container(reply);
+        r = bus_message_read_array(reply, "(sa{sv})", SIZE_MAX, sessions_add_row,
+                                   &(SessionsOut) { bus, list, table, now });
         if (r < 0)
                 return ctl_error(r, "Failed to read the session list: %m");
 
