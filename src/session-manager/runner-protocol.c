@@ -55,41 +55,27 @@ int runner_message_send(int fd, json_object *msg, const int *fds, size_t n_fds) 
 }
 
 int runner_message_recv(int fd, json_object **ret, int *ret_fds, size_t *ret_n_fds) {
-        union {
-                struct cmsghdr cmsghdr;
-                uint8_t buf[CMSG_SPACE(sizeof(int) * RUNNER_MESSAGE_FDS_MAX)];
-        } control = {};
         _cleanup_free_ char *buf = NULL;
-        int fds[RUNNER_MESSAGE_FDS_MAX];
+        int fds[RUNNER_MESSAGE_FDS_MAX + 1]; /* one more than allowed: a message with it is refused */
         size_t n_fds = 0;
-        struct msghdr mh = {};
-        struct iovec iov;
         ssize_t k;
         int r;
 
         buf = malloc(RUNNER_MESSAGE_MAX + 1);
         if (!buf)
                 return -ENOMEM;
-        iov = (struct iovec) { .iov_base = buf, .iov_len = RUNNER_MESSAGE_MAX + 1 };
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = &control;
-        mh.msg_controllen = sizeof(control);
 
-        do
-                k = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-        while (k < 0 && errno == EINTR);
+        k = fds_receive(fd, buf, RUNNER_MESSAGE_MAX + 1, fds, ELEMENTSOF(fds), &n_fds);
+        if (k == -EMSGSIZE)
+                return -EBADMSG;
         if (k < 0)
-                return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-
-        n_fds = cmsg_take_fds(&mh, fds, RUNNER_MESSAGE_FDS_MAX);
+                return (int) k;
 
         if (k == 0) {
                 r = -ECONNRESET;
                 goto fail;
         }
-        if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t) k > RUNNER_MESSAGE_MAX ||
-            n_fds > (ret_fds ? RUNNER_MESSAGE_FDS_MAX : 0)) {
+        if ((size_t) k > RUNNER_MESSAGE_MAX || n_fds > (ret_fds ? RUNNER_MESSAGE_FDS_MAX : 0)) {
                 r = -EBADMSG;
                 goto fail;
         }

@@ -145,7 +145,6 @@ static void test_protocol(void) {
         ASSERT_STREQ(data, "print(1)\n");
         free(data);
         close(fds[0]);
-        close(memfd);
         json_object_put(got);
         json_object_put(m);
 
@@ -155,6 +154,23 @@ static void test_protocol(void) {
         ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -EBADMSG);
         ASSERT_EQ(write(sv[0], "[1,2]", 5), 5);
         ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -EBADMSG);
+
+        /* More fds than a message may carry, or fds where none are wanted: refused, and whatever
+         * fds came along closed (the next fd number is free again). */
+        int five[RUNNER_MESSAGE_FDS_MAX + 1], probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(probe >= 0);
+        close(probe);
+        for (size_t i = 0; i < ELEMENTSOF(five); i++)
+                five[i] = memfd;
+        ASSERT_EQ(fds_send(sv[0], "{}", 2, five, ELEMENTSOF(five)), 0);
+        ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -EBADMSG);
+        ASSERT_EQ(fds_send(sv[0], "{}", 2, five, 1), 0);
+        ASSERT_EQ(runner_message_recv(sv[1], &got, NULL, NULL), -EBADMSG);
+        int after = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        ASSERT_EQ(after, probe);
+        close(after);
+        close(memfd);
+
         close(sv[0]);
         ASSERT_EQ(runner_message_recv(sv[1], &got, fds, &n_fds), -ECONNRESET);
         close(sv[1]);
