@@ -763,21 +763,30 @@ static int queue_file_call(sd_bus_message *m, int r, sd_bus_error *error) {
         return r;
 }
 
+/* The running session a call names (its first argument); NULL with 'error' set, or *ret_r < 0. */
+static Session *bus_read_running_session(sd_bus_message *m, Manager *mgr, sd_bus_error *error, int *ret_r) {
+        const char *id;
+
+        *ret_r = sd_bus_message_read(m, "s", &id);
+        if (*ret_r < 0)
+                return NULL;
+        *ret_r = -EINVAL;
+        return bus_find_running_session(mgr, id, error);
+}
+
 /* The running session and the path in it a file call names first ("ss"), the path normalized into
  * *ret_rel: NULL, with 'error' set or *ret_r < 0, if there is none. */
 static Session *bus_read_session_path(sd_bus_message *m, Manager *mgr, char **ret_rel, sd_bus_error *error,
                                       int *ret_r) {
-        const char *id, *path;
+        const char *path;
         Session *s;
 
-        *ret_r = sd_bus_message_read(m, "ss", &id, &path);
+        s = bus_read_running_session(m, mgr, error, ret_r);
+        if (!s)
+                return NULL;
+        *ret_r = sd_bus_message_read(m, "s", &path);
         if (*ret_r < 0)
                 return NULL;
-        s = bus_find_running_session(mgr, id, error);
-        if (!s) {
-                *ret_r = -EINVAL;
-                return NULL;
-        }
         *ret_r = bus_normalize_path(path, ret_rel, error);
         return *ret_r == 0 ? s : NULL;
 }
@@ -816,17 +825,6 @@ static int method_read_file(sd_bus_message *m, void *userdata, sd_bus_error *err
                 return r;
         r = session_read_file(s, rel, mgr->config.max_upload_bytes, on_file_done, sd_bus_message_ref(m));
         return queue_file_call(m, r, error);
-}
-
-/* The running session a call names as its only argument; NULL with 'error' set, or *ret_r < 0. */
-static Session *bus_read_running_session(sd_bus_message *m, Manager *mgr, sd_bus_error *error, int *ret_r) {
-        const char *id;
-
-        *ret_r = sd_bus_message_read(m, "s", &id);
-        if (*ret_r < 0)
-                return NULL;
-        *ret_r = -EINVAL;
-        return bus_find_running_session(mgr, id, error);
 }
 
 /* Calls that name only a session: ListFiles, ResetInputs. */

@@ -247,7 +247,7 @@ void manager_add_session(Manager *m, Session *s) {
 
 void manager_remove_session(Manager *m, Session *s) {
         /* Also for one that left already (queued for GC, then freed) or never came. */
-        if (s->sessions_prev || m->sessions == s) {
+        if (LIST_CONTAINS(sessions, m->sessions, s)) {
                 LIST_REMOVE(sessions, m->sessions, s);
                 m->n_sessions--;
                 if (s->ephemeral)

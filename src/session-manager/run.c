@@ -318,8 +318,7 @@ static int run_start(Run *r) {
                 r->running = false;
                 m->n_runs_running--;
                 r->session = NULL;
-                manager_remove_session(m, s);
-                session_free(s);
+                session_free(s); /* it leaves the manager's list itself */
                 return q;
         }
         return 0;

@@ -11,7 +11,6 @@
 #include "host-check.h"
 #include "log.h"
 #include "manager.h"
-#include "signal-util.h"
 
 static void log_host_finding(const HostFinding *f, void *userdata) {
         char f_setting[96], f_value[96], f_recommended[128];
@@ -47,12 +46,7 @@ int main(int argc, char *argv[]) {
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
         umask(0022);
 
-        /* sd-event handles these; children get a clean mask before exec. */
-        r = sigprocmask_many(SIG_BLOCK, NULL, SIGCHLD, SIGTERM, SIGINT, -1);
-        if (r < 0) {
-                log_error_errno(r, "Failed to block signals: %m");
-                return EXIT_FAILURE;
-        }
+        /* SIGCHLD, SIGTERM and SIGINT are blocked for sd-event by manager_new() (daemon_event_new()). */
         (void) signal(SIGPIPE, SIG_IGN);
 
         /* Weak kernel settings are logged, never fatal: the sandbox does not depend on them. */

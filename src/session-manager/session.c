@@ -335,7 +335,7 @@ static void session_release_remains(Session *s) {
 
 static void session_unlink_gc(Session *s) {
         /* Still queued, not taken from the queue by manager_gc(). */
-        if (s->manager && (s->gc_queue_prev || s->manager->session_gc_queue == s))
+        if (LIST_CONTAINS(gc_queue, s->manager->session_gc_queue, s))
                 LIST_REMOVE(gc_queue, s->manager->session_gc_queue, s);
 }
 
@@ -2084,31 +2084,8 @@ static void record_usec(json_object *o, const char *key, int64_t min, uint64_t *
                 *ret = (uint64_t) MAX(json_object_get_int64(v), min);
 }
 
-int session_load_state(Session *s, json_object *o) {
-        json_object *v;
-        int r;
-
-        record_usec(o, "idle_ttl_usec", (int64_t) USEC_PER_SEC, &s->idle_ttl_usec);
-        record_usec(o, "created_realtime_usec", 0, &s->created_realtime_usec);
-        record_usec(o, "last_active_realtime_usec", 0, &s->last_active_realtime_usec);
-        r = record_string(o, "archive_key", &s->archive_key);
-        if (r < 0)
-                return r;
-        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
-                s->stateful = json_object_get_boolean(v);
-        r = record_string(o, "storage", &s->storage_json);
-        if (r < 0)
-                return r;
-        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
-        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
-                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
-        if (s->idle_ttl_usec == 0)
-                s->idle_ttl_usec = s->manager->config.idle_ttl_sec * USEC_PER_SEC;
-        s->state_saved_realtime_usec = s->last_active_realtime_usec;
-        return session_load_release_state(s, o);
-}
-
-int session_load_release_state(Session *s, json_object *o) {
+/* Of a recorded session's state, a release that was in progress. */
+static int session_load_release_state(Session *s, json_object *o) {
         json_object *v;
         uint64_t attempts = s->archive_attempts;
         int r;
@@ -2137,6 +2114,31 @@ int session_load_release_state(Session *s, json_object *o) {
         }
         return 0;
 }
+
+int session_load_state(Session *s, json_object *o) {
+        json_object *v;
+        int r;
+
+        record_usec(o, "idle_ttl_usec", (int64_t) USEC_PER_SEC, &s->idle_ttl_usec);
+        record_usec(o, "created_realtime_usec", 0, &s->created_realtime_usec);
+        record_usec(o, "last_active_realtime_usec", 0, &s->last_active_realtime_usec);
+        r = record_string(o, "archive_key", &s->archive_key);
+        if (r < 0)
+                return r;
+        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
+                s->stateful = json_object_get_boolean(v);
+        r = record_string(o, "storage", &s->storage_json);
+        if (r < 0)
+                return r;
+        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
+        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
+                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
+        if (s->idle_ttl_usec == 0)
+                s->idle_ttl_usec = s->manager->config.idle_ttl_sec * USEC_PER_SEC;
+        s->state_saved_realtime_usec = s->last_active_realtime_usec;
+        return session_load_release_state(s, o);
+}
+
 
 void session_resume_release(Session *s) {
         int r;

@@ -278,8 +278,6 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
 /* From a recorded session's state file (session_save_state()'s): what the session was. Members
  * missing or of another type are left at their defaults. */
 int session_load_state(Session *s, json_object *o);
-/* Of that, a release that was in progress. */
-int session_load_release_state(Session *s, json_object *o);
 /* After recovery: go on archiving a session that was being released. */
 void session_resume_release(Session *s);
 

@@ -27,17 +27,13 @@ struct SystemdJob {
         LIST_FIELDS(SystemdJob, job_waits);
 };
 
-static void manager_remove_job_wait(Manager *m, SystemdJob *j) {
-        LIST_REMOVE(job_waits, m->job_waits, j);
-}
-
 SystemdJob *systemd_job_free(SystemdJob *j) {
         if (!j)
                 return NULL;
         /* Unreferencing the slot of a pending call cancels it: its reply callback never runs. */
         j->slot = sd_bus_slot_unref(j->slot);
         if (j->job_path)
-                manager_remove_job_wait(j->manager, j);
+                LIST_REMOVE(job_waits, j->manager->job_waits, j);
         free(j->job_path);
         free(j);
         return NULL;
@@ -48,7 +44,7 @@ SystemdJob *systemd_job_free(SystemdJob *j) {
 static void systemd_job_done(SystemdJob *j, const char *result, int error, const sd_bus_error *bus_error) {
         j->slot = sd_bus_slot_unref(j->slot);
         if (j->job_path) {
-                manager_remove_job_wait(j->manager, j);
+                LIST_REMOVE(job_waits, j->manager->job_waits, j);
                 j->job_path = mfree(j->job_path);
         }
         j->callback(j->manager, result, error, bus_error, j->userdata);

@@ -53,6 +53,9 @@
                 _item_->name##_next = _item_->name##_prev = NULL;               \
         } while (0)
 
+/* Whether 'item' is in the list at 'head' (its links are cleared when it leaves). */
+#define LIST_CONTAINS(name, head, item) ((item)->name##_prev || (head) == (item))
+
 /* Every element, first to last. The body must not unlink 'i': use LIST_FOREACH_SAFE for that. */
 #define LIST_FOREACH(name, i, head) for (typeof(head) i = (head); i; i = i->name##_next)
 

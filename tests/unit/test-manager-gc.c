@@ -388,7 +388,7 @@ static void check_release_record(Manager *m, const char *record, SessionEnd end)
 
         ASSERT_TRUE(o);
         ASSERT_EQ(s->end, _SESSION_END_INVALID);
-        ASSERT_EQ(session_load_release_state(s, o), 0);
+        ASSERT_EQ(session_load_state(s, o), 0);
         ASSERT_TRUE(s->releasing);
         ASSERT_EQ(s->end, end);
         session_free(s);

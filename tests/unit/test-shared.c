@@ -1265,6 +1265,9 @@ static void test_list(void) {
         ASSERT_STREQ(list_names(head, buf), "bde");
         LIST_REMOVE(all, head, &items[4]); /* the last */
         ASSERT_STREQ(list_names(head, buf), "bd");
+        /* In it: the head, a later one; not: one removed, one never added to this list. */
+        ASSERT_TRUE(LIST_CONTAINS(all, head, &items[1]) && LIST_CONTAINS(all, head, &items[3]));
+        ASSERT_TRUE(!LIST_CONTAINS(all, head, &items[4]) && !LIST_CONTAINS(some, some, &items[0]));
         ASSERT_TRUE(some == &items[1] && items[1].some_next == &items[3] && !items[3].some_next);
 
         /* A removed element can go in again; the safe walk may unlink what it is at. */
