@@ -260,11 +260,7 @@ int http_request_reply(HttpRequest *req, HttpResponse *response) {
 }
 
 int http_request_reply_made(HttpRequest *req, int made, HttpResponse *response) {
-        if (made < 0) {
-                http_response_free(response);
-                return made;
-        }
-        return http_request_reply(req, response);
+        return made < 0 ? made : http_request_reply(req, response);
 }
 
 int http_request_reply_detail(HttpRequest *req, unsigned status, const char *detail) {

@@ -171,7 +171,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_free);
 /* Stores the response to send (takes ownership, also on failure). */
 int http_request_reply(HttpRequest *req, HttpResponse *response);
 /* Stores the response its maker just made, 'made' being what the maker returned: a failure to make
- * it is returned as it is. 'response' is NULL, or the response to take, as above. */
+ * it (the makers leave no response then) is returned as it is. */
 int http_request_reply_made(HttpRequest *req, int made, HttpResponse *response);
 int http_request_reply_detail(HttpRequest *req, unsigned status, const char *detail);
 int http_request_reply_error(HttpRequest *req, unsigned status, const char *error);

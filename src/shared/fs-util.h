@@ -21,7 +21,7 @@ struct dirent *readdir_no_dot(DIR *d);
 /* Every entry of d but "." and "..". When readdir() fails, on_error runs with errno set (it may
  * return or break); the loop ends there either way, so a failure is never mistaken for the end. */
 #define FOREACH_DIRENT(de, d, on_error)                                                   \
-        for (errno = 0, (de) = readdir_no_dot(d);; errno = 0, (de) = readdir_no_dot(d)) \
+        for ((de) = readdir_no_dot(d);; (de) = readdir_no_dot(d))                     \
                 if (!(de)) {                                                              \
                         if (errno > 0) {                                                  \
                                 on_error;                                                 \

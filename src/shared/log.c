@@ -37,11 +37,7 @@ int log_level_from_string(const char *s) {
         return -EINVAL;
 }
 
-const char *log_level_to_string(int level) {
-        if (level < 0 || (size_t) level >= ELEMENTSOF(log_level_table))
-                return NULL;
-        return log_level_table[level];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(log_level, int)
 
 void log_setup(const char *identifier) {
         const char *e;

@@ -232,7 +232,7 @@ size_t mime_types_size(const MimeTypes *m) {
 static int mime_types_add(MimeTypes *m, size_t *allocated, const char *ext, const char *type) {
         if (strlen(ext) > MIME_EXT_MAX)
                 return 0;
-        if (ARRAY_GROW(m->entries, *allocated, m->n_entries, 0) < 0)
+        if (ARRAY_GROW(m->entries, *allocated, m->n_entries, ELEMENTSOF(builtin_types) * 16) < 0)
                 return -ENOMEM;
         m->entries[m->n_entries] = (MimeEntry) { .ext = ext, .type = type, .order = m->n_entries };
         m->n_entries++;
@@ -313,7 +313,7 @@ static int mime_types_read_file(const char *path, char **ret, size_t *ret_size) 
 
 int mime_types_load(const char *const *files, MimeTypes **ret, const char **ret_failed) {
         _cleanup_(mime_types_freep) MimeTypes *m = NULL;
-        size_t allocated = ELEMENTSOF(builtin_types) * 16, n;
+        size_t allocated = 0, n;
         int r;
 
         assert(files);
@@ -321,9 +321,6 @@ int mime_types_load(const char *const *files, MimeTypes **ret, const char **ret_
 
         m = calloc(1, sizeof(MimeTypes));
         if (!m)
-                return -ENOMEM;
-        m->entries = reallocarray(NULL, allocated, sizeof(MimeEntry));
-        if (!m->entries)
                 return -ENOMEM;
         for (size_t i = 0; i < ELEMENTSOF(builtin_types); i++) {
                 r = mime_types_add(m, &allocated, builtin_types[i].ext, builtin_types[i].type);
