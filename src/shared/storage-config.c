@@ -87,7 +87,7 @@ bool storage_endpoint_is_valid(const char *endpoint, bool base_path) {
                 host_len = (size_t) (end + 1 - rest);
         } else {
                 /* A name of DNS label characters (or an IPv4 address). */
-                host_len = strspn(rest, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._");
+                host_len = strspn(rest, NAME_CHARS);
                 if (host_len == 0)
                         return false;
         }
@@ -103,9 +103,7 @@ bool storage_endpoint_is_valid(const char *endpoint, bool base_path) {
 }
 
 bool storage_region_is_valid(const char *s) {
-        size_t n = strlen(s);
-
-        return n > 0 && n <= STORAGE_REGION_MAX && strspn(s, NAME_CHARS) == n;
+        return strlen(s) <= STORAGE_REGION_MAX && name_is_valid(s);
 }
 
 int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_error) {

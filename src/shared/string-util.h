@@ -57,3 +57,8 @@ bool module_list_is_valid(const char *s) _pure_;
 /* The characters of a name that may go anywhere in a request unescaped: an S3 region or service,
  * an OSS bucket (RFC 3986's unreserved set but '~'). */
 #define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+
+/* A non-empty name of NAME_CHARS only. */
+static inline bool name_is_valid(const char *s) {
+        return !isempty(s) && s[strspn(s, NAME_CHARS)] == 0;
+}

@@ -38,7 +38,7 @@ static bool credentials_ok(const OssCredentials *c) {
 
 /* Bucket names are 3…63 of a-z 0-9 '-'; accept what can at least not break the resource or host. */
 static bool bucket_ok(const char *b) {
-        return sign_name_is_valid(b);
+        return name_is_valid(b); /* NAME_CHARS stand unquoted in the resource and the host */
 }
 
 /* Object names are UTF-8 and do not start with '/'. */

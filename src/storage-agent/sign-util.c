@@ -16,10 +16,6 @@ bool sign_credentials_ok(const SignCredentials *c, const char *separators) {
         return true;
 }
 
-bool sign_name_is_valid(const char *s) {
-        return !isempty(s) && s[strspn(s, NAME_CHARS)] == 0;
-}
-
 SignEntry *sign_entries_new(size_t n) {
         return calloc(MAX(n, (size_t) 1), sizeof(SignEntry));
 }

@@ -22,10 +22,6 @@ typedef struct SignCredentials {
  * ',', OSS: ':'): printable ASCII without blanks, and a secret is set. */
 bool sign_credentials_ok(const SignCredentials *c, const char *separators);
 
-/* A non-empty name of A-Z a-z 0-9 '-' '.' '_': what can stand unquoted in a SigV4 scope (region,
- * service, between '/') and in an OSS resource and host name (bucket). */
-bool sign_name_is_valid(const char *s);
-
 /* A pair copied for canonicalization (lowercased, trimmed or encoded), with its place in the input. */
 typedef struct SignEntry {
         char *name;

@@ -55,9 +55,9 @@ int sigv4_uri_encode(const char *s, bool keep_slash, char **ret) {
         return strbuf_steal(&b, ret);
 }
 
-/* Region and service names end up in the scope, separated by '/'. */
+/* Region and service names end up in the scope, separated by '/'; NAME_CHARS stand there unquoted. */
 static bool scope_part_ok(const char *s) {
-        return sign_name_is_valid(s);
+        return name_is_valid(s);
 }
 
 /* The access key id ends up in "Credential=<id>/<scope>, " of the Authorization header. */
