@@ -15,6 +15,9 @@ int array_grow(void **p, size_t *allocated, size_t n, size_t size, size_t min) {
         if (n == SIZE_MAX)
                 return -ENOMEM;
         want = MAX(MAX(min, n + 1), *allocated <= SIZE_MAX / 2 ? *allocated * 2 : SIZE_MAX);
+        /* reallocarray() checks this as well, but a sanitizer's aborts instead of failing. */
+        if (size > 0 && want > SIZE_MAX / size)
+                return -ENOMEM;
         a = reallocarray(*p, want, size);
         if (!a)
                 return -ENOMEM;
