@@ -144,6 +144,14 @@ int runner_handle_init(Runner *r, json_object *req) {
             p.workspace_size <= 0 || p.tmp_size <= 0 || p.cpus_percent <= 0 ||
             (p.preload_modules && !module_list_is_valid(p.preload_modules)))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
+        /* The answer first, before anything is kept or set up: a session is initialized only once it
+         * can be told so, and an answer that can't be made leaves nothing behind. */
+        jr = runner_reply_new(&reply);
+        json_add_checked(reply, "pid", json_object_new_int(getpid()), &jr);
+        /* What this runner can do that earlier ones could not: cancel an exec. */
+        json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
+        if (jr < 0)
+                return jr;
         /* An init that failed further on may be sent again: what the first one kept goes. */
         r->preload_modules = mfree(r->preload_modules);
         if (p.preload_modules && !(r->preload_modules = strdup(p.preload_modules)))
@@ -169,13 +177,6 @@ int runner_handle_init(Runner *r, json_object *req) {
                 return runner_send_error(r, r->connection_generation, q,
                                          "failed to build the seccomp filter");
         }
-        /* The answer first: a session is initialized only once it can be told so. */
-        jr = runner_reply_new(&reply);
-        json_add_checked(reply, "pid", json_object_new_int(getpid()), &jr);
-        /* What this runner can do that earlier ones could not: cancel an exec. */
-        json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
-        if (jr < 0)
-                return jr;
         runner_template_setup(r);
         r->initialized = true;
         runner_touch(r);

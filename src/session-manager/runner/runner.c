@@ -180,8 +180,7 @@ static bool op_works_on_files(const char *op) {
         return false;
 }
 
-/* Answered while an exec or archive job runs, too: so is its failure, which the fallback of
- * on_connection() for requests of an idle session would not answer. */
+/* Answered while an exec or archive job runs, too. */
 static int runner_handle_ping(Runner *r) {
         _cleanup_json_ json_object *reply = NULL;
         int jr;
@@ -191,7 +190,7 @@ static int runner_handle_ping(Runner *r) {
         json_add_checked(reply, "busy", json_object_new_boolean(r->exec || r->archive_job), &jr);
         json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
         if (jr < 0)
-                return runner_send_error(r, r->connection_generation, ENOMEM, "out of memory");
+                return jr;
         return runner_send(r, r->connection_generation, reply, NULL, 0);
 }
 
@@ -209,7 +208,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 size_t n_fds = 0;
                 json_object *op_obj;
                 const char *op;
-                bool files_op;
+                bool files_op, busy;
                 int q;
 
                 q = runner_message_recv(fd, &req, fds, &n_fds);
@@ -240,6 +239,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                                                          : "an archive is being made or restored");
                         continue;
                 }
+                busy = r->exec || r->archive_job; /* only a ping gets here then */
                 /* No process of the session while we work on its files. */
                 files_op = op && r->initialized && op_works_on_files(op);
                 if (files_op && (streq(op, "write") || streq(op, "restore"))) {
@@ -280,8 +280,9 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         log_struct(LOG_DEBUG, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Request failed: %m");
                 /* Every request is answered: one that failed before it could say so (out of memory)
-                 * is answered with its error rather than left to the manager's timeout. */
-                if (q == -ENOMEM && r->conn_fd >= 0 && !r->exec && !r->archive_job)
+                 * is answered with its error rather than left to the manager's timeout; one that
+                 * started a job is answered by the job. */
+                if (q == -ENOMEM && r->conn_fd >= 0 && (busy || !(r->exec || r->archive_job)))
                         (void) runner_send_error(r, r->connection_generation, ENOMEM, "out of memory");
                 if (r->conn_fd < 0)
                         return 0;
