@@ -198,6 +198,12 @@ int storage_config_parse(json_object *o, StorageConfig *ret, const char **ret_er
         return 0;
 }
 
+const char *storage_config_endpoint(const StorageConfig *c) {
+        return c->provider == STORAGE_S3           ? c->s3_endpoint
+               : c->provider == STORAGE_ALIYUN_OSS ? c->oss_endpoint
+                                                   : NULL;
+}
+
 bool storage_config_effective(const StorageConfig *c, const char *local_storage_dir) {
         struct stat st;
 
@@ -240,7 +246,7 @@ bool storage_endpoint_listed(const StorageConfig *c, const char *allowlist) {
 
         if (isempty(allowlist) || c->provider == STORAGE_LOCAL)
                 return false;
-        endpoint = c->provider == STORAGE_S3 ? c->s3_endpoint : c->oss_endpoint;
+        endpoint = storage_config_endpoint(c);
         want = endpoint ? endpoint_origin(endpoint) : strdup("aws");
         list = strdup(allowlist);
         if (!want || !list)

@@ -55,6 +55,10 @@ void storage_config_done(StorageConfig *c);
  * that don't link it refuse the same endpoints; tests/unit/test-sigv4.c holds both to one table. */
 bool storage_endpoint_is_valid(const char *endpoint, bool base_path);
 
+/* The endpoint the block names for its provider: s3_endpoint or oss_endpoint; NULL for local storage,
+ * and for AWS (an s3 block without one). */
+const char *storage_config_endpoint(const StorageConfig *c);
+
 /* Whether archives and the storage endpoints work with this block (COMPAT.md "Storage effective"). */
 bool storage_config_effective(const StorageConfig *c, const char *local_storage_dir);
 

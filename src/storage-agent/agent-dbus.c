@@ -39,9 +39,7 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, why);
         /* That checked the endpoint without libcurl, by the rule of the parser requests use: should
          * the two ever part, the client still hears 400 here, not 502 from the transfer. */
-        endpoint = ret->provider == STORAGE_S3           ? ret->s3_endpoint
-                   : ret->provider == STORAGE_ALIYUN_OSS ? ret->oss_endpoint
-                                                         : NULL;
+        endpoint = storage_config_endpoint(ret);
         r = endpoint ? storage_endpoint_check(endpoint, ret->provider == STORAGE_S3) : 0;
         if (r < 0) {
                 storage_config_done(ret);

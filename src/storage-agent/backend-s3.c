@@ -128,23 +128,20 @@ static void oss_location_of(const StorageConfig *c, const char *key, OssLocation
 static int oss_attempt(S3Call *c, const SigV4Pair *query, size_t nq, const SigV4Pair *headers, size_t nh,
                        uint64_t upload_size) {
         _cleanup_free_ char *url = NULL, *authorization = NULL, *sts = NULL;
-        OssPair q[S3_PAIRS_MAX], h[S3_PAIRS_MAX + 1];
+        OssPair h[S3_PAIRS_MAX + 1]; /* the request's headers and Date */
         char date[OSS_HTTP_DATE_LEN + 1];
         OssCredentials creds = { c->config.oss_access_key_id, c->config.oss_access_key_secret };
         OssLocation loc;
         int r;
 
-        for (size_t i = 0; i < nq; i++)
-                q[i] = (OssPair) { query[i].name, query[i].value };
-        for (size_t i = 0; i < nh; i++)
-                h[i] = (OssPair) { headers[i].name, headers[i].value };
+        memcpy(h, headers, sizeof(OssPair) * nh);
         r = oss_http_date(time(NULL), date);
         if (r < 0)
                 return r;
         h[nh] = (OssPair) { "Date", date };
 
         oss_location_of(&c->config, c->key, &loc);
-        r = oss_request_url(&loc, q, nq, &url);
+        r = oss_request_url(&loc, query, nq, &url);
         if (r < 0)
                 return r;
         /* Version 1 signs only OSS's sub-resources among the query parameters (for listings, the
@@ -152,9 +149,9 @@ static int oss_attempt(S3Call *c, const SigV4Pair *query, size_t nq, const SigV4
         OssPair sub[S3_PAIRS_MAX];
         size_t nsub = 0;
         for (size_t i = 0; i < nq; i++)
-                if (streq(q[i].name, "continuation-token") || streq(q[i].name, "delete") ||
-                    streq(q[i].name, "acl") || startswith(q[i].name, "response-"))
-                        sub[nsub++] = q[i];
+                if (streq(query[i].name, "continuation-token") || streq(query[i].name, "delete") ||
+                    streq(query[i].name, "acl") || startswith(query[i].name, "response-"))
+                        sub[nsub++] = query[i];
         OssRequest req = { .method = c->method, .bucket = c->config.oss_bucket, .key = c->key, .headers = h,
                            .n_headers = nh + 1, .subresources = sub, .n_subresources = nsub };
         r = oss_v1_authorization(&req, &creds, date, &authorization, &sts);

@@ -67,31 +67,27 @@ static int parse_pair(json_object *e, const char **ret_name, const char **ret_va
 
 /* [[name, value|null], …] → pairs pointing into the JSON tree; the array is malloc()ed (with room
  * for one more entry). An absent key is an empty list. */
-#define DEFINE_GET_PAIRS(func, type)                                                            \
-        static int func(json_object *o, const char *key, type **ret, size_t *ret_n) {           \
-                json_object *a = get(o, key);                                                   \
-                size_t n = 0;                                                                   \
-                type *p;                                                                        \
-                                                                                                \
-                if (a && !json_object_is_type(a, json_type_array))                              \
-                        return -EINVAL;                                                         \
-                if (a)                                                                          \
-                        n = json_object_array_length(a);                                        \
-                p = calloc(n + 1, sizeof(type));                                                \
-                if (!p)                                                                         \
-                        return -ENOMEM;                                                         \
-                for (size_t i = 0; i < n; i++)                                                  \
-                        if (parse_pair(json_object_array_get_idx(a, i), &p[i].name, &p[i].value) < 0) { \
-                                free(p);                                                        \
-                                return -EINVAL;                                                 \
-                        }                                                                       \
-                *ret = p;                                                                       \
-                *ret_n = n;                                                                     \
-                return 0;                                                                       \
-        }
+static int get_pairs(json_object *o, const char *key, SignPair **ret, size_t *ret_n) {
+        json_object *a = get(o, key);
+        size_t n = 0;
+        SignPair *p;
 
-DEFINE_GET_PAIRS(get_sigv4_pairs, SigV4Pair);
-DEFINE_GET_PAIRS(get_oss_pairs, OssPair);
+        if (a && !json_object_is_type(a, json_type_array))
+                return -EINVAL;
+        if (a)
+                n = json_object_array_length(a);
+        p = calloc(n + 1, sizeof(SignPair));
+        if (!p)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (parse_pair(json_object_array_get_idx(a, i), &p[i].name, &p[i].value) < 0) {
+                        free(p);
+                        return -EINVAL;
+                }
+        *ret = p;
+        *ret_n = n;
+        return 0;
+}
 
 static void emit(const char *id, const char *field, const char *value) {
         printf("%s\t%s\t%s\n", id, field, value);
@@ -118,9 +114,9 @@ static int sigv4_case(json_object *c, json_object *cases, time_t now) {
                 .secret = get_string(creds_json, "secretAccessKey"),
         };
 
-        r = get_sigv4_pairs(c, "query", &query, &n_query);
+        r = get_pairs(c, "query", &query, &n_query);
         if (r >= 0)
-                r = get_sigv4_pairs(c, "headers", &headers, &n_headers);
+                r = get_pairs(c, "headers", &headers, &n_headers);
         if (r < 0)
                 return fail(id, "bad case", r);
 
@@ -187,9 +183,9 @@ static int s3_case(json_object *c, json_object *cases, time_t now) {
         };
         const char *method = get_string(wire, "method");
 
-        r = get_sigv4_pairs(wire, "query", &query, &n_query);
+        r = get_pairs(wire, "query", &query, &n_query);
         if (r >= 0)
-                r = get_sigv4_pairs(wire, "headers", &headers, &n_headers);
+                r = get_pairs(wire, "headers", &headers, &n_headers);
         if (r < 0)
                 return fail(id, "bad case", r);
 
@@ -243,11 +239,11 @@ static int oss_case(json_object *c, json_object *cases, time_t now) {
         };
         const char *method = get_string(wire, "method");
 
-        r = get_oss_pairs(wire, "query", &query, &n_query);
+        r = get_pairs(wire, "query", &query, &n_query);
         if (r >= 0)
-                r = get_oss_pairs(wire, "headers", &headers, &n_headers);
+                r = get_pairs(wire, "headers", &headers, &n_headers);
         if (r >= 0)
-                r = get_oss_pairs(wire, "subresources", &sub, &n_sub);
+                r = get_pairs(wire, "subresources", &sub, &n_sub);
         if (r < 0)
                 return fail(id, "bad case", r);
 
@@ -256,7 +252,7 @@ static int oss_case(json_object *c, json_object *cases, time_t now) {
                 r = oss_http_date(now, date);
                 if (r < 0)
                         return fail(id, "oss_http_date", r);
-                /* get_oss_pairs() left room for one more header. */
+                /* get_pairs() left room for one more header. */
                 headers[n_headers++] = (OssPair) { "x-oss-date", date };
 
                 const OssRequest req = {
