@@ -28,16 +28,8 @@ static int archives_call(sd_bus *bus, const char *member, const char *what, sd_b
         return 0;
 }
 
-/* Where the rows of ListPendingArchives go: a JSON array, or a table. */
-typedef struct ArchivesOut {
-        bool json;
-        json_object *array;
-        Table *table;
-        uint64_t now;
-} ArchivesOut;
-
 static int archives_add_row(sd_bus_message *reply, void *userdata) {
-        ArchivesOut *out = userdata;
+        CtlRows *out = userdata;
         const char *id, *stem, *error;
         uint32_t attempts;
         uint64_t released, failing, now = out->now;
@@ -47,7 +39,7 @@ static int archives_add_row(sd_bus_message *reply, void *userdata) {
         r = sd_bus_message_read(reply, "(ssutts)", &id, &stem, &attempts, &released, &failing, &error);
         if (r < 0)
                 return r;
-        if (out->json) {
+        if (out->ctl->json) {
                 json_object *o = json_object_new_object();
                 json_object_object_add(o, "id", json_object_new_string(id));
                 json_object_object_add(o, "archive", json_object_new_string(stem));
@@ -84,7 +76,7 @@ static int archives_list(Ctl *c, sd_bus *bus) {
                 return ctl_error(ENOMEM, "Out of memory.");
 
         r = bus_message_read_array(reply, "(ssutts)", SIZE_MAX, archives_add_row,
-                                   &(ArchivesOut) { c->json, array, t, now_usec(CLOCK_REALTIME) });
+                                   &(CtlRows) { c, bus, array, t, now_usec(CLOCK_REALTIME) });
         if (r == -ENOMEM)
                 return ctl_error(ENOMEM, "Out of memory.");
         if (r < 0)

@@ -60,16 +60,8 @@ static bool scope_info(sd_bus *bus, const SessionInfo *s, UnitInfo *ret) {
         return true;
 }
 
-/* Where the rows of ListSessions go: both a JSON array and a table, one printed. */
-typedef struct SessionsOut {
-        sd_bus *bus;
-        json_object *list;
-        Table *table;
-        uint64_t now;
-} SessionsOut;
-
 static int sessions_add_row(sd_bus_message *reply, void *userdata) {
-        SessionsOut *out = userdata;
+        CtlRows *out = userdata; /* both filled, one printed */
         _cleanup_(unit_info_done) UnitInfo u = {};
         char age[32], idle[32], mem[32], tasks[32];
         uint64_t now = out->now;
@@ -88,7 +80,7 @@ static int sessions_add_row(sd_bus_message *reply, void *userdata) {
                 return r;
 
         have_unit = scope_info(out->bus, &s, &u);
-        json_object_array_add(out->list, session_to_json(&s, have_unit ? &u : NULL, now));
+        json_object_array_add(out->array, session_to_json(&s, have_unit ? &u : NULL, now));
         return table_add_row(out->table, s.id,
                              format_duration(age, sizeof(age), elapsed_usec(now, s.created_usec)),
                              format_duration(idle, sizeof(idle), elapsed_usec(now, s.last_active_usec)),
@@ -120,7 +112,7 @@ int verb_sessions(Ctl *c) {
                 return ctl_error(ENOMEM, "Out of memory.");
 
         r = bus_message_read_array(reply, "(sa{sv})", SIZE_MAX, sessions_add_row,
-                                   &(SessionsOut) { bus, list, table, now });
+                                   &(CtlRows) { c, bus, list, table, now });
         if (r < 0)
                 return ctl_error(r, "Failed to read the session list: %m");
 

@@ -101,6 +101,17 @@ int table_add_row(Table *t, const char *first_cell, ...);
 /* Columns aligned; the header line first, "N entries listed." last, if asked for. */
 void table_print(Table *t, FILE *f, bool header, bool footer);
 Table *table_free(Table *t);
+
+/* Where a listing's rows go as bus_message_read_array() reads them: the JSON array and the table
+ * (--json prints the one, else the other), the bus for what a row asks further, the time of the
+ * listing. */
+typedef struct CtlRows {
+        const Ctl *ctl;
+        sd_bus *bus;
+        json_object *array;
+        Table *table;
+        uint64_t now;
+} CtlRows;
 DEFINE_TRIVIAL_CLEANUP_FUNC(Table *, table_free);
 
 /* Prints the object pretty and stable (keys in insertion order) on stdout. */
