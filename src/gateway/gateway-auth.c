@@ -11,10 +11,6 @@
 #include "macro.h"
 #include "string-util.h"
 
-static bool char_is_space(char c) {
-        return c == ' ' || c == '\t';
-}
-
 int api_key_validate(const char *key, size_t size, const char **ret_reason) {
         const char *reason = NULL;
         bool blank = true;
@@ -31,12 +27,12 @@ int api_key_validate(const char *key, size_t size, const char **ret_reason) {
                                 reason = "contains a NUL byte";
                         else if ((c < 0x20 && c != '\t') || c == 0x7f)
                                 reason = "contains control characters";
-                        else if (!char_is_space((char) c))
+                        else if (!char_is_blank((char) c))
                                 blank = false;
                 }
                 if (!reason && blank)
                         reason = "is empty or only whitespace";
-                else if (!reason && (char_is_space(key[0]) || char_is_space(key[size - 1])))
+                else if (!reason && (char_is_blank(key[0]) || char_is_blank(key[size - 1])))
                         reason = "has leading or trailing whitespace";
         }
 

@@ -233,9 +233,7 @@ static char *endpoint_origin(const char *url) {
         o = strndup(url, l);
         if (!o)
                 return NULL;
-        for (char *p = o; *p; p++)
-                if (*p >= 'A' && *p <= 'Z')
-                        *p = (char) (*p - 'A' + 'a');
+        ascii_strlower(o);
         return o;
 }
 

@@ -183,3 +183,9 @@ size_t utf8_encode(uint32_t cp, char out[static 4]) {
         out[3] = (char) (0x80 | (cp & 0x3f));
         return 4;
 }
+
+void ascii_strlower(char *s) {
+        for (; *s; s++)
+                if (*s >= 'A' && *s <= 'Z')
+                        *s = (char) (*s - 'A' + 'a');
+}

@@ -62,3 +62,11 @@ bool module_list_is_valid(const char *s) _pure_;
 static inline bool name_is_valid(const char *s) {
         return !isempty(s) && s[strspn(s, NAME_CHARS)] == 0;
 }
+
+/* ASCII A-Z to a-z in place, whatever the locale: header names, schemes and hosts. */
+void ascii_strlower(char *s);
+
+/* A blank of an HTTP header's value: a space or a tab. */
+static inline bool char_is_blank(char c) {
+        return c == ' ' || c == '\t';
+}

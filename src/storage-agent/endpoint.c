@@ -9,7 +9,6 @@
 
 #include "endpoint.h"
 #include "macro.h"
-#include "sign-util.h"
 #include "string-util.h"
 
 static void curl_url_cleanupp(CURLU **u) {
@@ -110,10 +109,10 @@ int storage_endpoint_parse(const char *endpoint, StorageEndpoint *ret) {
                 r = url_part(u, CURLUPART_HOST, 0, &e.host);
         if (r <= 0)
                 return r < 0 ? r : -EINVAL; /* file:///…: no host */
-        sign_ascii_lower(e.scheme);
+        ascii_strlower(e.scheme);
         if (!streq(e.scheme, "http") && !streq(e.scheme, "https"))
                 return -EINVAL;
-        sign_ascii_lower(e.host);
+        ascii_strlower(e.host);
         if (e.host[0] == '[')
                 e.ip = true; /* libcurl checked the address */
         else {

@@ -50,10 +50,10 @@ static bool key_ok(const char *k) {
 static char *strdup_trimmed(const char *v) {
         size_t l;
 
-        while (sign_is_blank(*v))
+        while (char_is_blank(*v))
                 v++;
         l = strlen(v);
-        while (l > 0 && sign_is_blank(v[l - 1]))
+        while (l > 0 && char_is_blank(v[l - 1]))
                 l--;
         return strndup(v, l);
 }
@@ -103,7 +103,7 @@ int oss_v1_canonicalized_headers(const OssPair *headers, size_t n, char **ret) {
                         r = -ENOMEM;
                         goto finish;
                 }
-                sign_ascii_lower(e[m - 1].name);
+                ascii_strlower(e[m - 1].name);
         }
         qsort(e, m, sizeof(SignEntry), sign_entry_cmp_name_index);
 

@@ -40,8 +40,3 @@ int sign_entry_cmp_name_index(const void *a, const void *b) {
         return x->index < y->index ? -1 : x->index > y->index;
 }
 
-void sign_ascii_lower(char *s) {
-        for (; *s; s++)
-                if (*s >= 'A' && *s <= 'Z')
-                        *s = (char) (*s - 'A' + 'a');
-}

@@ -36,9 +36,3 @@ void sign_entries_free(SignEntry *e, size_t n);
  * that order). */
 int sign_entry_cmp_name_index(const void *a, const void *b);
 
-/* ASCII A-Z to a-z in place: header names, schemes and hosts, whatever the locale. */
-void sign_ascii_lower(char *s);
-
-static inline bool sign_is_blank(char c) {
-        return c == ' ' || c == '\t';
-}

@@ -218,15 +218,15 @@ static int normalize_header(const SigV4Pair *h, size_t index, SignEntry *ret) {
                 free(value);
                 return -ENOMEM;
         }
-        sign_ascii_lower(name);
+        ascii_strlower(name);
 
         o = value;
         v = h->value;
-        while (sign_is_blank(*v))
+        while (char_is_blank(*v))
                 v++;
         while (*v) {
-                if (sign_is_blank(*v)) {
-                        while (sign_is_blank(*v))
+                if (char_is_blank(*v)) {
+                        while (char_is_blank(*v))
                                 v++;
                         if (*v)
                                 *o++ = ' ';
