@@ -199,7 +199,7 @@ static void on_delete_done(S3Call *call, int error, long status, const char *bod
 
         /* Not found is success: the object is gone either way. */
         if (error >= 0 && ((status >= 200 && status < 300) || status == 404)) {
-                log_info("Deleted object '%s'.", d->call.key);
+                log_info("Deleted %s '%s'.", d->reply_key ? "object" : "archive", d->call.key);
                 r = d->reply_key ? sd_bus_reply_method_return(d->call.message, "s", d->call.key)
                                  : sd_bus_reply_method_return(d->call.message, NULL);
                 if (r < 0)

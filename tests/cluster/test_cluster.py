@@ -75,7 +75,7 @@ def cluster():
 
 
 def test_up_prints_what_make_run_prints(cluster):
-    assert cluster.url == "http://127.0.0.1:48300" and len(cluster.key) >= 40
+    assert cluster.url == "http://127.0.0.1:28300" and len(cluster.key) >= 40
     assert set(cluster.nodes) == {"a1", "b2"}
     for tag, url in cluster.nodes.items():
         status, doc, hdrs = call(url, "GET", "/healthz")
