@@ -22,6 +22,13 @@ const sd_bus_error_map scopebox_bus_errors[] = {
         /* Set by name only (bus_error_name_from_errno() stops before them). */
         SD_BUS_ERROR_MAP(BUS_ERROR_DRAINING, ESHUTDOWN),
         SD_BUS_ERROR_MAP(BUS_ERROR_NOT_RUNNING, ESRCH),
+        /* Decisions depend on these: they are never inferred from an errno that a parser or a
+         * library may return for something else (EBADMSG is every malformed message's). */
+        SD_BUS_ERROR_MAP(BUS_ERROR_STORAGE_NOT_CONFIGURED, ENOMEDIUM),
+        SD_BUS_ERROR_MAP(BUS_ERROR_STORAGE_REFUSED, EADDRNOTAVAIL),
+        SD_BUS_ERROR_MAP(BUS_ERROR_POLICY_UNAVAILABLE, ENETDOWN),
+        SD_BUS_ERROR_MAP(BUS_ERROR_UNKNOWN_TOKEN, ESTALE),
+        SD_BUS_ERROR_MAP(BUS_ERROR_ARCHIVE_DAMAGED, EBADMSG),
         SD_BUS_ERROR_MAP_END,
 };
 

@@ -21,9 +21,9 @@
 #define STORAGE_AGENT_OBJECT_PATH "/io/scopebox/StorageAgent1"
 #define STORAGE_AGENT_INTERFACE "io.scopebox.StorageAgent1"
 
-/* Error names; each but the last two has the errno of bus_errors[] (bus-contract.c), which a
- * daemon's -errno becomes (bus_error_name_from_errno()) and a caller gets back
- * (sd_bus_error_get_errno()). */
+/* Error names; each has the errno of bus_errors[] (bus-contract.c), which a caller gets back
+ * (sd_bus_error_get_errno()); a daemon's -errno becomes one of them (bus_error_name_from_errno())
+ * but for those "set by name only" (the table's entries after BackendFailed). */
 #define BUS_ERROR_NO_SUCH_SESSION "io.scopebox.Error.NoSuchSession"
 #define BUS_ERROR_LIMIT_EXCEEDED  "io.scopebox.Error.LimitExceeded"
 #define BUS_ERROR_BUSY            "io.scopebox.Error.Busy"
@@ -32,6 +32,20 @@
 #define BUS_ERROR_NOT_FOUND       "io.scopebox.Error.NotFound"
 #define BUS_ERROR_STORAGE_FAILED  "io.scopebox.Error.StorageFailed"
 #define BUS_ERROR_RESTORE_FAILED  "io.scopebox.Error.RestoreFailed"
+/* The storage block is not in effect (no provider, or a provider without its settings). */
+#define BUS_ERROR_STORAGE_NOT_CONFIGURED "io.scopebox.Error.StorageNotConfigured"
+/* The storage block's endpoint is refused by the endpoint policy (an address of this host, an
+ * internal range the operator did not allow): no retry of the same block can succeed. */
+#define BUS_ERROR_STORAGE_REFUSED "io.scopebox.Error.StorageRefused"
+/* The storage agent cannot tell whether an endpoint's address is this host's own (the route
+ * lookup failed): it refuses to connect, and a retry may succeed. */
+#define BUS_ERROR_POLICY_UNAVAILABLE "io.scopebox.Error.PolicyUnavailable"
+/* An archive staging token the storage agent does not know (it restarted in between): a new
+ * attempt stages anew. */
+#define BUS_ERROR_UNKNOWN_TOKEN   "io.scopebox.Error.UnknownToken"
+/* The stored archive can never be restored as it is: a corrupt stream, a checksum mismatch after a
+ * fresh download, over the size/entry/path limits, hostile entries. */
+#define BUS_ERROR_ARCHIVE_DAMAGED "io.scopebox.Error.ArchiveDamaged"
 #define BUS_ERROR_BACKEND_FAILED  "io.scopebox.Error.BackendFailed"
 /* The caller hung up (its "hangup" pipe lost its writer): the call was ended, not completed. */
 #define BUS_ERROR_CANCELLED       "io.scopebox.Error.Cancelled"
@@ -44,7 +58,8 @@
 extern const sd_bus_error_map scopebox_bus_errors[];
 int bus_errors_register(void);
 /* The error name a daemon answers for -errno 'error': ours from the same table, InvalidArgs for
- * EINVAL, BackendFailed for anything else. NotRunning and Draining are only ever set by name. */
+ * EINVAL, BackendFailed for anything else. Those after BackendFailed in the table are only ever set
+ * by name. */
 const char *bus_error_name_from_errno(int error);
 
 /* Limits both sides check. */
