@@ -5,15 +5,23 @@
 #include <assert.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "address-policy.h"
 #include "macro.h"
 #include "parse-util.h"
+#include "string-table.h"
 #include "string-util.h"
 
 /* An address reduced to what is compared: IPv4-mapped IPv6 addresses become IPv4. */
@@ -44,9 +52,11 @@ static const AddressPrefix internal_prefixes[] = {
         V6(0xff, 0x00, 8),        /* multicast */
 };
 
+/* 64:ff9b::/96, the NAT64 well-known prefix. */
+static const uint8_t nat64_prefix[12] = { 0x00, 0x64, 0xff, 0x9b };
+
 static bool address_from_sockaddr(const struct sockaddr *sa, socklen_t len, Address *ret) {
         static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-        static const uint8_t nat64[12] = { 0x00, 0x64, 0xff, 0x9b };
 
         if (!sa)
                 return false;
@@ -59,7 +69,7 @@ static bool address_from_sockaddr(const struct sockaddr *sa, socklen_t len, Addr
                 const uint8_t *b = ((const struct sockaddr_in6 *) sa)->sin6_addr.s6_addr;
 
                 /* Both carry an IPv4 address the packets end up at. */
-                if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0) {
+                if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64_prefix, 12) == 0) {
                         *ret = (Address) { .family = AF_INET };
                         memcpy(ret->bytes, b + 12, 4);
                 } else {
@@ -69,6 +79,11 @@ static bool address_from_sockaddr(const struct sockaddr *sa, socklen_t len, Addr
                 return true;
         }
         return false;
+}
+
+static bool address_is_nat64(const struct sockaddr *sa) {
+        return sa->sa_family == AF_INET6 && memcmp(((const struct sockaddr_in6 *) sa)->sin6_addr.s6_addr,
+                                                   nat64_prefix, sizeof(nat64_prefix)) == 0;
 }
 
 static bool prefix_contains(const AddressPrefix *p, const Address *a) {
@@ -100,39 +115,196 @@ bool address_is_internal(const struct sockaddr *sa, socklen_t len) {
         return address_in(internal_prefixes, ELEMENTSOF(internal_prefixes), &a);
 }
 
-/* A public address configured on one of our interfaces still reaches the host's own services. */
-static bool address_is_ours(const Address *a) {
-        struct ifaddrs *list, *i;
-        bool found = false;
+/* One route lookup, one reply: the socket is ours alone and joins no multicast group, so what
+ * arrives is the kernel's answer to our request (or nothing). */
+#define ROUTE_REPLY_MAX 4096U
 
-        /* When the interfaces cannot be listed, err on the safe side. */
-        if (getifaddrs(&list) < 0)
-                return true;
-        for (i = list; i && !found; i = i->ifa_next) {
-                Address b;
+typedef struct RouteAnswer {
+        int error;                    /* the kernel's answer was an error: its errno (positive) */
+        unsigned char type;           /* rtm_type */
+        int oif;                      /* RTA_OIF, 0: none */
+} RouteAnswer;
 
-                if (!i->ifa_addr)
-                        continue;
-                if (!address_from_sockaddr(i->ifa_addr,
-                                           i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                                             : sizeof(struct sockaddr_in6),
-                                           &b))
-                        continue;
-                found = b.family == a->family &&
-                        memcmp(b.bytes, a->bytes, a->family == AF_INET ? 4 : 16) == 0;
+static int route_answer_parse(const uint8_t *buf, size_t n, uint32_t seq, RouteAnswer *ret) {
+        const struct nlmsghdr *h = (const struct nlmsghdr *) buf;
+        size_t left = n;
+
+        for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+                if (h->nlmsg_seq != seq)
+                        continue; /* not ours: never an answer */
+                if (h->nlmsg_type == NLMSG_ERROR) {
+                        const struct nlmsgerr *e = NLMSG_DATA(h);
+
+                        /* An acknowledgement (0) is no answer to a route request. */
+                        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)) || e->error >= 0 || e->error == INT_MIN)
+                                return -EBADMSG;
+                        *ret = (RouteAnswer) { .error = -e->error };
+                        return 1;
+                }
+                if (h->nlmsg_type != RTM_NEWROUTE || h->nlmsg_len < NLMSG_LENGTH(sizeof(struct rtmsg)))
+                        return -EBADMSG;
+
+                const struct rtmsg *rtm = NLMSG_DATA(h);
+                RouteAnswer a = { .type = rtm->rtm_type };
+                size_t attrs = h->nlmsg_len - NLMSG_LENGTH(sizeof(struct rtmsg));
+
+                for (const struct rtattr *rta = RTM_RTA(rtm); RTA_OK(rta, attrs); rta = RTA_NEXT(rta, attrs))
+                        if (rta->rta_type == RTA_OIF) {
+                                if (RTA_PAYLOAD(rta) != sizeof(uint32_t))
+                                        return -EBADMSG;
+                                uint32_t oif;
+                                memcpy(&oif, RTA_DATA(rta), sizeof(oif));
+                                if (oif > INT_MAX)
+                                        return -EBADMSG;
+                                a.oif = (int) oif;
+                        }
+                *ret = a;
+                return 1;
         }
-        freeifaddrs(list);
-        return found;
+        return 0;
 }
 
-bool address_policy_permits(const AddressPolicy *p, const struct sockaddr *sa, socklen_t len) {
+/* Whether interface 'ifindex' is a loopback (IFF_LOOPBACK): what leaves through it comes back to
+ * this host. The interface ioctls work on any socket, the netlink one included. */
+static int interface_is_loopback(int fd, int ifindex) {
+        struct ifreq ifr = { .ifr_ifindex = ifindex };
+
+        if (ioctl(fd, SIOCGIFNAME, &ifr) < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+                return -errno;
+        return !!(ifr.ifr_flags & IFF_LOOPBACK);
+}
+
+/* The route of one address (4 or 16 bytes), the way `ip route get` asks for it. */
+static int route_lookup(int family, const uint8_t *bytes) {
+        size_t size = family == AF_INET ? 4 : 16;
+        struct {
+                struct nlmsghdr header;
+                struct rtmsg rtm;
+                uint8_t attrs[RTA_SPACE(16)];
+        } req = {
+                .header = {
+                        .nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg)) + RTA_SPACE(size),
+                        .nlmsg_type = RTM_GETROUTE,
+                        .nlmsg_flags = NLM_F_REQUEST,
+                        .nlmsg_seq = 1,
+                },
+                .rtm = { .rtm_family = (unsigned char) family, .rtm_dst_len = (unsigned char) (size * 8) },
+        };
+        struct rtattr *dst = (struct rtattr *) req.attrs;
+        struct timeval tv = { .tv_usec = ADDRESS_ROUTE_TIMEOUT_USEC };
+        struct sockaddr_nl kernel = { .nl_family = AF_NETLINK }, from;
+        _cleanup_close_ int fd = -EBADF;
+        uint8_t buf[ROUTE_REPLY_MAX] __attribute__((aligned(NLMSG_ALIGNTO)));
+        RouteAnswer answer = {};
+        int r;
+
+        dst->rta_type = RTA_DST;
+        dst->rta_len = (unsigned short) RTA_LENGTH(size);
+        memcpy(RTA_DATA(dst), bytes, size);
+
+        fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+        if (fd < 0)
+                return -errno;
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+                return -errno;
+        if (sendto(fd, &req, req.header.nlmsg_len, 0, (struct sockaddr *) &kernel, sizeof(kernel)) < 0)
+                return -errno;
+        /* A bounded number of datagrams, each within the timeout; anything else is a failure. */
+        r = 0;
+        for (unsigned i = 0; i < 4 && r == 0; i++) {
+                socklen_t from_len = sizeof(from);
+                ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_TRUNC, (struct sockaddr *) &from, &from_len);
+
+                if (n < 0)
+                        return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+                if ((size_t) n > sizeof(buf))
+                        return -EBADMSG; /* truncated: a route answer is far smaller */
+                if (from_len != sizeof(from) || from.nl_family != AF_NETLINK || from.nl_pid != 0)
+                        continue; /* not the kernel's */
+                r = route_answer_parse(buf, (size_t) n, req.header.nlmsg_seq, &answer);
+                if (r < 0)
+                        return r;
+        }
+        if (r == 0)
+                return -ETIMEDOUT; /* nothing but others' datagrams */
+
+        /* The kernel's own refusals: what it answers for a destination it would not send to.
+         * EINVAL is a blackhole route's (our request itself is well-formed, see the unit test). */
+        if (answer.error != 0) {
+                if (answer.error == ENETUNREACH || answer.error == EHOSTUNREACH || answer.error == EACCES ||
+                    answer.error == EINVAL)
+                        return ADDRESS_ROUTE_UNROUTABLE;
+                return -answer.error;
+        }
+        switch (answer.type) {
+        case RTN_LOCAL:
+                return ADDRESS_ROUTE_LOCAL;
+        case RTN_UNICAST:
+                if (answer.oif <= 0)
+                        return -EBADMSG; /* a unicast route leads through some interface */
+                r = interface_is_loopback(fd, answer.oif);
+                if (r < 0)
+                        return r;
+                return r > 0 ? ADDRESS_ROUTE_LOCAL : ADDRESS_ROUTE_REMOTE;
+        case RTN_BLACKHOLE:
+        case RTN_UNREACHABLE:
+        case RTN_PROHIBIT:
+        case RTN_THROW:
+                return ADDRESS_ROUTE_UNROUTABLE;
+        default: /* broadcast, multicast, anycast, nat, ... */
+                return ADDRESS_ROUTE_NOT_UNICAST;
+        }
+}
+
+int address_route_lookup(const struct sockaddr *sa, socklen_t len) {
         Address a;
 
         if (!address_from_sockaddr(sa, len, &a))
-                return false;
+                return -EAFNOSUPPORT;
+        /* An IPv4-mapped address is sent as IPv4: 'a' is that already. NAT64 ones are IPv6 on the wire. */
+        if (sa->sa_family == AF_INET6 && a.family == AF_INET && address_is_nat64(sa))
+                return route_lookup(AF_INET6, ((const struct sockaddr_in6 *) sa)->sin6_addr.s6_addr);
+        return route_lookup(a.family, a.bytes);
+}
+
+static const char *const address_route_table[_ADDRESS_ROUTE_MAX] = {
+        [ADDRESS_ROUTE_REMOTE] = "remote",
+        [ADDRESS_ROUTE_LOCAL] = "local",
+        [ADDRESS_ROUTE_NOT_UNICAST] = "not unicast",
+        [ADDRESS_ROUTE_UNROUTABLE] = "unroutable",
+};
+
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(address_route, AddressRoute);
+
+int address_policy_check(const AddressPolicy *p, const struct sockaddr *sa, socklen_t len,
+                         AddressRoute *ret_route) {
+        AddressRoute verdict = _ADDRESS_ROUTE_INVALID;
+        Address a;
+        int r;
+
+        if (!address_from_sockaddr(sa, len, &a))
+                goto refused;
         if (p && address_in(p->allowed, p->n_allowed, &a))
-                return true;
-        return !address_in(internal_prefixes, ELEMENTSOF(internal_prefixes), &a) && !address_is_ours(&a);
+                return 1;
+        if (address_in(internal_prefixes, ELEMENTSOF(internal_prefixes), &a))
+                goto refused;
+        r = address_route_lookup(sa, len);
+        if (r < 0)
+                return r;
+        verdict = r;
+        /* A NAT64 translator on this host would hand the IPv4 address inside to the host itself. */
+        if (verdict == ADDRESS_ROUTE_REMOTE && address_is_nat64(sa)) {
+                r = route_lookup(AF_INET, a.bytes);
+                if (r < 0)
+                        return r;
+                verdict = r;
+        }
+        if (verdict == ADDRESS_ROUTE_REMOTE)
+                return 1;
+refused:
+        if (ret_route)
+                *ret_route = verdict;
+        return 0;
 }
 
 static int prefix_parse(const char *s, AddressPrefix *ret) {

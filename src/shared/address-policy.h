@@ -5,6 +5,7 @@
  * network must not reach (docs/dify.md). */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,9 +32,37 @@ void address_policy_done(AddressPolicy *p);
  * they carry. */
 bool address_is_internal(const struct sockaddr *sa, socklen_t len);
 
-/* Whether 'sa' may be connected to: not internal and not one of this host's own addresses,
- * unless inside one of the allowed networks. */
-bool address_policy_permits(const AddressPolicy *p, const struct sockaddr *sa, socklen_t len);
+/* What the kernel's routing table says about sending to an address: the same lookup a connect()
+ * makes (`ip route get`), so it knows everything the host answers for itself — its interface
+ * addresses, a prefix added to the loopback, a `local` route (AnyIP) — not only a list of addresses. */
+typedef enum AddressRoute {
+        ADDRESS_ROUTE_REMOTE,         /* unicast, out through an interface other than the loopback */
+        ADDRESS_ROUTE_LOCAL,          /* to this host: a local route, or out through the loopback */
+        ADDRESS_ROUTE_NOT_UNICAST,    /* broadcast, multicast, anycast and the like */
+        ADDRESS_ROUTE_UNROUTABLE,     /* a blackhole, unreachable or prohibit route, or no route at all */
+        _ADDRESS_ROUTE_MAX,
+        _ADDRESS_ROUTE_INVALID = -EINVAL,
+} AddressRoute;
+
+/* How long a route lookup may wait for the kernel's answer (which the kernel queues before the
+ * request's sendmsg() even returns: this bounds only the pathological case). */
+#define ADDRESS_ROUTE_TIMEOUT_USEC (50U * 1000U)
+
+/* One RTM_GETROUTE request on a NETLINK_ROUTE socket of its own, synchronously: the route of 'sa'
+ * (AF_INET or AF_INET6; an IPv4-mapped address is looked up as the IPv4 address, as the kernel
+ * sends it). A negative errno when the lookup itself failed (no netlink socket, a timeout, a reply
+ * that is not one): then nothing is known, which is never a verdict. */
+int address_route_lookup(const struct sockaddr *sa, socklen_t len);
+const char *address_route_to_string(AddressRoute r);
+
+/* Whether 'sa' may be connected to: 1 when it is inside one of the allowed networks, or neither
+ * internal nor routed anywhere but out through a real interface (ADDRESS_ROUTE_REMOTE); 0 when it
+ * is refused (*ret_route, when given, says why: the route, or _ADDRESS_ROUTE_INVALID for an
+ * internal address); a negative errno when the route lookup failed (the caller must not connect,
+ * nor take it for a refusal). NAT64 addresses are looked up as themselves and as the IPv4 address
+ * they carry: both must be remote. */
+int address_policy_check(const AddressPolicy *p, const struct sockaddr *sa, socklen_t len,
+                         AddressRoute *ret_route);
 
 /* Every address through which a packet reaches this host itself: the unspecified, loopback,
  * link-local, multicast and limited-broadcast ranges, then each address (a /32 or /128) and IPv4

@@ -49,7 +49,7 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
         }
         if (!storage_config_effective(ret, a->config.local_storage_dir)) {
                 storage_config_done(ret);
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured");
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_NOT_CONFIGURED, STORAGE_NOT_CONFIGURED);
         }
         /* Our staging directory is no place for objects. */
         if (ret->provider == STORAGE_LOCAL && local_key_is_reserved(ret->prefix)) {
@@ -58,9 +58,10 @@ static int parse_storage(Agent *a, const char *json, StorageConfig *ret, sd_bus_
         }
         /* Requests carry their storage block: the operator decides where we may connect. */
         if (!storage_endpoint_allowed(ret, a->config.storage_allowed_endpoints)) {
-                log_info("Refusing a storage block naming an endpoint that is not allowed.");
+                log_info("Refusing a storage block naming an endpoint that "
+                         "SANDBOX_STORAGE_ALLOWED_ENDPOINTS does not list.");
                 storage_config_done(ret);
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage endpoint not allowed");
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_REFUSED, STORAGE_ENDPOINT_NOT_ALLOWED);
         }
         return 0;
 }
@@ -278,7 +279,7 @@ static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error
                 return r;
         s = staged_find(a, token);
         if (!s)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unknown archive token");
+                return sd_bus_error_set(error, BUS_ERROR_UNKNOWN_TOKEN, "unknown archive token");
 
         /* Whatever happens now, the staging is used up: a failed commit is retried from BeginArchive. */
         fd = s->spool_fd >= 0 ? s->spool_fd : s->local.fd;
@@ -322,13 +323,18 @@ static int method_commit_archive(sd_bus_message *m, void *userdata, sd_bus_error
 static int method_abort_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
         const char *token;
+        StagedArchive *s;
         int r;
 
         agent_touch(a);
         r = sd_bus_message_read(m, "s", &token);
         if (r < 0)
                 return r;
-        staged_free(staged_find(a, token));
+        /* Unknown (the agent restarted, or it expired), or being committed: not ours to discard. */
+        s = staged_find(a, token);
+        if (!s)
+                return sd_bus_error_set(error, BUS_ERROR_UNKNOWN_TOKEN, "unknown archive token");
+        staged_free(s);
         return sd_bus_reply_method_return(m, NULL);
 }
 

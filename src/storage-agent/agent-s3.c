@@ -50,12 +50,29 @@ int storage_config_copy(const StorageConfig *c, StorageConfig *ret) {
         return 0;
 }
 
+/* The address policy's answer for a transfer it stopped (curl-driver.h), by name: a refused endpoint
+ * can never succeed with the same block (StorageRefused, like one the allowlist does not name); one
+ * whose address could not be judged may (PolicyUnavailable). Returns 0 for any other error. */
+static int reply_policy_error(sd_bus_message *m, int error) {
+        int r;
+
+        if (error == TRANSFER_REFUSED)
+                r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_REFUSED, STORAGE_ENDPOINT_NOT_ALLOWED);
+        else if (error == TRANSFER_POLICY_UNAVAILABLE)
+                r = sd_bus_reply_method_errorf(m, BUS_ERROR_POLICY_UNAVAILABLE, STORAGE_POLICY_UNAVAILABLE);
+        else
+                return 0;
+        if (r < 0)
+                log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+        return 1;
+}
+
 static void reply_failed(sd_bus_message *m, int error, long status, const char *what) {
         int r;
 
-        if (error == -EPERM) /* the address policy: as if the endpoint were not on the allowlist */
-                r = sd_bus_reply_method_errorf(m, SD_BUS_ERROR_INVALID_ARGS, "storage endpoint not allowed");
-        else if (error == -EFBIG)
+        if (reply_policy_error(m, error))
+                return;
+        if (error == -EFBIG)
                 r = sd_bus_reply_method_errorf(m, BUS_ERROR_STORAGE_FAILED,
                                                "%s: larger than SANDBOX_MAX_ARCHIVE_BYTES", what);
         else if (error < 0)
@@ -69,11 +86,31 @@ static void reply_failed(sd_bus_message *m, int error, long status, const char *
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
 }
 
+/* Why the address policy refused the last address a transfer tried. */
+static const char *refusal_reason(const Transfer *t) {
+        switch (t ? t->refused_route : _ADDRESS_ROUTE_INVALID) {
+        case ADDRESS_ROUTE_LOCAL:
+                return "the kernel routes it to this host itself (an address of its own, on the loopback, "
+                       "or in a local route)";
+        case ADDRESS_ROUTE_NOT_UNICAST:
+                return "it is a broadcast or multicast address";
+        case ADDRESS_ROUTE_UNROUTABLE:
+                return "the kernel has no route to it (or a blackhole, unreachable or prohibit route)";
+        default:
+                return "it is internal (loopback, private, link-local or reserved), and "
+                       "SANDBOX_STORAGE_ALLOWED_NETWORKS does not allow it";
+        }
+}
+
 /* One line per failed operation. A refused address is the client's doing: info, not a warning. */
-static void log_failed(const char *what, const char *key, int error, long status) {
-        if (error == -EPERM)
-                log_info("%s '%s' refused: the storage endpoint has only internal addresses, which "
-                         "SANDBOX_STORAGE_ALLOWED_NETWORKS does not allow.", what, key);
+static void log_failed(const char *what, const char *key, const Transfer *t, int error, long status) {
+        if (error == TRANSFER_REFUSED)
+                log_info("%s '%s' refused: the storage endpoint's address is not allowed: %s.", what, key,
+                         refusal_reason(t));
+        else if (error == TRANSFER_POLICY_UNAVAILABLE)
+                log_warning("%s '%s' not attempted: the storage endpoint's address could not be checked "
+                            "(route lookup: %s); it is not connected to unchecked.",
+                            what, key, strerror(t && t->policy_error < 0 ? -t->policy_error : ENETDOWN));
         else if (error < 0)
                 log_warning("%s '%s' failed: %s", what, key, strerror(-error));
         else
@@ -133,7 +170,7 @@ static void on_put_done(S3Call *call, int error, long status, const char *body, 
         int r;
 
         if (error < 0 || status < 200 || status >= 300) {
-                log_failed("Upload of", p->call.key, error, status);
+                log_failed("Upload of", p->call.key, s3_call_transfer(call), error, status);
                 reply_failed(p->call.message, error, status, "upload failed");
         } else if ((r = s3_presigned_get(&p->call.config, p->call.key, p->expires, &url)) < 0) {
                 log_warning_errno(r, "Failed to presign '%s': %m", p->call.key);
@@ -204,8 +241,10 @@ static void on_delete_done(S3Call *call, int error, long status, const char *bod
                                  : sd_bus_reply_method_return(d->call.message, NULL);
                 if (r < 0)
                         log_debug_errno(r, "Failed to reply, ignoring: %m");
-        } else
+        } else {
+                log_failed("Deletion of", d->call.key, s3_call_transfer(call), error, status);
                 reply_failed(d->call.message, error, status, "delete failed");
+        }
         agent_call_done(&d->call);
         free(d);
 }
@@ -257,12 +296,12 @@ static void gc_job_free(GcJob *g) {
 
 static void gc_step(GcJob *g);
 
-static void gc_fail(GcJob *g, int error, long status) {
+static void gc_fail(GcJob *g, const Transfer *t, int error, long status) {
         int r = 0;
 
-        log_failed("Garbage collection under", g->call.config.prefix, error, status);
+        log_failed("Garbage collection under", g->call.config.prefix, t, error, status);
         /* Like a block naming an endpoint that is not allowed: nothing to sweep. */
-        if (error == -EPERM)
+        if (error == TRANSFER_REFUSED)
                 r = sd_bus_reply_method_return(g->call.message, "ttt", (uint64_t) 0, (uint64_t) 0,
                                                (uint64_t) 0);
         else
@@ -276,7 +315,7 @@ static void on_gc_deleted(S3Call *call, int error, long status, const char *body
         GcJob *g = userdata;
 
         if (error < 0 || (status >= 300 && status != 404)) {
-                gc_fail(g, error, status);
+                gc_fail(g, s3_call_transfer(call), error, status);
                 return;
         }
         g->deleted++;
@@ -293,7 +332,7 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
         int r;
 
         if (error < 0 || status != 200) {
-                gc_fail(g, error, status);
+                gc_fail(g, s3_call_transfer(call), error, status);
                 return;
         }
         for (size_t i = 0; i < g->n_victims; i++)
@@ -304,7 +343,7 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
          * never collected in part. */
         r = s3_listing_parse(body, t ? t->body_size : strlen(body), &l, &reason);
         if (r == -ENOMEM) {
-                gc_fail(g, r, 0);
+                gc_fail(g, NULL, r, 0);
                 return;
         }
         /* A page that hands back the token we just sent would be listed again and again. */
@@ -329,7 +368,7 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
         g->victims = calloc(MAX(l.n_entries, (size_t) 1), sizeof(char *));
         g->victim_sizes = calloc(MAX(l.n_entries, (size_t) 1), sizeof(uint64_t));
         if (!g->victims || !g->victim_sizes) {
-                gc_fail(g, -ENOMEM, 0);
+                gc_fail(g, NULL, -ENOMEM, 0);
                 return;
         }
         for (size_t i = 0; i < l.n_entries; i++) {
@@ -362,7 +401,7 @@ static void gc_step(GcJob *g) {
                                         .download_fd = -1 };
                 r = agent_s3_call(g->call.agent, &g->call.config, &params, on_gc_deleted, g);
                 if (r < 0)
-                        gc_fail(g, r, 0);
+                        gc_fail(g, NULL, r, 0);
                 return;
         }
         /* Then the first or the next page of this prefix. */
@@ -388,7 +427,7 @@ static void gc_step(GcJob *g) {
                 g->listed = true;
                 r = agent_s3_call(g->call.agent, &g->call.config, &params, on_gc_listed, g);
                 if (r < 0)
-                        gc_fail(g, r, 0);
+                        gc_fail(g, NULL, r, 0);
                 return;
         }
         /* Then the next prefix. */
@@ -475,7 +514,6 @@ static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int e
         _cleanup_free_ char *code = error < 0 ? NULL : error_code(body);
         const char *what = upload ? "archive upload" : "archive download",
                    *log_what = upload ? "Upload of archive" : "Download of archive";
-        int r;
 
         if (code && (streq(code, "BadDigest") || streq(code, "XAmzContentSHA256Mismatch") ||
                      streq(code, "InvalidDigest"))) {
@@ -494,20 +532,17 @@ static void archive_failed(ArchiveCall *c, bool upload, const Transfer *t, int e
                             c->call.key, (unsigned long long) got, (unsigned long long) want);
                 reply_archive_error(c, "%s failed: short body (%llu of %llu bytes)", what,
                                     (unsigned long long) got, (unsigned long long) want);
-        } else if (error == -EPERM) {
-                log_failed(log_what, c->call.key, error, status);
-                r = sd_bus_reply_method_errorf(c->call.message, SD_BUS_ERROR_INVALID_ARGS,
-                                               "storage endpoint not allowed");
-                if (r < 0)
-                        log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+        } else if (error == TRANSFER_REFUSED || error == TRANSFER_POLICY_UNAVAILABLE) {
+                log_failed(log_what, c->call.key, t, error, status);
+                (void) reply_policy_error(c->call.message, error);
         } else if (error < 0) {
-                log_failed(log_what, c->call.key, error, status);
+                log_failed(log_what, c->call.key, t, error, status);
                 reply_archive_error(c, "%s failed: storage server unreachable (%s)", what, strerror(-error));
         } else {
                 if (code)
                         log_warning("%s '%s' failed: HTTP %ld (%s)", log_what, c->call.key, status, code);
                 else
-                        log_failed(log_what, c->call.key, error, status);
+                        log_failed(log_what, c->call.key, t, error, status);
                 reply_archive_error(c, "%s failed: storage server answered HTTP %ld", what, status);
         }
 }

@@ -16,6 +16,13 @@
 
 #define AGENT_IDLE_EXIT_USEC (30 * USEC_PER_SEC)
 
+/* The messages of the answers a client sees as they are (docs/dbus-api.md); the decision is the error
+ * name (bus-contract.h), never the text. */
+#define STORAGE_NOT_CONFIGURED "storage backend not configured"       /* StorageNotConfigured */
+#define STORAGE_ENDPOINT_NOT_ALLOWED "storage endpoint not allowed"    /* StorageRefused */
+#define STORAGE_POLICY_UNAVAILABLE                                     /* PolicyUnavailable */ \
+        "storage endpoint policy unavailable: cannot check the endpoint's address, retry later"
+
 /* An archive being written by a runner, published on commit. */
 typedef struct StagedArchive {
         struct Agent *agent;

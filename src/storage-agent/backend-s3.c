@@ -95,10 +95,11 @@ static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
 static void on_transfer_done(Transfer *t, int error, long status, void *userdata) {
         S3Call *c = userdata;
 
-        /* Transport failures and server errors are retried (with a short backoff); a 4xx is an
-         * answer, and so are a refused address and a body over the bound (another attempt would
-         * only fetch as much again). */
-        if ((error < 0 || status >= 500) && error != -EPERM && error != -EFBIG && c->attempt < S3_ATTEMPTS &&
+        /* Transport failures and server errors are retried (with a short backoff), a failed route
+         * lookup too; a 4xx is an answer, and so are a refused address and a body over the bound
+         * (another attempt would only fetch as much again). */
+        if ((error < 0 || status >= 500) && error != TRANSFER_REFUSED && error != -EFBIG &&
+            c->attempt < S3_ATTEMPTS &&
             sd_event_add_time_relative(curl_driver_event(c->driver), &c->retry_timer, CLOCK_MONOTONIC,
                                        (uint64_t) c->attempt * 250 * USEC_PER_MSEC, 0, on_retry, c) >= 0) {
                 c->transfer = transfer_free(c->transfer);

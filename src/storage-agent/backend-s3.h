@@ -17,9 +17,10 @@
 
 typedef struct S3Call S3Call;
 
-/* error < 0: transport failure after all attempts (-EPERM: the address policy refused every address, -EFBIG:
- * the download was larger than allowed; neither is retried); else status is the final HTTP status and body
- * the (bounded) response body, for downloads too when the status is not 2xx. */
+/* error < 0: transport failure after all attempts (TRANSFER_REFUSED: the address policy refused every
+ * address, -EFBIG: the download was larger than allowed, neither is retried; TRANSFER_POLICY_UNAVAILABLE:
+ * an address could not be judged, after every attempt); else status is the final HTTP status and body the
+ * (bounded) response body, for downloads too when the status is not 2xx. */
 typedef void (*S3Callback)(S3Call *call, int error, long status, const char *body, void *userdata);
 
 typedef struct S3CallParams {

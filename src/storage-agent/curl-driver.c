@@ -60,9 +60,13 @@ static void check_done(CurlDriver *d) {
                         error = -EIO;
                 if (t->too_large)
                         error = -EFBIG;
-                /* Every address refused by us: say so rather than "couldn't connect". */
-                if (msg->data.result != CURLE_OK && t->n_refused > 0 && t->n_connected == 0)
-                        error = -EPERM;
+                /* Nothing connected because of us: say so rather than "couldn't connect". */
+                if (msg->data.result != CURLE_OK && t->n_connected == 0) {
+                        if (t->n_unavailable > 0)
+                                error = TRANSFER_POLICY_UNAVAILABLE;
+                        else if (t->n_refused > 0)
+                                error = TRANSFER_REFUSED;
+                }
                 curl_multi_remove_handle(d->multi, msg->easy_handle);
                 t->callback(t, error, status, t->userdata);
         }
@@ -205,14 +209,31 @@ static size_t write_callback(char *ptr, size_t size, size_t nmemb, void *userdat
 }
 
 /* Every connection goes through here, with the address actually connected to (after DNS, for each
- * address tried): the one place where the address policy can't be side-stepped. */
+ * address tried): the one place where the address policy can't be side-stepped. Its route lookup is a
+ * synchronous netlink round trip inside the event loop, on purpose: the kernel answers it before our
+ * request's sendmsg() returns (microseconds), its wait is bounded by ADDRESS_ROUTE_TIMEOUT_USEC, and
+ * doing it here, just before socket(), leaves no gap between the check and the connect. An address
+ * that cannot be judged is not connected to, and the transfer then fails as "policy unavailable",
+ * never as refused. */
 static curl_socket_t opensocket_callback(void *userdata, curlsocktype purpose,
                                          struct curl_sockaddr *address) {
         Transfer *t = userdata;
         curl_socket_t fd;
+        int r = 1;
 
-        if (purpose != CURLSOCKTYPE_IPCXN || (t->policy && !address_policy_permits(t->policy, &address->addr,
-                                                                                  address->addrlen))) {
+        if (purpose != CURLSOCKTYPE_IPCXN) {
+                t->refused_route = _ADDRESS_ROUTE_INVALID;
+                t->n_refused++;
+                return CURL_SOCKET_BAD;
+        }
+        if (t->policy)
+                r = address_policy_check(t->policy, &address->addr, address->addrlen, &t->refused_route);
+        if (r < 0) {
+                t->policy_error = r;
+                t->n_unavailable++;
+                return CURL_SOCKET_BAD;
+        }
+        if (r == 0) {
                 t->n_refused++;
                 return CURL_SOCKET_BAD;
         }
@@ -251,7 +272,8 @@ int transfer_new(CurlDriver *d, const char *method, const char *url, long connec
         t = calloc(1, sizeof(Transfer));
         if (!t)
                 return -ENOMEM;
-        *t = (Transfer) { .driver = d, .upload_fd = -1, .download_fd = -1, .download_max = UINT64_MAX };
+        *t = (Transfer) { .driver = d, .upload_fd = -1, .download_fd = -1, .download_max = UINT64_MAX,
+                          .refused_route = _ADDRESS_ROUTE_INVALID };
         t->easy = curl_easy_init();
         if (!t->easy) {
                 free(t);

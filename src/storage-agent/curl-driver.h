@@ -2,6 +2,7 @@
 /* libcurl's multi interface driven from sd-event: transfers never block the agent's loop. */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -14,11 +15,17 @@
 typedef struct CurlDriver CurlDriver;
 typedef struct Transfer Transfer;
 
+/* What a transfer that connected to no address at all ends with when the address policy stopped it:
+ * every address was refused (the errno of io.scopebox.Error.StorageRefused), or the policy could not
+ * judge one (its route lookup failed: the errno of io.scopebox.Error.PolicyUnavailable), which wins,
+ * since a retry may succeed. */
+#define TRANSFER_REFUSED (-EADDRNOTAVAIL)
+#define TRANSFER_POLICY_UNAVAILABLE (-ENETDOWN)
+
 /* error: 0, or a negative errno for transport failures (-ETIMEDOUT, -ECONNREFUSED, -ECONNRESET when
  * the connection broke, -EIO...), -EPIPE when the response body ended before its Content-Length,
- * -EPERM when every address of the host was refused by the address policy (nothing was connected
- * to), -EFBIG when the response body was larger than download_max; status: the HTTP status when a
- * response arrived. */
+ * TRANSFER_REFUSED or TRANSFER_POLICY_UNAVAILABLE (above; nothing was connected to), -EFBIG when the
+ * response body was larger than download_max; status: the HTTP status when a response arrived. */
 typedef void (*TransferCallback)(Transfer *t, int error, long status, void *userdata);
 
 #define TRANSFER_BODY_MAX (8U * 1024U * 1024U)   /* kept response bodies (XML listings, errors) */
@@ -40,7 +47,9 @@ struct Transfer {
         bool too_large;
         ResponseHeaders response;   /* what we keep of the final response's headers */
         const AddressPolicy *policy; /* borrowed; NULL: any address (an endpoint the operator listed) */
-        unsigned n_refused, n_connected;
+        unsigned n_refused, n_unavailable, n_connected;
+        AddressRoute refused_route;   /* why the last refused address was refused (_INVALID: internal) */
+        int policy_error;             /* the last failed route lookup's -errno */
         TransferCallback callback;
         void *userdata;
         char error_buffer[CURL_ERROR_SIZE];

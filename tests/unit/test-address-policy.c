@@ -1,14 +1,23 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Unit tests of the storage agent's address policy: internal ranges, mapped addresses, allowed networks. */
+/* Unit tests of the storage agent's address policy: internal ranges, mapped addresses, allowed networks,
+ * and the kernel route lookup (on this host, and in a network namespace of its own for the routes only
+ * an administrator can add). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "address-policy.h"
 #include "macro.h"
+#include "string-util.h"
 #include "tests.h"
 
 typedef union {
@@ -34,11 +43,44 @@ static bool internal(const char *s) {
         return address_is_internal(&a.sa, l);
 }
 
-static bool permits(const AddressPolicy *p, const char *s) {
+/* address_policy_check(): 1 permitted, 0 refused (*ret_route why), or the lookup's -errno. */
+static int check(const AddressPolicy *p, const char *s, AddressRoute *ret_route) {
         SockAddr a;
         socklen_t l = sockaddr_of(s, &a);
-        return address_policy_permits(p, &a.sa, l);
+        AddressRoute route = _ADDRESS_ROUTE_MAX; /* written only on refusal */
+        int r = address_policy_check(p, &a.sa, l, &route);
+
+        if (ret_route)
+                *ret_route = route;
+        return r;
 }
+
+static bool permits(const AddressPolicy *p, const char *s) {
+        int r = check(p, s, NULL);
+
+        ASSERT_TRUE(r >= 0);
+        return r > 0;
+}
+
+static int route_of(const char *s) {
+        SockAddr a;
+        socklen_t l = sockaddr_of(s, &a);
+        int r = address_route_lookup(&a.sa, l);
+
+        if (r < 0 || r >= _ADDRESS_ROUTE_MAX)
+                fprintf(stderr, "route lookup of %s: %d\n", s, r);
+        return r;
+}
+
+#define ASSERT_ROUTE(addr, want)                                                            \
+        do {                                                                                \
+                int _r_ = route_of(addr);                                                   \
+                if (_r_ != (want))                                                          \
+                        fprintf(stderr, "%s: route %s, expected %s\n", (addr),              \
+                                strna(address_route_to_string(_r_)),                        \
+                                address_route_to_string(want));                             \
+                ASSERT_EQ(_r_, (want));                                                     \
+        } while (0)
 
 static void test_internal(void) {
         static const char *const inside[] = {
@@ -112,8 +154,12 @@ static void test_policy(void) {
         ASSERT_EQ(none.n_allowed, 0);
         ASSERT_TRUE(!permits(&none, "127.0.0.1"));
         ASSERT_TRUE(!permits(&none, "::ffff:192.168.0.1"));
-        ASSERT_TRUE(permits(&none, "8.8.8.8"));
-        ASSERT_TRUE(permits(NULL, "8.8.8.8"));
+        /* Internal: refused before any route is looked up. */
+        AddressRoute why;
+        ASSERT_EQ(check(&none, "10.1.2.3", &why), 0);
+        ASSERT_EQ(why, _ADDRESS_ROUTE_INVALID);
+        ASSERT_EQ(check(NULL, "169.254.169.254", &why), 0);
+        ASSERT_EQ(why, _ADDRESS_ROUTE_INVALID);
 
         ASSERT_EQ(address_policy_parse(" 127.0.0.1/32,10.1.0.0/16\tfd00::/8 ::1 192.168.7.7", &p, &bad), 0);
         ASSERT_EQ(p.n_allowed, 5);
@@ -133,6 +179,8 @@ static void test_policy(void) {
         ASSERT_EQ(address_policy_parse("0.0.0.0/0", &p, &bad), 0);
         ASSERT_TRUE(permits(&p, "127.0.0.1"));
         ASSERT_TRUE(!permits(&p, "::1"));
+        /* The operator's word is taken over the route: this host's own public address too. */
+        ASSERT_TRUE(permits(&p, "11.99.0.7"));
         address_policy_done(&p);
 
         static const char *const invalid[] = {
@@ -147,21 +195,237 @@ static void test_policy(void) {
         }
 }
 
-/* A public address of one of our interfaces is the host itself. */
-static void test_own_addresses(void) {
-        struct ifaddrs *list;
-        AddressPolicy none = {};
+/* Whether the kernel has a default route for 'family' (read from /proc, not from the code under test). */
+static bool has_default_route(int family) {
+        _cleanup_fclose_ FILE *f =
+                fopen(family == AF_INET ? "/proc/net/route" : "/proc/net/ipv6_route", "re");
+        char line[512];
 
+        ASSERT_TRUE(f != NULL);
+        while (fgets(line, sizeof(line), f)) {
+                char iface[64], dst[64];
+                unsigned len;
+
+                if (family == AF_INET) {
+                        /* "Iface Destination Gateway Flags RefCnt Use Metric Mask ..." */
+                        unsigned long d, flags, mask;
+                        if (sscanf(line, "%63s %lx %*x %lx %*d %*d %*d %lx", iface, &d, &flags, &mask) ==
+                                    4 &&
+                            d == 0 && mask == 0 && (flags & 0x1 /* RTF_UP */))
+                                return true;
+                } else if (sscanf(line, "%63s %x", dst, &len) == 2 && len == 0 && strspn(dst, "0") == 32 &&
+                           !strstr(line, " lo\n"))
+                        return true; /* ::/0, not the "unreachable" placeholder on lo */
+        }
+        return false;
+}
+
+/* This host: the loopback, its own addresses, broadcasts, and a public address. */
+static void test_route_lookup(void) {
+        struct ifaddrs *list;
+
+        ASSERT_ROUTE("127.0.0.1", ADDRESS_ROUTE_LOCAL);
+        ASSERT_ROUTE("127.0.0.2", ADDRESS_ROUTE_LOCAL);
+        ASSERT_ROUTE("127.255.255.255", ADDRESS_ROUTE_NOT_UNICAST); /* the loopback's broadcast */
+        ASSERT_ROUTE("::ffff:127.0.0.1", ADDRESS_ROUTE_LOCAL); /* sent as IPv4 */
+        ASSERT_ROUTE("0.0.0.0", ADDRESS_ROUTE_LOCAL); /* connect() reaches local listeners */
+        if (access("/proc/net/if_inet6", F_OK) >= 0) {
+                ASSERT_ROUTE("::1", ADDRESS_ROUTE_LOCAL);
+                ASSERT_ROUTE("2001:4860:4860::8888",
+                             has_default_route(AF_INET6) ? ADDRESS_ROUTE_REMOTE : ADDRESS_ROUTE_UNROUTABLE);
+        } else
+                printf("# IPv6 is disabled on this host: the IPv6 lookups are not made\n");
+        /* With a default route, a public address leaves through it; without one, it goes nowhere. */
+        ASSERT_ROUTE("8.8.8.8",
+                     has_default_route(AF_INET) ? ADDRESS_ROUTE_REMOTE : ADDRESS_ROUTE_UNROUTABLE);
+
+        /* Every address of every interface (a public one included: this VM's is 192.0.2.2, outside the
+         * internal ranges) is this host, and so is each IPv4 broadcast address. */
         ASSERT_EQ(getifaddrs(&list), 0);
         for (struct ifaddrs *i = list; i; i = i->ifa_next) {
+                char text[INET6_ADDRSTRLEN];
+
                 if (!i->ifa_addr ||
-                    (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+                    (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6) ||
+                    !(i->ifa_flags & IFF_UP))
                         continue;
                 socklen_t l = i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
                                                                 : sizeof(struct sockaddr_in6);
-                ASSERT_TRUE(!address_policy_permits(&none, i->ifa_addr, l));
+                const void *bytes =
+                        i->ifa_addr->sa_family == AF_INET
+                                ? (const void *) &((struct sockaddr_in *) i->ifa_addr)->sin_addr
+                                : (const void *) &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr;
+                ASSERT_TRUE(inet_ntop(i->ifa_addr->sa_family, bytes, text, sizeof(text)) != NULL);
+                ASSERT_ROUTE(text, ADDRESS_ROUTE_LOCAL);
+                ASSERT_EQ(address_policy_check(NULL, i->ifa_addr, l, NULL), 0);
+                if (i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_BROADCAST) &&
+                    i->ifa_broadaddr) {
+                        ASSERT_TRUE(inet_ntop(AF_INET, &((struct sockaddr_in *) i->ifa_broadaddr)->sin_addr,
+                                              text, sizeof(text)) != NULL);
+                        ASSERT_ROUTE(text, ADDRESS_ROUTE_NOT_UNICAST);
+                }
         }
         freeifaddrs(list);
+
+        /* A public address is permitted exactly when it leaves through a real interface. */
+        AddressPolicy none = {};
+        AddressRoute why;
+        int r = check(&none, "8.8.8.8", &why);
+        if (has_default_route(AF_INET))
+                ASSERT_EQ(r, 1);
+        else {
+                ASSERT_EQ(r, 0);
+                ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
+        }
+        /* NAT64: looked up as itself and as the IPv4 address inside. */
+        if (access("/proc/net/if_inet6", F_OK) >= 0 && has_default_route(AF_INET6) &&
+            has_default_route(AF_INET))
+                ASSERT_EQ(check(&none, "64:ff9b::808:808", NULL), 1);
+
+        /* Not a socket address of ours: no lookup at all. */
+        struct sockaddr un = { .sa_family = AF_UNIX };
+        ASSERT_EQ(address_route_lookup(&un, sizeof(un)), -EAFNOSUPPORT);
+        ASSERT_EQ(address_policy_check(&none, &un, sizeof(un), &why), 0);
+}
+
+/* When the lookup itself fails, the answer is the error: never a verdict either way. */
+static void test_route_lookup_failure(void) {
+        pid_t pid = fork();
+
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                /* No file descriptor left for the netlink socket. */
+                struct rlimit rl = { 3, 3 };
+                for (int fd = 3; fd < 1024; fd++)
+                        (void) close(fd);
+                ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+                ASSERT_EQ(route_of("8.8.8.8"), -EMFILE);
+                ASSERT_EQ(check(NULL, "8.8.8.8", NULL), -EMFILE);
+                ASSERT_EQ(check(NULL, "192.0.2.2", NULL), -EMFILE);
+                /* Internal addresses and allowed networks need no lookup. */
+                ASSERT_EQ(check(NULL, "127.0.0.1", NULL), 0);
+                AddressPolicy p = {};
+                ASSERT_EQ(address_policy_parse("11.0.0.0/8", &p, NULL), 0);
+                ASSERT_EQ(check(&p, "11.1.2.3", NULL), 1);
+                address_policy_done(&p);
+                _exit(EXIT_SUCCESS);
+        }
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static const char *ip_tool(void) {
+        static const char *const paths[] = { "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip" };
+
+        for (size_t i = 0; i < ELEMENTSOF(paths); i++)
+                if (access(paths[i], X_OK) >= 0)
+                        return paths[i];
+        return NULL;
+}
+
+static int write_file(const char *path, const char *text) {
+        _cleanup_fclose_ FILE *f = fopen(path, "we");
+
+        if (!f || fputs(text, f) < 0 || fflush(f) != 0)
+                return -errno;
+        return 0;
+}
+
+static void ip(const char *tool, const char *args) {
+        _cleanup_free_ char *cmd = NULL;
+
+        ASSERT_TRUE(asprintf(&cmd, "%s %s", tool, args) > 0);
+        if (system(cmd) != 0) {
+                fprintf(stderr, "failed: %s\n", cmd);
+                abort();
+        }
+}
+
+/* What only an administrator can set up, in a network namespace of our own (a user namespace
+ * makes it possible unprivileged): a prefix on the loopback, a local (AnyIP) route, and routes
+ * that lead nowhere. None of these addresses is internal: only the route tells. */
+static void test_route_lookup_namespace(void) {
+        const char *tool = ip_tool();
+        uid_t uid = getuid();
+        gid_t gid = getgid();
+
+        if (!tool) {
+                printf("# SKIP test_route_lookup_namespace: no ip(8) to set up routes with\n");
+                return;
+        }
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                char map[64];
+
+                if (unshare(CLONE_NEWNET) < 0) {
+                        /* Unprivileged: a user namespace owns the network namespace. */
+                        if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0) {
+                                printf("# SKIP test_route_lookup_namespace: no network namespace (%s)\n",
+                                       strerror(errno));
+                                _exit(77);
+                        }
+                        snprintf(map, sizeof(map), "0 %u 1", (unsigned) uid);
+                        ASSERT_EQ(write_file("/proc/self/uid_map", map), 0);
+                        ASSERT_EQ(write_file("/proc/self/setgroups", "deny"), 0);
+                        snprintf(map, sizeof(map), "0 %u 1", (unsigned) gid);
+                        ASSERT_EQ(write_file("/proc/self/gid_map", map), 0);
+                }
+                ip(tool, "link set lo up");
+                ip(tool, "addr add 11.99.0.1/24 dev lo");
+                ip(tool, "route add local 11.98.0.0/24 dev lo");
+                ip(tool, "route add 11.97.0.0/24 dev lo");
+                ip(tool, "route add blackhole 11.1.0.0/16");
+                ip(tool, "route add unreachable 11.2.0.0/16");
+                ip(tool, "route add prohibit 11.3.0.0/16");
+
+                ASSERT_ROUTE("11.99.0.1", ADDRESS_ROUTE_LOCAL);
+                ASSERT_ROUTE("11.99.0.7", ADDRESS_ROUTE_LOCAL); /* inside the prefix on lo */
+                ASSERT_ROUTE("11.98.0.5", ADDRESS_ROUTE_LOCAL); /* AnyIP */
+                ASSERT_ROUTE("11.97.0.5", ADDRESS_ROUTE_LOCAL); /* unicast, out through the loopback */
+                ASSERT_ROUTE("11.99.0.255", ADDRESS_ROUTE_NOT_UNICAST);
+                ASSERT_ROUTE("11.1.0.1", ADDRESS_ROUTE_UNROUTABLE);
+                ASSERT_ROUTE("11.2.0.1", ADDRESS_ROUTE_UNROUTABLE);
+                ASSERT_ROUTE("11.3.0.1", ADDRESS_ROUTE_UNROUTABLE);
+                ASSERT_ROUTE("8.8.8.8", ADDRESS_ROUTE_UNROUTABLE); /* no route at all */
+                ASSERT_ROUTE("::ffff:11.98.0.5", ADDRESS_ROUTE_LOCAL);
+
+                AddressPolicy none = {}, allowed = {};
+                AddressRoute why;
+                ASSERT_EQ(check(&none, "11.99.0.7", &why), 0);
+                ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
+                ASSERT_EQ(check(&none, "::ffff:11.98.0.5", &why), 0);
+                ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
+                ASSERT_EQ(check(&none, "64:ff9b::b62:5", &why), 0); /* 64:ff9b::11.98.0.5: no IPv6 route */
+                ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
+                ASSERT_EQ(check(&none, "11.2.0.1", &why), 0);
+                ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
+                ASSERT_EQ(address_policy_parse("11.98.0.0/24", &allowed, NULL), 0);
+                ASSERT_EQ(check(&allowed, "11.98.0.5", NULL), 1);
+                ASSERT_EQ(check(&allowed, "11.99.0.7", NULL), 0);
+                address_policy_done(&allowed);
+
+                /* A NAT64 address whose IPv6 route leaves through a real interface is still refused
+                 * when the IPv4 address inside is this host's (a translator here would deliver it). */
+                ip(tool, "link add sb0 type dummy 2>/dev/null || "
+                         "ip link add sb0 type veth peer name sb1");
+                ip(tool, "link set sb0 up");
+                ip(tool, "-6 addr add fd99::1/64 dev sb0 nodad");
+                ip(tool, "-6 route add 64:ff9b::/96 via fd99::2 dev sb0");
+                ASSERT_ROUTE("64:ff9b::b62:5", ADDRESS_ROUTE_REMOTE);
+                ASSERT_EQ(check(&none, "64:ff9b::b62:5", &why), 0);
+                ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
+                ASSERT_EQ(check(&none, "64:ff9b::808:808", &why), 0);
+                ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
+                _exit(EXIT_SUCCESS);
+        }
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        if (WEXITSTATUS(status) == 77)
+                return;
+        ASSERT_EQ(WEXITSTATUS(status), 0);
 }
 
 static bool prefixes_have(const AddressPrefix *list, size_t n, int family, const void *bytes,
@@ -214,7 +478,9 @@ static void test_host_address_prefixes(void) {
 int main(void) {
         RUN(test_internal);
         RUN(test_policy);
-        RUN(test_own_addresses);
+        RUN(test_route_lookup);
+        RUN(test_route_lookup_failure);
+        RUN(test_route_lookup_namespace);
         RUN(test_host_address_prefixes);
         return 0;
 }

@@ -41,6 +41,10 @@ OPEN = {
         "RootDirectory=/RootImage=": _ROOT,
         "RestrictAddressFamilies=~AF_UNIX": _BUS,
         "RestrictAddressFamilies=~AF_(INET|INET6)": "It talks to S3/OSS endpoints over TCP.",
+        "RestrictAddressFamilies=~AF_NETLINK": "The endpoint policy asks the kernel for the route of "
+                                               "each address it connects to (RTM_GETROUTE): an "
+                                               "address of this host is refused whatever the "
+                                               "interfaces list.",
         "PrivateNetwork=": "Same: object storage is reached over the host's network.",
         "IPAddressDeny=": "Endpoints are the operator's choice and may be anywhere, so there is no "
                           "allow list; link-local, multicast and the cloud metadata addresses are "
