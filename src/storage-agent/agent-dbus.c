@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "archive-verify.h"
 #include "bus-util.h"
 #include "endpoint.h"
 #include "id.h"
@@ -338,11 +339,36 @@ static int method_abort_archive(sd_bus_message *m, void *userdata, sd_bus_error 
         return sd_bus_reply_method_return(m, NULL);
 }
 
+/* A local archive as it is stored: 1 restorable as far as can be told without unpacking it, 0 damaged
+ * (*ret_why says how), or a negative errno. */
+static int local_archive_check(int fd, uint64_t max_bytes, const char **ret_why) {
+        struct stat st;
+        int r;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if ((uint64_t) st.st_size > max_bytes) {
+                *ret_why = ARCHIVE_DAMAGED_TOO_LARGE;
+                return 0;
+        }
+        r = archive_gzip_header_check(fd);
+        if (r == 0)
+                *ret_why = ARCHIVE_DAMAGED_NOT_GZIP;
+        return r;
+}
+
+int agent_archive_damaged(const char *key, const char *why, sd_bus_error *error) {
+        log_struct(LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-damaged"),
+                   "Stored archive '%s' is damaged (%s): it is not restored.", key, why);
+        return sd_bus_error_setf(error, BUS_ERROR_ARCHIVE_DAMAGED, "stored archive is damaged: %s", why);
+}
+
 static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
         _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
         _cleanup_free_ char *key = NULL;
         _cleanup_close_ int fd = -EBADF;
+        const char *why = NULL;
         int r;
 
         r = read_storage_key(m, a, true, &c, &key, error);
@@ -359,10 +385,14 @@ static int method_open_archive(sd_bus_message *m, void *userdata, sd_bus_error *
                         return -errno;
                 return sd_bus_reply_method_return(m, "bh", false, fd);
         }
+        if (r >= 0)
+                r = local_archive_check(fd, a->config.max_archive_bytes, &why);
         if (r < 0) {
                 log_warning_errno(r, "Failed to open archive '%s': %m", key);
                 return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to read from storage");
         }
+        if (r == 0)
+                return agent_archive_damaged(key, why, error);
         return sd_bus_reply_method_return(m, "bh", true, fd);
 }
 

@@ -476,6 +476,7 @@ typedef struct ArchiveCall {
         uint64_t size;                /* upload: the bytes to send; download: the bytes received */
         ArchiveDigest *digest;
         char *expected_sha256;        /* download: the object's scopebox-sha256 metadata */
+        unsigned downloads;           /* download: how many were started (a second after a mismatch) */
 } ArchiveCall;
 
 static void archive_call_free(ArchiveCall *c) {
@@ -637,18 +638,31 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint6
         return 1;
 }
 
+static void archive_download_suspect(ArchiveCall *c, const char *why);
+static void reply_archive_damaged(ArchiveCall *c, const char *why);
+
+/* The download is in the spool and checked as far as the object allows: one more check of our own
+ * (is it a gzip stream at all?), then it is handed out from its first byte. */
 static void reply_archive_found(ArchiveCall *c) {
         int r;
 
-        if (lseek(c->fd, 0, SEEK_SET) < 0) {
+        r = archive_gzip_header_check(c->fd);
+        if (r == 0) {
+                archive_download_suspect(c, ARCHIVE_DAMAGED_NOT_GZIP);
+                return;
+        }
+        if (r > 0 && lseek(c->fd, 0, SEEK_SET) < 0)
                 r = -errno;
-                log_warning_errno(r, "Failed to rewind the download of archive '%s': %m", c->call.key);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to read back the download of archive '%s': %m", c->call.key);
                 reply_archive_error(c, "archive download failed: %s", strerror(-r));
+                archive_call_free(c);
                 return;
         }
         r = sd_bus_reply_method_return(c->call.message, "bh", true, c->fd);
         if (r < 0)
                 log_debug_errno(r, "Failed to reply, ignoring: %m");
+        archive_call_free(c);
 }
 
 static void on_download_hashed(ArchiveDigest *d, int error, void *userdata) {
@@ -657,19 +671,20 @@ static void on_download_hashed(ArchiveDigest *d, int error, void *userdata) {
         if (error < 0) {
                 log_warning_errno(error, "Failed to read the download of archive '%s': %m", c->call.key);
                 reply_archive_error(c, "archive download failed: %s", strerror(-error));
+                archive_call_free(c);
         } else if (!sha256_hex_matches(c->expected_sha256, archive_digest_sha256(d))) {
                 _cleanup_free_ char *got = hexmem(archive_digest_sha256(d), ARCHIVE_SHA256_SIZE);
-                /* Not a byte of it handed out. */
-                (void) ftruncate(c->fd, 0);
                 log_struct(
                         LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-checksum-mismatch"),
-                        "Archive '%s' does not match its checksum (stored %s, downloaded %s); not restoring "
-                        "it.",
-                        c->call.key, c->expected_sha256, strna(got));
-                reply_archive_error(c, "archive download failed: checksum mismatch");
-        } else
+                        "Archive '%s' does not match its checksum (stored %s, downloaded %s), download %u "
+                        "of 2.",
+                        c->call.key, c->expected_sha256, strna(got), c->downloads);
+                archive_download_suspect(c, ARCHIVE_DAMAGED_CHECKSUM);
+        } else if (archive_gzip_header_check(c->fd) == 0)
+                /* Exactly what was stored, and that is no archive: no download will change it. */
+                reply_archive_damaged(c, ARCHIVE_DAMAGED_NOT_GZIP);
+        else
                 reply_archive_found(c);
-        archive_call_free(c);
 }
 
 static void on_archive_downloaded(S3Call *call, int error, long status, const char *body, void *userdata) {
@@ -693,15 +708,13 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
                 }
         }
         if (error == -EFBIG) {
-                /* Not a byte of it kept: the spool is emptied now and goes away with the fd. */
-                (void) ftruncate(c->fd, 0);
+                /* Over the limit whatever the download: this install can never restore it. */
                 log_struct(
                         LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-skipped"),
                         "Archive '%s' is larger than SANDBOX_MAX_ARCHIVE_BYTES (%llu bytes), not restoring "
                         "it.",
                         c->call.key, (unsigned long long) c->call.agent->config.max_archive_bytes);
-                reply_failed(c->call.message, error, status, "archive download failed");
-                archive_call_free(c);
+                reply_archive_damaged(c, ARCHIVE_DAMAGED_TOO_LARGE);
                 return;
         }
         if (error < 0 || status != 200 || !t) {
@@ -726,14 +739,15 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
                 archive_call_free(c);
                 return;
         }
-        /* Ours carry their SHA-256; the upstream sidecar's don't (the runner's gzip and tar checks are
-         * all there is for those). */
+        /* Ours carry their SHA-256; the upstream sidecar's don't (our gzip header check, then the
+         * runner's gzip and tar checks, are all there is for those). */
         if (!t->response.has_sha256) {
                 reply_archive_found(c);
-                archive_call_free(c);
                 return;
         }
+        free(c->expected_sha256);
         c->expected_sha256 = strdup(t->response.sha256);
+        c->digest = archive_digest_free(c->digest);
         r = c->expected_sha256 ? archive_digest_new(c->fd, c->size, &c->digest) : -ENOMEM;
         if (r >= 0)
                 r = archive_digest_start(c->digest, c->call.agent->event, on_download_hashed, c);
@@ -742,6 +756,50 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
                 reply_archive_error(c, "archive download failed: %s", strerror(-r));
                 archive_call_free(c);
         }
+}
+
+/* One download of the archive into the spool (which every attempt starts over). */
+static int archive_download_start(ArchiveCall *c) {
+        /* Bounded like the archives we write. */
+        S3CallParams params = { .method = "GET", .key = c->call.key, .upload_fd = -1, .download_fd = c->fd,
+                                .download_max = c->call.agent->config.max_archive_bytes };
+
+        c->downloads++;
+        return agent_s3_call(c->call.agent, &c->call.config, &params, on_archive_downloaded, c);
+}
+
+/* The download does not check out. Once, it may be the way here that changed it: fetched afresh. The
+ * second time it is the stored object: damaged. Either way not a byte of it is handed out. */
+static void archive_download_suspect(ArchiveCall *c, const char *why) {
+        int r;
+
+        (void) ftruncate(c->fd, 0);
+        if (c->downloads >= 2) {
+                reply_archive_damaged(c, why);
+                return;
+        }
+        log_warning("Download of archive '%s' does not check out (%s); downloading it once more.",
+                    c->call.key, why);
+        r = archive_download_start(c);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to download archive '%s' again: %m", c->call.key);
+                reply_archive_error(c, "archive download failed: %s", strerror(-r));
+                archive_call_free(c);
+        }
+}
+
+/* The stored object can never be restored as it is: ArchiveDamaged, for the session manager to
+ * quarantine (QuarantineArchive) rather than to retry forever. Frees the call. */
+static void reply_archive_damaged(ArchiveCall *c, const char *why) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        int r;
+
+        (void) ftruncate(c->fd, 0);
+        (void) agent_archive_damaged(c->call.key, why, &error);
+        r = sd_bus_reply_method_error(c->call.message, &error);
+        if (r < 0)
+                log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+        archive_call_free(c);
 }
 
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf, const char *key) {
@@ -757,14 +815,9 @@ int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf
         if (!c)
                 return -ENOMEM;
         *c = (ArchiveCall) { .call = agent_call_start(a, m, key), .fd = TAKE_FD(fd) };
-        if (!c->call.key) {
-                archive_call_free(c);
-                return -ENOMEM;
-        }
-        /* Bounded like the archives we write; retries start the file over. */
-        S3CallParams params = { .method = "GET", .key = c->call.key, .upload_fd = -1, .download_fd = c->fd,
-                                .download_max = a->config.max_archive_bytes };
-        r = agent_s3_call(a, conf, &params, on_archive_downloaded, c);
+        r = c->call.key ? storage_config_copy(conf, &c->call.config) : -ENOMEM;
+        if (r >= 0)
+                r = archive_download_start(c);
         if (r < 0) {
                 archive_call_free(c);
                 return r;

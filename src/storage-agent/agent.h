@@ -60,6 +60,12 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint6
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key);
 /* CommitArchive's answer once the archive is stored, wherever that is: logged and replied with its size. */
 void agent_reply_archive_stored(sd_bus_message *m, const char *key, uint64_t size);
+/* How a stored archive is damaged (ArchiveDamaged, docs/dbus-api.md). */
+#define ARCHIVE_DAMAGED_TOO_LARGE "larger than SANDBOX_MAX_ARCHIVE_BYTES"
+#define ARCHIVE_DAMAGED_NOT_GZIP "not a gzip stream"
+#define ARCHIVE_DAMAGED_CHECKSUM "checksum mismatch"
+/* Logs that the stored archive 'key' is damaged and sets ArchiveDamaged on 'error' (returns its result). */
+int agent_archive_damaged(const char *key, const char *why, sd_bus_error *error);
 /* Copies the fields a request needs into a config that outlives the call. */
 int storage_config_copy(const StorageConfig *c, StorageConfig *ret);
 
