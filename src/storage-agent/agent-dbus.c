@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "alloc-util.h"
 #include "archive-verify.h"
 #include "bus-util.h"
 #include "endpoint.h"
 #include "id.h"
 #include "json-util.h"
 #include "log.h"
+#include "message-ids.h"
+#include "quarantine.h"
 #include "storage-config.h"
 
 #define STAGED_EXPIRY_SLACK_USEC (60 * USEC_PER_SEC)
@@ -424,6 +427,165 @@ static int method_delete_archive(sd_bus_message *m, void *userdata, sd_bus_error
         return delete_storage_key(m, userdata, false, error);
 }
 
+int quarantined_list_add(QuarantinedList *l, const char *key, uint64_t size, int64_t when) {
+        char *k;
+
+        if (l->n >= QUARANTINED_LIST_MAX) {
+                l->truncated = true;
+                return 0;
+        }
+        k = strdup(key);
+        if (!k)
+                return -ENOMEM;
+        if (ARRAY_GROW(l->items, l->allocated, l->n, 16) < 0) {
+                free(k);
+                return -ENOMEM;
+        }
+        l->items[l->n++] = (QuarantinedArchive) { .key = k, .size = size, .when = when };
+        return 0;
+}
+
+void quarantined_list_done(QuarantinedList *l) {
+        for (size_t i = 0; i < l->n; i++)
+                free(l->items[i].key);
+        l->items = mfree(l->items);
+        l->n = l->allocated = 0;
+}
+
+void agent_reply_quarantined(sd_bus_message *m, const QuarantinedList *l) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(sstt)");
+        for (size_t i = 0; r >= 0 && i < l->n; i++) {
+                const char *name = strrchr(l->items[i].key, '/');
+                size_t stem_len = 0;
+                _cleanup_free_ char *stem = NULL;
+
+                name = name ? name + 1 : l->items[i].key;
+                (void) quarantine_key_parse(name, NULL, &stem_len);
+                stem = strndup(name, stem_len);
+                if (!stem) {
+                        r = -ENOMEM;
+                        break;
+                }
+                r = sd_bus_message_append(reply, "(sstt)", l->items[i].key, stem, l->items[i].size,
+                                          (uint64_t) MAX(l->items[i].when, (int64_t) 0) * USEC_PER_SEC);
+        }
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "b", l->truncated);
+        if (r >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to answer a listing of quarantined archives: %m");
+                r = sd_bus_reply_method_errnof(m, r, "Failed to answer: %m");
+                if (r < 0)
+                        log_debug_errno(r, "Failed to reply, ignoring: %m");
+        }
+}
+
+void agent_log_quarantined(const char *key, const char *target, uint64_t size, bool replaced) {
+        log_struct(LOG_NOTICE, 0,
+                   LOG_FIELDS(SCOPEBOX_MESSAGE_ARCHIVE_QUARANTINED, "SCOPEBOX_EVENT=archive-quarantined",
+                              strjoina("SCOPEBOX_ARCHIVE_KEY=", key),
+                              strjoina("SCOPEBOX_QUARANTINE_KEY=", target)),
+                   "Damaged archive '%s' (%llu bytes) moved aside to '%s'%s: kept, never restored nor "
+                   "collected.",
+                   key, (unsigned long long) size, target,
+                   replaced ? " (a newer archive took its name meanwhile, and stays)" : "");
+}
+
+/* The archive directory of a storage block: "<prefix>/workspaces", where each stem's archive is. */
+static int archive_dir_key(const StorageConfig *c, char **ret) {
+        return asprintf(ret, "%s%sworkspaces", c->prefix, *c->prefix ? "/" : "") < 0 ? -ENOMEM : 0;
+}
+
+static int method_quarantine_archive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_free_ char *key = NULL, *target = NULL;
+        struct stat st = {};
+        int r;
+
+        r = read_storage_key(m, a, true, &c, &key, error);
+        if (r != 0)
+                return r;
+        r = quarantine_key(key, time(NULL), &target);
+        if (r < 0)
+                return r;
+        /* Where the object is, there is room for its quarantine key (S3 and OSS: 1024 bytes). */
+        if (strlen(target) > STORAGE_KEY_MAX)
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED,
+                                        "quarantine failed: the quarantine key would be too long");
+        if (c.provider != STORAGE_LOCAL)
+                return agent_s3_quarantine(a, m, &c, key, target);
+
+        {
+                _cleanup_close_ int fd = -EBADF;
+                if (local_open(a->config.local_storage_dir, key, &fd) >= 0)
+                        (void) fstat(fd, &st);
+        }
+        r = local_quarantine(a->config.local_storage_dir, key, target);
+        if (r == -ENOENT)
+                return sd_bus_error_set(error, BUS_ERROR_NOT_FOUND, "no stored archive to quarantine");
+        if (r < 0) {
+                log_warning_errno(r, "Failed to move damaged archive '%s' aside to '%s': %m", key, target);
+                return sd_bus_error_setf(error, BUS_ERROR_STORAGE_FAILED, "quarantine failed: %s",
+                                         r == -EEXIST ? "the quarantine key exists" : strerror(-r));
+        }
+        agent_log_quarantined(key, target, (uint64_t) st.st_size, false);
+        return sd_bus_reply_method_return(m, "s", target);
+}
+
+static int local_quarantined_add(const char *name, uint64_t size, int64_t when, void *userdata) {
+        struct {
+                const char *dir;
+                QuarantinedList *list;
+        } *ctx = userdata;
+        _cleanup_free_ char *key = NULL;
+
+        if (asprintf(&key, "%s/%s", ctx->dir, name) < 0)
+                return -ENOMEM;
+        return quarantined_list_add(ctx->list, key, size, when);
+}
+
+static int method_list_quarantined_archives(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Agent *a = userdata;
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_(quarantined_list_done) QuarantinedList list = {};
+        _cleanup_free_ char *dir = NULL;
+        const char *storage;
+        int r;
+
+        agent_touch(a);
+        r = sd_bus_message_read(m, "s", &storage);
+        if (r < 0)
+                return r;
+        r = parse_storage(a, storage, &c, error);
+        if (r != 0)
+                return r;
+        r = archive_dir_key(&c, &dir);
+        if (r < 0)
+                return r;
+        if (c.provider != STORAGE_LOCAL)
+                return agent_s3_list_quarantined(a, m, &c, dir);
+        struct {
+                const char *dir;
+                QuarantinedList *list;
+        } ctx = { dir, &list };
+        r = local_list_quarantined(a->config.local_storage_dir, dir, local_quarantined_add, &ctx);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to list quarantined archives under '%s': %m", dir);
+                return sd_bus_error_set(error, BUS_ERROR_STORAGE_FAILED, "failed to read from storage");
+        }
+        agent_reply_quarantined(m, &list);
+        return 1;
+}
+
 static int method_put_object(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Agent *a = userdata;
         _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
@@ -514,6 +676,12 @@ static const sd_bus_vtable agent_vtable[] = {
                                 method_collect_garbage, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("DeleteArchive", SD_BUS_ARGS("s", storage, "s", stem), SD_BUS_NO_RESULT,
                                 method_delete_archive, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("QuarantineArchive", SD_BUS_ARGS("s", storage, "s", stem),
+                                SD_BUS_RESULT("s", quarantine_key), method_quarantine_archive,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListQuarantinedArchives", SD_BUS_ARGS("s", storage),
+                                SD_BUS_RESULT("a(sstt)", archives, "b", truncated),
+                                method_list_quarantined_archives, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END,
 };
 

@@ -19,7 +19,9 @@
 #include "bus-util.h"
 #include "log.h"
 #include "macro.h"
+#include "quarantine.h"
 #include "s3-listing.h"
+#include "sigv4.h"
 #include "string-util.h"
 
 #define S3_LIST_PAGE STRINGIFY(S3_LISTING_ENTRIES_MAX) /* what a page may hold, see s3-listing.h */
@@ -268,25 +270,100 @@ int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const c
 
 /* ---- garbage collection ---- */
 
+/* The pages of one prefix's listing, asked for one after the other. */
+typedef struct ListingPager {
+        const char *prefix;           /* borrowed from the job */
+        char *continuation;           /* the token for the next page */
+        bool listed;                  /* the first page has been asked for */
+        bool more;                    /* the last page said there are more */
+} ListingPager;
+
+static bool pager_has_next(const ListingPager *p) {
+        return !p->listed || p->more;
+}
+
+static void pager_reset(ListingPager *p, const char *prefix) {
+        free(p->continuation);
+        *p = (ListingPager) { .prefix = prefix };
+}
+
+/* Asks for the first or the next page of the pager's prefix. */
+static int pager_request(ListingPager *p, AgentCall *call, S3Callback cb, void *userdata) {
+        S3CallParams params = {
+                .method = "GET",
+                .key = NULL,
+                .upload_fd = -1,
+                .download_fd = -1,
+                .query = { { "list-type", "2" },
+                           { "prefix", p->prefix },
+                           { "max-keys", S3_LIST_PAGE },
+                           { p->continuation ? "continuation-token" : NULL, p->continuation } },
+        };
+        /* Keys as %-escapes: XML 1.0 can't carry every character a key may have. S3 only: OSS
+         * escapes another set of elements in that mode (its V1 docs name NextMarker, not
+         * NextContinuationToken), so its pages keep plain keys, entities decoded. */
+        if (call->config.provider == STORAGE_S3) {
+                size_t i = p->continuation ? 4 : 3;
+                params.query[i][0] = "encoding-type";
+                params.query[i][1] = "url";
+        }
+        p->listed = true;
+        return agent_s3_call(call->agent, &call->config, &params, cb, userdata);
+}
+
+/* The page that arrived, parsed; the pager moves on to the next. A listing that can't be read
+ * completely is refused, never used in part: then *ret_reason says why (-EBADMSG and the like). */
+static int pager_parse(ListingPager *p, S3Call *call, const char *body, S3Listing *ret,
+                       const char **ret_reason) {
+        const Transfer *t = s3_call_transfer(call);
+        _cleanup_(s3_listing_done) S3Listing l = {};
+        int r;
+
+        /* The whole body, not up to a NUL in it. */
+        r = s3_listing_parse(body, t ? t->body_size : strlen(body), &l, ret_reason);
+        if (r < 0)
+                return r;
+        /* A page that hands back the token we just sent would be listed again and again. */
+        if (l.continuation && p->continuation && streq(l.continuation, p->continuation)) {
+                *ret_reason = "the continuation token it was asked with";
+                return -EBADMSG;
+        }
+        p->more = l.truncated;
+        free(p->continuation);
+        p->continuation = TAKE_PTR(l.continuation);
+        *ret = l;
+        l = (S3Listing) {};
+        return 0;
+}
+
+/* A malformed listing, said once: what failed, and how the listing was malformed. */
+static void reply_malformed_listing(AgentCall *call, const char *what, const char *reason) {
+        int r;
+
+        log_warning("%s under '%s' failed: the listing holds %s.", what, call->config.prefix, strna(reason));
+        r = sd_bus_reply_method_errorf(call->message, BUS_ERROR_STORAGE_FAILED,
+                                       "%s failed: malformed listing (%s)", what, strna(reason));
+        if (r < 0)
+                log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+}
+
 typedef struct GcJob {
         AgentCall call;
         char *prefixes[2];            /* "<prefix>/workspaces/", "<prefix>/mineru/" */
         unsigned current;
-        char *continuation;
+        ListingPager pager;           /* of prefixes[current] */
         char **victims;               /* keys of the current page to delete */
         uint64_t *victim_sizes;
         size_t n_victims, next_victim;
         time_t cutoff;
         uint64_t deleted, scanned, freed;
-        bool more;                    /* the current listing has more pages */
-        bool listed;                  /* the current prefix has been listed at least once */
 } GcJob;
 
 static void gc_job_free(GcJob *g) {
         agent_call_done(&g->call);
         free(g->prefixes[0]);
         free(g->prefixes[1]);
-        free(g->continuation);
+        free(g->pager.continuation);
         for (size_t i = 0; i < g->n_victims; i++)
                 free(g->victims[i]);
         free(g->victims);
@@ -326,7 +403,6 @@ static void on_gc_deleted(S3Call *call, int error, long status, const char *body
 
 static void on_gc_listed(S3Call *call, int error, long status, const char *body, void *userdata) {
         GcJob *g = userdata;
-        const Transfer *t = s3_call_transfer(call);
         _cleanup_(s3_listing_done) S3Listing l = {};
         const char *reason = NULL;
         int r;
@@ -339,26 +415,13 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
                 free(g->victims[i]);
         g->n_victims = g->next_victim = 0;
 
-        /* The whole body, not up to a NUL in it: a listing that can't be read completely is refused,
-         * never collected in part. */
-        r = s3_listing_parse(body, t ? t->body_size : strlen(body), &l, &reason);
+        r = pager_parse(&g->pager, call, body, &l, &reason);
         if (r == -ENOMEM) {
                 gc_fail(g, NULL, r, 0);
                 return;
         }
-        /* A page that hands back the token we just sent would be listed again and again. */
-        if (r >= 0 && l.continuation && g->continuation && streq(l.continuation, g->continuation)) {
-                reason = "the continuation token it was asked with";
-                r = -EBADMSG;
-        }
         if (r < 0) {
-                log_warning("Garbage collection under '%s' failed: the listing holds %s.",
-                            g->call.config.prefix, strna(reason));
-                r = sd_bus_reply_method_errorf(g->call.message, BUS_ERROR_STORAGE_FAILED,
-                                               "garbage collection failed: malformed listing (%s)",
-                                               strna(reason));
-                if (r < 0)
-                        log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+                reply_malformed_listing(&g->call, "Garbage collection", reason);
                 gc_job_free(g);
                 return;
         }
@@ -375,18 +438,15 @@ static void on_gc_listed(S3Call *call, int error, long status, const char *body,
                 S3ListingEntry *e = l.entries + i;
 
                 g->scanned++;
-                /* Only archives under workspaces/; unknown timestamps are kept. */
-                if (g->current == 0 && !endswith(e->key, ".tgz"))
+                /* Only archives under workspaces/; unknown timestamps are kept, and so is any damaged
+                 * archive moved aside (under either prefix: the service deletes none). */
+                if ((g->current == 0 && !endswith(e->key, ".tgz")) || quarantine_key_is(e->key))
                         continue;
                 if (e->modified < 0 || e->modified >= (int64_t) g->cutoff)
                         continue;
                 g->victim_sizes[g->n_victims] = e->size;
                 g->victims[g->n_victims++] = TAKE_PTR(e->key);
         }
-
-        g->more = l.truncated;
-        free(g->continuation);
-        g->continuation = TAKE_PTR(l.continuation);
         gc_step(g);
 }
 
@@ -405,27 +465,8 @@ static void gc_step(GcJob *g) {
                 return;
         }
         /* Then the first or the next page of this prefix. */
-        if (!g->listed || g->more) {
-                S3CallParams params = {
-                        .method = "GET",
-                        .key = NULL,
-                        .upload_fd = -1,
-                        .download_fd = -1,
-                        .query = { { "list-type", "2" },
-                                   { "prefix", g->prefixes[g->current] },
-                                   { "max-keys", S3_LIST_PAGE },
-                                   { g->continuation ? "continuation-token" : NULL, g->continuation } },
-                };
-                /* Keys as %-escapes: XML 1.0 can't carry every character a key may have. S3 only: OSS
-                 * escapes another set of elements in that mode (its V1 docs name NextMarker, not
-                 * NextContinuationToken), so its pages keep plain keys, entities decoded. */
-                if (g->call.config.provider == STORAGE_S3) {
-                        size_t i = g->continuation ? 4 : 3;
-                        params.query[i][0] = "encoding-type";
-                        params.query[i][1] = "url";
-                }
-                g->listed = true;
-                r = agent_s3_call(g->call.agent, &g->call.config, &params, on_gc_listed, g);
+        if (pager_has_next(&g->pager)) {
+                r = pager_request(&g->pager, &g->call, on_gc_listed, g);
                 if (r < 0)
                         gc_fail(g, NULL, r, 0);
                 return;
@@ -433,8 +474,7 @@ static void gc_step(GcJob *g) {
         /* Then the next prefix. */
         if (g->current == 0) {
                 g->current = 1;
-                g->listed = false;
-                g->continuation = mfree(g->continuation);
+                pager_reset(&g->pager, g->prefixes[1]);
                 gc_step(g);
                 return;
         }
@@ -460,6 +500,7 @@ int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max
                 gc_job_free(g);
                 return -ENOMEM;
         }
+        pager_reset(&g->pager, g->prefixes[0]);
         gc_step(g);
         return 1;
 }
@@ -820,6 +861,337 @@ int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *conf
                 r = archive_download_start(c);
         if (r < 0) {
                 archive_call_free(c);
+                return r;
+        }
+        return 1;
+}
+
+/* ---- quarantine ---- */
+
+/* A damaged archive moved aside on the server: copied next to itself (server-side), the copy checked
+ * (its size and ETag, or our SHA-256 metadata, against the original's), and only then the original
+ * deleted, once it is still the object that was copied. Any failure before the deletion leaves the
+ * original where it was; the copy of a failed attempt stays too (it is named as quarantined, and
+ * the service deletes none of those). */
+typedef enum QuarantineStep {
+        QUARANTINE_HEAD_SOURCE, /* the original: there at all, its size and ETag */
+        QUARANTINE_HEAD_TARGET, /* the quarantine key: must not exist */
+        QUARANTINE_COPY,
+        QUARANTINE_VERIFY, /* the copy: as the original */
+        QUARANTINE_RECHECK_SOURCE, /* the original: still the object copied */
+        QUARANTINE_DELETE_SOURCE,
+} QuarantineStep;
+
+typedef struct QuarantineCall {
+        AgentCall call; /* key: the archive's */
+        char *target; /* the quarantine key */
+        QuarantineStep step;
+        uint64_t size;
+        char etag[RESPONSE_HEADER_VALUE_MAX];
+        char sha256[RESPONSE_HEADER_VALUE_MAX];
+        bool has_sha256;
+} QuarantineCall;
+
+static void quarantine_call_free(QuarantineCall *q) {
+        agent_call_done(&q->call);
+        free(q->target);
+        free(q);
+}
+
+/* These answer the call and free it; 0, for the step's "return". */
+static int quarantine_reply_error(QuarantineCall *q, const char *name, const char *format, ...)
+        _printf_(3, 4);
+static int quarantine_reply_error(QuarantineCall *q, const char *name, const char *format, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, format);
+        r = sd_bus_reply_method_errorfv(q->call.message, name, format, ap);
+        va_end(ap);
+        if (r < 0)
+                log_debug_errno(r, "Failed to send error reply, ignoring: %m");
+        quarantine_call_free(q);
+        return 0;
+}
+
+/* A transfer of step 'what' that did not get the answer it needed. */
+static int quarantine_failed(QuarantineCall *q, const Transfer *t, const char *what, int error,
+                             long status) {
+        _cleanup_free_ char *log_what = NULL;
+
+        if (asprintf(&log_what, "Quarantine (%s) of archive", what) < 0)
+                log_what = NULL;
+        log_failed(log_what ?: "Quarantine of archive", q->call.key, t, error, status);
+        if (reply_policy_error(q->call.message, error)) {
+                quarantine_call_free(q);
+                return 0;
+        }
+        if (error < 0)
+                return quarantine_reply_error(q, BUS_ERROR_STORAGE_FAILED,
+                                              "quarantine failed (%s): storage server unreachable (%s)",
+                                              what, strerror(-error));
+        return quarantine_reply_error(q, BUS_ERROR_STORAGE_FAILED,
+                                      "quarantine failed (%s): storage server answered HTTP %ld", what,
+                                      status);
+}
+
+static void on_quarantine_step(S3Call *call, int error, long status, const char *body, void *userdata);
+
+static int quarantine_request(QuarantineCall *q, const char *method, const char *key) {
+        S3CallParams params = { .method = method, .key = key, .upload_fd = -1, .download_fd = -1 };
+        return agent_s3_call(q->call.agent, &q->call.config, &params, on_quarantine_step, q);
+}
+
+/* The server-side copy: "/<bucket>/<key, encoded>" as the source, only if it is still the version we
+ * looked at, its metadata (our SHA-256) along with it; OSS also refuses to overwrite. */
+static int quarantine_copy(QuarantineCall *q) {
+        bool oss = q->call.config.provider == STORAGE_ALIYUN_OSS;
+        _cleanup_free_ char *encoded = NULL, *source = NULL;
+        int r;
+
+        r = sigv4_uri_encode(q->call.key, true, &encoded);
+        if (r < 0)
+                return r;
+        if (asprintf(&source, "/%s/%s", oss ? q->call.config.oss_bucket : q->call.config.s3_bucket,
+                     encoded) < 0)
+                return -ENOMEM;
+        S3CallParams params = {
+                .method = "PUT",
+                .key = q->target,
+                .upload_fd = -1,
+                .download_fd = -1,
+                .headers = { { oss ? "x-oss-copy-source" : "x-amz-copy-source", source },
+                             { oss ? "x-oss-copy-source-if-match" : "x-amz-copy-source-if-match", q->etag },
+                             { oss ? "x-oss-metadata-directive" : "x-amz-metadata-directive", "COPY" },
+                             { "Content-Length", "0" },
+                             { oss ? "x-oss-forbid-overwrite" : NULL, oss ? "true" : NULL } },
+        };
+        return agent_s3_call(q->call.agent, &q->call.config, &params, on_quarantine_step, q);
+}
+
+static int quarantine_done(QuarantineCall *q, bool deleted) {
+        int r;
+
+        agent_log_quarantined(q->call.key, q->target, q->size, !deleted);
+        r = sd_bus_reply_method_return(q->call.message, "s", q->target);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply, ignoring: %m");
+        quarantine_call_free(q);
+        return 0;
+}
+
+/* One step's answer: the next step's request made (0), or the call answered and freed (0 as well),
+ * or a negative errno when the next request could not be made. */
+static int quarantine_step(QuarantineCall *q, const Transfer *t, int error, long status) {
+        bool ok = error >= 0 && status >= 200 && status < 300 && t;
+
+        switch (q->step) {
+        case QUARANTINE_HEAD_SOURCE:
+                if (error >= 0 && status == 404)
+                        return quarantine_reply_error(q, BUS_ERROR_NOT_FOUND,
+                                                      "no stored archive to quarantine");
+                if (!ok)
+                        return quarantine_failed(q, t, "looking at the archive", error, status);
+                if (!t->response.has_content_length || t->response.bad_content_length ||
+                    isempty(t->response.etag)) {
+                        log_warning("Quarantine of archive '%s' failed: the server gives no size or ETag "
+                                    "for it.",
+                                    q->call.key);
+                        return quarantine_reply_error(q, BUS_ERROR_STORAGE_FAILED,
+                                                      "quarantine failed: the archive has no size or ETag");
+                }
+                q->size = t->response.content_length;
+                memcpy(q->etag, t->response.etag, sizeof(q->etag));
+                q->has_sha256 = t->response.has_sha256;
+                memcpy(q->sha256, t->response.sha256, sizeof(q->sha256));
+                q->step = QUARANTINE_HEAD_TARGET;
+                return quarantine_request(q, "HEAD", q->target);
+
+        case QUARANTINE_HEAD_TARGET:
+                if (ok) {
+                        log_warning("Quarantine of archive '%s' failed: '%s' exists already.", q->call.key,
+                                    q->target);
+                        return quarantine_reply_error(q, BUS_ERROR_STORAGE_FAILED,
+                                                      "quarantine failed: the quarantine key exists");
+                }
+                if (error < 0 || status != 404)
+                        return quarantine_failed(q, t, "looking at the quarantine key", error, status);
+                q->step = QUARANTINE_COPY;
+                return quarantine_copy(q);
+
+        case QUARANTINE_COPY:
+                /* A 2xx may still carry an error (S3 says so of CopyObject): the copy is checked next. */
+                if (error >= 0 && status == 412) {
+                        log_warning("Quarantine of archive '%s' failed: it changed while being copied.",
+                                    q->call.key);
+                        return quarantine_reply_error(q, BUS_ERROR_STORAGE_FAILED,
+                                                      "quarantine failed: the archive changed meanwhile");
+                }
+                if (!ok)
+                        return quarantine_failed(q, t, "copying", error, status);
+                q->step = QUARANTINE_VERIFY;
+                return quarantine_request(q, "HEAD", q->target);
+
+        case QUARANTINE_VERIFY:
+                if (!ok)
+                        return quarantine_failed(q, t, "checking the copy", error, status);
+                /* The same size, and the same ETag (a copy of a single-part object keeps it) or, for
+                 * ETags that are no MD5 (multipart, KMS), the same SHA-256 of ours. */
+                if (!t->response.has_content_length || t->response.content_length != q->size ||
+                    !(etag_equal(t->response.etag, q->etag) ||
+                      (q->has_sha256 && t->response.has_sha256 && streq(t->response.sha256, q->sha256)))) {
+                        log_struct(
+                                LOG_WARNING, 0, LOG_FIELDS("SCOPEBOX_EVENT=archive-quarantine-unverified"),
+                                "Quarantine of archive '%s' failed: its copy '%s' is not what was copied "
+                                "(%llu bytes, ETag %s; the original: %llu bytes, ETag %s). The original is "
+                                "kept where it is.",
+                                q->call.key, q->target, (unsigned long long) t->response.content_length,
+                                t->response.etag, (unsigned long long) q->size, q->etag);
+                        return quarantine_reply_error(q, BUS_ERROR_STORAGE_FAILED,
+                                                      "quarantine failed: the copy could not be verified");
+                }
+                q->step = QUARANTINE_RECHECK_SOURCE;
+                return quarantine_request(q, "HEAD", q->call.key);
+
+        case QUARANTINE_RECHECK_SOURCE:
+                /* Gone, or replaced by a newer archive since: the copy is what was damaged; nothing
+                 * to delete. */
+                if (error >= 0 && status == 404)
+                        return quarantine_done(q, true);
+                if (!ok)
+                        return quarantine_failed(q, t, "looking at the archive again", error, status);
+                if (!etag_equal(t->response.etag, q->etag) || t->response.content_length != q->size)
+                        return quarantine_done(q, false);
+                q->step = QUARANTINE_DELETE_SOURCE;
+                return quarantine_request(q, "DELETE", q->call.key);
+
+        case QUARANTINE_DELETE_SOURCE:
+                if (error < 0 || (status >= 300 && status != 404))
+                        return quarantine_failed(q, t, "deleting the original after its verified copy",
+                                                 error, status);
+                return quarantine_done(q, true);
+        }
+        return -EINVAL;
+}
+
+static void on_quarantine_step(S3Call *call, int error, long status, const char *body, void *userdata) {
+        QuarantineCall *q = userdata;
+        int r;
+
+        r = quarantine_step(q, s3_call_transfer(call), error, status);
+        if (r < 0) {
+                log_warning_errno(r, "Quarantine of archive '%s' failed: %m", q->call.key);
+                (void) quarantine_reply_error(q, BUS_ERROR_STORAGE_FAILED, "quarantine failed: %s",
+                                              strerror(-r));
+        }
+}
+
+int agent_s3_quarantine(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key,
+                        const char *target) {
+        QuarantineCall *q;
+        int r;
+
+        q = calloc(1, sizeof(QuarantineCall));
+        if (!q)
+                return -ENOMEM;
+        *q = (QuarantineCall) { .call = agent_call_start(a, m, key),
+                                .target = strdup(target),
+                                .step = QUARANTINE_HEAD_SOURCE };
+        r = !q->call.key || !q->target ? -ENOMEM : storage_config_copy(c, &q->call.config);
+        if (r >= 0)
+                r = quarantine_request(q, "HEAD", q->call.key);
+        if (r < 0) {
+                quarantine_call_free(q);
+                return r;
+        }
+        return 1;
+}
+
+/* ---- the quarantined archives of a prefix ---- */
+
+typedef struct QuarantineListJob {
+        AgentCall call;
+        char *prefix; /* "<prefix>/workspaces/" */
+        ListingPager pager;
+        QuarantinedList found;
+} QuarantineListJob;
+
+static void quarantine_list_job_free(QuarantineListJob *j) {
+        agent_call_done(&j->call);
+        free(j->prefix);
+        free(j->pager.continuation);
+        quarantined_list_done(&j->found);
+        free(j);
+}
+
+static void quarantine_list_failed(QuarantineListJob *j, const Transfer *t, int error, long status) {
+        log_failed("Listing quarantined archives under", j->prefix, t, error, status);
+        reply_failed(j->call.message, error, status, "listing quarantined archives failed");
+        quarantine_list_job_free(j);
+}
+
+static void on_quarantine_listed(S3Call *call, int error, long status, const char *body, void *userdata) {
+        QuarantineListJob *j = userdata;
+        _cleanup_(s3_listing_done) S3Listing l = {};
+        const char *reason = NULL;
+        int r;
+
+        if (error < 0 || status != 200) {
+                quarantine_list_failed(j, s3_call_transfer(call), error, status);
+                return;
+        }
+        r = pager_parse(&j->pager, call, body, &l, &reason);
+        if (r == -ENOMEM) {
+                quarantine_list_failed(j, NULL, r, 0);
+                return;
+        }
+        if (r < 0) {
+                reply_malformed_listing(&j->call, "Listing quarantined archives", reason);
+                quarantine_list_job_free(j);
+                return;
+        }
+        for (size_t i = 0; i < l.n_entries; i++) {
+                const char *name = startswith(l.entries[i].key, j->prefix);
+                int64_t when;
+
+                /* Directly under workspaces/, as archives are. */
+                if (!name || strchr(name, '/') || !quarantine_key_parse(name, &when, NULL))
+                        continue;
+                r = quarantined_list_add(&j->found, l.entries[i].key, l.entries[i].size, when);
+                if (r < 0) {
+                        quarantine_list_failed(j, NULL, r, 0);
+                        return;
+                }
+        }
+        if (pager_has_next(&j->pager) && !j->found.truncated) {
+                r = pager_request(&j->pager, &j->call, on_quarantine_listed, j);
+                if (r < 0)
+                        quarantine_list_failed(j, NULL, r, 0);
+                return;
+        }
+        agent_reply_quarantined(j->call.message, &j->found);
+        quarantine_list_job_free(j);
+}
+
+int agent_s3_list_quarantined(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *dir_key) {
+        QuarantineListJob *j;
+        int r;
+
+        j = calloc(1, sizeof(QuarantineListJob));
+        if (!j)
+                return -ENOMEM;
+        *j = (QuarantineListJob) { .call = agent_call_start(a, m, NULL) };
+        if (asprintf(&j->prefix, "%s/", dir_key) < 0) {
+                j->prefix = NULL;
+                r = -ENOMEM;
+        } else
+                r = storage_config_copy(c, &j->call.config);
+        if (r >= 0) {
+                pager_reset(&j->pager, j->prefix);
+                r = pager_request(&j->pager, &j->call, on_quarantine_listed, j);
+        }
+        if (r < 0) {
+                quarantine_list_job_free(j);
                 return r;
         }
         return 1;

@@ -55,11 +55,37 @@ int agent_s3_put(Agent *a, sd_bus_message *m, const StorageConfig *c, const char
                  const char *content_type, int data_fd, uint64_t expires_in);
 int agent_s3_delete(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key, bool reply_key);
 int agent_s3_gc(Agent *a, sd_bus_message *m, const StorageConfig *c, int64_t max_age);
+/* QuarantineArchive: moves the object 'key' aside to 'target' (copy, verify, delete). */
+int agent_s3_quarantine(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key,
+                        const char *target);
+/* ListQuarantinedArchives: the quarantined archives directly under 'dir_key' ("<prefix>/workspaces"). */
+int agent_s3_list_quarantined(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *dir_key);
 /* Uploads the first 'size' bytes of s's spool (the size committed), verified end to end. */
 int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint64_t size);
 int agent_s3_open_archive(Agent *a, sd_bus_message *m, const StorageConfig *c, const char *key);
 /* CommitArchive's answer once the archive is stored, wherever that is: logged and replied with its size. */
 void agent_reply_archive_stored(sd_bus_message *m, const char *key, uint64_t size);
+/* The quarantined archives a listing found, at most QUARANTINED_LIST_MAX (a bus message's worth). */
+#define QUARANTINED_LIST_MAX 10000U
+typedef struct QuarantinedArchive {
+        char *key;                    /* the full key */
+        uint64_t size;
+        int64_t when;                 /* quarantined at (Unix seconds, from the name) */
+} QuarantinedArchive;
+typedef struct QuarantinedList {
+        QuarantinedArchive *items;
+        size_t n, allocated;
+        bool truncated;               /* more were there than QUARANTINED_LIST_MAX */
+} QuarantinedList;
+/* Adds one (a copy of 'key'); past QUARANTINED_LIST_MAX only sets 'truncated'. */
+int quarantined_list_add(QuarantinedList *l, const char *key, uint64_t size, int64_t when);
+void quarantined_list_done(QuarantinedList *l);
+/* The journal entry of a quarantine (SCOPEBOX_MESSAGE_ARCHIVE_QUARANTINED). 'replaced': a newer
+ * archive took the original's name meanwhile, so the original was not deleted. */
+void agent_log_quarantined(const char *key, const char *target, uint64_t size, bool replaced);
+/* ListQuarantinedArchives' answer. */
+void agent_reply_quarantined(sd_bus_message *m, const QuarantinedList *l);
+
 /* How a stored archive is damaged (ArchiveDamaged, docs/dbus-api.md). */
 #define ARCHIVE_DAMAGED_TOO_LARGE "larger than SANDBOX_MAX_ARCHIVE_BYTES"
 #define ARCHIVE_DAMAGED_NOT_GZIP "not a gzip stream"

@@ -13,6 +13,7 @@
 #include "archive-verify.h"
 #include "macro.h"
 #include "parse-util.h"
+#include "string-util.h"
 
 DEFINE_CLEANUP_FUNC(EVP_MD_CTX *, EVP_MD_CTX_free);
 
@@ -175,6 +176,18 @@ int archive_gzip_header_check(int fd) {
         return h[0] == 0x1f && h[1] == 0x8b && h[2] == 8 && (h[3] & 0xe0) == 0;
 }
 
+/* An ETag without its quotes: [*ret, *ret + *ret_len). */
+static void etag_unquote(const char *etag, const char **ret, size_t *ret_len) {
+        size_t l = strlen(etag);
+
+        if (l >= 2 && etag[0] == '"' && etag[l - 1] == '"') {
+                etag++;
+                l -= 2;
+        }
+        *ret = etag;
+        *ret_len = l;
+}
+
 int etag_matches_md5(const char *etag, const uint8_t md5[static ARCHIVE_MD5_SIZE]) {
         size_t l;
 
@@ -183,12 +196,19 @@ int etag_matches_md5(const char *etag, const uint8_t md5[static ARCHIVE_MD5_SIZE
         /* A weak validator is not a digest of these bytes. */
         if (strncmp(etag, "W/", 2) == 0)
                 return -EINVAL;
-        l = strlen(etag);
-        if (l >= 2 && etag[0] == '"' && etag[l - 1] == '"') {
-                etag++;
-                l -= 2;
-        }
+        etag_unquote(etag, &etag, &l);
         return hex_matches(etag, l, md5, ARCHIVE_MD5_SIZE);
+}
+
+bool etag_equal(const char *a, const char *b) {
+        const char *x, *y;
+        size_t lx, ly;
+
+        if (isempty(a) || isempty(b) || strncmp(a, "W/", 2) == 0 || strncmp(b, "W/", 2) == 0)
+                return false;
+        etag_unquote(a, &x, &lx);
+        etag_unquote(b, &y, &ly);
+        return lx > 0 && lx == ly && strncasecmp(x, y, lx) == 0;
 }
 
 bool sha256_hex_matches(const char *s, const uint8_t sha256[static ARCHIVE_SHA256_SIZE]) {

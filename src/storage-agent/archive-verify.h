@@ -56,6 +56,10 @@ int archive_gzip_header_check(int fd);
  * -EINVAL not a plain MD5 (nothing to compare). */
 int etag_matches_md5(const char *etag, const uint8_t md5[static ARCHIVE_MD5_SIZE]);
 
+/* Whether two strong ETags name the same object version: equal but for their quotes and the case of
+ * their hex digits (OSS writes them in upper case). Weak or empty ones never are. */
+bool etag_equal(const char *a, const char *b);
+
 /* Whether s is exactly 64 hex digits naming this SHA-256 (case-insensitive). */
 bool sha256_hex_matches(const char *s, const uint8_t sha256[static ARCHIVE_SHA256_SIZE]);
 

@@ -14,6 +14,7 @@
 #include "backend-local.h"
 #include "fs-util.h"
 #include "macro.h"
+#include "quarantine.h"
 #include "string-util.h"
 
 bool local_key_is_reserved(const char *full_key) {
@@ -256,6 +257,9 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
                 /* A staging in place of a killed agent: no object, removed once surely abandoned. */
                 staging = startswith(de->d_name, LOCAL_STAGING_PREFIX);
                 c->scanned++;
+                /* A damaged archive moved aside is kept, whatever its age and wherever it is. */
+                if (quarantine_key_is(de->d_name))
+                        continue;
                 if (staging ? (int64_t) st.st_mtim.tv_sec >= stale
                             : (suffix && !endswith(de->d_name, suffix)) ||
                                       (int64_t) st.st_mtim.tv_sec >= cutoff)
@@ -271,19 +275,89 @@ static int gc_dir(int dir_fd, const char *suffix, int64_t cutoff, unsigned depth
         return 0;
 }
 
-int local_gc(const char *root, const char *dir_key, const char *suffix, int64_t cutoff, GcCounters *c) {
-        _cleanup_close_ int root_fd = -EBADF, fd = -EBADF;
+/* The directory root/dir_key to look through, or -ENOENT when there is none (missing, not a
+ * directory, or ours: the staging directory). dir_key is built from a validated prefix: no "..", not
+ * absolute; it is opened beneath root all the same. */
+static int open_dir_key(const char *root, const char *dir_key) {
+        _cleanup_close_ int root_fd = -EBADF;
+        int fd;
 
         if (local_key_is_reserved(dir_key))
-                return 0;
+                return -ENOENT;
         root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root_fd < 0)
                 return -errno;
-        /* dir_key is built from a validated prefix: no "..", not absolute. */
         fd = openat_beneath(root_fd, dir_key, O_RDONLY | O_DIRECTORY, 0);
-        if (fd == -ENOENT || fd == -ENOTDIR)
+        return fd == -ENOTDIR ? -ENOENT : fd;
+}
+
+int local_gc(const char *root, const char *dir_key, const char *suffix, int64_t cutoff, GcCounters *c) {
+        _cleanup_close_ int fd = open_dir_key(root, dir_key);
+
+        if (fd == -ENOENT)
                 return 0;
         if (fd < 0)
                 return fd;
         return gc_dir(fd, suffix, cutoff, 0, c);
+}
+
+int local_quarantine(const char *root, const char *full_key, const char *quarantined_key) {
+        _cleanup_close_ int dir_fd = -EBADF;
+        const char *name, *qname = strrchr(quarantined_key, '/');
+        struct stat st;
+
+        qname = qname ? qname + 1 : quarantined_key;
+        dir_fd = open_key_dir(root, full_key, false, &name);
+        if (dir_fd == -ENOENT || dir_fd == -ENOTDIR)
+                return -ENOENT;
+        if (dir_fd < 0)
+                return dir_fd;
+        /* What local_open() would not take for an archive is none to move either. */
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -ENOENT;
+        /* The entry itself moves, never what it may point to, and nothing is replaced. A file system
+         * without RENAME_NOREPLACE gets the same from link() (which never replaces) and unlink(). No
+         * fsync of the directory: should a crash forget the rename, the damaged archive is back under
+         * its name, found damaged and moved aside again; and the next archive published into this
+         * directory fsyncs it anyway. */
+        if (renameat2(dir_fd, name, dir_fd, qname, RENAME_NOREPLACE) >= 0)
+                return 0;
+        if (errno != EINVAL && errno != ENOSYS)
+                return -errno;
+        if (linkat(dir_fd, name, dir_fd, qname, 0) < 0)
+                return -errno;
+        if (unlinkat(dir_fd, name, 0) < 0)
+                return -errno;
+        return 0;
+}
+
+int local_list_quarantined(const char *root, const char *dir_key, LocalQuarantinedCallback cb,
+                           void *userdata) {
+        _cleanup_close_ int fd = open_dir_key(root, dir_key);
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        int r, n = 0;
+
+        if (fd == -ENOENT)
+                return 0;
+        if (fd < 0)
+                return fd;
+        r = opendir_at(fd, &d);
+        if (r < 0)
+                return r;
+        FOREACH_DIRENT(de, d, return -errno) {
+                struct stat st;
+                int64_t when;
+
+                if (!quarantine_key_parse(de->d_name, &when, NULL) ||
+                    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+                        continue;
+                r = cb(de->d_name, (uint64_t) st.st_size, when, userdata);
+                if (r < 0)
+                        return r;
+                n++;
+        }
+        return n;
 }

@@ -49,6 +49,17 @@ int local_open(const char *root, const char *full_key, int *ret_fd);
 /* Missing objects are not an error. */
 int local_delete(const char *root, const char *full_key);
 
+/* Moves the archive at 'full_key' aside to 'quarantined_key' (the same key with a suffix: the same
+ * directory), without following links and without replacing anything (-EEXIST). -ENOENT when there
+ * is no archive (as local_open() sees it). */
+int local_quarantine(const char *root, const char *full_key, const char *quarantined_key);
+
+/* Calls cb for each quarantined archive (quarantine.h) directly in root/dir_key: its name there, size
+ * and quarantine time (Unix seconds). Returns how many, or the first negative errno (cb's too). */
+typedef int (*LocalQuarantinedCallback)(const char *name, uint64_t size, int64_t when, void *userdata);
+int local_list_quarantined(const char *root, const char *dir_key, LocalQuarantinedCallback cb,
+                           void *userdata);
+
 typedef struct GcCounters {
         uint64_t deleted;
         uint64_t scanned;
@@ -56,6 +67,6 @@ typedef struct GcCounters {
 } GcCounters;
 
 /* Deletes regular files below root/dir_key strictly older than 'cutoff' (unix seconds); only
- * names ending in 'suffix' when given. A missing directory scans nothing. In-place stagings are
- * only deleted when also older than LOCAL_STAGING_STALE_SEC. */
+ * names ending in 'suffix' when given, never a quarantined archive. A missing directory scans nothing.
+ * In-place stagings are only deleted when also older than LOCAL_STAGING_STALE_SEC. */
 int local_gc(const char *root, const char *dir_key, const char *suffix, int64_t cutoff, GcCounters *c);

@@ -201,6 +201,17 @@ static void test_etag(void) {
         ASSERT_EQ(etag_matches_md5(NULL, md5), -EINVAL);
 }
 
+static void test_etag_equal(void) {
+        ASSERT_TRUE(etag_equal("\"9b2cf535f27731c974343645a3985328\"", "9B2CF535F27731C974343645A3985328"));
+        ASSERT_TRUE(etag_equal("\"abc-2\"", "\"abc-2\""));
+        ASSERT_TRUE(!etag_equal("\"abc-2\"", "\"abc-3\""));
+        ASSERT_TRUE(!etag_equal("W/\"abc\"", "W/\"abc\""));
+        ASSERT_TRUE(!etag_equal("\"\"", "\"\""));
+        ASSERT_TRUE(!etag_equal("", ""));
+        ASSERT_TRUE(!etag_equal(NULL, "abc"));
+        ASSERT_TRUE(!etag_equal("\"abc", "abc"));
+}
+
 static void test_sha256_hex(void) {
         uint8_t sum[ARCHIVE_SHA256_SIZE];
 
@@ -337,6 +348,7 @@ int main(void) {
         RUN(test_digest_slices);
         RUN(test_digest_on_the_event_loop);
         RUN(test_etag);
+        RUN(test_etag_equal);
         RUN(test_sha256_hex);
         RUN(test_response_headers);
         RUN(test_gzip_header);

@@ -175,6 +175,16 @@ try {
     eq(log[0].url, "/vhost/x.txt", "request path has no bucket");
   });
 
+  await check("ali-oss copy: data, ETag and metadata copied; x-oss-forbid-overwrite; copy-source-if-match", async () => {
+    const p = await c.put("copy/src.tgz", payload, { meta: { origin: "copied" } });
+    const r = await c.copy("copy/dst.tgz", "copy/src.tgz", { headers: { "x-oss-copy-source-if-match": p.res.headers.etag } });
+    eq(r.res.status, 200, "copy status");
+    const hd = await c.head("copy/dst.tgz");
+    eq([hd.res.headers.etag, hd.res.headers["content-length"], hd.meta], [p.res.headers.etag, String(payload.length), { origin: "copied" }], "copy's head");
+    await rejects(c.copy("copy/dst.tgz", "copy/src.tgz", { headers: { "x-oss-forbid-overwrite": "true" } }), { code: "FileAlreadyExists", status: 409 }, "forbid-overwrite");
+    await rejects(c.copy("copy/x.tgz", "copy/src.tgz", { headers: { "x-oss-copy-source-if-match": '"0123"' } }), { code: "PreconditionFailed", status: 412 }, "if-match");
+  });
+
   const oddKey = "odd/sp ace+plus~tilde!(x)*'ü/中文 ;=&#%20.tgz";
   await check("keys that need encoding round trip and list", async () => {
     await c.put(oddKey, Buffer.from("odd"));

@@ -303,6 +303,27 @@ try {
     await rejects(c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "workspaces/workspaces/a.tgz", Range: `bytes=${payload.length}-` })), { name: "InvalidRange", status: 416 }, "past the end");
   });
 
+  await check("CopyObject (AWS SDK): data, ETag and metadata copied; copy-source-if-match; missing source; copy_short quirk", async () => {
+    const src = "copy/src ü+.tgz";
+    const p = await c.send(new s3.PutObjectCommand({ Bucket: BUCKET, Key: src, Body: payload, ContentType: "application/gzip", Metadata: { "scopebox-sha256": "ab" } }));
+    const r = await c.send(new s3.CopyObjectCommand({ Bucket: BUCKET, Key: "copy/dst.tgz", CopySource: `${BUCKET}/${encodeURIComponent(src)}`, CopySourceIfMatch: p.ETag }));
+    eq(r.CopyObjectResult?.ETag, p.ETag, "result ETag");
+    const h = await c.send(new s3.HeadObjectCommand({ Bucket: BUCKET, Key: "copy/dst.tgz" }));
+    eq([h.ETag, h.ContentLength, h.ContentType, h.Metadata], [p.ETag, payload.length, "application/gzip", { "scopebox-sha256": "ab" }], "copy's head");
+    assert((await bodyOf(await c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "copy/dst.tgz" })))).equals(payload), "copy's body");
+    await rejects(c.send(new s3.CopyObjectCommand({ Bucket: BUCKET, Key: "copy/x", CopySource: `${BUCKET}/${encodeURIComponent(src)}`, CopySourceIfMatch: '"0123"' })), { name: "PreconditionFailed", status: 412 }, "if-match");
+    await rejects(c.send(new s3.CopyObjectCommand({ Bucket: BUCKET, Key: "copy/x", CopySource: `${BUCKET}/copy/none` })), { name: "NoSuchKey", status: 404 }, "missing source");
+    await rejects(c.send(new s3.HeadObjectCommand({ Bucket: BUCKET, Key: "copy/x" })), { status: 404 }, "no copy made");
+    eq((await fetch(`${endpoint}/__test__/quirks?copy_short=1`, { method: "POST" })).status, 200, "quirk on");
+    try {
+      await c.send(new s3.CopyObjectCommand({ Bucket: BUCKET, Key: "copy/short.tgz", CopySource: `${BUCKET}/${encodeURIComponent(src)}` }));
+    } finally {
+      eq((await fetch(`${endpoint}/__test__/quirks?copy_short=0`, { method: "POST" })).status, 200, "quirk off");
+    }
+    const hs = await c.send(new s3.HeadObjectCommand({ Bucket: BUCKET, Key: "copy/short.tgz" }));
+    assert(hs.ContentLength === payload.length - 1 && hs.ETag !== p.ETag, "copy_short: one byte short, another ETag");
+  });
+
   const oddKey = "odd/sp ace+plus~tilde!(x)*'ü/中文 ;=&?#%20.tgz";
   await check("keys that need encoding (space + ~ ! ( ) * ' ü 中文 ; = & ? # %) round trip and list", async () => {
     await c.send(new s3.PutObjectCommand({ Bucket: BUCKET, Key: oddKey, Body: "odd" }));

@@ -743,7 +743,8 @@ function notImplemented(what) {
 async function putObject(ctx) {
   const { req } = ctx;
   const bucket = getBucket(ctx.bucket);
-  if (req.headers["x-amz-copy-source"] !== undefined || req.headers["x-oss-copy-source"] !== undefined) throw notImplemented("CopyObject");
+  if (req.headers[OSS ? "x-oss-copy-source" : "x-amz-copy-source"] !== undefined) return copyObject(ctx, bucket);
+  if (req.headers["x-amz-copy-source"] !== undefined || req.headers["x-oss-copy-source"] !== undefined) throw notImplemented("CopyObject of the other provider");
   const lengthHeader = req.headers["content-length"];
   if (lengthHeader === undefined) throw new S3Error(411, "MissingContentLength", "You must provide the Content-Length HTTP header.");
   if (Number(lengthHeader) > MAX_PUT_BYTES)
@@ -775,6 +776,66 @@ async function putObject(ctx) {
   const extra = {};
   if (req.headers["x-amz-checksum-crc32"]) extra["x-amz-checksum-crc32"] = req.headers["x-amz-checksum-crc32"];
   sendEmpty(ctx, 200, { etag: etagOf(meta), ...extra });
+}
+
+// CopyObject (S3) / CopyObject (OSS): PUT with x-amz-copy-source / x-oss-copy-source "/bucket/key"
+// (percent-encoded; S3 also takes it without the leading '/'), within one bucket or across buckets.
+// Conditions: x-amz-copy-source-if-match / -if-none-match (412 PreconditionFailed); OSS: the same
+// x-oss- ones and x-oss-forbid-overwrite: true (409 FileAlreadyExists). x-*-metadata-directive COPY
+// (the default: content type, stored headers and user metadata copied) or REPLACE (taken from the
+// request). The data is copied, so the copy keeps the source's ETag. /__test__/quirks?copy_short=1
+// makes copies one byte short (a server that copies wrong), for the callers' verification.
+async function copyObject(ctx, destBucket) {
+  const { req } = ctx;
+  const p = OSS ? "x-oss-" : "x-amz-";
+  await readBody(req, ctx, { toFile: false });
+  let source = req.headers[`${p}copy-source`];
+  if (source.includes("?")) throw notImplemented("CopyObject of a version");
+  source = decodeComponent(source.replace(/^\//, ""));
+  const slash = source.indexOf("/");
+  if (slash <= 0 || slash + 1 >= source.length) throw new S3Error(400, "InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey");
+  const srcBucketName = source.slice(0, slash);
+  const srcKey = source.slice(slash + 1);
+  const srcBucket = getBucket(srcBucketName);
+  const meta = srcBucket.objects.get(srcKey);
+  if (!meta) throw new S3Error(404, "NoSuchKey", "The specified key does not exist.");
+  const ifMatch = req.headers[`${p}copy-source-if-match`];
+  const ifNoneMatch = req.headers[`${p}copy-source-if-none-match`];
+  if ((ifMatch !== undefined && !etagMatches(ifMatch, meta.etag)) || (ifNoneMatch !== undefined && etagMatches(ifNoneMatch, meta.etag)))
+    throw new S3Error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold", [["Condition", ifMatch !== undefined ? `${p}copy-source-if-match` : `${p}copy-source-if-none-match`]]);
+  if (OSS && req.headers["x-oss-forbid-overwrite"] === "true" && destBucket.objects.has(ctx.key))
+    throw new S3Error(409, "FileAlreadyExists", "The object you specified already exists and can not be overwritten.");
+  const directive = (req.headers[`${p}metadata-directive`] ?? "COPY").toUpperCase();
+  if (directive !== "COPY" && directive !== "REPLACE") throw new S3Error(400, "InvalidArgument", `Unknown metadata directive '${directive}'`);
+  const dir = bucketDir(ctx.bucket);
+  const file = `${keyId(ctx.key)}.${crypto.randomBytes(6).toString("hex")}.data`;
+  let data = await fsp.readFile(path.join(bucketDir(srcBucketName), meta.file));
+  if (quirks.copyShort && data.length > 0) data = data.subarray(0, data.length - 1);
+  await writeFileAtomic(path.join(dir, file), data);
+  let copied;
+  if (directive === "COPY") copied = { contentType: meta.contentType, headers: { ...(meta.headers ?? {}) }, userMeta: { ...(meta.userMeta ?? {}) } };
+  else {
+    const headers = {};
+    for (const h of STORED_HEADERS) if (req.headers[h] !== undefined) headers[h] = req.headers[h];
+    const userMeta = {};
+    for (const [k, v] of Object.entries(req.headers)) if (k.startsWith(`${p}meta-`)) userMeta[k] = v;
+    copied = { contentType: req.headers["content-type"] ?? meta.contentType, headers, userMeta };
+  }
+  const dest = {
+    key: ctx.key,
+    size: data.length,
+    etag: quirks.copyShort ? crypto.createHash("md5").update(data).digest("hex") : meta.etag,
+    ...copied,
+    lastModified: Math.floor(Date.now() / 1000) * 1000,
+    file,
+  };
+  await saveMeta(ctx.bucket, dest);
+  const old = destBucket.objects.get(ctx.key);
+  destBucket.objects.set(ctx.key, dest);
+  if (!old) destBucket.sorted = null;
+  if (old && old.file !== file) await fsp.rm(path.join(dir, old.file), { force: true });
+  const result = OSS ? "CopyObjectResult" : `CopyObjectResult xmlns="${XMLNS}"`;
+  sendXml(ctx, 200, `<${result}>${xmlElement("LastModified", new Date(dest.lastModified).toISOString())}${xmlElement("ETag", etagOf(dest))}</CopyObjectResult>`);
 }
 
 function etagMatches(header, etag) {
@@ -1133,7 +1194,7 @@ const HOOK_BODY_MAX = 1 << 20;
 const REQUEST_LOG_MAX = 5000;
 let failures = []; // [{ remaining, status, code, method, bucket }]
 let cuts = []; // [{ remaining, after, method, bucket }]
-const quirks = { ignoreEncodingType: false };
+const quirks = { ignoreEncodingType: false, copyShort: false };
 
 function isLoopback(addr) {
   return addr === "127.0.0.1" || addr === "::1" || addr === "::ffff:127.0.0.1" || /^(::ffff:)?127\./.test(addr ?? "");
@@ -1248,10 +1309,12 @@ async function hooks(ctx, sub) {
       return sendJson(ctx, 200, { key, size: data.length });
     }
     if (sub === "quirks" && req.method === "POST") {
-      const v = single(query, "ignore_encoding_type");
-      if (v !== undefined && v !== "0" && v !== "1") throw new Error(`bad 'ignore_encoding_type=${v}' (0 or 1)`);
-      if (v !== undefined) quirks.ignoreEncodingType = v === "1";
-      return sendJson(ctx, 200, { ignore_encoding_type: quirks.ignoreEncodingType });
+      for (const [param, field] of [["ignore_encoding_type", "ignoreEncodingType"], ["copy_short", "copyShort"]]) {
+        const v = single(query, param);
+        if (v !== undefined && v !== "0" && v !== "1") throw new Error(`bad '${param}=${v}' (0 or 1)`);
+        if (v !== undefined) quirks[field] = v === "1";
+      }
+      return sendJson(ctx, 200, { ignore_encoding_type: quirks.ignoreEncodingType, copy_short: quirks.copyShort });
     }
     if (sub === "log" && req.method === "GET") return sendJson(ctx, 200, requestLog);
     if (sub === "log" && req.method === "DELETE") {
