@@ -682,20 +682,14 @@ int agent_s3_upload_archive(Agent *a, sd_bus_message *m, StagedArchive *s, uint6
 static void archive_download_suspect(ArchiveCall *c, const char *why);
 static void reply_archive_damaged(ArchiveCall *c, const char *why);
 
-/* The download is in the spool and checked as far as the object allows: one more check of our own
- * (is it a gzip stream at all?), then it is handed out from its first byte. */
+/* The download is in the spool and checked as far as the object allows: handed out from its first
+ * byte. */
 static void reply_archive_found(ArchiveCall *c) {
         int r;
 
-        r = archive_gzip_header_check(c->fd);
-        if (r == 0) {
-                archive_download_suspect(c, ARCHIVE_DAMAGED_NOT_GZIP);
-                return;
-        }
-        if (r > 0 && lseek(c->fd, 0, SEEK_SET) < 0)
+        if (lseek(c->fd, 0, SEEK_SET) < 0) {
                 r = -errno;
-        if (r < 0) {
-                log_warning_errno(r, "Failed to read back the download of archive '%s': %m", c->call.key);
+                log_warning_errno(r, "Failed to rewind the download of archive '%s': %m", c->call.key);
                 reply_archive_error(c, "archive download failed: %s", strerror(-r));
                 archive_call_free(c);
                 return;
@@ -721,10 +715,7 @@ static void on_download_hashed(ArchiveDigest *d, int error, void *userdata) {
                         "of 2.",
                         c->call.key, c->expected_sha256, strna(got), c->downloads);
                 archive_download_suspect(c, ARCHIVE_DAMAGED_CHECKSUM);
-        } else if (archive_gzip_header_check(c->fd) == 0)
-                /* Exactly what was stored, and that is no archive: no download will change it. */
-                reply_archive_damaged(c, ARCHIVE_DAMAGED_NOT_GZIP);
-        else
+        } else
                 reply_archive_found(c);
 }
 
@@ -780,8 +771,8 @@ static void on_archive_downloaded(S3Call *call, int error, long status, const ch
                 archive_call_free(c);
                 return;
         }
-        /* Ours carry their SHA-256; the upstream sidecar's don't (our gzip header check, then the
-         * runner's gzip and tar checks, are all there is for those). */
+        /* Ours carry their SHA-256; the upstream sidecar's don't (the runner's gzip and tar checks are
+         * all there is for those). */
         if (!t->response.has_sha256) {
                 reply_archive_found(c);
                 return;

@@ -88,7 +88,6 @@ void agent_reply_quarantined(sd_bus_message *m, const QuarantinedList *l);
 
 /* How a stored archive is damaged (ArchiveDamaged, docs/dbus-api.md). */
 #define ARCHIVE_DAMAGED_TOO_LARGE "larger than SANDBOX_MAX_ARCHIVE_BYTES"
-#define ARCHIVE_DAMAGED_NOT_GZIP "not a gzip stream"
 #define ARCHIVE_DAMAGED_CHECKSUM "checksum mismatch"
 /* Logs that the stored archive 'key' is damaged and sets ArchiveDamaged on 'error' (returns its result). */
 int agent_archive_damaged(const char *key, const char *why, sd_bus_error *error);

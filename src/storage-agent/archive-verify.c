@@ -158,24 +158,6 @@ static int hex_matches(const char *s, size_t len, const uint8_t *bytes, size_t s
         return same;
 }
 
-int archive_gzip_header_check(int fd) {
-        uint8_t h[ARCHIVE_GZIP_HEADER_SIZE];
-        size_t got = 0;
-
-        while (got < sizeof(h)) {
-                ssize_t k = pread(fd, h + got, sizeof(h) - got, (off_t) got);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (k == 0)
-                        return 0;
-                got += (size_t) k;
-        }
-        return h[0] == 0x1f && h[1] == 0x8b && h[2] == 8 && (h[3] & 0xe0) == 0;
-}
-
 /* An ETag without its quotes: [*ret, *ret + *ret_len). */
 static void etag_unquote(const char *etag, const char **ret, size_t *ret_len) {
         size_t l = strlen(etag);

@@ -44,13 +44,6 @@ uint64_t archive_digest_size(const ArchiveDigest *d);
 /* How much has been hashed so far. */
 uint64_t archive_digest_progress(const ArchiveDigest *d);
 
-/* Whether the file starts as a gzip stream does (RFC 1952: 1f 8b, method 8, no reserved flag bits; read
- * with pread(), the file offset is left alone): 1 yes, 0 no (shorter than a header included: every
- * archive is a gzip'd tar), a negative errno when it cannot be read. What can be told of an archive
- * without unpacking it; the runner's unpacking checks the rest. */
-#define ARCHIVE_GZIP_HEADER_SIZE 10
-int archive_gzip_header_check(int fd);
-
 /* Whether an ETag is a plain MD5 of the body (a quoted or bare 32 hex digits; multipart and other
  * composite ETags are not) and if so whether it is this one, case-insensitively: 1 same, 0 different,
  * -EINVAL not a plain MD5 (nothing to compare). */

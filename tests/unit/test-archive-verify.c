@@ -303,46 +303,6 @@ static void test_response_headers(void) {
         ASSERT_EQ(h.status, 0);
 }
 
-/* A gzip stream's header, as gzip(1) writes it, and what is not one. */
-static void test_gzip_header(void) {
-        /* "gzip -c </dev/null": header, empty deflate block, CRC32 and size. */
-        static const uint8_t empty_gz[] = { 0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03,
-                                            0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00 };
-        static const uint8_t named[] = {
-                0x1f, 0x8b, 0x08, 0x08, 0x12, 0x34, 0x56, 0x78, 0x00, 0x03, 'a', 0
-        };
-        static const uint8_t reserved_flag[] = { 0x1f, 0x8b, 0x08, 0x20, 0, 0, 0, 0, 0, 3 };
-        static const uint8_t not_deflate[] = { 0x1f, 0x8b, 0x07, 0x00, 0, 0, 0, 0, 0, 3 };
-        static const uint8_t tar[] = "./\0\0\0\0\0\0\0\0\0\0";
-        int fd;
-
-        fd = memfd_with(empty_gz, sizeof(empty_gz));
-        ASSERT_EQ(archive_gzip_header_check(fd), 1);
-        /* The offset is left where it was (the end, after the write). */
-        ASSERT_EQ(lseek(fd, 0, SEEK_CUR), (off_t) sizeof(empty_gz));
-        safe_close(fd);
-        fd = memfd_with(named, sizeof(named));
-        ASSERT_EQ(archive_gzip_header_check(fd), 1);
-        safe_close(fd);
-
-        const struct {
-                const void *data;
-                size_t size;
-        } bad[] = {
-                { "", 0 },                                 /* empty */
-                { empty_gz, ARCHIVE_GZIP_HEADER_SIZE - 1 }, /* cut inside the header */
-                { reserved_flag, sizeof(reserved_flag) },
-                { not_deflate, sizeof(not_deflate) },
-                { tar, sizeof(tar) },                      /* an uncompressed tar */
-        };
-        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
-                fd = memfd_with(bad[i].data, bad[i].size);
-                ASSERT_EQ(archive_gzip_header_check(fd), 0);
-                safe_close(fd);
-        }
-        ASSERT_EQ(archive_gzip_header_check(-1), -EBADF);
-}
-
 int main(void) {
         RUN(test_digest_known_values);
         RUN(test_digest_slices);
@@ -351,6 +311,5 @@ int main(void) {
         RUN(test_etag_equal);
         RUN(test_sha256_hex);
         RUN(test_response_headers);
-        RUN(test_gzip_header);
         return 0;
 }

@@ -303,6 +303,15 @@ try {
     await rejects(c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "workspaces/workspaces/a.tgz", Range: `bytes=${payload.length}-` })), { name: "InvalidRange", status: 416 }, "past the end");
   });
 
+  await check("test hook: corrupt flips one byte of the next GET's body, not of the object", async () => {
+    await c.send(new s3.PutObjectCommand({ Bucket: BUCKET, Key: "corrupt/x.tgz", Body: payload }));
+    eq((await fetch(`${endpoint}/__test__/corrupt?count=1`, { method: "POST" })).status, 200, "hook");
+    const bad = await bodyOf(await c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "corrupt/x.tgz" })));
+    const diff = [...bad].map((b, i) => b !== payload[i]).filter(Boolean).length;
+    eq([bad.length, diff], [payload.length, 1], "one byte differs");
+    assert((await bodyOf(await c.send(new s3.GetObjectCommand({ Bucket: BUCKET, Key: "corrupt/x.tgz" })))).equals(payload), "the next GET is whole");
+  });
+
   await check("CopyObject (AWS SDK): data, ETag and metadata copied; copy-source-if-match; missing source; copy_short quirk", async () => {
     const src = "copy/src ü+.tgz";
     const p = await c.send(new s3.PutObjectCommand({ Bucket: BUCKET, Key: src, Body: payload, ContentType: "application/gzip", Metadata: { "scopebox-sha256": "ab" } }));

@@ -921,6 +921,16 @@ async function getObject(ctx, head) {
   }
   // Opened before the headers go out: a concurrent replace may unlink the file, but not this descriptor.
   const fh = await fsp.open(file, "r");
+  if (!range && takeCorruption(ctx)) {
+    // /__test__/corrupt: the whole body with one byte flipped in its middle, as if changed on the way;
+    // the object at rest is untouched.
+    const data = await fh.readFile();
+    await fh.close();
+    data[Math.floor(data.length / 2)] ^= 0xff;
+    ctx.res.writeHead(status, { ...baseHeaders(ctx), ...headers });
+    ctx.res.end(data);
+    return;
+  }
   if (ctx.cutAfter !== undefined) {
     // /__test__/cut: the full Content-Length announced, then the connection breaks after cutAfter bytes.
     const start = range ? range.start : 0;
@@ -1194,6 +1204,7 @@ const HOOK_BODY_MAX = 1 << 20;
 const REQUEST_LOG_MAX = 5000;
 let failures = []; // [{ remaining, status, code, method, bucket }]
 let cuts = []; // [{ remaining, after, method, bucket }]
+let corruptions = []; // [{ remaining, bucket }]
 const quirks = { ignoreEncodingType: false, copyShort: false };
 
 function isLoopback(addr) {
@@ -1281,6 +1292,15 @@ async function hooks(ctx, sub) {
       cuts = [];
       return sendJson(ctx, 200, { queued: [] });
     }
+    if (sub === "corrupt" && req.method === "POST") {
+      const c = { remaining: intParam(query, "count", { min: 1 }) ?? 1, bucket: single(query, "bucket") };
+      corruptions.push(c);
+      return sendJson(ctx, 200, { queued: c });
+    }
+    if (sub === "corrupt" && req.method === "DELETE") {
+      corruptions = [];
+      return sendJson(ctx, 200, { queued: [] });
+    }
     if (sub === "object" && req.method === "PUT") {
       // Any key, unsigned: names a signing client would refuse to make (control characters).
       const bucketName = single(query, "bucket");
@@ -1335,6 +1355,14 @@ function takeCut(ctx) {
   if (!c) return undefined;
   if (--c.remaining <= 0) cuts = cuts.filter((x) => x !== c);
   return c.after;
+}
+
+// Whether this GET's body is to be corrupted on the way (a /__test__/corrupt of its bucket).
+function takeCorruption(ctx) {
+  const c = corruptions.find((c) => !c.bucket || c.bucket === ctx.bucket);
+  if (!c) return false;
+  if (--c.remaining <= 0) corruptions = corruptions.filter((x) => x !== c);
+  return true;
 }
 
 function takeFailure(ctx) {
