@@ -17,6 +17,7 @@
 
 #include "address-policy.h"
 #include "macro.h"
+#include "netns.h"
 #include "string-util.h"
 #include "tests.h"
 
@@ -326,18 +327,12 @@ static const char *ip_tool(void) {
         return NULL;
 }
 
-static int write_file(const char *path, const char *text) {
-        _cleanup_fclose_ FILE *f = fopen(path, "we");
+static const char *ip_tool_path;
 
-        if (!f || fputs(text, f) < 0 || fflush(f) != 0)
-                return -errno;
-        return 0;
-}
-
-static void ip(const char *tool, const char *args) {
+static void ip(const char *args) {
         _cleanup_free_ char *cmd = NULL;
 
-        ASSERT_TRUE(asprintf(&cmd, "%s %s", tool, args) > 0);
+        ASSERT_TRUE(asprintf(&cmd, "%s %s", ip_tool_path, args) > 0);
         if (system(cmd) != 0) {
                 fprintf(stderr, "failed: %s\n", cmd);
                 abort();
@@ -347,87 +342,65 @@ static void ip(const char *tool, const char *args) {
 /* What only an administrator can set up, in a network namespace of our own (a user namespace
  * makes it possible unprivileged): a prefix on the loopback, a local (AnyIP) route, and routes
  * that lead nowhere. None of these addresses is internal: only the route tells. */
-static void test_route_lookup_namespace(void) {
-        const char *tool = ip_tool();
-        uid_t uid = getuid();
-        gid_t gid = getgid();
+static void namespace_checks(void) {
+        ip("link set lo up");
+        ip("addr add 11.99.0.1/24 dev lo");
+        ip("route add local 11.98.0.0/24 dev lo");
+        ip("route add 11.97.0.0/24 dev lo");
+        ip("route add blackhole 11.1.0.0/16");
+        ip("route add unreachable 11.2.0.0/16");
+        ip("route add prohibit 11.3.0.0/16");
 
-        if (!tool) {
+        ASSERT_ROUTE("11.99.0.1", ADDRESS_ROUTE_LOCAL);
+        ASSERT_ROUTE("11.99.0.7", ADDRESS_ROUTE_LOCAL); /* inside the prefix on lo */
+        ASSERT_ROUTE("11.98.0.5", ADDRESS_ROUTE_LOCAL); /* AnyIP */
+        ASSERT_ROUTE("11.97.0.5", ADDRESS_ROUTE_LOCAL); /* unicast, out through the loopback */
+        ASSERT_ROUTE("11.99.0.255", ADDRESS_ROUTE_NOT_UNICAST);
+        ASSERT_ROUTE("11.1.0.1", ADDRESS_ROUTE_UNROUTABLE);
+        ASSERT_ROUTE("11.2.0.1", ADDRESS_ROUTE_UNROUTABLE);
+        ASSERT_ROUTE("11.3.0.1", ADDRESS_ROUTE_UNROUTABLE);
+        ASSERT_ROUTE("8.8.8.8", ADDRESS_ROUTE_UNROUTABLE); /* no route at all */
+        ASSERT_ROUTE("::ffff:11.98.0.5", ADDRESS_ROUTE_LOCAL);
+
+        AddressPolicy none = {}, allowed = {};
+        AddressRoute why;
+        ASSERT_EQ(check(&none, "11.99.0.7", &why), 0);
+        ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
+        ASSERT_EQ(check(&none, "::ffff:11.98.0.5", &why), 0);
+        ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
+        ASSERT_EQ(check(&none, "64:ff9b::b62:5", &why), 0); /* 64:ff9b::11.98.0.5: no IPv6 route */
+        ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
+        ASSERT_EQ(check(&none, "11.2.0.1", &why), 0);
+        ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
+        ASSERT_EQ(address_policy_parse("11.98.0.0/24", &allowed, NULL), 0);
+        ASSERT_EQ(check(&allowed, "11.98.0.5", NULL), 1);
+        ASSERT_EQ(check(&allowed, "11.99.0.7", NULL), 0);
+        address_policy_done(&allowed);
+
+        /* A NAT64 address whose IPv6 route leaves through a real interface is still refused
+         * when the IPv4 address inside is this host's (a translator here would deliver it). */
+        _cleanup_free_ char *dummy = NULL;
+        ASSERT_TRUE(asprintf(&dummy, "%s link add sb0 type dummy 2>/dev/null", ip_tool_path) > 0);
+        if (system(dummy) != 0) /* no dummy module: a veth pair does as well */
+                ip("link add sb0 type veth peer name sb1");
+        ip("link set sb0 up");
+        ip("-6 addr add fd99::1/64 dev sb0 nodad");
+        ip("-6 route add 64:ff9b::/96 via fd99::2 dev sb0");
+        ASSERT_ROUTE("64:ff9b::b62:5", ADDRESS_ROUTE_REMOTE);
+        ASSERT_EQ(check(&none, "64:ff9b::b62:5", &why), 0);
+        ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
+        ASSERT_EQ(check(&none, "64:ff9b::808:808", &why), 0);
+        ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
+}
+
+static void test_route_lookup_namespace(void) {
+        ip_tool_path = ip_tool();
+        if (!ip_tool_path) {
                 printf("# SKIP test_route_lookup_namespace: no ip(8) to set up routes with\n");
                 return;
         }
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                char map[64];
-
-                if (unshare(CLONE_NEWNET) < 0) {
-                        /* Unprivileged: a user namespace owns the network namespace. */
-                        if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0) {
-                                printf("# SKIP test_route_lookup_namespace: no network namespace (%s)\n",
-                                       strerror(errno));
-                                _exit(77);
-                        }
-                        snprintf(map, sizeof(map), "0 %u 1", (unsigned) uid);
-                        ASSERT_EQ(write_file("/proc/self/uid_map", map), 0);
-                        ASSERT_EQ(write_file("/proc/self/setgroups", "deny"), 0);
-                        snprintf(map, sizeof(map), "0 %u 1", (unsigned) gid);
-                        ASSERT_EQ(write_file("/proc/self/gid_map", map), 0);
-                }
-                ip(tool, "link set lo up");
-                ip(tool, "addr add 11.99.0.1/24 dev lo");
-                ip(tool, "route add local 11.98.0.0/24 dev lo");
-                ip(tool, "route add 11.97.0.0/24 dev lo");
-                ip(tool, "route add blackhole 11.1.0.0/16");
-                ip(tool, "route add unreachable 11.2.0.0/16");
-                ip(tool, "route add prohibit 11.3.0.0/16");
-
-                ASSERT_ROUTE("11.99.0.1", ADDRESS_ROUTE_LOCAL);
-                ASSERT_ROUTE("11.99.0.7", ADDRESS_ROUTE_LOCAL); /* inside the prefix on lo */
-                ASSERT_ROUTE("11.98.0.5", ADDRESS_ROUTE_LOCAL); /* AnyIP */
-                ASSERT_ROUTE("11.97.0.5", ADDRESS_ROUTE_LOCAL); /* unicast, out through the loopback */
-                ASSERT_ROUTE("11.99.0.255", ADDRESS_ROUTE_NOT_UNICAST);
-                ASSERT_ROUTE("11.1.0.1", ADDRESS_ROUTE_UNROUTABLE);
-                ASSERT_ROUTE("11.2.0.1", ADDRESS_ROUTE_UNROUTABLE);
-                ASSERT_ROUTE("11.3.0.1", ADDRESS_ROUTE_UNROUTABLE);
-                ASSERT_ROUTE("8.8.8.8", ADDRESS_ROUTE_UNROUTABLE); /* no route at all */
-                ASSERT_ROUTE("::ffff:11.98.0.5", ADDRESS_ROUTE_LOCAL);
-
-                AddressPolicy none = {}, allowed = {};
-                AddressRoute why;
-                ASSERT_EQ(check(&none, "11.99.0.7", &why), 0);
-                ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
-                ASSERT_EQ(check(&none, "::ffff:11.98.0.5", &why), 0);
-                ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
-                ASSERT_EQ(check(&none, "64:ff9b::b62:5", &why), 0); /* 64:ff9b::11.98.0.5: no IPv6 route */
-                ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
-                ASSERT_EQ(check(&none, "11.2.0.1", &why), 0);
-                ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
-                ASSERT_EQ(address_policy_parse("11.98.0.0/24", &allowed, NULL), 0);
-                ASSERT_EQ(check(&allowed, "11.98.0.5", NULL), 1);
-                ASSERT_EQ(check(&allowed, "11.99.0.7", NULL), 0);
-                address_policy_done(&allowed);
-
-                /* A NAT64 address whose IPv6 route leaves through a real interface is still refused
-                 * when the IPv4 address inside is this host's (a translator here would deliver it). */
-                ip(tool, "link add sb0 type dummy 2>/dev/null || "
-                         "ip link add sb0 type veth peer name sb1");
-                ip(tool, "link set sb0 up");
-                ip(tool, "-6 addr add fd99::1/64 dev sb0 nodad");
-                ip(tool, "-6 route add 64:ff9b::/96 via fd99::2 dev sb0");
-                ASSERT_ROUTE("64:ff9b::b62:5", ADDRESS_ROUTE_REMOTE);
-                ASSERT_EQ(check(&none, "64:ff9b::b62:5", &why), 0);
-                ASSERT_EQ(why, ADDRESS_ROUTE_LOCAL);
-                ASSERT_EQ(check(&none, "64:ff9b::808:808", &why), 0);
-                ASSERT_EQ(why, ADDRESS_ROUTE_UNROUTABLE);
-                _exit(EXIT_SUCCESS);
-        }
-        int status;
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
-        ASSERT_TRUE(WIFEXITED(status));
-        if (WEXITSTATUS(status) == 77)
-                return;
-        ASSERT_EQ(WEXITSTATUS(status), 0);
+        if (netns_run(NULL, namespace_checks) == NETNS_UNAVAILABLE)
+                printf("# SKIP test_route_lookup_namespace: no network namespace to be had\n");
 }
 
 static bool prefixes_have(const AddressPrefix *list, size_t n, int family, const void *bytes,
