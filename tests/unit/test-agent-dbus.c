@@ -389,6 +389,7 @@ static void test_local_quarantine_never_follows(void) {
         /* A directory of the key's that is a symlink is not followed either. */
         local_archive(&t, "d", "y");
         dir = path_in(&t, "p");
+        free(archive);
         ASSERT_TRUE(asprintf(&archive, "%s/storage/moved", t.root) > 0);
         ASSERT_EQ(rename(dir, archive), 0);
         ASSERT_EQ(symlink(archive, dir), 0);
