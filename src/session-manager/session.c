@@ -733,6 +733,18 @@ static int session_enqueue(Session *s, json_object *message, int fd, uint64_t ti
                                     NULL);
 }
 
+/* One of our own control requests that is only its op ("ping", "reset-inputs"), ahead of the
+ * client's. Fails only when nothing was queued. */
+static int session_enqueue_op(Session *s, const char *op, RunnerReplyCallback cb) {
+        json_object *msg;
+        int r;
+
+        r = runner_request_op(op, &msg);
+        if (r < 0)
+                return r;
+        return session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, cb, NULL);
+}
+
 /* ---- idle TTL ---- */
 
 static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -880,7 +892,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                              void *userdata) {
         Session *s = userdata;
         json_object *init;
-        int r, jr = 0;
+        int r;
 
         s->start_job = systemd_job_free(s->start_job);
         if (s->state == SESSION_STOPPING) {
@@ -911,30 +923,19 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                 return;
         }
 
-        init = json_object_new_object();
-        if (!init) {
-                session_start_done(s, -ENOMEM, "out of memory");
-                return;
-        }
-        json_add_checked(init, "op", json_object_new_string("init"), &jr);
-        json_add_checked(init, "uid", json_object_new_int64((int64_t) s->uid), &jr);
-        json_add_checked(init, "gid", json_object_new_int64((int64_t) s->uid), &jr);
-        json_add_checked(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size),
-                         &jr);
-        json_add_checked(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size), &jr);
-        json_add_checked(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent),
-                         &jr);
-        /* A run's session has one exec, in another profile: nothing to keep warm. */
-        if (m->config.preload)
-                json_add_checked(init, "preload_modules",
-                                 json_object_new_string(strempty(m->config.preload_modules)), &jr);
-        json_add_checked(init, "idle_backstop_sec",
-                         json_object_new_int64((int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) /
-                                                          USEC_PER_SEC)),
-                         &jr);
-        if (jr < 0) {
-                json_object_put(init);
-                session_start_done(s, -ENOMEM, "out of memory");
+        r = runner_request_init(
+                &(RunnerInitRequest) {
+                        .uid = s->uid,
+                        .gid = s->uid,
+                        .workspace_size = m->config.workspace_size,
+                        .tmp_size = m->config.tmp_size,
+                        .cpus_percent = m->config.cpu_quota_percent,
+                        .preload_modules = m->config.preload ? strempty(m->config.preload_modules) : NULL,
+                        .idle_backstop_sec = (s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC,
+                },
+                &init);
+        if (r < 0) {
+                session_start_done(s, r, "out of memory");
                 return;
         }
         r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);
@@ -1330,11 +1331,11 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
                  ExecCall **ret_call) {
         _cleanup_close_ int fd = code_fd, stream_fd = -EBADF;
-        json_object *msg;
+        json_object *msg = NULL;
         ExecCall *c;
         char exec_id[32];
         Config *cfg = &s->manager->config;
-        int r, jr = 0;
+        int r;
 
         if (s->state != SESSION_RUNNING)
                 return -ENXIO;
@@ -1347,52 +1348,38 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         snprintf(exec_id, sizeof(exec_id), "%08x%08llx", (unsigned) getpid(),
                  (unsigned long long) ++s->manager->exec_counter);
 
-        msg = json_object_new_object();
-        c = calloc(1, sizeof(ExecCall));
-        if (!msg || !c) {
+        /* Never an exec without a member it should have (no_processes, say: the dify profile). */
+        r = runner_request_exec(
+                &(RunnerExecRequest) {
+                        .exec_id = exec_id,
+                        .timeout_ms = p->timeout_ms,
+                        .output_limit = p->output_limit,
+                        .max_artifact_bytes = cfg->max_artifact_bytes,
+                        .max_files = cfg->max_files_per_exec,
+                        .max_total_artifact_bytes = cfg->max_total_artifact_bytes,
+                        .memory_limit = cfg->memory_limit,
+                        .language = p->language,
+                        .no_processes = p->no_processes,
+                        /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided
+                         * per exec, so that switching it takes effect for the sessions that exist). */
+                        .cold = !cfg->preload,
+                        /* A stateful session's python cells run in its kernel (the sidecar profile). */
+                        .stateful = s->stateful && (!p->language || streq(p->language, "python3")) &&
+                                    !p->no_processes && !p->network,
+                        .network = p->network,
+                        .http_proxy = p->http_proxy,
+                        .https_proxy = p->https_proxy,
+                },
+                &msg);
+        c = r < 0 ? NULL : calloc(1, sizeof(ExecCall));
+        if (!c) {
                 json_object_put(msg);
-                free(c);
-                metrics_count_exec(&s->manager->metrics, -ENOMEM, NULL);
-                return -ENOMEM;
+                r = r < 0 ? r : -ENOMEM;
+                metrics_count_exec(&s->manager->metrics, r, NULL);
+                return r;
         }
         *c = (ExecCall) { .session = s, .callback = cb, .userdata = userdata };
         memcpy(c->exec_id, exec_id, sizeof(c->exec_id));
-        json_add_checked(msg, "op", json_object_new_string("exec"), &jr);
-        json_add_checked(msg, "exec_id", json_object_new_string(exec_id), &jr);
-        json_add_checked(msg, "timeout_ms", json_object_new_int64((int64_t) p->timeout_ms), &jr);
-        json_add_checked(msg, "output_limit", json_object_new_int64((int64_t) p->output_limit), &jr);
-        json_add_checked(msg, "max_artifact_bytes", json_object_new_int64((int64_t) cfg->max_artifact_bytes),
-                         &jr);
-        json_add_checked(msg, "max_files", json_object_new_int64((int64_t) cfg->max_files_per_exec), &jr);
-        json_add_checked(msg, "max_total_artifact_bytes",
-                         json_object_new_int64((int64_t) cfg->max_total_artifact_bytes), &jr);
-        json_add_checked(msg, "memory_limit", json_object_new_int64((int64_t) cfg->memory_limit), &jr);
-        if (p->language)
-                json_add_checked(msg, "language", json_object_new_string(p->language), &jr);
-        if (p->no_processes)
-                json_add_checked(msg, "no_processes", json_object_new_boolean(true), &jr);
-        /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided per exec,
-         * so that switching it takes effect for the sessions that exist). */
-        if (!cfg->preload)
-                json_add_checked(msg, "cold", json_object_new_boolean(true), &jr);
-        /* A stateful session's python cells run in its kernel (the sidecar profile only). */
-        if (s->stateful && (!p->language || streq(p->language, "python3")) && !p->no_processes &&
-            !p->network)
-                json_add_checked(msg, "stateful", json_object_new_boolean(true), &jr);
-        if (p->network) {
-                json_add_checked(msg, "network", json_object_new_boolean(true), &jr);
-                if (!isempty(p->http_proxy))
-                        json_add_checked(msg, "http_proxy", json_object_new_string(p->http_proxy), &jr);
-                if (!isempty(p->https_proxy))
-                        json_add_checked(msg, "https_proxy", json_object_new_string(p->https_proxy), &jr);
-        }
-        /* Never an exec without a member it should have (no_processes, say: the dify profile). */
-        if (jr < 0) {
-                json_object_put(msg);
-                free(c);
-                metrics_count_exec(&s->manager->metrics, jr, NULL);
-                return jr;
-        }
 
         if (p->stream_fd >= 0) {
                 stream_fd = fcntl(p->stream_fd, F_DUPFD_CLOEXEC, 3);
@@ -1427,14 +1414,13 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
 
 static int exec_call_send_cancel(Session *s, ExecCall *c) {
         _cleanup_json_ json_object *msg = NULL;
+        int r;
 
         if (!s->runner_cancels || s->control_fd < 0)
                 return -EOPNOTSUPP;
-        msg = json_object_new_object();
-        if (!msg)
-                return -ENOMEM;
-        json_object_object_add(msg, "op", json_object_new_string("cancel"));
-        json_object_object_add(msg, "exec_id", json_object_new_string(c->exec_id));
+        r = runner_request_cancel(c->exec_id, &msg);
+        if (r < 0)
+                return r;
         return runner_message_send(s->control_fd, msg, NULL, 0);
 }
 
@@ -1713,8 +1699,12 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
                 return;
         }
         s->manager->metrics.archive_failures++;
-        free(s->archive_error);
-        s->archive_error = strdup(why);
+        /* Out of memory, the reason of the attempt before stays. */
+        char *error = strdup(why);
+        if (error) {
+                free(s->archive_error);
+                s->archive_error = error;
+        }
         if (s->archive_first_failure_realtime_usec == 0)
                 s->archive_first_failure_realtime_usec = now;
         deadline = s->archive_first_failure_realtime_usec + c->archive_retry_deadline_sec * USEC_PER_SEC;
@@ -1845,7 +1835,7 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
 static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
         Config *c = &s->manager->config;
-        json_object *msg;
+        json_object *msg = NULL;
         const char *token;
         int fd, r;
 
@@ -1862,17 +1852,14 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         }
         s->archive_token = strdup(token);
         fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        msg = json_object_new_object();
-        if (!s->archive_token || fd < 0 || !msg) {
+        r = runner_request_archive(false, c->max_archive_bytes, c->archive_timeout_sec, &msg);
+        if (!s->archive_token || fd < 0 || r < 0) {
                 safe_close(fd);
                 json_object_put(msg);
                 storage_abort(s, token);
                 session_archive_failed_errno(s, ENOMEM, "failed to stage the archive");
                 return 0;
         }
-        json_object_object_add(msg, "op", json_object_new_string("archive"));
-        json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->max_archive_bytes));
-        json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
         r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
                             false, true, on_runner_archived, NULL);
         if (r < 0) {
@@ -1924,16 +1911,12 @@ static void on_retry_ping(Session *s, int error, const char *message, json_objec
 
 static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata) {
         Session *s = userdata;
-        json_object *ping;
 
         if (!s->releasing)
                 return 0;
         /* The runner first: it is alive, and its idle backstop hears of us, however long storage
-         * takes to come back. */
-        ping = json_object_new_object();
-        if (!ping || (json_object_object_add(ping, "op", json_object_new_string("ping")),
-                      session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true,
-                                      on_retry_ping, NULL)) < 0)
+         * takes to come back. (Without the ping, the attempt finds out by itself.) */
+        if (session_enqueue_op(s, "ping", on_retry_ping) < 0)
                 session_archive_attempt(s);
         return 0;
 }
@@ -1990,9 +1973,13 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                         if (!session_archive_in_flight(s))
                                 session_discard(s, session_effective_storage(s, NULL), stem);
                         else {
-                                /* After the attempt that is under way, whatever its outcome. */
+                                /* After the attempt that is under way, whatever its outcome. Without
+                                 * the stem that attempt would end as a store: the discard fails. */
+                                char *copy = strdup(stem);
+                                if (!copy)
+                                        return -ENOMEM;
                                 free(s->discard_stem);
-                                s->discard_stem = strdup(stem);
+                                s->discard_stem = copy;
                                 s->archive_superseded = true;
                                 s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
                         }
@@ -2196,12 +2183,12 @@ static void on_inputs_reset(Session *s, int error, const char *message, json_obj
         session_start_done(s, 0, NULL);
 }
 
+/* Inputs that can't be cleared are logged and the session starts, as when the runner fails to
+ * (on_inputs_reset()): a session never stays STARTING for it. */
 static void session_reset_inputs_then_ready(Session *s) {
-        json_object *msg = json_object_new_object();
-        if (!msg || (json_object_object_add(msg, "op", json_object_new_string("reset-inputs")),
-                     session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true,
-                                     on_inputs_reset, NULL)) < 0)
-                session_start_done(s, 0, NULL);
+        int r = session_enqueue_op(s, "reset-inputs", on_inputs_reset);
+        if (r < 0)
+                on_inputs_reset(s, r, "failed to ask the runner", NULL, -EBADF, NULL);
 }
 
 /* The stored archive could not be restored. The create fails (the archive stays as it is, a retry
@@ -2253,7 +2240,7 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
 static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
         Config *c = &s->manager->config;
-        json_object *msg;
+        json_object *msg = NULL;
         struct stat st;
         int found = 0, fd, r;
 
@@ -2284,8 +2271,9 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
                 return 0;
         }
         fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        msg = json_object_new_object();
-        if (fd < 0 || !msg) {
+        /* Expansion is bounded like the workspace itself. */
+        r = runner_request_archive(true, c->workspace_size, c->archive_timeout_sec, &msg);
+        if (fd < 0 || r < 0) {
                 safe_close(fd);
                 json_object_put(msg);
                 session_restore_failed(s, false, "out of memory");
@@ -2293,10 +2281,6 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         }
         /* Counted as restored once the runner unpacked it. */
         s->restore_size = fstat(fd, &st) >= 0 && S_ISREG(st.st_mode) ? (uint64_t) st.st_size : 0;
-        json_object_object_add(msg, "op", json_object_new_string("restore"));
-        /* Expansion is bounded like the workspace itself. */
-        json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->workspace_size));
-        json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
         r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
                             false, true, on_runner_restored, NULL);
         if (r < 0)
@@ -2375,21 +2359,16 @@ static void on_file_reply(Session *s, int error, const char *message, json_objec
         free(c);
 }
 
-/* Takes over message and fd. */
-static int session_file_request(Session *s, json_object *msg, int fd, FileCallback cb, void *userdata) {
-        FileCall *c;
+/* Takes over fd; 'built' is what building msg returned (it fails the call, after the checks). */
+static int session_file_request(Session *s, int built, json_object *msg, int fd, FileCallback cb,
+                                void *userdata) {
+        FileCall *c = NULL;
         int r;
 
-        if (s->state != SESSION_RUNNING) {
+        if (s->state != SESSION_RUNNING || built < 0 || !(c = calloc(1, sizeof(FileCall)))) {
                 json_object_put(msg);
                 safe_close(fd);
-                return -ENXIO;
-        }
-        c = calloc(1, sizeof(FileCall));
-        if (!c) {
-                json_object_put(msg);
-                safe_close(fd);
-                return -ENOMEM;
+                return s->state != SESSION_RUNNING ? -ENXIO : built < 0 ? built : -ENOMEM;
         }
         *c = (FileCall) { .callback = cb, .userdata = userdata };
         r = session_enqueue(s, msg, fd, SESSION_CONTROL_TIMEOUT_USEC, false, false, on_file_reply, c);
@@ -2398,52 +2377,34 @@ static int session_file_request(Session *s, json_object *msg, int fd, FileCallba
         return r;
 }
 
-static json_object *file_message(const char *op, const char *relative) {
-        json_object *msg = json_object_new_object();
-        if (!msg)
-                return NULL;
-        json_object_object_add(msg, "op", json_object_new_string(op));
-        if (relative)
-                json_object_object_add(msg, "path", json_object_new_string(relative));
-        return msg;
-}
-
 int session_write_file(Session *s, const char *relative, int data_fd, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("write", relative);
-        if (!msg) {
-                safe_close(data_fd);
-                return -ENOMEM;
-        }
-        return session_file_request(s, msg, data_fd, cb, userdata);
+        json_object *msg = NULL;
+        int r = runner_request_write(relative, &msg);
+        return session_file_request(s, r, msg, data_fd, cb, userdata);
 }
 
 int session_read_file(Session *s, const char *relative, uint64_t max, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("read", relative);
-        if (!msg)
-                return -ENOMEM;
-        json_object_object_add(msg, "max", json_object_new_int64((int64_t) max));
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        json_object *msg = NULL;
+        int r = runner_request_read(relative, max, &msg);
+        return session_file_request(s, r, msg, -EBADF, cb, userdata);
+}
+
+static int session_file_op(Session *s, const char *op, FileCallback cb, void *userdata) {
+        json_object *msg = NULL;
+        int r = runner_request_op(op, &msg);
+        return session_file_request(s, r, msg, -EBADF, cb, userdata);
 }
 
 int session_list_files(Session *s, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("list", NULL);
-        if (!msg)
-                return -ENOMEM;
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        return session_file_op(s, "list", cb, userdata);
 }
 
 int session_reset_inputs(Session *s, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("reset-inputs", NULL);
-        if (!msg)
-                return -ENOMEM;
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        return session_file_op(s, "reset-inputs", cb, userdata);
 }
 
 int session_reset_kernel(Session *s, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("reset-kernel", NULL);
-        if (!msg)
-                return -ENOMEM;
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        return session_file_op(s, "reset-kernel", cb, userdata);
 }
 
 /* ---- recovery after a restart of the manager ---- */
@@ -2477,16 +2438,17 @@ int session_recover(Session *s) {
         json_object *ping;
         int r;
 
+        /* Built first: a recovery that can't even ask fails with the session as it was. */
+        r = runner_request_op("ping", &ping);
+        if (r < 0)
+                return r;
         s->state = s->releasing ? SESSION_STOPPING : SESSION_RUNNING;
         r = session_connect(s);
         if (r < 0) {
+                json_object_put(ping);
                 session_cleanup_stale(s, "runner unreachable after a restart");
                 return 0;
         }
-        ping = json_object_new_object();
-        if (!ping)
-                return -ENOMEM;
-        json_object_object_add(ping, "op", json_object_new_string("ping"));
         return session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_recover_ping,
                                NULL);
 }
