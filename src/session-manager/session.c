@@ -1607,9 +1607,45 @@ static void storage_reply_begin(sd_bus_slot **slot) {
         *slot = sd_bus_slot_unref(*slot);
 }
 
+/* For logs and messages only: no decision is taken on it. */
 static const char *bus_reply_error(sd_bus_message *reply) {
         const sd_bus_error *e = sd_bus_message_get_error(reply);
         return e && e->message ? e->message : e && e->name ? e->name : "malformed reply";
+}
+
+/* What an answer of the storage agent means, by its error name (bus-contract.h). */
+typedef enum StorageAnswer {
+        STORAGE_ANSWER_OK,
+        /* InvalidArgs, StorageNotConfigured: the block is not usable by the contract's own rules
+         * (invalid, or not effective where the agent runs): archives and restores are no-ops. */
+        STORAGE_ANSWER_NOT_EFFECTIVE,
+        STORAGE_ANSWER_REFUSED,            /* StorageRefused: our endpoint policy refuses it */
+        STORAGE_ANSWER_POLICY_UNAVAILABLE, /* PolicyUnavailable: the agent can't tell; may pass later */
+        STORAGE_ANSWER_DAMAGED,            /* ArchiveDamaged: the stored archive can't be restored */
+        STORAGE_ANSWER_NOT_FOUND,          /* NotFound */
+        /* Anything else (StorageFailed, UnknownToken, no reply, no agent): a retry may succeed. */
+        STORAGE_ANSWER_FAILED,
+} StorageAnswer;
+
+static StorageAnswer storage_answer(sd_bus_message *reply) {
+        static const struct {
+                const char *name;
+                StorageAnswer answer;
+        } answers[] = {
+                { SD_BUS_ERROR_INVALID_ARGS, STORAGE_ANSWER_NOT_EFFECTIVE },
+                { BUS_ERROR_STORAGE_NOT_CONFIGURED, STORAGE_ANSWER_NOT_EFFECTIVE },
+                { BUS_ERROR_STORAGE_REFUSED, STORAGE_ANSWER_REFUSED },
+                { BUS_ERROR_POLICY_UNAVAILABLE, STORAGE_ANSWER_POLICY_UNAVAILABLE },
+                { BUS_ERROR_ARCHIVE_DAMAGED, STORAGE_ANSWER_DAMAGED },
+                { BUS_ERROR_NOT_FOUND, STORAGE_ANSWER_NOT_FOUND },
+        };
+
+        if (!sd_bus_message_is_method_error(reply, NULL))
+                return STORAGE_ANSWER_OK;
+        for (size_t i = 0; i < ELEMENTSOF(answers); i++)
+                if (sd_bus_message_is_method_error(reply, answers[i].name))
+                        return answers[i].answer;
+        return STORAGE_ANSWER_FAILED;
 }
 
 /* The release waiters hear the outcome now; the session goes on without them. */
@@ -1776,13 +1812,11 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
 
         storage_reply_begin(&s->archive_slot);
         s->archive_token = mfree(s->archive_token);
-        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "t", &size) < 0) {
-                /* A refusal of the block (the endpoint's addresses are not allowed) stays a refusal;
-                 * an unknown token means the agent restarted in between: a new attempt stages anew. */
-                const char *why = bus_reply_error(reply);
-                session_archive_failed(s, sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS) &&
-                                                  !strstr(why, "unknown archive token"),
-                                       why);
+        if (storage_answer(reply) != STORAGE_ANSWER_OK || sd_bus_message_read(reply, "t", &size) < 0) {
+                /* The block was taken at BeginArchive: whatever fails now (an unknown token: the
+                 * agent restarted in between; the endpoint refused or unreachable at the upload)
+                 * keeps the workspace, and a new attempt stages anew. */
+                session_archive_failed(s, false, bus_reply_error(reply));
                 return 0;
         }
         s->manager->metrics.archive_bytes_written += size;
@@ -1841,8 +1875,10 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
 
         storage_reply_begin(&s->archive_slot);
         if (sd_bus_message_is_method_error(reply, NULL)) {
-                /* A storage block the agent refuses (not effective, endpoint not allowed) stays refused. */
-                session_archive_failed(s, sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS),
+                /* Only a block that is not effective by the contract's rules has nothing to archive
+                 * to. One our endpoint policy refuses, or can't judge now, is the client's storage
+                 * all the same: the workspace is kept and retried, as for storage down. */
+                session_archive_failed(s, storage_answer(reply) == STORAGE_ANSWER_NOT_EFFECTIVE,
                                        bus_reply_error(reply));
                 return 0;
         }
@@ -2219,6 +2255,25 @@ static void session_restore_failed(Session *s, bool unpacked, const char *why) {
         session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
 }
 
+/* The client's storage block may not be used now (our endpoint policy refuses it, or can't tell):
+ * the create fails with that error, by name, rather than start empty over the client's archive. */
+static void session_restore_refused(Session *s, const char *error_name, int error, const char *why) {
+        bool refused = streq(error_name, BUS_ERROR_STORAGE_REFUSED);
+
+        if (!refused)
+                s->manager->metrics.restore_failures++;
+        /* A client chooses its endpoint (info); the policy that can't decide is the host's. */
+        log_struct(refused ? LOG_INFO : LOG_WARNING, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id),
+                              refused ? "SCOPEBOX_EVENT=restore-refused" : "SCOPEBOX_EVENT=restore-failed",
+                              strjoina("SCOPEBOX_ARCHIVE_STEM=", session_archive_stem(s, NULL)),
+                              refused ? NULL : SCOPEBOX_MESSAGE_RESTORE_FAILED),
+                   "Not creating session %s: the storage agent %s its storage block (%s).", s->id,
+                   refused ? "refuses" : "can't judge", why);
+        s->start_error_name = error_name;
+        session_start_done(s, error, why);
+}
+
 static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd,
                                void *userdata) {
         json_object *v;
@@ -2249,16 +2304,24 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
                 session_finalize(s);
                 return 0;
         }
-        if (sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS)) {
-                /* A storage block the agent may not use (endpoint not allowed, not effective there):
-                 * as without storage, nothing is restored, and nothing will be archived either. */
+        switch (storage_answer(reply)) {
+        case STORAGE_ANSWER_OK:
+                break;
+        case STORAGE_ANSWER_NOT_EFFECTIVE:
+                /* Not effective by the contract's own rules (invalid, or not configured where the
+                 * agent runs): as without storage, nothing is restored, nothing will be archived. */
                 log_struct(LOG_WARNING, 0,
                            LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
                            "Not restoring session %s, starting empty: %s", s->id, bus_reply_error(reply));
                 session_reset_inputs_then_ready(s);
                 return 0;
-        }
-        if (sd_bus_message_is_method_error(reply, NULL)) {
+        case STORAGE_ANSWER_REFUSED:
+                session_restore_refused(s, BUS_ERROR_STORAGE_REFUSED, -EADDRNOTAVAIL, bus_reply_error(reply));
+                return 0;
+        case STORAGE_ANSWER_POLICY_UNAVAILABLE:
+                session_restore_refused(s, BUS_ERROR_POLICY_UNAVAILABLE, -ENETDOWN, bus_reply_error(reply));
+                return 0;
+        default:
                 session_restore_failed(s, false, bus_reply_error(reply));
                 return 0;
         }
@@ -2286,6 +2349,10 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         if (r < 0)
                 session_restore_failed(s, false, "failed to ask the runner to unpack it");
         return 0;
+}
+
+const char *session_start_error_name(const Session *s, int error) {
+        return s->start_error_name ?: bus_error_name_from_errno(error);
 }
 
 static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdata);

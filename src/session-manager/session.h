@@ -177,6 +177,9 @@ struct Session {
         bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
         bool release_told;          /* the release waiters heard the outcome already */
         bool adopted;               /* a create took it over while its archive was pending */
+        /* A failed start's bus error name when its errno can't say it (those set by name only,
+         * bus-contract.h: StorageRefused, PolicyUnavailable); NULL otherwise. */
+        const char *start_error_name;
         char *discard_stem;         /* discarded while an attempt was in flight: done after it */
         ArchiveOutcome archive_outcome;
         unsigned archive_attempts;
@@ -219,6 +222,10 @@ void session_add_to_gc_queue(Session *s);
 
 /* Spawn the runner, put it in its scope, initialize the workspace. cb runs once. */
 int session_start(Session *s, SessionDoneCallback cb, void *userdata);
+/* The bus error name for a start that failed with 'error' (its callback's): the name it was set
+ * with (the client's storage block refused by our endpoint policy, or the policy unavailable), or
+ * bus_error_name_from_errno(). */
+const char *session_start_error_name(const Session *s, int error);
 /* Stop the scope and forget the session. cb (optional) runs when it is gone. Safe from inside
  * the session's own callbacks: nothing is freed before the event loop gets back to the manager. */
 int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *userdata);
