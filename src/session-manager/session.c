@@ -2257,9 +2257,7 @@ static void session_restore_failed(Session *s, bool unpacked, const char *why) {
 
 /* The client's storage block may not be used now (our endpoint policy refuses it, or can't tell):
  * the create fails with that error, by name, rather than start empty over the client's archive. */
-static void session_restore_refused(Session *s, const char *error_name, int error, const char *why) {
-        bool refused = streq(error_name, BUS_ERROR_STORAGE_REFUSED);
-
+static void session_restore_refused(Session *s, bool refused, const char *why) {
         if (!refused)
                 s->manager->metrics.restore_failures++;
         /* A client chooses its endpoint (info); the policy that can't decide is the host's. */
@@ -2270,8 +2268,8 @@ static void session_restore_refused(Session *s, const char *error_name, int erro
                               refused ? NULL : SCOPEBOX_MESSAGE_RESTORE_FAILED),
                    "Not creating session %s: the storage agent %s its storage block (%s).", s->id,
                    refused ? "refuses" : "can't judge", why);
-        s->start_error_name = error_name;
-        session_start_done(s, error, why);
+        s->start_error_name = refused ? BUS_ERROR_STORAGE_REFUSED : BUS_ERROR_POLICY_UNAVAILABLE;
+        session_start_done(s, refused ? -EADDRNOTAVAIL : -ENETDOWN, why);
 }
 
 static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd,
@@ -2316,10 +2314,9 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
                 session_reset_inputs_then_ready(s);
                 return 0;
         case STORAGE_ANSWER_REFUSED:
-                session_restore_refused(s, BUS_ERROR_STORAGE_REFUSED, -EADDRNOTAVAIL, bus_reply_error(reply));
-                return 0;
         case STORAGE_ANSWER_POLICY_UNAVAILABLE:
-                session_restore_refused(s, BUS_ERROR_POLICY_UNAVAILABLE, -ENETDOWN, bus_reply_error(reply));
+                session_restore_refused(s, storage_answer(reply) == STORAGE_ANSWER_REFUSED,
+                                        bus_reply_error(reply));
                 return 0;
         default:
                 session_restore_failed(s, false, bus_reply_error(reply));
