@@ -190,7 +190,8 @@ static int session_save_state(Session *s) {
                 json_add_checked(o, "archive_key", json_object_new_string(s->archive_key), &jr);
         if (s->storage_json)
                 json_add_checked(o, "storage", json_object_new_string(s->storage_json), &jr);
-        if (s->restore_failed)
+        /* (The word of earlier versions for "kept".) */
+        if (s->archive_kept)
                 json_add_checked(o, "restore_failed", json_object_new_boolean(true), &jr);
         if (s->stateful)
                 json_add_checked(o, "stateful", json_object_new_boolean(true), &jr);
@@ -2051,7 +2052,7 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                 return 0;
         }
         if (storage && (!o || o->archive) && !starting) {
-                if (s->restore_failed) {
+                if (s->archive_kept) {
                         s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
                         log_struct(
                                 LOG_WARNING, 0,
@@ -2114,7 +2115,7 @@ static int session_load_release_state(Session *s, json_object *o) {
         int r;
 
         if (json_object_object_get_ex(o, "restore_failed", &v))
-                s->restore_failed = json_object_get_boolean(v);
+                s->archive_kept = s->restore_failed = json_object_get_boolean(v);
         if (!json_object_object_get_ex(o, "releasing", &v) || !json_object_get_boolean(v))
                 return 0;
         s->releasing = true;
@@ -2192,6 +2193,8 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
         session_archive_stop_retrying(s);
         s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
         s->adopted = true;
+        /* Its workspace is the newest there is, whatever its own create restored. */
+        s->restore_failed = false;
         s->releasing = false;
         s->archive_superseded = false;
         s->release_told = false;
@@ -2227,13 +2230,24 @@ static void session_reset_inputs_then_ready(Session *s) {
                 on_inputs_reset(s, r, "failed to ask the runner", NULL, -EBADF, NULL);
 }
 
+/* The create fails for now: the archive stays where it is, and the same create may succeed later. */
+static void session_restore_fail_create(Session *s, const char *why) {
+        _cleanup_free_ char *message = NULL;
+
+        if (asprintf(&message,
+                     "failed to restore the workspace from its archive: %s; the stored archive is kept, "
+                     "retry later",
+                     why) < 0)
+                message = NULL;
+        session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
+}
+
 /* The stored archive could not be restored. The create fails (the archive stays as it is, a retry
  * once storage is back succeeds) or, if the operator chose so and nothing was unpacked yet, the
  * session starts empty and never archives over the stored one. */
 static void session_restore_failed(Session *s, bool unpacked, const char *why) {
         const char *stem = session_archive_stem(s, NULL);
         bool start_empty = s->manager->config.start_empty_on_restore_failure && !unpacked;
-        _cleanup_free_ char *message = NULL;
 
         s->manager->metrics.restore_failures++;
         log_struct(LOG_ERR, 0,
@@ -2243,16 +2257,92 @@ static void session_restore_failed(Session *s, bool unpacked, const char *why) {
                    start_empty ? "It starts empty and will not archive over the stored archive."
                                : "The create fails; the stored archive is kept.");
         if (start_empty) {
-                s->restore_failed = true;
+                s->archive_kept = s->restore_failed = true;
                 session_reset_inputs_then_ready(s);
                 return;
         }
-        if (asprintf(&message,
-                     "failed to restore the workspace from its archive: %s; the stored archive is kept, "
-                     "retry later",
-                     why) < 0)
-                message = NULL;
-        session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
+        session_restore_fail_create(s, why);
+}
+
+/* ---- damaged archives: quarantined ---- */
+
+static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+        const char *stem = session_archive_stem(s, NULL), *key = NULL;
+        StorageAnswer answer = storage_answer(reply);
+
+        storage_reply_begin(&s->restore_slot);
+        if (s->state == SESSION_STOPPING) {
+                session_finalize(s);
+                return 0;
+        }
+        if (answer == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "s", &key) < 0)
+                answer = STORAGE_ANSWER_FAILED;
+        if (answer == STORAGE_ANSWER_OK) {
+                s->manager->metrics.archives_quarantined++;
+                log_struct(LOG_WARNING, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-quarantined",
+                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
+                                      strjoina("SCOPEBOX_QUARANTINE_KEY=", key),
+                                      SCOPEBOX_MESSAGE_RESTORE_QUARANTINED),
+                           "Moved the damaged archive '%s' aside to '%s'; session %s starts empty and "
+                           "archives there as usual.",
+                           stem, key, s->id);
+        } else if (answer == STORAGE_ANSWER_NOT_FOUND)
+                /* Moved or deleted meanwhile (another create of the same archive): nothing to obey. */
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-quarantined",
+                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem)),
+                           "The damaged archive '%s' is gone already; session %s starts empty.", stem,
+                           s->id);
+        else {
+                /* Not moved: it stays where it is, untouched, and the next create tries again.
+                 * Never restored, never deleted. */
+                log_struct(LOG_WARNING, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
+                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
+                                      SCOPEBOX_MESSAGE_RESTORE_FAILED),
+                           "Failed to move the damaged archive '%s' of session %s aside: %s. The create "
+                           "fails.",
+                           stem, s->id, bus_reply_error(reply));
+                session_restore_fail_create(s, "the archive is damaged and could not be moved aside");
+                return 0;
+        }
+        s->restore_failed = true;
+        session_reset_inputs_then_ready(s);
+        return 0;
+}
+
+/* The stored archive can never be restored as it is (ArchiveDamaged from the agent, or what the
+ * runner's unpacking found: runner-protocol.h). It is moved aside to a quarantine key next to it,
+ * never deleted, and the session starts empty ("restored": false); its releases archive to the key
+ * as usual, so one bad archive never locks a conversation out. */
+static void session_restore_damaged(Session *s, const char *why) {
+        const char *stem = session_archive_stem(s, NULL), *storage = session_effective_storage(s, NULL);
+        int r;
+
+        s->manager->metrics.restore_failures++;
+        log_struct(LOG_WARNING, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
+                              strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_RESTORE_FAILED),
+                   "Failed to restore session %s from archive '%s': %s. The archive is damaged; moving it "
+                   "aside.",
+                   s->id, stem, why);
+        /* A release of the same archive under way may store a good one at the key any moment:
+         * never move that aside. The next create finds whichever is there then. */
+        LIST_FOREACH(sessions, i, s->manager->sessions)
+                if (session_same_archive(s, i) && (i->releasing || session_archive_in_flight(i))) {
+                        session_restore_fail_create(s, "the archive is damaged and is being replaced");
+                        return;
+                }
+        /* Bounded like the restore itself: the gateway waits for the create no longer. */
+        r = storage ? storage_call(s, &s->restore_slot, "QuarantineArchive", on_quarantine_reply,
+                                   s->manager->config.archive_timeout_sec * USEC_PER_SEC +
+                                           STORAGE_CALL_SLACK_USEC,
+                                   "ss", storage, stem)
+                    : -ENOMEDIUM;
+        if (r < 0)
+                session_restore_fail_create(s, "the archive is damaged and could not be moved aside");
 }
 
 /* The client's storage block may not be used now (our endpoint policy refuses it, or can't tell):
@@ -2278,6 +2368,10 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
 
         if (s->state == SESSION_STOPPING)
                 return;
+        if (runner_restore_error_is_damage(error)) {
+                session_restore_damaged(s, strempty(message));
+                return;
+        }
         if (error < 0) {
                 session_restore_failed(s, true, strempty(message));
                 return;
@@ -2317,6 +2411,9 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         case STORAGE_ANSWER_POLICY_UNAVAILABLE:
                 session_restore_refused(s, storage_answer(reply) == STORAGE_ANSWER_REFUSED,
                                         bus_reply_error(reply));
+                return 0;
+        case STORAGE_ANSWER_DAMAGED:
+                session_restore_damaged(s, bus_reply_error(reply));
                 return 0;
         default:
                 session_restore_failed(s, false, bus_reply_error(reply));

@@ -172,8 +172,12 @@ struct Session {
          * can never be, or the retry deadline passed (docs/operations.md). Recorded, so that a
          * restarted manager goes on with it. */
         bool releasing;
-        /* started empty after a failed restore: never archived over the stored one */
+        /* started without its stored archive: the create answers "restored": false (after a
+         * failed restore with SANDBOX_START_EMPTY_ON_RESTORE_FAILURE=1, or a damaged archive moved
+         * aside) */
         bool restore_failed;
+        /* ... and never archived over the stored one (the former case: the archive is still there) */
+        bool archive_kept;
         bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
         bool release_told;          /* the release waiters heard the outcome already */
         bool adopted;               /* a create took it over while its archive was pending */
