@@ -32,6 +32,7 @@
 #include "string-table.h"
 #include "string-util.h"
 #include "systemd-client.h"
+#include "time-util.h"
 
 #define RUNNER_SOCKET_NAME "runner.sock"
 #define RUNNER_ROOT_NAME "root"
@@ -1555,9 +1556,10 @@ unsigned session_count_pending_archives(Manager *m) {
         return n;
 }
 
-/* Between BeginArchive and the answer to CommitArchive: the stored object may change. */
+/* Between BeginArchive and the answer to CommitArchive (also of an attempt whose release a create
+ * took over since): the stored object may change. */
 static bool session_archive_in_flight(const Session *s) {
-        return s->releasing && (s->archive_slot || s->archive_token);
+        return s->archive_orphaned || (s->releasing && (s->archive_slot || s->archive_token));
 }
 
 /* Whether the session's archive is (stem, storage_json). */
@@ -1572,9 +1574,11 @@ static bool session_same_archive(Session *a, Session *b) {
 Session *session_find_pending_archive(Manager *m, const char *stem, const char *storage_json) {
         Session *found = NULL;
 
-        /* The newest release wins: its workspace is what the client saw last. */
+        /* The newest release wins: its workspace is what the client saw last. Never one its client
+         * discarded, nor one a newer release superseded. */
         LIST_FOREACH(sessions, i, m->sessions)
-                if (i->releasing && !i->stop_requested && session_archives_to(i, stem, storage_json) &&
+                if (i->releasing && !i->stop_requested && !i->discard_stem && !i->archive_superseded &&
+                    session_archives_to(i, stem, storage_json) &&
                     (!found || i->release_realtime_usec >= found->release_realtime_usec))
                         found = i;
         return found;
@@ -1676,21 +1680,29 @@ static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
         return 0;
 }
 
-/* Delete the stored archive, then stop. */
-static void session_discard(Session *s, const char *storage, const char *stem) {
+/* Delete the stored archive (the stem is taken), then stop. */
+static void session_discard(Session *s, const char *storage, char *stem) {
+        _cleanup_free_ char *owned = stem;
+
         s->releasing = false;
         s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
         session_archive_stop_retrying(s);
+        if (s->archive_orphaned) {
+                /* The upload of the release a create took over may still store the archive: it is
+                 * deleted after that (session_archive_orphan_ended()). */
+                free(s->discard_stem);
+                s->discard_stem = TAKE_PTR(owned);
+                return;
+        }
         if (!storage || storage_call(s, &s->archive_slot, "DeleteArchive", on_discard_reply,
-                                     STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, stem) < 0)
+                                     STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, owned) < 0)
                 session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
 }
 
 /* The archive is stored, or never will be: the session goes. */
 static void session_archive_done(Session *s, ArchiveOutcome outcome) {
         if (s->discard_stem) {
-                _cleanup_free_ char *stem = TAKE_PTR(s->discard_stem);
-                session_discard(s, session_effective_storage(s, NULL), stem);
+                session_discard(s, session_effective_storage(s, NULL), TAKE_PTR(s->discard_stem));
                 return;
         }
         s->releasing = false;
@@ -1701,6 +1713,22 @@ static void session_archive_done(Session *s, ArchiveOutcome outcome) {
 }
 
 static void session_archive_attempt(Session *s);
+
+/* The attempt that was under way when a create took the session over (session_adopt()) has
+ * ended: what waited for it goes on. */
+static void session_archive_orphan_ended(Session *s) {
+        s->archive_orphaned = false;
+        if (s->discard_stem)
+                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
+        else if (s->releasing)
+                session_archive_attempt(s);
+        else if (s->stop_requested)
+                session_finalize(s);
+}
+
+/* An attempt whose release a create took over, or whose client discarded it meanwhile, goes no
+ * further: its staging ('token') is aborted. Returns whether it was dropped. */
+static bool session_archive_attempt_dropped(Session *s, const char *token);
 
 static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata);
 
@@ -1810,10 +1838,27 @@ static void session_archive_failed_errno(Session *s, int error, const char *what
 static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
         uint64_t size = 0;
+        bool ok;
 
         storage_reply_begin(&s->archive_slot);
         s->archive_token = mfree(s->archive_token);
-        if (storage_answer(reply) != STORAGE_ANSWER_OK || sd_bus_message_read(reply, "t", &size) < 0) {
+        ok = storage_answer(reply) == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "t", &size) >= 0;
+        if (s->archive_orphaned) {
+                /* The upload of a release a create took over: stored or not, the workspace is the
+                 * new session's, archived at its own release. */
+                if (ok)
+                        s->manager->metrics.archive_bytes_written += size;
+                else
+                        s->manager->metrics.archive_failures++;
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), ok ? "SCOPEBOX_EVENT=session-archived"
+                                                                   : "SCOPEBOX_EVENT=archive-failed"),
+                           "The upload of session %s's release, which a create took over, %s%s.", s->id,
+                           ok ? "is stored" : "failed: ", ok ? "" : bus_reply_error(reply));
+                session_archive_orphan_ended(s);
+                return 0;
+        }
+        if (!ok) {
                 /* The block was taken at BeginArchive: whatever fails now (an unknown token: the
                  * agent restarted in between; the endpoint refused or unreachable at the upload)
                  * keeps the workspace, and a new attempt stages anew. */
@@ -1837,12 +1882,26 @@ static void storage_abort(Session *s, const char *token) {
                                                 "AbortArchive", NULL, NULL, "s", token);
 }
 
+static bool session_archive_attempt_dropped(Session *s, const char *token) {
+        if (!s->archive_orphaned && !s->discard_stem)
+                return false;
+        storage_abort(s, token);
+        s->archive_token = mfree(s->archive_token);
+        if (s->archive_orphaned)
+                session_archive_orphan_ended(s);
+        else
+                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
+        return true;
+}
+
 static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd,
                                void *userdata) {
         json_object *v;
         int64_t bytes;
         int r;
 
+        if (session_archive_attempt_dropped(s, s->archive_token))
+                return;
         if (error < 0) {
                 storage_abort(s, s->archive_token);
                 s->archive_token = mfree(s->archive_token);
@@ -1875,6 +1934,13 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         int fd, r;
 
         storage_reply_begin(&s->archive_slot);
+        if (s->archive_orphaned || s->discard_stem) {
+                token = NULL;
+                if (!sd_bus_message_is_method_error(reply, NULL))
+                        (void) sd_bus_message_read(reply, "sh", &token, &fd);
+                (void) session_archive_attempt_dropped(s, token);
+                return 0;
+        }
         if (sd_bus_message_is_method_error(reply, NULL)) {
                 /* Only a block that is not effective by the contract's rules has nothing to archive
                  * to. One our endpoint policy refuses, or can't judge now, is the client's storage
@@ -1912,6 +1978,15 @@ static void session_archive_attempt(Session *s) {
 
         if (!storage) {
                 session_archive_done(s, ARCHIVE_OUTCOME_NONE);
+                return;
+        }
+        /* An attempt of its own under way (a retry's ping that answered late), or the one of the
+         * release a create took over: the next goes once that has ended. */
+        if (s->archive_orphaned || s->archive_slot || s->archive_token)
+                return;
+        /* Superseded while it waited: its workspace is older than the newer release's. */
+        if (s->archive_superseded) {
+                session_archive_failed(s, false, "superseded");
                 return;
         }
         if (s->control_fd < 0) {
@@ -1993,30 +2068,29 @@ static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *u
  * caller hears that the session is gone. The archive request waits behind it. */
 int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata) {
-        _cleanup_free_ char *storage_override = NULL;
+        _cleanup_free_ char *storage_override = NULL, *discard_stem = NULL;
         const char *storage;
         bool starting;
         int r;
 
+        /* A discard may have to wait for an attempt under way, which without the stem would end as
+         * a store: the discard fails first, with nothing changed. */
+        if (o && o->discard && !(discard_stem = strdup(session_archive_stem(s, o->archive_key))))
+                return -ENOMEM;
         if (s->state == SESSION_STOPPING) {
                 /* Already on its way out. A discard of one whose archive is pending drops the
                  * workspace and the stored archive now. */
                 if (s->releasing && o && o->discard) {
-                        const char *stem = session_archive_stem(s, o->archive_key);
-
                         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                    "Session %s, whose archive was pending, is discarded by its client.",
                                    s->id);
                         if (!session_archive_in_flight(s))
-                                session_discard(s, session_effective_storage(s, NULL), stem);
+                                session_discard(s, session_effective_storage(s, NULL),
+                                                TAKE_PTR(discard_stem));
                         else {
-                                /* After the attempt that is under way, whatever its outcome. Without
-                                 * the stem that attempt would end as a store: the discard fails. */
-                                char *copy = strdup(stem);
-                                if (!copy)
-                                        return -ENOMEM;
+                                /* After the attempt that is under way, whatever its outcome. */
                                 free(s->discard_stem);
-                                s->discard_stem = copy;
+                                s->discard_stem = TAKE_PTR(discard_stem);
                                 s->archive_superseded = true;
                                 s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
                         }
@@ -2048,7 +2122,7 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
 
         storage = session_effective_storage(s, NULL);
         if (storage && o && o->discard) {
-                session_discard(s, storage, session_archive_stem(s, o->archive_key));
+                session_discard(s, storage, TAKE_PTR(discard_stem));
                 return 0;
         }
         if (storage && (!o || o->archive) && !starting) {
@@ -2180,24 +2254,39 @@ void session_resume_release(Session *s) {
 /* ---- adoption: a create for an archive still pending takes its session over ---- */
 
 int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata) {
-        if (!s->releasing || s->stop_requested || session_archive_in_flight(s) || s->control_fd < 0 ||
-            s->in_flight || s->start_callback)
+        bool under_way;
+
+        if (!s->releasing || s->stop_requested || s->discard_stem || s->archive_superseded ||
+            s->control_fd < 0 || s->start_callback)
                 return -EBUSY;
 
-        log_struct(
-                LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
-                "Session %s, whose archive was pending (%u attempts), is taken over by a new create for the "
-                "same "
-                "archive: its workspace is newer than the stored one.",
-                s->id, s->archive_attempts);
+        /* Its workspace is here, newer than anything stored: the create never waits for storage.
+         * An attempt under way goes on by itself (an upload to its end, the runner's archive
+         * aborted once written); the session's own next attempt waits for it. */
+        under_way = session_archive_in_flight(s);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
+                   "Session %s, whose archive was pending (%u attempts%s), is taken over by a new create "
+                   "for the same archive: its workspace is newer than the stored one.",
+                   s->id, s->archive_attempts, under_way ? ", one under way" : "");
+        if (under_way && !s->archive_slot) {
+                /* The runner is writing the archive: nothing of it will be committed. */
+                storage_abort(s, s->archive_token);
+                s->archive_token = mfree(s->archive_token);
+        }
+        /* Whoever released it hears "pending" now: the workspace is kept, and taken over. */
+        if (!s->release_told) {
+                s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
+                session_release_tell(s);
+        }
         session_archive_stop_retrying(s);
-        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
+        s->archive_orphaned = under_way;
         s->adopted = true;
         /* Its workspace is the newest there is, whatever its own create restored. */
         s->restore_failed = false;
         s->releasing = false;
         s->archive_superseded = false;
         s->release_told = false;
+        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
         s->archive_outcome = ARCHIVE_OUTCOME_NONE;
         s->archive_attempts = 0;
         s->archive_first_failure_realtime_usec = s->release_realtime_usec = 0;
@@ -2465,9 +2554,15 @@ static void session_restore_then_ready(Session *s) {
          * it is about to replace. One being stored now is waited for; one that failed and waits for
          * its next attempt is the client's to take over (a new create adopts it). */
         LIST_FOREACH(sessions, i, s->manager->sessions) {
-                if (!i->releasing || !session_same_archive(s, i))
+                uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+                if ((!i->releasing && !i->archive_orphaned) || !session_same_archive(s, i))
                         continue;
-                if (session_archive_in_flight(i)) {
+                /* Waited for as long as a restore may take: the create's answer comes in time. */
+                if (s->restore_wait_until_usec == 0)
+                        s->restore_wait_until_usec =
+                                now + s->manager->config.archive_timeout_sec * USEC_PER_SEC;
+                if (session_archive_in_flight(i) && now < s->restore_wait_until_usec) {
                         r = sd_event_add_time_relative(s->manager->event, &s->restore_wait_timer,
                                                        CLOCK_MONOTONIC, ARCHIVE_WAIT_USEC,
                                                        10 * USEC_PER_MSEC, on_restore_wait, s);

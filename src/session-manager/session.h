@@ -185,6 +185,9 @@ struct Session {
          * bus-contract.h: StorageRefused, PolicyUnavailable); NULL otherwise. */
         const char *start_error_name;
         char *discard_stem;         /* discarded while an attempt was in flight: done after it */
+        /* A create took it over while an attempt of its release was under way: that attempt goes
+         * on to its end (an upload) or is aborted (staging), and the next one waits for it. */
+        bool archive_orphaned;
         ArchiveOutcome archive_outcome;
         unsigned archive_attempts;
         uint64_t release_realtime_usec;
@@ -192,6 +195,7 @@ struct Session {
         char *archive_error;        /* why the last attempt failed */
         sd_event_source *archive_retry_timer;
         sd_event_source *restore_wait_timer;  /* an archive of the same stem is being stored */
+        uint64_t restore_wait_until_usec;     /* CLOCK_MONOTONIC: waited for no longer */
         sd_event_source *release_answer_timer; /* the release is answered "pending" by then at the latest */
 
         /* Bus calls on the session's behalf, owned: freeing the session cancels them, so no
