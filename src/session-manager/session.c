@@ -1750,8 +1750,21 @@ static uint64_t archive_retry_delay(unsigned failures) {
         return MIN(d, SESSION_ARCHIVE_RETRY_MAX_USEC);
 }
 
-/* An attempt failed. 'permanent': no retry can store it (too large, storage block refused). */
-static void session_archive_failed(Session *s, bool permanent, const char *why) {
+/* What a failed attempt means for the next one. */
+typedef enum ArchiveFailure {
+        /* Storage down or full, the endpoint refused or unjudged now, the agent gone: retried with
+         * backoff until stored or SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed. */
+        ARCHIVE_FAILURE_RETRY,
+        /* The workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES: it can't shrink while pending, so
+         * it is kept as it is (a create of its archive_key takes it over; the operator may raise
+         * the limit and restart the manager), tried once more at the deadline, then given up. */
+        ARCHIVE_FAILURE_TOO_LARGE,
+        /* The storage block is not effective by the contract's own rules: nothing to archive to. */
+        ARCHIVE_FAILURE_NO_STORAGE,
+} ArchiveFailure;
+
+/* An attempt failed. */
+static void session_archive_failed(Session *s, ArchiveFailure kind, const char *why) {
         Config *c = &s->manager->config;
         uint64_t now = (uint64_t) time(NULL) * USEC_PER_SEC, deadline, delay;
         const char *stem = session_archive_stem(s, NULL);
@@ -1774,7 +1787,7 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
                 s->archive_first_failure_realtime_usec = now;
         deadline = s->archive_first_failure_realtime_usec + c->archive_retry_deadline_sec * USEC_PER_SEC;
 
-        if (permanent) {
+        if (kind == ARCHIVE_FAILURE_NO_STORAGE) {
                 s->manager->metrics.archives_skipped++;
                 log_struct(
                         LOG_WARNING, 0,
@@ -1805,25 +1818,26 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
                 return;
         }
 
-        delay = MIN(archive_retry_delay(s->archive_attempts), deadline - now);
+        delay = deadline - now;
+        if (kind == ARCHIVE_FAILURE_RETRY)
+                delay = MIN(archive_retry_delay(s->archive_attempts), delay);
         log_struct(
                 LOG_WARNING, 0,
                 LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-failed",
                            strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept; next "
+                "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept%s; next "
                 "attempt in %llus.",
                 s->id, s->archive_attempts, why,
+                kind == ARCHIVE_FAILURE_TOO_LARGE ? " until a create of its archive_key takes it over" : "",
                 (unsigned long long) ((delay + USEC_PER_SEC - 1) / USEC_PER_SEC));
         s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
         r = session_arm_archive_retry(s, delay);
-        if (r < 0) {
-                log_struct(
-                        LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
-                        "Failed to schedule the next archive attempt of session %s, giving up: %m", s->id);
-                s->manager->metrics.archives_abandoned++;
-                session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
-                return;
-        }
+        if (r < 0)
+                /* Never a workspace given up for want of a timer: it stays pending and listed. */
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to schedule the next archive attempt of session %s; it stays pending "
+                           "until scopeboxctl archives retry, a create of its archive_key or a restart: %m",
+                           s->id);
         (void) session_save_state(s);
         manager_state_changed(s->manager);
         session_release_tell(s);
@@ -1832,7 +1846,7 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
 static void session_archive_failed_errno(Session *s, int error, const char *what) {
         char buf[256];
         snprintf(buf, sizeof(buf), "%s: %s", what, strerror(abs(error)));
-        session_archive_failed(s, false, buf);
+        session_archive_failed(s, ARCHIVE_FAILURE_RETRY, buf);
 }
 
 static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
@@ -1862,7 +1876,7 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
                 /* The block was taken at BeginArchive: whatever fails now (an unknown token: the
                  * agent restarted in between; the endpoint refused or unreachable at the upload)
                  * keeps the workspace, and a new attempt stages anew. */
-                session_archive_failed(s, false, bus_reply_error(reply));
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, bus_reply_error(reply));
                 return 0;
         }
         s->manager->metrics.archive_bytes_written += size;
@@ -1906,16 +1920,17 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
                 storage_abort(s, s->archive_token);
                 s->archive_token = mfree(s->archive_token);
                 if (error == -EFBIG)
-                        session_archive_failed(s, true,
+                        session_archive_failed(s, ARCHIVE_FAILURE_TOO_LARGE,
                                                "the workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES");
                 else
-                        session_archive_failed(s, false, strempty(message));
+                        session_archive_failed(s, ARCHIVE_FAILURE_RETRY, strempty(message));
                 return;
         }
         bytes = json_object_object_get_ex(reply, "bytes", &v) ? json_object_get_int64(v) : -1;
         if (bytes < 0) {
                 storage_abort(s, s->archive_token);
-                session_archive_failed(s, false, "the runner did not say how many bytes it wrote");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY,
+                                       "the runner did not say how many bytes it wrote");
                 return;
         }
         r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply,
@@ -1945,12 +1960,15 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
                 /* Only a block that is not effective by the contract's rules has nothing to archive
                  * to. One our endpoint policy refuses, or can't judge now, is the client's storage
                  * all the same: the workspace is kept and retried, as for storage down. */
-                session_archive_failed(s, storage_answer(reply) == STORAGE_ANSWER_NOT_EFFECTIVE,
+                session_archive_failed(s,
+                                       storage_answer(reply) == STORAGE_ANSWER_NOT_EFFECTIVE
+                                               ? ARCHIVE_FAILURE_NO_STORAGE
+                                               : ARCHIVE_FAILURE_RETRY,
                                        bus_reply_error(reply));
                 return 0;
         }
         if (sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
-                session_archive_failed(s, false, "malformed reply from the storage agent");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "malformed reply from the storage agent");
                 return 0;
         }
         s->archive_token = strdup(token);
@@ -1986,11 +2004,11 @@ static void session_archive_attempt(Session *s) {
                 return;
         /* Superseded while it waited: its workspace is older than the newer release's. */
         if (s->archive_superseded) {
-                session_archive_failed(s, false, "superseded");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "superseded");
                 return;
         }
         if (s->control_fd < 0) {
-                session_archive_failed(s, false, "the session's runner is gone");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "the session's runner is gone");
                 return;
         }
         /* Archives of one stem are stored one after the other, in the order of their releases. */
@@ -2015,7 +2033,7 @@ static void on_retry_ping(Session *s, int error, const char *message, json_objec
         if (!s->releasing)
                 return;
         if (error < 0) {
-                session_archive_failed(s, false, "the session's runner is gone");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "the session's runner is gone");
                 return;
         }
         session_archive_attempt(s);
@@ -2034,7 +2052,7 @@ static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userda
 }
 
 void session_archive_retry_now(Session *s) {
-        if (s->releasing && s->archive_retry_timer && !session_archive_in_flight(s))
+        if (s->releasing && !session_archive_in_flight(s))
                 (void) session_arm_archive_retry(s, 1);
 }
 
@@ -2046,7 +2064,7 @@ static void session_supersede_older(Session *s) {
                         continue;
                 i->archive_superseded = true;
                 if (!session_archive_in_flight(i))
-                        session_archive_failed(i, false, "superseded");
+                        session_archive_failed(i, ARCHIVE_FAILURE_RETRY, "superseded");
         }
 }
 
