@@ -62,8 +62,16 @@ int runner_message_recv(int fd, json_object **ret, int *ret_fds, size_t *ret_n_f
         int r;
 
         buf = malloc(RUNNER_MESSAGE_MAX + 1);
-        if (!buf)
-                return -ENOMEM;
+        if (!buf) {
+                /* Taken off the socket all the same (and its fds closed): the caller learns that
+                 * this message is lost, never that the connection is, and reads the next in turn. */
+                char byte;
+
+                k = fds_receive(fd, &byte, sizeof(byte), fds, ELEMENTSOF(fds), &n_fds);
+                for (size_t i = 0; i < n_fds; i++)
+                        safe_close(fds[i]);
+                return k == -EAGAIN ? -EAGAIN : k == 0 ? -ECONNRESET : -ENOMEM;
+        }
 
         k = fds_receive(fd, buf, RUNNER_MESSAGE_MAX + 1, fds, ELEMENTSOF(fds), &n_fds);
         if (k == -EMSGSIZE)
@@ -84,7 +92,7 @@ int runner_message_recv(int fd, json_object **ret, int *ret_fds, size_t *ret_n_f
         r = json_parse(buf, (size_t) k, JSON_DEPTH_MAX, &o);
         if (r < 0 || !json_object_is_type(o, json_type_object)) {
                 json_object_put(o);
-                r = -EBADMSG;
+                r = r == -ENOMEM ? -ENOMEM : -EBADMSG;
                 goto fail;
         }
 

@@ -18,8 +18,9 @@
 int runner_message_send(int fd, json_object *msg, const int *fds, size_t n_fds);
 
 /* Receives one message. Returns -EAGAIN if none is queued, -ECONNRESET on EOF, -EBADMSG on a
- * truncated or malformed message. Received fds are O_CLOEXEC and owned by the caller; on failure
- * none are left open. */
+ * truncated or malformed message, -ENOMEM when one arrived but could not be kept (it is lost, the
+ * connection is fine). Received fds are O_CLOEXEC and owned by the caller; on failure none are
+ * left open. */
 int runner_message_recv(int fd, json_object **ret, int *ret_fds, size_t *ret_n_fds);
 
 /* The manager's requests, one builder each: a request is built whole or not at all (-ENOMEM), so

@@ -557,6 +557,11 @@ static int on_control(sd_event_source *source, int fd, uint32_t revents, void *u
                 r = runner_message_recv(fd, &reply, fds, &n_fds);
                 if (r == -EAGAIN)
                         break;
+                if (r == -ENOMEM && s->in_flight) {
+                        /* The answer is lost, not the runner: the request fails, the session goes on. */
+                        session_complete_in_flight(s, r, "out of memory", NULL, -EBADF);
+                        continue;
+                }
                 if (r < 0) {
                         session_runner_lost(s,
                                             r == -ECONNRESET ? "control connection closed" : "bad message");
@@ -1526,11 +1531,31 @@ static const char *const archive_outcome_table[_ARCHIVE_OUTCOME_MAX] = {
 
 DEFINE_STRING_TABLE_LOOKUP_TO_STRING(archive_outcome, ArchiveOutcome)
 
-/* The storage block to use (the one remembered at create, or the release's) if it is effective,
- * else NULL: then archives are no-ops (COMPAT.md). */
-static const char *session_effective_storage(Session *s, const char *override) {
-        const char *json = override ?: s->storage_json;
-        return storage_json_effective(json, s->manager->config.local_storage_dir) ? json : NULL;
+/* Whether a storage block is effective (1) or not (0: then archives and restores are no-ops,
+ * COMPAT.md). -ENOMEM: undecided, which is never taken for "not effective" (a release would
+ * destroy the workspace unarchived, a discard keep the archive). */
+static int storage_block_effective(Session *s, const char *json) {
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_json_ json_object *o = NULL;
+        const char *why;
+        int r;
+
+        if (!json)
+                return 0;
+        r = json_parse(json, strlen(json), JSON_DEPTH_MAX, &o);
+        if (r >= 0 && json_object_is_type(o, json_type_object))
+                r = storage_config_parse(o, &c, &why);
+        if (r == -ENOMEM)
+                return r;
+        return r >= 0 && json_object_is_type(o, json_type_object) &&
+               storage_config_effective(&c, s->manager->config.local_storage_dir);
+}
+
+/* The session's storage block (the one remembered at create, or the release's) if it is
+ * effective, else NULL. Undecided (out of memory), the block itself: for the calls that the agent,
+ * which checks it anew, may as well refuse (a deletion, a quarantine). */
+static const char *session_effective_storage(Session *s) {
+        return storage_block_effective(s, s->storage_json) != 0 ? s->storage_json : NULL;
 }
 
 static const char *session_archive_stem(Session *s, const char *override) {
@@ -1702,7 +1727,7 @@ static void session_discard(Session *s, const char *storage, char *stem) {
 /* The archive is stored, or never will be: the session goes. */
 static void session_archive_done(Session *s, ArchiveOutcome outcome) {
         if (s->discard_stem) {
-                session_discard(s, session_effective_storage(s, NULL), TAKE_PTR(s->discard_stem));
+                session_discard(s, session_effective_storage(s), TAKE_PTR(s->discard_stem));
                 return;
         }
         s->releasing = false;
@@ -1991,10 +2016,15 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
 }
 
 static void session_archive_attempt(Session *s) {
-        const char *storage = session_effective_storage(s, NULL);
+        const char *storage = s->storage_json;
         int r;
 
-        if (!storage) {
+        r = storage_block_effective(s, storage);
+        if (r < 0) {
+                session_archive_failed_errno(s, r, "failed to check the storage block");
+                return;
+        }
+        if (r == 0) {
                 session_archive_done(s, ARCHIVE_OUTCOME_NONE);
                 return;
         }
@@ -2087,23 +2117,35 @@ static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *u
 int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata) {
         _cleanup_free_ char *storage_override = NULL, *discard_stem = NULL;
-        const char *storage;
-        bool starting;
-        int r;
+        bool starting, stopping = s->state == SESSION_STOPPING;
+        int effective, r;
 
-        /* A discard may have to wait for an attempt under way, which without the stem would end as
-         * a store: the discard fails first, with nothing changed. */
+        /* Everything that can fail for want of memory first, with nothing changed yet: a discard
+         * may have to wait for an attempt under way, which without the stem would end as a store;
+         * a block that could not be judged would be taken for no storage. */
         if (o && o->discard && !(discard_stem = strdup(session_archive_stem(s, o->archive_key))))
                 return -ENOMEM;
-        if (s->state == SESSION_STOPPING) {
-                /* Already on its way out. A discard of one whose archive is pending drops the
-                 * workspace and the stored archive now. */
+        if (!stopping && o && o->storage_json && !(storage_override = strdup(o->storage_json)))
+                return -ENOMEM;
+        effective = storage_block_effective(s, storage_override ?: s->storage_json);
+        if (effective < 0)
+                return effective;
+        if (stopping) {
+                /* Already on its way out: the waiter hears when it is gone, or now when its archive
+                 * is pending (then after what this release does to it). */
+                if (!s->release_told) {
+                        r = session_add_release_waiter(s, cb, userdata);
+                        if (r < 0)
+                                return r;
+                }
+                /* A discard of one whose archive is pending drops the workspace and the stored
+                 * archive now. */
                 if (s->releasing && o && o->discard) {
                         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                    "Session %s, whose archive was pending, is discarded by its client.",
                                    s->id);
                         if (!session_archive_in_flight(s))
-                                session_discard(s, session_effective_storage(s, NULL),
+                                session_discard(s, effective ? s->storage_json : NULL,
                                                 TAKE_PTR(discard_stem));
                         else {
                                 /* After the attempt that is under way, whatever its outcome. */
@@ -2113,16 +2155,10 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                                 s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
                         }
                 }
-                /* Its archive pending: the outcome is known now. Else the waiter hears when it is gone. */
-                if (s->release_told) {
-                        if (cb)
-                                cb(s, 0, NULL, userdata);
-                        return 0;
-                }
-                return session_add_release_waiter(s, cb, userdata);
+                if (s->release_told && cb)
+                        cb(s, 0, NULL, userdata);
+                return 0;
         }
-        if (o && o->storage_json && !(storage_override = strdup(o->storage_json)))
-                return -ENOMEM;
         /* Not started yet, nobody has used its workspace: it holds at most part of what is being
          * restored, which must never be archived over the whole. (An adopted one is its own.) */
         starting = s->state == SESSION_STARTING && !s->adopted;
@@ -2138,12 +2174,11 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                 s->storage_json = TAKE_PTR(storage_override);
         }
 
-        storage = session_effective_storage(s, NULL);
-        if (storage && o && o->discard) {
-                session_discard(s, storage, TAKE_PTR(discard_stem));
+        if (effective && o && o->discard) {
+                session_discard(s, s->storage_json, TAKE_PTR(discard_stem));
                 return 0;
         }
-        if (storage && (!o || o->archive) && !starting) {
+        if (effective && (!o || o->archive) && !starting) {
                 if (s->archive_kept) {
                         s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
                         log_struct(
@@ -2425,7 +2460,7 @@ static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_err
  * never deleted, and the session starts empty ("restored": false); its releases archive to the key
  * as usual, so one bad archive never locks a conversation out. */
 static void session_restore_damaged(Session *s, const char *why) {
-        const char *stem = session_archive_stem(s, NULL), *storage = session_effective_storage(s, NULL);
+        const char *stem = session_archive_stem(s, NULL), *storage = session_effective_storage(s);
         int r;
 
         s->manager->metrics.restore_failures++;
@@ -2560,11 +2595,15 @@ static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdat
 
 /* After the runner is up: restore the archive if there is one, then clear the inputs. */
 static void session_restore_then_ready(Session *s) {
-        const char *storage = s->archive_key ? session_effective_storage(s, NULL) : NULL;
-        const char *stem = session_archive_stem(s, NULL);
+        const char *storage = s->storage_json, *stem = session_archive_stem(s, NULL);
         int r;
 
-        if (!storage) {
+        r = s->archive_key ? storage_block_effective(s, storage) : 0;
+        if (r < 0) {
+                session_restore_failed(s, false, "out of memory");
+                return;
+        }
+        if (r == 0) {
                 session_start_done(s, 0, NULL);
                 return;
         }
@@ -2683,11 +2722,16 @@ int session_reset_kernel(Session *s, FileCallback cb, void *userdata) {
 
 /* ---- recovery after a restart of the manager ---- */
 
-static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd,
-                            void *userdata) {
+static void on_recover_ping_again(Session *s, int error, const char *message, json_object *reply, int fd,
+                                  void *userdata);
+
+static void session_recovered(Session *s, int error, json_object *reply, bool again) {
         json_object *v;
         uint64_t now, idle, remaining;
 
+        /* Its answer lost for want of memory: asked once more before anything is given up. */
+        if (error == -ENOMEM && !again && session_enqueue_op(s, "ping", on_recover_ping_again) >= 0)
+                return;
         if (error < 0 || !json_object_object_get_ex(reply, "initialized", &v) ||
             !json_object_get_boolean(v)) {
                 session_cleanup_stale(s, "runner did not answer after a restart");
@@ -2706,6 +2750,16 @@ static void on_recover_ping(Session *s, int error, const char *message, json_obj
                    "Recovered session %s; idle for %llus of %llus.", s->id,
                    (unsigned long long) (idle / USEC_PER_SEC),
                    (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
+}
+
+static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd,
+                            void *userdata) {
+        session_recovered(s, error, reply, false);
+}
+
+static void on_recover_ping_again(Session *s, int error, const char *message, json_object *reply, int fd,
+                                  void *userdata) {
+        session_recovered(s, error, reply, true);
 }
 
 int session_recover(Session *s) {
