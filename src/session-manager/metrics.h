@@ -65,6 +65,7 @@ typedef struct Metrics {
         uint64_t archives_skipped;
         uint64_t archives_abandoned;      /* archives given up: deadline, runner gone, superseded */
         uint64_t restore_failures;        /* creates whose archive could not be restored */
+        uint64_t archives_quarantined;    /* of them, damaged archives moved aside (a quarantine key) */
 } Metrics;
 
 void metrics_init(Metrics *m);

@@ -32,6 +32,7 @@
 #include "string-table.h"
 #include "string-util.h"
 #include "systemd-client.h"
+#include "time-util.h"
 
 #define RUNNER_SOCKET_NAME "runner.sock"
 #define RUNNER_ROOT_NAME "root"
@@ -190,7 +191,8 @@ static int session_save_state(Session *s) {
                 json_add_checked(o, "archive_key", json_object_new_string(s->archive_key), &jr);
         if (s->storage_json)
                 json_add_checked(o, "storage", json_object_new_string(s->storage_json), &jr);
-        if (s->restore_failed)
+        /* (The word of earlier versions for "kept".) */
+        if (s->archive_kept)
                 json_add_checked(o, "restore_failed", json_object_new_boolean(true), &jr);
         if (s->stateful)
                 json_add_checked(o, "stateful", json_object_new_boolean(true), &jr);
@@ -555,6 +557,11 @@ static int on_control(sd_event_source *source, int fd, uint32_t revents, void *u
                 r = runner_message_recv(fd, &reply, fds, &n_fds);
                 if (r == -EAGAIN)
                         break;
+                if (r == -ENOMEM && s->in_flight) {
+                        /* The answer is lost, not the runner: the request fails, the session goes on. */
+                        session_complete_in_flight(s, r, "out of memory", NULL, -EBADF);
+                        continue;
+                }
                 if (r < 0) {
                         session_runner_lost(s,
                                             r == -ECONNRESET ? "control connection closed" : "bad message");
@@ -733,6 +740,18 @@ static int session_enqueue(Session *s, json_object *message, int fd, uint64_t ti
                                     NULL);
 }
 
+/* One of our own control requests that is only its op ("ping", "reset-inputs"), ahead of the
+ * client's. Fails only when nothing was queued. */
+static int session_enqueue_op(Session *s, const char *op, RunnerReplyCallback cb) {
+        json_object *msg;
+        int r;
+
+        r = runner_request_op(op, &msg);
+        if (r < 0)
+                return r;
+        return session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, cb, NULL);
+}
+
 /* ---- idle TTL ---- */
 
 static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -880,7 +899,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                              void *userdata) {
         Session *s = userdata;
         json_object *init;
-        int r, jr = 0;
+        int r;
 
         s->start_job = systemd_job_free(s->start_job);
         if (s->state == SESSION_STOPPING) {
@@ -911,30 +930,19 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                 return;
         }
 
-        init = json_object_new_object();
-        if (!init) {
-                session_start_done(s, -ENOMEM, "out of memory");
-                return;
-        }
-        json_add_checked(init, "op", json_object_new_string("init"), &jr);
-        json_add_checked(init, "uid", json_object_new_int64((int64_t) s->uid), &jr);
-        json_add_checked(init, "gid", json_object_new_int64((int64_t) s->uid), &jr);
-        json_add_checked(init, "workspace_size", json_object_new_int64((int64_t) m->config.workspace_size),
-                         &jr);
-        json_add_checked(init, "tmp_size", json_object_new_int64((int64_t) m->config.tmp_size), &jr);
-        json_add_checked(init, "cpus_percent", json_object_new_int64((int64_t) m->config.cpu_quota_percent),
-                         &jr);
-        /* A run's session has one exec, in another profile: nothing to keep warm. */
-        if (m->config.preload)
-                json_add_checked(init, "preload_modules",
-                                 json_object_new_string(strempty(m->config.preload_modules)), &jr);
-        json_add_checked(init, "idle_backstop_sec",
-                         json_object_new_int64((int64_t) ((s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) /
-                                                          USEC_PER_SEC)),
-                         &jr);
-        if (jr < 0) {
-                json_object_put(init);
-                session_start_done(s, -ENOMEM, "out of memory");
+        r = runner_request_init(
+                &(RunnerInitRequest) {
+                        .uid = s->uid,
+                        .gid = s->uid,
+                        .workspace_size = m->config.workspace_size,
+                        .tmp_size = m->config.tmp_size,
+                        .cpus_percent = m->config.cpu_quota_percent,
+                        .preload_modules = m->config.preload ? strempty(m->config.preload_modules) : NULL,
+                        .idle_backstop_sec = (s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC,
+                },
+                &init);
+        if (r < 0) {
+                session_start_done(s, r, "out of memory");
                 return;
         }
         r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);
@@ -1330,11 +1338,11 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
                  ExecCall **ret_call) {
         _cleanup_close_ int fd = code_fd, stream_fd = -EBADF;
-        json_object *msg;
+        json_object *msg = NULL;
         ExecCall *c;
         char exec_id[32];
         Config *cfg = &s->manager->config;
-        int r, jr = 0;
+        int r;
 
         if (s->state != SESSION_RUNNING)
                 return -ENXIO;
@@ -1347,52 +1355,38 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         snprintf(exec_id, sizeof(exec_id), "%08x%08llx", (unsigned) getpid(),
                  (unsigned long long) ++s->manager->exec_counter);
 
-        msg = json_object_new_object();
-        c = calloc(1, sizeof(ExecCall));
-        if (!msg || !c) {
+        /* Never an exec without a member it should have (no_processes, say: the dify profile). */
+        r = runner_request_exec(
+                &(RunnerExecRequest) {
+                        .exec_id = exec_id,
+                        .timeout_ms = p->timeout_ms,
+                        .output_limit = p->output_limit,
+                        .max_artifact_bytes = cfg->max_artifact_bytes,
+                        .max_files = cfg->max_files_per_exec,
+                        .max_total_artifact_bytes = cfg->max_total_artifact_bytes,
+                        .memory_limit = cfg->memory_limit,
+                        .language = p->language,
+                        .no_processes = p->no_processes,
+                        /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided
+                         * per exec, so that switching it takes effect for the sessions that exist). */
+                        .cold = !cfg->preload,
+                        /* A stateful session's python cells run in its kernel (the sidecar profile). */
+                        .stateful = s->stateful && (!p->language || streq(p->language, "python3")) &&
+                                    !p->no_processes && !p->network,
+                        .network = p->network,
+                        .http_proxy = p->http_proxy,
+                        .https_proxy = p->https_proxy,
+                },
+                &msg);
+        c = r < 0 ? NULL : calloc(1, sizeof(ExecCall));
+        if (!c) {
                 json_object_put(msg);
-                free(c);
-                metrics_count_exec(&s->manager->metrics, -ENOMEM, NULL);
-                return -ENOMEM;
+                r = r < 0 ? r : -ENOMEM;
+                metrics_count_exec(&s->manager->metrics, r, NULL);
+                return r;
         }
         *c = (ExecCall) { .session = s, .callback = cb, .userdata = userdata };
         memcpy(c->exec_id, exec_id, sizeof(c->exec_id));
-        json_add_checked(msg, "op", json_object_new_string("exec"), &jr);
-        json_add_checked(msg, "exec_id", json_object_new_string(exec_id), &jr);
-        json_add_checked(msg, "timeout_ms", json_object_new_int64((int64_t) p->timeout_ms), &jr);
-        json_add_checked(msg, "output_limit", json_object_new_int64((int64_t) p->output_limit), &jr);
-        json_add_checked(msg, "max_artifact_bytes", json_object_new_int64((int64_t) cfg->max_artifact_bytes),
-                         &jr);
-        json_add_checked(msg, "max_files", json_object_new_int64((int64_t) cfg->max_files_per_exec), &jr);
-        json_add_checked(msg, "max_total_artifact_bytes",
-                         json_object_new_int64((int64_t) cfg->max_total_artifact_bytes), &jr);
-        json_add_checked(msg, "memory_limit", json_object_new_int64((int64_t) cfg->memory_limit), &jr);
-        if (p->language)
-                json_add_checked(msg, "language", json_object_new_string(p->language), &jr);
-        if (p->no_processes)
-                json_add_checked(msg, "no_processes", json_object_new_boolean(true), &jr);
-        /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided per exec,
-         * so that switching it takes effect for the sessions that exist). */
-        if (!cfg->preload)
-                json_add_checked(msg, "cold", json_object_new_boolean(true), &jr);
-        /* A stateful session's python cells run in its kernel (the sidecar profile only). */
-        if (s->stateful && (!p->language || streq(p->language, "python3")) && !p->no_processes &&
-            !p->network)
-                json_add_checked(msg, "stateful", json_object_new_boolean(true), &jr);
-        if (p->network) {
-                json_add_checked(msg, "network", json_object_new_boolean(true), &jr);
-                if (!isempty(p->http_proxy))
-                        json_add_checked(msg, "http_proxy", json_object_new_string(p->http_proxy), &jr);
-                if (!isempty(p->https_proxy))
-                        json_add_checked(msg, "https_proxy", json_object_new_string(p->https_proxy), &jr);
-        }
-        /* Never an exec without a member it should have (no_processes, say: the dify profile). */
-        if (jr < 0) {
-                json_object_put(msg);
-                free(c);
-                metrics_count_exec(&s->manager->metrics, jr, NULL);
-                return jr;
-        }
 
         if (p->stream_fd >= 0) {
                 stream_fd = fcntl(p->stream_fd, F_DUPFD_CLOEXEC, 3);
@@ -1427,14 +1421,13 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
 
 static int exec_call_send_cancel(Session *s, ExecCall *c) {
         _cleanup_json_ json_object *msg = NULL;
+        int r;
 
         if (!s->runner_cancels || s->control_fd < 0)
                 return -EOPNOTSUPP;
-        msg = json_object_new_object();
-        if (!msg)
-                return -ENOMEM;
-        json_object_object_add(msg, "op", json_object_new_string("cancel"));
-        json_object_object_add(msg, "exec_id", json_object_new_string(c->exec_id));
+        r = runner_request_cancel(c->exec_id, &msg);
+        if (r < 0)
+                return r;
         return runner_message_send(s->control_fd, msg, NULL, 0);
 }
 
@@ -1538,11 +1531,31 @@ static const char *const archive_outcome_table[_ARCHIVE_OUTCOME_MAX] = {
 
 DEFINE_STRING_TABLE_LOOKUP_TO_STRING(archive_outcome, ArchiveOutcome)
 
-/* The storage block to use (the one remembered at create, or the release's) if it is effective,
- * else NULL: then archives are no-ops (COMPAT.md). */
-static const char *session_effective_storage(Session *s, const char *override) {
-        const char *json = override ?: s->storage_json;
-        return storage_json_effective(json, s->manager->config.local_storage_dir) ? json : NULL;
+/* Whether a storage block is effective (1) or not (0: then archives and restores are no-ops,
+ * COMPAT.md). -ENOMEM: undecided, which is never taken for "not effective" (a release would
+ * destroy the workspace unarchived, a discard keep the archive). */
+static int storage_block_effective(Session *s, const char *json) {
+        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
+        _cleanup_json_ json_object *o = NULL;
+        const char *why;
+        int r;
+
+        if (!json)
+                return 0;
+        r = json_parse(json, strlen(json), JSON_DEPTH_MAX, &o);
+        if (r >= 0 && json_object_is_type(o, json_type_object))
+                r = storage_config_parse(o, &c, &why);
+        if (r == -ENOMEM)
+                return r;
+        return r >= 0 && json_object_is_type(o, json_type_object) &&
+               storage_config_effective(&c, s->manager->config.local_storage_dir);
+}
+
+/* The session's storage block (the one remembered at create, or the release's) if it is
+ * effective, else NULL. Undecided (out of memory), the block itself: for the calls that the agent,
+ * which checks it anew, may as well refuse (a deletion, a quarantine). */
+static const char *session_effective_storage(Session *s) {
+        return storage_block_effective(s, s->storage_json) != 0 ? s->storage_json : NULL;
 }
 
 static const char *session_archive_stem(Session *s, const char *override) {
@@ -1568,9 +1581,10 @@ unsigned session_count_pending_archives(Manager *m) {
         return n;
 }
 
-/* Between BeginArchive and the answer to CommitArchive: the stored object may change. */
+/* Between BeginArchive and the answer to CommitArchive (also of an attempt whose release a create
+ * took over since): the stored object may change. */
 static bool session_archive_in_flight(const Session *s) {
-        return s->releasing && (s->archive_slot || s->archive_token);
+        return s->archive_orphaned || (s->releasing && (s->archive_slot || s->archive_token));
 }
 
 /* Whether the session's archive is (stem, storage_json). */
@@ -1585,9 +1599,11 @@ static bool session_same_archive(Session *a, Session *b) {
 Session *session_find_pending_archive(Manager *m, const char *stem, const char *storage_json) {
         Session *found = NULL;
 
-        /* The newest release wins: its workspace is what the client saw last. */
+        /* The newest release wins: its workspace is what the client saw last. Never one its client
+         * discarded, nor one a newer release superseded. */
         LIST_FOREACH(sessions, i, m->sessions)
-                if (i->releasing && !i->stop_requested && session_archives_to(i, stem, storage_json) &&
+                if (i->releasing && !i->stop_requested && !i->discard_stem && !i->archive_superseded &&
+                    session_archives_to(i, stem, storage_json) &&
                     (!found || i->release_realtime_usec >= found->release_realtime_usec))
                         found = i;
         return found;
@@ -1621,9 +1637,45 @@ static void storage_reply_begin(sd_bus_slot **slot) {
         *slot = sd_bus_slot_unref(*slot);
 }
 
+/* For logs and messages only: no decision is taken on it. */
 static const char *bus_reply_error(sd_bus_message *reply) {
         const sd_bus_error *e = sd_bus_message_get_error(reply);
         return e && e->message ? e->message : e && e->name ? e->name : "malformed reply";
+}
+
+/* What an answer of the storage agent means, by its error name (bus-contract.h). */
+typedef enum StorageAnswer {
+        STORAGE_ANSWER_OK,
+        /* InvalidArgs, StorageNotConfigured: the block is not usable by the contract's own rules
+         * (invalid, or not effective where the agent runs): archives and restores are no-ops. */
+        STORAGE_ANSWER_NOT_EFFECTIVE,
+        STORAGE_ANSWER_REFUSED,            /* StorageRefused: our endpoint policy refuses it */
+        STORAGE_ANSWER_POLICY_UNAVAILABLE, /* PolicyUnavailable: the agent can't tell; may pass later */
+        STORAGE_ANSWER_DAMAGED,            /* ArchiveDamaged: the stored archive can't be restored */
+        STORAGE_ANSWER_NOT_FOUND,          /* NotFound */
+        /* Anything else (StorageFailed, UnknownToken, no reply, no agent): a retry may succeed. */
+        STORAGE_ANSWER_FAILED,
+} StorageAnswer;
+
+static StorageAnswer storage_answer(sd_bus_message *reply) {
+        static const struct {
+                const char *name;
+                StorageAnswer answer;
+        } answers[] = {
+                { SD_BUS_ERROR_INVALID_ARGS, STORAGE_ANSWER_NOT_EFFECTIVE },
+                { BUS_ERROR_STORAGE_NOT_CONFIGURED, STORAGE_ANSWER_NOT_EFFECTIVE },
+                { BUS_ERROR_STORAGE_REFUSED, STORAGE_ANSWER_REFUSED },
+                { BUS_ERROR_POLICY_UNAVAILABLE, STORAGE_ANSWER_POLICY_UNAVAILABLE },
+                { BUS_ERROR_ARCHIVE_DAMAGED, STORAGE_ANSWER_DAMAGED },
+                { BUS_ERROR_NOT_FOUND, STORAGE_ANSWER_NOT_FOUND },
+        };
+
+        if (!sd_bus_message_is_method_error(reply, NULL))
+                return STORAGE_ANSWER_OK;
+        for (size_t i = 0; i < ELEMENTSOF(answers); i++)
+                if (sd_bus_message_is_method_error(reply, answers[i].name))
+                        return answers[i].answer;
+        return STORAGE_ANSWER_FAILED;
 }
 
 /* The release waiters hear the outcome now; the session goes on without them. */
@@ -1653,21 +1705,29 @@ static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
         return 0;
 }
 
-/* Delete the stored archive, then stop. */
-static void session_discard(Session *s, const char *storage, const char *stem) {
+/* Delete the stored archive (the stem is taken), then stop. */
+static void session_discard(Session *s, const char *storage, char *stem) {
+        _cleanup_free_ char *owned = stem;
+
         s->releasing = false;
         s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
         session_archive_stop_retrying(s);
+        if (s->archive_orphaned) {
+                /* The upload of the release a create took over may still store the archive: it is
+                 * deleted after that (session_archive_orphan_ended()). */
+                free(s->discard_stem);
+                s->discard_stem = TAKE_PTR(owned);
+                return;
+        }
         if (!storage || storage_call(s, &s->archive_slot, "DeleteArchive", on_discard_reply,
-                                     STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, stem) < 0)
+                                     STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, owned) < 0)
                 session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
 }
 
 /* The archive is stored, or never will be: the session goes. */
 static void session_archive_done(Session *s, ArchiveOutcome outcome) {
         if (s->discard_stem) {
-                _cleanup_free_ char *stem = TAKE_PTR(s->discard_stem);
-                session_discard(s, session_effective_storage(s, NULL), stem);
+                session_discard(s, session_effective_storage(s), TAKE_PTR(s->discard_stem));
                 return;
         }
         s->releasing = false;
@@ -1678,6 +1738,22 @@ static void session_archive_done(Session *s, ArchiveOutcome outcome) {
 }
 
 static void session_archive_attempt(Session *s);
+
+/* The attempt that was under way when a create took the session over (session_adopt()) has
+ * ended: what waited for it goes on. */
+static void session_archive_orphan_ended(Session *s) {
+        s->archive_orphaned = false;
+        if (s->discard_stem)
+                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
+        else if (s->releasing)
+                session_archive_attempt(s);
+        else if (s->stop_requested)
+                session_finalize(s);
+}
+
+/* An attempt whose release a create took over, or whose client discarded it meanwhile, goes no
+ * further: its staging ('token') is aborted. Returns whether it was dropped. */
+static bool session_archive_attempt_dropped(Session *s, const char *token);
 
 static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata);
 
@@ -1699,8 +1775,21 @@ static uint64_t archive_retry_delay(unsigned failures) {
         return MIN(d, SESSION_ARCHIVE_RETRY_MAX_USEC);
 }
 
-/* An attempt failed. 'permanent': no retry can store it (too large, storage block refused). */
-static void session_archive_failed(Session *s, bool permanent, const char *why) {
+/* What a failed attempt means for the next one. */
+typedef enum ArchiveFailure {
+        /* Storage down or full, the endpoint refused or unjudged now, the agent gone: retried with
+         * backoff until stored or SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed. */
+        ARCHIVE_FAILURE_RETRY,
+        /* The workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES: it can't shrink while pending, so
+         * it is kept as it is (a create of its archive_key takes it over; the operator may raise
+         * the limit and restart the manager), tried once more at the deadline, then given up. */
+        ARCHIVE_FAILURE_TOO_LARGE,
+        /* The storage block is not effective by the contract's own rules: nothing to archive to. */
+        ARCHIVE_FAILURE_NO_STORAGE,
+} ArchiveFailure;
+
+/* An attempt failed. */
+static void session_archive_failed(Session *s, ArchiveFailure kind, const char *why) {
         Config *c = &s->manager->config;
         uint64_t now = (uint64_t) time(NULL) * USEC_PER_SEC, deadline, delay;
         const char *stem = session_archive_stem(s, NULL);
@@ -1713,13 +1802,17 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
                 return;
         }
         s->manager->metrics.archive_failures++;
-        free(s->archive_error);
-        s->archive_error = strdup(why);
+        /* Out of memory, the reason of the attempt before stays. */
+        char *error = strdup(why);
+        if (error) {
+                free(s->archive_error);
+                s->archive_error = error;
+        }
         if (s->archive_first_failure_realtime_usec == 0)
                 s->archive_first_failure_realtime_usec = now;
         deadline = s->archive_first_failure_realtime_usec + c->archive_retry_deadline_sec * USEC_PER_SEC;
 
-        if (permanent) {
+        if (kind == ARCHIVE_FAILURE_NO_STORAGE) {
                 s->manager->metrics.archives_skipped++;
                 log_struct(
                         LOG_WARNING, 0,
@@ -1750,25 +1843,26 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
                 return;
         }
 
-        delay = MIN(archive_retry_delay(s->archive_attempts), deadline - now);
+        delay = deadline - now;
+        if (kind == ARCHIVE_FAILURE_RETRY)
+                delay = MIN(archive_retry_delay(s->archive_attempts), delay);
         log_struct(
                 LOG_WARNING, 0,
                 LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-failed",
                            strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept; next "
+                "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept%s; next "
                 "attempt in %llus.",
                 s->id, s->archive_attempts, why,
+                kind == ARCHIVE_FAILURE_TOO_LARGE ? " until a create of its archive_key takes it over" : "",
                 (unsigned long long) ((delay + USEC_PER_SEC - 1) / USEC_PER_SEC));
         s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
         r = session_arm_archive_retry(s, delay);
-        if (r < 0) {
-                log_struct(
-                        LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id), SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
-                        "Failed to schedule the next archive attempt of session %s, giving up: %m", s->id);
-                s->manager->metrics.archives_abandoned++;
-                session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
-                return;
-        }
+        if (r < 0)
+                /* Never a workspace given up for want of a timer: it stays pending and listed. */
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to schedule the next archive attempt of session %s; it stays pending "
+                           "until scopeboxctl archives retry, a create of its archive_key or a restart: %m",
+                           s->id);
         (void) session_save_state(s);
         manager_state_changed(s->manager);
         session_release_tell(s);
@@ -1777,22 +1871,37 @@ static void session_archive_failed(Session *s, bool permanent, const char *why) 
 static void session_archive_failed_errno(Session *s, int error, const char *what) {
         char buf[256];
         snprintf(buf, sizeof(buf), "%s: %s", what, strerror(abs(error)));
-        session_archive_failed(s, false, buf);
+        session_archive_failed(s, ARCHIVE_FAILURE_RETRY, buf);
 }
 
 static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
         uint64_t size = 0;
+        bool ok;
 
         storage_reply_begin(&s->archive_slot);
         s->archive_token = mfree(s->archive_token);
-        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_read(reply, "t", &size) < 0) {
-                /* A refusal of the block (the endpoint's addresses are not allowed) stays a refusal;
-                 * an unknown token means the agent restarted in between: a new attempt stages anew. */
-                const char *why = bus_reply_error(reply);
-                session_archive_failed(s, sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS) &&
-                                                  !strstr(why, "unknown archive token"),
-                                       why);
+        ok = storage_answer(reply) == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "t", &size) >= 0;
+        if (s->archive_orphaned) {
+                /* The upload of a release a create took over: stored or not, the workspace is the
+                 * new session's, archived at its own release. */
+                if (ok)
+                        s->manager->metrics.archive_bytes_written += size;
+                else
+                        s->manager->metrics.archive_failures++;
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), ok ? "SCOPEBOX_EVENT=session-archived"
+                                                                   : "SCOPEBOX_EVENT=archive-failed"),
+                           "The upload of session %s's release, which a create took over, %s%s.", s->id,
+                           ok ? "is stored" : "failed: ", ok ? "" : bus_reply_error(reply));
+                session_archive_orphan_ended(s);
+                return 0;
+        }
+        if (!ok) {
+                /* The block was taken at BeginArchive: whatever fails now (an unknown token: the
+                 * agent restarted in between; the endpoint refused or unreachable at the upload)
+                 * keeps the workspace, and a new attempt stages anew. */
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, bus_reply_error(reply));
                 return 0;
         }
         s->manager->metrics.archive_bytes_written += size;
@@ -1812,26 +1921,41 @@ static void storage_abort(Session *s, const char *token) {
                                                 "AbortArchive", NULL, NULL, "s", token);
 }
 
+static bool session_archive_attempt_dropped(Session *s, const char *token) {
+        if (!s->archive_orphaned && !s->discard_stem)
+                return false;
+        storage_abort(s, token);
+        s->archive_token = mfree(s->archive_token);
+        if (s->archive_orphaned)
+                session_archive_orphan_ended(s);
+        else
+                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
+        return true;
+}
+
 static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd,
                                void *userdata) {
         json_object *v;
         int64_t bytes;
         int r;
 
+        if (session_archive_attempt_dropped(s, s->archive_token))
+                return;
         if (error < 0) {
                 storage_abort(s, s->archive_token);
                 s->archive_token = mfree(s->archive_token);
                 if (error == -EFBIG)
-                        session_archive_failed(s, true,
+                        session_archive_failed(s, ARCHIVE_FAILURE_TOO_LARGE,
                                                "the workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES");
                 else
-                        session_archive_failed(s, false, strempty(message));
+                        session_archive_failed(s, ARCHIVE_FAILURE_RETRY, strempty(message));
                 return;
         }
         bytes = json_object_object_get_ex(reply, "bytes", &v) ? json_object_get_int64(v) : -1;
         if (bytes < 0) {
                 storage_abort(s, s->archive_token);
-                session_archive_failed(s, false, "the runner did not say how many bytes it wrote");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY,
+                                       "the runner did not say how many bytes it wrote");
                 return;
         }
         r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply,
@@ -1845,34 +1969,43 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
 static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
         Config *c = &s->manager->config;
-        json_object *msg;
+        json_object *msg = NULL;
         const char *token;
         int fd, r;
 
         storage_reply_begin(&s->archive_slot);
+        if (s->archive_orphaned || s->discard_stem) {
+                token = NULL;
+                if (!sd_bus_message_is_method_error(reply, NULL))
+                        (void) sd_bus_message_read(reply, "sh", &token, &fd);
+                (void) session_archive_attempt_dropped(s, token);
+                return 0;
+        }
         if (sd_bus_message_is_method_error(reply, NULL)) {
-                /* A storage block the agent refuses (not effective, endpoint not allowed) stays refused. */
-                session_archive_failed(s, sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS),
+                /* Only a block that is not effective by the contract's rules has nothing to archive
+                 * to. One our endpoint policy refuses, or can't judge now, is the client's storage
+                 * all the same: the workspace is kept and retried, as for storage down. */
+                session_archive_failed(s,
+                                       storage_answer(reply) == STORAGE_ANSWER_NOT_EFFECTIVE
+                                               ? ARCHIVE_FAILURE_NO_STORAGE
+                                               : ARCHIVE_FAILURE_RETRY,
                                        bus_reply_error(reply));
                 return 0;
         }
         if (sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
-                session_archive_failed(s, false, "malformed reply from the storage agent");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "malformed reply from the storage agent");
                 return 0;
         }
         s->archive_token = strdup(token);
         fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        msg = json_object_new_object();
-        if (!s->archive_token || fd < 0 || !msg) {
+        r = runner_request_archive(false, c->max_archive_bytes, c->archive_timeout_sec, &msg);
+        if (!s->archive_token || fd < 0 || r < 0) {
                 safe_close(fd);
                 json_object_put(msg);
                 storage_abort(s, token);
                 session_archive_failed_errno(s, ENOMEM, "failed to stage the archive");
                 return 0;
         }
-        json_object_object_add(msg, "op", json_object_new_string("archive"));
-        json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->max_archive_bytes));
-        json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
         r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
                             false, true, on_runner_archived, NULL);
         if (r < 0) {
@@ -1883,15 +2016,29 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
 }
 
 static void session_archive_attempt(Session *s) {
-        const char *storage = session_effective_storage(s, NULL);
+        const char *storage = s->storage_json;
         int r;
 
-        if (!storage) {
+        r = storage_block_effective(s, storage);
+        if (r < 0) {
+                session_archive_failed_errno(s, r, "failed to check the storage block");
+                return;
+        }
+        if (r == 0) {
                 session_archive_done(s, ARCHIVE_OUTCOME_NONE);
                 return;
         }
+        /* An attempt of its own under way (a retry's ping that answered late), or the one of the
+         * release a create took over: the next goes once that has ended. */
+        if (s->archive_orphaned || s->archive_slot || s->archive_token)
+                return;
+        /* Superseded while it waited: its workspace is older than the newer release's. */
+        if (s->archive_superseded) {
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "superseded");
+                return;
+        }
         if (s->control_fd < 0) {
-                session_archive_failed(s, false, "the session's runner is gone");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "the session's runner is gone");
                 return;
         }
         /* Archives of one stem are stored one after the other, in the order of their releases. */
@@ -1916,7 +2063,7 @@ static void on_retry_ping(Session *s, int error, const char *message, json_objec
         if (!s->releasing)
                 return;
         if (error < 0) {
-                session_archive_failed(s, false, "the session's runner is gone");
+                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "the session's runner is gone");
                 return;
         }
         session_archive_attempt(s);
@@ -1924,22 +2071,18 @@ static void on_retry_ping(Session *s, int error, const char *message, json_objec
 
 static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata) {
         Session *s = userdata;
-        json_object *ping;
 
         if (!s->releasing)
                 return 0;
         /* The runner first: it is alive, and its idle backstop hears of us, however long storage
-         * takes to come back. */
-        ping = json_object_new_object();
-        if (!ping || (json_object_object_add(ping, "op", json_object_new_string("ping")),
-                      session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true,
-                                      on_retry_ping, NULL)) < 0)
+         * takes to come back. (Without the ping, the attempt finds out by itself.) */
+        if (session_enqueue_op(s, "ping", on_retry_ping) < 0)
                 session_archive_attempt(s);
         return 0;
 }
 
 void session_archive_retry_now(Session *s) {
-        if (s->releasing && s->archive_retry_timer && !session_archive_in_flight(s))
+        if (s->releasing && !session_archive_in_flight(s))
                 (void) session_arm_archive_retry(s, 1);
 }
 
@@ -1951,7 +2094,7 @@ static void session_supersede_older(Session *s) {
                         continue;
                 i->archive_superseded = true;
                 if (!session_archive_in_flight(i))
-                        session_archive_failed(i, false, "superseded");
+                        session_archive_failed(i, ARCHIVE_FAILURE_RETRY, "superseded");
         }
 }
 
@@ -1973,40 +2116,49 @@ static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *u
  * caller hears that the session is gone. The archive request waits behind it. */
 int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata) {
-        _cleanup_free_ char *storage_override = NULL;
-        const char *storage;
-        bool starting;
-        int r;
+        _cleanup_free_ char *storage_override = NULL, *discard_stem = NULL;
+        bool starting, stopping = s->state == SESSION_STOPPING;
+        int effective, r;
 
-        if (s->state == SESSION_STOPPING) {
-                /* Already on its way out. A discard of one whose archive is pending drops the
-                 * workspace and the stored archive now. */
+        /* Everything that can fail for want of memory first, with nothing changed yet: a discard
+         * may have to wait for an attempt under way, which without the stem would end as a store;
+         * a block that could not be judged would be taken for no storage. */
+        if (o && o->discard && !(discard_stem = strdup(session_archive_stem(s, o->archive_key))))
+                return -ENOMEM;
+        if (!stopping && o && o->storage_json && !(storage_override = strdup(o->storage_json)))
+                return -ENOMEM;
+        effective = storage_block_effective(s, storage_override ?: s->storage_json);
+        if (effective < 0)
+                return effective;
+        if (stopping) {
+                /* Already on its way out: the waiter hears when it is gone, or now when its archive
+                 * is pending (then after what this release does to it). */
+                if (!s->release_told) {
+                        r = session_add_release_waiter(s, cb, userdata);
+                        if (r < 0)
+                                return r;
+                }
+                /* A discard of one whose archive is pending drops the workspace and the stored
+                 * archive now. */
                 if (s->releasing && o && o->discard) {
-                        const char *stem = session_archive_stem(s, o->archive_key);
-
                         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                    "Session %s, whose archive was pending, is discarded by its client.",
                                    s->id);
                         if (!session_archive_in_flight(s))
-                                session_discard(s, session_effective_storage(s, NULL), stem);
+                                session_discard(s, effective ? s->storage_json : NULL,
+                                                TAKE_PTR(discard_stem));
                         else {
                                 /* After the attempt that is under way, whatever its outcome. */
                                 free(s->discard_stem);
-                                s->discard_stem = strdup(stem);
+                                s->discard_stem = TAKE_PTR(discard_stem);
                                 s->archive_superseded = true;
                                 s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
                         }
                 }
-                /* Its archive pending: the outcome is known now. Else the waiter hears when it is gone. */
-                if (s->release_told) {
-                        if (cb)
-                                cb(s, 0, NULL, userdata);
-                        return 0;
-                }
-                return session_add_release_waiter(s, cb, userdata);
+                if (s->release_told && cb)
+                        cb(s, 0, NULL, userdata);
+                return 0;
         }
-        if (o && o->storage_json && !(storage_override = strdup(o->storage_json)))
-                return -ENOMEM;
         /* Not started yet, nobody has used its workspace: it holds at most part of what is being
          * restored, which must never be archived over the whole. (An adopted one is its own.) */
         starting = s->state == SESSION_STARTING && !s->adopted;
@@ -2022,13 +2174,12 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                 s->storage_json = TAKE_PTR(storage_override);
         }
 
-        storage = session_effective_storage(s, NULL);
-        if (storage && o && o->discard) {
-                session_discard(s, storage, session_archive_stem(s, o->archive_key));
+        if (effective && o && o->discard) {
+                session_discard(s, s->storage_json, TAKE_PTR(discard_stem));
                 return 0;
         }
-        if (storage && (!o || o->archive) && !starting) {
-                if (s->restore_failed) {
+        if (effective && (!o || o->archive) && !starting) {
+                if (s->archive_kept) {
                         s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
                         log_struct(
                                 LOG_WARNING, 0,
@@ -2091,7 +2242,7 @@ static int session_load_release_state(Session *s, json_object *o) {
         int r;
 
         if (json_object_object_get_ex(o, "restore_failed", &v))
-                s->restore_failed = json_object_get_boolean(v);
+                s->archive_kept = s->restore_failed = json_object_get_boolean(v);
         if (!json_object_object_get_ex(o, "releasing", &v) || !json_object_get_boolean(v))
                 return 0;
         s->releasing = true;
@@ -2156,22 +2307,39 @@ void session_resume_release(Session *s) {
 /* ---- adoption: a create for an archive still pending takes its session over ---- */
 
 int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata) {
-        if (!s->releasing || s->stop_requested || session_archive_in_flight(s) || s->control_fd < 0 ||
-            s->in_flight || s->start_callback)
+        bool under_way;
+
+        if (!s->releasing || s->stop_requested || s->discard_stem || s->archive_superseded ||
+            s->control_fd < 0 || s->start_callback)
                 return -EBUSY;
 
-        log_struct(
-                LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
-                "Session %s, whose archive was pending (%u attempts), is taken over by a new create for the "
-                "same "
-                "archive: its workspace is newer than the stored one.",
-                s->id, s->archive_attempts);
+        /* Its workspace is here, newer than anything stored: the create never waits for storage.
+         * An attempt under way goes on by itself (an upload to its end, the runner's archive
+         * aborted once written); the session's own next attempt waits for it. */
+        under_way = session_archive_in_flight(s);
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
+                   "Session %s, whose archive was pending (%u attempts%s), is taken over by a new create "
+                   "for the same archive: its workspace is newer than the stored one.",
+                   s->id, s->archive_attempts, under_way ? ", one under way" : "");
+        if (under_way && !s->archive_slot) {
+                /* The runner is writing the archive: nothing of it will be committed. */
+                storage_abort(s, s->archive_token);
+                s->archive_token = mfree(s->archive_token);
+        }
+        /* Whoever released it hears "pending" now: the workspace is kept, and taken over. */
+        if (!s->release_told) {
+                s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
+                session_release_tell(s);
+        }
         session_archive_stop_retrying(s);
-        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
+        s->archive_orphaned = under_way;
         s->adopted = true;
+        /* Its workspace is the newest there is, whatever its own create restored. */
+        s->restore_failed = false;
         s->releasing = false;
         s->archive_superseded = false;
         s->release_told = false;
+        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
         s->archive_outcome = ARCHIVE_OUTCOME_NONE;
         s->archive_attempts = 0;
         s->archive_first_failure_realtime_usec = s->release_realtime_usec = 0;
@@ -2196,12 +2364,24 @@ static void on_inputs_reset(Session *s, int error, const char *message, json_obj
         session_start_done(s, 0, NULL);
 }
 
+/* Inputs that can't be cleared are logged and the session starts, as when the runner fails to
+ * (on_inputs_reset()): a session never stays STARTING for it. */
 static void session_reset_inputs_then_ready(Session *s) {
-        json_object *msg = json_object_new_object();
-        if (!msg || (json_object_object_add(msg, "op", json_object_new_string("reset-inputs")),
-                     session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true,
-                                     on_inputs_reset, NULL)) < 0)
-                session_start_done(s, 0, NULL);
+        int r = session_enqueue_op(s, "reset-inputs", on_inputs_reset);
+        if (r < 0)
+                on_inputs_reset(s, r, "failed to ask the runner", NULL, -EBADF, NULL);
+}
+
+/* The create fails for now: the archive stays where it is, and the same create may succeed later. */
+static void session_restore_fail_create(Session *s, const char *why) {
+        _cleanup_free_ char *message = NULL;
+
+        if (asprintf(&message,
+                     "failed to restore the workspace from its archive: %s; the stored archive is kept, "
+                     "retry later",
+                     why) < 0)
+                message = NULL;
+        session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
 }
 
 /* The stored archive could not be restored. The create fails (the archive stays as it is, a retry
@@ -2210,7 +2390,6 @@ static void session_reset_inputs_then_ready(Session *s) {
 static void session_restore_failed(Session *s, bool unpacked, const char *why) {
         const char *stem = session_archive_stem(s, NULL);
         bool start_empty = s->manager->config.start_empty_on_restore_failure && !unpacked;
-        _cleanup_free_ char *message = NULL;
 
         s->manager->metrics.restore_failures++;
         log_struct(LOG_ERR, 0,
@@ -2220,16 +2399,109 @@ static void session_restore_failed(Session *s, bool unpacked, const char *why) {
                    start_empty ? "It starts empty and will not archive over the stored archive."
                                : "The create fails; the stored archive is kept.");
         if (start_empty) {
-                s->restore_failed = true;
+                s->archive_kept = s->restore_failed = true;
                 session_reset_inputs_then_ready(s);
                 return;
         }
-        if (asprintf(&message,
-                     "failed to restore the workspace from its archive: %s; the stored archive is kept, "
-                     "retry later",
-                     why) < 0)
-                message = NULL;
-        session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
+        session_restore_fail_create(s, why);
+}
+
+/* ---- damaged archives: quarantined ---- */
+
+static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Session *s = userdata;
+        const char *stem = session_archive_stem(s, NULL), *key = NULL;
+        StorageAnswer answer = storage_answer(reply);
+
+        storage_reply_begin(&s->restore_slot);
+        if (s->state == SESSION_STOPPING) {
+                session_finalize(s);
+                return 0;
+        }
+        if (answer == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "s", &key) < 0)
+                answer = STORAGE_ANSWER_FAILED;
+        if (answer == STORAGE_ANSWER_OK) {
+                s->manager->metrics.archives_quarantined++;
+                log_struct(LOG_WARNING, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-quarantined",
+                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
+                                      strjoina("SCOPEBOX_QUARANTINE_KEY=", key),
+                                      SCOPEBOX_MESSAGE_RESTORE_QUARANTINED),
+                           "Moved the damaged archive '%s' aside to '%s'; session %s starts empty and "
+                           "archives there as usual.",
+                           stem, key, s->id);
+        } else if (answer == STORAGE_ANSWER_NOT_FOUND)
+                /* Moved or deleted meanwhile (another create of the same archive): nothing to obey. */
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-quarantined",
+                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem)),
+                           "The damaged archive '%s' is gone already; session %s starts empty.", stem,
+                           s->id);
+        else {
+                /* Not moved: it stays where it is, untouched, and the next create tries again.
+                 * Never restored, never deleted. */
+                log_struct(LOG_WARNING, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
+                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
+                                      SCOPEBOX_MESSAGE_RESTORE_FAILED),
+                           "Failed to move the damaged archive '%s' of session %s aside: %s. The create "
+                           "fails.",
+                           stem, s->id, bus_reply_error(reply));
+                session_restore_fail_create(s, "the archive is damaged and could not be moved aside");
+                return 0;
+        }
+        s->restore_failed = true;
+        session_reset_inputs_then_ready(s);
+        return 0;
+}
+
+/* The stored archive can never be restored as it is (ArchiveDamaged from the agent, or what the
+ * runner's unpacking found: runner-protocol.h). It is moved aside to a quarantine key next to it,
+ * never deleted, and the session starts empty ("restored": false); its releases archive to the key
+ * as usual, so one bad archive never locks a conversation out. */
+static void session_restore_damaged(Session *s, const char *why) {
+        const char *stem = session_archive_stem(s, NULL), *storage = session_effective_storage(s);
+        int r;
+
+        s->manager->metrics.restore_failures++;
+        log_struct(LOG_WARNING, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
+                              strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_RESTORE_FAILED),
+                   "Failed to restore session %s from archive '%s': %s. The archive is damaged; moving it "
+                   "aside.",
+                   s->id, stem, why);
+        /* A release of the same archive under way may store a good one at the key any moment:
+         * never move that aside. The next create finds whichever is there then. */
+        LIST_FOREACH(sessions, i, s->manager->sessions)
+                if (session_same_archive(s, i) && (i->releasing || session_archive_in_flight(i))) {
+                        session_restore_fail_create(s, "the archive is damaged and is being replaced");
+                        return;
+                }
+        /* Bounded like the restore itself: the gateway waits for the create no longer. */
+        r = storage ? storage_call(s, &s->restore_slot, "QuarantineArchive", on_quarantine_reply,
+                                   s->manager->config.archive_timeout_sec * USEC_PER_SEC +
+                                           STORAGE_CALL_SLACK_USEC,
+                                   "ss", storage, stem)
+                    : -ENOMEDIUM;
+        if (r < 0)
+                session_restore_fail_create(s, "the archive is damaged and could not be moved aside");
+}
+
+/* The client's storage block may not be used now (our endpoint policy refuses it, or can't tell):
+ * the create fails with that error, by name, rather than start empty over the client's archive. */
+static void session_restore_refused(Session *s, bool refused, const char *why) {
+        if (!refused)
+                s->manager->metrics.restore_failures++;
+        /* A client chooses its endpoint (info); the policy that can't decide is the host's. */
+        log_struct(refused ? LOG_INFO : LOG_WARNING, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(s->id),
+                              refused ? "SCOPEBOX_EVENT=restore-refused" : "SCOPEBOX_EVENT=restore-failed",
+                              strjoina("SCOPEBOX_ARCHIVE_STEM=", session_archive_stem(s, NULL)),
+                              refused ? NULL : SCOPEBOX_MESSAGE_RESTORE_FAILED),
+                   "Not creating session %s: the storage agent %s its storage block (%s).", s->id,
+                   refused ? "refuses" : "can't judge", why);
+        s->start_error_name = refused ? BUS_ERROR_STORAGE_REFUSED : BUS_ERROR_POLICY_UNAVAILABLE;
+        session_start_done(s, refused ? -EADDRNOTAVAIL : -ENETDOWN, why);
 }
 
 static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd,
@@ -2238,6 +2510,10 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
 
         if (s->state == SESSION_STOPPING)
                 return;
+        if (runner_restore_error_is_damage(error)) {
+                session_restore_damaged(s, strempty(message));
+                return;
+        }
         if (error < 0) {
                 session_restore_failed(s, true, strempty(message));
                 return;
@@ -2253,7 +2529,7 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
 static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
         Config *c = &s->manager->config;
-        json_object *msg;
+        json_object *msg = NULL;
         struct stat st;
         int found = 0, fd, r;
 
@@ -2262,16 +2538,26 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
                 session_finalize(s);
                 return 0;
         }
-        if (sd_bus_message_is_method_error(reply, SD_BUS_ERROR_INVALID_ARGS)) {
-                /* A storage block the agent may not use (endpoint not allowed, not effective there):
-                 * as without storage, nothing is restored, and nothing will be archived either. */
+        switch (storage_answer(reply)) {
+        case STORAGE_ANSWER_OK:
+                break;
+        case STORAGE_ANSWER_NOT_EFFECTIVE:
+                /* Not effective by the contract's own rules (invalid, or not configured where the
+                 * agent runs): as without storage, nothing is restored, nothing will be archived. */
                 log_struct(LOG_WARNING, 0,
                            LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
                            "Not restoring session %s, starting empty: %s", s->id, bus_reply_error(reply));
                 session_reset_inputs_then_ready(s);
                 return 0;
-        }
-        if (sd_bus_message_is_method_error(reply, NULL)) {
+        case STORAGE_ANSWER_REFUSED:
+        case STORAGE_ANSWER_POLICY_UNAVAILABLE:
+                session_restore_refused(s, storage_answer(reply) == STORAGE_ANSWER_REFUSED,
+                                        bus_reply_error(reply));
+                return 0;
+        case STORAGE_ANSWER_DAMAGED:
+                session_restore_damaged(s, bus_reply_error(reply));
+                return 0;
+        default:
                 session_restore_failed(s, false, bus_reply_error(reply));
                 return 0;
         }
@@ -2284,8 +2570,9 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
                 return 0;
         }
         fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        msg = json_object_new_object();
-        if (fd < 0 || !msg) {
+        /* Expansion is bounded like the workspace itself. */
+        r = runner_request_archive(true, c->workspace_size, c->archive_timeout_sec, &msg);
+        if (fd < 0 || r < 0) {
                 safe_close(fd);
                 json_object_put(msg);
                 session_restore_failed(s, false, "out of memory");
@@ -2293,10 +2580,6 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         }
         /* Counted as restored once the runner unpacked it. */
         s->restore_size = fstat(fd, &st) >= 0 && S_ISREG(st.st_mode) ? (uint64_t) st.st_size : 0;
-        json_object_object_add(msg, "op", json_object_new_string("restore"));
-        /* Expansion is bounded like the workspace itself. */
-        json_object_object_add(msg, "max_bytes", json_object_new_int64((int64_t) c->workspace_size));
-        json_object_object_add(msg, "timeout_sec", json_object_new_int64((int64_t) c->archive_timeout_sec));
         r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
                             false, true, on_runner_restored, NULL);
         if (r < 0)
@@ -2304,15 +2587,23 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         return 0;
 }
 
+const char *session_start_error_name(const Session *s, int error) {
+        return s->start_error_name ?: bus_error_name_from_errno(error);
+}
+
 static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdata);
 
 /* After the runner is up: restore the archive if there is one, then clear the inputs. */
 static void session_restore_then_ready(Session *s) {
-        const char *storage = s->archive_key ? session_effective_storage(s, NULL) : NULL;
-        const char *stem = session_archive_stem(s, NULL);
+        const char *storage = s->storage_json, *stem = session_archive_stem(s, NULL);
         int r;
 
-        if (!storage) {
+        r = s->archive_key ? storage_block_effective(s, storage) : 0;
+        if (r < 0) {
+                session_restore_failed(s, false, "out of memory");
+                return;
+        }
+        if (r == 0) {
                 session_start_done(s, 0, NULL);
                 return;
         }
@@ -2320,9 +2611,15 @@ static void session_restore_then_ready(Session *s) {
          * it is about to replace. One being stored now is waited for; one that failed and waits for
          * its next attempt is the client's to take over (a new create adopts it). */
         LIST_FOREACH(sessions, i, s->manager->sessions) {
-                if (!i->releasing || !session_same_archive(s, i))
+                uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+                if ((!i->releasing && !i->archive_orphaned) || !session_same_archive(s, i))
                         continue;
-                if (session_archive_in_flight(i)) {
+                /* Waited for as long as a restore may take: the create's answer comes in time. */
+                if (s->restore_wait_until_usec == 0)
+                        s->restore_wait_until_usec =
+                                now + s->manager->config.archive_timeout_sec * USEC_PER_SEC;
+                if (session_archive_in_flight(i) && now < s->restore_wait_until_usec) {
                         r = sd_event_add_time_relative(s->manager->event, &s->restore_wait_timer,
                                                        CLOCK_MONOTONIC, ARCHIVE_WAIT_USEC,
                                                        10 * USEC_PER_MSEC, on_restore_wait, s);
@@ -2375,21 +2672,16 @@ static void on_file_reply(Session *s, int error, const char *message, json_objec
         free(c);
 }
 
-/* Takes over message and fd. */
-static int session_file_request(Session *s, json_object *msg, int fd, FileCallback cb, void *userdata) {
-        FileCall *c;
+/* Takes over fd; 'built' is what building msg returned (it fails the call, after the checks). */
+static int session_file_request(Session *s, int built, json_object *msg, int fd, FileCallback cb,
+                                void *userdata) {
+        FileCall *c = NULL;
         int r;
 
-        if (s->state != SESSION_RUNNING) {
+        if (s->state != SESSION_RUNNING || built < 0 || !(c = calloc(1, sizeof(FileCall)))) {
                 json_object_put(msg);
                 safe_close(fd);
-                return -ENXIO;
-        }
-        c = calloc(1, sizeof(FileCall));
-        if (!c) {
-                json_object_put(msg);
-                safe_close(fd);
-                return -ENOMEM;
+                return s->state != SESSION_RUNNING ? -ENXIO : built < 0 ? built : -ENOMEM;
         }
         *c = (FileCall) { .callback = cb, .userdata = userdata };
         r = session_enqueue(s, msg, fd, SESSION_CONTROL_TIMEOUT_USEC, false, false, on_file_reply, c);
@@ -2398,61 +2690,48 @@ static int session_file_request(Session *s, json_object *msg, int fd, FileCallba
         return r;
 }
 
-static json_object *file_message(const char *op, const char *relative) {
-        json_object *msg = json_object_new_object();
-        if (!msg)
-                return NULL;
-        json_object_object_add(msg, "op", json_object_new_string(op));
-        if (relative)
-                json_object_object_add(msg, "path", json_object_new_string(relative));
-        return msg;
-}
-
 int session_write_file(Session *s, const char *relative, int data_fd, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("write", relative);
-        if (!msg) {
-                safe_close(data_fd);
-                return -ENOMEM;
-        }
-        return session_file_request(s, msg, data_fd, cb, userdata);
+        json_object *msg = NULL;
+        int r = runner_request_write(relative, &msg);
+        return session_file_request(s, r, msg, data_fd, cb, userdata);
 }
 
 int session_read_file(Session *s, const char *relative, uint64_t max, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("read", relative);
-        if (!msg)
-                return -ENOMEM;
-        json_object_object_add(msg, "max", json_object_new_int64((int64_t) max));
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        json_object *msg = NULL;
+        int r = runner_request_read(relative, max, &msg);
+        return session_file_request(s, r, msg, -EBADF, cb, userdata);
+}
+
+static int session_file_op(Session *s, const char *op, FileCallback cb, void *userdata) {
+        json_object *msg = NULL;
+        int r = runner_request_op(op, &msg);
+        return session_file_request(s, r, msg, -EBADF, cb, userdata);
 }
 
 int session_list_files(Session *s, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("list", NULL);
-        if (!msg)
-                return -ENOMEM;
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        return session_file_op(s, "list", cb, userdata);
 }
 
 int session_reset_inputs(Session *s, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("reset-inputs", NULL);
-        if (!msg)
-                return -ENOMEM;
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        return session_file_op(s, "reset-inputs", cb, userdata);
 }
 
 int session_reset_kernel(Session *s, FileCallback cb, void *userdata) {
-        json_object *msg = file_message("reset-kernel", NULL);
-        if (!msg)
-                return -ENOMEM;
-        return session_file_request(s, msg, -EBADF, cb, userdata);
+        return session_file_op(s, "reset-kernel", cb, userdata);
 }
 
 /* ---- recovery after a restart of the manager ---- */
 
-static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd,
-                            void *userdata) {
+static void on_recover_ping_again(Session *s, int error, const char *message, json_object *reply, int fd,
+                                  void *userdata);
+
+static void session_recovered(Session *s, int error, json_object *reply, bool again) {
         json_object *v;
         uint64_t now, idle, remaining;
 
+        /* Its answer lost for want of memory: asked once more before anything is given up. */
+        if (error == -ENOMEM && !again && session_enqueue_op(s, "ping", on_recover_ping_again) >= 0)
+                return;
         if (error < 0 || !json_object_object_get_ex(reply, "initialized", &v) ||
             !json_object_get_boolean(v)) {
                 session_cleanup_stale(s, "runner did not answer after a restart");
@@ -2473,20 +2752,31 @@ static void on_recover_ping(Session *s, int error, const char *message, json_obj
                    (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
 }
 
+static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd,
+                            void *userdata) {
+        session_recovered(s, error, reply, false);
+}
+
+static void on_recover_ping_again(Session *s, int error, const char *message, json_object *reply, int fd,
+                                  void *userdata) {
+        session_recovered(s, error, reply, true);
+}
+
 int session_recover(Session *s) {
         json_object *ping;
         int r;
 
+        /* Built first: a recovery that can't even ask fails with the session as it was. */
+        r = runner_request_op("ping", &ping);
+        if (r < 0)
+                return r;
         s->state = s->releasing ? SESSION_STOPPING : SESSION_RUNNING;
         r = session_connect(s);
         if (r < 0) {
+                json_object_put(ping);
                 session_cleanup_stale(s, "runner unreachable after a restart");
                 return 0;
         }
-        ping = json_object_new_object();
-        if (!ping)
-                return -ENOMEM;
-        json_object_object_add(ping, "op", json_object_new_string("ping"));
         return session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_recover_ping,
                                NULL);
 }

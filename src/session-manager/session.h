@@ -172,12 +172,22 @@ struct Session {
          * can never be, or the retry deadline passed (docs/operations.md). Recorded, so that a
          * restarted manager goes on with it. */
         bool releasing;
-        /* started empty after a failed restore: never archived over the stored one */
+        /* started without its stored archive: the create answers "restored": false (after a
+         * failed restore with SANDBOX_START_EMPTY_ON_RESTORE_FAILURE=1, or a damaged archive moved
+         * aside) */
         bool restore_failed;
+        /* ... and never archived over the stored one (the former case: the archive is still there) */
+        bool archive_kept;
         bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
         bool release_told;          /* the release waiters heard the outcome already */
         bool adopted;               /* a create took it over while its archive was pending */
+        /* A failed start's bus error name when its errno can't say it (those set by name only,
+         * bus-contract.h: StorageRefused, PolicyUnavailable); NULL otherwise. */
+        const char *start_error_name;
         char *discard_stem;         /* discarded while an attempt was in flight: done after it */
+        /* A create took it over while an attempt of its release was under way: that attempt goes
+         * on to its end (an upload) or is aborted (staging), and the next one waits for it. */
+        bool archive_orphaned;
         ArchiveOutcome archive_outcome;
         unsigned archive_attempts;
         uint64_t release_realtime_usec;
@@ -185,6 +195,7 @@ struct Session {
         char *archive_error;        /* why the last attempt failed */
         sd_event_source *archive_retry_timer;
         sd_event_source *restore_wait_timer;  /* an archive of the same stem is being stored */
+        uint64_t restore_wait_until_usec;     /* CLOCK_MONOTONIC: waited for no longer */
         sd_event_source *release_answer_timer; /* the release is answered "pending" by then at the latest */
 
         /* Bus calls on the session's behalf, owned: freeing the session cancels them, so no
@@ -219,6 +230,10 @@ void session_add_to_gc_queue(Session *s);
 
 /* Spawn the runner, put it in its scope, initialize the workspace. cb runs once. */
 int session_start(Session *s, SessionDoneCallback cb, void *userdata);
+/* The bus error name for a start that failed with 'error' (its callback's): the name it was set
+ * with (the client's storage block refused by our endpoint policy, or the policy unavailable), or
+ * bus_error_name_from_errno(). */
+const char *session_start_error_name(const Session *s, int error);
 /* Stop the scope and forget the session. cb (optional) runs when it is gone. Safe from inside
  * the session's own callbacks: nothing is freed before the event loop gets back to the manager. */
 int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *userdata);

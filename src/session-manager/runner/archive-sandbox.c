@@ -21,6 +21,7 @@
 
 #include "archive-sandbox.h"
 #include "io-util.h"
+#include "runner-protocol.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
 #include "workspace-archive.h"
@@ -143,10 +144,16 @@ _noreturn_ void archive_sandbox_run(const ArchiveSandbox *a) {
         if (a->restore) {
                 uint64_t total = 0;
 
+                /* An entry refused fails the whole restore: an archive of ours never has one, so
+                 * what holds one is not the workspace that was stored (the runner clears what was
+                 * unpacked, the manager quarantines the archive). */
                 r = archive_extract(DATA_FD, &limits, &total);
+                if (r > 0) {
+                        res.refused = r;
+                        r = -RUNNER_RESTORE_HOSTILE;
+                }
                 if (r < 0)
                         goto fail;
-                res.refused = r;
                 res.bytes = total;
         } else {
                 struct stat st;

@@ -16,6 +16,7 @@
 #include "archive-sandbox.h"
 #include "json-util.h"
 #include "log.h"
+#include "runner-protocol.h"
 #include "runner.h"
 #include "sandbox.h"
 #include "string-util.h"
@@ -37,42 +38,85 @@ ArchiveJob *archive_job_free(ArchiveJob *j) {
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(ArchiveJob *, archive_job_free);
 
+/* A failure of ours never reads as a damaged archive. */
+static int restore_errno_not_damage(int error) {
+        return runner_restore_error_is_damage(error) ? -EIO : error;
+}
+
+/* The errno a restore's failure is answered with (runner-protocol.h): the three that say "the
+ * archive is damaged" only for what unpacking it found, never for a failure of ours that happens to
+ * share the number (a clone refused with EPERM). A helper that died of a crash signal died of the
+ * archive: only unpacking it runs code on hostile bytes. */
+static int restore_errno(const ArchiveResult *res, bool have_result, const siginfo_t *si) {
+        if (!have_result) {
+                if (si->si_code != CLD_KILLED && si->si_code != CLD_DUMPED)
+                        return -EIO;
+                switch (si->si_status) {
+                case SIGXFSZ:
+                        return -RUNNER_RESTORE_TOO_LARGE;
+                case SIGSEGV:
+                case SIGBUS:
+                case SIGABRT:
+                case SIGILL:
+                case SIGFPE:
+                case SIGSYS:
+                        return -RUNNER_RESTORE_CORRUPT;
+                default:
+                        return -EIO; /* SIGKILL: the session's OOM killer, or us */
+                }
+        }
+        return streq(res->step, "restore") ? res->error : restore_errno_not_damage(res->error);
+}
+
 static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         ArchiveJob *j = userdata;
         Runner *r = j->runner;
         _cleanup_json_ json_object *reply = NULL;
         ArchiveResult res = { .error = -EIO };
+        bool have_result;
 
         j->pid = 0;
-        if (j->timed_out)
-                res.error = -ETIME;
-        else if (read(j->result_fd, &res, sizeof(res)) != (ssize_t) sizeof(res))
-                res = (ArchiveResult) { .error = si->si_code == CLD_KILLED && si->si_status == SIGXCPU
-                                                         ? -ETIME
-                                                         : -EIO };
+        have_result = !j->timed_out && read(j->result_fd, &res, sizeof(res)) == (ssize_t) sizeof(res);
         res.step[sizeof(res.step) - 1] = 0;
+        if (j->timed_out || (!have_result && si->si_code == CLD_KILLED && si->si_status == SIGXCPU))
+                res = (ArchiveResult) { .error = -ETIME };
+        else if (j->restore && (!have_result || res.error < 0))
+                res.error = restore_errno(&res, have_result, si);
+        else if (!have_result)
+                res = (ArchiveResult) { .error = -EIO };
 
         if (res.error < 0) {
                 if (res.step[0])
                         log_struct(LOG_WARNING, res.error, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "The archive helper of session %s failed at '%s': %m", r->session_id,
                                    res.step);
+                if (res.refused > 0)
+                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Restore of session %s refused %i hostile archive entries.",
+                                   r->session_id, res.refused);
+                /* A restore that failed half-way leaves nothing of the archive behind: the session
+                 * either starts empty or not at all. */
+                if (j->restore) {
+                        int q = workspace_clear(&r->workspace);
+                        if (q < 0) {
+                                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                           "Failed to clear the workspace of session %s after a failed "
+                                           "restore: %m",
+                                           r->session_id);
+                                res.error = -EIO;
+                        }
+                }
                 (void) runner_send_error(r, j->connection_generation, res.error, "%s failed: %s",
                                          j->restore ? "restore" : "archive", strerror(-res.error));
         } else {
                 int jr = runner_reply_new(&reply);
 
                 json_add_checked(reply, "bytes", json_object_new_int64((int64_t) res.bytes), &jr);
-                json_add_checked(reply, "refused", json_object_new_int(res.refused), &jr);
                 /* No request follows to answer it for us: the job is answered here, either way. */
                 if (jr < 0)
                         (void) runner_send_error(r, j->connection_generation, ENOMEM, "out of memory");
                 else
                         (void) runner_send(r, j->connection_generation, reply, NULL, 0);
-                if (res.refused > 0)
-                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Restore of session %s refused %i hostile archive entries.",
-                                   r->session_id, res.refused);
         }
         r->archive_job = archive_job_free(r->archive_job);
         runner_resume_connection(r);
@@ -152,7 +196,7 @@ int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore
         if (q < 0) {
                 log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Failed to start the archive helper: %m");
-                return runner_send_error(r, r->connection_generation, q,
+                return runner_send_error(r, r->connection_generation, restore_errno_not_damage(q),
                                          "failed to start the archive helper");
         }
         q = sd_event_add_child(r->event, &j->child_source, j->pid, WEXITED, on_archive_child, j);
@@ -161,7 +205,8 @@ int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore
                                                (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC,
                                                on_archive_timeout, j);
         if (q < 0)
-                return runner_send_error(r, r->connection_generation, q, "failed to watch the archive job");
+                return runner_send_error(r, r->connection_generation, restore_errno_not_damage(q),
+                                         "failed to watch the archive job");
         r->archive_job = TAKE_PTR(j);
         return 0;
 }

@@ -281,10 +281,9 @@ static int open_or_make_dir(int dir_fd, const char *name) {
         return -EBUSY; /* something keeps swapping it */
 }
 
-int workspace_reset_inputs(const Workspace *w) {
-        static const char *const dirs[] = { "uploads", "skills" };
-
-        for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+/* The directories named, right below the workspace, empty and the sandbox user's. */
+static int workspace_empty_dirs(const Workspace *w, const char *const *dirs, size_t n) {
+        for (size_t i = 0; i < n; i++) {
                 _cleanup_close_ int fd = open_or_make_dir(w->fd, dirs[i]);
                 int r;
 
@@ -297,4 +296,20 @@ int workspace_reset_inputs(const Workspace *w) {
                         return -errno;
         }
         return 0;
+}
+
+int workspace_reset_inputs(const Workspace *w) {
+        static const char *const dirs[] = { "uploads", "skills" };
+
+        return workspace_empty_dirs(w, dirs, ELEMENTSOF(dirs));
+}
+
+int workspace_clear(const Workspace *w) {
+        static const char *const dirs[] = { "uploads", "outputs", "skills" };
+        int r;
+
+        r = rm_rf_children(w->fd);
+        if (r < 0)
+                return r;
+        return workspace_empty_dirs(w, dirs, ELEMENTSOF(dirs));
 }

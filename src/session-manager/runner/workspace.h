@@ -33,3 +33,6 @@ int workspace_read(const Workspace *w, const char *relative, uint64_t max, int *
 int workspace_list(const Workspace *w, OutputSet *ret);
 /* Empties and recreates uploads/ and skills/. */
 int workspace_reset_inputs(const Workspace *w);
+/* The workspace as a new session's: nothing but empty uploads/, outputs/ and skills/ (after a
+ * restore that failed half-way). Only while no process of the session runs. */
+int workspace_clear(const Workspace *w);
