@@ -268,8 +268,10 @@ int storage_response_new_bus_error(StorageRequestKind kind, const sd_bus_error *
         if (ret_internal)
                 *ret_internal = false;
 
-        /* The contract: a sweep of storage that is not in effect finds nothing. */
-        if (kind == STORAGE_REQUEST_GC && sd_bus_error_has_name(e, BUS_ERROR_STORAGE_NOT_CONFIGURED))
+        /* The contract: a sweep of storage that is not in effect, or that may not be used, finds
+         * nothing. */
+        if (kind == STORAGE_REQUEST_GC &&
+            sd_bus_error_has_names(e, BUS_ERROR_STORAGE_NOT_CONFIGURED, BUS_ERROR_STORAGE_REFUSED))
                 return storage_gc_response_new(0, 0, 0, ret);
 
         /* The agent's own errors, answered as everywhere (http-util.c). */

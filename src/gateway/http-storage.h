@@ -67,7 +67,7 @@ int storage_gc_response_new(uint64_t deleted, uint64_t scanned, uint64_t freed_b
 
 /* Answers a failed storage agent call by the error's name, as the table of http-util.c does:
  * InvalidArgs and StorageRefused → 400 and StorageFailed → 502 with the agent's message,
- * StorageNotConfigured → 400 "storage backend not configured" (for gc: 200 with zeros),
+ * StorageNotConfigured → 400 "storage backend not configured" (for gc both: 200 with zeros),
  * PolicyUnavailable → 503 with Retry-After; an agent that cannot be reached or does not answer →
  * 500 "storage agent unavailable" / "storage agent did not answer"; anything else → 500 "internal
  * error". Sets *ret_internal when the cause is on our side (500, 503). */
