@@ -4,10 +4,13 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <systemd/sd-event.h>
@@ -469,4 +472,38 @@ int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *ev
                 return r;
         (void) sd_event_source_set_description(*ret, "http-client-hangup");
         return 0;
+}
+
+int socket_peer_has_all(int fd) {
+        struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+        int queued;
+
+        /* It does not wait: no signal can interrupt it. */
+        if (poll(&p, 1, 0) < 0)
+                return -errno;
+        if (p.revents & POLLNVAL)
+                return -EBADF;
+        /* A reset: TCP's answer to data for a socket its owner closed, or AF_UNIX's for a peer that
+         * closed with data unread. */
+        if (p.revents & POLLERR)
+                return 0;
+        if (!(p.revents & (POLLRDHUP | POLLHUP)))
+                return 1;
+        /* The peer is done sending: did it take everything before? Acknowledged by its TCP (the
+         * FIN of a client that read the answer and closed acknowledges it), read (AF_UNIX). */
+        if (ioctl(fd, SIOCOUTQ, &queued) < 0)
+                return -errno;
+        return queued == 0;
+}
+
+bool http_connection_answer_delivered(struct MHD_Connection *connection) {
+        HttpConnection *hc = http_connection_get(connection);
+        int fd = http_connection_fd(connection);
+
+        /* http_router_request_completed() puts a connection back to HEADERS only for a request that
+         * libmicrohttpd completed (MHD_REQUEST_TERMINATED_COMPLETED_OK: all of the answer written);
+         * any other end, or one we cut off, is CLOSING. */
+        if (hc && hc->phase != HTTP_CONNECTION_HEADERS)
+                return false;
+        return fd >= 0 && socket_peer_has_all(fd) > 0;
 }

@@ -770,10 +770,11 @@ static void dify_run_free(void *p) {
  * argument -400, everything else -500 (upstream's runner start errors), all but the 503 with HTTP 200. */
 static int dify_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
         const char *message;
-        bool internal = false;
+        bool gone, internal = false;
         unsigned status;
 
-        http_bus_error_describe(e, &status, &message, &internal);
+        gone = http_request_call_recipient_gone(req, e, bus_timeout_run_usec(&req->server->config));
+        http_bus_error_describe(e, gone, &status, &message, &internal);
         http_request_log_bus_error(req, e, internal);
 
         if (status == HTTP_TOO_MANY_REQUESTS)

@@ -372,13 +372,22 @@ static void exec_context_free(void *p) {
         free(ctx);
 }
 
+/* The answer to a failed Exec(). */
+static int exec_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
+        const ExecContext *ctx = req->userdata;
+
+        uint64_t timeout = bus_timeout_exec_usec(&req->server->config, ctx->timeout_ms);
+
+        return http_request_reply_call_error(req, e, timeout, http_response_new_bus_error);
+}
+
 /* A streamed exec that failed once its events began: the error is the last event. */
 static int exec_reply_sse_error(HttpRequest *req, ExecSse *sse, int error, const sd_bus_error *e) {
         HttpResponse *resp;
         int r;
 
         if (e)
-                r = http_request_reply_bus_error(req, e);
+                r = exec_reply_bus_error(req, e);
         else {
                 log_warning_errno(error, "Failed to compose a streamed exec result: %m");
                 r = http_request_reply_detail(req, HTTP_INTERNAL_SERVER_ERROR, "internal error");
@@ -405,7 +414,7 @@ static int exec_on_reply(HttpRequest *req, sd_bus_message *reply) {
         if (e && exec_sse_started(ctx->sse))
                 return exec_reply_sse_error(req, ctx->sse, 0, e);
         if (e)
-                return http_request_reply_bus_error(req, e);
+                return exec_reply_bus_error(req, e);
 
         r = sd_bus_message_read(reply, "itt", &result.exit_code, &result.stdout_size, &result.stderr_size);
         if (r < 0)
@@ -534,6 +543,10 @@ static const JsonField cancel_body_fields[] = {
         {}
 };
 
+static int exec_cancel_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        return http_request_reply_ok_or_call_error(req, reply, BUS_TIMEOUT_SHORT_USEC);
+}
+
 int http_exec_cancel(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         JsonDispatchError e = {};
@@ -562,5 +575,5 @@ int http_exec_cancel(HttpRequest *req) {
         r = sd_bus_message_append(m, "s", b.session_id);
         if (r < 0)
                 return r;
-        return http_request_call(req, m, BUS_TIMEOUT_SHORT_USEC, http_request_reply_ok_or_bus_error);
+        return http_request_call(req, m, BUS_TIMEOUT_SHORT_USEC, exec_cancel_on_reply);
 }

@@ -242,7 +242,8 @@ int files_list_response_new(const FilesEntry *entries, size_t n, HttpResponse **
 /* Replies the handlers share. */
 
 static int files_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
-        return http_request_reply_bus_error_as(req, e, files_response_new_bus_error);
+        return http_request_reply_call_error(req, e, bus_timeout_files_usec(&req->server->config),
+                                             files_response_new_bus_error);
 }
 
 static int files_call(HttpRequest *req, const char *member, const FilesRequest *x, int fd,
@@ -401,8 +402,9 @@ int http_files_list(HttpRequest *req) {
 
 static int files_reset_inputs_on_reply(HttpRequest *req, sd_bus_message *reply) {
         /* Also the answer to a success. */
-        return http_request_reply_bus_error_as(req, sd_bus_message_get_error(reply),
-                                               files_reset_inputs_response_new);
+        return http_request_reply_call_error(req, sd_bus_message_get_error(reply),
+                                             bus_timeout_files_usec(&req->server->config),
+                                             files_reset_inputs_response_new);
 }
 
 int http_files_reset_inputs(HttpRequest *req) {

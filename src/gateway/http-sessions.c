@@ -4,10 +4,14 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-connection.h"
 #include "http-router.h"
 #include "id.h"
 #include "json-util.h"
@@ -109,8 +113,41 @@ static int sessions_post_read_id(HttpRequest *req, sd_bus_message *reply, const 
         return 0;
 }
 
+/* A create's state between its call and the end of its request. The session is the client's only
+ * once the answer reached it; until the request ends, 'confirm_fd' keeps the write end of the
+ * call's hang-up pipe open, and the one byte written into it then tells the session manager that
+ * the answer was delivered. The pipe closing without it — here, when the answer did not reach the
+ * client, or with this process — has the manager release the session (docs/dbus-api.md). */
+typedef struct SessionCreate {
+        HttpRequest *req;
+        int confirm_fd;
+} SessionCreate;
+
+static void session_create_free(void *p) {
+        SessionCreate *c = p;
+
+        if (!c)
+                return;
+        if (c->confirm_fd >= 0) {
+                HttpRequest *req = c->req;
+                bool delivered = req->state == HTTP_REQUEST_ANSWERED && req->status == HTTP_OK &&
+                                 req->connection && http_connection_answer_delivered(req->connection);
+
+                if (delivered && write(c->confirm_fd, "", 1) != 1)
+                        log_struct(LOG_WARNING, errno, LOG_FIELDS(LOG_SESSION_FIELD(req->session_id)),
+                                   "Failed to confirm session %s to the session manager, which releases "
+                                   "it: %m", req->session_id);
+                else if (!delivered)
+                        log_debug("The answer of the create of session %s did not reach its client; the "
+                                  "session manager releases the session.", req->session_id);
+        }
+        safe_close(c->confirm_fd);
+        free(c);
+}
+
 static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
         char body[sizeof("{\"session_id\":\"\",\"restored\":false,\"stateful\":true}") + SESSION_ID_LEN];
+        SessionCreate *c = req->userdata;
         const sd_bus_error *e;
         const char *id;
         json_object *v;
@@ -119,7 +156,14 @@ static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
 
         e = sd_bus_message_get_error(reply);
         if (e)
-                return http_request_reply_bus_error(req, e);
+                return http_request_reply_call_error(req, e, bus_timeout_session_usec(&req->server->config),
+                                                     http_response_new_bus_error);
+
+        /* From now on the manager waits for our word, which comes once the request ends (and never
+         * when this fails: the manager then releases the session, and the client gets a 500). */
+        c->confirm_fd = fcntl(req->hangup_fd, F_DUPFD_CLOEXEC, 3);
+        if (c->confirm_fd < 0)
+                return -errno;
 
         r = sessions_post_read_id(req, reply, &id);
         if (r < 0)
@@ -141,54 +185,13 @@ static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return http_request_reply_literal(req, HTTP_OK, body);
 }
 
-static int on_abandoned_session_released(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        const char *id = userdata;
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
-
-        if (e && !sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(id)),
-                           "Failed to release session %s, whose client went away: %s", id,
-                           strna(e->message));
-        return 0;
-}
-
-/* The client of a create went away before its answer, and its hang-up crossed the manager's
- * answer: the session was completed all the same (otherwise the manager undid it). Nobody will
- * ever know the session: released at once, not archived (its workspace holds only what was
- * restored), so that it doesn't count against SANDBOX_MAX_SESSIONS for an idle TTL. */
+/* The client of a create went away before its answer: the hang-up pipe is closed already, so the
+ * manager undoes the create, or releases the session it answered with (unarchived: its workspace
+ * holds only what was restored), whichever of the two crossed. Nothing is left to do here. */
 static int sessions_post_on_gone(HttpRequest *req, sd_bus_message *reply) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
-        _cleanup_free_ char *copy = NULL;
-        const char *id;
-        int r;
-
-        if (sd_bus_message_is_method_error(reply, NULL))
-                return 0; /* cancelled, or failed: nothing was left */
-        r = sessions_post_read_id(req, reply, &id);
-        if (r < 0)
-                return r;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(id), "SCOPEBOX_EVENT=session-abandoned"),
-                   "Releasing session %s: its client went away before the answer.", id);
-
-        copy = strdup(id);
-        if (!copy)
-                return log_oom();
-        r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
-        if (r >= 0)
-                r = sd_bus_message_append(m, "sa{sv}", id, 1, "archive", "b", 0);
-        if (r >= 0)
-                r = sd_bus_call_async(req->server->bus, &slot, m, on_abandoned_session_released, copy,
-                                      bus_timeout_session_usec(&req->server->config));
-        /* The call outlives the request: the bus owns it, and the id goes with it. */
-        if (r >= 0)
-                r = sd_bus_slot_set_destroy_callback(slot, free);
-        if (r >= 0) {
-                TAKE_PTR(copy);
-                r = sd_bus_slot_set_floating(slot, 1);
-        }
-        if (r < 0)
-                return log_warning_errno(r, "Failed to release session %s, whose client went away: %m", id);
+        if (!sd_bus_message_is_method_error(reply, NULL))
+                log_debug("A create was answered after its client went away; the session manager releases "
+                          "the session.");
         return 0;
 }
 
@@ -196,6 +199,7 @@ int http_sessions_post(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         _cleanup_close_ int hangup = -EBADF;
         const Config *config = &req->server->config;
+        SessionCreate *c;
         SessionBody b = {};
         int r;
 
@@ -231,7 +235,7 @@ int http_sessions_post(HttpRequest *req) {
                         return r;
         }
 
-        /* A create whose client hangs up is undone (docs/dbus-api.md). */
+        /* A create whose client hangs up, or never gets the answer, is undone (docs/dbus-api.md). */
         hangup = http_request_hangup_pipe(req);
         if (hangup < 0)
                 return hangup;
@@ -242,6 +246,13 @@ int http_sessions_post(HttpRequest *req) {
         r = sd_bus_message_close_container(m);
         if (r < 0)
                 return r;
+
+        c = malloc(sizeof(SessionCreate));
+        if (!c)
+                return -ENOMEM;
+        *c = (SessionCreate) { .req = req, .confirm_fd = -EBADF };
+        req->userdata = c;
+        req->userdata_free = session_create_free;
 
         req->gone_handler = sessions_post_on_gone;
         return http_request_call(req, m, bus_timeout_session_usec(config), sessions_post_on_reply);
@@ -260,7 +271,8 @@ static int sessions_delete_on_reply(HttpRequest *req, sd_bus_message *reply) {
         e = sd_bus_message_get_error(reply);
         /* Release is idempotent: a session that is already gone is released. */
         if (e && !sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
-                return http_request_reply_bus_error(req, e);
+                return http_request_reply_call_error(req, e, bus_timeout_session_usec(&req->server->config),
+                                                     http_response_new_bus_error);
         if (!e && sd_bus_message_read(reply, "s", &outcome) < 0)
                 outcome = NULL;
         for (size_t i = 0; outcome && i < ELEMENTSOF(release_archive_outcomes); i++)
@@ -325,6 +337,12 @@ int http_sessions_delete(HttpRequest *req) {
                                  sessions_delete_on_reply);
 }
 
+static int sessions_reset_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const Config *config = &req->server->config;
+
+        return http_request_reply_ok_or_call_error(req, reply, bus_timeout_session_usec(config));
+}
+
 int http_sessions_reset(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         const char *arg = req->path_arg, *slash = strchr(arg, '/');
@@ -340,5 +358,5 @@ int http_sessions_reset(HttpRequest *req) {
         if (r <= 0)
                 return r;
         return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
-                                 http_request_reply_ok_or_bus_error);
+                                 sessions_reset_on_reply);
 }

@@ -268,13 +268,16 @@ int storage_response_new_bus_error(StorageRequestKind kind, const sd_bus_error *
         if (ret_internal)
                 *ret_internal = false;
 
-        /* The contract: a sweep of storage that is not in effect finds nothing. */
-        if (kind == STORAGE_REQUEST_GC && sd_bus_error_has_name(e, SD_BUS_ERROR_INVALID_ARGS) &&
-            streq_ptr(e->message, STORAGE_DETAIL_NOT_CONFIGURED))
+        /* The contract: a sweep of storage that is not in effect, or that may not be used, finds
+         * nothing. */
+        if (kind == STORAGE_REQUEST_GC &&
+            sd_bus_error_has_names(e, BUS_ERROR_STORAGE_NOT_CONFIGURED, BUS_ERROR_STORAGE_REFUSED))
                 return storage_gc_response_new(0, 0, 0, ret);
 
-        /* InvalidArgs → 400 and StorageFailed → 502 with the agent's message. */
-        if (sd_bus_error_has_names(e, SD_BUS_ERROR_INVALID_ARGS, BUS_ERROR_STORAGE_FAILED))
+        /* The agent's own errors, answered as everywhere (http-util.c). */
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_INVALID_ARGS, BUS_ERROR_STORAGE_FAILED,
+                                   BUS_ERROR_STORAGE_NOT_CONFIGURED, BUS_ERROR_STORAGE_REFUSED,
+                                   BUS_ERROR_POLICY_UNAVAILABLE))
                 return http_response_new_bus_error(e, ret, ret_internal);
 
         /* Everything else is on our side. The generic texts name the session manager; sd-bus

@@ -12,7 +12,7 @@
 #include "http-util.h"
 
 /* The texts clients see; the storage agent answers with the same ones. */
-#define STORAGE_DETAIL_NOT_CONFIGURED "storage backend not configured"
+#define STORAGE_DETAIL_NOT_CONFIGURED HTTP_DETAIL_STORAGE_NOT_CONFIGURED
 #define STORAGE_DETAIL_INVALID_KEY "invalid storage key"
 #define STORAGE_DETAIL_INVALID_BASE64 "invalid base64"
 #define STORAGE_DETAIL_INVALID_CONTENT_TYPE "invalid content_type"
@@ -65,9 +65,11 @@ int storage_delete_response_new(const char *key, HttpResponse **ret);
 /* 200 {"deleted":N,"scanned":N,"freed_bytes":N} */
 int storage_gc_response_new(uint64_t deleted, uint64_t scanned, uint64_t freed_bytes, HttpResponse **ret);
 
-/* Answers a failed storage agent call: InvalidArgs → 400 and StorageFailed → 502 with the agent's
- * message (for gc, "storage backend not configured" → 200 with zeros); an agent that cannot be
- * reached or does not answer → 500 "storage agent unavailable" / "storage agent did not answer";
- * anything else → 500 "internal error". Sets *ret_internal when the cause is on our side (500). */
+/* Answers a failed storage agent call by the error's name, as the table of http-util.c does:
+ * InvalidArgs and StorageRefused → 400 and StorageFailed → 502 with the agent's message,
+ * StorageNotConfigured → 400 "storage backend not configured" (for gc both: 200 with zeros),
+ * PolicyUnavailable → 503 with Retry-After; an agent that cannot be reached or does not answer →
+ * 500 "storage agent unavailable" / "storage agent did not answer"; anything else → 500 "internal
+ * error". Sets *ret_internal when the cause is on our side (500, 503). */
 int storage_response_new_bus_error(StorageRequestKind kind, const sd_bus_error *e, HttpResponse **ret,
                                    bool *ret_internal);

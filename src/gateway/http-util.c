@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* HTTP responses independent of libmicrohttpd: JSON bodies, FastAPI error shapes, bus error mapping. */
+/* HTTP responses independent of libmicrohttpd (JSON bodies, FastAPI error shapes), and the one mapping of
+ * bus errors to HTTP answers. */
 #include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -9,6 +10,7 @@
 
 #include "base64.h"
 #include "bus-util.h"
+#include "http-router.h"
 #include "http-stream.h"
 #include "http-util.h"
 #include "parse-util.h"
@@ -213,10 +215,12 @@ int http_response_new_body_missing(HttpResponse **ret) {
 typedef struct BusErrorMapping {
         const char *name;
         unsigned status;
-        const char *fallback; /* when the error carries no message */
-        bool fixed;           /* always send 'fallback', never the bus message */
+        const char *fallback;    /* when the error carries no message */
+        bool fixed;              /* always send 'fallback', never the bus message */
+        const char *retry_after; /* a 503's Retry-After: when a retry may succeed */
 } BusErrorMapping;
 
+/* Every error name a decision depends on, mapped once (docs/api.md, docs/dbus-api.md). */
 static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_NO_SUCH_SESSION, HTTP_NOT_FOUND, HTTP_DETAIL_NO_SUCH_SESSION, true },
         { BUS_ERROR_LIMIT_EXCEEDED, HTTP_TOO_MANY_REQUESTS, "too many requests", false },
@@ -228,15 +232,28 @@ static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_TOO_LARGE, HTTP_PAYLOAD_TOO_LARGE, "payload too large", false },
         { BUS_ERROR_NOT_FOUND, HTTP_NOT_FOUND, "not found", false },
         { BUS_ERROR_STORAGE_FAILED, HTTP_BAD_GATEWAY, "storage operation failed", false },
+        /* The storage block is not in effect: the contract's one text, whatever the daemon says. */
+        { BUS_ERROR_STORAGE_NOT_CONFIGURED, HTTP_BAD_REQUEST, HTTP_DETAIL_STORAGE_NOT_CONFIGURED, true },
+        /* The endpoint policy refuses the block's endpoint: the same block never succeeds, and the
+         * message says why (it names only what the client sent). */
+        { BUS_ERROR_STORAGE_REFUSED, HTTP_BAD_REQUEST, "storage endpoint refused", false },
+        /* The storage agent could not tell whether the endpoint is this host's own, so it did not
+         * connect: nothing was done, a retry may succeed. */
+        { BUS_ERROR_POLICY_UNAVAILABLE, HTTP_SERVICE_UNAVAILABLE,
+          "storage endpoint could not be checked, retry later", false, "5" },
         /* The stored archive is kept; a retry once storage is back succeeds. */
         { BUS_ERROR_RESTORE_FAILED, HTTP_SERVICE_UNAVAILABLE,
-          "failed to restore the workspace from its archive", false },
+          "failed to restore the workspace from its archive", false, "5" },
         /* scopeboxctl drain: the balancer sends new sessions elsewhere; a retry may reach another node. */
-        { BUS_ERROR_DRAINING, HTTP_SERVICE_UNAVAILABLE, "node is draining", true },
+        { BUS_ERROR_DRAINING, HTTP_SERVICE_UNAVAILABLE, "node is draining", true, "1" },
         /* Internal failures: the bus message may name units, paths or peers; keep it in the log. */
         { BUS_ERROR_BACKEND_FAILED, HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
-        /* sd-bus answers both a call timeout and a lost connection with NoReply (a recipient that
-         * disconnected is told apart below). */
+        /* Between the session manager and the storage agent only (the manager stages anew, or
+         * quarantines the archive): one that reaches us is a bug. */
+        { BUS_ERROR_UNKNOWN_TOKEN, HTTP_INTERNAL_SERVER_ERROR, "internal error", true },
+        { BUS_ERROR_ARCHIVE_DAMAGED, HTTP_INTERNAL_SERVER_ERROR, "internal error", true },
+        /* sd-bus answers both a call timeout and a lost connection with NoReply; one whose recipient
+         * went away is told apart by its timing (http_call_recipient_gone()). */
         { SD_BUS_ERROR_NO_REPLY, HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
         { SD_BUS_ERROR_TIMEOUT, HTTP_INTERNAL_SERVER_ERROR, "session manager did not answer", true },
         { SD_BUS_ERROR_SERVICE_UNKNOWN, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
@@ -244,67 +261,111 @@ static const BusErrorMapping bus_error_mappings[] = {
         { SD_BUS_ERROR_DISCONNECTED, HTTP_INTERNAL_SERVER_ERROR, "session manager unavailable", true },
 };
 
-/* What the bus daemon answers a call whose recipient disconnected before replying (dbus-daemon's
- * words, dbus-broker's): the session manager died with the call, and a restarted one takes a retry.
- * sd-bus's own call timeout is a NoReply too, but "Method call timed out": it stays a 500. */
-static bool bus_error_is_recipient_gone(const sd_bus_error *e) {
-        return sd_bus_error_has_name(e, SD_BUS_ERROR_NO_REPLY) && e->message &&
-               (streq(e->message, "Message recipient disconnected from message bus without replying") ||
-                streq(e->message, "Remote peer disconnected"));
+/* The session manager died with the call: a restarted one is back after its RestartSec=, and takes
+ * a retry. */
+static const BusErrorMapping bus_error_recipient_gone = {
+        NULL, HTTP_SERVICE_UNAVAILABLE, HTTP_DETAIL_MANAGER_RESTARTED, true, "1",
+};
+
+/* Activation failures (org.freedesktop.DBus.Error.Spawn.*), access denied, unknown methods after a
+ * version skew, Cancelled (only ever for a client that is gone), …: all our fault, none of the
+ * client's business. */
+static const BusErrorMapping bus_error_unknown = {
+        NULL, HTTP_INTERNAL_SERVER_ERROR, "internal error", true,
+};
+
+bool http_call_recipient_gone(const sd_bus_error *e, const HttpCallEnd *c) {
+        /* sd-bus answers a call with NoReply in three cases: its own timeout fired, our connection
+         * to the bus broke, or the bus said the recipient disconnected without replying. The
+         * timeout never fires before 'timeout_usec' has passed since the call was sent, and
+         * 'elapsed_usec' counts from before that; a broken connection is closed by the time its
+         * calls are answered. What is left is the recipient's going away. Decided on the error's
+         * name and the call's own clock, never on the message, which is the bus daemon's wording. */
+        return e && c && sd_bus_error_has_name(e, SD_BUS_ERROR_NO_REPLY) && c->connected &&
+               c->elapsed_usec < c->timeout_usec;
 }
 
-void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const char **ret_detail,
-                             bool *ret_internal) {
-        const BusErrorMapping *m = NULL;
+static const BusErrorMapping *bus_error_lookup(const sd_bus_error *e, bool recipient_gone) {
+        if (recipient_gone)
+                return &bus_error_recipient_gone;
+        if (e && e->name)
+                for (size_t i = 0; i < ELEMENTSOF(bus_error_mappings); i++)
+                        if (streq(e->name, bus_error_mappings[i].name))
+                                return &bus_error_mappings[i];
+        return &bus_error_unknown;
+}
+
+void http_bus_error_describe(const sd_bus_error *e, bool recipient_gone, unsigned *ret_status,
+                             const char **ret_detail, bool *ret_internal) {
+        const BusErrorMapping *m = bus_error_lookup(e, recipient_gone);
 
         assert(ret_status);
         assert(ret_detail);
 
-        if (e && bus_error_is_recipient_gone(e)) {
-                *ret_status = HTTP_SERVICE_UNAVAILABLE;
-                *ret_detail = HTTP_DETAIL_MANAGER_RESTARTED;
-                if (ret_internal)
-                        *ret_internal = true;
-                return;
-        }
-
-        if (e && e->name)
-                for (size_t i = 0; i < ELEMENTSOF(bus_error_mappings); i++)
-                        if (streq(e->name, bus_error_mappings[i].name)) {
-                                m = &bus_error_mappings[i];
-                                break;
-                        }
-
-        if (!m) {
-                /* Activation failures (org.freedesktop.DBus.Error.Spawn.*), access denied, unknown
-                 * methods after a version skew, …: all our fault, none of the client's business. */
-                *ret_status = HTTP_INTERNAL_SERVER_ERROR;
-                *ret_detail = "internal error";
-                if (ret_internal)
-                        *ret_internal = true;
-                return;
-        }
-
         *ret_status = m->status;
-        *ret_detail = m->fixed || isempty(e->message) ? m->fallback : e->message;
+        *ret_detail = m->fixed || !e || isempty(e->message) ? m->fallback : e->message;
         if (ret_internal)
                 *ret_internal = m->status >= HTTP_INTERNAL_SERVER_ERROR && m->status != HTTP_BAD_GATEWAY;
 }
 
-int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
+int http_response_new_call_error(const sd_bus_error *e, bool recipient_gone, HttpResponse **ret,
+                                 bool *ret_internal) {
+        const BusErrorMapping *m = bus_error_lookup(e, recipient_gone);
         const char *detail;
         unsigned status;
         int r;
 
         assert(ret);
 
-        http_bus_error_describe(e, &status, &detail, ret_internal);
+        http_bus_error_describe(e, recipient_gone, &status, &detail, ret_internal);
         r = http_response_new_detail(status, detail, ret);
-        /* A restarted manager is back after its RestartSec=, and calls meanwhile wait for it;
-         * storage that failed a restore takes longer. */
-        if (r >= 0 && status == HTTP_SERVICE_UNAVAILABLE)
-                (*ret)->retry_after = e && sd_bus_error_has_name(e, BUS_ERROR_RESTORE_FAILED) ? "5" : "1";
+        if (r >= 0)
+                (*ret)->retry_after = m->retry_after;
         return r;
+}
+
+int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
+        return http_response_new_call_error(e, false, ret, ret_internal);
+}
+
+int http_response_new_recipient_gone(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
+        return http_response_new_call_error(e, true, ret, ret_internal);
+}
+
+/* ---- the answers of a request's failed call (these need the request: http-router.h) ---- */
+
+bool http_request_call_recipient_gone(HttpRequest *req, const sd_bus_error *e, uint64_t timeout_usec) {
+        HttpCallEnd c;
+
+        assert(req);
+
+        /* The request began before its call was sent: its age is at least the call's. (A request
+         * that made an earlier call first only ever looks older, never younger.) */
+        c = (HttpCallEnd) {
+                .elapsed_usec = server_now(req->server) - req->start_usec,
+                .timeout_usec = timeout_usec,
+                .connected = req->server->bus && sd_bus_is_open(req->server->bus) > 0,
+        };
+        return http_call_recipient_gone(e, &c);
+}
+
+int http_request_reply_call_error(HttpRequest *req, const sd_bus_error *e, uint64_t timeout_usec,
+                                  HttpBusErrorAnswer answer) {
+        assert(req);
+        assert(answer);
+
+        if (http_request_call_recipient_gone(req, e, timeout_usec))
+                answer = http_response_new_recipient_gone;
+        return http_request_reply_bus_error_as(req, e, answer);
+}
+
+int http_request_reply_ok_or_call_error(HttpRequest *req, sd_bus_message *reply,
+                                        uint64_t timeout_usec) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        if (e)
+                return http_request_reply_call_error(req, e, timeout_usec, http_response_new_bus_error);
+        return http_request_reply_literal(req, HTTP_OK, "{\"ok\":true}");
 }
 
 int json_add_string(json_object *o, const char *key, const char *value) {

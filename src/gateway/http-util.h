@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* HTTP responses independent of libmicrohttpd: JSON bodies, FastAPI error shapes, bus error mapping. */
+/* HTTP responses independent of libmicrohttpd (JSON bodies, FastAPI error shapes), and the one mapping of
+ * bus errors to HTTP answers. */
 #pragma once
 
 #include <stdbool.h>
@@ -41,6 +42,8 @@ enum {
 #define HTTP_DETAIL_MANAGER_RESTARTED "session manager restarted, retry"
 
 #define HTTP_DETAIL_STORAGE_TOO_LARGE "storage is too large"
+/* A storage block that is not in effect (io.scopebox.Error.StorageNotConfigured, or none at all). */
+#define HTTP_DETAIL_STORAGE_NOT_CONFIGURED "storage backend not configured"
 
 /* A prepared response: status and a JSON body (application/json). The body is owned and handed
  * to libmicrohttpd without copying. */
@@ -91,12 +94,49 @@ int http_response_new_validation(const JsonDispatchError *e, HttpResponse **ret)
 int http_response_new_json_invalid(HttpResponse **ret);
 /* 422 for a request that needs a body but has none. */
 int http_response_new_body_missing(HttpResponse **ret);
-/* The answer for a failed session-manager call. Sets *ret_internal when the cause is on our side
- * (500): the caller should log the real error, which the response does not show. */
+struct HttpRequest;
+
+/* What the answer to a failed call knows of the call besides its error: enough to tell a recipient
+ * that went away (the session manager died with the call) from the call's own timeout, which sd-bus
+ * both reports as NoReply. */
+typedef struct HttpCallEnd {
+        uint64_t elapsed_usec;  /* from before the call was sent to its answer: at least its time out */
+        uint64_t timeout_usec;  /* the call's own timeout */
+        bool connected;         /* our connection to the bus is still open */
+} HttpCallEnd;
+
+/* Whether 'e' says the call's recipient disconnected without answering: NoReply on an open
+ * connection, before the call's own timeout could have fired. Never decided on the message. */
+bool http_call_recipient_gone(const sd_bus_error *e, const HttpCallEnd *c);
+
+/* The answer for a failed call (the one table of docs/api.md): 'recipient_gone' (see above) is
+ * 503 "session manager restarted, retry". Sets *ret_internal when the cause is on our side (500,
+ * 503): the caller should log the real error, which the response does not show. A 503 carries
+ * its Retry-After. */
+int http_response_new_call_error(const sd_bus_error *e, bool recipient_gone, HttpResponse **ret,
+                                 bool *ret_internal);
+/* The same for an error whose call is not known (recipient_gone false), or known to be gone. */
 int http_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal);
+int http_response_new_recipient_gone(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal);
 /* The status and the client-safe message of that answer (the message is owned by 'e' or static). */
-void http_bus_error_describe(const sd_bus_error *e, unsigned *ret_status, const char **ret_detail,
-                             bool *ret_internal);
+void http_bus_error_describe(const sd_bus_error *e, bool recipient_gone, unsigned *ret_status,
+                             const char **ret_detail, bool *ret_internal);
+
+/* Makes the answer to a bus call's error (or, where it takes NULL, to its success); sets *ret_internal
+ * when the failure is ours. (The same typedef as http-router.h's: C11 allows repeating it.) */
+typedef int (*HttpBusErrorAnswer)(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal);
+
+/* The answers of a request's failed call, whose timeout was 'timeout_usec'. The request's age
+ * stands for the time the call was out. */
+bool http_request_call_recipient_gone(struct HttpRequest *req, const sd_bus_error *e,
+                                      uint64_t timeout_usec);
+/* Answers the error (NULL: a success, where 'answer' takes that) with 'answer', or as a recipient
+ * that went away; logs the real cause when it is ours. */
+int http_request_reply_call_error(struct HttpRequest *req, const sd_bus_error *e, uint64_t timeout_usec,
+                                  HttpBusErrorAnswer answer);
+/* An on_reply for a call whose success is {"ok":true}: that, or the error's answer. */
+int http_request_reply_ok_or_call_error(struct HttpRequest *req, sd_bus_message *reply,
+                                        uint64_t timeout_usec);
 
 /* json-c's adders store a NULL value (from a failed allocation) as JSON null; these fail instead. */
 int json_add_string(json_object *o, const char *key, const char *value);

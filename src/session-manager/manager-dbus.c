@@ -136,6 +136,88 @@ static int bus_call_new(Manager *mgr, sd_bus_message *m, int hangup_fd, BusCall 
         return 0;
 }
 
+/* ---- creates answered: did the answer reach the client? ---- */
+
+/* A create answered with its session is not over for a caller that gave "hangup": it keeps the
+ * pipe's write end until it knows whether the answer reached its own client, then writes one byte
+ * into it (it did) and closes it. A pipe that loses its last writer without that byte — the client
+ * was gone by the time the answer was there for it, or the caller died first (a gateway killed
+ * between our answer and its own) — means that nobody knows the session: it is released as an
+ * abandoned create, at once. */
+typedef struct CreateDelivery {
+        Manager *manager;
+        char id[SESSION_ID_LEN + 1];
+        bool adopted;
+} CreateDelivery;
+
+static int on_create_delivery(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        CreateDelivery *d = userdata;
+        Session *s;
+        ssize_t n;
+        char b;
+
+        n = read(fd, &b, 1);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return 0;
+        if (n > 0)
+                log_debug("The answer of the create of session %s reached its client.", d->id);
+        else {
+                /* Gone meanwhile (released, reaped): nothing to do. */
+                s = manager_find_session(d->manager, d->id);
+                if (s && s->state != SESSION_STOPPING) {
+                        log_struct(LOG_INFO, 0,
+                                   LOG_FIELDS(LOG_SESSION_FIELD(d->id), "SCOPEBOX_EVENT=session-abandoned"),
+                                   "Releasing session %s: its creator's client went away before it had the "
+                                   "answer.",
+                                   d->id);
+                        release_abandoned_create(s, d->adopted);
+                }
+        }
+        /* Once is enough: the loop lets go of the source (and frees d with it). */
+        (void) sd_event_source_set_enabled(source, SD_EVENT_OFF);
+        (void) sd_event_source_set_floating(source, false);
+        return 0;
+}
+
+/* Moves the hang-up pipe of the create 'c', which answers with 's', to a watch of its own that
+ * outlives the call. */
+static int create_delivery_watch(BusCall *c, Session *s) {
+        _cleanup_free_ CreateDelivery *d = NULL;
+        sd_event_source *source = NULL;
+        int fd, r;
+
+        d = calloc(1, sizeof(CreateDelivery));
+        if (!d)
+                return -ENOMEM;
+        *d = (CreateDelivery) { .manager = s->manager, .adopted = c->adopted };
+        strcpy(d->id, s->id);
+
+        fd = sd_event_source_get_io_fd(c->hangup_source);
+        if (fd < 0)
+                return fd;
+        r = sd_event_source_set_io_fd_own(c->hangup_source, false);
+        if (r < 0)
+                return r;
+        c->hangup_source = sd_event_source_disable_unref(c->hangup_source);
+
+        /* The byte, or the end of the pipe. */
+        r = event_add_io_owned(s->manager->event, &source, fd, EPOLLIN, on_create_delivery, d);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(source, "create-delivery");
+        r = sd_event_source_set_destroy_callback(source, free);
+        if (r >= 0) {
+                TAKE_PTR(d);
+                r = sd_event_source_set_floating(source, true);
+        }
+        if (r < 0) {
+                sd_event_source_disable_unref(source);
+                return r;
+        }
+        sd_event_source_unref(source);
+        return 0;
+}
+
 /* ---- CreateSession ---- */
 
 typedef struct CreateOptions {
@@ -173,9 +255,34 @@ static void on_session_started(Session *s, int error, const char *message, void 
                 reply_error(m, error, message ?: "failed to start the session");
                 return;
         }
+        if (c->hangup_source) {
+                /* Before the answer: no answer a caller could take for its client's without it. */
+                r = create_delivery_watch(c, s);
+                if (r < 0) {
+                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Failed to watch whether session %s reaches its client, releasing it: %m",
+                                   s->id);
+                        release_abandoned_create(s, c->adopted);
+                        reply_error(m, -EHOSTDOWN, "failed to start the session");
+                        return;
+                }
+        }
         r = sd_bus_reply_method_return(m, "sb", s->id, (int) s->restore_failed);
         if (r < 0)
                 log_debug_errno(r, "Failed to reply to CreateSession, ignoring: %m");
+}
+
+/* The sessions SANDBOX_MAX_SESSIONS counts: not a dify run's, and not one released because its
+ * creator's client went away, which no longer counts from that moment on (its scope is on its way
+ * out) — unless it is archiving a workspace of its own (an adopted one), as any release does. */
+static unsigned sessions_counted(Manager *mgr) {
+        unsigned n = mgr->n_sessions - mgr->n_ephemeral;
+
+        LIST_FOREACH(sessions, s, mgr->sessions)
+                if (!s->ephemeral && s->state == SESSION_STOPPING && s->end == SESSION_END_HANGUP &&
+                    !s->releasing && n > 0)
+                        n--;
+        return n;
 }
 
 static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -227,8 +334,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 c->adopted = false;
         }
 
-        if (mgr->config.max_sessions > 0 &&
-            mgr->n_sessions - mgr->n_ephemeral >= (uint64_t) mgr->config.max_sessions) {
+        if (mgr->config.max_sessions > 0 && sessions_counted(mgr) >= (uint64_t) mgr->config.max_sessions) {
                 /* A client can ask at will: info, not a warning. */
                 log_struct(LOG_INFO, 0,
                            LOG_FIELDS("SCOPEBOX_LIMIT=SANDBOX_MAX_SESSIONS", SCOPEBOX_MESSAGE_LIMIT_REACHED),
@@ -891,7 +997,7 @@ static void on_health_version(Manager *mgr, const char *version, void *userdata)
                                        "python", "s", SANDBOX_PYTHON_PATH,
                                        "reason", "s", strempty(reason),
                                        "sessions", "u", mgr->n_sessions,
-                                       "counted_sessions", "u", mgr->n_sessions - mgr->n_ephemeral,
+                                       "counted_sessions", "u", sessions_counted(mgr),
                                        "max_sessions", "x", mgr->config.max_sessions,
                                        "draining", "b", (int) mgr->draining);
         if (r < 0)

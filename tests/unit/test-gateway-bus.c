@@ -6,13 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
-#include <systemd/sd-id128.h>
 
 #include "agent-check.h"
 #include "bus-util.h"
@@ -20,6 +22,7 @@
 #include "http-router.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "fake-manager.h"
 #include "tests.h"
 
 #define SID      "0123456789abcdef0123456789abcdef"
@@ -351,56 +354,32 @@ typedef struct Env {
         Fake fake;
 } Env;
 
+/* The configuration the tests' gateway runs with. */
+static const Config test_config = {
+        .max_body_bytes = 1 << 20,
+        .max_code_bytes = 1 << 20,
+        .idle_ttl_cap_sec = 86400,
+        .exec_timeout_cap_ms = 600000,
+        .max_output_bytes = 32768,
+        .max_artifact_bytes = 20971520,
+        .max_files_per_exec = 20,
+        .max_total_artifact_bytes = 52428800,
+        .max_upload_bytes = 1 << 20,
+        .queue_timeout_sec = 150,
+        .archive_timeout_sec = 120,
+};
+
 static void env_setup(Env *env) {
-        sd_bus *client = NULL, *server = NULL;
-        sd_id128_t id;
-        int pair[2];
+        sd_bus *client = NULL;
 
         *env = (Env) { .fake.hangup = -EBADF };
         ASSERT_TRUE(sd_event_new(&env->event) >= 0);
-        ASSERT_TRUE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
-        ASSERT_TRUE(sd_id128_randomize(&id) >= 0);
+        fake_manager_connect(env->event, fake_vtable, &env->fake, &env->fake.bus, &client);
 
-        ASSERT_TRUE(sd_bus_new(&server) >= 0);
-        ASSERT_TRUE(sd_bus_set_fd(server, pair[0], pair[0]) >= 0);
-        ASSERT_TRUE(sd_bus_set_server(server, 1, id) >= 0);
-        ASSERT_TRUE(sd_bus_negotiate_fds(server, 1) >= 0);
-        ASSERT_TRUE(sd_bus_add_object_vtable(server, NULL, SESSION_MANAGER_OBJECT_PATH,
-                                             SESSION_MANAGER_INTERFACE, fake_vtable, &env->fake) >= 0);
-        ASSERT_TRUE(sd_bus_start(server) >= 0);
-        ASSERT_TRUE(sd_bus_attach_event(server, env->event, 0) >= 0);
-
-        ASSERT_TRUE(sd_bus_new(&client) >= 0);
-        ASSERT_TRUE(sd_bus_set_fd(client, pair[1], pair[1]) >= 0);
-        ASSERT_TRUE(sd_bus_negotiate_fds(client, 1) >= 0);
-        ASSERT_TRUE(sd_bus_start(client) >= 0);
-        ASSERT_TRUE(sd_bus_attach_event(client, env->event, 0) >= 0);
-
-        ASSERT_TRUE(bus_errors_register() >= 0);
-
-        /* Let the handshake finish: sd-bus blocks a send with fds until it knows they can be
-         * passed, and the peer is in this very thread. */
-        for (unsigned i = 0; i < 100 && sd_bus_is_ready(client) <= 0; i++)
-                ASSERT_TRUE(sd_event_run(env->event, 100 * USEC_PER_MSEC) >= 0);
-        ASSERT_TRUE(sd_bus_is_ready(client) > 0);
-
-        env->fake.bus = server;
         env->server = (Server) {
                 .event = env->event,
                 .bus = client,
-                .config = {
-                        .max_body_bytes = 1 << 20,
-                        .max_code_bytes = 1 << 20,
-                        .idle_ttl_cap_sec = 86400,
-                        .exec_timeout_cap_ms = 600000,
-                        .max_output_bytes = 32768,
-                        .max_artifact_bytes = 20971520,
-                        .max_files_per_exec = 20,
-                        .max_total_artifact_bytes = 52428800,
-                        .max_upload_bytes = 1 << 20,
-                        .queue_timeout_sec = 150,
-                        .archive_timeout_sec = 120,
-                },
+                .config = test_config,
                 .body_budget = 1ULL << 30,
         };
 }
@@ -910,9 +889,22 @@ static void test_orphan(Env *env) {
         roundtrip(env, "POST", "/exec", EXEC_BODY, 200, exec_ok);
 }
 
+/* What the manager reads from a create's hang-up pipe once the gateway has let go of it: 1 for the
+ * byte that says the answer reached the client, 0 for the pipe's end without it. */
+static int fake_hangup_read(Fake *f) {
+        ssize_t n;
+        char b;
+
+        ASSERT_TRUE(f->hangup >= 0);
+        ASSERT_EQ(pipe_hung_up(f->hangup), 1);
+        n = read(f->hangup, &b, 1);
+        ASSERT_TRUE(n >= 0);
+        return (int) n;
+}
+
 /* The client of a create goes while the call is out. The manager undoes the create when the pipe
- * hangs up (answering Cancelled: nothing to do); a create it completed all the same is released by
- * the gateway, without archiving. */
+ * hangs up (answering Cancelled), or releases the session it answered with all the same when the
+ * pipe ends without the byte that confirms the answer: the gateway has nothing to do. */
 static void test_abandoned_create(Env *env) {
         HttpRequest *req;
         void *cls;
@@ -941,17 +933,21 @@ static void test_abandoned_create(Env *env) {
                 for (unsigned i = 0; i < 20; i++)
                         ASSERT_TRUE(sd_event_run(env->event, 10 * USEC_PER_MSEC) >= 0);
                 ASSERT_TRUE(!env->server.requests && env->server.n_orphaned == 0);
-                if (pass == 0)
-                        ASSERT_TRUE(env->fake.calls == calls);
-                else {
-                        /* ReleaseSession of the id the manager answered, not archived. */
-                        ASSERT_TRUE(env->fake.calls == calls + 1);
-                        ASSERT_TRUE(streq_ptr(env->fake.session_id, SID));
-                        ASSERT_TRUE(env->fake.no_archive && !env->fake.discard);
-                }
+                /* No call of ours: the pipe said it all, and never confirmed anything. */
+                ASSERT_TRUE(env->fake.calls == calls);
+                ASSERT_EQ(fake_hangup_read(&env->fake), 0);
         }
         fake_reset(&env->fake);
         roundtrip(env, "POST", "/sessions", NULL, 200, CREATED);
+        /* An answer that was not sent anywhere (no connection here) reached no client either. */
+        ASSERT_EQ(fake_hangup_read(&env->fake), 0);
+        /* Nor does a failed create's pipe ever carry the byte. */
+        fake_reset(&env->fake);
+        env->fake.mode = FAKE_ERROR;
+        env->fake.error_name = BUS_ERROR_LIMIT_EXCEEDED;
+        roundtrip(env, "POST", "/sessions", NULL, 429, DETAIL("too many active sessions"));
+        ASSERT_EQ(fake_hangup_read(&env->fake), 0);
+        fake_reset(&env->fake);
 }
 
 static void test_manager_gone(void) {
@@ -1186,6 +1182,180 @@ static void test_agent_socket(Env *env) {
         server_free_agents(&env->server);
 }
 
+/* The session manager died with a call: the bus says NoReply on an open connection, long before
+ * the call's own timeout. The client hears it may retry; a NoReply that came once the timeout may
+ * have fired is the timeout, whatever it says. */
+static void test_recipient_gone(Env *env) {
+        static const struct {
+                const char *method, *path, *body;
+        } routes[] = {
+                { "POST", "/sessions", NULL },
+                { "DELETE", "/sessions/" SID, NULL },
+                { "POST", "/exec", EXEC_BODY },
+                { "POST", "/files/list", SESSION_BODY(SID) },
+                { "POST", "/files/reset-inputs", SESSION_BODY(SID) },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(routes); i++)
+                for (unsigned late = 0; late < 2; late++) {
+                        HttpRequest *req;
+
+                        fake_reset(&env->fake);
+                        env->fake.mode = FAKE_ERROR;
+                        env->fake.error_name = SD_BUS_ERROR_NO_REPLY;
+                        req = request(env, routes[i].method, routes[i].path, routes[i].body);
+                        /* The request's age stands for the call's: older than any of its timeouts. */
+                        if (late)
+                                req->start_usec -= 24 * 3600 * USEC_PER_SEC;
+                        dispatch_and_wait(env, req);
+                        if (late) {
+                                check_response(req, 500, DETAIL("session manager did not answer"));
+                                ASSERT_TRUE(!req->response->retry_after);
+                        } else {
+                                check_response(req, 503, DETAIL("session manager restarted, retry"));
+                                ASSERT_STREQ(req->response->retry_after, "1");
+                        }
+                        http_request_free(req);
+                }
+        fake_reset(&env->fake);
+}
+
+/* ---- a create's answer through libmicrohttpd: did it reach the client? ---- */
+
+typedef struct Live {
+        Server *server;
+        Fake fake;
+        struct sockaddr_in address;
+} Live;
+
+static void live_setup(Live *l) {
+        Config config = test_config;
+        sd_bus *client = NULL;
+        socklen_t len = sizeof(l->address);
+        int fd;
+
+        *l = (Live) { .fake.hangup = -EBADF };
+        ASSERT_TRUE(server_new(&config, &l->server) == 0);
+        fake_manager_connect(l->server->event, fake_vtable, &l->fake, &l->fake.bus, &client);
+        l->server->bus = client;
+
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(fd >= 0);
+        l->address = (struct sockaddr_in) { .sin_family = AF_INET,
+                                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        ASSERT_TRUE(bind(fd, (struct sockaddr *) &l->address, sizeof(l->address)) == 0);
+        ASSERT_TRUE(listen(fd, 16) == 0);
+        ASSERT_TRUE(getsockname(fd, (struct sockaddr *) &l->address, &len) == 0);
+        ASSERT_TRUE(server_add_listen_fd(l->server, fd, "test") == 0);
+}
+
+static void live_done(Live *l) {
+        fake_reset(&l->fake);
+        l->fake.held = sd_bus_message_unref(l->fake.held);
+        l->fake.bus = sd_bus_flush_close_unref(l->fake.bus);
+        l->server = server_free(l->server);
+}
+
+/* Runs the loop, one event at a time, until 'done' or the time is up. */
+static void live_run_until(Live *l, bool (*done)(Live *l, int c), int c) {
+        for (unsigned i = 0; i < 5000 && !done(l, c); i++)
+                ASSERT_TRUE(sd_event_run(l->server->event, 10 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(done(l, c));
+}
+
+static bool live_idle(Live *l, int c) {
+        return l->server->n_requests == 0;
+}
+
+static bool live_held(Live *l, int c) {
+        return l->fake.held;
+}
+
+/* The gateway has the manager's answer ready, not yet handed to libmicrohttpd. */
+static bool live_answer_ready(Live *l, int c) {
+        return l->server->requests && l->server->requests->response;
+}
+
+static bool live_client_readable(Live *l, int c) {
+        struct pollfd p = { .fd = c, .events = POLLIN };
+        return poll(&p, 1, 0) > 0 && l->server->n_requests == 0;
+}
+
+/* A client that sends a create and keeps its connection open. */
+static int live_create(Live *l, const char *extra_header) {
+        _cleanup_free_ char *text = NULL;
+        int c;
+
+        c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(c >= 0);
+        ASSERT_TRUE(connect(c, (struct sockaddr *) &l->address, sizeof(l->address)) == 0);
+        ASSERT_TRUE(asprintf(&text, "POST /sessions HTTP/1.1\r\nHost: test\r\n%sContent-Length: 0\r\n\r\n",
+                             extra_header) > 0);
+        ASSERT_TRUE(write_all(c, text, strlen(text)) == 0);
+        return c;
+}
+
+/* "The client got its answer" (http_connection_answer_delivered()): libmicrohttpd wrote all of it,
+ * and the client neither reset the connection nor left without taking it. Only then does the
+ * manager get the byte that makes the session the client's. */
+static void test_create_delivery(void) {
+        char buf[512];
+        ssize_t n;
+        Live l;
+        int c;
+
+        (void) signal(SIGPIPE, SIG_IGN);
+        live_setup(&l);
+
+        /* Delivered: the byte, then the pipe's end; the client reads its session. */
+        for (unsigned pass = 0; pass < 2; pass++) {
+                fake_reset(&l.fake);
+                c = live_create(&l, pass == 0 ? "" : "Connection: close\r\n");
+                live_run_until(&l, live_client_readable, c);
+                n = read(c, buf, sizeof(buf) - 1);
+                ASSERT_TRUE(n > 0);
+                buf[n] = 0;
+                ASSERT_TRUE(strstr(buf, "HTTP/1.1 200 OK\r\n") == buf && strstr(buf, CREATED));
+                ASSERT_EQ(fake_hangup_read(&l.fake), 1);
+                safe_close(c);
+        }
+
+        /* The client leaves just as the answer is ready (the gateway saw nothing of it before):
+         * libmicrohttpd's write meets a closed socket, and the manager gets no byte. */
+        for (unsigned pass = 0; pass < 2; pass++) {
+                fake_reset(&l.fake);
+                l.fake.mode = FAKE_HOLD;
+                c = live_create(&l, "");
+                live_run_until(&l, live_held, -1);
+                ASSERT_TRUE(sd_bus_reply_method_return(l.fake.held, "s", SID) >= 0);
+                l.fake.held = sd_bus_message_unref(l.fake.held);
+                live_run_until(&l, live_answer_ready, -1);
+                if (pass == 1)
+                        /* A reset rather than an orderly close. */
+                        ASSERT_TRUE(setsockopt(c, SOL_SOCKET, SO_LINGER,
+                                               &(struct linger) { .l_onoff = 1, .l_linger = 0 },
+                                               sizeof(struct linger)) == 0);
+                safe_close(c);
+                live_run_until(&l, live_idle, -1);
+                ASSERT_EQ(fake_hangup_read(&l.fake), 0);
+        }
+
+        /* A failed create has nothing to confirm. */
+        fake_reset(&l.fake);
+        l.fake.mode = FAKE_ERROR;
+        l.fake.error_name = BUS_ERROR_LIMIT_EXCEEDED;
+        c = live_create(&l, "");
+        live_run_until(&l, live_client_readable, c);
+        n = read(c, buf, sizeof(buf) - 1);
+        ASSERT_TRUE(n > 0);
+        buf[n] = 0;
+        ASSERT_TRUE(strstr(buf, "HTTP/1.1 429 ") == buf);
+        ASSERT_EQ(fake_hangup_read(&l.fake), 0);
+        safe_close(c);
+
+        live_done(&l);
+}
+
 int main(void) {
         Env env;
 
@@ -1198,12 +1368,14 @@ int main(void) {
         test_hangup_pipe(&env);
         test_orphan(&env);
         test_abandoned_create(&env);
+        test_recipient_gone(&env);
         test_node_tag(&env);
         test_agent_socket(&env);
         env_done(&env);
 
         RUN(test_agent_line);
         RUN(test_manager_gone);
+        RUN(test_create_delivery);
 
         return 0;
 }

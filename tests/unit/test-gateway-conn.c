@@ -4,14 +4,18 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <systemd/sd-event.h>
 
 #include "gateway-server.h"
 #include "http-connection.h"
 #include "http-util.h"
+#include "io-util.h"
 #include "list.h"
 #include "tests.h"
 
@@ -273,6 +277,105 @@ static void test_slots(void) {
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
 }
 
+/* A connected TCP pair on the loopback: *ret_ours as the gateway has it, *ret_peer the client. */
+static void tcp_pair(int *ret_ours, int *ret_peer) {
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(a);
+        int l, peer, ours;
+
+        l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(l >= 0);
+        ASSERT_TRUE(bind(l, (struct sockaddr *) &a, sizeof(a)) == 0 && listen(l, 1) == 0);
+        ASSERT_TRUE(getsockname(l, (struct sockaddr *) &a, &len) == 0);
+        peer = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(peer >= 0 && connect(peer, (struct sockaddr *) &a, sizeof(a)) == 0);
+        ours = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        ASSERT_TRUE(ours >= 0);
+        safe_close(l);
+        *ret_ours = ours;
+        *ret_peer = peer;
+}
+
+/* What arrives on the loopback is in before the send returns; a reset the peer sends back in
+ * answer too, but give it a moment on a busy machine. */
+static void settle(int fd) {
+        struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+        (void) poll(&p, 1, 100);
+}
+
+static void reads_all(int fd, size_t n) {
+        char buf[64];
+        ASSERT_TRUE(n <= sizeof(buf) && read(fd, buf, sizeof(buf)) == (ssize_t) n);
+}
+
+/* socket_peer_has_all(): the peer has everything unless it reset the connection, or shut down its
+ * side before it had taken all (acknowledged it: TCP; read it: AF_UNIX). */
+static void test_peer_has_all(void) {
+        static const char answer[] = "HTTP/1.1 200 OK\r\n\r\n{}";
+        const size_t n = sizeof(answer) - 1;
+        int ours, peer, pair[2];
+
+        /* Open, with or without an answer: it has it (or will: not our business). */
+        tcp_pair(&ours, &peer);
+        ASSERT_EQ(socket_peer_has_all(ours), 1);
+        ASSERT_TRUE(write(ours, answer, n) == (ssize_t) n);
+        settle(ours);
+        ASSERT_EQ(socket_peer_has_all(ours), 1);
+        /* Read and closed: its FIN acknowledged the answer. */
+        reads_all(peer, n);
+        safe_close(peer);
+        settle(ours);
+        ASSERT_EQ(socket_peer_has_all(ours), 1);
+        safe_close(ours);
+
+        /* Closed before the answer was written: the answer meets a reset. */
+        tcp_pair(&ours, &peer);
+        safe_close(peer);
+        settle(ours);
+        ASSERT_TRUE(write(ours, answer, n) == (ssize_t) n);
+        settle(ours);
+        ASSERT_EQ(socket_peer_has_all(ours), 0);
+        safe_close(ours);
+
+        /* Closed with the answer unread: a reset. */
+        tcp_pair(&ours, &peer);
+        ASSERT_TRUE(write(ours, answer, n) == (ssize_t) n);
+        settle(peer);
+        safe_close(peer);
+        settle(ours);
+        ASSERT_EQ(socket_peer_has_all(ours), 0);
+        safe_close(ours);
+
+        /* Half-closed first, the answer acknowledged after: it is in its socket, to read. */
+        tcp_pair(&ours, &peer);
+        ASSERT_TRUE(shutdown(peer, SHUT_WR) == 0);
+        settle(ours);
+        ASSERT_TRUE(write(ours, answer, n) == (ssize_t) n);
+        for (unsigned i = 0; i < 100 && socket_peer_has_all(ours) != 1; i++)
+                (void) usleep(10 * 1000); /* its delayed ACK: tens of ms at most */
+        ASSERT_EQ(socket_peer_has_all(ours), 1);
+        reads_all(peer, n);
+        safe_close(peer);
+        safe_close(ours);
+
+        /* AF_UNIX: what the peer has not read is not its yet. */
+        ASSERT_TRUE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+        ASSERT_EQ(socket_peer_has_all(pair[0]), 1);
+        ASSERT_TRUE(write(pair[0], answer, n) == (ssize_t) n);
+        ASSERT_EQ(socket_peer_has_all(pair[0]), 1);
+        ASSERT_TRUE(shutdown(pair[1], SHUT_WR) == 0);
+        ASSERT_EQ(socket_peer_has_all(pair[0]), 0);
+        reads_all(pair[1], n);
+        ASSERT_EQ(socket_peer_has_all(pair[0]), 1);
+        ASSERT_TRUE(write(pair[0], answer, n) == (ssize_t) n);
+        safe_close(pair[1]);
+        ASSERT_EQ(socket_peer_has_all(pair[0]), 0);
+        safe_close(pair[0]);
+
+        /* Nothing to look at. */
+        ASSERT_EQ(socket_peer_has_all(pair[0]), -EBADF);
+}
+
 int main(void) {
         RUN(test_phase_strings);
         RUN(test_deadlines);
@@ -280,5 +383,6 @@ int main(void) {
         RUN(test_timer);
         RUN(test_peers);
         RUN(test_slots);
+        RUN(test_peer_has_all);
         return 0;
 }

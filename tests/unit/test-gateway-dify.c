@@ -1050,6 +1050,8 @@ static void test_run(void) {
                 { SD_BUS_ERROR_INVALID_ARGS, 200, ERROR_BODY("-400", "unsupported language")    },
                 { BUS_ERROR_BACKEND_FAILED,  200, ERROR_BODY("-500", "sandbox backend failure") },
                 { SD_BUS_ERROR_ACCESS_DENIED, 200, ERROR_BODY("-500", "internal error")         },
+                /* The manager died with the run: said so (the request is young, the connection up). */
+                { SD_BUS_ERROR_NO_REPLY,     200, ERROR_BODY("-500", "session manager restarted, retry") },
         };
         env.fake.mode = FAKE_ERROR;
         for (size_t i = 0; i < ELEMENTSOF(errors); i++) {

@@ -76,22 +76,46 @@ static void test_error_shapes(void) {
         r = http_response_free(r);
 }
 
-static void check_map(const char *name, const char *message, unsigned status, const char *body,
-                      bool internal) {
+static void check_call_map(const char *name, const char *message, bool recipient_gone, unsigned status,
+                           const char *body, bool internal, const char *retry_after) {
         sd_bus_error e = SD_BUS_ERROR_MAKE_CONST(name, message);
         HttpResponse *r = NULL;
         bool is_internal = !internal;
+        const char *detail = NULL;
+        unsigned s = 0;
 
-        ASSERT_TRUE(http_response_new_bus_error(&e, &r, &is_internal) == 0);
+        ASSERT_TRUE(http_response_new_call_error(&e, recipient_gone, &r, &is_internal) == 0);
         if (r->status != status)
                 fprintf(stderr, "%s: got %u, expected %u\n", name, r->status, status);
         ASSERT_TRUE(r->status == status);
         check_body(r, body);
         ASSERT_TRUE(is_internal == internal);
         /* Only what a retry cures says when to retry. */
-        ASSERT_TRUE(streq_ptr(r->retry_after, status == 503 ? "1" : NULL));
+        ASSERT_TRUE(streq_ptr(r->retry_after, retry_after));
+        http_response_free(r);
+
+        /* The one table behind both (the dify-sandbox API's envelope takes status and text). */
+        is_internal = !internal;
+        http_bus_error_describe(&e, recipient_gone, &s, &detail, &is_internal);
+        ASSERT_TRUE(s == status && detail && is_internal == internal);
+}
+
+static void check_map(const char *name, const char *message, unsigned status, const char *body,
+                      bool internal) {
+        HttpResponse *r = NULL;
+        sd_bus_error e = SD_BUS_ERROR_MAKE_CONST(name, message);
+
+        check_call_map(name, message, false, status, body, internal, status == 503 ? "1" : NULL);
+        /* The answer of a call whose end is not known is the same. */
+        ASSERT_TRUE(http_response_new_bus_error(&e, &r, NULL) == 0);
+        ASSERT_TRUE(r->status == status);
+        check_body(r, body);
         http_response_free(r);
 }
+
+#define NOT_CONFIGURED DETAIL("storage backend not configured")
+#define INTERNAL       DETAIL("internal error")
+#define RESTARTED      DETAIL("session manager restarted, retry")
 
 static void test_bus_error_mapping(void) {
         /* The exact text clients match, whatever the manager says. */
@@ -111,20 +135,42 @@ static void test_bus_error_mapping(void) {
         check_map(BUS_ERROR_TOO_LARGE, "file too large", 413, DETAIL("file too large"), false);
         check_map(BUS_ERROR_NOT_FOUND, "file not found", 404, DETAIL("file not found"), false);
         check_map(BUS_ERROR_STORAGE_FAILED, "S3 said 403", 502, DETAIL("S3 said 403"), false);
+        check_map(BUS_ERROR_NOT_RUNNING, "nothing runs here", 409, DETAIL("no exec is running"), false);
+        check_map(BUS_ERROR_DRAINING, "draining since 12:00", 503, DETAIL("node is draining"), true);
+
+        /* The storage block, decided on the name alone. Not in effect: the contract's text, whatever
+         * the daemon's words. */
+        check_map(BUS_ERROR_STORAGE_NOT_CONFIGURED, "no bucket", 400, NOT_CONFIGURED, false);
+        check_map(BUS_ERROR_STORAGE_NOT_CONFIGURED, NULL, 400, NOT_CONFIGURED, false);
+        /* Refused by the endpoint policy: the reason, which names only what the client sent. */
+        check_map(BUS_ERROR_STORAGE_REFUSED, "storage endpoint 127.0.0.2 is an address of this host", 400,
+                  DETAIL("storage endpoint 127.0.0.2 is an address of this host"), false);
+        check_map(BUS_ERROR_STORAGE_REFUSED, NULL, 400, DETAIL("storage endpoint refused"), false);
+        /* The agent could not tell: 503, ours, retried after a while like a failed restore. */
+        check_call_map(BUS_ERROR_POLICY_UNAVAILABLE, "route lookup failed", false, 503,
+                       DETAIL("route lookup failed"), true, "5");
+        check_call_map(BUS_ERROR_POLICY_UNAVAILABLE, NULL, false, 503,
+                       DETAIL("storage endpoint could not be checked, retry later"), true, "5");
+        check_call_map(BUS_ERROR_RESTORE_FAILED, "failed to restore: x; retry later", false, 503,
+                       DETAIL("failed to restore: x; retry later"), true, "5");
 
         /* Our failures: a generic text, the details stay in our log. */
         check_map(BUS_ERROR_BACKEND_FAILED, "Failed to start scopebox-runner-x.scope: /secret/path", 500,
                   DETAIL("sandbox backend failure"), true);
+        /* Between the manager and the storage agent only: never meant for a client. */
+        check_map(BUS_ERROR_UNKNOWN_TOKEN, "unknown archive token 1f2e", 500, INTERNAL, true);
+        check_map(BUS_ERROR_ARCHIVE_DAMAGED, "checksum mismatch in /var/lib/x", 500, INTERNAL, true);
+        check_map(BUS_ERROR_CANCELLED, "cancelled: the caller hung up", 500, DETAIL("internal error"), true);
         check_map(SD_BUS_ERROR_NO_REPLY, "Connection timed out", 500,
                   DETAIL("session manager did not answer"), true);
         check_map(SD_BUS_ERROR_NO_REPLY, "Method call timed out", 500,
                   DETAIL("session manager did not answer"), true);
         check_map(SD_BUS_ERROR_TIMEOUT, "x", 500, DETAIL("session manager did not answer"), true);
-        /* The manager died with the call (dbus-daemon's and dbus-broker's words): retry. */
+        /* The bus daemon's words for a recipient that went away decide nothing by themselves. */
         check_map(SD_BUS_ERROR_NO_REPLY, "Message recipient disconnected from message bus without replying",
-                  503, DETAIL("session manager restarted, retry"), true);
-        check_map(SD_BUS_ERROR_NO_REPLY, "Remote peer disconnected", 503,
-                  DETAIL("session manager restarted, retry"), true);
+                  500, DETAIL("session manager did not answer"), true);
+        check_map(SD_BUS_ERROR_NO_REPLY, "Remote peer disconnected", 500,
+                  DETAIL("session manager did not answer"), true);
         check_map(SD_BUS_ERROR_SERVICE_UNKNOWN, "The name io.scopebox.SessionManager1 was not provided", 500,
                   DETAIL("session manager unavailable"), true);
         check_map(SD_BUS_ERROR_DISCONNECTED, "x", 500, DETAIL("session manager unavailable"), true);
@@ -132,6 +178,55 @@ static void test_bus_error_mapping(void) {
                   DETAIL("internal error"), true);
         check_map(SD_BUS_ERROR_ACCESS_DENIED, "Rejected send message", 500, DETAIL("internal error"), true);
         check_map("io.scopebox.Error.SomethingNew", "x", 500, DETAIL("internal error"), true);
+
+        /* The manager died with the call: retry, whatever the words. */
+        check_call_map(SD_BUS_ERROR_NO_REPLY, "Remote peer disconnected", true, 503, RESTARTED, true, "1");
+        check_call_map(SD_BUS_ERROR_NO_REPLY, "Méthode expirée", true, 503, RESTARTED, true, "1");
+        check_call_map(SD_BUS_ERROR_NO_REPLY, NULL, true, 503, RESTARTED, true, "1");
+}
+
+/* A NoReply is the recipient's going away when it came on an open connection before the call's own
+ * timeout could have fired; the message plays no part. */
+static void test_recipient_gone(void) {
+        static const char *const messages[] = {
+                NULL,
+                "",
+                "Method call timed out",
+                "Message recipient disconnected from message bus without replying",
+                "Remote peer disconnected",
+                "Connection terminated",
+        };
+        const uint64_t timeout = 90 * USEC_PER_SEC;
+
+        for (size_t i = 0; i < ELEMENTSOF(messages); i++) {
+                sd_bus_error no_reply = SD_BUS_ERROR_MAKE_CONST(SD_BUS_ERROR_NO_REPLY, messages[i]);
+                sd_bus_error timed_out = SD_BUS_ERROR_MAKE_CONST(SD_BUS_ERROR_TIMEOUT, messages[i]);
+                sd_bus_error disconnected = SD_BUS_ERROR_MAKE_CONST(SD_BUS_ERROR_DISCONNECTED, messages[i]);
+
+                HttpCallEnd at_once = { 0, timeout, true }, midway = { timeout / 2, timeout, true },
+                            just_before = { timeout - 1, timeout, true },
+                            at_timeout = { timeout, timeout, true }, after = { timeout + 1, timeout, true },
+                            long_after = { UINT64_MAX, timeout, true }, broken = { 0, timeout, false };
+
+                /* At once, in the middle, a moment before the timeout: the recipient went away. */
+                ASSERT_TRUE(http_call_recipient_gone(&no_reply, &at_once));
+                ASSERT_TRUE(http_call_recipient_gone(&no_reply, &midway));
+                ASSERT_TRUE(http_call_recipient_gone(&no_reply, &just_before));
+                /* Once the timeout may have fired, it is the timeout. */
+                ASSERT_TRUE(!http_call_recipient_gone(&no_reply, &at_timeout));
+                ASSERT_TRUE(!http_call_recipient_gone(&no_reply, &after));
+                ASSERT_TRUE(!http_call_recipient_gone(&no_reply, &long_after));
+                /* Our own connection broke: not the recipient's doing. */
+                ASSERT_TRUE(!http_call_recipient_gone(&no_reply, &broken));
+                /* Other errors never are, nor an error of a call nobody knows. */
+                ASSERT_TRUE(!http_call_recipient_gone(&timed_out, &at_once));
+                ASSERT_TRUE(!http_call_recipient_gone(&disconnected, &at_once));
+                ASSERT_TRUE(!http_call_recipient_gone(&no_reply, NULL));
+        }
+        ASSERT_TRUE(!http_call_recipient_gone(NULL, &(HttpCallEnd) { 0, timeout, true }));
+        /* A timeout of 0 (none known) never makes a NoReply early. */
+        ASSERT_TRUE(!http_call_recipient_gone(&SD_BUS_ERROR_MAKE_CONST(SD_BUS_ERROR_NO_REPLY, NULL),
+                                              &(HttpCallEnd) { 0, 0, true }));
 }
 
 static void test_content_length(void) {
@@ -783,6 +878,7 @@ static void test_dispatch(void) {
 int main(void) {
         RUN(test_error_shapes);
         RUN(test_bus_error_mapping);
+        RUN(test_recipient_gone);
         RUN(test_content_length);
         RUN(test_route_lookup);
         RUN(test_sanitize_for_log);

@@ -530,15 +530,46 @@ static void test_bus_errors(void) {
                 check_error(k, BUS_ERROR_TOO_LARGE, "too large", 500, DETAIL("internal error"), true);
         }
 
-        /* Storage that is not in effect: 400 for put and delete, zeros for gc. */
-        check_error(PUT, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured", 400,
+        /* Storage that is not in effect, by its name: 400 for put and delete, zeros for gc; the
+         * agent's words change nothing. */
+        check_error(PUT, BUS_ERROR_STORAGE_NOT_CONFIGURED, "storage backend not configured", 400,
                     NOT_CONFIGURED, false);
-        check_error(DEL, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured", 400,
-                    NOT_CONFIGURED, false);
-        check_error(GC, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured", 200, ZEROS,
+        check_error(DEL, BUS_ERROR_STORAGE_NOT_CONFIGURED, "no bucket in the block", 400, NOT_CONFIGURED,
+                    false);
+        check_error(PUT, BUS_ERROR_STORAGE_NOT_CONFIGURED, NULL, 400, NOT_CONFIGURED, false);
+        check_error(GC, BUS_ERROR_STORAGE_NOT_CONFIGURED, "storage backend not configured", 200, ZEROS,
+                    false);
+        check_error(GC, BUS_ERROR_STORAGE_NOT_CONFIGURED, "anything at all", 200, ZEROS, false);
+        /* The same words under another name are that other error: a text decides nothing. */
+        check_error(GC, SD_BUS_ERROR_INVALID_ARGS, "storage backend not configured", 400, NOT_CONFIGURED,
                     false);
         check_error(GC, SD_BUS_ERROR_INVALID_ARGS, "invalid storage config", 400,
                     DETAIL("invalid storage config"), false);
+
+        for (StorageRequestKind k = 0; k < _STORAGE_REQUEST_KIND_MAX; k++) {
+                HttpResponse *r = NULL;
+                sd_bus_error e = SD_BUS_ERROR_MAKE_CONST(BUS_ERROR_POLICY_UNAVAILABLE, "no route");
+
+                /* The endpoint policy refused the block: the agent's reason; a sweep finds nothing. */
+                if (k == GC)
+                        check_error(k, BUS_ERROR_STORAGE_REFUSED, "storage endpoint not allowed", 200, ZEROS,
+                                    false);
+                else {
+                        check_error(k, BUS_ERROR_STORAGE_REFUSED, "storage endpoint not allowed", 400,
+                                    DETAIL("storage endpoint not allowed"), false);
+                        check_error(k, BUS_ERROR_STORAGE_REFUSED, NULL, 400,
+                                    DETAIL("storage endpoint refused"), false);
+                }
+                /* The agent could not tell: 503, ours, with a time to retry after. */
+                check_error(k, BUS_ERROR_POLICY_UNAVAILABLE, "route lookup failed", 503,
+                            DETAIL("route lookup failed"), true);
+                ASSERT_TRUE(storage_response_new_bus_error(k, &e, &r, NULL) == 0);
+                ASSERT_TRUE(streq_ptr(r->retry_after, "5"));
+                http_response_free(r);
+                /* Archive errors are between the manager and the agent: never for these calls. */
+                check_error(k, BUS_ERROR_UNKNOWN_TOKEN, "stale", 500, DETAIL("internal error"), true);
+                check_error(k, BUS_ERROR_ARCHIVE_DAMAGED, "corrupt", 500, DETAIL("internal error"), true);
+        }
 }
 
 static void test_timeouts(void) {
