@@ -231,8 +231,13 @@ static int route_lookup(int family, const uint8_t *bytes) {
         /* The kernel's own refusals: what it answers for a destination it would not send to.
          * EINVAL is a blackhole route's (our request itself is well-formed, see the unit test). */
         if (answer.error != 0) {
-                if (answer.error == ENETUNREACH || answer.error == EHOSTUNREACH || answer.error == EACCES ||
-                    answer.error == EINVAL)
+                /* No route at all (no default route, for a moment or for good) is no statement about
+                 * the address: it is not this host, and the connect() fails as for any server that
+                 * cannot be reached, a failure a retry may get past (502, an archive kept pending),
+                 * never a refusal of the client's block. */
+                if (answer.error == ENETUNREACH)
+                        return ADDRESS_ROUTE_REMOTE;
+                if (answer.error == EHOSTUNREACH || answer.error == EACCES || answer.error == EINVAL)
                         return ADDRESS_ROUTE_UNROUTABLE;
                 return -answer.error;
         }
