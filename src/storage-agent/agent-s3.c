@@ -97,7 +97,7 @@ static const char *refusal_reason(const Transfer *t) {
         case ADDRESS_ROUTE_NOT_UNICAST:
                 return "it is a broadcast or multicast address";
         case ADDRESS_ROUTE_UNROUTABLE:
-                return "the kernel has no route to it (or a blackhole, unreachable or prohibit route)";
+                return "the kernel has a blackhole, unreachable or prohibit route for it";
         default:
                 return "it is internal (loopback, private, link-local or reserved), and "
                        "SANDBOX_STORAGE_ALLOWED_NETWORKS does not allow it";
