@@ -123,6 +123,9 @@ typedef struct SessionCreate {
         int confirm_fd;
 } SessionCreate;
 
+/* The request's end (its userdata_free): for an answered create that is libmicrohttpd's completion of
+ * it, the moment to tell whether the answer reached the client. (A router hook with the termination
+ * code would say it more directly; http_connection_answer_delivered() reads it off the connection.) */
 static void session_create_free(void *p) {
         SessionCreate *c = p;
 

@@ -254,7 +254,7 @@ def test_a_gateway_killed_during_creates_leaves_nothing():
         s.sendall(head + body)
         socks.append(s)
     # Creates go two at a time: somewhere in the course of the batch.
-    time.sleep(rng.uniform(0, duration * n / 2))
+    time.sleep(rng.uniform(0, duration * n / 3))
     in_system("systemctl", "kill", "-s", "SIGKILL", GATEWAY, check=True)
     try:
         owned = {sid for sid in (read_answer(s, timeout=10) for s in socks) if sid}
