@@ -5,8 +5,9 @@ of it is left and nothing it would still have done happens; the session stays us
 keeps counting against MAX_REQUESTS until the session manager has ended it.
 
 A session create whose client went away before the answer (issue #16, item 6) is undone: the
-session is released unarchived, whatever phase its create was in, or by the gateway when its
-answer crossed the hang-up, so that it never counts against SANDBOX_MAX_SESSIONS for an idle TTL;
+session is released unarchived, whatever phase its create was in, or by the manager when its
+answer crossed the hang-up (the gateway never confirmed the delivery on the create's pipe), so
+that it never counts against SANDBOX_MAX_SESSIONS for an idle TTL;
 a dying gateway takes its creates in flight along. The hang-up only ever ends the caller's own
 create."""
 import json
