@@ -352,6 +352,12 @@ static int check_written_through_link(LinkSet *set, const char *name, mode_t typ
         return type == S_IFLNK && l > 0 ? link_set_add(set, h, rel, l) : 0;
 }
 
+/* Reading failed: the stream is no complete gzip'd tar (-EBADMSG), unless what failed was memory
+ * (-ENOMEM: it may well be one). */
+static int read_error(struct archive *in) {
+        return archive_errno(in) == ENOMEM ? -ENOMEM : -EBADMSG;
+}
+
 int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extracted) {
         _cleanup_(archive_read_freep) struct archive *in = NULL;
         _cleanup_(archive_write_freep) struct archive *out = NULL;
@@ -373,7 +379,7 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
                              ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_TIME |
                              ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_UNLINK);
         if (archive_read_open_fd(in, in_fd, 64 * 1024) != ARCHIVE_OK)
-                return -EBADMSG;
+                return read_error(in);
 
         /* ARCHIVE_WARN (a name not in the locale's charset, an unknown pax keyword) still gives
          * a complete entry; only ARCHIVE_FAILED and worse are not. */
@@ -418,16 +424,22 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
                         la_int64_t off;
 
                         while ((r = archive_read_data_block(in, &buf, &len, &off)) == ARCHIVE_OK)
-                                if (archive_write_data_block(out, buf, len, off) < ARCHIVE_WARN)
+                                if (archive_write_data_block(out, buf, len, off) < ARCHIVE_WARN) {
+                                        int error = archive_errno(out);
+
+                                        /* A workspace that filled up holds less than the archive. */
+                                        if (error == ENOSPC || error == EDQUOT || error == EFBIG)
+                                                return -EFBIG;
                                         break;
+                                }
                         if (r != ARCHIVE_EOF && r != ARCHIVE_OK)
-                                return -EBADMSG;
+                                return read_error(in);
                 }
                 if (archive_write_finish_entry(out) < ARCHIVE_WARN)
                         refused++;
         }
         if (r != ARCHIVE_EOF)
-                return -EBADMSG;
+                return read_error(in);
         if (archive_write_close(out) < ARCHIVE_WARN)
                 return -EIO;
         if (ret_extracted)
