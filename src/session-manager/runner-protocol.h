@@ -64,8 +64,8 @@ int runner_request_archive(bool restore, uint64_t max_bytes, uint64_t timeout_se
                                           * also the unpacking helper killed by a crash signal */
 #define RUNNER_RESTORE_TOO_LARGE EFBIG   /* more bytes than the workspace holds (a decompression bomb,
                                           * a huge sparse entry) or more than ARCHIVE_ENTRIES_MAX entries */
-#define RUNNER_RESTORE_HOSTILE   EPERM   /* an entry the restore refuses: "..", an absolute name, a link
-                                          * leading out, a hard link, a device, a name over 4096 bytes */
+#define RUNNER_RESTORE_HOSTILE   EPERM   /* an entry no workspace's archive holds: "..", an absolute name,
+                                          * a device, an entry below a symlink (ArchiveLimits) */
 
 static inline bool runner_restore_error_is_damage(int error) {
         error = abs(error);

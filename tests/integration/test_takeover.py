@@ -92,9 +92,10 @@ def test_create_takes_over_a_release_whose_storage_died_mid_upload(s3):
     restored_is(stem, st, digest, "v3")
 
 
-# ---- the storage agent's policy refuses the endpoint (the installed default: loopback) ----
+# ---- the storage agent's policy refuses the endpoint: a loopback address, neither allowed by the
+# installed default nor by this file's allowance of 127.0.0.1 for the S3 test server ----
 
-REFUSED = {"provider": "s3", "prefix": "refused/", "s3_bucket": "b", "s3_endpoint": "http://127.0.0.1:9",
+REFUSED = {"provider": "s3", "prefix": "refused/", "s3_bucket": "b", "s3_endpoint": "http://127.0.0.2:9",
            "s3_access_key": "AKIDSCOPEBOXTEST", "s3_secret_key": "secret"}
 
 
@@ -127,3 +128,32 @@ def test_a_release_whose_storage_is_refused_keeps_the_workspace():
     r = delete_session(sid, discard=True, archive_key=stem, storage=REFUSED)
     assert r.json == {"ok": True, "archive": "discarded"}, r
     assert sid not in pending()
+
+
+def test_a_workspace_too_large_to_archive_is_kept_for_its_user():
+    """Larger than SANDBOX_MAX_ARCHIVE_BYTES: not destroyed at its release (the stored archive
+    would silently be the older one) but kept, pending with the reason; its user takes it over
+    with a create, makes it smaller, and the next release stores it."""
+    from test_lifecycle import manager_environment
+    st = {"provider": "local", "prefix": "workspaces/"}
+    stem = f"too_large_{time.time_ns()}"
+    with manager_environment(SANDBOX_MAX_ARCHIVE_BYTES="64K"):
+        sid = create_session(archive_key=stem, storage=st)
+        assert run(sid, "import os\nopen('/workspace/noise.bin', 'wb').write(os.urandom(256 * 1024))\n"
+                        "open('/workspace/keep.txt', 'w').write('keep')")["exit_code"] == 0
+        assert delete_session(sid).json == {"ok": True, "archive": "pending"}
+        entry = pending()[sid]
+        assert "larger than SANDBOX_MAX_ARCHIVE_BYTES" in entry["last_error"], entry
+        # Tried again on request: still too large, still kept.
+        ctl("archives", "retry")
+        wait_until(lambda: pending().get(sid, {}).get("attempts", 0) > entry["attempts"], 30, "the retry")
+        assert sid in pending()
+        r = request("POST", "/sessions", {"archive_key": stem, "storage": st})
+        assert r.status == 200 and r.json == {"session_id": sid}, r
+        assert run(sid, "import os\nos.remove('/workspace/noise.bin')")["exit_code"] == 0
+        assert delete_session(sid).json == {"ok": True, "archive": "stored"}
+        sid = create_session(archive_key=stem, storage=st)
+        try:
+            assert run(sid, "print(open('/workspace/keep.txt').read())")["stdout"] == "keep\n"
+        finally:
+            delete_session(sid, discard=True, archive_key=stem, storage=st)

@@ -21,7 +21,6 @@
 
 #include "archive-sandbox.h"
 #include "io-util.h"
-#include "runner-protocol.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
 #include "workspace-archive.h"
@@ -98,7 +97,9 @@ static int enter_workspace(const ArchiveSandbox *a) {
 
 _noreturn_ void archive_sandbox_run(const ArchiveSandbox *a) {
         _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
-        ArchiveLimits limits = { .max_bytes = a->max_bytes, .max_entries = a->max_entries };
+        ArchiveLimits limits = {
+                .max_bytes = a->max_bytes, .max_entries = a->max_entries, .refuse_forged = true
+        };
         ArchiveResult res = {};
         const char *step;
         char go = 0;
@@ -144,16 +145,12 @@ _noreturn_ void archive_sandbox_run(const ArchiveSandbox *a) {
         if (a->restore) {
                 uint64_t total = 0;
 
-                /* An entry refused fails the whole restore: an archive of ours never has one, so
-                 * what holds one is not the workspace that was stored (the runner clears what was
-                 * unpacked, the manager quarantines the archive). */
+                /* A forged entry fails the whole restore: what holds one is no workspace's archive
+                 * (the runner clears what was unpacked, the manager quarantines the archive). */
                 r = archive_extract(DATA_FD, &limits, &total);
-                if (r > 0) {
-                        res.refused = r;
-                        r = -RUNNER_RESTORE_HOSTILE;
-                }
                 if (r < 0)
                         goto fail;
+                res.refused = r;
                 res.bytes = total;
         } else {
                 struct stat st;

@@ -35,7 +35,7 @@ typedef struct ArchiveSandbox {
 /* What the helper reports on result_fd (plain data). */
 typedef struct ArchiveResult {
         int32_t error;            /* 0 or a negative errno */
-        int32_t refused;          /* hostile entries found (restore: it fails, RUNNER_RESTORE_HOSTILE) */
+        int32_t refused;          /* hostile entries left out (restore) */
         uint64_t bytes;
         char step[48];            /* where setting up the helper failed, if it did */
 } ArchiveResult;

@@ -90,10 +90,6 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
                         log_struct(LOG_WARNING, res.error, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "The archive helper of session %s failed at '%s': %m", r->session_id,
                                    res.step);
-                if (res.refused > 0)
-                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Restore of session %s refused %i hostile archive entries.",
-                                   r->session_id, res.refused);
                 /* A restore that failed half-way leaves nothing of the archive behind: the session
                  * either starts empty or not at all. */
                 if (j->restore) {
@@ -112,11 +108,16 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
                 int jr = runner_reply_new(&reply);
 
                 json_add_checked(reply, "bytes", json_object_new_int64((int64_t) res.bytes), &jr);
+                json_add_checked(reply, "refused", json_object_new_int(res.refused), &jr);
                 /* No request follows to answer it for us: the job is answered here, either way. */
                 if (jr < 0)
                         (void) runner_send_error(r, j->connection_generation, ENOMEM, "out of memory");
                 else
                         (void) runner_send(r, j->connection_generation, reply, NULL, 0);
+                if (res.refused > 0)
+                        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Restore of session %s refused %i hostile archive entries.",
+                                   r->session_id, res.refused);
         }
         r->archive_job = archive_job_free(r->archive_job);
         runner_resume_connection(r);

@@ -233,9 +233,135 @@ int archive_create(int dir_fd, int out_fd, const ArchiveLimits *limits) {
 
 DEFINE_CLEANUP_FUNC(struct archive *, archive_read_free);
 
+/* Whether a refused entry is one no archive of a workspace holds (ArchiveLimits.refuse_forged):
+ * its name is absolute or not plain, or it is of a type a workspace's archive never carries (a hard
+ * link has none: GNU tar writes them). Its name as stored, its S_IFMT bits. */
+static bool entry_is_forged(const char *name, mode_t type, bool hardlink) {
+        const char *rel;
+        size_t l;
+
+        if (!name || name[0] == '/')
+                return true;
+        rel = startswith(name, "./") ?: name;
+        l = strlen(rel);
+        if (l == 0 || l > 4096)
+                return false; /* the root itself; a name too long is only left out */
+        {
+                char buf[4097];
+
+                memcpy(buf, rel, l + 1);
+                if (buf[l - 1] == '/')
+                        buf[l - 1] = 0;
+                if (buf[0] && !relative_path_is_plain(buf))
+                        return true;
+        }
+        return !hardlink && !(type == S_IFREG || type == S_IFDIR || type == S_IFLNK || type == S_IFIFO);
+}
+
+/* The names of the symlink entries seen so far (as stored, without "./" and a trailing slash): an
+ * entry below one is written through a link, which no real tree has. A hash set of FNV-1a hashes,
+ * so that each entry's parents are looked up in one pass over its name. */
+#define LINK_NAMES_BYTES_MAX (16U << 20)
+
+typedef struct LinkName {
+        uint64_t hash;
+        char *name;             /* NULL: free slot */
+        size_t len;
+} LinkName;
+
+typedef struct LinkSet {
+        LinkName *slots;
+        size_t n, n_slots;      /* n_slots: a power of two */
+        uint64_t bytes;
+} LinkSet;
+
+static void link_set_done(LinkSet *set) {
+        for (size_t i = 0; i < set->n_slots; i++)
+                free(set->slots[i].name);
+        free(set->slots);
+}
+
+static uint64_t fnv1a(uint64_t h, char c) {
+        return (h ^ (uint8_t) c) * 0x100000001b3ULL;
+}
+
+#define FNV1A_INIT 0xcbf29ce484222325ULL
+
+static bool link_set_has(const LinkSet *set, uint64_t hash, const char *name, size_t len) {
+        if (set->n == 0)
+                return false;
+        for (size_t i = hash & (set->n_slots - 1);; i = (i + 1) & (set->n_slots - 1)) {
+                const LinkName *e = &set->slots[i];
+                if (!e->name)
+                        return false;
+                if (e->hash == hash && e->len == len && memcmp(e->name, name, len) == 0)
+                        return true;
+        }
+}
+
+static void link_set_put(LinkSet *set, LinkName e) {
+        size_t i = e.hash & (set->n_slots - 1);
+
+        while (set->slots[i].name)
+                i = (i + 1) & (set->n_slots - 1);
+        set->slots[i] = e;
+        set->n++;
+}
+
+/* -EFBIG past LINK_NAMES_BYTES_MAX: over the limits, as too many entries are. */
+static int link_set_add(LinkSet *set, uint64_t hash, const char *name, size_t len) {
+        LinkName e = { .hash = hash, .len = len };
+
+        if (link_set_has(set, hash, name, len))
+                return 0;
+        if (set->bytes + len > LINK_NAMES_BYTES_MAX)
+                return -EFBIG;
+        if ((set->n + 1) * 2 > set->n_slots) {
+                LinkSet grown = { .n_slots = MAX(set->n_slots * 2, (size_t) 64), .bytes = set->bytes };
+
+                grown.slots = calloc(grown.n_slots, sizeof(LinkName));
+                if (!grown.slots)
+                        return -ENOMEM;
+                for (size_t i = 0; i < set->n_slots; i++)
+                        if (set->slots[i].name)
+                                link_set_put(&grown, set->slots[i]);
+                free(set->slots);
+                *set = grown;
+        }
+        e.name = strndup(name, len);
+        if (!e.name)
+                return -ENOMEM;
+        link_set_put(set, e);
+        set->bytes += len;
+        return 0;
+}
+
+/* An entry below a symlink entry (-EPERM), or, the entry a symlink itself, recorded. */
+static int check_written_through_link(LinkSet *set, const char *name, mode_t type) {
+        const char *rel = startswith(name, "./") ?: name;
+        size_t l = strlen(rel);
+        uint64_t h = FNV1A_INIT;
+
+        if (l > 0 && rel[l - 1] == '/')
+                l--;
+        for (size_t i = 0; i < l; i++) {
+                if (rel[i] == '/' && link_set_has(set, h, rel, i))
+                        return -EPERM;
+                h = fnv1a(h, rel[i]);
+        }
+        return type == S_IFLNK && l > 0 ? link_set_add(set, h, rel, l) : 0;
+}
+
+/* Reading failed: the stream is no complete gzip'd tar (-EBADMSG), unless what failed was memory
+ * (-ENOMEM: it may well be one). */
+static int read_error(struct archive *in) {
+        return archive_errno(in) == ENOMEM ? -ENOMEM : -EBADMSG;
+}
+
 int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extracted) {
         _cleanup_(archive_read_freep) struct archive *in = NULL;
         _cleanup_(archive_write_freep) struct archive *out = NULL;
+        _cleanup_(link_set_done) LinkSet links = {};
         struct archive_entry *e;
         uint64_t total = 0, entries = 0;
         int refused = 0, r;
@@ -253,7 +379,7 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
                              ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_TIME |
                              ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_UNLINK);
         if (archive_read_open_fd(in, in_fd, 64 * 1024) != ARCHIVE_OK)
-                return -EBADMSG;
+                return read_error(in);
 
         /* ARCHIVE_WARN (a name not in the locale's charset, an unknown pax keyword) still gives
          * a complete entry; only ARCHIVE_FAILED and worse are not. */
@@ -264,9 +390,16 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
 
                 if (++entries > limits->max_entries)
                         return -EFBIG;
+                if (limits->refuse_forged && name) {
+                        r = check_written_through_link(&links, name, type);
+                        if (r < 0)
+                                return r;
+                }
                 switch (archive_entry_check(name, type, archive_entry_symlink(e),
                                             archive_entry_hardlink(e))) {
                 case ARCHIVE_ENTRY_REFUSE:
+                        if (limits->refuse_forged && entry_is_forged(name, type, archive_entry_hardlink(e)))
+                                return -EPERM;
                         refused++;
                         _fallthrough_;
                 case ARCHIVE_ENTRY_SKIP:
@@ -291,16 +424,22 @@ int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extrac
                         la_int64_t off;
 
                         while ((r = archive_read_data_block(in, &buf, &len, &off)) == ARCHIVE_OK)
-                                if (archive_write_data_block(out, buf, len, off) < ARCHIVE_WARN)
+                                if (archive_write_data_block(out, buf, len, off) < ARCHIVE_WARN) {
+                                        int error = archive_errno(out);
+
+                                        /* A workspace that filled up holds less than the archive. */
+                                        if (error == ENOSPC || error == EDQUOT || error == EFBIG)
+                                                return -EFBIG;
                                         break;
+                                }
                         if (r != ARCHIVE_EOF && r != ARCHIVE_OK)
-                                return -EBADMSG;
+                                return read_error(in);
                 }
                 if (archive_write_finish_entry(out) < ARCHIVE_WARN)
                         refused++;
         }
         if (r != ARCHIVE_EOF)
-                return -EBADMSG;
+                return read_error(in);
         if (archive_write_close(out) < ARCHIVE_WARN)
                 return -EIO;
         if (ret_extracted)

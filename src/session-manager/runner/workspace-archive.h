@@ -12,6 +12,11 @@
 typedef struct ArchiveLimits {
         uint64_t max_bytes;       /* archive size (create) / total extracted bytes (restore) */
         uint64_t max_entries;
+        /* Restore: an entry no archive of a workspace holds, whoever made it (we, or the upstream
+         * sidecar's GNU tar), fails the restore with -EPERM: a name that is absolute or not plain
+         * ("..", "."), a device, a socket, an entry below one that was a symlink. Links leading out,
+         * hard links and over-long names, which real workspaces' archives do hold, are left out. */
+        bool refuse_forged;
 } ArchiveLimits;
 
 #define ARCHIVE_ENTRIES_MAX 100000
@@ -30,5 +35,6 @@ ArchiveVerdict archive_entry_check(const char *name, mode_t type, const char *sy
 int archive_create(int dir_fd, int out_fd, const ArchiveLimits *limits);
 
 /* Extracts from in_fd into the current directory. Returns the number of refused entries
- * (≥ 0); -EFBIG when the content exceeds limits. */
+ * (≥ 0); -EFBIG when the content exceeds limits, -EBADMSG for a stream that is no complete
+ * gzip'd tar, -EPERM for a forged entry (limits->refuse_forged). */
 int archive_extract(int in_fd, const ArchiveLimits *limits, uint64_t *ret_extracted);
