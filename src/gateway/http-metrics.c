@@ -90,6 +90,7 @@ static const BusDictField manager_metrics_fields[] = {
         { "archives_skipped",       't', offsetof(ManagerMetrics, archives_skipped)       },
         { "archives_abandoned",     't', offsetof(ManagerMetrics, archives_abandoned)     },
         { "restore_failures",       't', offsetof(ManagerMetrics, restore_failures)       },
+        { "archives_quarantined",   't', offsetof(ManagerMetrics, archives_quarantined)   },
         { "archives_pending",       'u', offsetof(ManagerMetrics, archives_pending)       },
         {}
 };
@@ -344,6 +345,9 @@ static int append_manager(JsonWriter *w, const ManagerMetrics *m) {
                   "Creates whose stored archive could not be restored (the create failed, or started empty "
                   "if so configured).",
                   m->restore_failures },
+                { METRIC_COUNTER, "scopebox_archives_quarantined",
+                  "Damaged archives a create moved aside to their quarantine key.",
+                  m->archives_quarantined },
                 { METRIC_TIMESTAMP, "scopebox_session_manager_start_time_seconds",
                   "When the session manager started; its counters start at zero then.", m->start_time_usec },
         };

@@ -47,6 +47,7 @@ typedef struct ManagerMetrics {
         uint64_t archives_skipped;
         uint64_t archives_abandoned;
         uint64_t restore_failures;
+        uint64_t archives_quarantined;
         uint32_t archives_pending;
 } ManagerMetrics;
 

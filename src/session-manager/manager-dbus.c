@@ -252,7 +252,11 @@ static void on_session_started(Session *s, int error, const char *message, void 
                 return;
         }
         if (error < 0) {
-                reply_error(m, error, message ?: "failed to start the session");
+                /* By the name the start failed with: a refused storage block is no backend failure. */
+                r = sd_bus_reply_method_errorf(m, session_start_error_name(s, error), "%s",
+                                               message ?: "failed to start the session");
+                if (r < 0)
+                        log_debug_errno(r, "Failed to send error reply, ignoring: %m");
                 return;
         }
         if (c->hangup_source) {
@@ -1074,7 +1078,7 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
                 r = sd_bus_message_append(
                         reply,
                         "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}"
-                        "{sv}{sv}{sv}{sv}{sv}",
+                        "{sv}{sv}{sv}{sv}{sv}{sv}",
                         "start_time_usec", "t", mt->start_realtime_usec, "sessions", "u",
                         mgr->n_sessions - mgr->n_ephemeral, "sessions_started", "t", mt->sessions_started,
                         "sessions_ended", "t", mt->sessions_ended, "sessions_reaped", "t",
@@ -1088,7 +1092,8 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
                         "archive_failures", "t", mt->archive_failures, "archive_retries", "t",
                         mt->archive_retries, "archives_skipped", "t", mt->archives_skipped,
                         "archives_abandoned", "t", mt->archives_abandoned, "restore_failures", "t",
-                        mt->restore_failures, "archives_pending", "u", session_count_pending_archives(mgr));
+                        mt->restore_failures, "archives_pending", "u", session_count_pending_archives(mgr),
+                        "archives_quarantined", "t", mt->archives_quarantined);
         if (r >= 0)
                 r = append_labeled(reply, "execs", mt->execs, _EXEC_OUTCOME_MAX, exec_outcome_label);
         if (r >= 0)

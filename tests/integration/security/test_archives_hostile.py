@@ -4,10 +4,13 @@ directory, as an attacker with write access to the bucket would): tar-slip throu
 names, PAX and GNU long-name overrides, links followed by files written through them, hard links,
 device and FIFO entries, set-id bits and owners, decompression bombs (one 4 GiB entry, many
 large entries), a million entries, deep nesting, blobs that are not archives and truncated ones.
-Each restore writes nothing outside /workspace and ends promptly. Refused entries are skipped
-(the journal counts them) and the session is created; a restore that fails (bombs, blobs, a torn
-stream) fails the create with 503 and the reason, leaves no session and the stored archive as it
-was: a workspace is never handed out empty or partial."""
+Each restore writes nothing outside /workspace and ends promptly. Entries real workspaces'
+archives hold but a restore refuses (links leading out, hard links, over-long names) are left out
+(the journal counts them) and the rest restored. An archive with an entry no workspace's archive
+holds (a tar-slip name, a device, an entry written through a symlink) is forged, and one that
+can't be unpacked (bombs, blobs, a torn stream) never will be: nothing of either is restored, the
+archive is moved aside to <key>.damaged-<UTC time> byte for byte (issue 30), and the session
+starts empty and says so ("restored": false). A workspace is never handed out partial."""
 import io
 import json
 import os
@@ -130,18 +133,35 @@ def plant(prefix, stem, data):
     return path
 
 
-def restore(prefix, data):
-    """Plants data as the archive of a new key and creates a session that restores it."""
+def moved_aside(prefix, stem):
+    d = f"{ROOT}/{prefix}/workspaces"
+    return [f"{d}/{n}" for n in os.listdir(d) if n.startswith(f"{stem}.tgz.damaged-")]
+
+
+def restore(prefix, data, damaged=True):
+    """Plants data as the archive of a new key and creates a session of it: a damaged one is moved
+    aside, byte for byte, and the session starts empty saying so; another is restored."""
     stem = f"hostile_{secrets.token_hex(6)}"
-    plant(prefix, stem, data)
+    path = plant(prefix, stem, data)
     r = request("POST", "/sessions", {"archive_key": stem, "storage": storage(prefix)}, timeout=150)
     assert r.status == 200, r
-    return r.json["session_id"], stem
+    sid = r.json["session_id"]
+    if damaged:
+        assert r.json == {"session_id": sid, "restored": False}, r.json
+        moved = moved_aside(prefix, stem)
+        assert not os.path.exists(path) and len(moved) == 1, moved
+        with open(moved[0], "rb") as f:
+            assert f.read() == data
+    else:
+        assert r.json == {"session_id": sid}, r.json
+    return sid, stem
 
 
 def release(sid, stem, prefix):
     r = delete_session(sid, discard=True, archive_key=stem, storage=storage(prefix))
     assert (r.status, r.json) == (200, {"ok": True, "archive": "discarded"}), r
+    for p in moved_aside(prefix, stem):
+        os.unlink(p)
 
 
 @pytest.fixture
@@ -149,8 +169,8 @@ def restored(prefix):
     """restored(data) → session id; every session is released (and its archive discarded)."""
     made = []
 
-    def make(data):
-        sid, stem = restore(prefix, data)
+    def make(data, damaged=True):
+        sid, stem = restore(prefix, data, damaged)
         made.append((sid, stem))
         return sid
     yield make
@@ -194,27 +214,23 @@ def refused(sid, n):
     assert msg in journal(sid, msg), journal(sid, "", 0)
 
 
+def forged(sid):
+    """The restore stopped at a forged entry (before writing it) and the archive was moved aside."""
+    msg = "restore failed: Operation not permitted. The archive is damaged; moving it aside."
+    assert msg in journal(sid, msg), journal(sid, "", 0)
+
+
 def restore_fails(prefix, data, why):
-    """A damaged or hostile archive fails the create (503, never an empty or partial workspace
-    handed out), says why, leaves no session behind and the stored archive as it was."""
-    stem = f"hostile_{secrets.token_hex(6)}"
-    path = plant(prefix, stem, data)
-    sessions = in_system("scopeboxctl", "sessions", "--json").stdout
-    r = request("POST", "/sessions", {"archive_key": stem, "storage": storage(prefix)}, timeout=150)
+    """An archive that can't be unpacked is moved aside (never deleted) and the session starts
+    empty, never with part of it; the journal says why."""
+    sid, stem = restore(prefix, data)
     try:
-        assert r.status == 503, r
-        assert r.json["detail"].startswith("failed to restore the workspace from its archive: ") and \
-            why in r.json["detail"], r.json
-        with open(path, "rb") as f:
-            assert f.read() == data
-        # The failed session goes (its scope's stop may take a moment with many files).
-        deadline = time.monotonic() + 60
-        while in_system("scopeboxctl", "sessions", "--json").stdout.count('"id"') != sessions.count('"id"'):
-            assert time.monotonic() < deadline, "the failed create's session stayed"
-            time.sleep(0.3)
+        assert tree(sid) == STANDARD
+        text = journal(sid, "The archive is damaged")
+        assert "The archive is damaged; moving it aside." in text and (why is None or why in text), text
     finally:
-        os.unlink(path)
-    return r.json["detail"]
+        release(sid, stem, prefix)
+    return text
 
 
 def fine(name="fine.txt"):
@@ -240,8 +256,8 @@ def test_dotdot_entries_write_nothing(prefix, restored):
         pax,
         fine(),
     ]))
-    assert tree(sid) == {**STANDARD, **FINE}
-    refused(sid, 7)
+    assert tree(sid) == STANDARD
+    forged(sid)
     for path in (f"/var/lib/{probe}", f"{ROOT}/{prefix}/{probe}", f"{ROOT}/{probe}", f"{ROOT}/{prefix}/{probe}-pax"):
         assert not os.path.lexists(path), path
 
@@ -257,8 +273,8 @@ def test_absolute_entries_write_nothing(prefix, restored, canary):
         member(canary.paths[0], b"pwned"),
         fine(),
     ], fmt=tarfile.GNU_FORMAT))
-    assert tree(sid) == {**STANDARD, **FINE}
-    refused(sid, 6)
+    assert tree(sid) == STANDARD
+    forged(sid)
     assert not os.path.lexists(f"/etc/{probe}") and not os.path.lexists(f"/{probe}")
 
 
@@ -279,17 +295,8 @@ def test_links_then_files_through_them(prefix, restored):
         member("rel/through.txt", b"through a link"),
         fine(),
     ]))
-    got = tree(sid)
-    # Links out are refused; a link inside that a later entry would write through is replaced by
-    # a directory (never followed): in the end no link is left and everything is in /workspace.
-    assert {p: v for p, v in got.items() if v[0] == "link"} == {}, got
-    for d in ("esc", "up", "chain1", "chain1/etc", "rel", "sub"):
-        assert got[d][0] == "dir", (d, got)
-    for f in (f"esc/{probe}", f"up/{probe}", f"chain1/etc/{probe}", "rel/through.txt"):
-        assert got[f][0] == "file", (f, got)
-    assert "chain2" not in got and "dotlink" not in got and "absin" not in got, got
-    assert "sub/through.txt" not in got, got
-    refused(sid, 5)
+    assert tree(sid) == STANDARD
+    forged(sid)
     assert not os.path.lexists(f"/etc/{probe}") and not os.path.lexists(f"/{probe}")
 
 
@@ -301,7 +308,7 @@ def test_hard_links_are_never_restored(prefix, restored, canary):
         member("hl3", kind=tarfile.LNKTYPE, linkname="fine.txt"),
         member("hl4", kind=tarfile.LNKTYPE, linkname="./fine.txt"),
         member("hl5", kind=tarfile.LNKTYPE, linkname=canary.paths[2]),
-    ], fmt=tarfile.GNU_FORMAT))
+    ], fmt=tarfile.GNU_FORMAT), damaged=False)
     assert tree(sid) == {**STANDARD, **FINE}
     refused(sid, 5)
     res = run(sid, "import os\nprint(os.stat('/workspace/fine.txt').st_nlink)")
@@ -316,8 +323,8 @@ def test_devices_and_fifos_are_never_created(prefix, restored):
         member("fifo", kind=tarfile.FIFOTYPE),
         fine(),
     ], fmt=tarfile.GNU_FORMAT))
-    assert tree(sid) == {**STANDARD, **FINE}
-    refused(sid, 3)
+    assert tree(sid) == STANDARD
+    forged(sid)
 
 
 def test_setid_bits_and_owners_are_dropped(prefix, restored):
@@ -329,7 +336,7 @@ def test_setid_bits_and_owners_are_dropped(prefix, restored):
         member("sticky", kind=tarfile.DIRTYPE, mode=0o1777),
         member("outputs", kind=tarfile.DIRTYPE, mode=0o4777, uid=0, gid=0),
         member("nobody", b"n", mode=0o600, uid=65534, gid=65534),
-    ]))
+    ]), damaged=False)
     got = tree(sid)
     assert {p: got[p] for p in ("suid", "all-bits", "sgid-dir", "sticky", "outputs", "nobody")} == {
         "suid": ["file", 0o755, 1000, 1000, 10], "all-bits": ["file", 0o777, 1000, 1000, 1],
@@ -367,7 +374,7 @@ def test_a_million_entries(prefix):
 def test_deep_nesting(prefix, restored):
     deep = "d/" * 1000 + "leaf.txt"
     deeper = "e/" * 3000 + "leaf.txt"  # over 4096 bytes: refused
-    sid = restored(tgz([member(deep, b"leaf"), member(deeper, b"leaf"), fine()]))
+    sid = restored(tgz([member(deep, b"leaf"), member(deeper, b"leaf"), fine()]), damaged=False)
     refused(sid, 1)
     res = run(sid, "import os\nos.chdir('/workspace')\nn = 0\nwhile os.path.isdir('d'):\n"
                    "    os.chdir('d')\n    n += 1\nprint(n, open('leaf.txt').read(), os.path.exists('/workspace/e'))")
@@ -415,8 +422,8 @@ BLOBS = {
 
 @pytest.mark.parametrize("kind", list(BLOBS))
 def test_blobs_that_are_not_archives(prefix, kind):
-    detail = restore_fails(prefix, BLOBS[kind], "restore failed")
-    print(f"# {kind}: {detail}")
+    # The storage agent finds some not gzip at all, the runner the rest not a tar.
+    restore_fails(prefix, BLOBS[kind], None)
 
 
 def test_truncated_archive(prefix):
@@ -432,16 +439,15 @@ def test_hostile_names(prefix, restored):
         member("new\nline.txt", b"n"),
         member("bad\udcff.txt", b"b"),
         member("x" * 300, b"x"),
-        member("../" + "y" * 150, b"y"),
         member("uploads/planted.txt", b"u"),
         member("skills/evil/SKILL.md", b"s"),
         fine(),
-    ], fmt=tarfile.GNU_FORMAT))
+    ], fmt=tarfile.GNU_FORMAT), damaged=False)
     got = tree(sid)
     # A name that is no UTF-8 is still a name (issue 15): kept, as GNU tar keeps it.
     assert got == {**STANDARD, **FINE, "new\nline.txt": ["file", 0o644, 1000, 1000, 1],
                    "bad\udcff.txt": ["file", 0o644, 1000, 1000, 1]}, got
-    refused(sid, 2)
+    refused(sid, 1)
 
 
 def test_standard_directories_replaced_by_links(prefix, restored):
@@ -450,7 +456,7 @@ def test_standard_directories_replaced_by_links(prefix, restored):
         member("uploads", kind=tarfile.SYMTYPE, linkname="/etc"),
         member("skills", kind=tarfile.SYMTYPE, linkname="../.."),
         member("outputs2", kind=tarfile.SYMTYPE, linkname="outputs"),
-    ]))
+    ]), damaged=False)
     got = tree(sid)
     assert got == {**STANDARD, "outputs2": ["link", 0o777, 1000, 1000, "outputs"]}, got
     refused(sid, 1)
