@@ -479,6 +479,9 @@ void peer_watch_call_end(PeerWatch *w) {
                 return;
         assert(w->n_calls > 0);
         w->n_calls--;
+        /* The last call got its answer, which says more than a ping still on its way would. */
+        if (w->n_calls == 0 && !w->not_responding)
+                w->ping_slot = sd_bus_slot_unref(w->ping_slot);
         peer_watch_update(w);
 }
 

@@ -280,9 +280,9 @@ def test_manager_idle_exit_answers_every_queued_call():
     with unit_environment(MANAGER, "liveness-idle", ["SCOPEBOX_IDLE_EXIT_SEC=3"]):
         cursor = journal_cursor()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            creates = pool.submit(create_release_loop, 30, 3.2)
+            creates = pool.submit(create_release_loop, 40, 3.2)
             result = calls("io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
-                           "io.scopebox.SessionManager1", "GetHealth", 30, 4)
+                           "io.scopebox.SessionManager1", "GetHealth", 40, 4)
             failed_creates = creates.result()
         exits = exits_since(MANAGER, cursor)
     print(f"\n{result['ok']} GetHealth calls answered, {result['failed']} failed, {exits} idle exits; "
