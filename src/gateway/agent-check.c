@@ -59,6 +59,8 @@ static int agent_on_health(sd_bus_message *reply, void *userdata, sd_bus_error *
         else if (r == 0)
                 log_debug("Unhealthy (%s%s%s), the agent check says down.", reason,
                           e ? ": " : "", e ? strna(e->message) : "");
+        if (r > 0 && !server_daemons_responding(s))
+                r = 0;
         if (r > 0)
                 health_agent_line(&s->health, line);
         else
@@ -75,6 +77,7 @@ static int agent_fetch_health(Server *s) {
                 return 0; /* on its way */
         if (!s->bus)
                 return -ENOTCONN;
+        server_probe_daemons(s);
         r = server_health_new_call(s, &m);
         if (r < 0)
                 return r;
@@ -88,6 +91,12 @@ static void agent_serve(Server *s, int fd) {
         char line[16];
         int r;
 
+        /* A daemon that does not respond (http-health.h): down, without asking. */
+        if (!server_daemons_responding(s)) {
+                agent_send_line(fd, HEALTH_AGENT_LINE_DOWN);
+                safe_close(fd);
+                return;
+        }
         if (server_health_fresh(s)) {
                 health_agent_line(&s->health, line);
                 agent_send_line(fd, line);

@@ -10,8 +10,9 @@
 #define AGENT_WAITING_MAX   32U
 /* Connections accepted per wakeup of the event loop, so that a flood can't starve HTTP. */
 #define AGENT_ACCEPT_BURST  16U
-/* How long a fresh answer may take; then the waiting connections are told "down". */
-#define AGENT_HEALTH_TIMEOUT_USEC (5U * USEC_PER_SEC)
+/* How long a fresh answer may take; then the waiting connections are told "down". A daemon that
+ * does not respond (http-health.h) makes it "down" at once. */
+#define AGENT_HEALTH_TIMEOUT_USEC HEALTH_CALL_TIMEOUT_USEC
 /* After accept() ran out of file descriptors, the listener rests this long. */
 #define AGENT_ACCEPT_PAUSE_USEC (250U * USEC_PER_MSEC)
 

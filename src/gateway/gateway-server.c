@@ -338,6 +338,8 @@ Server *server_free(Server *s) {
         assert(!s->connections);
 
         server_free_agents(s);
+        peer_watch_done(&s->manager_watch);
+        peer_watch_done(&s->agent_watch);
         json_object_put(s->health_cache);
         s->deadline_event_source = sd_event_source_disable_unref(s->deadline_event_source);
         s->status_event_source = sd_event_source_disable_unref(s->status_event_source);

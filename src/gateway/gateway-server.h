@@ -135,6 +135,10 @@ struct Server {
         uint64_t n_connections_refused; /* refused: no slot and none to free */
         sd_event_source *deadline_event_source;
 
+        /* Whether the session manager and the storage agent answer (http-health.h). */
+        PeerWatch manager_watch;
+        PeerWatch agent_watch;
+
         RateLimit warning_ratelimit;   /* for warnings clients can provoke (bus failures) */
         RateLimit cut_ratelimit;       /* for the notices of connections cut off */
 

@@ -213,6 +213,13 @@ static void http_request_unreserve(HttpRequest *req) {
         req->body_reserved = 0;
 }
 
+/* Lets go of the request's call, cancelling it if it is still out: no longer counted for its
+ * daemon's liveness either. */
+static void http_request_drop_call(HttpRequest *req) {
+        req->slot = sd_bus_slot_unref(req->slot);
+        peer_watch_call_end(TAKE_PTR(req->peer));
+}
+
 HttpRequest *http_request_free(HttpRequest *req) {
         Server *s;
 
@@ -222,7 +229,7 @@ HttpRequest *http_request_free(HttpRequest *req) {
 
         /* Cancels a pending call: its reply handler can no longer run for a freed request. Closing
          * the hang-up pipe has the manager end what it runs for us. */
-        req->slot = sd_bus_slot_unref(req->slot);
+        http_request_drop_call(req);
         req->client_source = sd_event_source_disable_unref(req->client_source);
         req->hangup_fd = safe_close(req->hangup_fd);
         if (req->suspended)
@@ -374,7 +381,7 @@ static void http_request_fail(HttpRequest *req, int error) {
         Server *s = req->server;
 
         req->response = http_response_free(req->response);
-        req->slot = sd_bus_slot_unref(req->slot);
+        http_request_drop_call(req);
         req->reply_handler = NULL;
 
         if (ratelimit_below(&s->warning_ratelimit, server_now(s))) {
@@ -424,18 +431,19 @@ static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_e
 
         /* sd-bus holds its own reference while we run; drop ours now so that the handler may start
          * another call. */
-        req->slot = sd_bus_slot_unref(req->slot);
+        http_request_drop_call(req);
         handler = req->reply_handler;
         req->reply_handler = NULL;
 
         /* A hang-up that arrived with the answer counts, where a call leaves something behind. */
-        if (!req->client_gone && req->gone_handler && http_request_client_hung_up(req))
+        if (!req->client_gone && !req->abandoned && req->gone_handler && http_request_client_hung_up(req))
                 (void) http_request_on_client_hangup(req->client_source, -EBADF, 0, req);
 
-        /* Its client is gone, the call is over (most likely Cancelled): nothing to answer, but what
-         * the call left behind is undone. An orphan goes now, giving back what it counted; one MHD
-         * has not completed yet goes when it does. */
-        if (req->client_gone) {
+        /* Its client is gone, or was answered already (its daemon did not respond), the call is
+         * over (most likely Cancelled): nothing to answer, but what the call left behind is undone.
+         * An orphan goes now, giving back what it counted; one MHD has not completed yet goes when
+         * it does. */
+        if (req->client_gone || req->abandoned) {
                 if (req->gone_handler)
                         (void) req->gone_handler(req, reply);
                 if (req->orphaned)
@@ -516,7 +524,21 @@ static int http_request_answer_foreign(HttpRequest *req, sd_bus_message *m, Http
         return handler(req, reply);
 }
 
+/* The answer for a request whose daemon does not respond: 503, in the route's shape. */
+static int http_request_reply_unavailable(HttpRequest *req, const PeerWatch *w) {
+        int r;
+
+        if (req->unavailable_handler)
+                return req->unavailable_handler(req, w->unavailable);
+        r = http_request_reply_failure(req, HTTP_SERVICE_UNAVAILABLE, w->unavailable);
+        if (r < 0)
+                return r;
+        req->response->retry_after = PEER_RETRY_AFTER;
+        return 0;
+}
+
 int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler) {
+        PeerWatch *w;
         int r;
 
         assert(req);
@@ -530,10 +552,17 @@ int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec
         if (!req->server->bus)
                 return -ENOTCONN;
 
+        /* A daemon that does not respond is not waited for: the answer comes at once. */
+        w = server_peer_watch(req->server, sd_bus_message_get_destination(m));
+        if (!peer_watch_responding(w))
+                return http_request_reply_unavailable(req, w);
+
         r = sd_bus_call_async(req->server->bus, &req->slot, m, http_request_on_reply, req, timeout_usec);
         if (r < 0)
                 return r;
         req->reply_handler = handler;
+        req->peer = w;
+        peer_watch_call_begin(w);
         return 0;
 }
 
@@ -1289,14 +1318,43 @@ void http_router_abort_pending(Server *s, HttpDaemon *d) {
         assert(s);
 
         LIST_FOREACH(requests, req, s->requests) {
-                if (req->daemon != d || !req->slot)
+                if (req->daemon != d || !req->slot || req->abandoned)
                         continue;
 
-                req->slot = sd_bus_slot_unref(req->slot);
+                http_request_drop_call(req);
                 req->reply_handler = NULL;
                 (void) http_request_reply_failure(req, HTTP_SERVICE_UNAVAILABLE, "service is shutting down");
                 if (!req->response)
                         log_oom();
+                http_request_resume(req);
+        }
+}
+
+void http_router_abandon_calls(Server *s, PeerWatch *w) {
+        assert(s);
+        assert(w);
+
+        LIST_FOREACH(requests, req, s->requests) {
+                int r;
+
+                if (req->peer != w || !req->slot || req->client_gone || req->abandoned)
+                        continue;
+
+                /* The call stays out (its answer goes to gone_handler); it no longer counts as one
+                 * that a client waits for. */
+                peer_watch_call_end(TAKE_PTR(req->peer));
+                req->abandoned = true;
+                req->reply_handler = NULL;
+                req->hangup_fd = safe_close(req->hangup_fd);
+
+                req->response = http_response_free(req->response);
+                r = http_request_reply_unavailable(req, w);
+                if (r < 0 || !req->response) {
+                        /* Out of memory: the connection is closed instead (a client sees that too). */
+                        req->response = http_response_free(req->response);
+                        req->client_gone = true;
+                        req->close_reason = "daemon not responding";
+                }
                 http_request_resume(req);
         }
 }

@@ -21,6 +21,9 @@
 typedef int (*HttpHandler)(HttpRequest *req);
 /* Called with the bus service's reply (or error) to a http_request_call(). Same contract. */
 typedef int (*HttpReplyHandler)(HttpRequest *req, sd_bus_message *reply);
+/* Answers a request whose daemon does not respond (http-health.h); 'reason' is e.g. "session manager
+ * not responding". */
+typedef int (*HttpUnavailableHandler)(HttpRequest *req, const char *reason);
 
 typedef enum HttpRouteFlags {
         HTTP_ROUTE_PUBLIC   = 1 << 0, /* served without Authorization */
@@ -142,6 +145,12 @@ struct HttpRequest {
         HttpReplyHandler reply_handler;
         HttpReplyHandler gone_handler;      /* instead, if the client is gone: undoes what the call
                                              * left behind (a created session) */
+        PeerWatch *peer;                    /* the liveness watch of the daemon the call went to,
+                                             * while the call counts there */
+        bool abandoned;                     /* answered 503 because that daemon stopped responding;
+                                             * the call stays out, and its answer only goes to
+                                             * gone_handler, as if the client had hung up */
+        HttpUnavailableHandler unavailable_handler; /* that 503 in the route's shape; NULL: {"detail"} */
         bool suspended;
 
         /* Hang-ups. The write end of the pipe whose read end went with the call (CreateSession,
@@ -239,6 +248,11 @@ void http_router_request_completed(void *cls, struct MHD_Connection *connection,
                                    enum MHD_RequestTerminationCode toe);
 /* At shutdown: answers every request still waiting for the bus with 503 and resumes it. */
 void http_router_abort_pending(Server *s, HttpDaemon *d);
+/* The daemon watched by 'w' does not respond: every request waiting for it is answered 503 (its
+ * unavailable handler, or "<daemon> not responding" with Retry-After) and resumed. Each call stays
+ * out, its hang-up pipe closed, so that the daemon ends it once it runs again and whatever it left
+ * behind is undone (gone_handler). */
+void http_router_abandon_calls(Server *s, PeerWatch *w);
 
 /* Resources (http-<resource>.c). */
 int http_health_get(HttpRequest *req);

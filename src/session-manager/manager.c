@@ -10,6 +10,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "bus-client.h"
 #include "bus-util.h"
 #include "daemon-util.h"
 #include "fs-util.h"
@@ -49,6 +50,10 @@ int manager_new(Manager **ret) {
                         r, "Invalid configuration: SANDBOX_DIFY_NETWORK_ALLOW: '%s' is no address or prefix",
                         strna(config_error));
 
+        if (daemon_idle_exit_usec(MANAGER_IDLE_EXIT_USEC, &m->idle_exit_usec) < 0)
+                log_warning("Ignoring %s=%s: not a whole number of seconds from 1 to 86400.",
+                            DAEMON_IDLE_EXIT_ENV, getenv(DAEMON_IDLE_EXIT_ENV));
+
         r = daemon_event_new(&m->event, SIGTERM, SIGINT, -1);
         if (r < 0)
                 return r;
@@ -79,6 +84,7 @@ Manager *manager_free(Manager *m) {
                 child_watch_free(m->child_watches);
         free(m->exec_waiters);
         m->idle_exit_source = sd_event_source_disable_unref(m->idle_exit_source);
+        m->idle_exit = bus_idle_exit_free(m->idle_exit);
         /* No signal reaches a manager that is gone, whoever else holds the bus. */
         m->job_removed_slot = sd_bus_slot_unref(m->job_removed_slot);
         sd_bus_flush_close_unref(m->bus);
@@ -338,14 +344,56 @@ int manager_watch_child(Manager *m, pid_t pid) {
         return 0;
 }
 
-static int on_idle_exit(sd_event_source *s, uint64_t usec, void *userdata) {
+/* How long without sessions before we exit (0 in a Manager that manager_new() did not make). */
+static uint64_t manager_idle_exit_usec(const Manager *m) {
+        return m->idle_exit_usec ?: MANAGER_IDLE_EXIT_USEC;
+}
+
+/* A session no call waits on: the next instance takes it over from its record (session_recover()),
+ * or stops it as nobody's if it is a pooled one (never recorded). */
+static bool session_at_rest(const Session *s) {
+        return s->state == SESSION_RUNNING && (!s->ephemeral || s->pooled) && !s->start_callback &&
+               !s->in_flight && !s->queue_head && !s->release_waiters && !s->releasing &&
+               !s->stop_requested && !s->start_job && !s->stop_job && !s->restore_slot && !s->archive_slot;
+}
+
+/* Whether every call taken has been answered: no create, run or systemd job under way, and no
+ * session that one waits on (a create answered meanwhile leaves its session running, recorded). */
+static bool manager_calls_answered(void *userdata) {
         Manager *m = userdata;
 
-        if (m->n_sessions > 0)
+        if (m->pending_creates || m->n_creating > 0 || m->n_runs_running > 0 || m->n_runs_queued > 0 ||
+            m->job_waits || m->session_gc_queue)
+                return false;
+        LIST_FOREACH(sessions, s, m->sessions)
+                if (!session_at_rest(s))
+                        return false;
+        return true;
+}
+
+/* The longest a call may take: what the gateway waits for a create or a dify run. */
+static uint64_t manager_drain_max_usec(const Manager *m) {
+        return MAX(bus_timeout_session_usec(&m->config), bus_timeout_run_usec(&m->config));
+}
+
+static int on_idle_exit(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        if (m->n_sessions > 0 || m->idle_exit)
                 return 0;
-        log_info("No sessions for %llus, exiting.",
-                 (unsigned long long) (MANAGER_IDLE_EXIT_USEC / USEC_PER_SEC));
-        return sd_event_exit(m->event, 0);
+        if (!m->bus)
+                return sd_event_exit(m->event, 0);
+        log_info("No sessions for %llus, giving up %s and exiting once the calls queued for it are "
+                 "answered.",
+                 (unsigned long long) (manager_idle_exit_usec(m) / USEC_PER_SEC), SESSION_MANAGER_BUS_NAME);
+        r = bus_idle_exit_start(m->event, m->bus, SESSION_MANAGER_BUS_NAME, manager_drain_max_usec(m),
+                                manager_calls_answered, m, &m->idle_exit);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to give up the bus name, exiting at once: %m");
+                return sd_event_exit(m->event, 0);
+        }
+        return 0;
 }
 
 void manager_send_status(Manager *m) {
@@ -369,13 +417,15 @@ void manager_state_changed(Manager *m) {
                         (void) sd_event_source_set_enabled(m->idle_exit_source, SD_EVENT_OFF);
                 return;
         }
+        if (m->idle_exit)
+                return; /* exiting already */
         if (m->idle_exit_source) {
-                (void) sd_event_source_set_time_relative(m->idle_exit_source, MANAGER_IDLE_EXIT_USEC);
+                (void) sd_event_source_set_time_relative(m->idle_exit_source, manager_idle_exit_usec(m));
                 (void) sd_event_source_set_enabled(m->idle_exit_source, SD_EVENT_ONESHOT);
                 return;
         }
         r = sd_event_add_time_relative(m->event, &m->idle_exit_source, CLOCK_MONOTONIC,
-                                       MANAGER_IDLE_EXIT_USEC, USEC_PER_SEC, on_idle_exit, m);
+                                       manager_idle_exit_usec(m), USEC_PER_SEC, on_idle_exit, m);
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the idle exit timer, ignoring: %m");
 }
@@ -401,6 +451,15 @@ int manager_allocate_uid(Manager *m, uid_t *ret) {
         return -EUSERS;
 }
 
+/* Whether a record names the session its file is for: one that doesn't is no record of it. */
+static bool record_is_of(json_object *o, const char *id) {
+        json_object *v;
+
+        return json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, "id", &v) &&
+               json_object_is_type(v, json_type_string) && streq(json_object_get_string(v), id);
+}
+
+/* 1: the session is recovered, or on its way; 0: it could not be, and is being cleaned up. */
 static int manager_recover_one(Manager *m, const char *id, int dir_fd, const char *name) {
         _cleanup_free_ char *text = NULL;
         _cleanup_json_ json_object *o = NULL;
@@ -413,23 +472,40 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
                 return r;
         manager_add_session(m, s);
 
+        /* From here on every way out ends the session one way or the other: one left STARTING
+         * would never end, and would keep the manager from ever exiting when idle. */
         fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || read_full_fd(fd, 256 * 1024, &text, NULL) < 0 ||
-            json_parse(text, strlen(text), JSON_DEPTH_MAX, &o) < 0 ||
-            !json_object_is_type(o, json_type_object)) {
+            json_parse(text, strlen(text), JSON_DEPTH_MAX, &o) < 0) {
                 session_cleanup_stale(s, "its record is unreadable");
                 return 0;
         }
+        if (!record_is_of(o, id)) {
+                session_cleanup_stale(s, "its record is malformed");
+                return 0;
+        }
         r = session_load_state(s, o);
-        if (r < 0)
-                return r;
-        return session_recover(s);
+        if (r < 0) {
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to load the record of session %s: %m", s->id);
+                session_cleanup_stale(s, "its record could not be loaded");
+                return 0;
+        }
+        r = session_recover(s);
+        if (r < 0) {
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to take over session %s: %m", s->id);
+                session_cleanup_stale(s, "it could not be taken over");
+                return 0;
+        }
+        /* session_recover() may have found it stale itself (its runner is gone). */
+        return s->end != SESSION_END_STALE;
 }
 
 int manager_recover_sessions(Manager *m) {
         _cleanup_closedir_ DIR *d = NULL;
         struct dirent *de;
-        unsigned n = 0;
+        unsigned n = 0, n_stale = 0;
         int r;
 
         /* Sessions recorded by an earlier instance: reattach to their runners. */
@@ -449,6 +525,8 @@ int manager_recover_sessions(Manager *m) {
                         r = manager_recover_one(m, id, dirfd(d), de->d_name);
                         if (r < 0)
                                 log_warning_errno(r, "Failed to recover session %s, ignoring: %m", id);
+                        if (r == 0)
+                                n_stale++;
                         n++;
                 }
                 closedir(TAKE_PTR(d));
@@ -473,7 +551,8 @@ int manager_recover_sessions(Manager *m) {
         }
 
         if (n > 0)
-                log_info("Found %u session%s of an earlier instance.", n, n == 1 ? "" : "s");
+                log_info("Found %u session%s of an earlier instance, %u of them cleaned up as stale.", n,
+                         n == 1 ? "" : "s", n_stale);
         return 0;
 }
 
@@ -528,7 +607,14 @@ int manager_startup(Manager *m) {
 }
 
 int manager_run(Manager *m) {
+        int r;
+
         (void) sd_notify(false, "READY=1");
         log_info("scopebox session manager %s running.", PROJECT_VERSION);
-        return sd_event_loop(m->event);
+        r = sd_event_loop(m->event);
+        if (r >= 0 && bus_idle_exit_gave_up(m->idle_exit))
+                log_warning("Calls queued before the idle exit were still unanswered after %llus; exiting "
+                            "anyway.",
+                            (unsigned long long) (manager_drain_max_usec(m) / USEC_PER_SEC));
+        return r;
 }

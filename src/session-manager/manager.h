@@ -18,7 +18,8 @@ typedef struct Session Session;
 typedef struct SystemdJob SystemdJob;
 typedef struct ChildWatch ChildWatch;
 
-/* Exit after this long without sessions or calls (bus activation starts us again). */
+/* Exit after this long without sessions (bus activation starts us again); $SCOPEBOX_IDLE_EXIT_SEC
+ * overrides it (daemon-util.h). */
 #define MANAGER_IDLE_EXIT_USEC (60 * USEC_PER_SEC)
 #define MANAGER_SLICE "scopebox.slice"
 
@@ -52,6 +53,8 @@ typedef struct Manager {
         unsigned n_child_watches;
 
         sd_event_source *idle_exit_source;
+        uint64_t idle_exit_usec;   /* MANAGER_IDLE_EXIT_USEC, or what the environment says */
+        struct BusIdleExit *idle_exit; /* idle: the name given back, queued calls being answered */
         uint64_t exec_counter;
         uint32_t uid_cursor;   /* next slot of the session uid pool to try */
 

@@ -12,8 +12,10 @@
 #include "macro.h"
 
 /* How long the gateway waits for the session manager. The manager answers every call on its own
- * (429 when a queue times out), so these only catch a manager that hangs: they are generous, a
- * client's own timeout is the one that matters. */
+ * (429 when a queue times out), and one that stops answering altogether (stopped, stuck) is found
+ * out by the gateway's pings within seconds (http-health.h), so these only catch a call lost in a
+ * manager that is otherwise alive: they are generous, a client's own timeout is the one that
+ * matters. */
 #define BUS_TIMEOUT_HEALTH_USEC   (15U * USEC_PER_SEC)
 /* On top of the longest wait the configuration allows: the manager's own work and scheduling. */
 #define BUS_TIMEOUT_SLACK_USEC    (60U * USEC_PER_SEC)

@@ -3,11 +3,13 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon-util.h"
 #include "log.h"
 #include "macro.h"
+#include "parse-util.h"
 #include "signal-util.h"
 
 int daemon_parse_argv_bus(int argc, char *argv[], const char *name, const char *summary, const char *how,
@@ -83,5 +85,18 @@ int daemon_event_new(sd_event **ret, ...) {
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(e);
+        return 0;
+}
+
+int daemon_idle_exit_usec(uint64_t def, uint64_t *ret) {
+        const char *e = getenv(DAEMON_IDLE_EXIT_ENV);
+        uint64_t sec;
+
+        *ret = def;
+        if (!e)
+                return 0;
+        if (safe_atou64(e, &sec) < 0 || sec < 1 || sec > 86400)
+                return -EINVAL;
+        *ret = sec * USEC_PER_SEC;
         return 0;
 }

@@ -3,6 +3,8 @@
  * for the operator at a shell. */
 #pragma once
 
+#include <stdint.h>
+
 #include <systemd/sd-event.h>
 
 #include "bus-introspect.h"
@@ -24,3 +26,10 @@ int daemon_setup_bus(int argc, char *argv[], const char *name, const char *summa
 /* The daemon's one event loop, sd_event_default(), which each of the signals listed, ended by -1,
  * ends. Those are blocked first, and SIGCHLD with them, which sd_event_add_child() wants blocked. */
 int daemon_event_new(sd_event **ret, ...);
+
+/* The environment variable that sets how long a bus-activated daemon stays idle before it exits
+ * (whole seconds, 1 to 86400), for tests and debugging; docs/operations.md. */
+#define DAEMON_IDLE_EXIT_ENV "SCOPEBOX_IDLE_EXIT_SEC"
+/* That delay: $SCOPEBOX_IDLE_EXIT_SEC if the unit sets it, 'def' otherwise. -EINVAL (and 'def') for
+ * a value that is no whole number of seconds in that range. */
+int daemon_idle_exit_usec(uint64_t def, uint64_t *ret);

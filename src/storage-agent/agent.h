@@ -43,6 +43,7 @@ typedef struct Agent {
         sd_bus *bus;
         Config config;
         sd_event_source *idle_source;
+        struct BusIdleExit *idle_exit; /* idle: the name given back, queued calls being answered */
         unsigned n_jobs;              /* transfers and stagings in progress */
         uint64_t n_calls;             /* method calls since start */
         StagedArchive *staged;

@@ -8,26 +8,53 @@
 #include <systemd/sd-daemon.h>
 
 #include "agent.h"
+#include "bus-client.h"
 #include "bus-util.h"
 #include "daemon-util.h"
 #include "log.h"
 
+/* AGENT_IDLE_EXIT_USEC, or what $SCOPEBOX_IDLE_EXIT_SEC says (daemon-util.h). */
+static uint64_t arg_idle_exit_usec = AGENT_IDLE_EXIT_USEC;
+
 static void agent_arm_idle(Agent *a) {
-        if (!a->idle_source)
+        if (!a->idle_source || a->idle_exit)
                 return;
-        (void) sd_event_source_set_time_relative(a->idle_source, AGENT_IDLE_EXIT_USEC);
+        (void) sd_event_source_set_time_relative(a->idle_source, arg_idle_exit_usec);
         (void) sd_event_source_set_enabled(a->idle_source, SD_EVENT_ONESHOT);
+}
+
+/* Whether every call taken has been answered. A staging waits for its CommitArchive, which is a call
+ * of its own: sent for our name after we gave it back, it reaches the next instance (which does not
+ * know the token, and the session manager stages the archive anew there), so it holds nothing up. */
+static bool agent_calls_answered(void *userdata) {
+        Agent *a = userdata;
+        unsigned waiting = 0;
+
+        LIST_FOREACH(staged, s, a->staged)
+                if (!s->commit)
+                        waiting++;
+        return a->n_jobs <= waiting;
 }
 
 static int on_idle(sd_event_source *s, uint64_t usec, void *userdata) {
         Agent *a = userdata;
+        int r;
 
         if (a->n_jobs > 0) {
                 agent_arm_idle(a);
                 return 0;
         }
-        log_debug("Idle, exiting.");
-        return sd_event_exit(a->event, 0);
+        log_debug("Idle, giving up %s and exiting once the calls queued for it are answered.",
+                  STORAGE_AGENT_BUS_NAME);
+        /* The longest a call may take: a sweep of the storage, which the gateway waits this long for. */
+        r = bus_idle_exit_start(a->event, a->bus, STORAGE_AGENT_BUS_NAME,
+                                bus_timeout_storage_gc_usec(&a->config), agent_calls_answered, a,
+                                &a->idle_exit);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to give up the bus name, exiting at once: %m");
+                return sd_event_exit(a->event, 0);
+        }
+        return 0;
 }
 
 static void agent_send_status(Agent *a) {
@@ -35,7 +62,7 @@ static void agent_send_status(Agent *a) {
                           "STATUS=%u transfer%s in progress, %" PRIu64
                           " call%s served; exits after %llus without calls.",
                           a->n_jobs, a->n_jobs == 1 ? "" : "s", a->n_calls, a->n_calls == 1 ? "" : "s",
-                          (unsigned long long) (AGENT_IDLE_EXIT_USEC / USEC_PER_SEC));
+                          (unsigned long long) (arg_idle_exit_usec / USEC_PER_SEC));
 }
 
 void agent_job_begin(Agent *a) {
@@ -68,6 +95,9 @@ int main(int argc, char *argv[]) {
                                                      agent_get_vtable() });
         if (r != 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        if (daemon_idle_exit_usec(AGENT_IDLE_EXIT_USEC, &arg_idle_exit_usec) < 0)
+                log_warning("Ignoring %s=%s: not a whole number of seconds from 1 to 86400.",
+                            DAEMON_IDLE_EXIT_ENV, getenv(DAEMON_IDLE_EXIT_ENV));
 
         {
                 _cleanup_free_ char *config_error = NULL;
@@ -135,7 +165,7 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to set up bus objects: %m");
                 goto finish;
         }
-        r = sd_event_add_time_relative(event, &a->idle_source, CLOCK_MONOTONIC, AGENT_IDLE_EXIT_USEC,
+        r = sd_event_add_time_relative(event, &a->idle_source, CLOCK_MONOTONIC, arg_idle_exit_usec,
                                        USEC_PER_SEC, on_idle, a);
         if (r < 0) {
                 log_error_errno(r, "Failed to arm the idle timer: %m");
@@ -150,8 +180,13 @@ int main(int argc, char *argv[]) {
         agent_send_status(a);
         (void) sd_notify(false, "READY=1");
         r = sd_event_loop(event);
+        if (r >= 0 && bus_idle_exit_gave_up(a->idle_exit))
+                log_warning("Calls queued before the idle exit were still unanswered after %llus; exiting "
+                            "anyway.",
+                            (unsigned long long) (bus_timeout_storage_gc_usec(&a->config) / USEC_PER_SEC));
 
 finish:
+        a->idle_exit = bus_idle_exit_free(a->idle_exit);
         agent_done(a);
         a->curl = curl_driver_free(a->curl);
         a->idle_source = sd_event_source_disable_unref(a->idle_source);
