@@ -83,6 +83,7 @@ Manager *manager_free(Manager *m) {
         while (m->child_watches)
                 child_watch_free(m->child_watches);
         free(m->exec_waiters);
+        m->recover_retry_source = sd_event_source_disable_unref(m->recover_retry_source);
         m->idle_exit_source = sd_event_source_disable_unref(m->idle_exit_source);
         m->idle_exit = bus_idle_exit_free(m->idle_exit);
         /* No signal reaches a manager that is gone, whoever else holds the bus. */
@@ -380,7 +381,7 @@ static int on_idle_exit(sd_event_source *s, uint64_t usec, void *userdata) {
         Manager *m = userdata;
         int r;
 
-        if (m->n_sessions > 0 || m->idle_exit)
+        if (m->n_sessions > 0 || m->idle_exit || m->recover_retry_source)
                 return 0;
         if (!m->bus)
                 return sd_event_exit(m->event, 0);
@@ -460,6 +461,28 @@ static bool record_is_of(json_object *o, const char *id) {
 }
 
 /* 1: the session is recovered, or on its way; 0: it could not be, and is being cleaned up. */
+static int on_recover_retry(sd_event_source *source, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+
+        m->recover_retry_source = sd_event_source_disable_unref(m->recover_retry_source);
+        (void) manager_recover_sessions(m);
+        manager_state_changed(m);
+        return 0;
+}
+
+/* While a retry is armed the manager does not exit when idle: a session it could not take over
+ * is still a session. Should even the timer fail, the next start of the manager takes it over. */
+static void manager_arm_recover_retry(Manager *m) {
+        int r;
+
+        if (m->recover_retry_source)
+                return;
+        r = sd_event_add_time_relative(m->event, &m->recover_retry_source, CLOCK_MONOTONIC,
+                                       MANAGER_RECOVER_RETRY_USEC, 100 * USEC_PER_MSEC, on_recover_retry, m);
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the session take-over retry, ignoring: %m");
+}
+
 static int manager_recover_one(Manager *m, const char *id, int dir_fd, const char *name) {
         _cleanup_free_ char *text = NULL;
         _cleanup_json_ json_object *o = NULL;
@@ -484,19 +507,19 @@ static int manager_recover_one(Manager *m, const char *id, int dir_fd, const cha
                 session_cleanup_stale(s, "its record is malformed");
                 return 0;
         }
+        /* A record that reads well but can't be loaded or acted on now (memory) is no stale
+         * session: its workspace may wait for its archive. The object goes, the scope, runner and
+         * record stay as they are, and the next pass takes it over. */
         r = session_load_state(s, o);
+        if (r >= 0)
+                r = session_recover(s);
         if (r < 0) {
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to load the record of session %s: %m", s->id);
-                session_cleanup_stale(s, "its record could not be loaded");
-                return 0;
-        }
-        r = session_recover(s);
-        if (r < 0) {
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to take over session %s: %m", s->id);
-                session_cleanup_stale(s, "it could not be taken over");
-                return 0;
+                           "Failed to take over session %s, trying again in %llus: %m", s->id,
+                           (unsigned long long) (MANAGER_RECOVER_RETRY_USEC / USEC_PER_SEC));
+                session_free(s);
+                manager_arm_recover_retry(m);
+                return 1;
         }
         /* session_recover() may have found it stale itself (its runner is gone). */
         return s->end != SESSION_END_STALE;
@@ -520,8 +543,8 @@ int manager_recover_sessions(Manager *m) {
                                 continue;
                         memcpy(id, de->d_name, SESSION_ID_LEN);
                         id[SESSION_ID_LEN] = 0;
-                        if (!session_id_is_valid(id))
-                                continue;
+                        if (!session_id_is_valid(id) || manager_find_session(m, id))
+                                continue; /* (a retry's pass: this one was taken over) */
                         r = manager_recover_one(m, id, dirfd(d), de->d_name);
                         if (r < 0)
                                 log_warning_errno(r, "Failed to recover session %s, ignoring: %m", id);
@@ -542,6 +565,10 @@ int manager_recover_sessions(Manager *m) {
                         Session *s;
 
                         if (!session_id_is_valid(de->d_name) || manager_find_session(m, de->d_name))
+                                continue;
+                        /* Recorded, but its take-over failed for now: the retry's. */
+                        if (faccessat(AT_FDCWD, strjoina(SESSION_STATE_DIR "/", de->d_name, ".json"), F_OK,
+                                      AT_SYMLINK_NOFOLLOW) >= 0)
                                 continue;
                         if (session_new_with_id(m, de->d_name, &s) < 0)
                                 continue;

@@ -21,6 +21,8 @@ typedef struct ChildWatch ChildWatch;
 /* Exit after this long without sessions (bus activation starts us again); $SCOPEBOX_IDLE_EXIT_SEC
  * overrides it (daemon-util.h). */
 #define MANAGER_IDLE_EXIT_USEC (60 * USEC_PER_SEC)
+/* A recorded session that could not be taken over for want of resources is tried again after this. */
+#define MANAGER_RECOVER_RETRY_USEC (1 * USEC_PER_SEC)
 #define MANAGER_SLICE "scopebox.slice"
 
 typedef struct Manager {
@@ -52,6 +54,7 @@ typedef struct Manager {
         ChildWatch *child_watches;
         unsigned n_child_watches;
 
+        sd_event_source *recover_retry_source; /* sessions whose take-over failed: tried again */
         sd_event_source *idle_exit_source;
         uint64_t idle_exit_usec;   /* MANAGER_IDLE_EXIT_USEC, or what the environment says */
         struct BusIdleExit *idle_exit; /* idle: the name given back, queued calls being answered */
