@@ -387,6 +387,7 @@ Session *session_free(Session *s) {
         free(s->archive_key);
         free(s->storage_json);
         free(s->archive_token);
+        free(s->restore_damage);
         free(s->archive_error);
         free(s->discard_stem);
         free(s);
@@ -2408,6 +2409,16 @@ static void session_restore_failed(Session *s, bool unpacked, const char *why) {
 
 /* ---- damaged archives: quarantined ---- */
 
+/* The damaged archive stays where it was: the create fails, saying why it counts as damaged. */
+static void session_restore_fail_quarantine(Session *s) {
+        _cleanup_free_ char *why = NULL;
+
+        if (!s->restore_damage || asprintf(&why, "the archive is damaged (%s) and could not be moved aside",
+                                           s->restore_damage) < 0)
+                why = NULL;
+        session_restore_fail_create(s, why ?: "the archive is damaged and could not be moved aside");
+}
+
 static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
         const char *stem = session_archive_stem(s, NULL), *key = NULL;
@@ -2447,7 +2458,7 @@ static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_err
                            "Failed to move the damaged archive '%s' of session %s aside: %s. The create "
                            "fails.",
                            stem, s->id, bus_reply_error(reply));
-                session_restore_fail_create(s, "the archive is damaged and could not be moved aside");
+                session_restore_fail_quarantine(s);
                 return 0;
         }
         s->restore_failed = true;
@@ -2470,6 +2481,9 @@ static void session_restore_damaged(Session *s, const char *why) {
                    "Failed to restore session %s from archive '%s': %s. The archive is damaged; moving it "
                    "aside.",
                    s->id, stem, why);
+        /* For the answer, should the move fail (without memory, an answer without the reason). */
+        free(s->restore_damage);
+        s->restore_damage = strdup(why);
         /* A release of the same archive under way may store a good one at the key any moment:
          * never move that aside. The next create finds whichever is there then. */
         LIST_FOREACH(sessions, i, s->manager->sessions)
@@ -2484,7 +2498,7 @@ static void session_restore_damaged(Session *s, const char *why) {
                                    "ss", storage, stem)
                     : -ENOMEDIUM;
         if (r < 0)
-                session_restore_fail_create(s, "the archive is damaged and could not be moved aside");
+                session_restore_fail_quarantine(s);
 }
 
 /* The client's storage block may not be used now (our endpoint policy refuses it, or can't tell):

@@ -193,6 +193,7 @@ struct Session {
         uint64_t release_realtime_usec;
         uint64_t archive_first_failure_realtime_usec;
         char *archive_error;        /* why the last attempt failed */
+        char *restore_damage;       /* why the stored archive counts as damaged, while it is moved aside */
         sd_event_source *archive_retry_timer;
         sd_event_source *restore_wait_timer;  /* an archive of the same stem is being stored */
         uint64_t restore_wait_until_usec;     /* CLOCK_MONOTONIC: waited for no longer */

@@ -476,10 +476,12 @@ def test_aws_is_not_allowed_unless_listed(allowlist):
 def test_sessions_with_a_disallowed_storage_never_contact_it(allowlist):
     a, b = allowlist
     block = s3_block(f"http://127.0.0.1:{b.port}")
-    sid = create_session(archive_key="secsuite_disallowed", storage=block)
+    r = request("POST", "/sessions", {"archive_key": "secsuite_disallowed", "storage": block})
+    check(r, 400, NOT_ALLOWED)
+    sid = create_session(archive_key="secsuite_disallowed")
     assert run(sid, "open('/workspace/a.txt', 'w').write('a'); print(1)")["stdout"] == "1\n"
-    assert delete_session(sid).json == {"ok": True, "archive": "skipped"}
-    sid = create_session(archive_key="secsuite_disallowed", storage=block)
+    assert delete_session(sid, storage=block).json == {"ok": True, "archive": "pending"}
+    assert create_session(archive_key="secsuite_disallowed", storage=block) == sid
     assert delete_session(sid, discard=True).json == {"ok": True, "archive": "discarded"}
     assert b.count == 0
 

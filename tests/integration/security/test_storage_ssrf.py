@@ -96,12 +96,16 @@ def test_loopback_endpoints_are_never_contacted(listeners, case):
 def test_sessions_with_a_loopback_storage_never_contact_it(listeners):
     v4, _ = listeners
     for block in (s3_block(f"http://127.0.0.1:{v4.port}"), oss_block(f"http://localhost:{v4.port}")):
-        sid = create_session(archive_key="ssrf_probe", storage=block)
+        # A create naming the block fails: it never starts empty as if there were nothing stored.
+        r = request("POST", "/sessions", {"archive_key": "ssrf_probe", "storage": block})
+        assert (r.status, r.json) == (400, {"detail": "storage endpoint not allowed"}), r
+        # A release naming it: the upload is refused (logged), the workspace kept, the client told.
+        sid = create_session(archive_key="ssrf_probe")
         assert run(sid, "open('/workspace/a.txt', 'w').write('a'); print(1)")["stdout"] == "1\n"
-        # The archive upload is refused (logged): never stored, the client told.
-        assert delete_session(sid).json == {"ok": True, "archive": "skipped"}
-        sid = create_session(archive_key="ssrf_probe", storage=block)
-        assert run(sid, "import os\nprint(os.path.exists('/workspace/a.txt'))")["stdout"] == "False\n"
+        assert delete_session(sid, storage=block).json == {"ok": True, "archive": "pending"}
+        # ... and a create of its key with that block takes that workspace over, never the storage.
+        assert create_session(archive_key="ssrf_probe", storage=block) == sid
+        assert run(sid, "print(open('/workspace/a.txt').read())")["stdout"] == "a\n"
         assert delete_session(sid, discard=True).json == {"ok": True, "archive": "discarded"}
     assert v4.count == 0
 
