@@ -483,14 +483,24 @@ int socket_peer_has_all(int fd) {
                 return -errno;
         if (p.revents & POLLNVAL)
                 return -EBADF;
-        /* A reset: TCP's answer to data for a socket its owner closed, or AF_UNIX's for a peer that
-         * closed with data unread. */
-        if (p.revents & POLLERR)
-                return 0;
-        if (!(p.revents & (POLLRDHUP | POLLHUP)))
+        if (!(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
                 return 1;
-        /* The peer is done sending: did it take everything before? Acknowledged by its TCP (the
-         * FIN of a client that read the answer and closed acknowledges it), read (AF_UNIX). */
+        /* AF_UNIX has no acknowledgement: its error is a peer that closed with our data unread. */
+        if (p.revents & POLLERR) {
+                int domain = 0;
+                socklen_t l = sizeof(domain);
+
+                if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l) < 0)
+                        return -errno;
+                if (domain == AF_UNIX)
+                        return 0;
+        }
+        /* The peer is done sending, or reset the connection: did it take everything before?
+         * Acknowledged by its TCP (the FIN of a client that read the answer and closed acknowledges
+         * it), read (AF_UNIX). A reset alone says nothing: HAProxy aborts its server connections
+         * with one (SO_LINGER 0) right after it read a complete answer, and the data it
+         * acknowledged before is counted out of the queue all the same; data that met a socket
+         * closed before it came is never acknowledged, and stays counted. */
         if (ioctl(fd, SIOCOUTQ, &queued) < 0)
                 return -errno;
         return queued == 0;

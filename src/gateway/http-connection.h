@@ -125,13 +125,13 @@ int http_connection_watch_hangup(struct MHD_Connection *connection, sd_event *ev
                                  sd_event_io_handler_t callback, void *userdata, sd_event_source **ret);
 
 /* Whether the peer of the connected stream socket 'fd' has everything sent on it so far: 1 unless
- * it reset the connection, or shut down its side without having acknowledged (TCP) or read
+ * it shut down its side or reset the connection without having acknowledged (TCP) or read
  * (AF_UNIX) every byte; 0 if so; -errno if that can't be told. */
 int socket_peer_has_all(int fd);
 
 /* For a request whose answer libmicrohttpd is done with (from its completion on, before the
  * request is freed): whether the answer reached its client. That is: libmicrohttpd completed the
  * request (MHD_REQUEST_TERMINATED_COMPLETED_OK, every byte written to the socket), and the client
- * had not reset the connection nor shut down its side without taking the answer
+ * had not reset the connection nor shut down its side without its TCP taking the answer
  * (socket_peer_has_all()). What a client does with an answer it has is its own business. */
 bool http_connection_answer_delivered(struct MHD_Connection *connection);
