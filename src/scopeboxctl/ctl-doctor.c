@@ -28,6 +28,7 @@
 #define API_KEY_FILE "/etc/scopebox/api-key"
 #define METRICS_KEY_FILE "/etc/credstore/scopebox-metrics-key"
 #define FONT_CACHE_DIR SCOPEBOX_CACHE_DIR "/matplotlib"
+#define TUN_DEVICE "/dev/net/tun"
 #define SANDBOX_PYTHON "/usr/bin/python3"
 #define SANDBOX_NODE "/usr/bin/node"
 /* How long a probe (python's imports, fc-list) may take before it counts as failed. */
@@ -319,6 +320,30 @@ static void check_slirp(Doctor *d, const Config *cfg, bool config_ok) {
                config_ok && cfg->dify_enable_network ? " (ENABLE_NETWORK=1)" : "");
 }
 
+/* slirp4netns runs as each dify run's own uid (docs/security.md), so it can open the tun device
+ * only when everybody may: mode 0666, as udev makes it (systemd's 50-udev-default.rules and its
+ * static-nodes-permissions.conf). Opening it gives nothing without CAP_NET_ADMIN over a network
+ * namespace. */
+static void check_tun(Doctor *d, const Config *cfg, bool config_ok) {
+        bool needed = config_ok && cfg->dify_enable_network;
+        CheckState bad = needed ? CHECK_FAIL : CHECK_WARN;
+        const char *consequence = needed ? "dify runs with enable_network fail (ENABLE_NETWORK=1)"
+                                         : "dify runs with enable_network would fail";
+        struct stat st;
+
+        if (stat(TUN_DEVICE, &st) < 0)
+                report(d, bad, "tun", "%s: %s: %s (modprobe tun)", TUN_DEVICE, strerror(errno), consequence);
+        else if (!S_ISCHR(st.st_mode))
+                report(d, bad, "tun", "%s is not a character device: %s", TUN_DEVICE, consequence);
+        else if ((st.st_mode & 0666) != 0666)
+                report(d, bad, "tun",
+                       "%s has mode %04o: slirp4netns runs as each run's uid and can't open it; %s. "
+                       "Make it 0666 (chmod 0666 %s; udev's default rule does at every boot)",
+                       TUN_DEVICE, (unsigned) (st.st_mode & 07777), consequence, TUN_DEVICE);
+        else
+                report(d, CHECK_OK, "tun", "%s: mode %04o", TUN_DEVICE, (unsigned) (st.st_mode & 07777));
+}
+
 static void check_fonts(Doctor *d) {
         char *argv[] = { (char *) "/usr/bin/fc-list", NULL };
         _cleanup_free_ char *out = NULL;
@@ -498,6 +523,7 @@ int verb_doctor(Ctl *c) {
         check_python(&d);
         check_node(&d);
         check_slirp(&d, &cfg, config_ok);
+        check_tun(&d, &cfg, config_ok);
         check_fonts(&d);
         check_api_key(&d, &cfg, config_ok);
         check_metrics_key(&d);

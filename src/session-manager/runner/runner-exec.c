@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -55,20 +56,22 @@ static void output_buffer_done(OutputBuffer *b) {
 RunnerExec *runner_exec_free(RunnerExec *e) {
         if (!e)
                 return NULL;
-        if (e->stateful && !e->exited)
-                /* A cell nobody waits for any more: its kernel goes with it. */
-                runner_kernel_stop(e->runner);
-        else if (e->pid > 0 && !e->exited) {
-                /* PID 1 takes its namespace with it; after SIGKILL the wait is short. */
-                (void) kill(e->pid, SIGKILL);
-                (void) waitpid(e->pid, NULL, 0);
-        }
-        if (e->slirp_pid > 0) {
-                /* Its namespace is gone with the sandbox; SIGKILL is immediate, so the wait is. */
-                (void) kill(e->slirp_pid, SIGKILL);
-                (void) waitpid(e->slirp_pid, NULL, 0);
-        }
+        /* The watch of PID 1's pidfd goes before the pidfd. */
         e->child_source = sd_event_source_disable_unref(e->child_source);
+        if (e->stateful) {
+                /* A cell nobody waits for any more: its kernel goes with it. The cell's own
+                 * reference is only closed: the kernel's is the one that reaps. */
+                if (!e->exited)
+                        runner_kernel_stop(e->runner);
+                pidref_done(&e->init);
+        } else
+                /* PID 1 takes its namespace with it; after SIGKILL the wait is short. Reaped
+                 * already, it is not signalled. */
+                pidref_done_kill(&e->init);
+        /* slirp4netns sees its --exit-fd close and ends; its namespace is gone with the sandbox.
+         * SIGKILL is immediate all the same, so the wait is short. */
+        e->slirp_exit_fd = safe_close(e->slirp_exit_fd);
+        pidref_done_kill(&e->slirp);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
         e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
         e->stream = exec_stream_free(e->stream);
@@ -177,25 +180,39 @@ static SandboxExec runner_exec_cell(const RunnerExec *e) {
                 .memory_limit = e->memory_limit,
                 .language = SANDBOX_PYTHON3,
                 .network_ready_fd = -EBADF,
+                .netns_fd = -EBADF,
                 .template_fd = -EBADF,
                 .filter_fd = -EBADF,
                 .seccomp = e->runner->seccomp,
         };
 }
 
-/* A cell whose kernel was found dead before it ran: a new kernel runs it (runner-kernel.c), in
- * the same RunnerExec, its timeout still running. */
-static int runner_exec_retry_cell(RunnerExec *e) {
+/* A cell whose kernel was found dead before it ran, or was ended because it ran between cells
+ * ('loss'): a new kernel runs it (runner-kernel.c), in the same RunnerExec, its timeout still
+ * running. */
+static int runner_exec_retry_cell(RunnerExec *e, SandboxKernelLoss loss) {
         Runner *r = e->runner;
         SandboxExec se = runner_exec_cell(e);
         size_t out_limit = e->out.limit, err_limit = e->err.limit;
         SandboxProcess sp;
         int q;
 
-        log_struct(LOG_NOTICE, 0,
-                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
-                   "The kernel of session %s died between cells; exec %s starts a new one.", r->session_id,
-                   e->exec_id);
+        if (loss == SANDBOX_KERNEL_LOSS_RAN)
+                /* Something continued it while it was to be stopped: what it ran then had no
+                 * timeout and raced our file operations. Not an error of ours; the session's. */
+                log_struct(LOG_WARNING, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
+                                      strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
+                                      "SCOPEBOX_EVENT=kernel-woken"),
+                           "The kernel of session %s ran between cells and was ended; exec %s starts a new "
+                           "one.",
+                           r->session_id, e->exec_id);
+        else
+                log_struct(LOG_NOTICE, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
+                                      strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                           "The kernel of session %s died between cells; exec %s starts a new one.",
+                           r->session_id, e->exec_id);
         /* Its PID 1 exits once it answered; we don't wait for its end to be seen. */
         runner_kernel_stop(r);
         q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
@@ -203,7 +220,8 @@ static int runner_exec_retry_cell(RunnerExec *e) {
                 return q;
         e->kernel_retried = true;
         e->exited = false;
-        e->pid = sp.pid;
+        pidref_done(&e->init);
+        e->init = sp.init;
         safe_close(e->status_fd);
         e->status_fd = sp.status_fd;
         output_buffer_done(&e->out);
@@ -239,7 +257,9 @@ static int runner_exec_finish(RunnerExec *e) {
                 /* The kernel had died while stopped (the OOM killer, say): nothing of the cell ran.
                  * It runs in a new one, once; its result says "new". */
                 if (e->stateful && !e->kernel_retried && !e->timed_out && !e->cancelled) {
-                        q = runner_exec_retry_cell(e);
+                        q = runner_exec_retry_cell(e, st.value == SANDBOX_KERNEL_LOSS_RAN
+                                                              ? SANDBOX_KERNEL_LOSS_RAN
+                                                              : SANDBOX_KERNEL_LOSS_DIED);
                         if (q >= 0)
                                 return 0;
                         log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -581,19 +601,29 @@ static int on_drain_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-static int on_init_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+int runner_exec_reap_init(RunnerExec *e, const PidRef *init) {
+        struct rusage ru = {};
+        siginfo_t si = {};
+        int q;
+
+        q = pidref_wait(init, WEXITED | WNOHANG | __WALL, &si, &ru);
+        if (q > 0 && e) {
+                e->init_info = si;
+                e->init_rusage = ru;
+                e->init_rusage_valid = true;
+        }
+        return q;
+}
+
+/* PID 1 of a stateless sandbox ended: its pidfd polls readable. */
+static int on_init_exit(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         RunnerExec *e = userdata;
         int q;
 
+        q = runner_exec_reap_init(e, &e->init);
+        if (q == 0)
+                return 0;
         e->exited = true;
-        e->init_info = *si;
-        /* sd-event reaps only after this callback: a PID 1 killed before it reported still has
-         * its usage (and that of what it reaped) to give. */
-        {
-                int ws;
-                if (wait4(e->pid, &ws, WNOHANG | __WALL, &e->init_rusage) == e->pid)
-                        e->init_rusage_valid = true;
-        }
         e->child_source = sd_event_source_disable_unref(e->child_source);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
         runner_exec_pause_output(e, false);
@@ -636,7 +666,7 @@ static int on_end_grace(sd_event_source *s, uint64_t usec, void *userdata) {
 
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
         /* Killing PID 1 of the sandbox makes the kernel kill every process in its namespace. */
-        (void) kill(e->pid, SIGKILL);
+        (void) pidref_kill(&e->init, SIGKILL);
         return 0;
 }
 
@@ -646,15 +676,17 @@ static void runner_exec_end(RunnerExec *e) {
         int q;
 
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
-        if (kill(e->pid, SIGTERM) < 0) {
-                (void) kill(e->pid, SIGKILL);
+        /* Through the pidfd: a PID 1 that is gone (a cell's, whose kernel ended a moment ago) is
+         * signalled no more, whatever process has its number now. */
+        if (pidref_kill(&e->init, SIGTERM) < 0) {
+                (void) pidref_kill(&e->init, SIGKILL);
                 return;
         }
         q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC,
                                        2 * SANDBOX_END_GRACE_MS * USEC_PER_MSEC, USEC_PER_MSEC, on_end_grace,
                                        e);
         if (q < 0)
-                (void) kill(e->pid, SIGKILL);
+                (void) pidref_kill(&e->init, SIGKILL);
 }
 
 static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -684,39 +716,6 @@ void runner_handle_cancel(Runner *r, json_object *req) {
         runner_exec_end(e);
 }
 
-static int spawn_slirp4netns(pid_t target, int ready_fd, pid_t *ret) {
-        char target_s[16];
-        pid_t pid;
-
-        snprintf(target_s, sizeof(target_s), "%i", (int) target);
-        pid = fork();
-        if (pid < 0)
-                return -errno;
-        if (pid == 0) {
-                char *const argv[] = {
-                        (char *) "slirp4netns",  (char *) "--configure",
-                        (char *) "--mtu=65520",  (char *) "--disable-host-loopback",
-                        (char *) "--ready-fd=3", target_s,
-                        (char *) "tap0",         NULL,
-                };
-                char *const envp[] = { (char *) "PATH=/usr/bin:/bin", NULL };
-                int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-
-                (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-                if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0)
-                        _exit(127);
-                /* dup2() onto itself keeps O_CLOEXEC: clear it then. */
-                if (ready_fd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(ready_fd, 3) < 0)
-                        _exit(127);
-                if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
-                        _exit(127);
-                execve(SANDBOX_SLIRP4NETNS, argv, envp);
-                _exit(127);
-        }
-        *ret = pid;
-        return 0;
-}
-
 int sandbox_pipes_open(SandboxPipes *p) {
         _cleanup_(sandbox_pipes_close) SandboxPipes n = SANDBOX_PIPES_NULL;
 
@@ -733,20 +732,23 @@ void sandbox_pipes_close(SandboxPipes *p) {
         close_pairp(&p->status);
 }
 
-SandboxProcess sandbox_pipes_take(SandboxPipes *p, pid_t pid) {
-        return (SandboxProcess) {
-                .pid = pid,
+SandboxProcess sandbox_pipes_take(SandboxPipes *p, PidRef *init) {
+        SandboxProcess sp = {
+                .init = *init,
                 .out_fd = TAKE_FD(p->out[0]),
                 .err_fd = TAKE_FD(p->err[0]),
                 .status_fd = TAKE_FD(p->status[0]),
         };
+
+        *init = PIDREF_NULL;
+        return sp;
 }
 
 /* Creates the pipes of a sandbox, fills in what every sandbox of the session shares and clones
  * PID 1 of a new one, which runs 'se'. 'parent_only_fd' (or -EBADF) is closed in the child. */
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret) {
         _cleanup_(sandbox_pipes_close) SandboxPipes pipes = SANDBOX_PIPES_NULL;
-        pid_t pid;
+        PidRef init = PIDREF_NULL;
         int q;
 
         q = sandbox_pipes_open(&pipes);
@@ -764,18 +766,19 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
         se->fsize_limit = r->workspace_size + r->tmp_size;
         se->cpus_percent = r->cpus_percent;
 
-        /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. */
-        pid = (pid_t) syscall(SYS_clone, SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
-        if (pid < 0)
-                return -errno;
-        if (pid == 0) {
+        /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. With a
+         * network, in the network namespace made for it (sandbox_run_init() joins it). */
+        q = pidref_clone(SANDBOX_CLONE_FLAGS & ~(se->netns_fd >= 0 ? CLONE_NEWNET : 0UL), &init);
+        if (q < 0)
+                return q;
+        if (q == 0) {
                 safe_close(pipes.out[0]);
                 safe_close(pipes.err[0]);
                 safe_close(pipes.status[0]);
                 safe_close(parent_only_fd);
                 sandbox_run_init(se);
         }
-        *ret = sandbox_pipes_take(&pipes, pid);
+        *ret = sandbox_pipes_take(&pipes, &init);
         return 0;
 }
 
@@ -791,7 +794,9 @@ static int runner_exec_watch(RunnerExec *e) {
                 /* No events: the pipe's EPOLLHUP, which epoll always reports. */
                 q = sd_event_add_io(r->event, &e->status_source, e->status_fd, 0, on_kernel_status, e);
         else
-                q = sd_event_add_child(r->event, &e->child_source, e->pid, WEXITED, on_init_exit, e);
+                /* Its pidfd polls readable once it ended; we reap it (sd-event's child sources
+                 * reap behind their callback, by number). */
+                q = sd_event_add_io(r->event, &e->child_source, e->init.fd, EPOLLIN, on_init_exit, e);
         if (q >= 0)
                 q = sd_event_add_io(r->event, &e->out.source, e->out.fd, EPOLLIN, on_output, e);
         if (q >= 0)
@@ -826,6 +831,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
         _cleanup_close_ int outputs_fd = -EBADF, template_fd = -EBADF, exec_filter_fd = -EBADF;
+        _cleanup_close_ int userns_fd = -EBADF, netns_fd = -EBADF;
         SandboxExec se;
         SandboxProcess sp;
         _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
@@ -835,7 +841,6 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         SandboxLanguage language = SANDBOX_PYTHON3;
         JsonDispatchError jerr;
         struct stat st;
-        pid_t pid;
         int q;
 
         if (!r->initialized)
@@ -885,6 +890,9 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         *e = (RunnerExec) {
                 .runner = r,
                 .connection_generation = r->connection_generation,
+                .init = PIDREF_NULL,
+                .slirp = PIDREF_NULL,
+                .slirp_exit_fd = -EBADF,
                 .status_fd = -EBADF,
                 .code_fd = -EBADF,
                 .memory_limit = (uint64_t) p.memory_limit,
@@ -922,6 +930,15 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
 
         if (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
+        if (p.network) {
+                q = runner_network_new(r, &userns_fd, &netns_fd);
+                if (q < 0) {
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to create the exec's network namespace: %m");
+                        return runner_send_error(r, r->connection_generation, q,
+                                                 "failed to create the network namespace");
+                }
+        }
 
         e->stateful = p.stateful;
         if (p.stateful) {
@@ -940,6 +957,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                         .no_processes = p.no_processes,
                         .extra_env = extra_env,
                         .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
+                        .netns_fd = netns_fd,
                         .template_fd = -EBADF,
                         .filter_fd = -EBADF,
                         .seccomp = filter ?: r->seccomp,
@@ -976,24 +994,25 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, -q, "failed to create the sandbox: %s",
                                          strerror(-q));
-        e->pid = pid = sp.pid;
+        e->init = sp.init;
         e->out.fd = sp.out_fd;
         e->err.fd = sp.err_fd;
         e->status_fd = sp.status_fd;
 
         /* The network, for an exec that may have one: slirp4netns plugs a user-mode stack into
          * the sandbox's namespace (no route to the host's loopback) and tells PID 1 when it is
-         * up; PID 1 starts the payload only then. */
+         * up; PID 1 starts the payload only then (runner-network.c). */
         if (p.network) {
                 ready_pipe[0] = safe_close(ready_pipe[0]);
-                q = spawn_slirp4netns(pid, ready_pipe[1], &e->slirp_pid);
+                q = runner_network_start(userns_fd, netns_fd, ready_pipe[1], &e->slirp, &e->slirp_exit_fd);
                 ready_pipe[1] = safe_close(ready_pipe[1]);
                 if (q < 0)
                         log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Failed to start slirp4netns, the exec fails: %m");
         }
+        userns_fd = safe_close(userns_fd);
+        netns_fd = safe_close(netns_fd);
 
-        pid = e->pid;
         q = runner_exec_watch(e);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &e->timer_source, CLOCK_MONOTONIC,
@@ -1007,7 +1026,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
 
         log_struct(LOG_DEBUG, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
-                   "Exec %s started, PID 1 of its sandbox is %i.", e->exec_id, (int) pid);
+                   "Exec %s started, PID 1 of its sandbox is %i.", e->exec_id, (int) e->init.pid);
         r->exec = TAKE_PTR(e);
         return 0;
 }

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,31 +24,22 @@ void runner_kernel_stop(Runner *r) {
                 return;
         r->kernel = NULL;
         k->child_source = sd_event_source_disable_unref(k->child_source);
-        if (k->pid > 0) {
-                /* SIGKILL to PID 1 of the namespace: the wait is short. */
-                (void) kill(k->pid, SIGKILL);
-                (void) waitpid(k->pid, NULL, __WALL);
-        }
+        /* SIGKILL to PID 1 of the namespace (through its pidfd: once reaped, it is not signalled):
+         * the wait is short. */
+        pidref_done_kill(&k->init);
         safe_close(k->ctl_fd);
         free(k);
 }
 
-static int on_kernel_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+/* PID 1 of the kernel's sandbox ended (its pidfd polls readable): reaped here, through the pidfd. */
+static int on_kernel_exit(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         RunnerKernel *k = userdata;
         Runner *r = k->runner;
         RunnerExec *e = r->exec;
 
         /* A cell running now learns how PID 1 ended (its status pipe tells it that it is over). */
-        if (e && e->stateful && !e->exited) {
-                int ws;
-
-                e->init_info = *si;
-                if (wait4(k->pid, &ws, WNOHANG | __WALL, &e->init_rusage) == k->pid) {
-                        e->init_rusage_valid = true;
-                        /* Reaped: its number may be another process's already, never signal it. */
-                        k->pid = 0;
-                }
-        }
+        if (runner_exec_reap_init(e && e->stateful && !e->exited ? e : NULL, &k->init) == 0)
+                return 0;
         log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                    "The kernel of session %s ended.", r->session_id);
         runner_kernel_stop(r);
@@ -69,7 +61,13 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
                 q = fds_send(r->kernel->ctl_fd, "c", 1,
                              (const int[]) { se->code_fd, pipes.out[1], pipes.err[1], pipes.status[1] }, 4);
                 if (q >= 0) {
-                        *ret = sandbox_pipes_take(&pipes, r->kernel->pid);
+                        PidRef init;
+
+                        /* The cell's own reference to PID 1: it may outlive the kernel's. */
+                        q = pidref_dup(&r->kernel->init, &init);
+                        if (q < 0)
+                                return q;
+                        *ret = sandbox_pipes_take(&pipes, &init);
                         *ret_new = false;
                         return 0;
                 }
@@ -89,10 +87,13 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
                 free(k);
                 return q;
         }
-        *k = (RunnerKernel) { .runner = r, .pid = ret->pid, .ctl_fd = TAKE_FD(ctl[0]) };
+        *k = (RunnerKernel) { .runner = r, .init = PIDREF_NULL, .ctl_fd = TAKE_FD(ctl[0]) };
         r->kernel = k;
-        q = sd_event_add_child(r->event, &k->child_source, k->pid, WEXITED, on_kernel_exit, k);
+        q = pidref_dup(&ret->init, &k->init);
+        if (q >= 0)
+                q = sd_event_add_io(r->event, &k->child_source, k->init.fd, EPOLLIN, on_kernel_exit, k);
         if (q < 0) {
+                pidref_done_kill(&ret->init);
                 safe_close(ret->out_fd);
                 safe_close(ret->err_fd);
                 safe_close(ret->status_fd);

@@ -140,7 +140,7 @@ static void runner_end_orphans(Runner *r) {
                         "The manager went away during exec %s of session %s; ending it, nobody can receive "
                         "its result.",
                         e->exec_id, r->session_id);
-                (void) kill(e->pid, SIGKILL);
+                (void) pidref_kill(&e->init, SIGKILL);
         }
         if (j && j->pid > 0 && !j->orphaned) {
                 j->orphaned = true;

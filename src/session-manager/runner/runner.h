@@ -16,6 +16,7 @@
 #include "id.h"
 #include "macro.h"
 #include "outputs.h"
+#include "pidref.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
 #include "workspace.h"
@@ -26,7 +27,7 @@ typedef struct Runner Runner;
  * which it gets each cell's fds. */
 typedef struct RunnerKernel {
         Runner *runner;
-        pid_t pid;
+        PidRef init;
         int ctl_fd;
         sd_event_source *child_source;
 } RunnerKernel;
@@ -47,7 +48,9 @@ typedef struct RunnerExec {
         uint64_t connection_generation;
         char exec_id[64];
 
-        pid_t pid;
+        /* PID 1 of the sandbox (for a cell: of the kernel's, a pidfd of its own), signalled
+         * through the pidfd only: its number may be another process's once it is reaped. */
+        PidRef init;
         sd_event_source *child_source;
         sd_event_source *timer_source;
         int status_fd;
@@ -73,7 +76,8 @@ typedef struct RunnerExec {
         bool output_paused;       /* the stream's reader lags: stdout and stderr wait */
         sd_event_source *stream_timer;  /* how long the ended exec waits for the stream */
 
-        pid_t slirp_pid;          /* the network of this exec, if it has one */
+        PidRef slirp;             /* the network of this exec, if it has one */
+        int slirp_exit_fd;        /* its --exit-fd: slirp4netns ends when this closes */
         /* A cell of a stateful session: pid is PID 1 of the kernel's sandbox (runner-kernel.c),
          * which outlives the cell; the cell is over when its status pipe closes. */
         bool stateful;
@@ -139,9 +143,9 @@ typedef struct ArchiveJob {
         bool orphaned;                 /* the manager that asked went away: killed */
 } ArchiveJob;
 
-/* The read ends of a sandbox's pipes, and its PID 1. */
+/* The read ends of a sandbox's pipes, and its PID 1 (owned). */
 typedef struct SandboxProcess {
-        pid_t pid;
+        PidRef init;
         int out_fd, err_fd, status_fd;
 } SandboxProcess;
 
@@ -173,13 +177,17 @@ RunnerExec *runner_exec_free(RunnerExec *e);
 /* All or none: on failure '*p' stays as it was (SANDBOX_PIPES_NULL). */
 int sandbox_pipes_open(SandboxPipes *p);
 void sandbox_pipes_close(SandboxPipes *p);
-/* The read ends, taken out of 'p', with the PID 1 that writes them. */
-SandboxProcess sandbox_pipes_take(SandboxPipes *p, pid_t pid);
+/* The read ends, taken out of 'p', with the PID 1 that writes them (taken out of 'init'). */
+SandboxProcess sandbox_pipes_take(SandboxPipes *p, PidRef *init);
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret);
 /* 'stream_fd' (borrowed, or -EBADF): the write end of a pipe for the output as it is produced. */
 int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd);
 /* The stream wrote or failed: the exec may resume reading its output, or finish. */
 void runner_exec_stream_progress(RunnerExec *e);
+/* Reaps 'init' (PID 1 of a sandbox) through its pidfd if it ended; how it ended and its rusage
+ * (which holds what it reaped in dying: all there is of a PID 1 killed before it could report)
+ * go to 'e', if not NULL. Returns 1 if it was reaped, 0 if it runs on, or -errno (gone already). */
+int runner_exec_reap_init(RunnerExec *e, const PidRef *init);
 
 /* runner-stream.c. Frames are read from the exec's OutputBuffers, which must outlive the stream. */
 int exec_stream_new(RunnerExec *e, int fd, ExecStream **ret);
@@ -190,6 +198,14 @@ int exec_stream_push(ExecStream *s, uint8_t which, size_t n);
 /* Frames not yet written whole. */
 size_t exec_stream_pending(const ExecStream *s);
 void runner_handle_cancel(Runner *r, json_object *req);
+
+/* runner-network.c: the network of an exec (dify runs with a network). A network namespace in a
+ * new user namespace in which uid and gid 0 are the session's; the fds of both. */
+int runner_network_new(const Runner *r, int *ret_userns_fd, int *ret_netns_fd);
+/* Starts slirp4netns for that network namespace as uid 0 of that user namespace: it says "1" on
+ * 'ready_fd' (borrowed, like the namespaces' fds) once the interface is up, and ends when
+ * *ret_exit_fd closes. */
+int runner_network_start(int userns_fd, int netns_fd, int ready_fd, PidRef *ret, int *ret_exit_fd);
 
 /* runner-kernel.c */
 int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new);

@@ -5,11 +5,14 @@
  * capabilities, no_new_privs, the session's seccomp filter), running SANDBOX_KERNEL_SCRIPT. For
  * each cell PID 1 hands it the code and the cell's stdout and stderr over SANDBOX_KERNEL_FD,
  * continues it, and waits for its exit code (or its death, or the runner's SIGTERM at the
- * timeout or a cancel: then everything of the sandbox is killed and PID 1 exits). Then it stops
- * the kernel (SIGSTOP, checked with waitpid()), kills every other process of the namespace,
- * measures the cell and reports it on the cell's status pipe as a stateless sandbox does. While
- * stopped between cells nothing of the session runs. The kernel's messages are hostile input:
- * only an 8-byte answer (the cell's number, its exit code) is read, anything else ends the kernel. */
+ * timeout or a cancel: then everything of the sandbox is killed and PID 1 exits). Then it kills
+ * every other process of the namespace, stops the kernel (SIGSTOP) once nothing is left that could
+ * continue it (SIGCONT), and checks that it is still stopped; measures the cell and reports it on
+ * the cell's status pipe as a stateless sandbox does. While stopped between cells nothing of the
+ * session runs; the next cell checks that it did not (its threads' context switches), and a kernel
+ * that ran anyway is ended, the cell then runs in a new one. The kernel is held by a pidfd, never
+ * signalled by its number. The kernel's messages are hostile input: only an 8-byte answer (the
+ * cell's number, its exit code) is read, anything else ends the kernel. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +32,7 @@
 #include "fs-util.h"
 #include "io-util.h"
 #include "parse-util.h"
+#include "pidref.h"
 #include "sandbox.h"
 #include "time-util.h"
 
@@ -196,63 +200,180 @@ static bool reap_children(pid_t kernel, int *kernel_status) {
         return dead;
 }
 
-/* Kills every process of our namespace except us and the (stopped) kernel, until none is alive
- * but zombies the kernel itself must reap (its driver does at the next cell's start). /proc is
- * the namespace's own procfs, which nothing of the sandbox can change. A process whose main
- * thread ended is a zombie leader with live threads: killed all the same. Returns whether the
- * kernel died meanwhile. */
-static bool kill_all_but_kernel(pid_t kernel, int *kernel_status) {
-        bool dead = false;
+/* One look at our namespace: SIGKILL to every process but us and the kernel. /proc is the
+ * namespace's own procfs, which nothing of the sandbox can change; the numbers it lists are all of
+ * processes of the sandbox, each to be killed (one that died and whose number came to a new
+ * process names a process to kill as well), and the kernel's cannot change hands while it lives.
+ * Returns whether one of them was alive: not a zombie the kernel itself must reap (its driver does
+ * at the next cell's start). A process whose main thread ended is a zombie leader with live
+ * threads: alive, and killed all the same. */
+static bool kill_others_once(pid_t kernel) {
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        bool alive = false;
 
-        for (;;) {
-                struct dirent *de;
-                bool alive = false;
-                DIR *d;
+        d = opendir("/proc");
+        if (!d)
+                return false;
+        FOREACH_DIRENT(de, d, alive = true) { /* not known: look again */
+                uint64_t f[18];
+                char state = 0, *end;
+                long pid = strtol(de->d_name, &end, 10);
 
-                d = opendir("/proc");
-                if (!d)
-                        return dead;
-                FOREACH_DIRENT(de, d, alive = true) { /* not known: look again */
-                        uint64_t f[18];
-                        char state = 0, *end;
-                        long pid = strtol(de->d_name, &end, 10);
+                if (*end != 0 || pid <= 1 || pid == kernel)
+                        continue;
+                (void) kill((pid_t) pid, SIGKILL);
+                if (proc_stat_fields((pid_t) pid, &state, f, ELEMENTSOF(f)) < 0)
+                        continue;
+                if (state != 'Z' || f[17] > 1)
+                        alive = true;
+        }
+        return alive;
+}
 
-                        if (*end != 0 || pid <= 1 || pid == kernel)
-                                continue;
-                        (void) kill((pid_t) pid, SIGKILL);
-                        if (proc_stat_fields((pid_t) pid, &state, f, ELEMENTSOF(f)) < 0)
-                                continue;
-                        if (state != 'Z' || f[17] > 1)
-                                alive = true;
-                }
-                closedir(d);
-                dead = reap_children(kernel, kernel_status) || dead;
-                if (!alive)
-                        return dead;
+/* Kills every process of our namespace but us and the kernel until none is alive, or for at most
+ * 'max_rounds' (≥ 1) looks. Returns whether the kernel died meanwhile (its status in *kernel_status). */
+static bool kill_all_but_kernel(pid_t kernel, int *kernel_status, unsigned max_rounds) {
+        for (unsigned round = 1;; round++) {
+                bool alive = kill_others_once(kernel);
+
+                if (reap_children(kernel, kernel_status))
+                        return true;
+                if (!alive || round >= max_rounds)
+                        return false;
                 (void) nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
         }
 }
 
-/* Stops the kernel and waits until it is. Returns false if it died instead (status in
- * *kernel_status). */
-static bool kernel_stop(pid_t kernel, int *kernel_status) {
-        if (kill(kernel, SIGSTOP) < 0)
+/* What the kernel's threads had run when looked at: which threads, each one's context switches
+ * (a thread that runs after it stopped is switched out again to stop, or still runs), whether all
+ * were stopped; and the CPU time of the whole process. */
+typedef struct KernelThread {
+        pid_t tid;
+        uint64_t switches;
+} KernelThread;
+
+typedef struct KernelSnapshot {
+        KernelThread *threads;
+        size_t n, allocated;
+        uint64_t cpu_ticks;
+        bool stopped;           /* no thread could run: each stopped ('T') or ended */
+        bool valid;             /* read whole: no thread came or went while we read */
+} KernelSnapshot;
+
+static void kernel_snapshot_done(KernelSnapshot *s) {
+        free(s->threads);
+        *s = (KernelSnapshot) {};
+}
+
+static int thread_cmp(const void *a, const void *b) {
+        const KernelThread *x = a, *y = b;
+        return x->tid < y->tid ? -1 : x->tid > y->tid;
+}
+
+static bool status_field(const char *buf, const char *key, uint64_t *ret) {
+        const char *p = strstr(buf, key);
+        return p && sscanf(p + strlen(key), " %" SCNu64, ret) == 1;
+}
+
+static void kernel_snapshot(pid_t kernel, KernelSnapshot *ret) {
+        _cleanup_closedir_ DIR *d = NULL;
+        char path[64], buf[4096];
+        struct dirent *de;
+        uint64_t f[18];
+        char state;
+
+        kernel_snapshot_done(ret);
+        ret->stopped = true;
+        if (proc_stat_fields(kernel, &state, f, ELEMENTSOF(f)) < 0)
+                return;
+        ret->cpu_ticks = f[11] + f[12]; /* utime stime: every thread's, the ended ones' too */
+        snprintf(path, sizeof(path), "/proc/%i/task", (int) kernel);
+        d = opendir(path);
+        if (!d)
+                return;
+        FOREACH_DIRENT(de, d, return) {
+                uint64_t voluntary, involuntary;
+                char *end, *st;
+                long tid = strtol(de->d_name, &end, 10);
+
+                if (*end != 0 || tid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "task/%li/status", tid);
+                /* The thread's name (first line) is its own choice, escaped: fields are matched
+                 * from the start of a line. */
+                if (read_proc_file(kernel, path, buf, sizeof(buf)) < 0 ||
+                    !(st = strstr(buf, "\nState:\t")) ||
+                    !status_field(buf, "\nvoluntary_ctxt_switches:", &voluntary) ||
+                    !status_field(buf, "\nnonvoluntary_ctxt_switches:", &involuntary))
+                        return; /* gone meanwhile: not a whole picture */
+                /* Stopped, or a thread that ended (a leader whose thread exited stays a zombie
+                 * while the others live): neither runs. */
+                state = st[strlen("\nState:\t")];
+                if (state != 'T' && state != 'Z' && state != 'X')
+                        ret->stopped = false;
+                if (ret->n == ret->allocated) {
+                        size_t a = MAX(ret->allocated * 2, (size_t) 16);
+                        KernelThread *t = reallocarray(ret->threads, a, sizeof(KernelThread));
+                        if (!t)
+                                return;
+                        ret->threads = t;
+                        ret->allocated = a;
+                }
+                ret->threads[ret->n++] = (KernelThread) { (pid_t) tid, voluntary + involuntary };
+        }
+        qsort(ret->threads, ret->n, sizeof(KernelThread), thread_cmp);
+        ret->valid = ret->n > 0;
+}
+
+/* Whether the kernel did not run between the two looks: both whole, every thread stopped in
+ * both, the same threads with the same context switches, the same CPU time. */
+static bool kernel_snapshot_still(const KernelSnapshot *a, const KernelSnapshot *b) {
+        if (!a->valid || !b->valid || !a->stopped || !b->stopped || a->n != b->n ||
+            a->cpu_ticks != b->cpu_ticks)
+                return false;
+        /* Field by field: the structs' padding is whatever the allocation held. */
+        for (size_t i = 0; i < a->n; i++)
+                if (a->threads[i].tid != b->threads[i].tid ||
+                    a->threads[i].switches != b->threads[i].switches)
+                        return false;
+        return true;
+}
+
+/* The end of a cell the kernel survived. First every other process of the sandbox is killed while
+ * the kernel runs (its driver waits for the next cell by then). Then, until it holds: every process
+ * of the namespace is stopped (the kernel, and whatever could continue it: a process the kernel
+ * started meanwhile), the kernel once more after all the others, every process but the kernel
+ * killed, and the kernel looked at; done when a look found no other process alive and the kernel
+ * stopped, unchanged since the look before. Nothing is left then that could continue it. *ret: the
+ * last look, which the next cell compares with. Returns false if the kernel died (status in
+ * *kernel_status). Should something keep it from holding, the cell's timeout ends it all. */
+static bool kernel_quiesce(const PidRef *kernel, int *kernel_status, KernelSnapshot *ret) {
+        _cleanup_(kernel_snapshot_done) KernelSnapshot before = {};
+
+        /* Bounded: a kernel that keeps starting processes is stopped with them, below. */
+        if (kill_all_but_kernel(kernel->pid, kernel_status, 100))
                 return false;
         for (;;) {
-                int ws;
-                pid_t c = waitpid(-1, &ws, WUNTRACED | __WALL);
+                KernelSnapshot swap;
+                bool others;
 
-                if (c < 0) {
-                        if (errno == EINTR)
-                                continue;
+                (void) kill(-1, SIGSTOP);
+                /* One that continued it while the others were being stopped can't any more. */
+                (void) pidref_kill(kernel, SIGSTOP);
+                others = kill_others_once(kernel->pid);
+                if (reap_children(kernel->pid, kernel_status))
                         return false;
-                }
-                if (c != kernel)
-                        continue;
-                if (WIFSTOPPED(ws))
+                kernel_snapshot(kernel->pid, ret);
+                if (!others && kernel_snapshot_still(&before, ret))
                         return true;
-                *kernel_status = ws;
-                return false;
+                /* Continued meanwhile by what is now killed, or not yet stopped: once more, at
+                 * once while there were others, after a moment for its threads to stop if not. */
+                swap = before;
+                before = *ret;
+                *ret = swap;
+                if (!others)
+                        (void) nanosleep(&(struct timespec) { .tv_nsec = 200000 }, NULL);
         }
 }
 
@@ -280,8 +401,9 @@ typedef enum KernelCellEnd {
  * the cell it cut short — is dropped, so that the cells that follow still get their own. A kernel
  * that had run cells before and dies before it said the cell began was killed while stopped (the
  * OOM killer, say): that cell is "lost", to be run in a new kernel. */
-static KernelCellEnd kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int *listener, int signal_fd,
-                                     KernelCell *cell, SeccompSupervisor *sup, SandboxStatus *st) {
+static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t seq, int *listener,
+                                     int signal_fd, KernelCell *cell, SeccompSupervisor *sup,
+                                     SandboxStatus *st) {
         const int fds[3] = { cell->code_fd, cell->stdout_fd, cell->stderr_fd };
         bool ending = false, asked = false, begun = false;
         struct {
@@ -294,13 +416,13 @@ static KernelCellEnd kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int 
         while (recv(ksock, buf, sizeof(buf), MSG_DONTWAIT) > 0)
                 ;
         if (fds_send(ksock, &seq, sizeof(seq), fds, 3) < 0) {
-                (void) kill(kernel, SIGKILL);
+                (void) pidref_kill(kernel, SIGKILL);
                 ending = true;
         }
         cell->code_fd = safe_close(cell->code_fd);
         cell->stdout_fd = safe_close(cell->stdout_fd);
         cell->stderr_fd = safe_close(cell->stderr_fd);
-        (void) kill(kernel, SIGCONT);
+        (void) pidref_kill(kernel, SIGCONT);
 
         for (;;) {
                 struct pollfd p[3] = {
@@ -346,7 +468,7 @@ static KernelCellEnd kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int 
                         if (k < 0 && (errno == EAGAIN || errno == EINTR))
                                 continue;
                         /* Its socket closed or a message that is no exit code: it ends. */
-                        (void) kill(kernel, SIGKILL);
+                        (void) pidref_kill(kernel, SIGKILL);
                         ending = true;
                 }
 
@@ -355,7 +477,7 @@ static KernelCellEnd kernel_run_cell(pid_t kernel, int ksock, uint32_t seq, int 
                                 ending = asked = true;
                                 (void) kill(-1, SIGKILL);
                         }
-                        if (reap_children(kernel, &st->value))
+                        if (reap_children(kernel->pid, &st->value))
                                 return !begun && !asked && seq > 1 ? KERNEL_CELL_LOST : KERNEL_CELL_ENDED;
                 }
         }
@@ -406,14 +528,13 @@ static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell 
         }
 }
 
-/* The kernel died while stopped: no cell can run any more. The runner's sends fail from now on
- * (the socket is shut for reading); each cell it sent before is answered "lost", never run. */
-static void kernel_refuse_cells(int ctl_fd, KernelCell *pending) {
-        const struct {
-                int32_t start;
-                SandboxStatus st;
-        } lost = { SANDBOX_START_COLD,
-                   { .kind = SANDBOX_STATUS_KERNEL_LOST, .kernel = SANDBOX_KERNEL_ENDED } };
+/* The kernel died while stopped, or ran and was ended ('loss'): no cell can run any more. The
+ * runner's sends fail from now on (the socket is shut for reading); each cell it sent before is
+ * answered "lost", never run. */
+static void kernel_refuse_cells(int ctl_fd, KernelCell *pending, SandboxKernelLoss loss) {
+        const int32_t start = SANDBOX_START_COLD;
+        const SandboxStatus lost = { .kind = SANDBOX_STATUS_KERNEL_LOST, .value = loss,
+                                     .kernel = SANDBOX_KERNEL_ENDED };
 
         (void) shutdown(ctl_fd, SHUT_RD);
         for (;;) {
@@ -421,7 +542,9 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending) {
                 size_t n = 0;
                 char c;
 
-                if (pending->status_fd >= 0)
+                /* The two as the runner reads them, one after the other: written as one struct,
+                 * the padding between them (SandboxStatus is 8-aligned) would shift the status. */
+                if (pending->status_fd >= 0 && write_all(pending->status_fd, &start, sizeof(start)) >= 0)
                         (void) write_all(pending->status_fd, &lost, sizeof(lost));
                 kernel_cell_close(pending);
                 if (fds_receive(ctl_fd, &c, 1, fds, 4, &n) <= 0)
@@ -434,9 +557,10 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending) {
         }
 }
 
-_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener,
+_noreturn_ void sandbox_kernel_run(const SandboxExec *e, const PidRef *kernel, int ksock, int listener,
                                    int signal_fd, int io_fd, int last_pid_fd) {
         KernelCell cell = { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd };
+        KernelSnapshot stopped = {}, now = {};
         uint32_t seq = 0;
 
         for (;;) {
@@ -453,25 +577,34 @@ _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock
                 bool alive;
                 int q;
 
+                /* Between cells it ran nothing, or it ran something nobody bounds: then it is
+                 * ended, and the cell runs in a new kernel. */
+                if (seq > 0) {
+                        kernel_snapshot(kernel->pid, &now);
+                        if (!kernel_snapshot_still(&stopped, &now)) {
+                                (void) pidref_kill(kernel, SIGKILL);
+                                sandbox_end_all_processes();
+                                kernel_refuse_cells(e->kernel_fd, &cell, SANDBOX_KERNEL_LOSS_RAN);
+                                break;
+                        }
+                }
                 seccomp_report_init(&sup.report);
                 report.st.seccomp = sup.report;
-                kernel_mark(kernel, io_fd, last_pid_fd, &before);
-                kernel_clear_peak(kernel);
+                kernel_mark(kernel->pid, io_fd, last_pid_fd, &before);
+                kernel_clear_peak(kernel->pid);
 
                 end = kernel_run_cell(kernel, ksock, ++seq, &listener, signal_fd, &cell, &sup, &report.st);
                 if (end == KERNEL_CELL_LOST) {
                         sandbox_end_all_processes();
-                        kernel_refuse_cells(e->kernel_fd, &cell);
+                        kernel_refuse_cells(e->kernel_fd, &cell, SANDBOX_KERNEL_LOSS_DIED);
                         break;
                 }
                 alive = end == KERNEL_CELL_KEPT;
                 if (alive)
-                        alive = kernel_stop(kernel, &report.st.value);
-                if (alive)
-                        alive = !kill_all_but_kernel(kernel, &report.st.value);
+                        alive = kernel_quiesce(kernel, &report.st.value, &stopped);
                 if (!alive)
                         sandbox_end_all_processes();
-                kernel_usage(kernel, alive, &before, io_fd, last_pid_fd, &report.st.usage);
+                kernel_usage(kernel->pid, alive, &before, io_fd, last_pid_fd, &report.st.usage);
                 report.st.kernel = alive ? SANDBOX_KERNEL_KEPT : SANDBOX_KERNEL_ENDED;
                 /* As a stateless PID 1 reports: how it started, then how it ended. */
                 (void) write_all(cell.status_fd, &report.start, sizeof(report.start));
@@ -479,9 +612,9 @@ _noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock
                 kernel_cell_close(&cell);
                 if (!alive)
                         break;
-                q = kernel_next_cell(kernel, e->kernel_fd, signal_fd, &cell);
+                q = kernel_next_cell(kernel->pid, e->kernel_fd, signal_fd, &cell);
                 if (q == -EOWNERDEAD) {
-                        kernel_refuse_cells(e->kernel_fd, &cell);
+                        kernel_refuse_cells(e->kernel_fd, &cell, SANDBOX_KERNEL_LOSS_DIED);
                         break;
                 }
                 if (q < 0)

@@ -563,21 +563,25 @@ static int write_proc_file(pid_t pid, const char *name, const char *content) {
         return 0;
 }
 
-/* PID 1 maps the payload's user namespace: SANDBOX_UID/GID inside are the session's host ids,
- * nothing else (in particular not uid 0) is mapped. */
-int sandbox_map_ids(pid_t payload, uid_t uid, gid_t gid) {
+int sandbox_map_ids_as(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t uid, gid_t gid) {
         char map[64];
         int r;
 
-        snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) SANDBOX_UID, (unsigned) uid);
-        r = write_proc_file(payload, "uid_map", map);
+        snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) inside_uid, (unsigned) uid);
+        r = write_proc_file(pid, "uid_map", map);
         if (r < 0)
                 return r;
-        r = write_proc_file(payload, "setgroups", "deny");
+        r = write_proc_file(pid, "setgroups", "deny");
         if (r < 0)
                 return r;
-        snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) SANDBOX_GID, (unsigned) gid);
-        return write_proc_file(payload, "gid_map", map);
+        snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) inside_gid, (unsigned) gid);
+        return write_proc_file(pid, "gid_map", map);
+}
+
+/* PID 1 maps the payload's user namespace: SANDBOX_UID/GID inside are the session's host ids,
+ * nothing else (in particular not uid 0) is mapped. */
+int sandbox_map_ids(pid_t payload, uid_t uid, gid_t gid) {
+        return sandbox_map_ids_as(payload, SANDBOX_UID, SANDBOX_GID, uid, gid);
 }
 
 static int set_rlimits(const SandboxExec *e) {
@@ -1031,7 +1035,7 @@ static int int_cmp(const void *a, const void *b) {
 /* PID 1 starts with a copy of every fd of the runner (the control connection among them): keep
  * only what the exec needs. */
 static int close_fds_except(const int *keep, size_t n) {
-        int sorted[8 + TEMPLATE_CGROUPS_MAX], next = 3;
+        int sorted[9 + TEMPLATE_CGROUPS_MAX], next = 3;
 
         assert(n <= ELEMENTSOF(sorted));
         memcpy(sorted, keep, n * sizeof(int));
@@ -1185,8 +1189,9 @@ static void collect_usage(int io_fd, int last_pid_fd, uint64_t wchar_before, boo
  * once); sandbox_kernel_run() takes over once it is mapped and filtered. */
 _noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_fd, int io_fd,
                                   int last_pid_fd) {
-        int ksock[2], listener;
-        pid_t kernel;
+        PidRef kernel = PIDREF_NULL;
+        int ksock[2], listener, r;
+        pid_t pid;
 
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ksock) < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
@@ -1199,10 +1204,10 @@ _noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_
                 safe_close(ksock[1]);
                 ksock[1] = fd;
         }
-        kernel = fork();
-        if (kernel < 0)
+        pid = fork();
+        if (pid < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork kernel", 125);
-        if (kernel == 0) {
+        if (pid == 0) {
                 SandboxExec pe = *e;
 
                 pe.kernel_payload_fd = ksock[1];
@@ -1211,15 +1216,20 @@ _noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_
                 safe_close(e->kernel_fd);
                 payload_exec(&pe, sync[1]);
         }
+        /* Signalled through its pidfd only. Should there be none, our exit takes the kernel along
+         * with everything of the namespace. */
+        r = pidref_set_child(&kernel, pid);
+        if (r < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "pidfd of the kernel", 125);
         safe_close(ksock[1]);
         safe_close(sync[1]);
-        listener = payload_attach(e, kernel, sync[0]);
+        listener = payload_attach(e, pid, sync[0]);
         if (listener < 0 && listener != -EBADF)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -listener, "user namespace", 125);
         safe_close(sync[0]);
         if (proc_io_read_wchar(io_fd, &(uint64_t) { 0 }) < 0)
                 io_fd = safe_close(io_fd);
-        sandbox_kernel_run(e, kernel, ksock[0], listener, signal_fd, io_fd, last_pid_fd);
+        sandbox_kernel_run(e, &kernel, ksock[0], listener, signal_fd, io_fd, last_pid_fd);
 }
 
 _noreturn_ void sandbox_run_init(const SandboxExec *e) {
@@ -1233,13 +1243,16 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
 
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         (void) prctl(PR_SET_NAME, (unsigned long) "sandbox-init", 0, 0, 0);
+        /* Our memory holds nothing secret, but keep /proc/1 unreadable for the payload anyway.
+         * Nobody needs to open our /proc entries: slirp4netns gets the network namespace as an fd. */
+        (void) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         seccomp_report_init(&st.seccomp);
 
         {
-                int keep[8 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+                int keep[9 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
                                                        e->network_ready_fd, e->template_fd, e->filter_fd,
-                                                       e->kernel ? e->kernel_fd : -EBADF };
-                size_t n = 8;
+                                                       e->kernel ? e->kernel_fd : -EBADF, e->netns_fd };
+                size_t n = 9;
 
                 for (size_t i = 0;
                      e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX); i++)
@@ -1248,6 +1261,14 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         }
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
+        /* With a network, the namespace slirp4netns serves (owned by its user namespace), before
+         * anything is set up in it (lo). */
+        if (e->netns_fd >= 0) {
+                if (setns(e->netns_fd, CLONE_NEWNET) < 0)
+                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                                        "join network namespace", 125);
+                safe_close(e->netns_fd);
+        }
         /* For the usage report, from the runner's /proc while we still see it: our own I/O
          * counters (which take up those of the children we reap) and our PID namespace's last
          * PID (the file answers for the reader's namespace). */
@@ -1277,10 +1298,6 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
                                         "network (slirp4netns)", 125);
                 safe_close(e->network_ready_fd);
         }
-
-        /* Our memory holds nothing secret, but keep /proc/1 unreadable for the payload anyway.
-         * Not before: slirp4netns (root without CAP_SYS_PTRACE) opens our network namespace. */
-        (void) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);

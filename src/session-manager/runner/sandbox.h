@@ -10,9 +10,12 @@
 #include <seccomp.h>
 
 #include "macro.h"
+#include "pidref.h"
 #include "seccomp-policy.h"
 
-/* Namespaces every exec gets (the mount namespace is a copy of the runner's private one). */
+/* Namespaces every exec gets (the mount namespace is a copy of the runner's private one). An exec
+ * with a network gets no new network namespace of its own: PID 1 joins the one the runner made
+ * for it (SandboxExec.netns_fd), which belongs to slirp4netns's user namespace. */
 #define SANDBOX_CLONE_FLAGS \
         (CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
 
@@ -52,6 +55,12 @@ typedef enum SandboxLanguage {
 #define SESSION_WORKSPACE_DIR "workspace"
 #define SESSION_SCRATCH_DIR "scratch"    /* tmp/ and home/ of the sandbox */
 #define SESSION_NEWROOT_DIR "newroot"    /* mount point of each exec's root */
+
+/* Why a stateful cell never ran, in SandboxStatus.value with SANDBOX_STATUS_KERNEL_LOST. */
+typedef enum SandboxKernelLoss {
+        SANDBOX_KERNEL_LOSS_DIED = 0,    /* the kernel died while stopped (the OOM killer, say) */
+        SANDBOX_KERNEL_LOSS_RAN = 1,     /* it ran between cells, when nothing may: PID 1 ended it */
+} SandboxKernelLoss;
 
 typedef enum SandboxStatusKind {
         SANDBOX_STATUS_EXITED = 0,       /* value: wait status of the payload */
@@ -114,6 +123,8 @@ typedef struct SandboxExec {
         char *const *extra_env;          /* NULL-terminated "NAME=value" list, or NULL */
         int network_ready_fd;            /* with a network: slirp4netns says "1" here once the
                                           * namespace's interface is up; -EBADF without */
+        int netns_fd;                    /* with a network: the network namespace PID 1 joins
+                                          * (setns) instead of a new one; -EBADF without */
         /* The template (template-protocol.h): a connection to the fork server whose child becomes
          * this sandbox's payload, or -EBADF (a cold start). With it, the session's cgroup (v2
          * directory) and the filter as BPF (a memfd of seccomp_export_bpf()); PID 1 falls back to
@@ -141,6 +152,8 @@ typedef enum SandboxStart {
 /* Maps the user namespace of 'pid' (a child in a new one): SANDBOX_UID/GID there are the host's
  * uid/gid, nothing else (in particular not uid 0) is mapped; setgroups() is denied. */
 int sandbox_map_ids(pid_t pid, uid_t uid, gid_t gid);
+/* The same with other ids inside: 'inside_uid'/'inside_gid' there are the host's uid/gid. */
+int sandbox_map_ids_as(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t uid, gid_t gid);
 
 /* In a user namespace mapped by sandbox_map_ids(), while still holding its capabilities: lock
  * the securebits, empty the bounding set, become SANDBOX_UID/GID, empty every capability set and
@@ -182,7 +195,7 @@ void sandbox_end_all_processes(void);
 /* sandbox-kernel.c: PID 1 of a stateful session's sandbox once its kernel ('kernel', our child,
  * started from SANDBOX_KERNEL_SCRIPT with 'ksock' at SANDBOX_KERNEL_FD) exists and 'listener' is
  * its seccomp listener (or -EBADF): runs the first cell and every one the runner sends. */
-_noreturn_ void sandbox_kernel_run(const SandboxExec *e, pid_t kernel, int ksock, int listener,
+_noreturn_ void sandbox_kernel_run(const SandboxExec *e, const PidRef *kernel, int ksock, int listener,
                                    int signal_fd, int io_fd, int last_pid_fd);
 
 /* Runs in the child created with SANDBOX_CLONE_FLAGS; never returns. */
