@@ -275,6 +275,23 @@ static bool session_calls_pending(const Session *s) {
         return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
 }
 
+/* SIGKILL for the session's runner, through a pidfd, never by its number (systemd's PidRef
+ * rule): the child source's own, or one opened while the runner is still our unreaped child
+ * (runner_pid is cleared when it is reaped or handed off, so the number is still its own). */
+static void session_kill_runner(Session *s) {
+        _cleanup_close_ int fd = -EBADF;
+
+        if (s->runner_child_source) {
+                (void) sd_event_source_send_child_signal(s->runner_child_source, SIGKILL, NULL, 0);
+                return;
+        }
+        if (s->runner_pid <= 0)
+                return;
+        fd = (int) syscall(SYS_pidfd_open, s->runner_pid, 0);
+        if (fd >= 0)
+                (void) syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+}
+
 /* The runner is our child until it exits: a session that goes first leaves the reaping to the
  * manager. The runner is not killed (its scope is, or it outlives us on purpose). */
 static void session_hand_off_runner(Session *s) {
@@ -480,8 +497,7 @@ static void session_stop_scope(Session *s, SessionEnd end) {
         if (r < 0) {
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to stop %s: %m",
                            s->unit);
-                if (s->runner_pid > 0)
-                        (void) kill(s->runner_pid, SIGKILL);
+                session_kill_runner(s);
                 /* Finalized at once; the session itself stays until the event loop frees it. */
                 session_finalize(s);
                 return;
@@ -906,8 +922,8 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
         if (s->state == SESSION_STOPPING) {
                 /* A start the stop cancelled never put the runner into the scope: the stop can't
                  * take it along. */
-                if (!streq_ptr(result, "done") && s->runner_pid > 0)
-                        (void) kill(s->runner_pid, SIGKILL);
+                if (!streq_ptr(result, "done"))
+                        session_kill_runner(s);
                 session_finalize(s);
                 return;
         }
@@ -917,8 +933,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                         s->unit,
                         error < 0 ? (bus_error && bus_error->message ? bus_error->message : strerror(-error))
                                   : strempty(result));
-                if (s->runner_pid > 0)
-                        (void) kill(s->runner_pid, SIGKILL);
+                session_kill_runner(s);
                 session_start_done(s, -EHOSTDOWN, "failed to start the session's scope");
                 return;
         }
@@ -1081,7 +1096,7 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
         if (s->ephemeral) {
                 r = host_address_prefixes(&host, &n_host);
                 if (r < 0) {
-                        (void) kill(pid, SIGKILL);
+                        session_kill_runner(s);
                         (void) rm_rf(s->runtime_dir);
                         return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                           "Failed to list the host's addresses: %m");
@@ -1094,7 +1109,7 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
         r = systemd_start_scope(m, s->unit, &props, on_scope_started, s, &s->start_job);
         if (r < 0) {
                 /* Reaped once it is gone, by the watch above or, after the session, the manager. */
-                (void) kill(pid, SIGKILL);
+                session_kill_runner(s);
                 (void) rm_rf(s->runtime_dir);
                 return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                   "Failed to request %s: %m", s->unit);

@@ -26,11 +26,9 @@ ArchiveJob *archive_job_free(ArchiveJob *j) {
         if (!j)
                 return NULL;
         j->child_source = sd_event_source_disable_unref(j->child_source);
-        if (j->pid > 0) {
-                /* One process, killed: the wait is short, and nothing is left unreaped. */
-                (void) kill(j->pid, SIGKILL);
-                (void) waitpid(j->pid, NULL, 0);
-        }
+        /* One process, killed: the wait is short, and nothing is left unreaped. */
+        if (pidref_is_set(&j->init))
+                pidref_done_kill(&j->init);
         j->timer_source = sd_event_source_disable_unref(j->timer_source);
         safe_close(j->result_fd);
         free(j);
@@ -68,14 +66,24 @@ static int restore_errno(const ArchiveResult *res, bool have_result, const sigin
         return streq(res->step, "restore") ? res->error : restore_errno_not_damage(res->error);
 }
 
-static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
+/* The helper's pidfd is readable: it exited, and is reaped through the pidfd, never by number. */
+static int on_archive_child(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         ArchiveJob *j = userdata;
         Runner *r = j->runner;
         _cleanup_json_ json_object *reply = NULL;
         ArchiveResult res = { .error = -EIO };
+        siginfo_t status = {};
+        const siginfo_t *si = &status;
         bool have_result;
+        int q;
 
-        j->pid = 0;
+        q = pidref_wait(&j->init, WEXITED | WNOHANG | __WALL, &status, NULL);
+        if (q == 0)
+                return 0; /* not yet */
+        if (q < 0)
+                status = (siginfo_t) { .si_code = CLD_KILLED, .si_status = SIGKILL };
+        j->child_source = sd_event_source_disable_unref(j->child_source);
+        pidref_done(&j->init);
         have_result = !j->timed_out && read(j->result_fd, &res, sizeof(res)) == (ssize_t) sizeof(res);
         res.step[sizeof(res.step) - 1] = 0;
         if (j->timed_out || (!have_result && si->si_code == CLD_KILLED && si->si_status == SIGXCPU))
@@ -93,7 +101,7 @@ static int on_archive_child(sd_event_source *s, const siginfo_t *si, void *userd
                 /* A restore that failed half-way leaves nothing of the archive behind: the session
                  * either starts empty or not at all. */
                 if (j->restore) {
-                        int q = workspace_clear(&r->workspace);
+                        q = workspace_clear(&r->workspace);
                         if (q < 0) {
                                 log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                            "Failed to clear the workspace of session %s after a failed "
@@ -128,8 +136,7 @@ static int on_archive_timeout(sd_event_source *s, uint64_t usec, void *userdata)
         ArchiveJob *j = userdata;
 
         j->timed_out = true;
-        if (j->pid > 0)
-                (void) kill(j->pid, SIGKILL);
+        (void) pidref_kill(&j->init, SIGKILL);
         return 0;
 }
 
@@ -138,16 +145,15 @@ static int on_archive_timeout(sd_event_source *s, uint64_t usec, void *userdata)
 static int archive_job_spawn(Runner *r, ArchiveJob *j, int data_fd, uint64_t max_bytes,
                              uint64_t timeout_sec) {
         _cleanup_close_pair_ int result_pipe[2] = { -EBADF, -EBADF }, go_pipe[2] = { -EBADF, -EBADF };
-        pid_t pid;
         int q;
 
         if (pipe2(result_pipe, O_CLOEXEC) < 0 || pipe2(go_pipe, O_CLOEXEC) < 0)
                 return -errno;
 
-        pid = (pid_t) syscall(SYS_clone, ARCHIVE_SANDBOX_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
-        if (pid < 0)
-                return -errno;
-        if (pid == 0) {
+        q = pidref_clone(ARCHIVE_SANDBOX_CLONE_FLAGS, &j->init);
+        if (q < 0)
+                return q;
+        if (q == 0) {
                 safe_close(result_pipe[0]);
                 safe_close(go_pipe[1]);
                 archive_sandbox_run(&(ArchiveSandbox) {
@@ -162,8 +168,8 @@ static int archive_job_spawn(Runner *r, ArchiveJob *j, int data_fd, uint64_t max
                         .timeout_sec = timeout_sec,
                 });
         }
-        j->pid = pid;
-        q = sandbox_map_ids(pid, r->uid, r->gid);
+        /* Our unreaped child: its number is its own while it lives, which /proc/<pid>/ needs. */
+        q = sandbox_map_ids(j->init.pid, r->uid, r->gid);
         if (q < 0)
                 return q; /* the helper sees its go pipe close and gives up; we kill it anyway */
         if (write(go_pipe[1], "1", 1) != 1)
@@ -192,6 +198,7 @@ int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore
         *j = (ArchiveJob) { .runner = r,
                             .connection_generation = r->connection_generation,
                             .restore = restore,
+                            .init = PIDREF_NULL,
                             .result_fd = -EBADF };
         q = archive_job_spawn(r, j, data_fd, (uint64_t) max_bytes, (uint64_t) timeout_sec);
         if (q < 0) {
@@ -200,7 +207,7 @@ int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore
                 return runner_send_error(r, r->connection_generation, restore_errno_not_damage(q),
                                          "failed to start the archive helper");
         }
-        q = sd_event_add_child(r->event, &j->child_source, j->pid, WEXITED, on_archive_child, j);
+        q = sd_event_add_io(r->event, &j->child_source, j->init.fd, EPOLLIN, on_archive_child, j);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &j->timer_source, CLOCK_MONOTONIC,
                                                (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC,

@@ -142,12 +142,12 @@ static void runner_end_orphans(Runner *r) {
                         e->exec_id, r->session_id);
                 (void) pidref_kill(&e->init, SIGKILL);
         }
-        if (j && j->pid > 0 && !j->orphaned) {
+        if (j && pidref_is_set(&j->init) && !j->orphaned) {
                 j->orphaned = true;
                 log_struct(LOG_NOTICE, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "The manager went away during the %s of session %s; ending it.",
                            j->restore ? "restore" : "archive", r->session_id);
-                (void) kill(j->pid, SIGKILL);
+                (void) pidref_kill(&j->init, SIGKILL);
         }
 }
 

@@ -135,7 +135,7 @@ typedef struct ArchiveJob {
         Runner *runner;
         uint64_t connection_generation;
         bool restore;
-        pid_t pid;
+        PidRef init;                   /* the helper, held by its pidfd until reaped */
         int result_fd;                 /* pipe: the helper's ArchiveResult */
         sd_event_source *child_source;
         sd_event_source *timer_source;
