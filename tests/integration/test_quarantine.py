@@ -307,7 +307,9 @@ def test_s3_a_quarantine_that_fails_is_a_503_and_moves_nothing(s3):
         hook(s3, "fail", method="DELETE")
         hook(s3, "corrupt", method="DELETE")
     assert r.status == 503, r
-    assert "the archive is damaged and could not be moved aside" in r.json["detail"], r.json
+    # It says why the archive counts as damaged (the agent's reason), and that it stays.
+    assert ("the archive is damaged (stored archive is damaged: checksum mismatch) and could not be moved "
+            "aside; the stored archive is kept" in r.json["detail"]), r.json
     assert listed(st) == {}
     # The archive is whole at its key: an undamaged download restores it.
     r = create(stem, st)
