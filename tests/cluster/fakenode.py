@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """A stand-in for a scopebox node, for testing the balancer's rules without sandboxes: it mints
 session ids that start with its tag, answers every request with X-Scopebox-Node, refuses ids it
-did not mint as a node does (404, or 200 session_gone for /files/reset-inputs), serves /healthz
+did not mint as a node does (404, or 200 session_gone for /files/reset-inputs), keeps every request
+it receives with its body (to show what the balancer passed on), serves /healthz
 (200, or 503 once made unhealthy) and an HAProxy agent-check port ("ready up 100%", "drain", "down")."""
 import http.server
 import json
@@ -121,6 +122,13 @@ def _handler(node):
                 return self.reply(200, {"code": 0, "message": "success", "data": {"node": node.tag}})
             if self.path.startswith("/storage/"):
                 return self.reply(200, {"ok": True})
+            if self.path.startswith("/sessions/") and self.path.endswith("/reset"):
+                sid = self.path[len("/sessions/"):-len("/reset")]
+                if len(sid) != 32 or any(c not in "0123456789abcdef" for c in sid):
+                    return self.reply(400, {"detail": "invalid session_id"})
+                if sid not in node.sessions:
+                    return self.reply(404, GONE)
+                return self.reply(200, {"ok": True, "node": node.tag, "path": self.path})
             try:
                 doc = json.loads(data)
             except ValueError:

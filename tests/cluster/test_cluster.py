@@ -138,6 +138,55 @@ def test_garbage_and_foreign_ids(cluster):
     assert (status, doc) == (400, {"detail": "invalid session_id"}) and hdrs["X-Scopebox-Node"] in cluster.nodes
 
 
+def test_cancel_and_reset_reach_the_sessions_node(cluster):
+    """/exec/cancel (session_id in the body) and /sessions/{id}/reset (in the path) land on the node
+    of the session for every node; before, half of them reached the other node and got 404."""
+    sids = {}
+    while set(sids) != set(cluster.nodes):
+        sid = cluster.create(stateful=True)
+        if sid[:2] in sids:
+            cluster.call("DELETE", f"/sessions/{sid}", {})
+        else:
+            sids[sid[:2]] = sid
+    for tag, sid in sids.items():
+        assert cluster.run(sid, "x = 41")["exit_code"] == 0
+        for _ in range(4):
+            status, doc, hdrs = cluster.call("POST", "/exec/cancel", {"session_id": sid})
+            assert (status, doc, hdrs["X-Scopebox-Node"]) == (409, {"detail": "no exec is running"}, tag)
+            status, doc, hdrs = cluster.call("POST", f"/sessions/{sid}/reset")
+            assert (status, doc, hdrs["X-Scopebox-Node"]) == (200, {"ok": True}, tag)
+        # Reset on its own node: the next cell has a fresh interpreter.
+        doc = cluster.run(sid, "print('x' in globals())")
+        assert doc["stdout"] == "False\n" and doc.get("kernel") == "new", doc
+        cluster.call("DELETE", f"/sessions/{sid}", {})
+    for sid in ("c3" + "0" * 30,):
+        status, doc, hdrs = cluster.call("POST", "/exec/cancel", {"session_id": sid})
+        assert (status, doc) == (404, GONE) and "X-Scopebox-Node" not in hdrs
+        status, doc, hdrs = cluster.call("POST", f"/sessions/{sid}/reset")
+        assert (status, doc) == (404, GONE) and "X-Scopebox-Node" not in hdrs
+
+
+def test_keyless_gets_the_gateways_401_from_the_balancer(cluster):
+    """Without the key the balancer answers what a node would, and nothing more: same status and
+    body as the node's own 401, no node tag, whatever the path."""
+    sid = cluster.create()
+    node = cluster.nodes[sid[:2]]
+    for method, path, body in (("POST", "/exec", {"session_id": sid, "code": "1"}),
+                               ("POST", "/exec/cancel", {"session_id": sid}),
+                               ("POST", f"/sessions/{sid}/reset", {}), ("GET", "/healthz", None),
+                               ("POST", "/sessions", {}), ("GET", "/metrics", None),
+                               ("POST", "/v1/sandbox/run", {"language": "python3", "code": "1"})):
+        for key, headers in ((None, None), ("wrong", None), (None, {"X-Api-Key": "wrong"})):
+            status, doc, hdrs = call(cluster.url, method, path, body=body, key=key, headers=headers)
+            assert status == 401 and "X-Scopebox-Node" not in hdrs, (method, path, status, doc)
+            if path != "/healthz":
+                n_status, n_doc, _ = call(node, method, path, body=body, key=key, headers=headers)
+                assert (status, doc) == (n_status, n_doc), (method, path)
+            else:
+                assert doc == {"error": "unauthorized"}
+    cluster.call("DELETE", f"/sessions/{sid}", {})
+
+
 def test_dify_api_is_balanced(cluster):
     seen = set()
     for _ in range(6):
