@@ -385,8 +385,14 @@ static void wait_for_children_in_flight(void) {
         }
 }
 
-/* Why serve() returns in the template: the journal says it (template.py exits 75 then). */
-static PyObject *retire(const char *why, unsigned long long n_children) {
+/* serve() returns in the template: no more connections (those queued or waiting for their
+ * request see the socket closed and start cold at once, as do later ones until the next template
+ * listens), the forks in flight complete, the journal says why (template.py exits 75 then). */
+static PyObject *retire(const char *why, unsigned long long n_children, int listen_fd, Pending *pending,
+                        size_t n_pending) {
+        (void) close(listen_fd);
+        for (size_t i = 0; i < n_pending; i++)
+                safe_close(pending[i].fd);
         fprintf(stderr, "scopebox-template: %s after %llu children, to be replaced by a new one\n", why,
                 n_children);
         fflush(stderr);
@@ -473,7 +479,7 @@ static PyObject *serve(PyObject *self, PyObject *args) {
                                 return retire(aged      ? "max age reached"
                                               : expired ? "max children reached"
                                                         : "site directory changed",
-                                              n_children);
+                                              n_children, listen_fd, pending, n_pending);
                 }
                 /* Drop the done ones, and those that waited too long. */
                 for (size_t i = 0; i < n_pending;) {
@@ -497,7 +503,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
                                 pending[n_pending++] = (Pending) { conn, now_sec() };
                 }
                 if (expired && n_pending == 0)
-                        return retire(aged ? "max age reached" : "max children reached", n_children);
+                        return retire(aged ? "max age reached" : "max children reached", n_children,
+                                      listen_fd, pending, n_pending);
         }
 }
 
