@@ -83,6 +83,9 @@ static const ConfigItem config_table[] = {
              "Modules the template imports (space-separated; ones that fail to import are skipped)."),
         ITEM("SANDBOX_TEMPLATE_MAX_AGE_SECONDS", CONFIG_UINT, template_max_age, "3600", 0, 31536000,
              "Age after which the template is replaced by a new one (a new hash secret); 0: never."),
+        ITEM("SANDBOX_TEMPLATE_MAX_CHILDREN", CONFIG_UINT, template_max_children, "10000", 0, 100000000,
+             "Execs forked from one template before it is replaced by a new one (new canary, pointer "
+             "guard, addresses and hash secret); 0: no bound."),
         ITEM("SANDBOX_MAX_OUTPUT_BYTES", CONFIG_SIZE, max_output_bytes, "32768", 1024, 64ULL << 20,
              "Bytes of stdout and of stderr kept per exec."),
         ITEM("SANDBOX_MAX_ARTIFACT_BYTES", CONFIG_SIZE, max_artifact_bytes, "20M", 0, 1ULL << 30,

@@ -36,6 +36,7 @@ typedef struct Config {
         bool preload;
         char *preload_modules;
         uint64_t template_max_age;
+        uint64_t template_max_children;
         uint64_t workspace_size;
         uint64_t tmp_size;
 

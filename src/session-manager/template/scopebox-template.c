@@ -110,7 +110,7 @@ static int build_tree(void) {
 static int template_run(const Config *config) {
         _cleanup_free_ char *modules = NULL;
         struct stat site = {};
-        char site_arg[96], age_arg[32], buf[192];
+        char site_arg[96], age_arg[32], children_arg[32], buf[192];
         char *envp[32], *args[512];
         const char *step = NULL;
         size_t n = 0;
@@ -122,6 +122,8 @@ static int template_run(const Config *config) {
         snprintf(site_arg, sizeof(site_arg), "%llu:%llu:%u:%u", (unsigned long long) site.st_dev,
                  (unsigned long long) site.st_ino, (unsigned) site.st_mode, (unsigned) site.st_uid);
         snprintf(age_arg, sizeof(age_arg), "%llu", (unsigned long long) config->template_max_age);
+        snprintf(children_arg, sizeof(children_arg), "%llu",
+                 (unsigned long long) config->template_max_children);
 
         notify = connect_notify_socket();
         if (notify < 0 && notify != -ENOENT)
@@ -178,6 +180,7 @@ static int template_run(const Config *config) {
         args[n++] = (char *) TEMPLATE_MODULE;
         args[n++] = site_arg;
         args[n++] = age_arg;
+        args[n++] = children_arg;
         args[n++] = (char *) (notify >= 0 ? "4" : "-1");
         modules = strdup(config->preload_modules ?: "");
         if (!modules)

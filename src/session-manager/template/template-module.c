@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -239,10 +240,11 @@ fail:
         _exit(1);
 }
 
-/* One request on 'conn': 1 when a payload was forked (in the payload: *ret_in_payload), 0 when
- * the connection is done without one, -ESTALE when the template must be rebuilt. */
+/* One request on 'conn': 1 when its request has not come yet, 0 when the connection is done
+ * (*ret_forked if a child was forked for it; in the payload, *ret_in_payload and 1), -ESTALE
+ * when the template must be rebuilt. */
 static int handle_request(int conn, const struct stat *site, bool expired, Served *out,
-                          bool *ret_in_payload) {
+                          bool *ret_in_payload, bool *ret_forked) {
         static TemplateRequest req;
         int fds[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX];
         struct statfs sfs;
@@ -296,6 +298,8 @@ static int handle_request(int conn, const struct stat *site, bool expired, Serve
         PyOS_AfterFork_Parent();
         if (pid < 0)
                 send_reply(conn, errno);
+        else
+                *ret_forked = true;
 done:
         /* Every later child is a copy of this memory: nothing of one session's request (its
          * proxies, say) may stay in it for the next session's payload to find. */
@@ -337,15 +341,76 @@ static void notify_ready(int notify_fd, const char *status) {
         (void) close(notify_fd);
 }
 
-/* serve(listen_fd, notify_fd, site_dev, site_ino, site_mode, site_uid, max_age_seconds, status):
- * the fork server. Returns (profile, environment) in each payload, None in the template when it
- * must be restarted (the operator's packages changed, or it is older than max_age_seconds: a new
- * one gets a new hash secret). notify_fd (-1: none) gets READY=1 once it listens. */
+/* Whether our child 'pid' is still in the template's cgroups: it leaves them for the session's
+ * before it enters the session's mount namespace, the last of its setns() calls. */
+static bool child_in_flight(pid_t pid, const struct stat *own_mnt) {
+        char path[64];
+        struct stat st;
+
+        snprintf(path, sizeof(path), "/proc/%i/ns/mnt", (int) pid);
+        if (stat(path, &st) < 0)
+                return false; /* gone (or not ours to look at) */
+        return st.st_dev == own_mnt->st_dev && st.st_ino == own_mnt->st_ino;
+}
+
+/* Before the template exits (and systemd ends what is left in its cgroup), each child forked
+ * for a request is let finish its way into its session: the fork in flight completes. Bounded
+ * by the time a runner waits for its answer; children that end meanwhile are reaped. */
+static void wait_for_children_in_flight(void) {
+        char path[64];
+        struct stat own_mnt;
+
+        if (stat("/proc/self/ns/mnt", &own_mnt) < 0)
+                return;
+        snprintf(path, sizeof(path), "/proc/self/task/%i/children", (int) getpid());
+        for (unsigned tries = 0; tries < TEMPLATE_REPLY_TIMEOUT_MS / 10; tries++) {
+                _cleanup_free_ char *text = NULL;
+                _cleanup_close_ int fd = -EBADF;
+                bool waiting = false;
+
+                while (waitpid(-1, NULL, WNOHANG) > 0)
+                        ;
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0 || read_full_fd(fd, 64 * 1024, &text, NULL) < 0)
+                        return;
+                for (char *p = text, *end; *p; p = end) {
+                        long pid = strtol(p, &end, 10);
+                        if (end == p)
+                                break;
+                        waiting = waiting || (pid > 0 && child_in_flight((pid_t) pid, &own_mnt));
+                }
+                if (!waiting)
+                        return;
+                (void) usleep(10 * 1000);
+        }
+}
+
+/* serve() returns in the template: no more connections (those queued or waiting for their
+ * request see the socket closed and start cold at once, as do later ones until the next template
+ * listens), the forks in flight complete, the journal says why (template.py exits 75 then). */
+static PyObject *retire(const char *why, unsigned long long n_children, int listen_fd, Pending *pending,
+                        size_t n_pending) {
+        (void) close(listen_fd);
+        for (size_t i = 0; i < n_pending; i++)
+                safe_close(pending[i].fd);
+        fprintf(stderr, "scopebox-template: %s after %llu children, to be replaced by a new one\n", why,
+                n_children);
+        fflush(stderr);
+        wait_for_children_in_flight();
+        Py_RETURN_NONE;
+}
+
+/* serve(listen_fd, notify_fd, site_dev, site_ino, site_mode, site_uid, max_age_seconds,
+ * max_children, status): the fork server. Returns (profile, environment) in each payload, None in
+ * the template when it must be restarted: the operator's packages changed, or it is older than
+ * max_age_seconds or has forked max_children children (0: no bound). Its children share its
+ * stack canary, pointer guard, addresses and hash secret; a new one has new ones
+ * (docs/security.md). notify_fd (-1: none) gets READY=1 once it listens. */
 static PyObject *serve(PyObject *self, PyObject *args) {
         static Served served;
         static Pending pending[PENDING_MAX];
         static size_t n_pending;
-        unsigned long long dev, ino, max_age;
+        unsigned long long dev, ino, max_age, max_children, n_children = 0;
         unsigned int mode, uid;
         struct stat site = {};
         const char *status;
@@ -353,8 +418,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         sigset_t mask;
         time_t started = now_sec();
 
-        if (!PyArg_ParseTuple(args, "iiKKIIKs", &listen_fd, &notify_fd, &dev, &ino, &mode, &uid, &max_age,
-                              &status))
+        if (!PyArg_ParseTuple(args, "iiKKIIKKs", &listen_fd, &notify_fd, &dev, &ino, &mode, &uid, &max_age,
+                              &max_children, &status))
                 return NULL;
         site.st_dev = (dev_t) dev;
         site.st_ino = (ino_t) ino;
@@ -370,7 +435,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
 
         for (;;) {
                 struct pollfd p[PENDING_MAX + 2];
-                bool expired = max_age > 0 && (unsigned long long) (now_sec() - started) >= max_age;
+                bool aged = max_age > 0 && (unsigned long long) (now_sec() - started) >= max_age;
+                bool expired = aged || (max_children > 0 && n_children >= max_children);
                 size_t n = 0;
                 int q;
 
@@ -393,19 +459,27 @@ static PyObject *serve(PyObject *self, PyObject *args) {
                         ;
 
                 for (size_t i = 0; q > 0 && i < n_pending; i++) {
-                        bool in_payload = false;
+                        bool in_payload = false, forked = false;
                         int r;
 
                         if (!p[2 + i].revents)
                                 continue;
-                        r = handle_request(pending[i].fd, &site, expired, &served, &in_payload);
+                        r = handle_request(pending[i].fd, &site, expired, &served, &in_payload, &forked);
                         if (in_payload)
                                 return payload_result(&served);
                         if (r == 1)
                                 continue;
                         pending[i].fd = -EBADF; /* handle_request() closed it */
+                        n_children += forked;
+                        /* The last child of this generation is forked: the connections still
+                         * waiting get ESTALE below and start cold, as later ones until the next
+                         * template listens. */
+                        expired = expired || (max_children > 0 && n_children >= max_children);
                         if (r == -ESTALE)
-                                Py_RETURN_NONE;
+                                return retire(aged      ? "max age reached"
+                                              : expired ? "max children reached"
+                                                        : "site directory changed",
+                                              n_children, listen_fd, pending, n_pending);
                 }
                 /* Drop the done ones, and those that waited too long. */
                 for (size_t i = 0; i < n_pending;) {
@@ -429,7 +503,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
                                 pending[n_pending++] = (Pending) { conn, now_sec() };
                 }
                 if (expired && n_pending == 0)
-                        Py_RETURN_NONE;
+                        return retire(aged ? "max age reached" : "max children reached", n_children,
+                                      listen_fd, pending, n_pending);
         }
 }
 

@@ -184,8 +184,9 @@ def _run_cell(profile, env):
 def _main():
     import importlib.machinery
     import importlib.util
-    module_path, site, max_age, notify_fd = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    names = sys.argv[5:]
+    module_path, site = sys.argv[1], sys.argv[2]
+    max_age, max_children, notify_fd = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    names = sys.argv[6:]
     dev, ino, mode, uid = (int(x) for x in site.split(":"))
     loader = importlib.machinery.ExtensionFileLoader("_scopebox_template", module_path)
     spec = importlib.util.spec_from_file_location("_scopebox_template", module_path, loader=loader)
@@ -199,9 +200,12 @@ def _main():
     gc.collect()
     gc.freeze()
     print(f"scopebox-template: ready, {len(sys.modules)} modules imported", file=sys.stderr, flush=True)
-    job = template.serve(3, notify_fd, dev, ino, mode, uid, max_age, f"Serving, {len(sys.modules)} modules imported.")
+    job = template.serve(3, notify_fd, dev, ino, mode, uid, max_age, max_children,
+                         f"Serving, {len(sys.modules)} modules imported.")
     if job is None:
-        sys.exit(75)  # to be started anew: systemd restarts it
+        # To be started anew (systemd restarts it): a new interpreter, so a new stack canary,
+        # pointer guard, ASLR layout and hash secret for the next generation of children.
+        sys.exit(75)
     _run_cell(*job)
 
 
