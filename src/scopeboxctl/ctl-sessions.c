@@ -60,8 +60,15 @@ static bool scope_info(sd_bus *bus, const SessionInfo *s, UnitInfo *ret) {
         return true;
 }
 
+/* The rows of "sessions", and the dify run sandboxes left out of them. */
+typedef struct SessionRows {
+        CtlRows rows;
+        unsigned n_run_sandboxes;
+} SessionRows;
+
 static int sessions_add_row(sd_bus_message *reply, void *userdata) {
-        CtlRows *out = userdata; /* both filled, one printed */
+        SessionRows *sr = userdata;
+        CtlRows *out = &sr->rows; /* both filled, one printed */
         _cleanup_(unit_info_done) UnitInfo u = {};
         char age[32], idle[32], mem[32], tasks[32];
         uint64_t now = out->now;
@@ -79,6 +86,13 @@ static int sessions_add_row(sd_bus_message *reply, void *userdata) {
         if (r < 0)
                 return r;
 
+        /* A dify run's sandbox (pooled, or serving a run) is no session: no call of the sidecar
+         * API knows its id, so it is no row here either. Counted, for the legend. */
+        if (s.ephemeral) {
+                sr->n_run_sandboxes++;
+                return 0;
+        }
+
         have_unit = scope_info(out->bus, &s, &u);
         json_object_array_add(out->array, session_to_json(&s, have_unit ? &u : NULL, now));
         return table_add_row(out->table, s.id,
@@ -86,7 +100,7 @@ static int sessions_add_row(sd_bus_message *reply, void *userdata) {
                              format_duration(idle, sizeof(idle), elapsed_usec(now, s.last_active_usec)),
                              format_bytes(mem, sizeof(mem), have_unit ? u.memory_current : UINT64_MAX),
                              format_u64(tasks, sizeof(tasks), have_unit ? u.tasks_current : UINT64_MAX),
-                             s.exec_running ? "running" : s.ephemeral ? "run" : "-", s.unit);
+                             s.exec_running ? "running" : "-", s.unit);
 }
 
 int verb_sessions(Ctl *c) {
@@ -95,6 +109,7 @@ int verb_sessions(Ctl *c) {
         _cleanup_json_ json_object *list = NULL;
         _cleanup_(table_freep) Table *table = NULL;
         uint64_t now = now_usec(CLOCK_REALTIME);
+        SessionRows rows;
         sd_bus *bus;
         int draining = 0, r;
 
@@ -111,8 +126,8 @@ int verb_sessions(Ctl *c) {
         if (!list || r < 0)
                 return ctl_error(ENOMEM, "Out of memory.");
 
-        r = bus_message_read_array(reply, "(sa{sv})", SIZE_MAX, sessions_add_row,
-                                   &(CtlRows) { c, bus, list, table, now });
+        rows = (SessionRows) { .rows = { c, bus, list, table, now } };
+        r = bus_message_read_array(reply, "(sa{sv})", SIZE_MAX, sessions_add_row, &rows);
         if (r < 0)
                 return ctl_error(r, "Failed to read the session list: %m");
 
@@ -121,6 +136,10 @@ int verb_sessions(Ctl *c) {
                 return 0;
         }
         table_print(table, stdout, c->legend, c->legend);
+        if (c->legend && rows.n_run_sandboxes > 0)
+                printf("\n%u dify run sandbox%s (pooled, or serving a run): no session%s, not listed.\n",
+                       rows.n_run_sandboxes, rows.n_run_sandboxes == 1 ? "" : "es",
+                       rows.n_run_sandboxes == 1 ? "" : "s");
         /* The list answered, so the manager runs: its word on draining costs no activation. */
         if (c->legend &&
             sd_bus_get_property_trivial(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
@@ -193,7 +212,7 @@ int verb_inspect(Ctl *c) {
         char a[32], b[32], d[32];
         uint64_t idle = elapsed_usec(now, s.last_active_usec);
 
-        printf("Session:     %s (%s%s)\n", s.id, s.state, s.ephemeral ? ", a dify run" : "");
+        printf("Session:     %s (%s)\n", s.id, s.state);
         printf("Unit:        %s (%s/%s)\n", s.unit, have_unit ? strna(u.active_state) : "unknown",
                have_unit ? strna(u.sub_state) : "unknown");
         printf("Age:         %s\n", format_duration(a, sizeof(a), elapsed_usec(now, s.created_usec)));

@@ -34,6 +34,27 @@ static void reply_error(sd_bus_message *m, int error, const char *message) {
                 log_debug_errno(r, "Failed to send error reply, ignoring: %m");
 }
 
+/* ---- the sessions a caller may name ---- */
+
+/* A dify run's sandbox (ephemeral: in use by a run, or pooled for one that has not taken it yet)
+ * is no sidecar session: it serves one run and nothing else. A session id is all a sidecar call
+ * has, so every call that names one finds it through here, and such a sandbox answers exactly as
+ * an unknown id does (NoSuchSession). The dify path keeps its own pointers (run.c) and never looks
+ * a session up by id. */
+static inline bool session_is_sidecar(const Session *s) {
+        return s && !s->ephemeral;
+}
+
+static Session *manager_find_sidecar_session(Manager *mgr, const char *id) {
+        Session *s = manager_find_session(mgr, id);
+
+        if (s && !session_is_sidecar(s)) {
+                log_debug("A call named run sandbox %s, which is no session: answered as unknown.", id);
+                return NULL;
+        }
+        return s;
+}
+
 /* ---- callers that hang up (CreateSession, Exec, Run) ---- */
 
 #define CANCELLED_MESSAGE "cancelled: the caller hung up"
@@ -163,7 +184,7 @@ static int on_create_delivery(sd_event_source *source, int fd, uint32_t revents,
                 log_debug("The answer of the create of session %s reached its client.", d->id);
         else {
                 /* Gone meanwhile (released, reaped): nothing to do. */
-                s = manager_find_session(d->manager, d->id);
+                s = manager_find_sidecar_session(d->manager, d->id);
                 if (s && s->state != SESSION_STOPPING) {
                         log_struct(LOG_INFO, 0,
                                    LOG_FIELDS(LOG_SESSION_FIELD(d->id), "SCOPEBOX_EVENT=session-abandoned"),
@@ -429,7 +450,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
 
-        s = manager_find_session(mgr, id);
+        s = manager_find_sidecar_session(mgr, id);
         if (!s) {
                 /* Gone already (reaped, or an earlier release): a discard still deletes the archive
                  * the client names. The answer stays "no such session", which the gateway turns into
@@ -626,7 +647,7 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                                                 "stream must be the write end of a pipe");
         }
 
-        s = manager_find_session(mgr, id);
+        s = manager_find_sidecar_session(mgr, id);
         if (!s || s->state != SESSION_RUNNING)
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
                                         "session not found or not running");
@@ -764,7 +785,7 @@ static Session *bus_find_session(Manager *mgr, const char *id, bool running, sd_
                 sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
                 return NULL;
         }
-        s = manager_find_session(mgr, id);
+        s = manager_find_sidecar_session(mgr, id);
         if (!s || (running && s->state != SESSION_RUNNING)) {
                 sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
                 return NULL;
