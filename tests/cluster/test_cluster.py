@@ -43,8 +43,11 @@ class Cluster:
         return doc
 
     def node(self, tag, *args, check=True):
-        return subprocess.run([str(CLUSTER), "node", tag, *args], capture_output=True, text=True,
-                              check=check, timeout=180)
+        r = subprocess.run([str(CLUSTER), "node", tag, *args], capture_output=True, text=True, timeout=180)
+        # A failure says why: the script's own words (a port held, a node that did not answer).
+        assert not check or r.returncode == 0, (f"tools/cluster node {tag} {' '.join(args)}: exit "
+                                                f"{r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        return r
 
     def storage(self):
         return {"provider": "s3", "prefix": "cluster/", "s3_bucket": "scopebox-test", "s3_region": "us-east-1",

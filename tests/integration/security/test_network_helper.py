@@ -250,8 +250,10 @@ print(json.dumps(out))
 
 
 def slirp_up():
+    """slirp4netns is up before the payload (PID 1 waits for it): both are looked at once the
+    payload, which holds until released, is there too."""
     out = json.loads(system_python(INSPECT))
-    return out if out["slirps"] else None
+    return out if out["slirps"] and out["payload_uids"] else None
 
 
 def test_slirp4netns_runs_as_the_runs_uid_without_privileges():
