@@ -9,6 +9,7 @@
 #include "json-util.h"
 #include "macro.h"
 #include "runner-protocol.h"
+#include "string-util.h"
 
 int runner_message_send(int fd, json_object *msg, const int *fds, size_t n_fds) {
         union {
@@ -109,115 +110,194 @@ fail:
         return r;
 }
 
+/* ---- the messages, declared once ---- */
+
+/* clang-format off: one member a line, as a table. */
+
+#define U64(name, type, member, flags, lo, hi) \
+        { name, SCHEMA_U64, flags, offsetof(type, member), 0, lo, hi, NULL }
+#define INT(name, type, member, flags, lo, hi) \
+        { name, SCHEMA_INT, flags, offsetof(type, member), 0, lo, hi, NULL }
+#define BOOL(name, type, member, flags) { name, SCHEMA_BOOL, flags, offsetof(type, member), 0, 0, 0, NULL }
+#define STR(name, type, member, flags, max) \
+        { name, SCHEMA_STRING, flags, offsetof(type, member), 0, 0, max, NULL }
+#define OPTIONAL_U64(name, type, member, present) \
+        { name, SCHEMA_U64, SCHEMA_PRESENCE, offsetof(type, member), offsetof(type, present), 0, 0, NULL }
+#define ARRAY(name, type, member, count, flags, sub) \
+        { name, SCHEMA_ARRAY, flags, offsetof(type, member), offsetof(type, count), 0, 0, &(sub) }
+#define MESSAGE(var, op, k, type, ...) \
+        const SchemaMessage var = { op, k, sizeof(type), (const SchemaField[]) { __VA_ARGS__, {} } }
+#define M SCHEMA_MANDATORY
+
+MESSAGE(runner_init_request, "init", SCHEMA_REQUEST, RunnerInitRequest,
+        U64("uid", RunnerInitRequest, uid, M, 1, 0xfffffffe),
+        U64("gid", RunnerInitRequest, gid, M, 1, 0xfffffffe),
+        U64("workspace_size", RunnerInitRequest, workspace_size, M, 1, INT64_MAX),
+        U64("tmp_size", RunnerInitRequest, tmp_size, M, 1, INT64_MAX),
+        U64("cpus_percent", RunnerInitRequest, cpus_percent, M, 1, INT64_MAX),
+        STR("preload_modules", RunnerInitRequest, preload_modules, 0, 4096),
+        U64("idle_backstop_sec", RunnerInitRequest, idle_backstop_sec, SCHEMA_ALWAYS, 0, 0));
+
+MESSAGE(runner_exec_request, "exec", SCHEMA_REQUEST, RunnerExecRequest,
+        STR("exec_id", RunnerExecRequest, exec_id, M | SCHEMA_PRINTABLE, RUNNER_EXEC_ID_MAX),
+        U64("timeout_ms", RunnerExecRequest, timeout_ms, M, 1, RUNNER_TIMEOUT_SEC_MAX * 1000),
+        U64("output_limit", RunnerExecRequest, output_limit, M, 1, RUNNER_OUTPUT_LIMIT_MAX),
+        U64("max_artifact_bytes", RunnerExecRequest, max_artifact_bytes, M, 0, 0),
+        U64("max_files", RunnerExecRequest, max_files, M, 0, 0),
+        U64("max_total_artifact_bytes", RunnerExecRequest, max_total_artifact_bytes, M, 0, 0),
+        U64("memory_limit", RunnerExecRequest, memory_limit, SCHEMA_ALWAYS, 0, 0),
+        STR("language", RunnerExecRequest, language, SCHEMA_PRINTABLE, 16),
+        BOOL("no_processes", RunnerExecRequest, no_processes, 0),
+        BOOL("cold", RunnerExecRequest, cold, 0),
+        BOOL("stateful", RunnerExecRequest, stateful, 0),
+        BOOL("network", RunnerExecRequest, network, 0),
+        STR("http_proxy", RunnerExecRequest, http_proxy, SCHEMA_PRINTABLE, RUNNER_ENV_VALUE_MAX),
+        STR("https_proxy", RunnerExecRequest, https_proxy, SCHEMA_PRINTABLE, RUNNER_ENV_VALUE_MAX));
+
+MESSAGE(runner_cancel_request, "cancel", SCHEMA_REQUEST, RunnerCancelRequest,
+        STR("exec_id", RunnerCancelRequest, exec_id, M | SCHEMA_PRINTABLE, RUNNER_EXEC_ID_MAX));
+
+MESSAGE(runner_write_request, "write", SCHEMA_REQUEST, RunnerFileRequest,
+        STR("path", RunnerFileRequest, path, M, RUNNER_PATH_MAX));
+MESSAGE(runner_read_request, "read", SCHEMA_REQUEST, RunnerFileRequest,
+        STR("path", RunnerFileRequest, path, M, RUNNER_PATH_MAX),
+        U64("max", RunnerFileRequest, max, M, 1, INT64_MAX));
+
+#define ARCHIVE_FIELDS \
+        U64("max_bytes", RunnerArchiveRequest, max_bytes, M, 1, INT64_MAX), \
+        U64("timeout_sec", RunnerArchiveRequest, timeout_sec, M, 1, RUNNER_TIMEOUT_SEC_MAX)
+MESSAGE(runner_archive_request, "archive", SCHEMA_REQUEST, RunnerArchiveRequest, ARCHIVE_FIELDS);
+MESSAGE(runner_restore_request, "restore", SCHEMA_REQUEST, RunnerArchiveRequest, ARCHIVE_FIELDS);
+
+/* Requests that are only their op. */
+#define EMPTY_MESSAGE(var, op, k) \
+        const SchemaMessage var = { op, k, sizeof(RunnerNoParameters), (const SchemaField[]) { {} } }
+EMPTY_MESSAGE(runner_ping_request, "ping", SCHEMA_REQUEST);
+EMPTY_MESSAGE(runner_list_request, "list", SCHEMA_REQUEST);
+EMPTY_MESSAGE(runner_reset_inputs_request, "reset-inputs", SCHEMA_REQUEST);
+EMPTY_MESSAGE(runner_reset_kernel_request, "reset-kernel", SCHEMA_REQUEST);
+
+MESSAGE(runner_init_reply, NULL, SCHEMA_REPLY, RunnerInitReply,
+        INT("pid", RunnerInitReply, pid, 0, 1, INT32_MAX),
+        BOOL("cancel", RunnerInitReply, cancel, 0));
+
+MESSAGE(runner_ping_reply, NULL, SCHEMA_REPLY, RunnerPingReply,
+        BOOL("initialized", RunnerPingReply, initialized, SCHEMA_ALWAYS),
+        BOOL("busy", RunnerPingReply, busy, SCHEMA_ALWAYS),
+        BOOL("cancel", RunnerPingReply, cancel, 0));
+
+MESSAGE(runner_archive_reply, NULL, SCHEMA_REPLY, RunnerArchiveReply,
+        U64("bytes", RunnerArchiveReply, bytes, M, 0, 0),
+        INT("refused", RunnerArchiveReply, refused, SCHEMA_ALWAYS, 0, INT32_MAX));
+
+/* A reply that is only "ok": true (write, read, list, reset-*: their data, if any, in the fd). */
+EMPTY_MESSAGE(runner_ok_reply, NULL, SCHEMA_REPLY);
+
+MESSAGE(runner_error_reply, NULL, SCHEMA_ERROR, RunnerErrorReply,
+        INT("errno", RunnerErrorReply, error_number, M, 1, 4095),
+        STR("error", RunnerErrorReply, error, 0, 0));
+
+static MESSAGE(exec_file, NULL, SCHEMA_NESTED, ExecFile,
+        STR("path", ExecFile, path, M, RUNNER_PATH_MAX),
+        U64("offset", ExecFile, offset, M, 0, 0),
+        U64("size", ExecFile, size, M, 0, 0));
+
+static MESSAGE(exec_blocked, NULL, SCHEMA_NESTED, ExecBlocked,
+        STR("name", ExecBlocked, name, M | SCHEMA_PRINTABLE, 64),
+        STR("verdict", ExecBlocked, verdict, M | SCHEMA_PRINTABLE, 64),
+        { "count", SCHEMA_U32, M, offsetof(ExecBlocked, count), 0, 0, 0, NULL });
+
+static MESSAGE(exec_usage, NULL, SCHEMA_NESTED, RunnerExecUsage,
+        OPTIONAL_U64("cpu_usec", RunnerExecUsage, cpu_usec, has_cpu),
+        OPTIONAL_U64("max_rss_bytes", RunnerExecUsage, max_rss_bytes, has_rss),
+        OPTIONAL_U64("written_bytes", RunnerExecUsage, written_bytes, has_written),
+        OPTIONAL_U64("processes", RunnerExecUsage, processes, has_processes));
+
+MESSAGE(runner_exec_result, NULL, SCHEMA_REPLY, RunnerExecResult,
+        INT("exit_code", RunnerExecResult, exit_code, M, 0, 255),
+        INT("signal", RunnerExecResult, signal, SCHEMA_ALWAYS, 0, 64),
+        BOOL("timed_out", RunnerExecResult, timed_out, SCHEMA_ALWAYS),
+        BOOL("cancelled", RunnerExecResult, cancelled, 0),
+        U64("duration_usec", RunnerExecResult, duration_usec, SCHEMA_ALWAYS, 0, 0),
+        U64("stdout_size", RunnerExecResult, stdout_size, M, 0, 0),
+        U64("stderr_size", RunnerExecResult, stderr_size, M, 0, 0),
+        BOOL("stdout_truncated", RunnerExecResult, stdout_truncated, SCHEMA_ALWAYS),
+        BOOL("stderr_truncated", RunnerExecResult, stderr_truncated, SCHEMA_ALWAYS),
+        ARRAY("files", RunnerExecResult, files, n_files, M, exec_file),
+        U64("files_skipped", RunnerExecResult, files_skipped, SCHEMA_ALWAYS, 0, 0),
+        BOOL("oom_killed", RunnerExecResult, oom_killed, SCHEMA_ALWAYS),
+        BOOL("pids_limited", RunnerExecResult, pids_limited, SCHEMA_ALWAYS),
+        STR("exit_reason", RunnerExecResult, exit_reason, SCHEMA_PRINTABLE, 32),
+        STR("kernel", RunnerExecResult, kernel, SCHEMA_PRINTABLE, 16),
+        { "resources", SCHEMA_OBJECT, SCHEMA_ALWAYS, offsetof(RunnerExecResult, resources), 0, 0, 0,
+          &exec_usage },
+        ARRAY("blocked_syscalls", RunnerExecResult, blocked, n_blocked, 0, exec_blocked));
+
+/* clang-format on */
+
+static const SchemaMessage *const runner_requests[] = {
+        &runner_init_request,   &runner_exec_request,         &runner_cancel_request,
+        &runner_write_request,  &runner_read_request,         &runner_archive_request,
+        &runner_restore_request, &runner_ping_request,        &runner_list_request,
+        &runner_reset_inputs_request, &runner_reset_kernel_request,
+};
+
+const SchemaMessage *runner_request_lookup(json_object *msg) {
+        json_object *op;
+
+        if (!json_object_object_get_ex(msg, "op", &op) || !json_object_is_type(op, json_type_string))
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(runner_requests); i++)
+                if (streq(json_object_get_string(op), runner_requests[i]->name))
+                        return runner_requests[i];
+        return NULL;
+}
+
 /* ---- the manager's requests ---- */
 
-/* A new request: its op, then the members the caller adds with json_add_checked() on *error. */
-static json_object *request_new(const char *op, int *error) {
-        json_object *o = json_object_new_object();
-
-        *error = o ? 0 : -ENOMEM;
-        if (o)
-                json_add_checked(o, "op", json_object_new_string(op), error);
-        return o;
-}
-
-/* Hands out the request if every member made it in. */
-static int request_finish(json_object *o, int error, json_object **ret) {
-        if (!o || error < 0) {
-                json_object_put(o);
-                return error < 0 ? error : -ENOMEM;
-        }
-        *ret = o;
-        return 0;
-}
-
-static void add_u64(json_object *o, const char *key, uint64_t v, int *error) {
-        json_add_checked(o, key, json_object_new_int64((int64_t) v), error);
-}
-
-static void add_true(json_object *o, const char *key, bool v, int *error) {
-        if (v)
-                json_add_checked(o, key, json_object_new_boolean(true), error);
-}
-
 int runner_request_init(const RunnerInitRequest *p, json_object **ret) {
-        int jr;
-        json_object *o = request_new("init", &jr);
-
-        add_u64(o, "uid", p->uid, &jr);
-        add_u64(o, "gid", p->gid, &jr);
-        add_u64(o, "workspace_size", p->workspace_size, &jr);
-        add_u64(o, "tmp_size", p->tmp_size, &jr);
-        add_u64(o, "cpus_percent", p->cpus_percent, &jr);
-        if (p->preload_modules)
-                json_add_checked(o, "preload_modules", json_object_new_string(p->preload_modules), &jr);
-        add_u64(o, "idle_backstop_sec", p->idle_backstop_sec, &jr);
-        return request_finish(o, jr, ret);
+        return schema_build(&runner_init_request, p, ret);
 }
 
 int runner_request_exec(const RunnerExecRequest *p, json_object **ret) {
-        int jr;
-        json_object *o = request_new("exec", &jr);
+        RunnerExecRequest q = *p;
 
-        json_add_checked(o, "exec_id", json_object_new_string(p->exec_id), &jr);
-        add_u64(o, "timeout_ms", p->timeout_ms, &jr);
-        add_u64(o, "output_limit", p->output_limit, &jr);
-        add_u64(o, "max_artifact_bytes", p->max_artifact_bytes, &jr);
-        add_u64(o, "max_files", p->max_files, &jr);
-        add_u64(o, "max_total_artifact_bytes", p->max_total_artifact_bytes, &jr);
-        add_u64(o, "memory_limit", p->memory_limit, &jr);
-        if (p->language)
-                json_add_checked(o, "language", json_object_new_string(p->language), &jr);
-        add_true(o, "no_processes", p->no_processes, &jr);
-        add_true(o, "cold", p->cold, &jr);
-        add_true(o, "stateful", p->stateful, &jr);
-        if (p->network) {
-                add_true(o, "network", true, &jr);
-                if (p->http_proxy && p->http_proxy[0])
-                        json_add_checked(o, "http_proxy", json_object_new_string(p->http_proxy), &jr);
-                if (p->https_proxy && p->https_proxy[0])
-                        json_add_checked(o, "https_proxy", json_object_new_string(p->https_proxy), &jr);
-        }
-        return request_finish(o, jr, ret);
+        /* Proxies only with a network; an empty one is none. */
+        if (!q.network || isempty(q.http_proxy))
+                q.http_proxy = NULL;
+        if (!q.network || isempty(q.https_proxy))
+                q.https_proxy = NULL;
+        return schema_build(&runner_exec_request, &q, ret);
 }
 
 int runner_request_op(const char *op, json_object **ret) {
-        int jr;
-        json_object *o = request_new(op, &jr);
+        static const SchemaMessage *const ops[] = {
+                &runner_ping_request,
+                &runner_list_request,
+                &runner_reset_inputs_request,
+                &runner_reset_kernel_request,
+        };
 
-        return request_finish(o, jr, ret);
+        for (size_t i = 0; i < ELEMENTSOF(ops); i++)
+                if (streq(op, ops[i]->name))
+                        return schema_build(ops[i], &(RunnerNoParameters) {}, ret);
+        return -EINVAL;
 }
 
 int runner_request_cancel(const char *exec_id, json_object **ret) {
-        int jr;
-        json_object *o = request_new("cancel", &jr);
-
-        json_add_checked(o, "exec_id", json_object_new_string(exec_id), &jr);
-        return request_finish(o, jr, ret);
+        return schema_build(&runner_cancel_request, &(RunnerCancelRequest) { .exec_id = exec_id }, ret);
 }
 
 int runner_request_write(const char *path, json_object **ret) {
-        int jr;
-        json_object *o = request_new("write", &jr);
-
-        json_add_checked(o, "path", json_object_new_string(path), &jr);
-        return request_finish(o, jr, ret);
+        return schema_build(&runner_write_request, &(RunnerFileRequest) { .path = path }, ret);
 }
 
 int runner_request_read(const char *path, uint64_t max, json_object **ret) {
-        int jr;
-        json_object *o = request_new("read", &jr);
-
-        json_add_checked(o, "path", json_object_new_string(path), &jr);
-        add_u64(o, "max", max, &jr);
-        return request_finish(o, jr, ret);
+        return schema_build(&runner_read_request, &(RunnerFileRequest) { .path = path, .max = max }, ret);
 }
 
 int runner_request_archive(bool restore, uint64_t max_bytes, uint64_t timeout_sec, json_object **ret) {
-        int jr;
-        json_object *o = request_new(restore ? "restore" : "archive", &jr);
-
-        add_u64(o, "max_bytes", max_bytes, &jr);
-        add_u64(o, "timeout_sec", timeout_sec, &jr);
-        return request_finish(o, jr, ret);
+        return schema_build(restore ? &runner_restore_request : &runner_archive_request,
+                            &(RunnerArchiveRequest) { .max_bytes = max_bytes, .timeout_sec = timeout_sec },
+                            ret);
 }

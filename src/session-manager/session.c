@@ -593,16 +593,12 @@ static int on_control(sd_event_source *source, int fd, uint32_t revents, void *u
                 if (json_object_object_get_ex(reply, "ok", &ok) && json_object_get_boolean(ok))
                         session_complete_in_flight(s, 0, NULL, reply, n_fds > 0 ? fds[0] : -EBADF);
                 else {
-                        json_object *e = NULL, *en = NULL;
-                        int error;
+                        RunnerErrorReply e;
 
-                        (void) json_object_object_get_ex(reply, "error", &e);
-                        (void) json_object_object_get_ex(reply, "errno", &en);
-                        error = en ? json_object_get_int(en) : EIO;
-                        if (error <= 0 || error > 4095)
-                                error = EIO;
-                        session_complete_in_flight(s, -error, e ? json_object_get_string(e) : "runner error",
-                                                   NULL, -EBADF);
+                        if (schema_parse(&runner_error_reply, reply, &e, NULL) < 0)
+                                e = (RunnerErrorReply) { .error_number = EIO };
+                        session_complete_in_flight(s, -e.error_number, e.error ?: "runner error", NULL,
+                                                   -EBADF);
                 }
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
@@ -872,16 +868,18 @@ static void session_reset_inputs_then_ready(Session *s);
 
 /* What the runner can do beyond the basics, from its answer to init or ping. A runner started by an
  * earlier version of ours (recovered after an upgrade) may know less. */
-static void session_learn_runner(Session *s, json_object *reply) {
-        json_object *v;
-
-        s->runner_cancels = json_object_object_get_ex(reply, "cancel", &v) && json_object_get_boolean(v);
+static void session_learn_runner(Session *s, bool cancels) {
+        s->runner_cancels = cancels;
 }
 
 static void on_init_reply(Session *s, int error, const char *message, json_object *reply, int fd,
                           void *userdata) {
+        RunnerInitReply p;
+
+        if (error >= 0 && schema_parse(&runner_init_reply, reply, &p, NULL) < 0)
+                error = -EBADMSG, message = "malformed answer to init";
         if (error >= 0)
-                session_learn_runner(s, reply);
+                session_learn_runner(s, p.cancel);
         if (error < 0) {
                 log_struct(LOG_ERR, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Runner of session %s failed to initialize: %s", s->id, strempty(message));
@@ -1134,184 +1132,62 @@ struct ExecCall {
 
 #define EXEC_CANCELLED_MESSAGE "cancelled: the caller hung up"
 
-/* The sandbox's report of refused system calls; strings stay owned by the reply. */
-static int exec_reply_parse_blocked(json_object *reply, ExecBlocked **ret, size_t *ret_n) {
-        _cleanup_free_ ExecBlocked *blocked = NULL;
-        json_object *arr;
-        size_t n = 0;
-
-        if (json_object_object_get_ex(reply, "blocked_syscalls", &arr)) {
-                if (!json_object_is_type(arr, json_type_array))
-                        return -EBADMSG;
-                n = json_object_array_length(arr);
-                blocked = calloc(n + 1, sizeof(ExecBlocked));
-                if (!blocked)
-                        return -ENOMEM;
-                for (size_t i = 0; i < n; i++) {
-                        json_object *c = json_object_array_get_idx(arr, i), *name, *verdict, *count;
-
-                        if (!json_object_object_get_ex(c, "name", &name) ||
-                            !json_object_is_type(name, json_type_string) ||
-                            !json_object_object_get_ex(c, "verdict", &verdict) ||
-                            !json_object_is_type(verdict, json_type_string) ||
-                            !json_object_object_get_ex(c, "count", &count) ||
-                            !json_object_is_type(count, json_type_int))
-                                return -EBADMSG;
-                        blocked[i] = (ExecBlocked) {
-                                .name = json_object_get_string(name),
-                                .verdict = json_object_get_string(verdict),
-                                .count = (uint32_t) MIN(MAX(json_object_get_int64(count), 0),
-                                                        (int64_t) UINT32_MAX),
-                        };
-                }
-        }
-        *ret = TAKE_PTR(blocked);
-        *ret_n = n;
-        return 0;
-}
-
-/* The runner's "resources": each figure optional, none negative. */
-static int exec_reply_parse_usage(json_object *reply, ExecResult *res) {
-        struct {
-                int64_t cpu_usec, max_rss_bytes, written_bytes, processes;
-        } u = { -1, -1, -1, -1 };
-        static const JsonField fields[] = {
-                { "cpu_usec", JSON_FIELD_INT64, offsetof(typeof(u), cpu_usec), 0 },
-                { "max_rss_bytes", JSON_FIELD_INT64, offsetof(typeof(u), max_rss_bytes), 0 },
-                { "written_bytes", JSON_FIELD_INT64, offsetof(typeof(u), written_bytes), 0 },
-                { "processes", JSON_FIELD_INT64, offsetof(typeof(u), processes), 0 },
-                {},
-        };
-        JsonDispatchError jerr;
-        json_object *o;
-
-        if (!json_object_object_get_ex(reply, "resources", &o))
-                return 0;
-        if (!json_object_is_type(o, json_type_object) || json_dispatch(o, fields, &u, &jerr) < 0 ||
-            (u.cpu_usec < 0) != (u.max_rss_bytes < 0))
-                return -EBADMSG;
-        res->has_usage = u.cpu_usec >= 0;
-        res->cpu_usec = (uint64_t) MAX(u.cpu_usec, 0);
-        res->max_rss_bytes = (uint64_t) MAX(u.max_rss_bytes, 0);
-        res->has_written = u.written_bytes >= 0;
-        res->written_bytes = (uint64_t) MAX(u.written_bytes, 0);
-        res->has_processes = u.processes >= 0;
-        res->processes = (uint64_t) MAX(u.processes, 0);
-        return 0;
-}
-
-static int exec_reply_parse(json_object *reply, int data_fd, ExecResult *ret, ExecFile **ret_files) {
-        struct {
-                int64_t exit_code, signal, duration_usec, stdout_size, stderr_size, files_skipped;
-                bool timed_out, stdout_truncated, stderr_truncated, oom_killed, pids_limited;
-                const char *exit_reason, *kernel;
-                json_object *files;
-        } p = {};
-        ExecResult usage = {};
-        _cleanup_free_ ExecFile *files = NULL;
-        _cleanup_free_ ExecBlocked *blocked = NULL;
-        size_t n_blocked = 0;
-        JsonDispatchError jerr;
-        json_object *farr = NULL;
+/* The runner's result (runner_exec_result, declared in runner-protocol.c), checked against the
+ * memfd that holds its bytes. Strings and arrays stay owned by 'reply' and 'p'. */
+static int exec_reply_parse(json_object *reply, int data_fd, RunnerExecResult *p, ExecResult *ret) {
         struct stat st;
-        size_t n;
         int r;
-
-        static const JsonField scalar_fields[] = {
-                { "exit_code", JSON_FIELD_INT64, offsetof(typeof(p), exit_code), JSON_MANDATORY },
-                { "signal", JSON_FIELD_INT64, offsetof(typeof(p), signal), 0 },
-                { "duration_usec", JSON_FIELD_INT64, offsetof(typeof(p), duration_usec), 0 },
-                { "stdout_size", JSON_FIELD_INT64, offsetof(typeof(p), stdout_size), JSON_MANDATORY },
-                { "stderr_size", JSON_FIELD_INT64, offsetof(typeof(p), stderr_size), JSON_MANDATORY },
-                { "files_skipped", JSON_FIELD_INT64, offsetof(typeof(p), files_skipped), 0 },
-                { "timed_out", JSON_FIELD_BOOL, offsetof(typeof(p), timed_out), 0 },
-                { "stdout_truncated", JSON_FIELD_BOOL, offsetof(typeof(p), stdout_truncated), 0 },
-                { "stderr_truncated", JSON_FIELD_BOOL, offsetof(typeof(p), stderr_truncated), 0 },
-                { "oom_killed", JSON_FIELD_BOOL, offsetof(typeof(p), oom_killed), 0 },
-                { "pids_limited", JSON_FIELD_BOOL, offsetof(typeof(p), pids_limited), 0 },
-                { "exit_reason", JSON_FIELD_STRING, offsetof(typeof(p), exit_reason), 0 },
-                { "kernel", JSON_FIELD_STRING, offsetof(typeof(p), kernel), 0 },
-                {},
-        };
 
         if (data_fd < 0 || fstat(data_fd, &st) < 0)
                 return -EBADMSG;
-        r = json_dispatch(reply, scalar_fields, &p, &jerr);
-        if (r < 0 || p.stdout_size < 0 || p.stderr_size < 0 || p.files_skipped < 0 ||
-            (uint64_t) p.stdout_size + (uint64_t) p.stderr_size > (uint64_t) st.st_size)
-                return -EBADMSG;
-        if (!json_object_object_get_ex(reply, "files", &farr) || !json_object_is_type(farr, json_type_array))
-                return -EBADMSG;
-        if (p.exit_reason && !bus_exit_reason_is_valid(p.exit_reason))
-                return -EBADMSG;
-        if (p.kernel && !bus_kernel_state_is_valid(p.kernel))
-                return -EBADMSG;
-        r = exec_reply_parse_usage(reply, &usage);
+        r = schema_parse(&runner_exec_result, reply, p, NULL);
         if (r < 0)
                 return r;
-
-        n = json_object_array_length(farr);
-        files = calloc(n + 1, sizeof(ExecFile));
-        if (!files)
-                return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                json_object *f = json_object_array_get_idx(farr, i), *v;
-                int64_t off, size;
-
-                if (!json_object_object_get_ex(f, "path", &v) || !json_object_is_type(v, json_type_string))
+        /* Every size is at most INT64_MAX (the declaration): their sums can't wrap. */
+        if (p->stdout_size + p->stderr_size > (uint64_t) st.st_size)
+                return -EBADMSG;
+        for (size_t i = 0; i < p->n_files; i++)
+                if (p->files[i].offset + p->files[i].size > (uint64_t) st.st_size)
                         return -EBADMSG;
-                files[i].path = json_object_get_string(v);
-                if (!json_object_object_get_ex(f, "offset", &v) || !json_object_is_type(v, json_type_int))
-                        return -EBADMSG;
-                off = json_object_get_int64(v);
-                if (!json_object_object_get_ex(f, "size", &v) || !json_object_is_type(v, json_type_int))
-                        return -EBADMSG;
-                size = json_object_get_int64(v);
-                if (off < 0 || size < 0 || (uint64_t) off + (uint64_t) size > (uint64_t) st.st_size)
-                        return -EBADMSG;
-                files[i].offset = (uint64_t) off;
-                files[i].size = (uint64_t) size;
-        }
-
-        r = exec_reply_parse_blocked(reply, &blocked, &n_blocked);
-        if (r < 0)
-                return r;
+        if ((p->exit_reason && !bus_exit_reason_is_valid(p->exit_reason)) ||
+            (p->kernel && !bus_kernel_state_is_valid(p->kernel)) ||
+            p->resources.has_cpu != p->resources.has_rss)
+                return -EBADMSG;
 
         *ret = (ExecResult) {
-                .exit_code = (int) p.exit_code,
-                .signal = (int) p.signal,
-                .timed_out = p.timed_out,
-                .oom_killed = p.oom_killed,
-                .pids_limited = p.pids_limited,
-                .duration_usec = (uint64_t) MAX(p.duration_usec, 0),
-                .stdout_size = (uint64_t) p.stdout_size,
-                .stderr_size = (uint64_t) p.stderr_size,
-                .stdout_truncated = p.stdout_truncated,
-                .stderr_truncated = p.stderr_truncated,
-                .files = files,
-                .n_files = n,
-                .files_skipped = (uint64_t) p.files_skipped,
-                .blocked = TAKE_PTR(blocked),
-                .n_blocked = n_blocked,
+                .exit_code = p->exit_code,
+                .signal = p->signal,
+                .timed_out = p->timed_out,
+                .oom_killed = p->oom_killed,
+                .pids_limited = p->pids_limited,
+                .duration_usec = p->duration_usec,
+                .stdout_size = p->stdout_size,
+                .stderr_size = p->stderr_size,
+                .stdout_truncated = p->stdout_truncated,
+                .stderr_truncated = p->stderr_truncated,
+                .files = p->files,
+                .n_files = p->n_files,
+                .files_skipped = p->files_skipped,
+                .blocked = p->blocked,
+                .n_blocked = p->n_blocked,
                 .data_fd = data_fd,
-                .exit_reason = p.exit_reason,
-                .kernel = p.kernel,
-                .has_usage = usage.has_usage,
-                .has_written = usage.has_written,
-                .has_processes = usage.has_processes,
-                .cpu_usec = usage.cpu_usec,
-                .max_rss_bytes = usage.max_rss_bytes,
-                .written_bytes = usage.written_bytes,
-                .processes = usage.processes,
+                .exit_reason = p->exit_reason,
+                .kernel = p->kernel,
+                .has_usage = p->resources.has_cpu,
+                .has_written = p->resources.has_written,
+                .has_processes = p->resources.has_processes,
+                .cpu_usec = p->resources.cpu_usec,
+                .max_rss_bytes = p->resources.max_rss_bytes,
+                .written_bytes = p->resources.written_bytes,
+                .processes = p->resources.processes,
         };
-        *ret_files = TAKE_PTR(files);
         return 0;
 }
 
 static void on_exec_reply(Session *s, int error, const char *message, json_object *reply, int fd,
                           void *userdata) {
         ExecCall *c = userdata;
-        _cleanup_free_ ExecFile *files = NULL;
+        _cleanup_(runner_exec_result_done) RunnerExecResult parsed = {};
         ExecResult result;
         int r;
 
@@ -1335,7 +1211,7 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
                 free(c);
                 return;
         }
-        r = exec_reply_parse(reply, fd, &result, &files);
+        r = exec_reply_parse(reply, fd, &parsed, &result);
         if (r < 0) {
                 log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Malformed exec result from the runner of %s.", s->id);
@@ -1347,7 +1223,6 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         metrics_count_exec(&s->manager->metrics, 0, &result);
         session_touch(s);
         c->callback(s, 0, NULL, &result, c->userdata);
-        free(result.blocked);
         free(c);
 }
 
@@ -1951,8 +1826,7 @@ static bool session_archive_attempt_dropped(Session *s, const char *token) {
 
 static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd,
                                void *userdata) {
-        json_object *v;
-        int64_t bytes;
+        RunnerArchiveReply answer;
         int r;
 
         if (session_archive_attempt_dropped(s, s->archive_token))
@@ -1967,15 +1841,14 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
                         session_archive_failed(s, ARCHIVE_FAILURE_RETRY, strempty(message));
                 return;
         }
-        bytes = json_object_object_get_ex(reply, "bytes", &v) ? json_object_get_int64(v) : -1;
-        if (bytes < 0) {
+        if (schema_parse(&runner_archive_reply, reply, &answer, NULL) < 0) {
                 storage_abort(s, s->archive_token);
                 session_archive_failed(s, ARCHIVE_FAILURE_RETRY,
                                        "the runner did not say how many bytes it wrote");
                 return;
         }
         r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply,
-                         STORAGE_TRANSFER_TIMEOUT_USEC, "st", s->archive_token, (uint64_t) bytes);
+                         STORAGE_TRANSFER_TIMEOUT_USEC, "st", s->archive_token, answer.bytes);
         if (r < 0) {
                 storage_abort(s, s->archive_token);
                 session_archive_failed_errno(s, r, "failed to call the storage agent");
@@ -2535,7 +2408,7 @@ static void session_restore_refused(Session *s, bool refused, const char *why) {
 
 static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd,
                                void *userdata) {
-        json_object *v;
+        RunnerArchiveReply answer;
 
         if (s->state == SESSION_STOPPING)
                 return;
@@ -2549,9 +2422,10 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
         }
         s->manager->metrics.archive_bytes_restored += s->restore_size;
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-restored"),
-                   "Restored session %s from its archive (%lld bytes).", s->id,
-                   json_object_object_get_ex(reply, "bytes", &v) ? (long long) json_object_get_int64(v)
-                                                                 : 0LL);
+                   "Restored session %s from its archive (%llu bytes).", s->id,
+                   schema_parse(&runner_archive_reply, reply, &answer, NULL) >= 0
+                           ? (unsigned long long) answer.bytes
+                           : 0ULL);
         session_reset_inputs_then_ready(s);
 }
 
@@ -2755,18 +2629,17 @@ static void on_recover_ping_again(Session *s, int error, const char *message, js
                                   void *userdata);
 
 static void session_recovered(Session *s, int error, json_object *reply, bool again) {
-        json_object *v;
+        RunnerPingReply p;
         uint64_t now, idle, remaining;
 
         /* Its answer lost for want of memory: asked once more before anything is given up. */
         if (error == -ENOMEM && !again && session_enqueue_op(s, "ping", on_recover_ping_again) >= 0)
                 return;
-        if (error < 0 || !json_object_object_get_ex(reply, "initialized", &v) ||
-            !json_object_get_boolean(v)) {
+        if (error < 0 || schema_parse(&runner_ping_reply, reply, &p, NULL) < 0 || !p.initialized) {
                 session_cleanup_stale(s, "runner did not answer after a restart");
                 return;
         }
-        session_learn_runner(s, reply);
+        session_learn_runner(s, p.cancel);
         if (s->releasing) {
                 session_resume_release(s);
                 return;

@@ -76,7 +76,8 @@ static void test_exec_double_failure(void) {
         code_fd = memfd_create("code", MFD_CLOEXEC);
         ASSERT_TRUE(code_fd >= 0);
 
-        ASSERT_EQ(session_exec(s, code_fd, &(ExecParameters) { .timeout_ms = 1000 }, on_exec, &calls, NULL),
+        ASSERT_EQ(session_exec(s, code_fd, &(ExecParameters) { .timeout_ms = 1000, .output_limit = 4096 },
+                               on_exec, &calls, NULL),
                   0);
         ASSERT_EQ(calls, 1);
         /* Gone for everyone at once, but not freed yet. */
@@ -236,7 +237,7 @@ static void test_exec_cancel(void) {
         Manager *m = test_manager_new();
         Session *s = test_session_new(m);
         ExecCall *first = NULL, *second = NULL, *third = NULL;
-        ExecParameters p = { .timeout_ms = 1000 };
+        ExecParameters p = { .timeout_ms = 1000, .output_limit = 4096 };
         char op[16], id[32], running_id[32];
         int pair[2], calls1 = 0, calls2 = 0, calls3 = 0;
 
@@ -289,7 +290,7 @@ static void test_exec_cancel(void) {
 static void test_exec_cancel_old_runner(void) {
         Manager *m = test_manager_new();
         Session *s = test_session_new(m);
-        ExecParameters p = { .timeout_ms = 1000 };
+        ExecParameters p = { .timeout_ms = 1000, .output_limit = 4096 };
         ExecCall *c = NULL;
         char op[16], id[32];
         int pair[2], calls = 0, other = 0;

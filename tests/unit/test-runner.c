@@ -346,20 +346,30 @@ static void test_seccomp_policy(void) {
         ASSERT_EQ(report.overflow, 3);
         ASSERT_EQ(report.calls[0].count, 2);
 
-        /* In the exec's reply: every call with its three members. */
+        /* In the exec's result: every call with its three members, and back. */
         {
-                _cleanup_json_ json_object *reply = json_object_new_object();
-                json_object *calls, *c, *v;
+                SeccompReportCalls calls = {};
+                _cleanup_json_ json_object *reply = NULL;
+                json_object *arr, *c, *v;
+                RunnerExecResult res = { .exit_reason = "exited" }, got;
 
-                ASSERT_TRUE(reply);
-                ASSERT_EQ(seccomp_report_to_json(&report, reply), 0);
-                ASSERT_TRUE(json_object_object_get_ex(reply, "blocked_syscalls", &calls));
-                ASSERT_EQ(json_object_array_length(calls), (size_t) SECCOMP_REPORT_MAX);
-                c = json_object_array_get_idx(calls, 0);
+                seccomp_report_calls(&report, &calls);
+                ASSERT_EQ(calls.n, (size_t) SECCOMP_REPORT_MAX);
+                res.blocked = calls.items;
+                res.n_blocked = calls.n;
+                ASSERT_EQ(schema_build(&runner_exec_result, &res, &reply), 0);
+                ASSERT_TRUE(json_object_object_get_ex(reply, "blocked_syscalls", &arr));
+                ASSERT_EQ(json_object_array_length(arr), (size_t) SECCOMP_REPORT_MAX);
+                c = json_object_array_get_idx(arr, 0);
                 ASSERT_TRUE(json_object_object_get_ex(c, "name", &v) && json_object_get_string(v)[0]);
                 ASSERT_TRUE(json_object_object_get_ex(c, "verdict", &v));
                 ASSERT_STREQ(json_object_get_string(v), "ENOSYS");
                 ASSERT_TRUE(json_object_object_get_ex(c, "count", &v) && json_object_get_int64(v) == 2);
+                ASSERT_EQ(schema_parse(&runner_exec_result, reply, &got, NULL), 0);
+                ASSERT_EQ(got.n_blocked, (size_t) SECCOMP_REPORT_MAX);
+                ASSERT_STREQ(got.blocked[0].verdict, "ENOSYS");
+                ASSERT_EQ(got.blocked[0].count, 2U);
+                runner_exec_result_done(&got);
         }
 }
 

@@ -70,7 +70,6 @@ static int restore_errno(const ArchiveResult *res, bool have_result, const sigin
 static int on_archive_child(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         ArchiveJob *j = userdata;
         Runner *r = j->runner;
-        _cleanup_json_ json_object *reply = NULL;
         ArchiveResult res = { .error = -EIO };
         siginfo_t status = {};
         const siginfo_t *si = &status;
@@ -113,15 +112,13 @@ static int on_archive_child(sd_event_source *s, int fd, uint32_t revents, void *
                 (void) runner_send_error(r, j->connection_generation, res.error, "%s failed: %s",
                                          j->restore ? "restore" : "archive", strerror(-res.error));
         } else {
-                int jr = runner_reply_new(&reply);
-
-                json_add_checked(reply, "bytes", json_object_new_int64((int64_t) res.bytes), &jr);
-                json_add_checked(reply, "refused", json_object_new_int(res.refused), &jr);
+                q = runner_send_reply(r, j->connection_generation, &runner_archive_reply,
+                                      &(RunnerArchiveReply) { .bytes = res.bytes, .refused = res.refused },
+                                      NULL, 0);
                 /* No request follows to answer it for us: the job is answered here, either way. */
-                if (jr < 0)
-                        (void) runner_send_error(r, j->connection_generation, ENOMEM, "out of memory");
-                else
-                        (void) runner_send(r, j->connection_generation, reply, NULL, 0);
+                if (q == -ENOMEM || q == -ERANGE)
+                        (void) runner_send_error(r, j->connection_generation, -q, "failed to answer: %s",
+                                                 strerror(-q));
                 if (res.refused > 0)
                         log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Restore of session %s refused %i hostile archive entries.",
@@ -178,18 +175,12 @@ static int archive_job_spawn(Runner *r, ArchiveJob *j, int data_fd, uint64_t max
         return 0;
 }
 
-int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore) {
+int runner_handle_archive(Runner *r, const RunnerArchiveRequest *p, int data_fd, bool restore) {
         _cleanup_(archive_job_freep) ArchiveJob *j = NULL;
-        json_object *v;
-        int64_t max_bytes = 0, timeout_sec = 0;
         struct stat st;
         int q;
 
-        if (json_object_object_get_ex(req, "max_bytes", &v))
-                max_bytes = json_object_get_int64(v);
-        if (json_object_object_get_ex(req, "timeout_sec", &v))
-                timeout_sec = json_object_get_int64(v);
-        if (data_fd < 0 || fstat(data_fd, &st) < 0 || max_bytes <= 0 || timeout_sec <= 0 || r->archive_job)
+        if (data_fd < 0 || fstat(data_fd, &st) < 0 || r->archive_job)
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid archive request");
 
         j = calloc(1, sizeof(ArchiveJob));
@@ -200,7 +191,7 @@ int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore
                             .restore = restore,
                             .init = PIDREF_NULL,
                             .result_fd = -EBADF };
-        q = archive_job_spawn(r, j, data_fd, (uint64_t) max_bytes, (uint64_t) timeout_sec);
+        q = archive_job_spawn(r, j, data_fd, p->max_bytes, p->timeout_sec);
         if (q < 0) {
                 log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Failed to start the archive helper: %m");
@@ -210,7 +201,7 @@ int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore
         q = sd_event_add_io(r->event, &j->child_source, j->init.fd, EPOLLIN, on_archive_child, j);
         if (q >= 0)
                 q = sd_event_add_time_relative(r->event, &j->timer_source, CLOCK_MONOTONIC,
-                                               (uint64_t) timeout_sec * USEC_PER_SEC, USEC_PER_SEC,
+                                               p->timeout_sec * USEC_PER_SEC, USEC_PER_SEC,
                                                on_archive_timeout, j);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, restore_errno_not_damage(q),

@@ -2,6 +2,7 @@
 /* Execs: a sandbox cloned for the code (its payload forked by the template or started cold), its network,
  * its timeout and cancellation, the draining of its output pipes, and the result: exit status, stdout and
  * stderr, the artifacts it left under outputs/ and the limits that struck. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -42,9 +43,6 @@
  * take the rest before its result goes without it. */
 #define STREAM_PENDING_MAX 256U
 #define STREAM_FLUSH_USEC (5 * USEC_PER_SEC)
-
-/* Values handed into the sandbox's environment (proxies): one printable line, bounded. */
-#define EXEC_ENV_VALUE_MAX 1024
 
 static void output_buffer_done(OutputBuffer *b) {
         b->source = sd_event_source_disable_unref(b->source);
@@ -137,35 +135,30 @@ static const char *exec_exit_reason(const RunnerExec *e, int exit_code, int sig,
 
 /* "resources": what PID 1 measured once every process of the sandbox was reaped, or, when it
  * was killed before it could report, its own rusage (which holds what it reaped in dying). */
-static int exec_usage_to_json(const RunnerExec *e, const SandboxUsage *u, json_object *reply) {
-        json_object *o = json_object_new_object();
-        uint64_t cpu_usec, max_rss;
-        int jr = 0;
+static RunnerExecUsage exec_usage(const RunnerExec *e, const SandboxUsage *u) {
+        RunnerExecUsage res = {};
 
-        json_add_checked(reply, "resources", o, &jr);
-        if (jr < 0)
-                return jr;
         if (u && u->valid) {
-                cpu_usec = u->cpu_usec;
-                max_rss = u->max_rss_bytes;
+                res.cpu_usec = u->cpu_usec;
+                res.max_rss_bytes = u->max_rss_bytes;
         } else if (e->init_rusage_valid) {
-                cpu_usec = timeval_load(&e->init_rusage.ru_utime) + timeval_load(&e->init_rusage.ru_stime);
-                max_rss = (uint64_t) e->init_rusage.ru_maxrss * 1024U;
+                res.cpu_usec =
+                        timeval_load(&e->init_rusage.ru_utime) + timeval_load(&e->init_rusage.ru_stime);
+                res.max_rss_bytes = (uint64_t) e->init_rusage.ru_maxrss * 1024U;
         } else
-                return 0;
-        /* Every figure or none: the reply is checked once, at its end. */
-        json_add_checked(o, "cpu_usec", json_object_new_int64((int64_t) MIN(cpu_usec, (uint64_t) INT64_MAX)),
-                         &jr);
-        json_add_checked(o, "max_rss_bytes",
-                         json_object_new_int64((int64_t) MIN(max_rss, (uint64_t) INT64_MAX)), &jr);
-        if (u && u->written_valid)
-                json_add_checked(
-                        o, "written_bytes",
-                        json_object_new_int64((int64_t) MIN(u->written_bytes, (uint64_t) INT64_MAX)), &jr);
-        if (u && u->tasks_valid)
-                json_add_checked(o, "processes",
-                                 json_object_new_int64((int64_t) MIN(u->tasks, (uint64_t) INT64_MAX)), &jr);
-        return jr;
+                return res;
+        res.has_cpu = res.has_rss = true;
+        res.cpu_usec = MIN(res.cpu_usec, (uint64_t) INT64_MAX);
+        res.max_rss_bytes = MIN(res.max_rss_bytes, (uint64_t) INT64_MAX);
+        if (u && u->written_valid) {
+                res.has_written = true;
+                res.written_bytes = MIN(u->written_bytes, (uint64_t) INT64_MAX);
+        }
+        if (u && u->tasks_valid) {
+                res.has_processes = true;
+                res.processes = MIN(u->tasks, (uint64_t) INT64_MAX);
+        }
+        return res;
 }
 
 static int runner_exec_watch(RunnerExec *e);
@@ -231,137 +224,119 @@ static int runner_exec_retry_cell(RunnerExec *e, SandboxKernelLoss loss) {
         return runner_exec_watch(e);
 }
 
-static int runner_exec_finish(RunnerExec *e) {
-        Runner *r = e->runner;
-        _cleanup_json_ json_object *reply = NULL, *files = NULL;
-        _cleanup_free_ OutputEntry **changed = NULL;
-        _cleanup_free_ bool *chosen = NULL;
-        _cleanup_close_ int data_fd = -EBADF, outputs_fd = -EBADF;
-        OutputSet after = {};
-        bool scanned = false;
-        SandboxStatus st = {};
-        int32_t start = SANDBOX_START_COLD;
-        const char *reason = "exited";
-        _cleanup_free_ char *kernel_note = NULL;
-        bool kernel_kept = false;
-        size_t n_changed = 0, skipped = 0;
-        uint64_t offset;
-        int exit_code = 0, sig = 0, q, jr = 0;
-        ssize_t k;
+/* How the exec ended, from what PID 1 of the sandbox reported (if it could). */
+typedef struct ExecEnd {
+        bool have_status;
+        SandboxStatus st;
+        int exit_code, sig;
+        const char *reason;
+        bool kernel_kept; /* a stateful cell whose kernel waits for the next one */
+        char *kernel_note; /* a stateful cell that ended its kernel says so on stderr, once */
+        bool oom, pids; /* the scope's limits struck during the exec */
+} ExecEnd;
 
-        /* What did PID 1 of the sandbox tell us? How the payload started, then how it ended. */
+static void exec_end_done(ExecEnd *end) {
+        end->kernel_note = mfree(end->kernel_note);
+}
+
+/* How the payload started, then how it ended. */
+static void runner_exec_read_status(RunnerExec *e, ExecEnd *end) {
+        int32_t start = SANDBOX_START_COLD;
+
         if (read(e->status_fd, &start, sizeof(start)) == (ssize_t) sizeof(start))
                 e->from_template = start == SANDBOX_START_TEMPLATE;
-        k = read(e->status_fd, &st, sizeof(st));
-        if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_KERNEL_LOST) {
-                /* The kernel had died while stopped (the OOM killer, say): nothing of the cell ran.
-                 * It runs in a new one, once; its result says "new". */
-                if (e->stateful && !e->kernel_retried && !e->timed_out && !e->cancelled) {
-                        q = runner_exec_retry_cell(e, st.value == SANDBOX_KERNEL_LOSS_RAN
-                                                              ? SANDBOX_KERNEL_LOSS_RAN
-                                                              : SANDBOX_KERNEL_LOSS_DIED);
-                        if (q >= 0)
-                                return 0;
-                        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Failed to start a new kernel: %m");
-                }
-                e->stream = exec_stream_free(e->stream);
-                q = runner_send_error(r, e->connection_generation, ECHILD,
-                                      "the session's kernel ended before the cell could run");
-                goto done;
-        }
+        end->have_status = read(e->status_fd, &end->st, sizeof(end->st)) == (ssize_t) sizeof(end->st);
+}
 
-        /* The stream ends before the result goes: its reader has every frame when the result comes. */
-        e->stream = exec_stream_free(e->stream);
-        e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
-        if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_SETUP_FAILED) {
-                st.step[sizeof(st.step) - 1] = 0;
-                log_struct(LOG_ERR, st.value, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                           "Sandbox setup failed at '%s': %m", st.step);
-                q = runner_send_error(r, e->connection_generation, st.value,
-                                      "sandbox setup failed at %s: %s", st.step, strerror(st.value));
-                goto done;
-        }
+static int runner_exec_decode_end(RunnerExec *e, ExecEnd *end) {
+        Runner *r = e->runner;
 
         if (e->timed_out)
-                exit_code = 124;
-        else if (k == (ssize_t) sizeof(st) && st.kind == SANDBOX_STATUS_EXITED) {
-                if (WIFEXITED(st.value))
-                        exit_code = WEXITSTATUS(st.value);
-                else if (WIFSIGNALED(st.value)) {
-                        sig = WTERMSIG(st.value);
-                        exit_code = 128 + sig;
+                end->exit_code = 124;
+        else if (end->have_status && end->st.kind == SANDBOX_STATUS_EXITED) {
+                if (WIFEXITED(end->st.value))
+                        end->exit_code = WEXITSTATUS(end->st.value);
+                else if (WIFSIGNALED(end->st.value)) {
+                        end->sig = WTERMSIG(end->st.value);
+                        end->exit_code = 128 + end->sig;
                 }
         } else {
                 /* PID 1 itself died without reporting (killed from outside the sandbox). */
-                sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED
-                              ? e->init_info.si_status
-                              : SIGKILL;
-                exit_code = 128 + sig;
+                end->sig = e->init_info.si_code == CLD_KILLED || e->init_info.si_code == CLD_DUMPED
+                                   ? e->init_info.si_status
+                                   : SIGKILL;
+                end->exit_code = 128 + end->sig;
         }
-
-        reason = exec_exit_reason(
-                e, exit_code, sig, k == (ssize_t) sizeof(st) ? st.seccomp.n_calls : 0,
-                cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before,
-                cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before);
-        /* A stateful cell that ended its kernel says so once, on stderr and as "kernel". */
-        kernel_kept = e->stateful && k == (ssize_t) sizeof(st) && st.kernel == SANDBOX_KERNEL_KEPT;
-        if (e->stateful && !kernel_kept &&
-            asprintf(&kernel_note,
+        /* Whether the scope's limits struck during the exec: the OOM killer (which spares the
+         * runner), or a fork or thread refused at TasksMax. */
+        end->oom = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) > e->oom_kills_before;
+        end->pids = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) > e->pids_max_before;
+        end->reason = exec_exit_reason(e, end->exit_code, end->sig,
+                                       end->have_status ? end->st.seccomp.n_calls : 0, end->oom, end->pids);
+        end->kernel_kept = e->stateful && end->have_status && end->st.kernel == SANDBOX_KERNEL_KEPT;
+        if (e->stateful && !end->kernel_kept &&
+            asprintf(&end->kernel_note,
                      "%s[sandbox] the kernel ended (%s); the next cell starts a fresh interpreter\n",
-                     e->err.size > 0 && e->err.data[e->err.size - 1] != '\n' ? "\n" : "", reason) < 0) {
-                q = -ENOMEM;
-                goto fail;
+                     e->err.size > 0 && e->err.data[e->err.size - 1] != '\n' ? "\n" : "", end->reason) < 0) {
+                end->kernel_note = NULL;
+                return -ENOMEM;
         }
+        return 0;
+}
 
-        /* Artifacts: files under outputs/ created or changed by this exec. Nothing of the sandbox
-         * runs any more (a kernel is stopped), so the tree cannot change while we look at it. */
-        outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (outputs_fd >= 0) {
-                q = output_set_scan(outputs_fd, &after);
-                if (q < 0)
-                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Failed to scan outputs, ignoring: %m");
-                scanned = q >= 0;
-        }
-        q = output_set_diff(&e->before, &after, &changed, &n_changed);
-        if (q < 0)
-                goto fail;
-        chosen = calloc(n_changed + 1, sizeof(bool));
-        if (!chosen) {
-                q = -ENOMEM;
-                goto fail;
-        }
-        skipped = artifacts_select(changed, n_changed, &e->limits, chosen);
+/* stdout, stderr (and the kernel's note) into the result's memfd; where the files' bytes start. */
+static int exec_data_write(const RunnerExec *e, const ExecEnd *end, int data_fd, uint64_t *ret_offset) {
+        size_t note = end->kernel_note ? strlen(end->kernel_note) : 0;
+        int q;
 
-        data_fd = memfd_new_empty("exec-result");
-        if (data_fd < 0) {
-                q = data_fd;
-                goto fail;
-        }
         q = write_all(data_fd, e->out.data ?: "", e->out.size);
         if (q >= 0)
                 q = write_all(data_fd, e->err.data ?: "", e->err.size);
-        if (q >= 0 && kernel_note)
-                q = write_all(data_fd, kernel_note, strlen(kernel_note));
+        if (q >= 0 && note > 0)
+                q = write_all(data_fd, end->kernel_note, note);
         if (q < 0)
-                goto fail;
-        offset = e->out.size + e->err.size + (kernel_note ? strlen(kernel_note) : 0);
+                return q;
+        *ret_offset = e->out.size + e->err.size + note;
+        return 0;
+}
 
-        files = json_object_new_array();
-        if (!files) {
-                q = -ENOMEM;
-                goto fail;
+/* Artifacts: files under outputs/ created or changed by this exec, within the exec's limits, copied
+ * into the memfd after the output. Nothing of the sandbox runs any more (a kernel is stopped), so
+ * the tree cannot change while we look at it. 'after' is what the next exec compares with. */
+static int exec_artifacts_collect(RunnerExec *e, int data_fd, uint64_t offset, OutputSet *after,
+                                  bool *ret_scanned, RunnerExecResult *res) {
+        Runner *r = e->runner;
+        _cleanup_close_ int outputs_fd = -EBADF;
+        _cleanup_free_ OutputEntry **changed = NULL;
+        _cleanup_free_ bool *chosen = NULL;
+        size_t n_changed = 0;
+        int q;
+
+        outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (outputs_fd >= 0) {
+                q = output_set_scan(outputs_fd, after);
+                if (q < 0)
+                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to scan outputs, ignoring: %m");
+                *ret_scanned = q >= 0;
         }
+        q = output_set_diff(&e->before, after, &changed, &n_changed);
+        if (q < 0)
+                return q;
+        chosen = calloc(n_changed + 1, sizeof(bool));
+        res->files = calloc(n_changed + 1, sizeof(ExecFile));
+        if (!chosen || !res->files)
+                return -ENOMEM;
+        res->files_skipped = artifacts_select(changed, n_changed, &e->limits, chosen);
+
         for (size_t i = 0; i < n_changed; i++) {
                 _cleanup_close_ int fd = -EBADF;
-                json_object *f;
                 struct stat sst;
 
                 if (!chosen[i])
                         continue;
                 if (!utf8_is_valid_n(changed[i]->path, strlen(changed[i]->path))) {
-                        skipped++; /* a name that can't be a JSON string */
+                        res->files_skipped++; /* a name that can't be a JSON string */
                         continue;
                 }
                 fd = openat_beneath(outputs_fd, changed[i]->path, O_RDONLY | O_NONBLOCK, 0);
@@ -369,95 +344,34 @@ static int runner_exec_finish(RunnerExec *e) {
                     (uint64_t) sst.st_size != changed[i]->size) {
                         log_struct(LOG_DEBUG, fd < 0 ? fd : 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Artifact '%s' vanished or changed, skipping: %m", changed[i]->path);
-                        skipped++;
+                        res->files_skipped++;
                         continue;
                 }
                 q = copy_into(data_fd, offset, fd, changed[i]->size);
                 if (q < 0) {
                         log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                                    "Failed to read artifact '%s', skipping: %m", changed[i]->path);
-                        skipped++;
+                        res->files_skipped++;
                         continue;
                 }
-                f = json_object_new_object();
-                if (!f) {
-                        q = -ENOMEM;
-                        goto fail;
-                }
-                json_add_checked(f, "path", json_object_new_string(changed[i]->path), &jr);
-                json_add_checked(f, "offset", json_object_new_int64((int64_t) offset), &jr);
-                json_add_checked(f, "size", json_object_new_int64((int64_t) changed[i]->size), &jr);
-                if (jr < 0 || json_object_array_add(files, f) < 0) {
-                        json_object_put(f);
-                        q = -ENOMEM;
-                        goto fail;
-                }
+                /* The path stays the scan's ('after' outlives the reply). */
+                res->files[res->n_files++] =
+                        (ExecFile) { .path = changed[i]->path, .offset = offset, .size = changed[i]->size };
                 offset += changed[i]->size;
         }
-        q = memfd_seal(data_fd);
-        if (q < 0)
-                goto fail;
+        return 0;
+}
 
-        q = runner_reply_new(&reply);
-        if (q < 0)
-                goto fail;
-        json_add_checked(reply, "exit_code", json_object_new_int(exit_code), &jr);
-        json_add_checked(reply, "signal", json_object_new_int(sig), &jr);
-        json_add_checked(reply, "timed_out", json_object_new_boolean(e->timed_out), &jr);
-        if (e->cancelled)
-                json_add_checked(reply, "cancelled", json_object_new_boolean(true), &jr);
-        json_add_checked(reply, "duration_usec",
-                         json_object_new_int64((int64_t) (now_usec(CLOCK_MONOTONIC) - e->started_usec)),
-                         &jr);
-        json_add_checked(reply, "stdout_size", json_object_new_int64((int64_t) e->out.size), &jr);
-        json_add_checked(
-                reply, "stderr_size",
-                json_object_new_int64((int64_t) (e->err.size + (kernel_note ? strlen(kernel_note) : 0))),
-                &jr);
-        json_add_checked(reply, "stdout_truncated", json_object_new_boolean(e->out.total > e->out.size),
-                         &jr);
-        json_add_checked(reply, "stderr_truncated", json_object_new_boolean(e->err.total > e->err.size),
-                         &jr);
-        json_add_checked(reply, "files", TAKE_PTR(files), &jr);
-        json_add_checked(reply, "files_skipped", json_object_new_int64((int64_t) skipped), &jr);
-        /* Whether the scope's limits struck during the exec: the OOM killer (which spares the
-         * runner), or a fork or thread refused at TasksMax. */
-        json_add_checked(
-                reply, "oom_killed",
-                json_object_new_boolean(cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL) >
-                                        e->oom_kills_before),
-                &jr);
-        json_add_checked(
-                reply, "pids_limited",
-                json_object_new_boolean(cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX) >
-                                        e->pids_max_before),
-                &jr);
-        json_add_checked(reply, "exit_reason", json_object_new_string(reason), &jr);
-        if (e->stateful)
-                json_add_checked(reply, "kernel",
-                                 json_object_new_string(!kernel_kept    ? "ended"
-                                                        : e->kernel_new ? "new"
-                                                                        : "running"),
-                                 &jr);
-        q = jr < 0 ? jr : exec_usage_to_json(e, k == (ssize_t) sizeof(st) ? &st.usage : NULL, reply);
-        if (q < 0)
-                goto fail;
-        if (k == (ssize_t) sizeof(st)) {
-                q = seccomp_report_to_json(&st.seccomp, reply);
-                if (q < 0)
-                        goto fail;
-                if (st.seccomp.n_calls > 0) {
-                        _cleanup_free_ char *calls = seccomp_report_format(&st.seccomp);
-                        log_struct(LOG_INFO, 0,
-                                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
-                                              strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
-                                   "Exec %s: the sandbox refused %s.", e->exec_id,
-                                   calls ?: "some system calls");
-                }
+static void runner_exec_log_end(const RunnerExec *e, const ExecEnd *end) {
+        const Runner *r = e->runner;
+
+        if (end->have_status && end->st.seccomp.n_calls > 0) {
+                _cleanup_free_ char *calls = seccomp_report_format(&end->st.seccomp);
+                log_struct(LOG_INFO, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
+                                      strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                           "Exec %s: the sandbox refused %s.", e->exec_id, calls ?: "some system calls");
         }
-
-        if (k == (ssize_t) sizeof(st) && st.template_error != 0)
-                e->template_error = st.template_error;
         if (e->template_error != 0 && e->template_error != EOPNOTSUPP)
                 log_struct(LOG_DEBUG, e->template_error,
                            LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
@@ -466,16 +380,18 @@ static int runner_exec_finish(RunnerExec *e) {
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
                               e->from_template ? "SCOPEBOX_EXEC_START=template" : "SCOPEBOX_EXEC_START=cold",
-                              strjoina("SCOPEBOX_EXIT_REASON=", e->orphaned ? "orphaned" : reason)),
-                   "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, exit_code,
-                   e->timed_out ? " (timed out)" : e->cancelled ? " (cancelled)" :
-                   e->orphaned ? " (orphaned)" : "",
+                              strjoina("SCOPEBOX_EXIT_REASON=", e->orphaned ? "orphaned" : end->reason)),
+                   "Exec %s finished with exit code %i%s after %llu ms.", e->exec_id, end->exit_code,
+                   e->timed_out   ? " (timed out)"
+                   : e->cancelled ? " (cancelled)"
+                   : e->orphaned  ? " (orphaned)"
+                                  : "",
                    (unsigned long long) ((now_usec(CLOCK_MONOTONIC) - e->started_usec) / 1000));
-        if (e->timed_out || sig) {
-                const char *killed = e->orphaned ? "orphaned" : reason;
+        if (e->timed_out || end->sig) {
+                const char *killed = e->orphaned ? "orphaned" : end->reason;
                 char signal_field[32];
 
-                snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", sig);
+                snprintf(signal_field, sizeof(signal_field), "SCOPEBOX_SIGNAL=%i", end->sig);
                 log_struct(LOG_NOTICE, 0,
                            LOG_FIELDS(LOG_SESSION_FIELD(r->session_id),
                                       strjoina("SCOPEBOX_EXEC_ID=", e->exec_id),
@@ -483,18 +399,122 @@ static int runner_exec_finish(RunnerExec *e) {
                                       SCOPEBOX_MESSAGE_EXEC_KILLED),
                            "Exec %s of session %s was killed (%s).", e->exec_id, r->session_id, killed);
         }
+}
 
-        q = runner_send(r, e->connection_generation, reply, &data_fd, 1);
-        goto done;
+/* The result of an exec that ran: its reply (runner_exec_result) and the memfd with its bytes. */
+static int runner_exec_send_result(RunnerExec *e, ExecEnd *end, OutputSet *after, bool *ret_scanned) {
+        Runner *r = e->runner;
+        _cleanup_close_ int data_fd = -EBADF;
+        _cleanup_free_ ExecFile *files = NULL;
+        SeccompReportCalls calls = {};
+        uint64_t offset;
+        int q;
 
-fail:
-        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                   "Failed to collect the exec's results: %m");
-        q = runner_send_error(r, e->connection_generation, q, "failed to collect results: %s", strerror(-q));
-done:
+        q = runner_exec_decode_end(e, end);
+        if (q < 0)
+                return q;
+        data_fd = memfd_new_empty("exec-result");
+        if (data_fd < 0)
+                return data_fd;
+        q = exec_data_write(e, end, data_fd, &offset);
+        if (q < 0)
+                return q;
+
+        RunnerExecResult res = {
+                .exit_code = end->exit_code,
+                .signal = end->sig,
+                .timed_out = e->timed_out,
+                .cancelled = e->cancelled,
+                .duration_usec = now_usec(CLOCK_MONOTONIC) - e->started_usec,
+                .stdout_size = e->out.size,
+                .stderr_size = e->err.size + (end->kernel_note ? strlen(end->kernel_note) : 0),
+                .stdout_truncated = e->out.total > e->out.size,
+                .stderr_truncated = e->err.total > e->err.size,
+                .oom_killed = end->oom,
+                .pids_limited = end->pids,
+                .exit_reason = end->reason,
+                .kernel = !e->stateful        ? NULL
+                          : !end->kernel_kept ? "ended"
+                          : e->kernel_new     ? "new"
+                                              : "running",
+                .resources = exec_usage(e, end->have_status ? &end->st.usage : NULL),
+        };
+        q = exec_artifacts_collect(e, data_fd, offset, after, ret_scanned, &res);
+        files = res.files;
+        if (q < 0)
+                return q;
+        q = memfd_seal(data_fd);
+        if (q < 0)
+                return q;
+        if (end->have_status) {
+                seccomp_report_calls(&end->st.seccomp, &calls);
+                res.blocked = calls.items;
+                res.n_blocked = calls.n;
+                if (end->st.template_error != 0)
+                        e->template_error = end->st.template_error;
+        }
+        runner_exec_log_end(e, end);
+        return runner_send_reply(r, e->connection_generation, &runner_exec_result, &res, &data_fd, 1);
+}
+
+/* A cell whose kernel was gone before it could run (the OOM killer, say), or ran between cells:
+ * it runs in a new one, once; its result says "new". 1 if it did. */
+static int runner_exec_kernel_lost(RunnerExec *e, const ExecEnd *end) {
+        Runner *r = e->runner;
+        int q;
+
+        if (e->stateful && !e->kernel_retried && !e->timed_out && !e->cancelled) {
+                q = runner_exec_retry_cell(e, end->st.value == SANDBOX_KERNEL_LOSS_RAN
+                                                      ? SANDBOX_KERNEL_LOSS_RAN
+                                                      : SANDBOX_KERNEL_LOSS_DIED);
+                if (q >= 0)
+                        return 1;
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to start a new kernel: %m");
+        }
+        e->stream = exec_stream_free(e->stream);
+        return runner_send_error(r, e->connection_generation, ECHILD,
+                                 "the session's kernel ended before the cell could run");
+}
+
+static int runner_exec_finish(RunnerExec *e) {
+        Runner *r = e->runner;
+        _cleanup_(exec_end_done) ExecEnd end = {};
+        OutputSet after = {};
+        bool scanned = false;
+        int q;
+
+        runner_exec_read_status(e, &end);
+        if (end.have_status && end.st.kind == SANDBOX_STATUS_KERNEL_LOST) {
+                q = runner_exec_kernel_lost(e, &end);
+                if (q > 0)
+                        return 0;
+        } else {
+                /* The stream ends before the result goes: its reader has every frame when the result
+                 * comes. */
+                e->stream = exec_stream_free(e->stream);
+                e->stream_timer = sd_event_source_disable_unref(e->stream_timer);
+                if (end.have_status && end.st.kind == SANDBOX_STATUS_SETUP_FAILED) {
+                        end.st.step[sizeof(end.st.step) - 1] = 0;
+                        log_struct(LOG_ERR, end.st.value, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Sandbox setup failed at '%s': %m", end.st.step);
+                        q = runner_send_error(r, e->connection_generation, end.st.value,
+                                              "sandbox setup failed at %s: %s", end.st.step,
+                                              strerror(end.st.value));
+                } else {
+                        q = runner_exec_send_result(e, &end, &after, &scanned);
+                        if (q < 0 && q != -ENOTCONN) {
+                                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                           "Failed to collect the exec's results: %m");
+                                q = runner_send_error(r, e->connection_generation, q,
+                                                      "failed to collect results: %s", strerror(-q));
+                        }
+                }
+        }
+
         /* A kernel that did not survive its cell (or whose sandbox never started) is gone now,
          * before the next cell could be handed to it. */
-        if (e->stateful && !kernel_kept)
+        if (e->stateful && !end.kernel_kept)
                 runner_kernel_stop(r);
         /* What the next exec compares with. */
         output_set_done(&r->outputs_snapshot);
@@ -700,20 +720,19 @@ static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
 /* The manager's caller hung up: the exec named goes the way a timed-out one does. No answer of its
  * own; the exec's answer follows once it is over. One that is over already (its answer crossed
  * this request) or another exec is left alone. */
-void runner_handle_cancel(Runner *r, json_object *req) {
+int runner_handle_cancel(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        const RunnerCancelRequest *p = params;
         RunnerExec *e = r->exec;
-        json_object *v;
 
-        if (!e || e->exited || e->cancelled || e->timed_out ||
-            !json_object_object_get_ex(req, "exec_id", &v) || !json_object_is_type(v, json_type_string) ||
-            !streq(json_object_get_string(v), e->exec_id))
-                return;
+        if (!e || e->exited || e->cancelled || e->timed_out || !streq(p->exec_id, e->exec_id))
+                return 0;
         e->cancelled = true;
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
                    "Cancelling exec %s of session %s.", e->exec_id, r->session_id);
         /* As at the timeout: PID 1 takes every process of its namespace along. */
         runner_exec_end(e);
+        return 0;
 }
 
 int sandbox_pipes_open(SandboxPipes *p) {
@@ -804,30 +823,9 @@ static int runner_exec_watch(RunnerExec *e) {
         return q;
 }
 
-int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) {
-        struct {
-                const char *exec_id, *language, *http_proxy, *https_proxy;
-                int64_t timeout_ms, output_limit, max_file, max_files, max_total, memory_limit;
-                bool no_processes, network, cold, stateful;
-        } p = {};
-        static const JsonField fields[] = {
-                { "exec_id", JSON_FIELD_STRING, offsetof(typeof(p), exec_id), JSON_MANDATORY },
-                { "language", JSON_FIELD_STRING, offsetof(typeof(p), language), 0 },
-                { "no_processes", JSON_FIELD_BOOL, offsetof(typeof(p), no_processes), 0 },
-                { "network", JSON_FIELD_BOOL, offsetof(typeof(p), network), 0 },
-                { "cold", JSON_FIELD_BOOL, offsetof(typeof(p), cold), 0 },
-                { "stateful", JSON_FIELD_BOOL, offsetof(typeof(p), stateful), 0 },
-                { "http_proxy", JSON_FIELD_STRING, offsetof(typeof(p), http_proxy), 0 },
-                { "https_proxy", JSON_FIELD_STRING, offsetof(typeof(p), https_proxy), 0 },
-                { "memory_limit", JSON_FIELD_INT64, offsetof(typeof(p), memory_limit), 0 },
-                { "timeout_ms", JSON_FIELD_INT64, offsetof(typeof(p), timeout_ms), JSON_MANDATORY },
-                { "output_limit", JSON_FIELD_INT64, offsetof(typeof(p), output_limit), JSON_MANDATORY },
-                { "max_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_file), JSON_MANDATORY },
-                { "max_files", JSON_FIELD_INT64, offsetof(typeof(p), max_files), JSON_MANDATORY },
-                { "max_total_artifact_bytes", JSON_FIELD_INT64, offsetof(typeof(p), max_total),
-                  JSON_MANDATORY },
-                {},
-        };
+int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        const RunnerExecRequest *p = params;
+        int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF;
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
         _cleanup_close_ int outputs_fd = -EBADF, template_fd = -EBADF, exec_filter_fd = -EBADF;
@@ -839,7 +837,6 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         char *extra_env[3] = {};
         size_t n_env = 0;
         SandboxLanguage language = SANDBOX_PYTHON3;
-        JsonDispatchError jerr;
         struct stat st;
         int q;
 
@@ -849,37 +846,30 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 return runner_send_error(r, r->connection_generation, EBUSY, "an exec is already running");
         if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
-        q = json_dispatch(req, fields, &p, &jerr);
-        if (q < 0 || p.timeout_ms <= 0 || p.output_limit <= 0 || p.output_limit > (64 << 20) ||
-            p.max_file < 0 || p.max_files < 0 || p.max_total < 0 ||
-            strlen(p.exec_id) >= sizeof(e->exec_id) || p.memory_limit < 0 ||
-            !string_is_printable_line(p.http_proxy, EXEC_ENV_VALUE_MAX) ||
-            !string_is_printable_line(p.https_proxy, EXEC_ENV_VALUE_MAX))
-                return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
-        if (p.language && streq(p.language, "nodejs"))
+        if (p->language && streq(p->language, "nodejs"))
                 language = SANDBOX_NODEJS;
-        else if (p.language && !streq(p.language, "python3"))
+        else if (p->language && !streq(p->language, "python3"))
                 return runner_send_error(r, r->connection_generation, EINVAL, "unsupported language");
         /* The kernel is the sidecar's python profile only. */
-        if (p.stateful && (language != SANDBOX_PYTHON3 || p.no_processes || p.network))
+        if (p->stateful && (language != SANDBOX_PYTHON3 || p->no_processes || p->network))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
 
         /* The session's filter, or one for this exec's profile. */
-        if (p.no_processes || p.network) {
+        if (p->no_processes || p->network) {
                 q = seccomp_policy_build(
-                        &(SeccompOptions) { .allow_inet = p.network, .no_processes = p.no_processes },
+                        &(SeccompOptions) { .allow_inet = p->network, .no_processes = p->no_processes },
                         &filter);
                 if (q < 0)
                         return runner_send_error(r, r->connection_generation, q,
                                                  "failed to build the seccomp filter");
         }
-        if (p.network && !isempty(p.http_proxy)) {
-                if (asprintf(&http_proxy, "HTTP_PROXY=%s", p.http_proxy) < 0)
+        if (p->network && !isempty(p->http_proxy)) {
+                if (asprintf(&http_proxy, "HTTP_PROXY=%s", p->http_proxy) < 0)
                         return log_oom();
                 extra_env[n_env++] = http_proxy;
         }
-        if (p.network && !isempty(p.https_proxy)) {
-                if (asprintf(&https_proxy, "HTTPS_PROXY=%s", p.https_proxy) < 0)
+        if (p->network && !isempty(p->https_proxy)) {
+                if (asprintf(&https_proxy, "HTTPS_PROXY=%s", p->https_proxy) < 0)
                         return log_oom();
                 extra_env[n_env++] = https_proxy;
         }
@@ -895,16 +885,17 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 .slirp_exit_fd = -EBADF,
                 .status_fd = -EBADF,
                 .code_fd = -EBADF,
-                .memory_limit = (uint64_t) p.memory_limit,
-                .out = { .fd = -EBADF, .limit = (size_t) p.output_limit },
-                .err = { .fd = -EBADF, .limit = (size_t) p.output_limit },
-                .timeout_ms = (uint64_t) p.timeout_ms,
-                .limits = { (uint64_t) p.max_file, (uint64_t) p.max_files, (uint64_t) p.max_total },
+                .memory_limit = p->memory_limit,
+                .out = { .fd = -EBADF, .limit = (size_t) p->output_limit },
+                .err = { .fd = -EBADF, .limit = (size_t) p->output_limit },
+                .timeout_ms = p->timeout_ms,
+                .limits = { p->max_artifact_bytes, p->max_files, p->max_total_artifact_bytes },
                 .started_usec = now_usec(CLOCK_MONOTONIC),
                 .oom_kills_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL),
                 .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
         };
-        snprintf(e->exec_id, sizeof(e->exec_id), "%s", p.exec_id);
+        static_assert(sizeof(e->exec_id) > RUNNER_EXEC_ID_MAX, "the exec id fits");
+        snprintf(e->exec_id, sizeof(e->exec_id), "%s", p->exec_id);
         if (stream_fd >= 0) {
                 q = exec_stream_new(e, stream_fd, &e->stream);
                 if (q < 0)
@@ -928,9 +919,9 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 }
         }
 
-        if (p.network && pipe2(ready_pipe, O_CLOEXEC) < 0)
+        if (p->network && pipe2(ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
-        if (p.network) {
+        if (p->network) {
                 q = runner_network_new(r, &userns_fd, &netns_fd);
                 if (q < 0) {
                         log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -940,8 +931,8 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 }
         }
 
-        e->stateful = p.stateful;
-        if (p.stateful) {
+        e->stateful = p->stateful;
+        if (p->stateful) {
                 /* Kept for a retry in a new kernel. */
                 e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
                 if (e->code_fd < 0)
@@ -952,11 +943,11 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 se = (SandboxExec) {
                         .code_fd = code_fd,
                         .timeout_ms = e->timeout_ms,
-                        .memory_limit = (uint64_t) p.memory_limit,
+                        .memory_limit = (uint64_t) p->memory_limit,
                         .language = language,
-                        .no_processes = p.no_processes,
+                        .no_processes = p->no_processes,
                         .extra_env = extra_env,
-                        .network_ready_fd = p.network ? ready_pipe[0] : -EBADF,
+                        .network_ready_fd = p->network ? ready_pipe[0] : -EBADF,
                         .netns_fd = netns_fd,
                         .template_fd = -EBADF,
                         .filter_fd = -EBADF,
@@ -964,7 +955,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 };
         /* A python payload is forked by the template, if it is there; PID 1 starts it cold
          * otherwise. */
-        if (language == SANDBOX_PYTHON3 && !p.cold && !p.stateful) {
+        if (language == SANDBOX_PYTHON3 && !p->cold && !p->stateful) {
                 q = runner_template_connect(r);
                 if (q >= 0 && filter) {
                         /* This exec's own filter (the dify profile, a network), as BPF. */
@@ -985,7 +976,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
                 } else
                         e->template_error = -q;
         }
-        if (p.stateful)
+        if (p->stateful)
                 q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
         else
                 q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
@@ -1002,7 +993,7 @@ int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd) 
         /* The network, for an exec that may have one: slirp4netns plugs a user-mode stack into
          * the sandbox's namespace (no route to the host's loopback) and tells PID 1 when it is
          * up; PID 1 starts the payload only then (runner-network.c). */
-        if (p.network) {
+        if (p->network) {
                 ready_pipe[0] = safe_close(ready_pipe[0]);
                 q = runner_network_start(userns_fd, netns_fd, ready_pipe[1], &e->slirp, &e->slirp_exit_fd);
                 ready_pipe[1] = safe_close(ready_pipe[1]);

@@ -24,49 +24,40 @@ static bool path_has_dotdot_component(const char *p) {
         return false;
 }
 
-static const char *request_path(json_object *req) {
-        json_object *v;
-        const char *p;
-
-        if (!json_object_object_get_ex(req, "path", &v) || !json_object_is_type(v, json_type_string))
-                return NULL;
-        p = json_object_get_string(v);
-        /* Already normalised by the manager: relative, no "..", no empty components. */
-        if (p[0] == '/' || path_has_dotdot_component(p) || strstr(p, "//") || strlen(p) > 4096)
-                return NULL;
-        return p;
+/* Already normalised by the manager: relative, no "..", no empty components. */
+static bool request_path_is_valid(const char *p) {
+        return p[0] != '/' && !path_has_dotdot_component(p) && !strstr(p, "//");
 }
 
-int runner_handle_write(Runner *r, json_object *req, int data_fd) {
-        const char *path = request_path(req);
+int runner_handle_write(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        const RunnerFileRequest *p = params;
+        int data_fd = n_fds > 0 ? fds[0] : -EBADF;
         struct stat st;
         int q;
 
-        if (!path || data_fd < 0 || fstat(data_fd, &st) < 0 || !S_ISREG(st.st_mode))
+        if (!request_path_is_valid(p->path) || data_fd < 0 || fstat(data_fd, &st) < 0 ||
+            !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid write request");
-        q = workspace_write(&r->workspace, path, data_fd);
+        q = workspace_write(&r->workspace, p->path, data_fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
         return runner_send_ok(r, r->connection_generation, NULL, 0);
 }
 
-int runner_handle_read(Runner *r, json_object *req) {
-        const char *path = request_path(req);
+int runner_handle_read(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        const RunnerFileRequest *p = params;
         _cleanup_close_ int fd = -EBADF;
-        json_object *v;
-        int64_t max;
         int q;
 
-        if (!path || !json_object_object_get_ex(req, "max", &v) || !json_object_is_type(v, json_type_int) ||
-            (max = json_object_get_int64(v)) <= 0)
+        if (!request_path_is_valid(p->path))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid read request");
-        q = workspace_read(&r->workspace, path, (uint64_t) max, &fd);
+        q = workspace_read(&r->workspace, p->path, p->max, &fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));
         return runner_send_ok(r, r->connection_generation, &fd, 1);
 }
 
-int runner_handle_list(Runner *r) {
+int runner_handle_list(Runner *r, const void *params, const int *fds, size_t n_fds) {
         _cleanup_json_ json_object *list = NULL;
         _cleanup_close_ int fd = -EBADF;
         OutputSet s = {};
@@ -107,7 +98,7 @@ int runner_handle_list(Runner *r) {
         return runner_send_ok(r, r->connection_generation, &fd, 1);
 }
 
-int runner_handle_reset_inputs(Runner *r) {
+int runner_handle_reset_inputs(Runner *r, const void *params, const int *fds, size_t n_fds) {
         int q = workspace_reset_inputs(&r->workspace);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "%s", strerror(-q));

@@ -104,7 +104,7 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
         return 0;
 }
 
-int runner_handle_reset_kernel(Runner *r) {
+int runner_handle_reset_kernel(Runner *r, const void *params, const int *fds, size_t n_fds) {
         if (r->kernel)
                 log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
                            "Resetting the kernel of session %s.", r->session_id);

@@ -116,53 +116,36 @@ static int runner_setup_session(Runner *r) {
         return 0;
 }
 
-int runner_handle_init(Runner *r, json_object *req) {
-        struct {
-                int64_t uid, gid, workspace_size, tmp_size, cpus_percent, backstop_sec;
-                const char *preload_modules;
-        } p = {};
-        static const JsonField fields[] = {
-                { "preload_modules", JSON_FIELD_STRING, offsetof(typeof(p), preload_modules), 0 },
-                { "uid", JSON_FIELD_INT64, offsetof(typeof(p), uid), JSON_MANDATORY },
-                { "gid", JSON_FIELD_INT64, offsetof(typeof(p), gid), JSON_MANDATORY },
-                { "workspace_size", JSON_FIELD_INT64, offsetof(typeof(p), workspace_size), JSON_MANDATORY },
-                { "tmp_size", JSON_FIELD_INT64, offsetof(typeof(p), tmp_size), JSON_MANDATORY },
-                { "cpus_percent", JSON_FIELD_INT64, offsetof(typeof(p), cpus_percent), JSON_MANDATORY },
-                { "idle_backstop_sec", JSON_FIELD_INT64, offsetof(typeof(p), backstop_sec), 0 },
-                {},
-        };
+int runner_handle_init(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        const RunnerInitRequest *p = params;
         _cleanup_json_ json_object *reply = NULL;
-        JsonDispatchError jerr;
         SeccompOptions so = {};
-        int q, jr;
+        int q;
 
         if (r->initialized)
                 return runner_send_error(r, r->connection_generation, EALREADY,
                                          "session already initialized");
-        q = json_dispatch(req, fields, &p, &jerr);
-        if (q < 0 || p.uid <= 0 || p.gid <= 0 || p.uid > 0xfffffffe || p.gid > 0xfffffffe ||
-            p.workspace_size <= 0 || p.tmp_size <= 0 || p.cpus_percent <= 0 ||
-            (p.preload_modules && !module_list_is_valid(p.preload_modules)))
+        if (p->preload_modules && !module_list_is_valid(p->preload_modules))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
         /* The answer first, before anything is kept or set up: a session is initialized only once it
-         * can be told so, and an answer that can't be made leaves nothing behind. */
-        jr = runner_reply_new(&reply);
-        json_add_checked(reply, "pid", json_object_new_int(getpid()), &jr);
-        /* What this runner can do that earlier ones could not: cancel an exec. */
-        json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
-        if (jr < 0)
-                return jr;
+         * can be told so, and an answer that can't be made leaves nothing behind. What this runner
+         * can do that earlier ones could not: cancel an exec. */
+        q = schema_build(&runner_init_reply, &(RunnerInitReply) { .pid = getpid(), .cancel = true }, &reply);
+        if (q < 0)
+                return q;
         /* An init that failed further on may be sent again: what the first one kept goes. */
         r->preload_modules = mfree(r->preload_modules);
-        if (p.preload_modules && !(r->preload_modules = strdup(p.preload_modules)))
+        if (p->preload_modules && !(r->preload_modules = strdup(p->preload_modules)))
                 return log_oom();
 
-        r->uid = (uid_t) p.uid;
-        r->gid = (gid_t) p.gid;
-        r->workspace_size = (uint64_t) p.workspace_size;
-        r->tmp_size = (uint64_t) p.tmp_size;
-        r->cpus_percent = (uint64_t) p.cpus_percent;
-        r->backstop_usec = p.backstop_sec > 0 ? (uint64_t) p.backstop_sec * USEC_PER_SEC : 0;
+        r->uid = (uid_t) p->uid;
+        r->gid = (gid_t) p->gid;
+        r->workspace_size = p->workspace_size;
+        r->tmp_size = p->tmp_size;
+        r->cpus_percent = p->cpus_percent;
+        r->backstop_usec = p->idle_backstop_sec > 0 && p->idle_backstop_sec < UINT64_MAX / USEC_PER_SEC
+                                   ? p->idle_backstop_sec * USEC_PER_SEC
+                                   : 0;
         /* We are in the session's scope by now (the manager sends init once systemd started it). */
         cgroup_events_close(&r->cgroup_events);
         cgroup_events_open("/sys/fs/cgroup", &r->cgroup_events);

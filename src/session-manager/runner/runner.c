@@ -10,6 +10,7 @@
  * The requests themselves: init in runner-session.c, exec and cancel in runner-exec.c (with what
  * an exec from the template needs in runner-template.c), the file operations in runner-files.c, archive
  * and restore in runner-archive.c; runner.h holds what they share. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -44,48 +45,41 @@ int runner_send(Runner *r, uint64_t generation, json_object *msg, const int *fds
         return runner_message_send(r->conn_fd, msg, fds, n_fds);
 }
 
+int runner_send_reply(Runner *r, uint64_t generation, const SchemaMessage *m, const void *data,
+                      const int *fds, size_t n_fds) {
+        _cleanup_json_ json_object *reply = NULL;
+        int q;
+
+        q = schema_build(m, data, &reply);
+        if (q < 0)
+                return q;
+        return runner_send(r, generation, reply, fds, n_fds);
+}
+
 int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt, ...) {
-        _cleanup_json_ json_object *m = NULL;
         char msg[512];
         va_list ap;
-        int jr = 0;
+        int q;
 
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
 
-        m = json_object_new_object();
-        if (!m)
-                return -ENOMEM;
-        json_add_checked(m, "ok", json_object_new_boolean(false), &jr);
-        json_add_checked(m, "errno", json_object_new_int(abs(error)), &jr);
-        json_add_checked(m, "error", json_object_new_string(msg), &jr);
-        if (jr < 0)
-                return jr;
-        return runner_send(r, generation, m, NULL, 0);
-}
-
-int runner_reply_new(json_object **ret) {
-        _cleanup_json_ json_object *reply = json_object_new_object();
-        int q;
-
-        if (!reply)
-                return -ENOMEM;
-        q = json_add(reply, "ok", json_object_new_boolean(true));
-        if (q < 0)
-                return q;
-        *ret = TAKE_PTR(reply);
-        return 0;
+        error = abs(error);
+        if (error == 0 || error > 4095)
+                error = EIO;
+        q = runner_send_reply(r, generation, &runner_error_reply,
+                              &(RunnerErrorReply) { .error_number = error, .error = msg }, NULL, 0);
+        if (q == -ERANGE)
+                /* A text that is no valid UTF-8 (a name it quotes): the error still goes, unnamed. */
+                q = runner_send_reply(
+                        r, generation, &runner_error_reply,
+                        &(RunnerErrorReply) { .error_number = error, .error = strerror(error) }, NULL, 0);
+        return q;
 }
 
 int runner_send_ok(Runner *r, uint64_t generation, const int *fds, size_t n_fds) {
-        _cleanup_json_ json_object *reply = NULL;
-        int q;
-
-        q = runner_reply_new(&reply);
-        if (q < 0)
-                return q;
-        return runner_send(r, generation, reply, fds, n_fds);
+        return runner_send_reply(r, generation, &runner_ok_reply, &(RunnerNoParameters) {}, fds, n_fds);
 }
 
 /* ---- backstop ---- */
@@ -171,27 +165,94 @@ static void runner_close_connection(Runner *r) {
         r->conn_fd = safe_close(r->conn_fd);
 }
 
-static bool op_works_on_files(const char *op) {
-        static const char *const ops[] = { "write", "read", "list", "reset-inputs", "archive", "restore" };
-
-        for (size_t i = 0; i < ELEMENTSOF(ops); i++)
-                if (streq(op, ops[i]))
-                        return true;
-        return false;
+/* Answered while an exec or archive job runs, too. */
+static int runner_handle_ping(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        return runner_send_reply(r, r->connection_generation, &runner_ping_reply,
+                                 &(RunnerPingReply) { .initialized = r->initialized,
+                                                      .busy = r->exec || r->archive_job,
+                                                      .cancel = true },
+                                 NULL, 0);
 }
 
-/* Answered while an exec or archive job runs, too. */
-static int runner_handle_ping(Runner *r) {
-        _cleanup_json_ json_object *reply = NULL;
-        int jr;
+static int runner_dispatch_archive(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        /* Archived at its release: a stateful session's kernel ends first, so that nothing of the
+         * session outlives its last exec while the archive is pending. */
+        runner_kernel_stop(r);
+        return runner_handle_archive(r, params, n_fds > 0 ? fds[0] : -EBADF, false);
+}
 
-        jr = runner_reply_new(&reply);
-        json_add_checked(reply, "initialized", json_object_new_boolean(r->initialized), &jr);
-        json_add_checked(reply, "busy", json_object_new_boolean(r->exec || r->archive_job), &jr);
-        json_add_checked(reply, "cancel", json_object_new_boolean(true), &jr);
-        if (jr < 0)
-                return jr;
-        return runner_send(r, r->connection_generation, reply, NULL, 0);
+static int runner_dispatch_restore(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        runner_kernel_stop(r);
+        return runner_handle_archive(r, params, n_fds > 0 ? fds[0] : -EBADF, true);
+}
+
+typedef enum RequestFlags {
+        REQUEST_INITIALIZED = 1 << 0, /* unknown before init */
+        REQUEST_WHILE_BUSY = 1 << 1, /* taken while an exec or archive job runs */
+        REQUEST_NO_ANSWER = 1 << 2, /* answered by the exec it names, if at all */
+        REQUEST_CHANGES_FILES = 1 << 3, /* the next exec's outputs can't be told from the last one's */
+} RequestFlags;
+
+/* Every request the runner takes: its declaration (runner-protocol.c), what it needs, its handler
+ * (given the parsed request and the fds that came with it). */
+static const struct {
+        const SchemaMessage *message;
+        RequestFlags flags;
+        int (*handle)(Runner *r, const void *params, const int *fds, size_t n_fds);
+} runner_requests[] = {
+        { &runner_init_request, 0, runner_handle_init },
+        { &runner_exec_request, 0, runner_handle_exec },
+        { &runner_cancel_request, REQUEST_WHILE_BUSY | REQUEST_NO_ANSWER, runner_handle_cancel },
+        { &runner_ping_request, REQUEST_WHILE_BUSY, runner_handle_ping },
+        { &runner_write_request, REQUEST_INITIALIZED | REQUEST_CHANGES_FILES, runner_handle_write },
+        { &runner_read_request, REQUEST_INITIALIZED, runner_handle_read },
+        { &runner_list_request, REQUEST_INITIALIZED, runner_handle_list },
+        { &runner_reset_kernel_request, REQUEST_INITIALIZED, runner_handle_reset_kernel },
+        { &runner_reset_inputs_request, REQUEST_INITIALIZED, runner_handle_reset_inputs },
+        { &runner_archive_request, REQUEST_INITIALIZED, runner_dispatch_archive },
+        { &runner_restore_request, REQUEST_INITIALIZED | REQUEST_CHANGES_FILES, runner_dispatch_restore },
+};
+
+/* One request: parsed by its declaration, checked against the runner's state, handed on. */
+static int runner_dispatch(Runner *r, json_object *req, const int *fds, size_t n_fds) {
+        const SchemaMessage *m = runner_request_lookup(req);
+        size_t i;
+        int q;
+
+        for (i = 0; m && i < ELEMENTSOF(runner_requests); i++)
+                if (runner_requests[i].message == m)
+                        break;
+        if (!m || i >= ELEMENTSOF(runner_requests) ||
+            ((runner_requests[i].flags & REQUEST_INITIALIZED) && !r->initialized))
+                return runner_send_error(r, r->connection_generation, EOPNOTSUPP, "unknown operation");
+        if ((r->exec || r->archive_job) && !(runner_requests[i].flags & REQUEST_WHILE_BUSY))
+                /* One request at a time; the manager queues. */
+                return runner_send_error(r, r->connection_generation, EBUSY,
+                                         r->exec ? "an exec is running"
+                                                 : "an archive is being made or restored");
+
+        /* Room for the largest request: every declaration's struct is smaller. */
+        union {
+                RunnerInitRequest init;
+                RunnerExecRequest exec;
+                RunnerCancelRequest cancel;
+                RunnerFileRequest file;
+                RunnerArchiveRequest archive;
+        } params;
+        assert(m->size <= sizeof(params));
+        q = schema_parse(m, req, &params, NULL);
+        schema_done(m, &params); /* requests have no arrays: nothing to keep */
+        if (q < 0) {
+                if (runner_requests[i].flags & REQUEST_NO_ANSWER)
+                        return 0;
+                return runner_send_error(r, r->connection_generation, q == -ENOMEM ? ENOMEM : EINVAL,
+                                         "invalid %s request", m->name);
+        }
+        if (runner_requests[i].flags & REQUEST_CHANGES_FILES) {
+                output_set_done(&r->outputs_snapshot);
+                r->outputs_snapshot_valid = false;
+        }
+        return runner_requests[i].handle(r, &params, fds, n_fds);
 }
 
 static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -206,9 +267,7 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                 _cleanup_json_ json_object *req = NULL;
                 int fds[RUNNER_MESSAGE_FDS_MAX];
                 size_t n_fds = 0;
-                json_object *op_obj;
-                const char *op;
-                bool files_op, busy;
+                bool busy;
                 int q;
 
                 q = runner_message_recv(fd, &req, fds, &n_fds);
@@ -222,57 +281,8 @@ static int on_connection(sd_event_source *s, int fd, uint32_t revents, void *use
                         return 0;
                 }
 
-                op = json_object_object_get_ex(req, "op", &op_obj) ? json_object_get_string(op_obj) : NULL;
-                if (op && streq(op, "cancel")) {
-                        /* The one request without an answer of its own, taken while an exec runs. */
-                        for (size_t i = 0; i < n_fds; i++)
-                                safe_close(fds[i]);
-                        runner_handle_cancel(r, req);
-                        continue;
-                }
-                if ((r->exec || r->archive_job) && op && !streq(op, "ping")) {
-                        /* One request at a time; the manager queues. */
-                        for (size_t i = 0; i < n_fds; i++)
-                                safe_close(fds[i]);
-                        (void) runner_send_error(r, r->connection_generation, EBUSY,
-                                                 r->exec ? "an exec is running"
-                                                         : "an archive is being made or restored");
-                        continue;
-                }
-                busy = r->exec || r->archive_job; /* only a ping gets here then */
-                /* No process of the session while we work on its files. */
-                files_op = op && r->initialized && op_works_on_files(op);
-                if (files_op && (streq(op, "write") || streq(op, "restore"))) {
-                        output_set_done(&r->outputs_snapshot);
-                        r->outputs_snapshot_valid = false;
-                }
-
-                if (op && streq(op, "init"))
-                        q = runner_handle_init(r, req);
-                else if (op && streq(op, "exec"))
-                        q = runner_handle_exec(r, req, n_fds > 0 ? fds[0] : -EBADF,
-                                               n_fds > 1 ? fds[1] : -EBADF);
-                else if (op && r->initialized && streq(op, "write"))
-                        q = runner_handle_write(r, req, n_fds > 0 ? fds[0] : -EBADF);
-                else if (op && r->initialized && streq(op, "read"))
-                        q = runner_handle_read(r, req);
-                else if (op && r->initialized && streq(op, "list"))
-                        q = runner_handle_list(r);
-                else if (op && r->initialized && streq(op, "reset-kernel"))
-                        q = runner_handle_reset_kernel(r);
-                else if (op && r->initialized && streq(op, "reset-inputs"))
-                        q = runner_handle_reset_inputs(r);
-                else if (op && r->initialized && (streq(op, "archive") || streq(op, "restore"))) {
-                        /* Archived at its release: a stateful session's kernel ends first, so that
-                         * nothing of the session outlives its last exec while the archive is pending. */
-                        runner_kernel_stop(r);
-                        q = runner_handle_archive(r, req, n_fds > 0 ? fds[0] : -EBADF, streq(op, "restore"));
-                }
-                else if (op && streq(op, "ping"))
-                        q = runner_handle_ping(r);
-                else
-                        q = runner_send_error(r, r->connection_generation, EOPNOTSUPP, "unknown operation");
-
+                busy = r->exec || r->archive_job; /* only a ping or a cancel is taken then */
+                q = runner_dispatch(r, req, fds, n_fds);
                 for (size_t i = 0; i < n_fds; i++)
                         safe_close(fds[i]);
                 runner_touch(r);

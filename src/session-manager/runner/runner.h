@@ -17,6 +17,7 @@
 #include "macro.h"
 #include "outputs.h"
 #include "pidref.h"
+#include "runner-protocol.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
 #include "workspace.h"
@@ -160,17 +161,21 @@ typedef struct SandboxPipes {
 
 /* runner.c: replies on the control connection, the idle backstop, the connection's flow. */
 int runner_send(Runner *r, uint64_t generation, json_object *msg, const int *fds, size_t n_fds);
+/* A reply of 'm' (runner-protocol.c) made from the struct 'data'; nothing goes if it can't be made. */
+int runner_send_reply(Runner *r, uint64_t generation, const SchemaMessage *m, const void *data,
+                      const int *fds, size_t n_fds);
 int runner_send_error(Runner *r, uint64_t generation, int error, const char *fmt, ...) _printf_(4, 5);
-/* A success reply, {"ok": true}: the caller adds its members with json_add_checked() and sends it
- * only if none failed. */
-int runner_reply_new(json_object **ret);
 /* A success reply without members. */
 int runner_send_ok(Runner *r, uint64_t generation, const int *fds, size_t n_fds);
+
+/* The handlers of requests (runner.c's table): 'params' is the request parsed by its declaration
+ * (RunnerExecRequest and so on, in runner-protocol.h), 'fds' came with it (closed by the caller).
+ * Each answers its request, or starts a job that will. */
 void runner_touch(Runner *r);
 void runner_resume_connection(Runner *r);
 
 /* runner-session.c */
-int runner_handle_init(Runner *r, json_object *req);
+int runner_handle_init(Runner *r, const void *params, const int *fds, size_t n_fds);
 
 /* runner-exec.c */
 RunnerExec *runner_exec_free(RunnerExec *e);
@@ -180,8 +185,8 @@ void sandbox_pipes_close(SandboxPipes *p);
 /* The read ends, taken out of 'p', with the PID 1 that writes them (taken out of 'init'). */
 SandboxProcess sandbox_pipes_take(SandboxPipes *p, PidRef *init);
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret);
-/* 'stream_fd' (borrowed, or -EBADF): the write end of a pipe for the output as it is produced. */
-int runner_handle_exec(Runner *r, json_object *req, int code_fd, int stream_fd);
+/* fds: the code, then (optional) the write end of a pipe for the output as it is produced. */
+int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_fds);
 /* The stream wrote or failed: the exec may resume reading its output, or finish. */
 void runner_exec_stream_progress(RunnerExec *e);
 /* Reaps 'init' (PID 1 of a sandbox) through its pidfd if it ended; how it ended and its rusage
@@ -197,7 +202,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(ExecStream *, exec_stream_free);
 int exec_stream_push(ExecStream *s, uint8_t which, size_t n);
 /* Frames not yet written whole. */
 size_t exec_stream_pending(const ExecStream *s);
-void runner_handle_cancel(Runner *r, json_object *req);
+int runner_handle_cancel(Runner *r, const void *params, const int *fds, size_t n_fds);
 
 /* runner-network.c: the network of an exec (dify runs with a network). A network namespace in a
  * new user namespace in which uid and gid 0 are the session's; the fds of both. */
@@ -210,7 +215,7 @@ int runner_network_start(int userns_fd, int netns_fd, int ready_fd, PidRef *ret,
 /* runner-kernel.c */
 int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new);
 void runner_kernel_stop(Runner *r);
-int runner_handle_reset_kernel(Runner *r);
+int runner_handle_reset_kernel(Runner *r, const void *params, const int *fds, size_t n_fds);
 
 /* runner-template.c */
 void runner_template_setup(Runner *r);
@@ -218,11 +223,11 @@ int runner_template_connect(Runner *r);
 int runner_filter_bpf(scmp_filter_ctx filter, int *ret_fd);
 
 /* runner-files.c */
-int runner_handle_write(Runner *r, json_object *req, int data_fd);
-int runner_handle_read(Runner *r, json_object *req);
-int runner_handle_list(Runner *r);
-int runner_handle_reset_inputs(Runner *r);
+int runner_handle_write(Runner *r, const void *params, const int *fds, size_t n_fds);
+int runner_handle_read(Runner *r, const void *params, const int *fds, size_t n_fds);
+int runner_handle_list(Runner *r, const void *params, const int *fds, size_t n_fds);
+int runner_handle_reset_inputs(Runner *r, const void *params, const int *fds, size_t n_fds);
 
 /* runner-archive.c */
 ArchiveJob *archive_job_free(ArchiveJob *j);
-int runner_handle_archive(Runner *r, json_object *req, int data_fd, bool restore);
+int runner_handle_archive(Runner *r, const RunnerArchiveRequest *p, int data_fd, bool restore);

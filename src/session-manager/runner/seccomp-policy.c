@@ -357,33 +357,22 @@ int seccomp_notify_handle_one(int listener_fd, SeccompSupervisor *supervisor) {
         return 0;
 }
 
-int seccomp_report_to_json(const SeccompReport *report, json_object *reply) {
-        _cleanup_json_ json_object *calls = json_object_new_array();
-        int jr = 0;
-
-        if (!calls)
-                return -ENOMEM;
-        for (uint32_t i = 0; i < MIN(report->n_calls, (uint32_t) SECCOMP_REPORT_MAX); i++) {
+void seccomp_report_calls(const SeccompReport *report, SeccompReportCalls *ret) {
+        ret->n = MIN(report->n_calls, (uint32_t) SECCOMP_REPORT_MAX);
+        for (size_t i = 0; i < ret->n; i++) {
                 _cleanup_free_ char *name =
                         seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report->calls[i].nr);
-                json_object *c = json_object_new_object();
-                char fallback[32];
 
-                if (!c)
-                        return -ENOMEM;
-                if (!name)
-                        snprintf(fallback, sizeof(fallback), "syscall_%i", report->calls[i].nr);
-                json_add_checked(c, "name", json_object_new_string(name ?: fallback), &jr);
-                json_add_checked(
-                        c, "verdict",
-                        json_object_new_string(seccomp_verdict_to_string(report->calls[i].verdict)), &jr);
-                json_add_checked(c, "count", json_object_new_int64(report->calls[i].count), &jr);
-                if (jr < 0 || json_object_array_add(calls, c) < 0) {
-                        json_object_put(c);
-                        return -ENOMEM;
-                }
+                if (name)
+                        snprintf(ret->names[i], sizeof(ret->names[i]), "%s", name);
+                else
+                        snprintf(ret->names[i], sizeof(ret->names[i]), "syscall_%i", report->calls[i].nr);
+                ret->items[i] = (ExecBlocked) {
+                        .name = ret->names[i],
+                        .verdict = seccomp_verdict_to_string(report->calls[i].verdict),
+                        .count = report->calls[i].count,
+                };
         }
-        return json_add(reply, "blocked_syscalls", TAKE_PTR(calls));
 }
 
 char *seccomp_report_format(const SeccompReport *report) {

@@ -11,6 +11,7 @@
 #include <json-c/json.h>
 #include <seccomp.h>
 
+#include "bus-contract.h"
 #include "macro.h"
 
 DEFINE_CLEANUP_FUNC(scmp_filter_ctx, seccomp_release);
@@ -70,8 +71,14 @@ int seccomp_notify_handle_one(int listener_fd, SeccompSupervisor *supervisor);
  * (and so the only ones the docs list); "refused" for any other value. */
 const char *seccomp_verdict_to_string(int verdict);
 
-/* Adds "blocked_syscalls" ([{name, verdict, count}]) to an exec reply. */
-int seccomp_report_to_json(const SeccompReport *report, json_object *reply);
+/* The report as the exec result's "blocked_syscalls" (runner-protocol.h): names and verdicts point
+ * into 'calls' itself. */
+typedef struct SeccompReportCalls {
+        ExecBlocked items[SECCOMP_REPORT_MAX];
+        char names[SECCOMP_REPORT_MAX][64];
+        size_t n;
+} SeccompReportCalls;
+void seccomp_report_calls(const SeccompReport *report, SeccompReportCalls *ret);
 
 /* "mount (EPERM), socket (EAFNOSUPPORT, 2 times)", for log messages; NULL on OOM. */
 char *seccomp_report_format(const SeccompReport *report);
