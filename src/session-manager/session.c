@@ -26,6 +26,7 @@
 #include "manager.h"
 #include "runner-protocol.h"
 #include "session.h"
+#include "session-private.h"
 #include "signal-util.h"
 #include "bus-util.h"
 #include "storage-config.h"
@@ -33,31 +34,6 @@
 #include "string-util.h"
 #include "systemd-client.h"
 #include "time-util.h"
-
-#define RUNNER_SOCKET_NAME "runner.sock"
-#define RUNNER_ROOT_NAME "root"
-
-typedef void (*RunnerReplyCallback)(Session *s, int error, const char *message, json_object *reply, int fd,
-                                    void *userdata);
-
-struct RunnerRequest {
-        LIST_FIELDS(RunnerRequest, queue);  /* in session->queue_head until sent */
-        Session *session;
-        sd_event_source *queue_timer;  /* how long it may wait for the session or a slot */
-        json_object *message;
-        int fd;                 /* sent with the message, owned */
-        int fd2;                /* sent after it (an exec's stream), owned, or -EBADF */
-        uint64_t timeout_usec;
-        bool is_exec;
-        RunnerReplyCallback callback;
-        void *userdata;
-};
-
-typedef struct ReleaseWaiter {
-        LIST_FIELDS(struct ReleaseWaiter, waiters);
-        SessionDoneCallback callback;
-        void *userdata;
-} ReleaseWaiter;
 
 static const char *const session_state_table[_SESSION_STATE_MAX] = {
         [SESSION_STARTING] = "starting",
@@ -96,7 +72,7 @@ SessionEnd session_end_from_string(const char *s) {
         return (SessionEnd) (i >= 0 ? i : string_table_lookup(session_end_old_table, _SESSION_END_MAX, s));
 }
 
-static RunnerRequest *runner_request_free(RunnerRequest *q) {
+RunnerRequest *runner_request_free(RunnerRequest *q) {
         if (!q)
                 return NULL;
         q->queue_timer = sd_event_source_disable_unref(q->queue_timer);
@@ -165,7 +141,7 @@ static char *session_state_path(const Session *s) {
         return asprintf(&p, SESSION_STATE_DIR "/%s.json", s->id) < 0 ? NULL : p;
 }
 
-static int session_save_state(Session *s) {
+int session_save_state(Session *s) {
         _cleanup_json_ json_object *o = NULL;
         _cleanup_free_ char *path = NULL, *tmp = NULL;
         _cleanup_close_ int fd = -EBADF;
@@ -268,8 +244,6 @@ static void session_fail_requests(Session *s, int error, const char *message) {
         } while (s->queue_head);
 }
 
-static void session_release_create_slot(Session *s);
-static void session_release_tell(Session *s);
 
 static bool session_calls_pending(const Session *s) {
         return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
@@ -431,7 +405,7 @@ void session_add_to_gc_queue(Session *s) {
 
 /* The scope is gone and no call is left: the session is over. It leaves every lookup now and is
  * freed from the event loop, never here, since callers up the stack may still hold it. */
-static void session_finalize(Session *s) {
+void session_finalize(Session *s) {
         /* Only once the scope's stop was asked for; each outstanding call comes back here when it
          * is done. */
         if (s->finalized || !s->stop_requested || session_calls_pending(s))
@@ -462,7 +436,7 @@ static void on_stop_job_done(Manager *m, const char *result, int error, const sd
 }
 
 /* From now on the session takes no calls: clients see it as gone at once. */
-static void session_begin_stopping(Session *s) {
+void session_begin_stopping(Session *s) {
         s->state = SESSION_STOPPING;
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
         /* Still waiting for a create slot: it never starts. Still fetching its archive: not waited
@@ -473,12 +447,12 @@ static void session_begin_stopping(Session *s) {
 }
 
 /* Why the session stops, or 'fallback' when nobody said (a record of an earlier version without it). */
-static SessionEnd session_end_or(const Session *s, SessionEnd fallback) {
+SessionEnd session_end_or(const Session *s, SessionEnd fallback) {
         return s->end >= 0 ? s->end : fallback;
 }
 
 /* Stop the scope (killing the runner and everything of the session) and then finalize. */
-static void session_stop_scope(Session *s, SessionEnd end) {
+void session_stop_scope(Session *s, SessionEnd end) {
         int r;
 
         if (s->stop_requested) {
@@ -505,12 +479,12 @@ static void session_stop_scope(Session *s, SessionEnd end) {
         manager_state_changed(s->manager);
 }
 
-static void session_teardown(Session *s, SessionEnd end) {
+void session_teardown(Session *s, SessionEnd end) {
         session_begin_stopping(s);
         session_stop_scope(s, end);
 }
 
-static int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *userdata) {
+int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *userdata) {
         ReleaseWaiter *w;
 
         if (!cb)
@@ -535,7 +509,6 @@ int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *us
 
 /* ---- control connection ---- */
 
-static int session_dispatch_next(Session *s);
 
 static void session_complete_in_flight(Session *s, int error, const char *message, json_object *reply,
                                        int fd) {
@@ -624,7 +597,7 @@ static int on_request_timeout(sd_event_source *source, uint64_t usec, void *user
         return 0;
 }
 
-static int session_dispatch_next(Session *s) {
+int session_dispatch_next(Session *s) {
         RunnerRequest *q;
         int r;
 
@@ -666,7 +639,7 @@ static int session_dispatch_next(Session *s) {
 
 /* Takes a request that is still queued out of the queue. Returns whether it waited for a global
  * exec slot: a request at the head of an idle session does; anything else waits for its session. */
-static bool session_unqueue(Session *s, RunnerRequest *q) {
+bool session_unqueue(Session *s, RunnerRequest *q) {
         bool waiting_for_slot = q == s->queue_head && !s->in_flight && q->is_exec;
 
         session_queue_remove(s, q);
@@ -702,7 +675,7 @@ void session_kick(Session *s) {
 /* Takes ownership of message and fd, also on failure. Fails only when nothing was queued; then
  * the callback is not called. *ret_request (optional) is set before the request may be sent, so
  * also when it is answered at once (and freed before this returns). */
-static int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint64_t timeout_usec,
+int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint64_t timeout_usec,
                                 bool is_exec, bool front, RunnerReplyCallback cb, void *userdata,
                                 RunnerRequest **ret_request) {
         RunnerRequest *q;
@@ -747,7 +720,7 @@ static int session_enqueue_full(Session *s, json_object *message, int fd, int fd
         return 0;
 }
 
-static int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec,
+int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec,
                            bool front, RunnerReplyCallback cb, void *userdata) {
         return session_enqueue_full(s, message, fd, -EBADF, timeout_usec, is_exec, front, cb, userdata,
                                     NULL);
@@ -755,7 +728,7 @@ static int session_enqueue(Session *s, json_object *message, int fd, uint64_t ti
 
 /* One of our own control requests that is only its op ("ping", "reset-inputs"), ahead of the
  * client's. Fails only when nothing was queued. */
-static int session_enqueue_op(Session *s, const char *op, RunnerReplyCallback cb) {
+int session_enqueue_op(Session *s, const char *op, RunnerReplyCallback cb) {
         json_object *msg;
         int r;
 
@@ -786,7 +759,7 @@ static int on_idle(sd_event_source *source, uint64_t usec, void *userdata) {
         return 0;
 }
 
-static void session_arm_idle(Session *s, uint64_t usec) {
+void session_arm_idle(Session *s, uint64_t usec) {
         int r;
 
         if (s->idle_timer) {
@@ -818,14 +791,14 @@ void session_touch(Session *s) {
 /* The create slot bounds how many scopes and runners start at once, the local work. It is not
  * held while the storage agent fetches an archive: a slow or silent endpoint chosen by one client
  * must not keep everyone else's creates waiting. */
-static void session_release_create_slot(Session *s) {
+void session_release_create_slot(Session *s) {
         if (!s->holds_create_slot)
                 return;
         s->holds_create_slot = false;
         manager_create_finished(s->manager);
 }
 
-static void session_start_done(Session *s, int error, const char *message) {
+void session_start_done(Session *s, int error, const char *message) {
         SessionDoneCallback cb = TAKE_PTR(s->start_callback);
         bool stopping = s->state == SESSION_STOPPING;
 
@@ -863,12 +836,10 @@ static void session_start_done(Session *s, int error, const char *message) {
                 session_teardown(s, SESSION_END_START_FAILED);
 }
 
-static void session_restore_then_ready(Session *s);
-static void session_reset_inputs_then_ready(Session *s);
 
 /* What the runner can do beyond the basics, from its answer to init or ping. A runner started by an
  * earlier version of ours (recovered after an upgrade) may know less. */
-static void session_learn_runner(Session *s, bool cancels) {
+void session_learn_runner(Session *s, bool cancels) {
         s->runner_cancels = cancels;
 }
 
@@ -889,7 +860,7 @@ static void on_init_reply(Session *s, int error, const char *message, json_objec
         session_restore_then_ready(s);
 }
 
-static int session_connect(Session *s) {
+int session_connect(Session *s) {
         _cleanup_close_ int fd = -EBADF;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         int r;
@@ -1117,1447 +1088,6 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
         return 0;
 }
 
-/* ---- exec ---- */
-
-struct ExecCall {
-        Session *session;
-        RunnerRequest *request;   /* ours until on_exec_reply() */
-        char exec_id[32];
-        bool interrupted;         /* CancelExec(): ended, its caller gets the result */
-        bool cancelled;
-        bool released;            /* stopped because its session is released */
-        ExecCallback callback;
-        void *userdata;
-};
-
-#define EXEC_CANCELLED_MESSAGE "cancelled: the caller hung up"
-
-/* The runner's result (runner_exec_result, declared in runner-protocol.c), checked against the
- * memfd that holds its bytes. Strings and arrays stay owned by 'reply' and 'p'. */
-static int exec_reply_parse(json_object *reply, int data_fd, RunnerExecResult *p, ExecResult *ret) {
-        struct stat st;
-        int r;
-
-        if (data_fd < 0 || fstat(data_fd, &st) < 0)
-                return -EBADMSG;
-        r = schema_parse(&runner_exec_result, reply, p, NULL);
-        if (r < 0)
-                return r;
-        /* Every size is at most INT64_MAX (the declaration): their sums can't wrap. */
-        if (p->stdout_size + p->stderr_size > (uint64_t) st.st_size)
-                return -EBADMSG;
-        for (size_t i = 0; i < p->n_files; i++)
-                if (p->files[i].offset + p->files[i].size > (uint64_t) st.st_size)
-                        return -EBADMSG;
-        if ((p->exit_reason && !bus_exit_reason_is_valid(p->exit_reason)) ||
-            (p->kernel && !bus_kernel_state_is_valid(p->kernel)) ||
-            p->resources.has_cpu != p->resources.has_rss)
-                return -EBADMSG;
-
-        *ret = (ExecResult) {
-                .exit_code = p->exit_code,
-                .signal = p->signal,
-                .timed_out = p->timed_out,
-                .oom_killed = p->oom_killed,
-                .pids_limited = p->pids_limited,
-                .duration_usec = p->duration_usec,
-                .stdout_size = p->stdout_size,
-                .stderr_size = p->stderr_size,
-                .stdout_truncated = p->stdout_truncated,
-                .stderr_truncated = p->stderr_truncated,
-                .files = p->files,
-                .n_files = p->n_files,
-                .files_skipped = p->files_skipped,
-                .blocked = p->blocked,
-                .n_blocked = p->n_blocked,
-                .data_fd = data_fd,
-                .exit_reason = p->exit_reason,
-                .kernel = p->kernel,
-                .has_usage = p->resources.has_cpu,
-                .has_written = p->resources.has_written,
-                .has_processes = p->resources.has_processes,
-                .cpu_usec = p->resources.cpu_usec,
-                .max_rss_bytes = p->resources.max_rss_bytes,
-                .written_bytes = p->resources.written_bytes,
-                .processes = p->resources.processes,
-        };
-        return 0;
-}
-
-static void on_exec_reply(Session *s, int error, const char *message, json_object *reply, int fd,
-                          void *userdata) {
-        ExecCall *c = userdata;
-        _cleanup_(runner_exec_result_done) RunnerExecResult parsed = {};
-        ExecResult result;
-        int r;
-
-        if (c->released) {
-                log_struct(LOG_INFO, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
-                           "Exec %s of session %s was stopped: its session is released.", c->exec_id, s->id);
-                error = -ENXIO;
-                message = "session not found or not running";
-        } else if (c->cancelled) {
-                /* Whatever came of it (killed, or done just before), its caller wants no result. */
-                log_struct(LOG_INFO, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
-                           "Exec %s of session %s was cancelled: its caller hung up.", c->exec_id, s->id);
-                error = -ECANCELED;
-                message = EXEC_CANCELLED_MESSAGE;
-        }
-        if (error < 0) {
-                metrics_count_exec(&s->manager->metrics, error, NULL);
-                c->callback(s, error, message, NULL, c->userdata);
-                free(c);
-                return;
-        }
-        r = exec_reply_parse(reply, fd, &parsed, &result);
-        if (r < 0) {
-                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Malformed exec result from the runner of %s.", s->id);
-                metrics_count_exec(&s->manager->metrics, -EHOSTDOWN, NULL);
-                c->callback(s, -EHOSTDOWN, "malformed result from the runner", NULL, c->userdata);
-                free(c);
-                return;
-        }
-        metrics_count_exec(&s->manager->metrics, 0, &result);
-        session_touch(s);
-        c->callback(s, 0, NULL, &result, c->userdata);
-        free(c);
-}
-
-int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
-                 ExecCall **ret_call) {
-        _cleanup_close_ int fd = code_fd, stream_fd = -EBADF;
-        json_object *msg = NULL;
-        ExecCall *c;
-        char exec_id[32];
-        Config *cfg = &s->manager->config;
-        int r;
-
-        if (s->state != SESSION_RUNNING)
-                return -ENXIO;
-        if (s->n_queued >= SESSION_QUEUE_MAX) {
-                metrics_count_exec(&s->manager->metrics, -EBUSY, NULL);
-                return -EBUSY;
-        }
-
-        /* Exec ids only correlate log entries; the counter makes them unique per manager run. */
-        snprintf(exec_id, sizeof(exec_id), "%08x%08llx", (unsigned) getpid(),
-                 (unsigned long long) ++s->manager->exec_counter);
-
-        /* Never an exec without a member it should have (no_processes, say: the dify profile). */
-        r = runner_request_exec(
-                &(RunnerExecRequest) {
-                        .exec_id = exec_id,
-                        .timeout_ms = p->timeout_ms,
-                        .output_limit = p->output_limit,
-                        .max_artifact_bytes = cfg->max_artifact_bytes,
-                        .max_files = cfg->max_files_per_exec,
-                        .max_total_artifact_bytes = cfg->max_total_artifact_bytes,
-                        .memory_limit = cfg->memory_limit,
-                        .language = p->language,
-                        .no_processes = p->no_processes,
-                        /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided
-                         * per exec, so that switching it takes effect for the sessions that exist). */
-                        .cold = !cfg->preload,
-                        /* A stateful session's python cells run in its kernel (the sidecar profile). */
-                        .stateful = s->stateful && (!p->language || streq(p->language, "python3")) &&
-                                    !p->no_processes && !p->network,
-                        .network = p->network,
-                        .http_proxy = p->http_proxy,
-                        .https_proxy = p->https_proxy,
-                },
-                &msg);
-        c = r < 0 ? NULL : calloc(1, sizeof(ExecCall));
-        if (!c) {
-                json_object_put(msg);
-                r = r < 0 ? r : -ENOMEM;
-                metrics_count_exec(&s->manager->metrics, r, NULL);
-                return r;
-        }
-        *c = (ExecCall) { .session = s, .callback = cb, .userdata = userdata };
-        memcpy(c->exec_id, exec_id, sizeof(c->exec_id));
-
-        if (p->stream_fd >= 0) {
-                stream_fd = fcntl(p->stream_fd, F_DUPFD_CLOEXEC, 3);
-                if (stream_fd < 0) {
-                        r = -errno;
-                        json_object_put(msg);
-                        free(c);
-                        metrics_count_exec(&s->manager->metrics, r, NULL);
-                        return r;
-                }
-        }
-
-        /* The caller learns of c before the request may be answered (and c freed). */
-        if (ret_call)
-                *ret_call = c;
-        r = session_enqueue_full(s, msg, TAKE_FD(fd), TAKE_FD(stream_fd),
-                                 p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false,
-                                 on_exec_reply, c, &c->request);
-        if (r < 0) {
-                if (ret_call)
-                        *ret_call = NULL;
-                free(c);
-                metrics_count_exec(&s->manager->metrics, r, NULL);
-                return r;
-        }
-        /* The exec may have failed already and the session begun to stop (runner lost): it is
-         * still allocated, freed only from the event loop, and touch() ignores a stopping one. */
-        s->n_execs++;
-        session_touch(s);
-        return 0;
-}
-
-static int exec_call_send_cancel(Session *s, ExecCall *c) {
-        _cleanup_json_ json_object *msg = NULL;
-        int r;
-
-        if (!s->runner_cancels || s->control_fd < 0)
-                return -EOPNOTSUPP;
-        r = runner_request_cancel(c->exec_id, &msg);
-        if (r < 0)
-                return r;
-        return runner_message_send(s->control_fd, msg, NULL, 0);
-}
-
-static void exec_call_stop(ExecCall *c, bool released) {
-        Session *s = c->session;
-        RunnerRequest *q = c->request;
-        int r;
-
-        if (c->cancelled)
-                return;
-        c->cancelled = true;
-        c->released = released;
-
-        if (s->in_flight != q) {
-                /* Still queued: out of the queue, answered now (on_exec_reply() frees c). */
-                (void) session_unqueue(s, q);
-                q->callback(s, released ? -ENXIO : -ECANCELED,
-                            released ? "session not found or not running" : EXEC_CANCELLED_MESSAGE, NULL,
-                            -EBADF, q->userdata);
-                runner_request_free(q);
-                /* What waited behind it may go now. */
-                (void) session_dispatch_next(s);
-                return;
-        }
-
-        /* Running: the runner ends it the way its timeout does and answers as usual; the answer
-         * becomes -ECANCELED in on_exec_reply(). The request timer stays: a runner that does not
-         * answer still ends the session. */
-        if (!s->runner_cancels) {
-                log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "The runner of session %s can't cancel exec %s; it runs to its end.", s->id,
-                           c->exec_id);
-                return;
-        }
-        if (c->interrupted)
-                return; /* the runner is ending it already */
-        r = exec_call_send_cancel(s, c);
-        if (r < 0)
-                /* A broken connection ends the exec anyway (on_control() sees it). */
-                log_struct(
-                        LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                        "Failed to ask the runner of session %s to cancel exec %s, it runs to its end: %m",
-                        s->id, c->exec_id);
-}
-
-void session_exec_cancel(ExecCall *c) {
-        exec_call_stop(c, false);
-}
-
-int session_exec_interrupt(Session *s) {
-        ExecCall *c;
-        int r;
-
-        /* The running exec only: those queued behind it run as they would. */
-        if (!s->in_flight || !s->in_flight->is_exec || s->in_flight->callback != on_exec_reply)
-                return -ENOENT;
-        c = s->in_flight->userdata;
-        if (c->cancelled)
-                return -ENOENT; /* its caller hung up: it is ending, with nobody to tell */
-        if (c->interrupted)
-                return 0;
-        r = exec_call_send_cancel(s, c);
-        if (r < 0)
-                return log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                  "Failed to ask the runner of session %s to cancel exec %s: %m", s->id,
-                                  c->exec_id);
-        c->interrupted = true;
-        log_struct(LOG_INFO, 0,
-                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
-                   "Cancelling exec %s of session %s on request.", c->exec_id, s->id);
-        return 0;
-}
-
-static void session_stop_running_exec(Session *s) {
-        if (s->in_flight && s->in_flight->is_exec && s->in_flight->callback == on_exec_reply)
-                exec_call_stop(s->in_flight->userdata, true);
-}
-
-bool session_exec_running(const Session *s) {
-        return s->in_flight && s->in_flight->is_exec;
-}
-
-/* ---- archives: storage agent + runner ---- */
-
-/* Calls that only stage or look something up; transfers get as long as the agent may take for
- * one (three attempts of S3_TOTAL_TIMEOUT_SEC each, plus hashing). */
-#define STORAGE_CALL_SLACK_USEC (30 * USEC_PER_SEC)
-#define STORAGE_TRANSFER_TIMEOUT_USEC (7 * 60 * USEC_PER_SEC)
-/* An archive of the same stem in flight elsewhere: look again this often. */
-#define ARCHIVE_WAIT_USEC (500 * USEC_PER_MSEC)
-
-static const char *const archive_outcome_table[_ARCHIVE_OUTCOME_MAX] = {
-        [ARCHIVE_OUTCOME_NONE] = "none",
-        [ARCHIVE_OUTCOME_STORED] = "stored",
-        [ARCHIVE_OUTCOME_PENDING] = "pending",
-        [ARCHIVE_OUTCOME_SKIPPED] = "skipped",
-        [ARCHIVE_OUTCOME_KEPT] = "kept",
-        [ARCHIVE_OUTCOME_ABANDONED] = "abandoned",
-        [ARCHIVE_OUTCOME_DISCARDED] = "discarded",
-};
-
-DEFINE_STRING_TABLE_LOOKUP_TO_STRING(archive_outcome, ArchiveOutcome)
-
-/* Whether a storage block is effective (1) or not (0: then archives and restores are no-ops,
- * COMPAT.md). -ENOMEM: undecided, which is never taken for "not effective" (a release would
- * destroy the workspace unarchived, a discard keep the archive). */
-static int storage_block_effective(Session *s, const char *json) {
-        _cleanup_(storage_config_done) StorageConfig c = { .provider = _STORAGE_PROVIDER_INVALID };
-        _cleanup_json_ json_object *o = NULL;
-        const char *why;
-        int r;
-
-        if (!json)
-                return 0;
-        r = json_parse(json, strlen(json), JSON_DEPTH_MAX, &o);
-        if (r >= 0 && json_object_is_type(o, json_type_object))
-                r = storage_config_parse(o, &c, &why);
-        if (r == -ENOMEM)
-                return r;
-        return r >= 0 && json_object_is_type(o, json_type_object) &&
-               storage_config_effective(&c, s->manager->config.local_storage_dir);
-}
-
-/* The session's storage block (the one remembered at create, or the release's) if it is
- * effective, else NULL. Undecided (out of memory), the block itself: for the calls that the agent,
- * which checks it anew, may as well refuse (a deletion, a quarantine). */
-static const char *session_effective_storage(Session *s) {
-        return storage_block_effective(s, s->storage_json) != 0 ? s->storage_json : NULL;
-}
-
-static const char *session_archive_stem(Session *s, const char *override) {
-        if (override && archive_stem_is_valid(override))
-                return override;
-        if (s->archive_key && archive_stem_is_valid(s->archive_key))
-                return s->archive_key;
-        return s->id;
-}
-
-const char *session_archive_stem_of(Session *s) {
-        return session_archive_stem(s, NULL);
-}
-
-bool session_archive_pending(const Session *s) {
-        return s->releasing;
-}
-
-unsigned session_count_pending_archives(Manager *m) {
-        unsigned n = 0;
-        LIST_FOREACH(sessions, i, m->sessions)
-                n += i->releasing;
-        return n;
-}
-
-/* Between BeginArchive and the answer to CommitArchive (also of an attempt whose release a create
- * took over since): the stored object may change. */
-static bool session_archive_in_flight(const Session *s) {
-        return s->archive_orphaned || (s->releasing && (s->archive_slot || s->archive_token));
-}
-
-/* Whether the session's archive is (stem, storage_json). */
-static bool session_archives_to(Session *s, const char *stem, const char *storage_json) {
-        return streq(session_archive_stem(s, NULL), stem) && streq_ptr(s->storage_json, storage_json);
-}
-
-static bool session_same_archive(Session *a, Session *b) {
-        return a != b && session_archives_to(a, session_archive_stem(b, NULL), b->storage_json);
-}
-
-Session *session_find_pending_archive(Manager *m, const char *stem, const char *storage_json) {
-        Session *found = NULL;
-
-        /* The newest release wins: its workspace is what the client saw last. Never one its client
-         * discarded, nor one a newer release superseded. */
-        LIST_FOREACH(sessions, i, m->sessions)
-                if (i->releasing && !i->stop_requested && !i->discard_stem && !i->archive_superseded &&
-                    session_archives_to(i, stem, storage_json) &&
-                    (!found || i->release_realtime_usec >= found->release_realtime_usec))
-                        found = i;
-        return found;
-}
-
-/* The call is owned by *ret_slot, which its reply callback clears first thing; freeing the
- * session cancels it. */
-static int storage_call(Session *s, sd_bus_slot **ret_slot, const char *method, sd_bus_message_handler_t cb,
-                        uint64_t timeout_usec, const char *types, ...) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        va_list ap;
-        int r;
-
-        if (*ret_slot)
-                return -EBUSY;  /* one at a time; the caller goes on without it */
-        r = sd_bus_message_new_method_call(s->manager->bus, &m, STORAGE_AGENT_BUS_NAME,
-                                           STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE, method);
-        if (r >= 0) {
-                va_start(ap, types);
-                r = sd_bus_message_appendv(m, types, ap);
-                va_end(ap);
-        }
-        if (r >= 0)
-                r = sd_bus_call_async(s->manager->bus, ret_slot, m, cb, s, timeout_usec);
-        return r;
-}
-
-/* Every answer from the storage agent ends the call the session waits for (sd-bus keeps the slot
- * alive until its callback returns). */
-static void storage_reply_begin(sd_bus_slot **slot) {
-        *slot = sd_bus_slot_unref(*slot);
-}
-
-/* For logs and messages only: no decision is taken on it. */
-static const char *bus_reply_error(sd_bus_message *reply) {
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
-        return e && e->message ? e->message : e && e->name ? e->name : "malformed reply";
-}
-
-/* What an answer of the storage agent means, by its error name (bus-contract.h). */
-typedef enum StorageAnswer {
-        STORAGE_ANSWER_OK,
-        /* InvalidArgs, StorageNotConfigured: the block is not usable by the contract's own rules
-         * (invalid, or not effective where the agent runs): archives and restores are no-ops. */
-        STORAGE_ANSWER_NOT_EFFECTIVE,
-        STORAGE_ANSWER_REFUSED,            /* StorageRefused: our endpoint policy refuses it */
-        STORAGE_ANSWER_POLICY_UNAVAILABLE, /* PolicyUnavailable: the agent can't tell; may pass later */
-        STORAGE_ANSWER_DAMAGED,            /* ArchiveDamaged: the stored archive can't be restored */
-        STORAGE_ANSWER_NOT_FOUND,          /* NotFound */
-        /* Anything else (StorageFailed, UnknownToken, no reply, no agent): a retry may succeed. */
-        STORAGE_ANSWER_FAILED,
-} StorageAnswer;
-
-static StorageAnswer storage_answer(sd_bus_message *reply) {
-        static const struct {
-                const char *name;
-                StorageAnswer answer;
-        } answers[] = {
-                { SD_BUS_ERROR_INVALID_ARGS, STORAGE_ANSWER_NOT_EFFECTIVE },
-                { BUS_ERROR_STORAGE_NOT_CONFIGURED, STORAGE_ANSWER_NOT_EFFECTIVE },
-                { BUS_ERROR_STORAGE_REFUSED, STORAGE_ANSWER_REFUSED },
-                { BUS_ERROR_POLICY_UNAVAILABLE, STORAGE_ANSWER_POLICY_UNAVAILABLE },
-                { BUS_ERROR_ARCHIVE_DAMAGED, STORAGE_ANSWER_DAMAGED },
-                { BUS_ERROR_NOT_FOUND, STORAGE_ANSWER_NOT_FOUND },
-        };
-
-        if (!sd_bus_message_is_method_error(reply, NULL))
-                return STORAGE_ANSWER_OK;
-        for (size_t i = 0; i < ELEMENTSOF(answers); i++)
-                if (sd_bus_message_is_method_error(reply, answers[i].name))
-                        return answers[i].answer;
-        return STORAGE_ANSWER_FAILED;
-}
-
-/* The release waiters hear the outcome now; the session goes on without them. */
-static void session_release_tell(Session *s) {
-        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
-        s->release_told = true;
-        for (ReleaseWaiter *w; (w = s->release_waiters);) {
-                LIST_REMOVE(waiters, s->release_waiters, w);
-                w->callback(s, 0, NULL, w->userdata);
-                free(w);
-        }
-}
-
-static void session_archive_stop_retrying(Session *s) {
-        s->archive_retry_timer = sd_event_source_disable_unref(s->archive_retry_timer);
-        s->archive_token = mfree(s->archive_token);
-}
-
-static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        Session *s = userdata;
-
-        storage_reply_begin(&s->archive_slot);
-        if (sd_bus_message_is_method_error(reply, NULL))
-                log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to delete the archive of %s: %s", s->id, bus_reply_error(reply));
-        session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
-        return 0;
-}
-
-/* Delete the stored archive (the stem is taken), then stop. */
-static void session_discard(Session *s, const char *storage, char *stem) {
-        _cleanup_free_ char *owned = stem;
-
-        s->releasing = false;
-        s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
-        session_archive_stop_retrying(s);
-        if (s->archive_orphaned) {
-                /* The upload of the release a create took over may still store the archive: it is
-                 * deleted after that (session_archive_orphan_ended()). */
-                free(s->discard_stem);
-                s->discard_stem = TAKE_PTR(owned);
-                return;
-        }
-        if (!storage || storage_call(s, &s->archive_slot, "DeleteArchive", on_discard_reply,
-                                     STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, owned) < 0)
-                session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
-}
-
-/* The archive is stored, or never will be: the session goes. */
-static void session_archive_done(Session *s, ArchiveOutcome outcome) {
-        if (s->discard_stem) {
-                session_discard(s, session_effective_storage(s), TAKE_PTR(s->discard_stem));
-                return;
-        }
-        s->releasing = false;
-        s->archive_outcome = outcome;
-        session_archive_stop_retrying(s);
-        manager_state_changed(s->manager);
-        session_stop_scope(s, session_end_or(s, SESSION_END_RELEASED));
-}
-
-static void session_archive_attempt(Session *s);
-
-/* The attempt that was under way when a create took the session over (session_adopt()) has
- * ended: what waited for it goes on. */
-static void session_archive_orphan_ended(Session *s) {
-        s->archive_orphaned = false;
-        if (s->discard_stem)
-                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
-        else if (s->releasing)
-                session_archive_attempt(s);
-        else if (s->stop_requested)
-                session_finalize(s);
-}
-
-/* An attempt whose release a create took over, or whose client discarded it meanwhile, goes no
- * further: its staging ('token') is aborted. Returns whether it was dropped. */
-static bool session_archive_attempt_dropped(Session *s, const char *token);
-
-static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata);
-
-static int session_arm_archive_retry(Session *s, uint64_t usec) {
-        if (s->archive_retry_timer) {
-                int r = sd_event_source_set_time_relative(s->archive_retry_timer, usec);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(s->archive_retry_timer, SD_EVENT_ONESHOT);
-                return r;
-        }
-        return sd_event_add_time_relative(s->manager->event, &s->archive_retry_timer, CLOCK_BOOTTIME, usec,
-                                          10 * USEC_PER_MSEC, on_archive_retry, s);
-}
-
-static uint64_t archive_retry_delay(unsigned failures) {
-        uint64_t d = SESSION_ARCHIVE_RETRY_FIRST_USEC;
-        for (unsigned i = 1; i < failures && d < SESSION_ARCHIVE_RETRY_MAX_USEC; i++)
-                d *= 2;
-        return MIN(d, SESSION_ARCHIVE_RETRY_MAX_USEC);
-}
-
-/* What a failed attempt means for the next one. */
-typedef enum ArchiveFailure {
-        /* Storage down or full, the endpoint refused or unjudged now, the agent gone: retried with
-         * backoff until stored or SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed. */
-        ARCHIVE_FAILURE_RETRY,
-        /* The workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES: it can't shrink while pending, so
-         * it is kept as it is (a create of its archive_key takes it over; the operator may raise
-         * the limit and restart the manager), tried once more at the deadline, then given up. */
-        ARCHIVE_FAILURE_TOO_LARGE,
-        /* The storage block is not effective by the contract's own rules: nothing to archive to. */
-        ARCHIVE_FAILURE_NO_STORAGE,
-} ArchiveFailure;
-
-/* An attempt failed. */
-static void session_archive_failed(Session *s, ArchiveFailure kind, const char *why) {
-        Config *c = &s->manager->config;
-        uint64_t now = (uint64_t) time(NULL) * USEC_PER_SEC, deadline, delay;
-        const char *stem = session_archive_stem(s, NULL);
-        int r;
-
-        s->archive_token = mfree(s->archive_token);
-        if (s->discard_stem) {
-                /* Its client discarded it meanwhile. */
-                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
-                return;
-        }
-        s->manager->metrics.archive_failures++;
-        /* Out of memory, the reason of the attempt before stays. */
-        char *error = strdup(why);
-        if (error) {
-                free(s->archive_error);
-                s->archive_error = error;
-        }
-        if (s->archive_first_failure_realtime_usec == 0)
-                s->archive_first_failure_realtime_usec = now;
-        deadline = s->archive_first_failure_realtime_usec + c->archive_retry_deadline_sec * USEC_PER_SEC;
-
-        if (kind == ARCHIVE_FAILURE_NO_STORAGE) {
-                s->manager->metrics.archives_skipped++;
-                log_struct(
-                        LOG_WARNING, 0,
-                        LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped",
-                                   strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
-                                   SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                        "Archive of session %s can't be stored: %s. The stored archive '%s', if any, stays "
-                        "as it was.",
-                        s->id, why, stem);
-                session_archive_done(s, ARCHIVE_OUTCOME_SKIPPED);
-                return;
-        }
-        if (s->archive_superseded || s->control_fd < 0 || now >= deadline) {
-                const char *reason = s->archive_superseded
-                                             ? "a newer release of the same archive superseded it"
-                                     : s->control_fd < 0 ? "the session's runner is gone"
-                                                         : "SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed";
-                s->manager->metrics.archives_abandoned++;
-                log_struct(
-                        s->archive_superseded ? LOG_INFO : LOG_ERR, 0,
-                        LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
-                                   strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
-                                   SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
-                        "Gave up archiving session %s after %u attempts (%s); last error: %s. Its workspace "
-                        "is lost.",
-                        s->id, s->archive_attempts, reason, why);
-                session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
-                return;
-        }
-
-        delay = deadline - now;
-        if (kind == ARCHIVE_FAILURE_RETRY)
-                delay = MIN(archive_retry_delay(s->archive_attempts), delay);
-        log_struct(
-                LOG_WARNING, 0,
-                LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-failed",
-                           strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
-                "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept%s; next "
-                "attempt in %llus.",
-                s->id, s->archive_attempts, why,
-                kind == ARCHIVE_FAILURE_TOO_LARGE ? " until a create of its archive_key takes it over" : "",
-                (unsigned long long) ((delay + USEC_PER_SEC - 1) / USEC_PER_SEC));
-        s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
-        r = session_arm_archive_retry(s, delay);
-        if (r < 0)
-                /* Never a workspace given up for want of a timer: it stays pending and listed. */
-                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to schedule the next archive attempt of session %s; it stays pending "
-                           "until scopeboxctl archives retry, a create of its archive_key or a restart: %m",
-                           s->id);
-        (void) session_save_state(s);
-        manager_state_changed(s->manager);
-        session_release_tell(s);
-}
-
-static void session_archive_failed_errno(Session *s, int error, const char *what) {
-        char buf[256];
-        snprintf(buf, sizeof(buf), "%s: %s", what, strerror(abs(error)));
-        session_archive_failed(s, ARCHIVE_FAILURE_RETRY, buf);
-}
-
-static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        Session *s = userdata;
-        uint64_t size = 0;
-        bool ok;
-
-        storage_reply_begin(&s->archive_slot);
-        s->archive_token = mfree(s->archive_token);
-        ok = storage_answer(reply) == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "t", &size) >= 0;
-        if (s->archive_orphaned) {
-                /* The upload of a release a create took over: stored or not, the workspace is the
-                 * new session's, archived at its own release. */
-                if (ok)
-                        s->manager->metrics.archive_bytes_written += size;
-                else
-                        s->manager->metrics.archive_failures++;
-                log_struct(LOG_INFO, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), ok ? "SCOPEBOX_EVENT=session-archived"
-                                                                   : "SCOPEBOX_EVENT=archive-failed"),
-                           "The upload of session %s's release, which a create took over, %s%s.", s->id,
-                           ok ? "is stored" : "failed: ", ok ? "" : bus_reply_error(reply));
-                session_archive_orphan_ended(s);
-                return 0;
-        }
-        if (!ok) {
-                /* The block was taken at BeginArchive: whatever fails now (an unknown token: the
-                 * agent restarted in between; the endpoint refused or unreachable at the upload)
-                 * keeps the workspace, and a new attempt stages anew. */
-                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, bus_reply_error(reply));
-                return 0;
-        }
-        s->manager->metrics.archive_bytes_written += size;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
-                   "Archived session %s (%llu bytes, attempt %u).", s->id, (unsigned long long) size,
-                   s->archive_attempts);
-        session_archive_done(s, ARCHIVE_OUTCOME_STORED);
-        return 0;
-}
-
-/* Nobody waits for the answer: a staging the agent no longer knows is fine, and one it still has
- * expires by itself. */
-static void storage_abort(Session *s, const char *token) {
-        if (token)
-                (void) sd_bus_call_method_async(s->manager->bus, NULL, STORAGE_AGENT_BUS_NAME,
-                                                STORAGE_AGENT_OBJECT_PATH, STORAGE_AGENT_INTERFACE,
-                                                "AbortArchive", NULL, NULL, "s", token);
-}
-
-static bool session_archive_attempt_dropped(Session *s, const char *token) {
-        if (!s->archive_orphaned && !s->discard_stem)
-                return false;
-        storage_abort(s, token);
-        s->archive_token = mfree(s->archive_token);
-        if (s->archive_orphaned)
-                session_archive_orphan_ended(s);
-        else
-                session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
-        return true;
-}
-
-static void on_runner_archived(Session *s, int error, const char *message, json_object *reply, int fd,
-                               void *userdata) {
-        RunnerArchiveReply answer;
-        int r;
-
-        if (session_archive_attempt_dropped(s, s->archive_token))
-                return;
-        if (error < 0) {
-                storage_abort(s, s->archive_token);
-                s->archive_token = mfree(s->archive_token);
-                if (error == -EFBIG)
-                        session_archive_failed(s, ARCHIVE_FAILURE_TOO_LARGE,
-                                               "the workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES");
-                else
-                        session_archive_failed(s, ARCHIVE_FAILURE_RETRY, strempty(message));
-                return;
-        }
-        if (schema_parse(&runner_archive_reply, reply, &answer, NULL) < 0) {
-                storage_abort(s, s->archive_token);
-                session_archive_failed(s, ARCHIVE_FAILURE_RETRY,
-                                       "the runner did not say how many bytes it wrote");
-                return;
-        }
-        r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply,
-                         STORAGE_TRANSFER_TIMEOUT_USEC, "st", s->archive_token, answer.bytes);
-        if (r < 0) {
-                storage_abort(s, s->archive_token);
-                session_archive_failed_errno(s, r, "failed to call the storage agent");
-        }
-}
-
-static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        Session *s = userdata;
-        Config *c = &s->manager->config;
-        json_object *msg = NULL;
-        const char *token;
-        int fd, r;
-
-        storage_reply_begin(&s->archive_slot);
-        if (s->archive_orphaned || s->discard_stem) {
-                token = NULL;
-                if (!sd_bus_message_is_method_error(reply, NULL))
-                        (void) sd_bus_message_read(reply, "sh", &token, &fd);
-                (void) session_archive_attempt_dropped(s, token);
-                return 0;
-        }
-        if (sd_bus_message_is_method_error(reply, NULL)) {
-                /* Only a block that is not effective by the contract's rules has nothing to archive
-                 * to. One our endpoint policy refuses, or can't judge now, is the client's storage
-                 * all the same: the workspace is kept and retried, as for storage down. */
-                session_archive_failed(s,
-                                       storage_answer(reply) == STORAGE_ANSWER_NOT_EFFECTIVE
-                                               ? ARCHIVE_FAILURE_NO_STORAGE
-                                               : ARCHIVE_FAILURE_RETRY,
-                                       bus_reply_error(reply));
-                return 0;
-        }
-        if (sd_bus_message_read(reply, "sh", &token, &fd) < 0) {
-                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "malformed reply from the storage agent");
-                return 0;
-        }
-        s->archive_token = strdup(token);
-        fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        r = runner_request_archive(false, c->max_archive_bytes, c->archive_timeout_sec, &msg);
-        if (!s->archive_token || fd < 0 || r < 0) {
-                safe_close(fd);
-                json_object_put(msg);
-                storage_abort(s, token);
-                session_archive_failed_errno(s, ENOMEM, "failed to stage the archive");
-                return 0;
-        }
-        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
-                            false, true, on_runner_archived, NULL);
-        if (r < 0) {
-                storage_abort(s, s->archive_token);
-                session_archive_failed_errno(s, r, "failed to ask the runner for the archive");
-        }
-        return 0;
-}
-
-static void session_archive_attempt(Session *s) {
-        const char *storage = s->storage_json;
-        int r;
-
-        r = storage_block_effective(s, storage);
-        if (r < 0) {
-                session_archive_failed_errno(s, r, "failed to check the storage block");
-                return;
-        }
-        if (r == 0) {
-                session_archive_done(s, ARCHIVE_OUTCOME_NONE);
-                return;
-        }
-        /* An attempt of its own under way (a retry's ping that answered late), or the one of the
-         * release a create took over: the next goes once that has ended. */
-        if (s->archive_orphaned || s->archive_slot || s->archive_token)
-                return;
-        /* Superseded while it waited: its workspace is older than the newer release's. */
-        if (s->archive_superseded) {
-                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "superseded");
-                return;
-        }
-        if (s->control_fd < 0) {
-                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "the session's runner is gone");
-                return;
-        }
-        /* Archives of one stem are stored one after the other, in the order of their releases. */
-        LIST_FOREACH(sessions, i, s->manager->sessions)
-                if (session_same_archive(s, i) && session_archive_in_flight(i)) {
-                        r = session_arm_archive_retry(s, ARCHIVE_WAIT_USEC);
-                        if (r >= 0)
-                                return;
-                        break;
-                }
-        s->archive_attempts++;
-        if (s->archive_attempts > 1)
-                s->manager->metrics.archive_retries++;
-        r = storage_call(s, &s->archive_slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, "ss",
-                         storage, session_archive_stem(s, NULL));
-        if (r < 0)
-                session_archive_failed_errno(s, r, "failed to call the storage agent");
-}
-
-static void on_retry_ping(Session *s, int error, const char *message, json_object *reply, int fd,
-                          void *userdata) {
-        if (!s->releasing)
-                return;
-        if (error < 0) {
-                session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "the session's runner is gone");
-                return;
-        }
-        session_archive_attempt(s);
-}
-
-static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata) {
-        Session *s = userdata;
-
-        if (!s->releasing)
-                return 0;
-        /* The runner first: it is alive, and its idle backstop hears of us, however long storage
-         * takes to come back. (Without the ping, the attempt finds out by itself.) */
-        if (session_enqueue_op(s, "ping", on_retry_ping) < 0)
-                session_archive_attempt(s);
-        return 0;
-}
-
-void session_archive_retry_now(Session *s) {
-        if (s->releasing && !session_archive_in_flight(s))
-                (void) session_arm_archive_retry(s, 1);
-}
-
-/* A newer release of the same archive: older pending ones are superseded (their workspace is
- * older); one in flight finishes its attempt first, and the new one waits for it. */
-static void session_supersede_older(Session *s) {
-        LIST_FOREACH_SAFE(sessions, i, next, s->manager->sessions) {
-                if (!i->releasing || !session_same_archive(s, i))
-                        continue;
-                i->archive_superseded = true;
-                if (!session_archive_in_flight(i))
-                        session_archive_failed(i, ARCHIVE_FAILURE_RETRY, "superseded");
-        }
-}
-
-static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *userdata) {
-        Session *s = userdata;
-
-        if (s->releasing && !s->release_told) {
-                log_struct(
-                        LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                        "The archive of session %s is still being stored; its release is answered as "
-                        "pending.",
-                        s->id);
-                session_release_tell(s);
-        }
-        return 0;
-}
-
-/* An exec that runs when its session is released is stopped as its timeout would stop it; its
- * caller hears that the session is gone. The archive request waits behind it. */
-int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
-                         void *userdata) {
-        _cleanup_free_ char *storage_override = NULL, *discard_stem = NULL;
-        bool starting, stopping = s->state == SESSION_STOPPING;
-        int effective, r;
-
-        /* Everything that can fail for want of memory first, with nothing changed yet: a discard
-         * may have to wait for an attempt under way, which without the stem would end as a store;
-         * a block that could not be judged would be taken for no storage. */
-        if (o && o->discard && !(discard_stem = strdup(session_archive_stem(s, o->archive_key))))
-                return -ENOMEM;
-        if (!stopping && o && o->storage_json && !(storage_override = strdup(o->storage_json)))
-                return -ENOMEM;
-        effective = storage_block_effective(s, storage_override ?: s->storage_json);
-        if (effective < 0)
-                return effective;
-        if (stopping) {
-                /* Already on its way out: the waiter hears when it is gone, or now when its archive
-                 * is pending (then after what this release does to it). */
-                if (!s->release_told) {
-                        r = session_add_release_waiter(s, cb, userdata);
-                        if (r < 0)
-                                return r;
-                }
-                /* A discard of one whose archive is pending drops the workspace and the stored
-                 * archive now. */
-                if (s->releasing && o && o->discard) {
-                        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                   "Session %s, whose archive was pending, is discarded by its client.",
-                                   s->id);
-                        if (!session_archive_in_flight(s))
-                                session_discard(s, effective ? s->storage_json : NULL,
-                                                TAKE_PTR(discard_stem));
-                        else {
-                                /* After the attempt that is under way, whatever its outcome. */
-                                free(s->discard_stem);
-                                s->discard_stem = TAKE_PTR(discard_stem);
-                                s->archive_superseded = true;
-                                s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
-                        }
-                }
-                if (s->release_told && cb)
-                        cb(s, 0, NULL, userdata);
-                return 0;
-        }
-        /* Not started yet, nobody has used its workspace: it holds at most part of what is being
-         * restored, which must never be archived over the whole. (An adopted one is its own.) */
-        starting = s->state == SESSION_STARTING && !s->adopted;
-        r = session_add_release_waiter(s, cb, userdata);
-        if (r < 0)
-                return r;
-
-        session_begin_stopping(s);
-        s->end = end;
-        /* The release's storage block is the one its archive goes to, also on every retry. */
-        if (storage_override) {
-                free(s->storage_json);
-                s->storage_json = TAKE_PTR(storage_override);
-        }
-
-        if (effective && o && o->discard) {
-                session_discard(s, s->storage_json, TAKE_PTR(discard_stem));
-                return 0;
-        }
-        if (effective && (!o || o->archive) && !starting) {
-                if (s->archive_kept) {
-                        s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
-                        log_struct(
-                                LOG_WARNING, 0,
-                                LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
-                                "Not archiving session %s: its archive could not be restored, the stored "
-                                "one is kept.",
-                                s->id);
-                        session_stop_scope(s, end);
-                        return 0;
-                }
-                s->releasing = true;
-                s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
-                s->release_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
-                session_supersede_older(s);
-                session_stop_running_exec(s);
-                /* A restarted manager goes on with it. */
-                r = session_save_state(s);
-                if (r < 0)
-                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                   "Failed to record the release of session %s, ignoring: %m", s->id);
-                manager_state_changed(s->manager);
-                /* The first attempt may take as long as the agent's transfers do (a server that
-                 * stalls mid-upload): the client hears "pending" well before its call times out. */
-                r = sd_event_add_time_relative(s->manager->event, &s->release_answer_timer, CLOCK_MONOTONIC,
-                                               s->manager->config.archive_timeout_sec * USEC_PER_SEC +
-                                                       STORAGE_CALL_SLACK_USEC,
-                                               USEC_PER_SEC, on_release_answer_due, s);
-                if (r < 0)
-                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                   "Failed to arm the release answer timer, ignoring: %m");
-                session_archive_attempt(s);
-                return 0;
-        }
-        session_stop_scope(s, end);
-        return 0;
-}
-
-/* A member of the record: a string copied to *ret (-ENOMEM), a number at least 'min'. */
-static int record_string(json_object *o, const char *key, char **ret) {
-        json_object *v;
-
-        if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
-                return 0;
-        free(*ret);
-        *ret = strdup(json_object_get_string(v));
-        return *ret ? 0 : -ENOMEM;
-}
-
-static void record_usec(json_object *o, const char *key, int64_t min, uint64_t *ret) {
-        json_object *v;
-
-        if (json_object_object_get_ex(o, key, &v))
-                *ret = (uint64_t) MAX(json_object_get_int64(v), min);
-}
-
-/* Of a recorded session's state, a release that was in progress. */
-static int session_load_release_state(Session *s, json_object *o) {
-        json_object *v;
-        uint64_t attempts = s->archive_attempts;
-        int r;
-
-        if (json_object_object_get_ex(o, "restore_failed", &v))
-                s->archive_kept = s->restore_failed = json_object_get_boolean(v);
-        if (!json_object_object_get_ex(o, "releasing", &v) || !json_object_get_boolean(v))
-                return 0;
-        s->releasing = true;
-        s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
-        s->release_told = true; /* whoever asked heard from the earlier manager, or not at all */
-        record_usec(o, "archive_attempts", 0, &attempts);
-        s->archive_attempts = (unsigned) MIN(attempts, (uint64_t) UINT_MAX);
-        record_usec(o, "release_realtime_usec", 0, &s->release_realtime_usec);
-        record_usec(o, "archive_first_failure_realtime_usec", 0, &s->archive_first_failure_realtime_usec);
-        r = record_string(o, "archive_error", &s->archive_error);
-        if (r < 0)
-                return r;
-        /* A word we don't know (a newer version's) only loses the word: the release goes on. */
-        if (json_object_object_get_ex(o, "release_reason", &v) && json_object_is_type(v, json_type_string)) {
-                s->end = session_end_from_string(json_object_get_string(v));
-                if (s->end < 0)
-                        log_struct(LOG_DEBUG, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                   "Session %s was released for a reason we don't know, ignoring it.",
-                                   s->id);
-        }
-        return 0;
-}
-
-int session_load_state(Session *s, json_object *o) {
-        json_object *v;
-        int r;
-
-        record_usec(o, "idle_ttl_usec", (int64_t) USEC_PER_SEC, &s->idle_ttl_usec);
-        record_usec(o, "created_realtime_usec", 0, &s->created_realtime_usec);
-        record_usec(o, "last_active_realtime_usec", 0, &s->last_active_realtime_usec);
-        r = record_string(o, "archive_key", &s->archive_key);
-        if (r < 0)
-                return r;
-        if (json_object_object_get_ex(o, "stateful", &v) && json_object_is_type(v, json_type_boolean))
-                s->stateful = json_object_get_boolean(v);
-        r = record_string(o, "storage", &s->storage_json);
-        if (r < 0)
-                return r;
-        /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
-        if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
-                s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);
-        if (s->idle_ttl_usec == 0)
-                s->idle_ttl_usec = s->manager->config.idle_ttl_sec * USEC_PER_SEC;
-        s->state_saved_realtime_usec = s->last_active_realtime_usec;
-        return session_load_release_state(s, o);
-}
-
-
-void session_resume_release(Session *s) {
-        int r;
-
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-resumed"),
-                   "Session %s was being released by an earlier instance; archiving it (attempt %u).", s->id,
-                   s->archive_attempts + 1);
-        session_begin_stopping(s);
-        r = session_arm_archive_retry(s, 1);
-        if (r < 0)
-                session_archive_attempt(s);
-        manager_state_changed(s->manager);
-}
-
-/* ---- adoption: a create for an archive still pending takes its session over ---- */
-
-int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata) {
-        bool under_way;
-
-        if (!s->releasing || s->stop_requested || s->discard_stem || s->archive_superseded ||
-            s->control_fd < 0 || s->start_callback)
-                return -EBUSY;
-
-        /* Its workspace is here, newer than anything stored: the create never waits for storage.
-         * An attempt under way goes on by itself (an upload to its end, the runner's archive
-         * aborted once written); the session's own next attempt waits for it. */
-        under_way = session_archive_in_flight(s);
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
-                   "Session %s, whose archive was pending (%u attempts%s), is taken over by a new create "
-                   "for the same archive: its workspace is newer than the stored one.",
-                   s->id, s->archive_attempts, under_way ? ", one under way" : "");
-        if (under_way && !s->archive_slot) {
-                /* The runner is writing the archive: nothing of it will be committed. */
-                storage_abort(s, s->archive_token);
-                s->archive_token = mfree(s->archive_token);
-        }
-        /* Whoever released it hears "pending" now: the workspace is kept, and taken over. */
-        if (!s->release_told) {
-                s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
-                session_release_tell(s);
-        }
-        session_archive_stop_retrying(s);
-        s->archive_orphaned = under_way;
-        s->adopted = true;
-        /* Its workspace is the newest there is, whatever its own create restored. */
-        s->restore_failed = false;
-        s->releasing = false;
-        s->archive_superseded = false;
-        s->release_told = false;
-        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
-        s->archive_outcome = ARCHIVE_OUTCOME_NONE;
-        s->archive_attempts = 0;
-        s->archive_first_failure_realtime_usec = s->release_realtime_usec = 0;
-        s->archive_error = mfree(s->archive_error);
-        s->end = _SESSION_END_INVALID;
-        s->idle_ttl_usec = idle_ttl_usec;
-        s->state = SESSION_STARTING;
-        s->start_callback = cb;
-        s->start_userdata = userdata;
-        /* As after a restore: the client syncs its inputs anew. */
-        session_reset_inputs_then_ready(s);
-        return 0;
-}
-
-/* ---- restore at create ---- */
-
-static void on_inputs_reset(Session *s, int error, const char *message, json_object *reply, int fd,
-                            void *userdata) {
-        if (error < 0)
-                log_struct(LOG_WARNING, error, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to clear the inputs of session %s: %s", s->id, strempty(message));
-        session_start_done(s, 0, NULL);
-}
-
-/* Inputs that can't be cleared are logged and the session starts, as when the runner fails to
- * (on_inputs_reset()): a session never stays STARTING for it. */
-static void session_reset_inputs_then_ready(Session *s) {
-        int r = session_enqueue_op(s, "reset-inputs", on_inputs_reset);
-        if (r < 0)
-                on_inputs_reset(s, r, "failed to ask the runner", NULL, -EBADF, NULL);
-}
-
-/* The create fails for now: the archive stays where it is, and the same create may succeed later. */
-static void session_restore_fail_create(Session *s, const char *why) {
-        _cleanup_free_ char *message = NULL;
-
-        if (asprintf(&message,
-                     "failed to restore the workspace from its archive: %s; the stored archive is kept, "
-                     "retry later",
-                     why) < 0)
-                message = NULL;
-        session_start_done(s, -ENOLINK, message ?: "failed to restore the workspace from its archive");
-}
-
-/* The stored archive could not be restored. The create fails (the archive stays as it is, a retry
- * once storage is back succeeds) or, if the operator chose so and nothing was unpacked yet, the
- * session starts empty and never archives over the stored one. */
-static void session_restore_failed(Session *s, bool unpacked, const char *why) {
-        const char *stem = session_archive_stem(s, NULL);
-        bool start_empty = s->manager->config.start_empty_on_restore_failure && !unpacked;
-
-        s->manager->metrics.restore_failures++;
-        log_struct(LOG_ERR, 0,
-                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
-                              strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_RESTORE_FAILED),
-                   "Failed to restore session %s from archive '%s': %s. %s", s->id, stem, why,
-                   start_empty ? "It starts empty and will not archive over the stored archive."
-                               : "The create fails; the stored archive is kept.");
-        if (start_empty) {
-                s->archive_kept = s->restore_failed = true;
-                session_reset_inputs_then_ready(s);
-                return;
-        }
-        session_restore_fail_create(s, why);
-}
-
-/* ---- damaged archives: quarantined ---- */
-
-/* The damaged archive stays where it was: the create fails, saying why it counts as damaged. */
-static void session_restore_fail_quarantine(Session *s) {
-        _cleanup_free_ char *why = NULL;
-
-        if (!s->restore_damage || asprintf(&why, "the archive is damaged (%s) and could not be moved aside",
-                                           s->restore_damage) < 0)
-                why = NULL;
-        session_restore_fail_create(s, why ?: "the archive is damaged and could not be moved aside");
-}
-
-static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        Session *s = userdata;
-        const char *stem = session_archive_stem(s, NULL), *key = NULL;
-        StorageAnswer answer = storage_answer(reply);
-
-        storage_reply_begin(&s->restore_slot);
-        if (s->state == SESSION_STOPPING) {
-                session_finalize(s);
-                return 0;
-        }
-        if (answer == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "s", &key) < 0)
-                answer = STORAGE_ANSWER_FAILED;
-        if (answer == STORAGE_ANSWER_OK) {
-                s->manager->metrics.archives_quarantined++;
-                log_struct(LOG_WARNING, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-quarantined",
-                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
-                                      strjoina("SCOPEBOX_QUARANTINE_KEY=", key),
-                                      SCOPEBOX_MESSAGE_RESTORE_QUARANTINED),
-                           "Moved the damaged archive '%s' aside to '%s'; session %s starts empty and "
-                           "archives there as usual.",
-                           stem, key, s->id);
-        } else if (answer == STORAGE_ANSWER_NOT_FOUND)
-                /* Moved or deleted meanwhile (another create of the same archive): nothing to obey. */
-                log_struct(LOG_INFO, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-quarantined",
-                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem)),
-                           "The damaged archive '%s' is gone already; session %s starts empty.", stem,
-                           s->id);
-        else {
-                /* Not moved: it stays where it is, untouched, and the next create tries again.
-                 * Never restored, never deleted. */
-                log_struct(LOG_WARNING, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
-                                      strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
-                                      SCOPEBOX_MESSAGE_RESTORE_FAILED),
-                           "Failed to move the damaged archive '%s' of session %s aside: %s. The create "
-                           "fails.",
-                           stem, s->id, bus_reply_error(reply));
-                session_restore_fail_quarantine(s);
-                return 0;
-        }
-        s->restore_failed = true;
-        session_reset_inputs_then_ready(s);
-        return 0;
-}
-
-/* The stored archive can never be restored as it is (ArchiveDamaged from the agent, or what the
- * runner's unpacking found: runner-protocol.h). It is moved aside to a quarantine key next to it,
- * never deleted, and the session starts empty ("restored": false); its releases archive to the key
- * as usual, so one bad archive never locks a conversation out. */
-static void session_restore_damaged(Session *s, const char *why) {
-        const char *stem = session_archive_stem(s, NULL), *storage = session_effective_storage(s);
-        int r;
-
-        s->manager->metrics.restore_failures++;
-        log_struct(LOG_WARNING, 0,
-                   LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=restore-failed",
-                              strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_RESTORE_FAILED),
-                   "Failed to restore session %s from archive '%s': %s. The archive is damaged; moving it "
-                   "aside.",
-                   s->id, stem, why);
-        /* For the answer, should the move fail (without memory, an answer without the reason). */
-        free(s->restore_damage);
-        s->restore_damage = strdup(why);
-        /* A release of the same archive under way may store a good one at the key any moment:
-         * never move that aside. The next create finds whichever is there then. */
-        LIST_FOREACH(sessions, i, s->manager->sessions)
-                if (session_same_archive(s, i) && (i->releasing || session_archive_in_flight(i))) {
-                        session_restore_fail_create(s, "the archive is damaged and is being replaced");
-                        return;
-                }
-        /* Bounded like the restore itself: the gateway waits for the create no longer. */
-        r = storage ? storage_call(s, &s->restore_slot, "QuarantineArchive", on_quarantine_reply,
-                                   s->manager->config.archive_timeout_sec * USEC_PER_SEC +
-                                           STORAGE_CALL_SLACK_USEC,
-                                   "ss", storage, stem)
-                    : -ENOMEDIUM;
-        if (r < 0)
-                session_restore_fail_quarantine(s);
-}
-
-/* The client's storage block may not be used now (our endpoint policy refuses it, or can't tell):
- * the create fails with that error, by name, rather than start empty over the client's archive. */
-static void session_restore_refused(Session *s, bool refused, const char *why) {
-        if (!refused)
-                s->manager->metrics.restore_failures++;
-        /* A client chooses its endpoint (info); the policy that can't decide is the host's. */
-        log_struct(refused ? LOG_INFO : LOG_WARNING, 0,
-                   LOG_FIELDS(LOG_SESSION_FIELD(s->id),
-                              refused ? "SCOPEBOX_EVENT=restore-refused" : "SCOPEBOX_EVENT=restore-failed",
-                              strjoina("SCOPEBOX_ARCHIVE_STEM=", session_archive_stem(s, NULL)),
-                              refused ? NULL : SCOPEBOX_MESSAGE_RESTORE_FAILED),
-                   "Not creating session %s: the storage agent %s its storage block (%s).", s->id,
-                   refused ? "refuses" : "can't judge", why);
-        s->start_error_name = refused ? BUS_ERROR_STORAGE_REFUSED : BUS_ERROR_POLICY_UNAVAILABLE;
-        session_start_done(s, refused ? -EADDRNOTAVAIL : -ENETDOWN, why);
-}
-
-static void on_runner_restored(Session *s, int error, const char *message, json_object *reply, int fd,
-                               void *userdata) {
-        RunnerArchiveReply answer;
-
-        if (s->state == SESSION_STOPPING)
-                return;
-        if (runner_restore_error_is_damage(error)) {
-                session_restore_damaged(s, strempty(message));
-                return;
-        }
-        if (error < 0) {
-                session_restore_failed(s, true, strempty(message));
-                return;
-        }
-        s->manager->metrics.archive_bytes_restored += s->restore_size;
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-restored"),
-                   "Restored session %s from its archive (%llu bytes).", s->id,
-                   schema_parse(&runner_archive_reply, reply, &answer, NULL) >= 0
-                           ? (unsigned long long) answer.bytes
-                           : 0ULL);
-        session_reset_inputs_then_ready(s);
-}
-
-static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        Session *s = userdata;
-        Config *c = &s->manager->config;
-        json_object *msg = NULL;
-        struct stat st;
-        int found = 0, fd, r;
-
-        storage_reply_begin(&s->restore_slot);
-        if (s->state == SESSION_STOPPING) {
-                session_finalize(s);
-                return 0;
-        }
-        switch (storage_answer(reply)) {
-        case STORAGE_ANSWER_OK:
-                break;
-        case STORAGE_ANSWER_NOT_EFFECTIVE:
-                /* Not effective by the contract's own rules (invalid, or not configured where the
-                 * agent runs): as without storage, nothing is restored, nothing will be archived. */
-                log_struct(LOG_WARNING, 0,
-                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-skipped"),
-                           "Not restoring session %s, starting empty: %s", s->id, bus_reply_error(reply));
-                session_reset_inputs_then_ready(s);
-                return 0;
-        case STORAGE_ANSWER_REFUSED:
-        case STORAGE_ANSWER_POLICY_UNAVAILABLE:
-                session_restore_refused(s, storage_answer(reply) == STORAGE_ANSWER_REFUSED,
-                                        bus_reply_error(reply));
-                return 0;
-        case STORAGE_ANSWER_DAMAGED:
-                session_restore_damaged(s, bus_reply_error(reply));
-                return 0;
-        default:
-                session_restore_failed(s, false, bus_reply_error(reply));
-                return 0;
-        }
-        if (sd_bus_message_read(reply, "bh", &found, &fd) < 0) {
-                session_restore_failed(s, false, "malformed reply from the storage agent");
-                return 0;
-        }
-        if (!found) {
-                session_reset_inputs_then_ready(s);
-                return 0;
-        }
-        fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        /* Expansion is bounded like the workspace itself. */
-        r = runner_request_archive(true, c->workspace_size, c->archive_timeout_sec, &msg);
-        if (fd < 0 || r < 0) {
-                safe_close(fd);
-                json_object_put(msg);
-                session_restore_failed(s, false, "out of memory");
-                return 0;
-        }
-        /* Counted as restored once the runner unpacked it. */
-        s->restore_size = fstat(fd, &st) >= 0 && S_ISREG(st.st_mode) ? (uint64_t) st.st_size : 0;
-        r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
-                            false, true, on_runner_restored, NULL);
-        if (r < 0)
-                session_restore_failed(s, false, "failed to ask the runner to unpack it");
-        return 0;
-}
-
-const char *session_start_error_name(const Session *s, int error) {
-        return s->start_error_name ?: bus_error_name_from_errno(error);
-}
-
-static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdata);
-
-/* After the runner is up: restore the archive if there is one, then clear the inputs. */
-static void session_restore_then_ready(Session *s) {
-        const char *storage = s->storage_json, *stem = session_archive_stem(s, NULL);
-        int r;
-
-        r = s->archive_key ? storage_block_effective(s, storage) : 0;
-        if (r < 0) {
-                session_restore_failed(s, false, "out of memory");
-                return;
-        }
-        if (r == 0) {
-                session_start_done(s, 0, NULL);
-                return;
-        }
-        /* The archive of a session released moments ago may not be stored yet: never restore what
-         * it is about to replace. One being stored now is waited for; one that failed and waits for
-         * its next attempt is the client's to take over (a new create adopts it). */
-        LIST_FOREACH(sessions, i, s->manager->sessions) {
-                uint64_t now = now_usec(CLOCK_MONOTONIC);
-
-                if ((!i->releasing && !i->archive_orphaned) || !session_same_archive(s, i))
-                        continue;
-                /* Waited for as long as a restore may take: the create's answer comes in time. */
-                if (s->restore_wait_until_usec == 0)
-                        s->restore_wait_until_usec =
-                                now + s->manager->config.archive_timeout_sec * USEC_PER_SEC;
-                if (session_archive_in_flight(i) && now < s->restore_wait_until_usec) {
-                        r = sd_event_add_time_relative(s->manager->event, &s->restore_wait_timer,
-                                                       CLOCK_MONOTONIC, ARCHIVE_WAIT_USEC,
-                                                       10 * USEC_PER_MSEC, on_restore_wait, s);
-                        if (r >= 0) {
-                                session_release_create_slot(s);
-                                return;
-                        }
-                }
-                session_restore_failed(s, true,
-                                       "the previous workspace of this archive_key is still being archived");
-                return;
-        }
-        /* Bounded like the create itself: the gateway waits for it no longer. */
-        r = storage_call(s, &s->restore_slot, "OpenArchive", on_open_archive_reply,
-                         s->manager->config.archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
-                         "ss", storage, stem);
-        if (r < 0) {
-                session_restore_failed(s, false, "failed to call the storage agent");
-                return;
-        }
-        session_release_create_slot(s);
-}
-
-static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdata) {
-        Session *s = userdata;
-
-        s->restore_wait_timer = sd_event_source_disable_unref(s->restore_wait_timer);
-        if (s->state == SESSION_STOPPING) {
-                session_finalize(s);
-                return 0;
-        }
-        session_restore_then_ready(s);
-        return 0;
-}
-
 /* ---- workspace files ---- */
 
 typedef struct FileCall {
@@ -2621,70 +1151,4 @@ int session_reset_inputs(Session *s, FileCallback cb, void *userdata) {
 
 int session_reset_kernel(Session *s, FileCallback cb, void *userdata) {
         return session_file_op(s, "reset-kernel", cb, userdata);
-}
-
-/* ---- recovery after a restart of the manager ---- */
-
-static void on_recover_ping_again(Session *s, int error, const char *message, json_object *reply, int fd,
-                                  void *userdata);
-
-static void session_recovered(Session *s, int error, json_object *reply, bool again) {
-        RunnerPingReply p;
-        uint64_t now, idle, remaining;
-
-        /* Its answer lost for want of memory: asked once more before anything is given up. */
-        if (error == -ENOMEM && !again && session_enqueue_op(s, "ping", on_recover_ping_again) >= 0)
-                return;
-        if (error < 0 || schema_parse(&runner_ping_reply, reply, &p, NULL) < 0 || !p.initialized) {
-                session_cleanup_stale(s, "runner did not answer after a restart");
-                return;
-        }
-        session_learn_runner(s, p.cancel);
-        if (s->releasing) {
-                session_resume_release(s);
-                return;
-        }
-        now = (uint64_t) time(NULL) * USEC_PER_SEC;
-        idle = now > s->last_active_realtime_usec ? now - s->last_active_realtime_usec : 0;
-        remaining = idle < s->idle_ttl_usec ? s->idle_ttl_usec - idle : 1;
-        session_arm_idle(s, remaining);
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-recovered"),
-                   "Recovered session %s; idle for %llus of %llus.", s->id,
-                   (unsigned long long) (idle / USEC_PER_SEC),
-                   (unsigned long long) (s->idle_ttl_usec / USEC_PER_SEC));
-}
-
-static void on_recover_ping(Session *s, int error, const char *message, json_object *reply, int fd,
-                            void *userdata) {
-        session_recovered(s, error, reply, false);
-}
-
-static void on_recover_ping_again(Session *s, int error, const char *message, json_object *reply, int fd,
-                                  void *userdata) {
-        session_recovered(s, error, reply, true);
-}
-
-int session_recover(Session *s) {
-        json_object *ping;
-        int r;
-
-        /* Built first: a recovery that can't even ask fails with the session as it was. */
-        r = runner_request_op("ping", &ping);
-        if (r < 0)
-                return r;
-        s->state = s->releasing ? SESSION_STOPPING : SESSION_RUNNING;
-        r = session_connect(s);
-        if (r < 0) {
-                json_object_put(ping);
-                session_cleanup_stale(s, "runner unreachable after a restart");
-                return 0;
-        }
-        return session_enqueue(s, ping, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_recover_ping,
-                               NULL);
-}
-
-void session_cleanup_stale(Session *s, const char *why) {
-        log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-stale"),
-                   "Cleaning up session %s: %s.", s->id, why);
-        session_teardown(s, SESSION_END_STALE);
 }
