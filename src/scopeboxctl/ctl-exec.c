@@ -128,21 +128,150 @@ static void ctl_exec_add_usage(json_object *o, const char *name, uint64_t v) {
                 json_object_object_add(o, name, json_object_new_uint64(v));
 }
 
+/* What Exec answered (docs/dbus-api.md), its bytes loaded from the memfd. */
+typedef struct CtlExecResult {
+        int32_t exit_code;
+        uint64_t stdout_size, stderr_size;
+        ExecFile *files;
+        size_t n_files;
+        ExecInfo info;
+        BusData data;
+} CtlExecResult;
+
+static void ctl_exec_result_done(CtlExecResult *r) {
+        r->files = mfree(r->files);
+        exec_info_done(&r->info);
+        bus_data_done(&r->data);
+}
+
+static int ctl_exec_result_read(sd_bus_message *reply, const Config *cfg, CtlExecResult *ret) {
+        int data_fd, r;
+
+        r = sd_bus_message_read(reply, "itt", &ret->exit_code, &ret->stdout_size, &ret->stderr_size);
+        if (r >= 0)
+                r = exec_reply_read_files(reply, &ret->files, &ret->n_files);
+        if (r >= 0)
+                r = exec_reply_read_info(reply, &ret->info, &data_fd);
+        if (r >= 0)
+                r = bus_data_load(data_fd, exec_reply_data_max(cfg), &ret->data);
+        if (r < 0)
+                return ctl_error(r, "Failed to read the exec's result: %m");
+        if (ret->stdout_size > ret->data.size || ret->stderr_size > ret->data.size - ret->stdout_size)
+                return ctl_error(EBADMSG, "The exec's result is malformed.");
+        return 0;
+}
+
+static void ctl_exec_print_json(const CtlExecResult *res) {
+        _cleanup_json_ json_object *o = json_object_new_object();
+        const ExecInfo *info = &res->info;
+        const char *data = (const char *) res->data.data;
+        json_object *list = json_object_new_array();
+
+        json_object_object_add(o, "exit_code", json_object_new_int(res->exit_code));
+        json_object_object_add(o, "stdout", json_object_new_string_len_safe(data, res->stdout_size));
+        json_object_object_add(o, "stderr",
+                               json_object_new_string_len_safe(data + res->stdout_size, res->stderr_size));
+        json_object_object_add(o, "timed_out", json_object_new_boolean(info->timed_out));
+        json_object_object_add(o, "signal", json_object_new_int(info->signal));
+        json_object_object_add(o, "oom_killed", json_object_new_boolean(info->oom_killed));
+        json_object_object_add(o, "pids_limited", json_object_new_boolean(info->pids_limited));
+        json_object_object_add(o, "duration_usec", json_object_new_uint64(info->duration_usec));
+        json_object_object_add(o, "stdout_truncated", json_object_new_boolean(info->stdout_truncated));
+        json_object_object_add(o, "stderr_truncated", json_object_new_boolean(info->stderr_truncated));
+        for (size_t i = 0; i < res->n_files; i++) {
+                json_object *f = json_object_new_object();
+                json_object_object_add(f, "path", json_object_new_string(res->files[i].path));
+                json_object_object_add(f, "size", json_object_new_uint64(res->files[i].size));
+                json_object_array_add(list, f);
+        }
+        json_object_object_add(o, "files", list);
+        json_object_object_add(o, "files_skipped", json_object_new_uint64(info->files_skipped));
+        list = json_object_new_array();
+        for (size_t i = 0; i < info->blocked.n; i++) {
+                json_object *b = json_object_new_object();
+                json_object_object_add(b, "name", json_object_new_string(info->blocked.items[i].name));
+                json_object_object_add(b, "verdict", json_object_new_string(info->blocked.items[i].verdict));
+                json_object_object_add(b, "count", json_object_new_uint64(info->blocked.items[i].count));
+                json_object_array_add(list, b);
+        }
+        json_object_object_add(o, "blocked_syscalls", list);
+        if (info->exit_reason)
+                json_object_object_add(o, "exit_reason", json_object_new_string(info->exit_reason));
+        ctl_exec_add_usage(o, "cpu_usec", info->cpu_usec);
+        ctl_exec_add_usage(o, "max_rss_bytes", info->max_rss_bytes);
+        ctl_exec_add_usage(o, "written_bytes", info->written_bytes);
+        ctl_exec_add_usage(o, "processes", info->processes);
+        json_print(o);
+}
+
+/* The output (unless it was streamed), then what happened to the exec, on stderr. */
+static void ctl_exec_print_text(const CtlExecResult *res, bool streamed, uint64_t timeout_ms) {
+        const ExecInfo *info = &res->info;
+
+        if (!streamed) {
+                (void) write_all(STDOUT_FILENO, res->data.data, res->stdout_size);
+                (void) write_all(STDERR_FILENO, res->data.data + res->stdout_size, res->stderr_size);
+        }
+        for (size_t i = 0; i < res->n_files; i++)
+                fprintf(stderr, "scopeboxctl: artifact /workspace/outputs/%s (%" PRIu64 " bytes)\n",
+                        string_is_printable_line(res->files[i].path, PATH_MAX) ? res->files[i].path
+                                                                               : "(name not printable)",
+                        res->files[i].size);
+        if (info->files_skipped > 0)
+                fprintf(stderr, "scopeboxctl: %" PRIu32 " artifacts left out by the limits\n",
+                        info->files_skipped);
+        if (info->stdout_truncated || info->stderr_truncated)
+                fprintf(stderr, "scopeboxctl: output truncated at SANDBOX_MAX_OUTPUT_BYTES\n");
+        if (info->timed_out)
+                fprintf(stderr, "scopeboxctl: timed out after %" PRIu64 " ms\n", timeout_ms);
+        else if (info->signal > 0)
+                fprintf(stderr, "scopeboxctl: killed by signal %s\n", strsignal(info->signal));
+        if (info->oom_killed)
+                fprintf(stderr, "scopeboxctl: the session's memory limit was reached (OOM kill)\n");
+        if (info->pids_limited)
+                fprintf(stderr, "scopeboxctl: the session's tasks limit refused a process or thread\n");
+        for (size_t i = 0; i < info->blocked.n; i++)
+                fprintf(stderr, "scopeboxctl: the sandbox refused %s (%s) %" PRIu32 "x\n",
+                        info->blocked.items[i].name, info->blocked.items[i].verdict,
+                        info->blocked.items[i].count);
+}
+
+/* Exec(id, code, {timeout_ms, language, stream?}). */
+static int ctl_exec_build_call(sd_bus *bus, const char *id, int code_fd, uint64_t timeout_ms, int stream_fd,
+                               sd_bus_message **ret) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        r = session_manager_new_call(bus, "Exec", &m);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "sh", id, code_fd);
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "{sv}{sv}", "timeout_ms", "t", timeout_ms, "language", "s",
+                                          "python3");
+        if (r >= 0 && stream_fd >= 0)
+                r = sd_bus_message_append(m, "{sv}", "stream", "h", stream_fd);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        if (r < 0)
+                return ctl_error(r, "Failed to build the call: %m");
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
 int verb_exec(Ctl *c) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
         _cleanup_free_ char *config_error = NULL, *code = NULL;
-        _cleanup_free_ ExecFile *files = NULL;
         _cleanup_(config_done) Config cfg = {};
-        _cleanup_(bus_data_done) BusData data = {};
+        _cleanup_(ctl_exec_result_done) CtlExecResult res = {};
         _cleanup_close_ int code_fd = -EBADF, stream_read = -EBADF, stream_write = -EBADF;
         const char *id = c->args[0], *path = c->args[1];
-        uint64_t timeout_ms, stdout_size, stderr_size;
-        _cleanup_(exec_info_done) ExecInfo info = {};
-        size_t code_size, n_files = 0;
-        int32_t exit_code;
+        uint64_t timeout_ms;
+        size_t code_size;
         sd_bus *bus;
-        int data_fd, r;
+        int r;
 
         r = ctl_check_session_id(id);
         if (r < 0)
@@ -174,20 +303,9 @@ int verb_exec(Ctl *c) {
                 stream_read = fds[0];
                 stream_write = fds[1];
         }
-        r = session_manager_new_call(bus, "Exec", &m);
-        if (r >= 0)
-                r = sd_bus_message_append(m, "sh", id, code_fd);
-        if (r >= 0)
-                r = sd_bus_message_open_container(m, 'a', "{sv}");
-        if (r >= 0)
-                r = sd_bus_message_append(m, "{sv}{sv}", "timeout_ms", "t", timeout_ms, "language", "s",
-                                          "python3");
-        if (r >= 0 && c->stream)
-                r = sd_bus_message_append(m, "{sv}", "stream", "h", stream_write);
-        if (r >= 0)
-                r = sd_bus_message_close_container(m);
+        r = ctl_exec_build_call(bus, id, code_fd, timeout_ms, stream_write, &m);
         if (r < 0)
-                return ctl_error(r, "Failed to build the call: %m");
+                return r;
         /* The message has its own copy: ours must go, or the pipe never ends. */
         stream_write = safe_close(stream_write);
         if (c->stream)
@@ -198,94 +316,13 @@ int verb_exec(Ctl *c) {
         if (r < 0)
                 return ctl_bus_error(&e, r, id);
 
-        r = sd_bus_message_read(reply, "itt", &exit_code, &stdout_size, &stderr_size);
-        if (r >= 0)
-                r = exec_reply_read_files(reply, &files, &n_files);
-        if (r >= 0)
-                r = exec_reply_read_info(reply, &info, &data_fd);
-        if (r >= 0)
-                r = bus_data_load(data_fd, exec_reply_data_max(&cfg), &data);
+        r = ctl_exec_result_read(reply, &cfg, &res);
         if (r < 0)
-                return ctl_error(r, "Failed to read the exec's result: %m");
-        if (stdout_size > data.size || stderr_size > data.size - stdout_size)
-                return ctl_error(EBADMSG, "The exec's result is malformed.");
-
-        if (c->json) {
-                _cleanup_json_ json_object *o = json_object_new_object();
-                json_object *list = json_object_new_array();
-
-                json_object_object_add(o, "exit_code", json_object_new_int(exit_code));
-                json_object_object_add(o, "stdout", json_object_new_string_len_safe((const char *) data.data,
-                                                                                    stdout_size));
-                json_object_object_add(o, "stderr",
-                                       json_object_new_string_len_safe(
-                                               (const char *) data.data + stdout_size, stderr_size));
-                json_object_object_add(o, "timed_out", json_object_new_boolean(info.timed_out));
-                json_object_object_add(o, "signal", json_object_new_int(info.signal));
-                json_object_object_add(o, "oom_killed", json_object_new_boolean(info.oom_killed));
-                json_object_object_add(o, "pids_limited", json_object_new_boolean(info.pids_limited));
-                json_object_object_add(o, "duration_usec", json_object_new_uint64(info.duration_usec));
-                json_object_object_add(o, "stdout_truncated",
-                                       json_object_new_boolean(info.stdout_truncated));
-                json_object_object_add(o, "stderr_truncated",
-                                       json_object_new_boolean(info.stderr_truncated));
-                for (size_t i = 0; i < n_files; i++) {
-                        json_object *f = json_object_new_object();
-                        json_object_object_add(f, "path", json_object_new_string(files[i].path));
-                        json_object_object_add(f, "size", json_object_new_uint64(files[i].size));
-                        json_object_array_add(list, f);
-                }
-                json_object_object_add(o, "files", list);
-                json_object_object_add(o, "files_skipped", json_object_new_uint64(info.files_skipped));
-                list = json_object_new_array();
-                for (size_t i = 0; i < info.blocked.n; i++) {
-                        json_object *b = json_object_new_object();
-                        json_object_object_add(b, "name",
-                                               json_object_new_string(info.blocked.items[i].name));
-                        json_object_object_add(b, "verdict",
-                                               json_object_new_string(info.blocked.items[i].verdict));
-                        json_object_object_add(b, "count",
-                                               json_object_new_uint64(info.blocked.items[i].count));
-                        json_object_array_add(list, b);
-                }
-                json_object_object_add(o, "blocked_syscalls", list);
-                if (info.exit_reason)
-                        json_object_object_add(o, "exit_reason", json_object_new_string(info.exit_reason));
-                ctl_exec_add_usage(o, "cpu_usec", info.cpu_usec);
-                ctl_exec_add_usage(o, "max_rss_bytes", info.max_rss_bytes);
-                ctl_exec_add_usage(o, "written_bytes", info.written_bytes);
-                ctl_exec_add_usage(o, "processes", info.processes);
-                json_print(o);
-        } else {
-                /* Streamed, the output is out already. */
-                if (!c->stream) {
-                        (void) write_all(STDOUT_FILENO, data.data, stdout_size);
-                        (void) write_all(STDERR_FILENO, data.data + stdout_size, stderr_size);
-                }
-                for (size_t i = 0; i < n_files; i++)
-                        fprintf(stderr, "scopeboxctl: artifact /workspace/outputs/%s (%" PRIu64 " bytes)\n",
-                                string_is_printable_line(files[i].path, PATH_MAX) ? files[i].path
-                                                                                  : "(name not printable)",
-                                files[i].size);
-                if (info.files_skipped > 0)
-                        fprintf(stderr, "scopeboxctl: %" PRIu32 " artifacts left out by the limits\n",
-                                info.files_skipped);
-                if (info.stdout_truncated || info.stderr_truncated)
-                        fprintf(stderr, "scopeboxctl: output truncated at SANDBOX_MAX_OUTPUT_BYTES\n");
-                if (info.timed_out)
-                        fprintf(stderr, "scopeboxctl: timed out after %" PRIu64 " ms\n", timeout_ms);
-                else if (info.signal > 0)
-                        fprintf(stderr, "scopeboxctl: killed by signal %s\n", strsignal(info.signal));
-                if (info.oom_killed)
-                        fprintf(stderr, "scopeboxctl: the session's memory limit was reached (OOM kill)\n");
-                if (info.pids_limited)
-                        fprintf(stderr,
-                                "scopeboxctl: the session's tasks limit refused a process or thread\n");
-                for (size_t i = 0; i < info.blocked.n; i++)
-                        fprintf(stderr, "scopeboxctl: the sandbox refused %s (%s) %" PRIu32 "x\n",
-                                info.blocked.items[i].name, info.blocked.items[i].verdict,
-                                info.blocked.items[i].count);
-        }
+                return r;
+        if (c->json)
+                ctl_exec_print_json(&res);
+        else
+                ctl_exec_print_text(&res, c->stream, timeout_ms);
         /* The code's status, as a shell would see it. */
-        return exit_code < 0 ? EXIT_FAILURE : exit_code & 0xff;
+        return res.exit_code < 0 ? EXIT_FAILURE : res.exit_code & 0xff;
 }

@@ -117,26 +117,24 @@ static bool dir_exists(const char *path) {
         return !isempty(path) && stat(path, &st) >= 0 && S_ISDIR(st.st_mode);
 }
 
-int verb_status(Ctl *c) {
-        _cleanup_json_ json_object *root = NULL, *daemons = NULL;
-        _cleanup_(table_freep) Table *table = NULL;
-        _cleanup_free_ char *config_error = NULL;
-        _cleanup_(config_done) Config cfg = {};
-        ManagerState mgr = {};
-        const char *agent_state = "unknown";
-        bool config_ok, draining;
-        sd_bus *bus;
+/* What status shows, gathered once for either form. */
+typedef struct Status {
+        ManagerState mgr;
+        Config cfg;
+        bool config_ok;
+        char *config_error;
+        bool draining;
+        char agent_state[32];
+} Status;
+
+static void status_done(Status *st) {
+        config_done(&st->cfg);
+        st->config_error = mfree(st->config_error);
+}
+
+/* The daemons' units: a table row and a JSON object each. */
+static int status_collect_daemons(sd_bus *bus, Table *table, json_object *daemons, Status *st) {
         int r;
-
-        r = ctl_bus(c, &bus);
-        if (r < 0)
-                return r;
-
-        root = json_object_new_object();
-        daemons = json_object_new_array();
-        r = table_new(&table, "UNIT", "LOAD", "ACTIVE", "SUB", "PID", "MEMORY", "STATUS", NULL);
-        if (!root || !daemons || r < 0)
-                return ctl_error(ENOMEM, "Out of memory.");
 
         for (size_t i = 0; i < ELEMENTSOF(daemon_units); i++) {
                 _cleanup_(unit_info_done) UnitInfo u = {};
@@ -147,7 +145,8 @@ int verb_status(Ctl *c) {
                 if (r < 0)
                         return ctl_error(r, "Failed to ask systemd about %s: %m", daemon_units[i]);
                 if (streq(daemon_units[i], STORAGE_AGENT_UNIT))
-                        agent_state = strdupa(u.active_state ?: "unknown");
+                        snprintf(st->agent_state, sizeof(st->agent_state), "%s",
+                                 u.active_state ?: "unknown");
 
                 snprintf(pid, sizeof(pid), "%" PRIu32, u.main_pid);
                 r = table_add_row(table, daemon_units[i], strna(u.load_state), strna(u.active_state),
@@ -167,88 +166,124 @@ int verb_status(Ctl *c) {
                 json_object_object_add(d, "memory_bytes", json_uint64_or_null(u.memory_current));
                 json_object_array_add(daemons, d);
         }
+        return 0;
+}
 
-        r = manager_state_get(bus, &mgr);
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *mgr_reply = mgr.reply;
-        if (r < 0)
-                return r;
+static json_object *status_storage_to_json(const Status *st) {
+        const Config *cfg = &st->cfg;
+        bool ok = st->config_ok;
+        json_object *storage = json_object_new_object();
 
-        config_ok = ctl_load_config(&cfg, &config_error) >= 0;
-        /* The manager's word while it runs, else its switch (it starts draining again). */
-        draining = mgr.active ? mgr.draining
-                              : faccessat(AT_FDCWD, SCOPEBOX_STATE_DIR "/draining", F_OK,
-                                          AT_SYMLINK_NOFOLLOW) == 0;
+        json_object_object_add(storage, "local_dir",
+                               ok && !isempty(cfg->local_storage_dir)
+                                       ? json_object_new_string(cfg->local_storage_dir)
+                                       : NULL);
+        json_object_object_add(storage, "local_dir_exists",
+                               json_object_new_boolean(ok && dir_exists(cfg->local_storage_dir)));
+        json_object_object_add(
+                storage, "allowed_endpoints",
+                json_object_new_string(ok ? strempty(cfg->storage_allowed_endpoints) : ""));
+        json_object_object_add(storage, "agent_active_state", json_object_new_string(st->agent_state));
+        json_object_object_add(storage, "agent_active",
+                               json_object_new_boolean(streq(st->agent_state, "active")));
+        return storage;
+}
 
-        if (c->json) {
-                json_object *m = json_object_new_object(), *conf = json_object_new_object(),
-                            *storage = json_object_new_object();
+static void status_print_json(const Status *st, json_object *daemons) {
+        _cleanup_json_ json_object *root = json_object_new_object();
+        const ManagerState *mgr = &st->mgr;
+        json_object *m = json_object_new_object(), *conf = json_object_new_object();
 
-                json_object_object_add(root, "version", json_object_new_string(PROJECT_VERSION));
-                json_object_object_add(root, "daemons", TAKE_PTR(daemons));
+        json_object_object_add(root, "version", json_object_new_string(PROJECT_VERSION));
+        json_object_object_add(root, "daemons", daemons);
 
-                json_object_object_add(m, "active", json_object_new_boolean(mgr.active));
-                json_object_object_add(m, "version",
-                                       mgr.active ? json_object_new_string(strempty(mgr.version)) : NULL);
-                json_object_object_add(m, "sessions",
-                                       mgr.active ? json_object_new_int64(mgr.sessions) : NULL);
-                json_object_object_add(m, "running_execs",
-                                       mgr.active ? json_object_new_int64(mgr.running_execs) : NULL);
-                json_object_object_add(root, "manager", m);
-                json_object_object_add(root, "draining", json_object_new_boolean(draining));
-                json_object_object_add(root, "node_id",
-                                       config_ok ? json_object_new_string(strempty(cfg.node_id)) : NULL);
+        json_object_object_add(m, "active", json_object_new_boolean(mgr->active));
+        json_object_object_add(m, "version",
+                               mgr->active ? json_object_new_string(strempty(mgr->version)) : NULL);
+        json_object_object_add(m, "sessions", mgr->active ? json_object_new_int64(mgr->sessions) : NULL);
+        json_object_object_add(m, "running_execs",
+                               mgr->active ? json_object_new_int64(mgr->running_execs) : NULL);
+        json_object_object_add(root, "manager", m);
+        json_object_object_add(root, "draining", json_object_new_boolean(st->draining));
+        json_object_object_add(root, "node_id",
+                               st->config_ok ? json_object_new_string(strempty(st->cfg.node_id)) : NULL);
 
-                json_object_object_add(conf, "path", json_object_new_string(SCOPEBOX_CONFIG_FILE));
-                json_object_object_add(conf, "ok", json_object_new_boolean(config_ok));
-                json_object_object_add(conf, "error",
-                                       config_ok ? NULL : json_object_new_string(strempty(config_error)));
-                json_object_object_add(root, "config", conf);
-                json_object_object_add(root, "limits", config_ok ? limits_to_json(&cfg) : NULL);
+        json_object_object_add(conf, "path", json_object_new_string(SCOPEBOX_CONFIG_FILE));
+        json_object_object_add(conf, "ok", json_object_new_boolean(st->config_ok));
+        json_object_object_add(conf, "error",
+                               st->config_ok ? NULL : json_object_new_string(strempty(st->config_error)));
+        json_object_object_add(root, "config", conf);
+        json_object_object_add(root, "limits", st->config_ok ? limits_to_json(&st->cfg) : NULL);
+        json_object_object_add(root, "storage", status_storage_to_json(st));
+        json_print(root);
+}
 
-                json_object_object_add(storage, "local_dir",
-                                       config_ok && !isempty(cfg.local_storage_dir)
-                                               ? json_object_new_string(cfg.local_storage_dir) : NULL);
-                json_object_object_add(
-                        storage, "local_dir_exists",
-                        json_object_new_boolean(config_ok && dir_exists(cfg.local_storage_dir)));
-                json_object_object_add(
-                        storage, "allowed_endpoints",
-                        json_object_new_string(config_ok ? strempty(cfg.storage_allowed_endpoints) : ""));
-                json_object_object_add(storage, "agent_active_state", json_object_new_string(agent_state));
-                json_object_object_add(storage, "agent_active",
-                                       json_object_new_boolean(streq(agent_state, "active")));
-                json_object_object_add(root, "storage", storage);
-                json_print(root);
-                return 0;
-        }
+static void status_print_text(const Status *st, Table *table, bool legend) {
+        const Config *cfg = &st->cfg;
 
-        table_print(table, stdout, c->legend, false);
+        table_print(table, stdout, legend, false);
         printf("\n");
-        if (mgr.active)
-                printf("Sessions:             %" PRIu32 " (%" PRIu32 " running an exec)\n", mgr.sessions,
-                       mgr.running_execs);
+        if (st->mgr.active)
+                printf("Sessions:             %" PRIu32 " (%" PRIu32 " running an exec)\n", st->mgr.sessions,
+                       st->mgr.running_execs);
         else
                 printf("Sessions:             inactive (the session manager is not running; it starts on "
                        "demand)\n");
         printf("Draining:             %s\n",
-               draining ? "yes (new sessions are refused; scopeboxctl undrain)" : "no");
-        if (config_ok && !isempty(cfg.node_id))
-                printf("Node:                 %s (SANDBOX_NODE_ID)\n", cfg.node_id);
+               st->draining ? "yes (new sessions are refused; scopeboxctl undrain)" : "no");
+        if (st->config_ok && !isempty(cfg->node_id))
+                printf("Node:                 %s (SANDBOX_NODE_ID)\n", cfg->node_id);
 
-        if (!config_ok) {
+        if (!st->config_ok) {
                 printf("Configuration:        %s is invalid: %s\n", SCOPEBOX_CONFIG_FILE,
-                       strempty(config_error));
-                return 0;
+                       strempty(st->config_error));
+                return;
         }
-        limits_print(&cfg);
+        limits_print(cfg);
         printf("Storage:\n");
-        if (isempty(cfg.local_storage_dir))
+        if (isempty(cfg->local_storage_dir))
                 printf("  local:              not configured (SANDBOX_LOCAL_STORAGE_DIR is empty)\n");
         else
-                printf("  local:              %s%s\n", cfg.local_storage_dir,
-                       dir_exists(cfg.local_storage_dir) ? "" : " (missing!)");
+                printf("  local:              %s%s\n", cfg->local_storage_dir,
+                       dir_exists(cfg->local_storage_dir) ? "" : " (missing!)");
         printf("  s3, aliyun_oss:     per request (endpoints allowed: %s)\n",
-               isempty(cfg.storage_allowed_endpoints) ? "any" : cfg.storage_allowed_endpoints);
-        printf("  storage agent:      %s (started on demand, exits when idle)\n", agent_state);
+               isempty(cfg->storage_allowed_endpoints) ? "any" : cfg->storage_allowed_endpoints);
+        printf("  storage agent:      %s (started on demand, exits when idle)\n", st->agent_state);
+}
+
+int verb_status(Ctl *c) {
+        _cleanup_json_ json_object *daemons = NULL;
+        _cleanup_(table_freep) Table *table = NULL;
+        _cleanup_(status_done) Status st = { .agent_state = "unknown" };
+        sd_bus *bus;
+        int r;
+
+        r = ctl_bus(c, &bus);
+        if (r < 0)
+                return r;
+
+        daemons = json_object_new_array();
+        r = table_new(&table, "UNIT", "LOAD", "ACTIVE", "SUB", "PID", "MEMORY", "STATUS", NULL);
+        if (!daemons || r < 0)
+                return ctl_error(ENOMEM, "Out of memory.");
+        r = status_collect_daemons(bus, table, daemons, &st);
+        if (r < 0)
+                return r;
+
+        r = manager_state_get(bus, &st.mgr);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *mgr_reply = st.mgr.reply;
+        if (r < 0)
+                return r;
+
+        st.config_ok = ctl_load_config(&st.cfg, &st.config_error) >= 0;
+        /* The manager's word while it runs, else its switch (it starts draining again). */
+        st.draining = st.mgr.active ? st.mgr.draining
+                                    : faccessat(AT_FDCWD, SCOPEBOX_STATE_DIR "/draining", F_OK,
+                                                AT_SYMLINK_NOFOLLOW) == 0;
+
+        if (c->json)
+                status_print_json(&st, TAKE_PTR(daemons));
+        else
+                status_print_text(&st, table, c->legend);
         return 0;
 }
