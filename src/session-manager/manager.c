@@ -146,7 +146,7 @@ struct PendingCreate {
         LIST_FIELDS(PendingCreate, creates);  /* in manager->pending_creates, in order */
         Manager *manager;
         Session *session;
-        SessionDoneCallback_ callback;
+        SessionDoneCallback callback;
         void *userdata;
         sd_event_source *timer;
 };
@@ -169,7 +169,7 @@ static int on_create_queue_timeout(sd_event_source *source, uint64_t usec, void 
         return 0;
 }
 
-int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata) {
+int manager_start_session(Manager *m, Session *s, SessionDoneCallback cb, void *userdata) {
         PendingCreate *p;
         int r;
 

@@ -15,6 +15,8 @@
 #include "metrics.h"
 
 typedef struct Session Session;
+/* A session's start or end is over: 'error' says how it went (the same type in session.h). */
+typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
 typedef struct SystemdJob SystemdJob;
 typedef struct ChildWatch ChildWatch;
 
@@ -102,8 +104,7 @@ void manager_forget_exec_waiter(Manager *m, Session *s);
 
 /* Start a new session as soon as one of config.max_concurrent_creates slots is free, or fail
  * it with -EUSERS after the queue timeout. */
-typedef void (*SessionDoneCallback_)(Session *s, int error, const char *message, void *userdata);
-int manager_start_session(Manager *m, Session *s, SessionDoneCallback_ cb, void *userdata);
+int manager_start_session(Manager *m, Session *s, SessionDoneCallback cb, void *userdata);
 void manager_create_finished(Manager *m);
 /* A session that waits for a create slot stops waiting: its callback gets -EHOSTDOWN. */
 void manager_cancel_pending_create(Manager *m, Session *s);

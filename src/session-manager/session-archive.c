@@ -151,9 +151,9 @@ int storage_call(Session *s, sd_bus_slot **ret_slot, const char *method, sd_bus_
         return r;
 }
 
-/* Every answer from the storage agent ends the call the session waits for (sd-bus keeps the slot
- * alive until its callback returns). */
-void storage_reply_begin(sd_bus_slot **slot) {
+/* An answer from the storage agent came: the session no longer waits for that call (its slot is
+ * dropped; sd-bus keeps it alive until the callback returns). */
+void storage_call_ended(sd_bus_slot **slot) {
         *slot = sd_bus_slot_unref(*slot);
 }
 
@@ -202,7 +202,7 @@ void session_archive_stop_retrying(Session *s) {
 static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
 
-        storage_reply_begin(&s->archive_slot);
+        storage_call_ended(&s->archive_slot);
         if (sd_bus_message_is_method_error(reply, NULL))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Failed to delete the archive of %s: %s", s->id, storage_reply_message(reply));
@@ -384,7 +384,7 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
         uint64_t size = 0;
         bool ok;
 
-        storage_reply_begin(&s->archive_slot);
+        storage_call_ended(&s->archive_slot);
         s->archive_token = mfree(s->archive_token);
         ok = storage_answer(reply) == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "t", &size) >= 0;
         if (s->archive_orphaned) {
@@ -476,7 +476,7 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         const char *token;
         int fd, r;
 
-        storage_reply_begin(&s->archive_slot);
+        storage_call_ended(&s->archive_slot);
         if (s->archive_orphaned || s->discard_stem) {
                 token = NULL;
                 if (!sd_bus_message_is_method_error(reply, NULL))

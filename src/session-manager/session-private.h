@@ -66,7 +66,7 @@ StorageAnswer storage_answer(sd_bus_message *reply);
 int storage_block_effective(Session *s, const char *json);
 int storage_call(Session *s, sd_bus_slot **ret_slot, const char *method, sd_bus_message_handler_t cb,
                  uint64_t timeout_usec, const char *types, ...);
-void storage_reply_begin(sd_bus_slot **slot);
+void storage_call_ended(sd_bus_slot **slot);
 
 /* session-exec.c */
 void session_stop_running_exec(Session *s);

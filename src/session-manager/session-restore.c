@@ -155,7 +155,7 @@ static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_err
         const char *stem = session_archive_stem(s, NULL), *key = NULL;
         StorageAnswer answer = storage_answer(reply);
 
-        storage_reply_begin(&s->restore_slot);
+        storage_call_ended(&s->restore_slot);
         if (s->state == SESSION_STOPPING) {
                 session_finalize(s);
                 return 0;
@@ -279,7 +279,7 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         struct stat st;
         int found = 0, fd, r;
 
-        storage_reply_begin(&s->restore_slot);
+        storage_call_ended(&s->restore_slot);
         if (s->state == SESSION_STOPPING) {
                 session_finalize(s);
                 return 0;

@@ -19,6 +19,8 @@
 typedef struct Manager Manager;
 typedef struct Session Session;
 typedef struct SystemdJob SystemdJob;
+/* A session's start or end is over: 'error' says how it went. */
+typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
 
 typedef enum SessionState {
         SESSION_STARTING,
@@ -63,7 +65,6 @@ SessionEnd session_end_from_string(const char *s);
 #define SESSION_STATE_DIR SCOPEBOX_STATE_DIR "/sessions"
 #define SESSION_STATE_SAVE_INTERVAL_USEC (10 * USEC_PER_SEC)
 
-typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
 
 typedef struct ExecResult {
         int exit_code;
