@@ -177,14 +177,16 @@ void runner_resume_connection(Runner *r);
 /* runner-session.c */
 int runner_handle_init(Runner *r, const void *params, const int *fds, size_t n_fds);
 
-/* runner-exec.c */
-RunnerExec *runner_exec_free(RunnerExec *e);
+/* runner-spawn.c */
 /* All or none: on failure '*p' stays as it was (SANDBOX_PIPES_NULL). */
 int sandbox_pipes_open(SandboxPipes *p);
 void sandbox_pipes_close(SandboxPipes *p);
 /* The read ends, taken out of 'p', with the PID 1 that writes them (taken out of 'init'). */
 SandboxProcess sandbox_pipes_take(SandboxPipes *p, PidRef *init);
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret);
+
+/* runner-exec.c */
+RunnerExec *runner_exec_free(RunnerExec *e);
 /* fds: the code, then (optional) the write end of a pipe for the output as it is produced. */
 int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_fds);
 /* The stream wrote or failed: the exec may resume reading its output, or finish. */
