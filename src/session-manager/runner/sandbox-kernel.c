@@ -430,12 +430,7 @@ static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t s
                         st->value = SIGKILL;
                         return KERNEL_CELL_ENDED;
                 }
-                if (*listener >= 0 && (p[2].revents & POLLIN)) {
-                        if (seccomp_notify_handle_one(*listener, sup) < 0)
-                                *listener = safe_close(*listener);
-                        st->seccomp = sup->report;
-                } else if (*listener >= 0 && p[2].revents)
-                        *listener = safe_close(*listener);
+                sandbox_listener_event(listener, p[2].revents, sup, &st->seccomp);
 
                 if (p[1].revents) {
                         /* A larger buffer than the answer: a longer message is seen as such. */

@@ -961,6 +961,50 @@ bool sandbox_sigterm_from_outside(int signal_fd) {
         return term;
 }
 
+void sandbox_listener_event(int *listener, short revents, SeccompSupervisor *sup, SeccompReport *report) {
+        if (*listener < 0 || revents == 0)
+                return;
+        if (!(revents & POLLIN)) {
+                *listener = safe_close(*listener); /* no process uses the filter any more */
+                return;
+        }
+        if (seccomp_notify_handle_one(*listener, sup) < 0)
+                *listener = safe_close(*listener); /* calls now fail with ENOSYS */
+        *report = sup->report;
+}
+
+/* The template's child tells how the payload ended: its wait status into st->value, its usage
+ * into *ret. A parent that died without telling: as if the payload was killed. */
+static void read_template_status(int fd, SandboxStatus *st, TemplateStatus *ret) {
+        TemplateStatus ts = {};
+        ssize_t k;
+
+        do
+                k = read(fd, &ts, sizeof(ts));
+        while (k < 0 && errno == EINTR);
+        if (k == (ssize_t) sizeof(ts)) {
+                st->value = ts.wait_status;
+                *ret = ts;
+        } else
+                st->value = SIGKILL;
+}
+
+/* Reaps what has ended until 'payload' (our child; 0: a child of the template, not ours) is among
+ * it: then its wait status goes to st->value and it returns true. */
+static bool reap_payload(pid_t payload, SandboxStatus *st) {
+        for (;;) {
+                int ws;
+                pid_t c = waitpid(-1, &ws, WNOHANG | __WALL);
+
+                if (c <= 0)
+                        return false;
+                if (payload > 0 && c == payload) {
+                        st->value = ws;
+                        return true;
+                }
+        }
+}
+
 /* PID 1 after the payload started: payload_attach(), then answer refused calls and reap
  * children until the payload is gone. 'payload' is our child (cold), or 0: a child
  * of the template, whose PID comes over sync_fd and whose wait status its parent (outside our
@@ -972,7 +1016,6 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
         SeccompSupervisor sup = { .first_exec_pid = e->no_processes && payload > 0 ? payload : 0 };
         _cleanup_close_ int listener = -EBADF;
         bool ending = false;
-        ssize_t k;
         int r;
 
         r = payload_attach(e, payload, sync_fd);
@@ -998,26 +1041,10 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                         st->value = SIGKILL;
                         return 0;
                 }
-                if (listener >= 0 && (p[2].revents & POLLIN)) {
-                        r = seccomp_notify_handle_one(listener, &sup);
-                        st->seccomp = sup.report;
-                        if (r < 0)
-                                listener = safe_close(listener); /* calls now fail with ENOSYS */
-                } else if (listener >= 0 && p[2].revents)
-                        listener = safe_close(listener); /* no process uses the filter any more */
+                sandbox_listener_event(&listener, p[2].revents, &sup, &st->seccomp);
 
                 if (payload_status_fd >= 0 && p[1].revents) {
-                        TemplateStatus ts = {};
-
-                        do
-                                k = read(payload_status_fd, &ts, sizeof(ts));
-                        while (k < 0 && errno == EINTR);
-                        /* Its parent died without telling: as if killed. */
-                        if (k == (ssize_t) sizeof(ts)) {
-                                st->value = ts.wait_status;
-                                *ret_template = ts;
-                        } else
-                                st->value = SIGKILL;
+                        read_template_status(payload_status_fd, st, ret_template);
                         return 0;
                 }
 
@@ -1029,16 +1056,8 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                                 ending = true;
                                 (void) kill(-1, SIGKILL);
                         }
-                        for (;;) {
-                                int ws;
-                                pid_t c = waitpid(-1, &ws, WNOHANG | __WALL);
-                                if (c <= 0)
-                                        break;
-                                if (payload > 0 && c == payload) {
-                                        st->value = ws;
-                                        return 0;
-                                }
-                        }
+                        if (reap_payload(payload, st))
+                                return 0;
                 }
         }
 }

@@ -207,6 +207,11 @@ typedef struct SandboxInit {
 /* Blocks SIGCHLD and SIGTERM and returns a signalfd (non-blocking) for them, or a negative errno. */
 int sandbox_init_signals(void);
 
+/* PID 1, when the payload's seccomp listener *listener polled 'revents': a refused call is answered
+ * and recorded in sup->report, which goes to *report; a listener that fails is closed (the calls
+ * then fail with ENOSYS), as is one that hung up (no process uses the filter any more). */
+void sandbox_listener_event(int *listener, short revents, SeccompSupervisor *sup, SeccompReport *report);
+
 /* Reads every signal pending on 'signal_fd'; returns whether the runner's SIGTERM (the exec's
  * timeout, a cancel) was among them: a SIGTERM from outside our PID namespace only. */
 bool sandbox_sigterm_from_outside(int signal_fd);
