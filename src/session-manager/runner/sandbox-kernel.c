@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -377,17 +376,6 @@ static bool kernel_quiesce(const PidRef *kernel, int *kernel_status, KernelSnaps
         }
 }
 
-static bool sigterm_from_outside(int signal_fd) {
-        struct signalfd_siginfo si;
-        bool term = false;
-
-        while (read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si))
-                /* The runner's request to end the exec: from outside our PID namespace only. */
-                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER)
-                        term = true;
-        return term;
-}
-
 typedef enum KernelCellEnd {
         KERNEL_CELL_KEPT,       /* the cell is over, the kernel lives on */
         KERNEL_CELL_ENDED,      /* the kernel ended with the cell */
@@ -442,12 +430,7 @@ static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t s
                         st->value = SIGKILL;
                         return KERNEL_CELL_ENDED;
                 }
-                if (*listener >= 0 && (p[2].revents & POLLIN)) {
-                        if (seccomp_notify_handle_one(*listener, sup) < 0)
-                                *listener = safe_close(*listener);
-                        st->seccomp = sup->report;
-                } else if (*listener >= 0 && p[2].revents)
-                        *listener = safe_close(*listener);
+                sandbox_listener_event(listener, p[2].revents, sup, &st->seccomp);
 
                 if (p[1].revents) {
                         /* A larger buffer than the answer: a longer message is seen as such. */
@@ -473,7 +456,7 @@ static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t s
                 }
 
                 if (p[0].revents & POLLIN) {
-                        if (sigterm_from_outside(signal_fd) && !ending) {
+                        if (sandbox_sigterm_from_outside(signal_fd) && !ending) {
                                 ending = asked = true;
                                 (void) kill(-1, SIGKILL);
                         }
@@ -503,7 +486,7 @@ static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell 
                         return -errno;
                 }
                 if (p[0].revents & POLLIN) {
-                        if (sigterm_from_outside(signal_fd))
+                        if (sandbox_sigterm_from_outside(signal_fd))
                                 return -EPIPE;
                         if (reap_children(kernel, &ws))
                                 return -EOWNERDEAD;

@@ -772,6 +772,34 @@ static int set_command_line(const SandboxExec *e, char *const *envp) {
         return 0;
 }
 
+/* The payload is the first candidate when the scope runs out of memory. */
+static void set_oom_first(void) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+
+        if (fd >= 0) {
+                (void) write_all(fd, "500", 3);
+                safe_close(fd);
+        }
+}
+
+/* Loads the payload's filter: 'prog' (read off e->filter_fd) when set, else e->seccomp. Returns
+ * its listener, which PID 1 answers the refused calls through, or a negative errno. */
+static int load_filter(const SandboxExec *e, const struct sock_fprog *prog) {
+        int r;
+
+        if (e->filter_fd >= 0) {
+                /* The flags libseccomp's seccomp_load() uses for our filter: a listener for the
+                 * notifying default action (no_new_privs is already set). */
+                long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                                  prog);
+                return fd < 0 ? -errno : (int) fd;
+        }
+        r = seccomp_load(e->seccomp);
+        if (r < 0)
+                return r;
+        return seccomp_notify_fd(e->seccomp);
+}
+
 int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_template, char **envp,
                                size_t n_envp, char *env_buf, size_t env_buf_size, const char **ret_step) {
         struct sock_filter insns[BPF_MAXINSNS];
@@ -797,14 +825,7 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
                         return r;
         }
 
-        /* The payload is the first candidate when the scope runs out of memory. */
-        {
-                int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                        (void) write_all(fd, "500", 3);
-                        safe_close(fd);
-                }
-        }
+        set_oom_first();
 
         *ret_step = "stdio";
         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -872,22 +893,9 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         /* Last: from here on only the interpreter's own calls are filtered. PID 1 answers the
          * calls the filter refuses, through the listener we hand it. */
         *ret_step = "seccomp";
-        if (e->filter_fd >= 0) {
-                /* The flags libseccomp's seccomp_load() uses for our filter: a listener for the
-                 * notifying default action (no_new_privs is already set). */
-                long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                                  &prog);
-                if (fd < 0)
-                        return -errno;
-                listener = (int) fd;
-        } else {
-                r = seccomp_load(e->seccomp);
-                if (r < 0)
-                        return r;
-                listener = seccomp_notify_fd(e->seccomp);
-                if (listener < 0)
-                        return listener;
-        }
+        listener = load_filter(e, &prog);
+        if (listener < 0)
+                return listener;
         r = fd_send_one(SANDBOX_SYNC_FD, listener);
         (void) close(listener);
         (void) close(SANDBOX_SYNC_FD);
@@ -942,6 +950,61 @@ static int payload_attach(const SandboxExec *e, pid_t payload, int sync_fd) {
         return fd >= 0 ? fd : -EBADF;
 }
 
+bool sandbox_sigterm_from_outside(int signal_fd) {
+        struct signalfd_siginfo si;
+        bool term = false;
+
+        while (read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si))
+                /* The runner's request to end the exec: from outside our PID namespace only. */
+                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER)
+                        term = true;
+        return term;
+}
+
+void sandbox_listener_event(int *listener, short revents, SeccompSupervisor *sup, SeccompReport *report) {
+        if (*listener < 0 || revents == 0)
+                return;
+        if (!(revents & POLLIN)) {
+                *listener = safe_close(*listener); /* no process uses the filter any more */
+                return;
+        }
+        if (seccomp_notify_handle_one(*listener, sup) < 0)
+                *listener = safe_close(*listener); /* calls now fail with ENOSYS */
+        *report = sup->report;
+}
+
+/* The template's child tells how the payload ended: its wait status into st->value, its usage
+ * into *ret. A parent that died without telling: as if the payload was killed. */
+static void read_template_status(int fd, SandboxStatus *st, TemplateStatus *ret) {
+        TemplateStatus ts = {};
+        ssize_t k;
+
+        do
+                k = read(fd, &ts, sizeof(ts));
+        while (k < 0 && errno == EINTR);
+        if (k == (ssize_t) sizeof(ts)) {
+                st->value = ts.wait_status;
+                *ret = ts;
+        } else
+                st->value = SIGKILL;
+}
+
+/* Reaps what has ended until 'payload' (our child; 0: a child of the template, not ours) is among
+ * it: then its wait status goes to st->value and it returns true. */
+static bool reap_payload(pid_t payload, SandboxStatus *st) {
+        for (;;) {
+                int ws;
+                pid_t c = waitpid(-1, &ws, WNOHANG | __WALL);
+
+                if (c <= 0)
+                        return false;
+                if (payload > 0 && c == payload) {
+                        st->value = ws;
+                        return true;
+                }
+        }
+}
+
 /* PID 1 after the payload started: payload_attach(), then answer refused calls and reap
  * children until the payload is gone. 'payload' is our child (cold), or 0: a child
  * of the template, whose PID comes over sync_fd and whose wait status its parent (outside our
@@ -953,7 +1016,6 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
         SeccompSupervisor sup = { .first_exec_pid = e->no_processes && payload > 0 ? payload : 0 };
         _cleanup_close_ int listener = -EBADF;
         bool ending = false;
-        ssize_t k;
         int r;
 
         r = payload_attach(e, payload, sync_fd);
@@ -979,51 +1041,23 @@ static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, i
                         st->value = SIGKILL;
                         return 0;
                 }
-                if (listener >= 0 && (p[2].revents & POLLIN)) {
-                        r = seccomp_notify_handle_one(listener, &sup);
-                        st->seccomp = sup.report;
-                        if (r < 0)
-                                listener = safe_close(listener); /* calls now fail with ENOSYS */
-                } else if (listener >= 0 && p[2].revents)
-                        listener = safe_close(listener); /* no process uses the filter any more */
+                sandbox_listener_event(&listener, p[2].revents, &sup, &st->seccomp);
 
                 if (payload_status_fd >= 0 && p[1].revents) {
-                        TemplateStatus ts = {};
-
-                        do
-                                k = read(payload_status_fd, &ts, sizeof(ts));
-                        while (k < 0 && errno == EINTR);
-                        /* Its parent died without telling: as if killed. */
-                        if (k == (ssize_t) sizeof(ts)) {
-                                st->value = ts.wait_status;
-                                *ret_template = ts;
-                        } else
-                                st->value = SIGKILL;
+                        read_template_status(payload_status_fd, st, ret_template);
                         return 0;
                 }
 
                 if (p[0].revents & POLLIN) {
-                        struct signalfd_siginfo si;
-                        while (read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si))
-                                /* The runner's request to end the exec (its timeout, a cancel):
-                                 * from outside our PID namespace only. Everything of the
-                                 * sandbox is killed; the payload's status and the usage of all
-                                 * follow as at a normal end. */
-                                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER &&
-                                    !ending) {
-                                        ending = true;
-                                        (void) kill(-1, SIGKILL);
-                                }
-                        for (;;) {
-                                int ws;
-                                pid_t c = waitpid(-1, &ws, WNOHANG | __WALL);
-                                if (c <= 0)
-                                        break;
-                                if (payload > 0 && c == payload) {
-                                        st->value = ws;
-                                        return 0;
-                                }
+                        /* The runner's request to end the exec (its timeout, a cancel): everything
+                         * of the sandbox is killed; the payload's status and the usage of all
+                         * follow as at a normal end. */
+                        if (sandbox_sigterm_from_outside(signal_fd) && !ending) {
+                                ending = true;
+                                (void) kill(-1, SIGKILL);
                         }
+                        if (reap_payload(payload, st))
+                                return 0;
                 }
         }
 }
@@ -1184,11 +1218,40 @@ static void collect_usage(int io_fd, int last_pid_fd, uint64_t wchar_before, boo
         }
 }
 
-/* A stateful session's sandbox: the kernel is a cold payload with a socket of ours at
- * SANDBOX_KERNEL_FD (never from the template: it lives for many cells, so its start is paid
- * once); sandbox_kernel_run() takes over once it is mapped and filtered. */
-_noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_fd, int io_fd,
-                                  int last_pid_fd) {
+int sandbox_supervise_payload(const SandboxExec *e, SandboxInit *init, pid_t payload, int payload_status_fd,
+                              SandboxStatus *st) {
+        TemplateStatus template_status = {};
+        uint64_t wchar_before = 0;
+        int r;
+
+        /* PID 1 must not keep the output pipes open, or readers never see EOF. */
+        init->sync[1] = safe_close(init->sync[1]);
+        safe_close(e->stdout_fd);
+        safe_close(e->stderr_fd);
+        safe_close(e->code_fd);
+        safe_close(e->filter_fd);
+
+        if (proc_io_read_wchar(init->io_fd, &wchar_before) < 0)
+                init->io_fd = safe_close(init->io_fd);
+        r = supervise_payload(e, payload, init->sync[0], init->signal_fd, payload_status_fd, st,
+                              &template_status);
+        if (r < 0)
+                return r;
+
+        /* What the payload left behind in this PID namespace is killed and reaped now, so that
+         * its usage counts; then what every process of the exec used. */
+        sandbox_end_all_processes();
+        collect_usage(init->io_fd, init->last_pid_fd, wchar_before, st->start == SANDBOX_START_TEMPLATE,
+                      &template_status, &st->usage);
+        (void) write_all(e->status_fd, st, sizeof(*st));
+        return 0;
+}
+
+/* The start modes follow. A stateful session's sandbox: the kernel is a cold payload with a
+ * socket of ours at SANDBOX_KERNEL_FD (never from the template: it lives for many cells, so its
+ * start is paid once; the runner gives a kernel no template); sandbox_kernel_run() takes over once
+ * it is mapped and filtered. */
+_noreturn_ static void run_kernel(const SandboxExec *e, SandboxInit *init) {
         PidRef kernel = PIDREF_NULL;
         int ksock[2], listener, r;
         pid_t pid;
@@ -1211,10 +1274,10 @@ _noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_
                 SandboxExec pe = *e;
 
                 pe.kernel_payload_fd = ksock[1];
-                safe_close(sync[0]);
+                safe_close(init->sync[0]);
                 safe_close(ksock[0]);
                 safe_close(e->kernel_fd);
-                payload_exec(&pe, sync[1]);
+                payload_exec(&pe, init->sync[1]);
         }
         /* Signalled through its pidfd only. Should there be none, our exit takes the kernel along
          * with everything of the namespace. */
@@ -1222,43 +1285,109 @@ _noreturn_ static void run_kernel(const SandboxExec *e, int sync[2], int signal_
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "pidfd of the kernel", 125);
         safe_close(ksock[1]);
-        safe_close(sync[1]);
-        listener = payload_attach(e, pid, sync[0]);
+        safe_close(init->sync[1]);
+        listener = payload_attach(e, pid, init->sync[0]);
         if (listener < 0 && listener != -EBADF)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -listener, "user namespace", 125);
-        safe_close(sync[0]);
-        if (proc_io_read_wchar(io_fd, &(uint64_t) { 0 }) < 0)
-                io_fd = safe_close(io_fd);
-        sandbox_kernel_run(e, &kernel, ksock[0], listener, signal_fd, io_fd, last_pid_fd);
+        safe_close(init->sync[0]);
+        if (proc_io_read_wchar(init->io_fd, &(uint64_t) { 0 }) < 0)
+                init->io_fd = safe_close(init->io_fd);
+        sandbox_kernel_run(e, &kernel, ksock[0], listener, init->signal_fd, init->io_fd, init->last_pid_fd);
 }
 
-_noreturn_ void sandbox_run_init(const SandboxExec *e) {
-        SetupError err = {};
-        SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
-        TemplateStatus template_status = {};
-        int sync[2], signal_fd, payload_status_fd = -EBADF, io_fd, last_pid_fd, r;
-        uint64_t wchar_before = 0;
+/* A python payload from the template. Returns the pipe on which the template's child reports the
+ * payload's wait status; when the template does not answer (stopped, restarting, stale, busy),
+ * -EBADF, st->template_error says why, and the payload starts cold as before. */
+static int start_payload_template(const SandboxExec *e, SandboxInit *init, SandboxStatus *st) {
+        int status_fd = -EBADF, r;
+
+        r = start_from_template(e, init->sync[1], &status_fd);
+        safe_close(e->template_fd);
+        if (r >= 0)
+                st->start = SANDBOX_START_TEMPLATE;
+        else {
+                st->template_error = -r;
+                /* A late child of the template must find no PID 1 on its socket. */
+                safe_close(init->sync[0]);
+                safe_close(init->sync[1]);
+                if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, init->sync) < 0)
+                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+        }
+        for (size_t i = 0; i < e->n_cgroup_fds; i++)
+                safe_close(e->cgroup_fds[i]);
+        return status_fd;
+}
+
+/* A cold start: our child executes a new interpreter. Returns its PID. */
+static pid_t start_payload_cold(const SandboxExec *e, SandboxInit *init) {
+        pid_t payload = fork();
+
+        if (payload < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload", 125);
+        if (payload == 0) {
+                safe_close(init->sync[0]);
+                payload_exec(e, init->sync[1]);
+        }
+        return payload;
+}
+
+int sandbox_init_signals(void) {
         sigset_t mask;
-        pid_t payload = 0;
+        int fd;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGTERM);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return -errno;
+        fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        return fd < 0 ? -errno : fd;
+}
+
+/* PID 1 starts with a copy of every fd of the runner (the control connection among them): it
+ * keeps only the exec's. */
+static int keep_exec_fds(const SandboxExec *e) {
+        int keep[9 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+                                               e->network_ready_fd, e->template_fd, e->filter_fd,
+                                               e->kernel ? e->kernel_fd : -EBADF, e->netns_fd };
+        size_t n = 9;
+
+        for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX);
+             i++)
+                keep[n++] = e->cgroup_fds[i];
+        return close_fds_except(keep, n);
+}
+
+/* The payload starts with its network up, or not at all. */
+static void wait_for_network(const SandboxExec *e) {
+        char c = 0;
+        ssize_t k;
+
+        if (e->network_ready_fd < 0)
+                return;
+        do
+                k = read(e->network_ready_fd, &c, 1);
+        while (k < 0 && errno == EINTR);
+        if (k != 1 || c != '1')
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, k < 0 ? errno : ENETDOWN,
+                                "network (slirp4netns)", 125);
+        safe_close(e->network_ready_fd);
+}
+
+/* What PID 1 does first whatever starts the payload: only the exec's fds, the exec's network
+ * namespace, the root built and entered, its signals on a signalfd, the network up, and the
+ * socket to the payload. On failure it reports and exits. */
+static void init_prologue(const SandboxExec *e, SandboxInit *ret) {
+        SetupError err = {};
+        int r;
 
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         (void) prctl(PR_SET_NAME, (unsigned long) "sandbox-init", 0, 0, 0);
         /* Our memory holds nothing secret, but keep /proc/1 unreadable for the payload anyway.
          * Nobody needs to open our /proc entries: slirp4netns gets the network namespace as an fd. */
         (void) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        seccomp_report_init(&st.seccomp);
 
-        {
-                int keep[9 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
-                                                       e->network_ready_fd, e->template_fd, e->filter_fd,
-                                                       e->kernel ? e->kernel_fd : -EBADF, e->netns_fd };
-                size_t n = 9;
-
-                for (size_t i = 0;
-                     e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX); i++)
-                        keep[n++] = e->cgroup_fds[i];
-                r = close_fds_except(keep, n);
-        }
+        r = keep_exec_fds(e);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
         /* With a network, the namespace slirp4netns serves (owned by its user namespace), before
@@ -1272,88 +1401,39 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
         /* For the usage report, from the runner's /proc while we still see it: our own I/O
          * counters (which take up those of the children we reap) and our PID namespace's last
          * PID (the file answers for the reader's namespace). */
-        io_fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
-        last_pid_fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
+        ret->io_fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+        ret->last_pid_fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
         r = setup_root(e, &err);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, err.error, err.step, 125);
 
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGCHLD);
-        sigaddset(&mask, SIGTERM);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 ||
-            (signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "signalfd", 125);
-
-        /* The payload starts with its network up, or not at all. */
-        if (e->network_ready_fd >= 0) {
-                char c = 0;
-                ssize_t k;
-
-                do
-                        k = read(e->network_ready_fd, &c, 1);
-                while (k < 0 && errno == EINTR);
-                if (k != 1 || c != '1')
-                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, k < 0 ? errno : ENETDOWN,
-                                        "network (slirp4netns)", 125);
-                safe_close(e->network_ready_fd);
-        }
-
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
+        ret->signal_fd = sandbox_init_signals();
+        if (ret->signal_fd < 0)
+                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -ret->signal_fd, "signalfd", 125);
+        wait_for_network(e);
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ret->sync) < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+}
 
-        /* A python payload comes from the template when there is one; when it does not answer
-         * (stopped, restarting, stale, busy), from a cold start as before. */
-        if (e->template_fd >= 0) {
-                r = start_from_template(e, sync[1], &payload_status_fd);
-                safe_close(e->template_fd);
-                if (r >= 0)
-                        st.start = SANDBOX_START_TEMPLATE;
-                else {
-                        st.template_error = -r;
-                        /* A late child of the template must find no PID 1 on its socket. */
-                        safe_close(sync[0]);
-                        safe_close(sync[1]);
-                        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0)
-                                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
-                                                "socketpair", 125);
-                }
-        }
-        for (size_t i = 0; e->template_fd >= 0 && i < e->n_cgroup_fds; i++)
-                safe_close(e->cgroup_fds[i]);
+_noreturn_ void sandbox_run_init(const SandboxExec *e) {
+        SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
+        int payload_status_fd = -EBADF, r;
+        SandboxInit init = {};
+        pid_t payload = 0;
+
+        seccomp_report_init(&st.seccomp);
+        init_prologue(e, &init);
         if (e->kernel)
-                run_kernel(e, sync, signal_fd, io_fd, last_pid_fd);
+                run_kernel(e, &init);
+        if (e->template_fd >= 0)
+                payload_status_fd = start_payload_template(e, &init, &st);
         report_start(e->status_fd, st.start);
-        if (st.start != SANDBOX_START_TEMPLATE) {
-                payload = fork();
-                if (payload < 0)
-                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload",
-                                        125);
-                if (payload == 0) {
-                        safe_close(sync[0]);
-                        payload_exec(e, sync[1]);
-                }
-        }
+        if (st.start != SANDBOX_START_TEMPLATE)
+                payload = start_payload_cold(e, &init);
 
-        /* PID 1 must not keep the output pipes open, or readers never see EOF. */
-        safe_close(sync[1]);
-        safe_close(e->stdout_fd);
-        safe_close(e->stderr_fd);
-        safe_close(e->code_fd);
-        safe_close(e->filter_fd);
-
-        if (proc_io_read_wchar(io_fd, &wchar_before) < 0)
-                io_fd = safe_close(io_fd);
-        r = supervise_payload(e, payload, sync[0], signal_fd, payload_status_fd, &st, &template_status);
+        r = sandbox_supervise_payload(e, &init, payload, payload_status_fd, &st);
         if (r < 0)
                 report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "user namespace", 125);
-
-        /* What the payload left behind in this PID namespace is killed and reaped now, so that
-         * its usage counts; then what every process of the exec used. */
-        sandbox_end_all_processes();
-        collect_usage(io_fd, last_pid_fd, wchar_before, st.start == SANDBOX_START_TEMPLATE, &template_status,
-                      &st.usage);
-        (void) write_all(e->status_fd, &st, sizeof(st));
         _exit(0);
 }
 

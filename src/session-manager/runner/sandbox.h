@@ -192,6 +192,40 @@ int sandbox_build_root(const SandboxExec *e, const char **ret_step);
 /* Kills every other process of the caller's PID namespace and reaps them (PID 1 only). */
 void sandbox_end_all_processes(void);
 
+/* PID 1 of a sandbox (sandbox_run_init()) is a prologue every start mode shares, then one step per
+ * start mode (cold, from the template, a stateful session's kernel), then the supervision of the
+ * payload. What the prologue leaves it: the socket to the payload (sync[0] ours, sync[1] the
+ * payload's), the signalfd of its signals, and for the usage report its /proc/self/io and its PID
+ * namespace's ns_last_pid (each -EBADF when it could not be opened). */
+typedef struct SandboxInit {
+        int sync[2];
+        int signal_fd;
+        int io_fd;
+        int last_pid_fd;
+} SandboxInit;
+
+/* Blocks SIGCHLD and SIGTERM and returns a signalfd (non-blocking) for them, or a negative errno. */
+int sandbox_init_signals(void);
+
+/* PID 1, when the payload's seccomp listener *listener polled 'revents': a refused call is answered
+ * and recorded in sup->report, which goes to *report; a listener that fails is closed (the calls
+ * then fail with ENOSYS), as is one that hung up (no process uses the filter any more). */
+void sandbox_listener_event(int *listener, short revents, SeccompSupervisor *sup, SeccompReport *report);
+
+/* Reads every signal pending on 'signal_fd'; returns whether the runner's SIGTERM (the exec's
+ * timeout, a cancel) was among them: a SIGTERM from outside our PID namespace only. */
+bool sandbox_sigterm_from_outside(int signal_fd);
+
+/* PID 1 once the payload started, sandbox_run_init()'s last step: closes what only the payload
+ * needed, attaches the payload over init->sync[0] (maps its user namespace, takes its seccomp
+ * listener), answers its refused calls and reaps until it ends (after the runner's SIGTERM: kills
+ * everything first), then kills and reaps whatever it left in the namespace, measures what all of
+ * them used, and writes *st to e->status_fd. 'payload': our child (a cold start), or 0: a child of
+ * the template, whose wait status its parent writes to 'payload_status_fd'. Returns 0, or a
+ * negative errno when the payload could not be attached (then nothing was written). */
+int sandbox_supervise_payload(const SandboxExec *e, SandboxInit *init, pid_t payload, int payload_status_fd,
+                              SandboxStatus *st);
+
 /* sandbox-kernel.c: PID 1 of a stateful session's sandbox once its kernel ('kernel', our child,
  * started from SANDBOX_KERNEL_SCRIPT with 'ksock' at SANDBOX_KERNEL_FD) exists and 'listener' is
  * its seccomp listener (or -EBADF): runs the first cell and every one the runner sends. */
