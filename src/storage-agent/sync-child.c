@@ -51,18 +51,19 @@ int sync_child_start(sd_event *e, int fd, SyncChildCallback cb, void *userdata, 
                         _exit(errno > 0 && errno < 256 ? errno : EIO);
                 _exit(0);
         }
+        /* The source owns the pidfd once it is made: it closes it when it is freed, after sd-event
+         * has reaped the child, also when the callback is what frees it. */
         r = sd_event_add_child_pidfd(e, &c->source, child.fd, WEXITED, on_child_exit, c);
+        if (r >= 0)
+                r = sd_event_source_set_child_pidfd_own(c->source, true);
         if (r < 0) {
                 /* Unwatched, it stays a zombie until the agent exits (when idle): better than waiting
-                 * here for the disk, which is what the child is for. */
+                 * here for the disk, which is what the child is for. The fd is still ours. */
+                c->source = sd_event_source_disable_unref(c->source);
                 (void) pidref_kill(&child, SIGKILL);
                 pidref_done(&child);
                 return r;
         }
-        /* The source owns the pidfd from here (this fails only on sources that are no child
-         * sources): it closes it when it is freed, after sd-event has reaped the child, also when
-         * the callback is what frees it. */
-        (void) sd_event_source_set_child_pidfd_own(c->source, true);
         *ret = TAKE_PTR(c);
         return 0;
 }
