@@ -264,8 +264,9 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
         send_reply(conn, 0);
         (void) close(conn);
         keep[0] = fds[TEMPLATE_FD_STATUS];
-        keep[1] = io_fd;
-        (void) close_all_but(keep, io_fd >= 0 ? 2 : 1);
+        keep[1] = payload.fd;
+        keep[2] = io_fd;
+        (void) close_all_but(keep, io_fd >= 0 ? 3 : 2);
 
         /* Reaping the payload adds its usage (and that of the children it reaped) to ours. */
         TemplateStatus status = {};
