@@ -146,16 +146,26 @@ def scope_processes(sid):
     return json.loads(system_python(SCOPE_PROCS, sid))
 
 
-def manager_sessions():
-    """The session manager's ListSessions as {id: {property: value}} (root's view, as scopeboxctl's)."""
+def manager_list(method):
+    """One of the session manager's lists (root's view, as scopeboxctl's) as {id: {property: value}}."""
     r = in_system("busctl", "--json=short", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
-                  "io.scopebox.SessionManager1", "ListSessions", check=True)
+                  "io.scopebox.SessionManager1", method, check=True)
     return {sid: {k: v["data"] for k, v in props.items()} for sid, props in json.loads(r.stdout)["data"][0]}
+
+
+def manager_sessions():
+    """The session manager's ListSessions: its sessions, never a dify run's sandbox."""
+    return manager_list("ListSessions")
+
+
+def manager_run_sandboxes():
+    """The session manager's ListRunSandboxes: the dify runs' sandboxes, pooled or serving a run."""
+    return manager_list("ListRunSandboxes")
 
 
 def pooled_units():
     """Scopes of the dify run pool's sessions (SANDBOX_DIFY_POOL_SIZE): started for runs to come, never used."""
-    return {p["unit"] for p in manager_sessions().values() if p.get("pooled") and p["execs"] == 0}
+    return {p["unit"] for p in manager_run_sandboxes().values() if p.get("pooled") and p["execs"] == 0}
 
 
 STORAGE_AGENT = "scopebox-storage-agent.service"
@@ -281,8 +291,9 @@ def session_info(sid):
 def workspace_has(sid, path):
     """Whether the session's /workspace holds path now, seen from outside the API (which would
     wait behind a running exec): through the runner's mount namespace, where the workspace is
-    mounted below /run/scopebox/sessions/<id>/root. False while the runner is unknown."""
-    pid = session_info(sid).get("runner_pid")
+    mounted below /run/scopebox/sessions/<id>/root. False while the runner is unknown. Also for a
+    dify run's sandbox."""
+    pid = (session_info(sid) or manager_run_sandboxes().get(sid, {})).get("runner_pid")
     if not pid:
         return False
     r = in_system("test", "-e", f"/proc/{pid}/root/run/scopebox/sessions/{sid}/root/workspace/{path}")

@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/prctl.h>
@@ -22,6 +21,7 @@
 #include "fs-util.h"
 #include "io-util.h"
 #include "json-util.h"
+#include "pidref.h"
 #include "strbuf.h"
 #include "time-util.h"
 
@@ -80,10 +80,11 @@ static int probe(char *const argv[], const char *home, char **ret_output) {
         _cleanup_close_pair_ int pipefd[2] = { -EBADF, -EBADF };
         _cleanup_free_ char *home_env = NULL, *mpl_env = NULL;
         _cleanup_(strbuf_done) StrBuf out = {};
-        posix_spawn_file_actions_t fa;
+        _cleanup_(pidref_done) PidRef child = PIDREF_NULL;
+        _cleanup_close_ int null_fd = -EBADF;
         uint64_t start;
+        siginfo_t si;
         int status, r;
-        pid_t pid;
 
         if (asprintf(&home_env, "HOME=%s", home) < 0 || asprintf(&mpl_env, "MPLCONFIGDIR=%s", home) < 0)
                 return -ENOMEM;
@@ -94,18 +95,17 @@ static int probe(char *const argv[], const char *home, char **ret_output) {
                               mpl_env,
                               NULL };
 
+        /* What posix_spawn() said of a missing program, which the child can only exit 127 for. */
+        if (access(argv[0], X_OK) < 0)
+                return -errno;
         if (pipe2(pipefd, O_CLOEXEC) < 0)
                 return -errno;
-        r = posix_spawn_file_actions_init(&fa);
-        if (r != 0)
-                return -r;
-        (void) posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-        (void) posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
-        (void) posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-        r = posix_spawn(&pid, argv[0], &fa, NULL, argv, env);
-        posix_spawn_file_actions_destroy(&fa);
-        if (r != 0)
-                return -r;
+        null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null_fd < 0)
+                return -errno;
+        r = pidref_spawn(argv, env, (const int[]) { null_fd, pipefd[1], null_fd }, &child);
+        if (r < 0)
+                return r;
         pipefd[1] = safe_close(pipefd[1]);
 
         start = now_usec(CLOCK_MONOTONIC);
@@ -117,8 +117,7 @@ static int probe(char *const argv[], const char *home, char **ret_output) {
 
                 left = PROBE_TIMEOUT_MSEC - (long) ((now_usec(CLOCK_MONOTONIC) - start) / USEC_PER_MSEC);
                 if (left <= 0 || (r = poll(&p, 1, (int) left)) == 0) {
-                        (void) kill(pid, SIGKILL);
-                        (void) waitpid(pid, NULL, 0);
+                        pidref_done_kill(&child);
                         return -ETIMEDOUT;
                 }
                 if (r < 0 && errno != EINTR)
@@ -131,14 +130,15 @@ static int probe(char *const argv[], const char *home, char **ret_output) {
                 if (n <= 0)
                         break;
                 if (out.len + (size_t) n > PROBE_OUTPUT_MAX) {
-                        (void) kill(pid, SIGKILL);
+                        (void) pidref_kill(&child, SIGKILL);
                         break;
                 }
                 strbuf_append_n(&out, buf, (size_t) n);
         }
-        while (waitpid(pid, &status, 0) < 0)
-                if (errno != EINTR)
-                        return -errno;
+        r = pidref_wait(&child, WEXITED, &si, NULL);
+        if (r < 0)
+                return r;
+        status = pidref_wait_status(&si);
         r = strbuf_steal(&out, ret_output);
         if (r < 0)
                 return r;

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "pidref.h"
 #include "strbuf.h"
 
 /* The runner binds this directory read-only into every Python sandbox (docs/runtime.md). */
@@ -26,15 +26,17 @@
 static int spawn_wait(char *const *argv) {
         char *const env[] = { (char *) "PATH=/usr/bin:/bin", (char *) "LANG=C.UTF-8",
                               (char *) "HOME=/nonexistent", NULL };
+        _cleanup_(pidref_done) PidRef child = PIDREF_NULL;
+        siginfo_t si;
         int status, r;
-        pid_t pid;
 
-        r = posix_spawn(&pid, argv[0], NULL, NULL, argv, env);
-        if (r != 0)
-                return -r;
-        while (waitpid(pid, &status, 0) < 0)
-                if (errno != EINTR)
-                        return -errno;
+        r = pidref_spawn(argv, env, (const int[]) { -EBADF, -EBADF, -EBADF }, &child);
+        if (r < 0)
+                return r;
+        r = pidref_wait(&child, WEXITED, &si, NULL);
+        if (r < 0)
+                return r;
+        status = pidref_wait_status(&si);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

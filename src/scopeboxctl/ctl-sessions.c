@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* scopeboxctl sessions, inspect and kill: the manager's sessions with their scopes' usage. */
+/* scopeboxctl sessions, runs, inspect and kill: the manager's sessions (and its dify run sandboxes)
+ * with their scopes' usage. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@ static json_object *session_to_json(const SessionInfo *s, const UnitInfo *u, uin
         json_object_object_add(o, "runner_pid",
                                s->runner_pid > 0 ? json_object_new_uint64(s->runner_pid) : NULL);
         json_object_object_add(o, "archive_key", json_object_new_string(s->archive_key));
+        json_object_object_add(o, "pooled", json_object_new_boolean(s->pooled));
         return o;
 }
 
@@ -60,15 +62,10 @@ static bool scope_info(sd_bus *bus, const SessionInfo *s, UnitInfo *ret) {
         return true;
 }
 
-/* The rows of "sessions", and the dify run sandboxes left out of them. */
-typedef struct SessionRows {
-        CtlRows rows;
-        unsigned n_run_sandboxes;
-} SessionRows;
-
+/* One row of "sessions" or "runs": the same columns, but a run sandbox's EXEC says whether a run
+ * has it (pooled: not yet). */
 static int sessions_add_row(sd_bus_message *reply, void *userdata) {
-        SessionRows *sr = userdata;
-        CtlRows *out = &sr->rows; /* both filled, one printed */
+        CtlRows *out = userdata;
         _cleanup_(unit_info_done) UnitInfo u = {};
         char age[32], idle[32], mem[32], tasks[32];
         uint64_t now = out->now;
@@ -86,13 +83,6 @@ static int sessions_add_row(sd_bus_message *reply, void *userdata) {
         if (r < 0)
                 return r;
 
-        /* A dify run's sandbox (pooled, or serving a run) is no session: no call of the sidecar
-         * API knows its id, so it is no row here either. Counted, for the legend. */
-        if (s.ephemeral) {
-                sr->n_run_sandboxes++;
-                return 0;
-        }
-
         have_unit = scope_info(out->bus, &s, &u);
         json_object_array_add(out->array, session_to_json(&s, have_unit ? &u : NULL, now));
         return table_add_row(out->table, s.id,
@@ -100,53 +90,86 @@ static int sessions_add_row(sd_bus_message *reply, void *userdata) {
                              format_duration(idle, sizeof(idle), elapsed_usec(now, s.last_active_usec)),
                              format_bytes(mem, sizeof(mem), have_unit ? u.memory_current : UINT64_MAX),
                              format_u64(tasks, sizeof(tasks), have_unit ? u.tasks_current : UINT64_MAX),
-                             s.exec_running ? "running" : "-", s.unit);
+                             s.exec_running ? "running"
+                             : s.pooled     ? "pooled"
+                                            : "-",
+                             s.unit);
 }
 
-int verb_sessions(Ctl *c) {
+/* The manager's list 'method' (ListSessions, ListRunSandboxes) as a table or JSON; *ret_rows the
+ * number of rows. */
+static int list_print(Ctl *c, sd_bus *bus, const char *method, const char *what, unsigned *ret_rows) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_json_ json_object *list = NULL;
         _cleanup_(table_freep) Table *table = NULL;
-        uint64_t now = now_usec(CLOCK_REALTIME);
-        SessionRows rows;
-        sd_bus *bus;
-        int draining = 0, r;
+        int r;
 
-        r = ctl_bus(c, &bus);
-        if (r < 0)
-                return r;
         r = sd_bus_call_method(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
-                               SESSION_MANAGER_INTERFACE, "ListSessions", &e, &reply, NULL);
+                               SESSION_MANAGER_INTERFACE, method, &e, &reply, NULL);
         if (r < 0)
-                return ctl_bus_error(&e, r, "Failed to list sessions");
+                return ctl_bus_error(&e, r, what);
 
         list = json_object_new_array();
         r = table_new(&table, "ID", "AGE", "IDLE", "MEMORY", "TASKS", "EXEC", "UNIT", NULL);
         if (!list || r < 0)
                 return ctl_error(ENOMEM, "Out of memory.");
 
-        rows = (SessionRows) { .rows = { c, bus, list, table, now } };
-        r = bus_message_read_array(reply, "(sa{sv})", SIZE_MAX, sessions_add_row, &rows);
+        r = bus_message_read_array(reply, "(sa{sv})", SIZE_MAX, sessions_add_row,
+                                   &(CtlRows) { c, bus, list, table, now_usec(CLOCK_REALTIME) });
         if (r < 0)
-                return ctl_error(r, "Failed to read the session list: %m");
-
-        if (c->json) {
+                return ctl_error(r, "Failed to read the list: %m");
+        *ret_rows = (unsigned) json_object_array_length(list);
+        if (c->json)
                 json_print(list);
-                return 0;
-        }
-        table_print(table, stdout, c->legend, c->legend);
-        if (c->legend && rows.n_run_sandboxes > 0)
-                printf("\n%u dify run sandbox%s (pooled, or serving a run): no session%s, not listed.\n",
-                       rows.n_run_sandboxes, rows.n_run_sandboxes == 1 ? "" : "es",
-                       rows.n_run_sandboxes == 1 ? "" : "s");
+        else
+                table_print(table, stdout, c->legend, c->legend);
+        return 0;
+}
+
+int verb_sessions(Ctl *c) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *runs = NULL;
+        unsigned n_rows, n_runs = 0;
+        sd_bus *bus;
+        int draining = 0, r;
+
+        r = ctl_bus(c, &bus);
+        if (r < 0)
+                return r;
+        r = list_print(c, bus, "ListSessions", "Failed to list sessions", &n_rows);
+        if (r < 0 || c->json || !c->legend)
+                return r;
+        /* A dify run's sandbox (pooled, or serving a run) is no session: no call of the sidecar API
+         * knows its id, and ListSessions does not list it. Counted, for the legend. */
+        if (sd_bus_call_method(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                               SESSION_MANAGER_INTERFACE, "ListRunSandboxes", NULL, &runs, NULL) >= 0 &&
+            sd_bus_message_enter_container(runs, 'a', "(sa{sv})") >= 0)
+                while (sd_bus_message_skip(runs, "(sa{sv})") > 0)
+                        n_runs++;
+        if (n_runs > 0)
+                printf("\n%u dify run sandbox%s (pooled, or serving a run): no session%s, "
+                       "see scopeboxctl runs.\n",
+                       n_runs, n_runs == 1 ? "" : "es", n_runs == 1 ? "" : "s");
         /* The list answered, so the manager runs: its word on draining costs no activation. */
-        if (c->legend &&
-            sd_bus_get_property_trivial(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+        if (sd_bus_get_property_trivial(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
                                         SESSION_MANAGER_INTERFACE, "Draining", NULL, 'b', &draining) >= 0 &&
             draining)
                 printf("\nDraining: no new sessions; these finish (scopeboxctl undrain).\n");
         return 0;
+}
+
+int verb_runs(Ctl *c) {
+        unsigned n_rows;
+        sd_bus *bus;
+        int r;
+
+        r = ctl_bus(c, &bus);
+        if (r < 0)
+                return r;
+        r = list_print(c, bus, "ListRunSandboxes", "Failed to list run sandboxes", &n_rows);
+        if (r >= 0 && !c->json && c->legend && n_rows > 0)
+                printf("\nNo sessions: no call of the sidecar API knows these ids (docs/dify.md).\n");
+        return r;
 }
 
 static const char *format_quota(char *buf, size_t size, uint64_t per_sec_usec) {

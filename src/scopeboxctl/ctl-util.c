@@ -175,6 +175,7 @@ static const BusDictField session_fields[] = {
         { "exec_running",     'b', offsetof(SessionInfo, exec_running)     },
         { "queued",           'u', offsetof(SessionInfo, queued)           },
         { "ephemeral",        'b', offsetof(SessionInfo, ephemeral)        },
+        { "pooled",           'b', offsetof(SessionInfo, pooled)           },
         { "archive_key",      's', offsetof(SessionInfo, archive_key)      },
         {}
 };

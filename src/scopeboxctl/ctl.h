@@ -30,6 +30,7 @@ typedef struct Ctl {
 
 int verb_status(Ctl *c);
 int verb_sessions(Ctl *c);
+int verb_runs(Ctl *c);
 int verb_inspect(Ctl *c);
 int verb_kill(Ctl *c);
 int verb_exec(Ctl *c);
@@ -72,7 +73,7 @@ typedef struct UnitInfo {
 int unit_info_get(sd_bus *bus, const char *unit, UnitInfo *ret);
 void unit_info_done(UnitInfo *u);
 
-/* Session info of the manager's ListSessions/GetSession (docs/dbus-api.md). */
+/* Session info of the manager's ListSessions/ListRunSandboxes/GetSession (docs/dbus-api.md). */
 typedef struct SessionInfo {
         const char *id;
         const char *state;
@@ -86,6 +87,7 @@ typedef struct SessionInfo {
         bool exec_running;
         uint32_t queued;
         bool ephemeral;
+        bool pooled;
         const char *archive_key;
 } SessionInfo;
 /* Reads the a{sv} of one session. Strings stay owned by the message. */

@@ -20,6 +20,7 @@ typedef struct Verb {
 static const Verb verbs[] = {
         { "status",   0, 0, verb_status   },
         { "sessions", 0, 0, verb_sessions },
+        { "runs",     0, 0, verb_runs     },
         { "inspect",  1, 1, verb_inspect  },
         { "exec",     2, 2, verb_exec     },
         { "kill",     1, 1, verb_kill     },
@@ -37,6 +38,7 @@ static void help(void) {
                "Commands:\n"
                "  status              Daemons, sessions, limits and storage\n"
                "  sessions            List sessions: age, idle time, memory, tasks, exec\n"
+               "  runs                List the dify run sandboxes (pooled, or serving a run)\n"
                "  inspect ID          Everything known about one session\n"
                "  exec ID FILE        Run FILE's Python code in the session ('-': stdin)\n"
                "  kill ID             End the session now, discarding its workspace and archive\n"

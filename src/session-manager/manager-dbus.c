@@ -1135,7 +1135,7 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
         return sd_bus_send(NULL, reply, NULL);
 }
 
-/* ---- ListSessions, GetSession (scopeboxctl) ---- */
+/* ---- ListSessions, ListRunSandboxes, GetSession (scopeboxctl) ---- */
 
 /* What we know of a session, as the a{sv} of ListSessions and GetSession. Never the storage block:
  * it may carry credentials. */
@@ -1160,18 +1160,21 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
         return r;
 }
 
-/* ListSessions and GetSession are for the operator (scopeboxctl as root): the bus policy denies
- * them to the gateway's user, which never needs to enumerate the session ids that are clients'
- * handles. (Not re-checked here: learning a caller's uid on dbus-daemon is a synchronous call.) */
-static int method_list_sessions(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+/* ListSessions, ListRunSandboxes and GetSession are for the operator (scopeboxctl as root): the bus
+ * policy denies them to the gateway's user, which never needs to enumerate the session ids that are
+ * clients' handles. (Not re-checked here: learning a caller's uid on dbus-daemon is a synchronous
+ * call.) The sessions and the run sandboxes are separate lists: a run sandbox's id is no session's,
+ * and a list of sessions that named it would say otherwise. */
+static int reply_session_list(sd_bus_message *m, Manager *mgr, bool sidecar) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        Manager *mgr = userdata;
         int r;
 
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(sa{sv})");
         for (Session *s = mgr->sessions; r >= 0 && s; s = s->sessions_next) {
+                if (session_is_sidecar(s) != sidecar)
+                        continue;
                 r = sd_bus_message_open_container(reply, 'r', "sa{sv}");
                 if (r >= 0)
                         r = sd_bus_message_append(reply, "s", s->id);
@@ -1185,6 +1188,14 @@ static int method_list_sessions(sd_bus_message *m, void *userdata, sd_bus_error 
         if (r < 0)
                 return r;
         return sd_bus_send(NULL, reply, NULL);
+}
+
+static int method_list_sessions(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return reply_session_list(m, userdata, true);
+}
+
+static int method_list_run_sandboxes(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return reply_session_list(m, userdata, false);
 }
 
 static int method_get_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -1327,6 +1338,8 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_get_metrics, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ListSessions", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(sa{sv})", sessions),
                                 method_list_sessions, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListRunSandboxes", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(sa{sv})", sandboxes),
+                                method_list_run_sandboxes, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetSession", SD_BUS_ARGS("s", session_id), SD_BUS_RESULT("a{sv}", info),
                                 method_get_session, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ListPendingArchives", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssutts)", archives),

@@ -324,25 +324,44 @@ static int on_child_exit(sd_event_source *source, const siginfo_t *si, void *use
         return 0;
 }
 
-int manager_watch_child(Manager *m, pid_t pid) {
+int manager_watch_child_pidref(Manager *m, PidRef *ref) {
         ChildWatch *w;
         int r;
 
         /* The manager is going: the runner stays, and whoever inherits it reaps it. */
-        if (sd_event_get_state(m->event) == SD_EVENT_FINISHED)
+        if (sd_event_get_state(m->event) == SD_EVENT_FINISHED) {
+                pidref_done(ref);
                 return 0;
+        }
         w = calloc(1, sizeof(ChildWatch));
-        if (!w)
+        if (!w) {
+                pidref_done(ref);
                 return -ENOMEM;
+        }
         *w = (ChildWatch) { .manager = m };
-        r = sd_event_add_child(m->event, &w->source, pid, WEXITED, on_child_exit, w);
+        r = sd_event_add_child_pidfd(m->event, &w->source, ref->fd, WEXITED, on_child_exit, w);
         if (r < 0) {
+                pidref_done(ref);
                 free(w);
                 return r;
         }
+        /* The source closes the pidfd when it is freed, after sd-event reaped the child (this fails
+         * only on sources that are no child sources). */
+        (void) sd_event_source_set_child_pidfd_own(w->source, true);
+        *ref = PIDREF_NULL;
         LIST_PREPEND(watches, m->child_watches, w);
         m->n_child_watches++;
         return 0;
+}
+
+int manager_watch_child(Manager *m, pid_t pid) {
+        PidRef ref;
+        int r;
+
+        r = pidref_set_child(&ref, pid);
+        if (r < 0)
+                return r;
+        return manager_watch_child_pidref(m, &ref);
 }
 
 /* How long without sessions before we exit (0 in a Manager that manager_new() did not make). */

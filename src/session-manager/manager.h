@@ -13,6 +13,7 @@
 #include "config.h"
 #include "macro.h"
 #include "metrics.h"
+#include "pidref.h"
 
 typedef struct Session Session;
 /* A session's start or end is over: 'error' says how it went (the same type in session.h). */
@@ -94,7 +95,11 @@ void manager_remove_session(Manager *m, Session *s);
 void manager_gc(Manager *m);
 int manager_arm_gc(Manager *m);
 
-/* Reap pid, a child of ours, when it exits; it is not killed, not even when the manager goes. */
+/* Reap 'ref', a child of ours held by its pidfd (which this takes: *ref is emptied, also on
+ * failure, when the fd is closed), when it exits; it is not killed, not even when the manager goes. */
+int manager_watch_child_pidref(Manager *m, PidRef *ref);
+/* The same for a child known by its number: it must still be ours, not yet reaped (so that the
+ * number is still its own); it is held by a pidfd from here. */
 int manager_watch_child(Manager *m, pid_t pid);
 
 /* Global exec slots. take() returns false and queues the session when none is free. */

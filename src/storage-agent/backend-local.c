@@ -162,29 +162,41 @@ void local_abort(LocalStaged *s) {
         local_staged_done(s);
 }
 
-int local_sweep_staging(const char *root) {
-        _cleanup_close_ int fd = -EBADF;
+/* Calls cb(dir_fd, name, userdata) for each entry of the directory 'fd' (an open() result of ours,
+ * taken and closed here: -ENOENT, no such directory, has no entries). cb returns 1 for an entry
+ * that counts, 0 for one that does not, or -errno to stop there. Returns the count, or -errno. */
+static int dir_foreach(int fd, int (*cb)(int dir_fd, const char *name, void *userdata), void *userdata) {
+        _cleanup_close_ int dir_fd = fd;
         _cleanup_closedir_ DIR *d = NULL;
         struct dirent *de;
         int r, n = 0;
 
-        fd = open_staging_dir(root, false);
-        if (fd == -ENOENT)
+        if (dir_fd == -ENOENT)
                 return 0;
-        if (fd < 0)
-                return fd;
-        r = opendir_at(fd, &d);
+        if (dir_fd < 0)
+                return dir_fd;
+        r = opendir_at(dir_fd, &d);
         if (r < 0)
                 return r;
         FOREACH_DIRENT(de, d, return -errno) {
-                if (unlinkat(dirfd(d), de->d_name, 0) < 0) {
-                        if (errno == ENOENT || errno == EISDIR || errno == EPERM)
-                                continue; /* not ours to remove (we never make directories there) */
-                        return -errno;
-                }
-                n++;
+                r = cb(dirfd(d), de->d_name, userdata);
+                if (r < 0)
+                        return r;
+                n += r > 0;
         }
         return n;
+}
+
+static int sweep_one(int dir_fd, const char *name, void *userdata) {
+        if (unlinkat(dir_fd, name, 0) >= 0)
+                return 1;
+        if (errno == ENOENT || errno == EISDIR || errno == EPERM)
+                return 0; /* not ours to remove (we never make directories there) */
+        return -errno;
+}
+
+int local_sweep_staging(const char *root) {
+        return dir_foreach(open_staging_dir(root, false), sweep_one, NULL);
 }
 
 int local_open(const char *root, const char *full_key, int *ret_fd) {
@@ -333,31 +345,26 @@ int local_quarantine(const char *root, const char *full_key, const char *quarant
         return 0;
 }
 
+typedef struct QuarantinedList {
+        LocalQuarantinedCallback cb;
+        void *userdata;
+} QuarantinedList;
+
+static int list_quarantined_one(int dir_fd, const char *name, void *userdata) {
+        QuarantinedList *l = userdata;
+        struct stat st;
+        int64_t when;
+        int r;
+
+        if (!quarantine_key_parse(name, &when, NULL) ||
+            fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+                return 0;
+        r = l->cb(name, (uint64_t) st.st_size, when, l->userdata);
+        return r < 0 ? r : 1;
+}
+
 int local_list_quarantined(const char *root, const char *dir_key, LocalQuarantinedCallback cb,
                            void *userdata) {
-        _cleanup_close_ int fd = open_dir_key(root, dir_key);
-        _cleanup_closedir_ DIR *d = NULL;
-        struct dirent *de;
-        int r, n = 0;
-
-        if (fd == -ENOENT)
-                return 0;
-        if (fd < 0)
-                return fd;
-        r = opendir_at(fd, &d);
-        if (r < 0)
-                return r;
-        FOREACH_DIRENT(de, d, return -errno) {
-                struct stat st;
-                int64_t when;
-
-                if (!quarantine_key_parse(de->d_name, &when, NULL) ||
-                    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-                        continue;
-                r = cb(de->d_name, (uint64_t) st.st_size, when, userdata);
-                if (r < 0)
-                        return r;
-                n++;
-        }
-        return n;
+        return dir_foreach(open_dir_key(root, dir_key), list_quarantined_one,
+                           &(QuarantinedList) { cb, userdata });
 }

@@ -12,7 +12,7 @@ typedef struct SyncChild SyncChild;
 /* error: 0 when fsync() succeeded, else its negative errno (-EIO when the child died otherwise). */
 typedef void (*SyncChildCallback)(SyncChild *c, int error, void *userdata);
 
-/* SIGCHLD must be blocked (sd_event_add_child()). */
+/* SIGCHLD must be blocked (sd_event_add_child_pidfd()). The child is held by its pidfd (pidref.h). */
 int sync_child_start(sd_event *e, int fd, SyncChildCallback cb, void *userdata, SyncChild **ret);
 /* Stops watching; a child still running finishes its fsync on its own (nothing to undo there). */
 SyncChild *sync_child_free(SyncChild *c);

@@ -5,7 +5,7 @@ import json
 import secrets
 import time
 
-from conftest import in_system, manager_sessions
+from conftest import in_system, manager_run_sandboxes, manager_sessions
 import test_dify_runs as runs
 
 POOL_SIZE = 2  # the default, at most MAX_WORKERS (4)
@@ -13,7 +13,7 @@ POOL_SIZE = 2  # the default, at most MAX_WORKERS (4)
 
 def pooled():
     """The ready pooled sessions: ephemeral, never used."""
-    return {sid for sid, p in manager_sessions().items()
+    return {sid for sid, p in manager_run_sandboxes().items()
             if p.get("pooled") and p["state"] == "running" and p["ephemeral"] and p["execs"] == 0}
 
 
@@ -23,7 +23,7 @@ def wait_for_pool(n=POOL_SIZE, timeout=30):
     while len(ready) < n and time.monotonic() < deadline:
         time.sleep(0.1)
         ready = pooled()
-    assert len(ready) >= n, (ready, manager_sessions())
+    assert len(ready) >= n, (ready, manager_run_sandboxes())
     return ready
 
 
@@ -52,12 +52,13 @@ def test_the_pool_refills_after_a_run_takes_one():
     after = wait_for_pool()
     taken = before - after
     assert len(taken) == 1 and len(after - before) == 1, (before, after)
-    # The run's session is released after its one run, as any run's, and never counted as a session.
+    # The run's session is released after its one run, as any run's, and never listed as a session.
     deadline = time.monotonic() + 10
-    while taken & set(manager_sessions()) and time.monotonic() < deadline:
+    while taken & set(manager_run_sandboxes()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not taken & set(manager_sessions())
-    assert all(p["ephemeral"] for sid, p in manager_sessions().items() if sid in after)
+    assert not taken & set(manager_run_sandboxes())
+    assert all(p["ephemeral"] for sid, p in manager_run_sandboxes().items() if sid in after)
+    assert not (before | after) & set(manager_sessions())
 
 
 STATE_LEFT = """\
@@ -116,4 +117,4 @@ def test_no_pool_when_it_is_off():
             data, from_pool = run_traced("print(1)")
             assert data["stdout"] == "1\n" and not from_pool
         time.sleep(0.5)
-        assert not {sid for sid, p in manager_sessions().items() if p.get("pooled")}
+        assert not {sid for sid, p in manager_run_sandboxes().items() if p.get("pooled")}

@@ -44,7 +44,7 @@ def ctl_json(*args):
 def test_help_and_version():
     r = ctl("--help")
     assert r.returncode == 0
-    for verb in ("status", "sessions", "inspect", "exec", "kill", "gc", "doctor"):
+    for verb in ("status", "sessions", "runs", "inspect", "exec", "kill", "gc", "doctor"):
         assert f"  {verb}" in r.stdout
     r = ctl("--version")
     assert r.returncode == 0 and r.stdout.startswith("scopeboxctl ")
@@ -122,7 +122,7 @@ def test_sessions_lists_a_session_with_its_usage_until_released():
         assert s["idle_ttl_sec"] == int(conf_value("SANDBOX_IDLE_TTL_SECONDS", "1800"))
         assert s["execs"] == 1
         assert s["exec_running"] is False
-        assert s["ephemeral"] is False
+        assert s["ephemeral"] is False and s["pooled"] is False
         # systemd accounts the scope on this host (null would mean "unknown").
         assert isinstance(s["memory_bytes"], int) and s["memory_bytes"] > 0
         assert isinstance(s["tasks"], int) and s["tasks"] >= 1

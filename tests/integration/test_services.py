@@ -43,15 +43,16 @@ def test_bus_policy_refuses_other_users():
                   "io.scopebox.SessionManager1", "GetHealth")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ba{sv} true"), r.stdout
-    # Listing and inspecting sessions is for root (scopeboxctl), not the gateway.
-    for method, args in (("ListSessions", []), ("GetSession", ["s", "0" * 32])):
+    # Listing and inspecting sessions and run sandboxes is for root (scopeboxctl), not the gateway.
+    for method, args in (("ListSessions", []), ("ListRunSandboxes", []), ("GetSession", ["s", "0" * 32])):
         r = in_system("setpriv", "--reuid=scopebox-gateway", "--regid=scopebox-gateway", "--clear-groups",
                       "busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
                       "io.scopebox.SessionManager1", method, *args)
         assert r.returncode != 0 and ("Access denied" in r.stderr or "AccessDenied" in r.stderr), (method, r)
-    r = in_system("busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
-                  "io.scopebox.SessionManager1", "ListSessions")
-    assert r.returncode == 0 and r.stdout.startswith("a(sa{sv})"), r
+    for method in ("ListSessions", "ListRunSandboxes"):
+        r = in_system("busctl", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+                      "io.scopebox.SessionManager1", method)
+        assert r.returncode == 0 and r.stdout.startswith("a(sa{sv})"), (method, r)
 
 
 
@@ -103,8 +104,9 @@ def test_max_sessions_limit():
                 break
             sids.append(r.json["session_id"])
         assert r.status == 429 and r.json == {"detail": "too many active sessions"}, r
-        # Counted are the sidecar sessions; dify runs' and the run pool's (ephemeral) never are.
+        # Counted are the sidecar sessions; dify runs' and the run pool's (ephemeral) never are, nor listed.
         assert sum(not p["ephemeral"] for p in manager_sessions().values()) == 16
+        assert not any(p["ephemeral"] for p in manager_sessions().values())
         assert live_sessions() >= 16
     finally:
         for sid in sids:

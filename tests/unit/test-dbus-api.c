@@ -47,8 +47,8 @@ static void format_args(const char *sig, const char **names, char *out, size_t s
 /* What the gateway and scopeboxctl call: each must stay in the vtable (and so in the docs). */
 static const char *const required_methods[] = {
         "CreateSession", "ReleaseSession", "Exec", "Run", "WriteFile", "ReadFile", "ListFiles",
-        "ResetInputs", "GetHealth", "GetMetrics", "ListSessions", "GetSession", "SetDraining", "CancelExec",
-        "ResetKernel",
+        "ResetInputs", "GetHealth", "GetMetrics", "ListSessions", "ListRunSandboxes", "GetSession",
+        "SetDraining", "CancelExec", "ResetKernel",
 };
 
 static bool vtable_has_method(const char *name) {

@@ -209,8 +209,64 @@ static void test_sidecar_sessions_are_found(void) {
         fixture_done(&f);
 }
 
+/* The ids 'method' (ListSessions or ListRunSandboxes) lists, each with its "pooled" flag, as a
+ * string "<id>:<0|1> ..." in the order given. */
+static void list_ids(Fixture *f, const char *method, char *out, size_t size) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        size_t o = 0;
+        int r;
+
+        out[0] = 0;
+        ASSERT_TRUE(sd_bus_message_new_method_call(f->client, &m, NULL, SESSION_MANAGER_OBJECT_PATH,
+                                                   SESSION_MANAGER_INTERFACE, method) >= 0);
+        ASSERT_TRUE(sd_bus_call_async(f->client, NULL, m, on_reply, &reply, 0) >= 0);
+        for (unsigned i = 0; i < 200 && !reply; i++)
+                ASSERT_TRUE(sd_event_run(f->manager->event, 10 * USEC_PER_MSEC) >= 0);
+        ASSERT_TRUE(reply && !sd_bus_message_is_method_error(reply, NULL));
+        ASSERT_TRUE(sd_bus_message_enter_container(reply, 'a', "(sa{sv})") > 0);
+        while ((r = sd_bus_message_enter_container(reply, 'r', "sa{sv}")) > 0) {
+                const char *id, *key;
+                int pooled = -1;
+
+                ASSERT_TRUE(sd_bus_message_read(reply, "s", &id) > 0);
+                ASSERT_TRUE(sd_bus_message_enter_container(reply, 'a', "{sv}") > 0);
+                while (sd_bus_message_enter_container(reply, 'e', "sv") > 0) {
+                        ASSERT_TRUE(sd_bus_message_read(reply, "s", &key) > 0);
+                        if (streq(key, "pooled"))
+                                ASSERT_TRUE(sd_bus_message_read(reply, "v", "b", &pooled) > 0);
+                        else
+                                ASSERT_TRUE(sd_bus_message_skip(reply, "v") >= 0);
+                        ASSERT_TRUE(sd_bus_message_exit_container(reply) >= 0);
+                }
+                ASSERT_TRUE(sd_bus_message_exit_container(reply) >= 0);
+                ASSERT_TRUE(sd_bus_message_exit_container(reply) >= 0);
+                ASSERT_TRUE(pooled >= 0);
+                o += (size_t) snprintf(out + o, size - o, "%s%s:%i", o ? " " : "", id, pooled);
+                ASSERT_TRUE(o < size);
+        }
+        ASSERT_TRUE(r >= 0);
+}
+
+/* ListSessions names the sessions only; the run sandboxes (pooled, or serving a run) are the
+ * operator's other list, ListRunSandboxes. */
+static void test_lists_keep_sessions_and_run_sandboxes_apart(void) {
+        char sessions[256], runs[256], want[256];
+        Fixture f;
+
+        fixture_init(&f);
+        list_ids(&f, "ListSessions", sessions, sizeof(sessions));
+        snprintf(want, sizeof(want), "%s:0", f.sidecar->id);
+        ASSERT_STREQ(sessions, want);
+        list_ids(&f, "ListRunSandboxes", runs, sizeof(runs));
+        /* manager_add_session() puts the newest first. */
+        snprintf(want, sizeof(want), "%s:0 %s:1", f.serving->id, f.pooled->id);
+        ASSERT_STREQ(runs, want);
+        fixture_done(&f);
+}
+
 int main(void) {
         RUN(test_run_sandboxes_answer_as_unknown_ids);
+        RUN(test_lists_keep_sessions_and_run_sandboxes_apart);
         RUN(test_sidecar_sessions_are_found);
         return 0;
 }

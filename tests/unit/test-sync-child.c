@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <systemd/sd-event.h>
@@ -52,6 +53,10 @@ static int sync_fd(int fd, Result *res) {
                 ASSERT_EQ(sd_event_source_set_enabled(tick, SD_EVENT_ON), 0);
         }
         sd_event_source_disable_unref(tick);
+        /* The child is reaped (held by a pidfd the source owned, which was closed only after the
+         * reap): no zombie, no other child left. */
+        siginfo_t si = {};
+        ASSERT_TRUE(waitid(P_ALL, 0, &si, WEXITED | WNOHANG) < 0 && errno == ECHILD);
         return 0;
 }
 

@@ -11,7 +11,11 @@
  *                          no_new_privs, fds 0-2 only, the seccomp filter last;
  *
  * and only then returns to Python, in the payload alone, which runs the cell. The template
- * itself never runs anything it receives. No threads: one poll loop. */
+ * itself never runs anything it receives. No threads: one poll loop.
+ *
+ * Both hold their children by pidfd (pidref.h) and wait for them through it only, never by number:
+ * the template its children (from clone(CLONE_PIDFD): none exists without its fd), each child its
+ * payload (from fork(), see become_child()). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -38,6 +42,7 @@
 #include "io-util.h"
 #include "macro.h"
 #include "parse-util.h"
+#include "pidref.h"
 #include "sandbox.h"
 #include "template-protocol.h"
 #include "time-util.h"
@@ -51,6 +56,47 @@ typedef struct Pending {
         int fd;
         time_t since;
 } Pending;
+
+/* The template's children that have not exited yet, each held by its pidfd. */
+static PidRef *children;
+static size_t n_children_held, n_children_allocated;
+
+static int children_hold(PidRef ref) {
+        if (n_children_held == n_children_allocated) {
+                size_t n = MAX(n_children_allocated * 2, (size_t) 16);
+                PidRef *c = reallocarray(children, n, sizeof(PidRef));
+                if (!c)
+                        return -ENOMEM;
+                children = c;
+                n_children_allocated = n;
+        }
+        children[n_children_held++] = ref;
+        return 0;
+}
+
+/* Reaps the children that have exited (through their pidfds). */
+static void children_reap(void) {
+        for (size_t i = 0; i < n_children_held;) {
+                siginfo_t si;
+
+                if (pidref_wait(&children[i], WEXITED | WNOHANG, &si, NULL) == 0) {
+                        i++;
+                        continue;
+                }
+                /* Collected (or not ours to wait for, which can't be: dropped either way). */
+                pidref_done(&children[i]);
+                children[i] = children[--n_children_held];
+        }
+}
+
+/* In a child: nothing of its siblings (their numbers, their fds' numbers) stays in its memory,
+ * which the payload inherits. The fds themselves are closed by close_all_but(). */
+static void children_forget(void) {
+        if (children)
+                explicit_bzero(children, n_children_allocated * sizeof(PidRef));
+        children = mfree(children);
+        n_children_held = n_children_allocated = 0;
+}
 
 typedef struct Served {
         int profile;
@@ -154,8 +200,9 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
                                         CLONE_NEWNET,    CLONE_NEWPID, CLONE_NEWNS };
         static const int ns_fds[] = { TEMPLATE_FD_CGROUPNS, TEMPLATE_FD_IPC, TEMPLATE_FD_UTS,
                                       TEMPLATE_FD_NET,      TEMPLATE_FD_PID, TEMPLATE_FD_MNT };
-        int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 2], ws = 0, io_fd, r;
-        pid_t payload;
+        int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 2], ws = SIGKILL, io_fd, r;
+        PidRef payload = PIDREF_NULL;
+        pid_t pid;
 
         (void) prctl(PR_SET_NAME, (unsigned long) "template-child", 0, 0, 0);
         /* Our own /proc entry, while /proc is still the template's: what we write ourselves
@@ -190,12 +237,16 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
                         goto fail;
                 }
 
-        payload = fork();
-        if (payload < 0) {
+        /* fork(), not pidref_clone(): the payload runs Python, which needs all of glibc's fork
+         * (the new thread id in its thread control block, the at-fork handlers); a raw clone()
+         * would leave it ours. It is held by its pidfd right after: we are its only reaper, so
+         * until we reap it its number is still its own. */
+        pid = fork();
+        if (pid < 0) {
                 r = -errno;
                 goto fail;
         }
-        if (payload == 0) {
+        if (pid == 0) {
                 (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
                 (void) close(conn);
                 (void) close(fds[TEMPLATE_FD_STATUS]);
@@ -204,28 +255,29 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
                 become_payload(req, fds, out);
                 return;
         }
+        /* Failing (out of memory: every fd but a few is closed), the payload dies with us
+         * (PR_SET_PDEATHSIG), and PID 1 ends its namespace on our answer. */
+        r = pidref_set_child(&payload, pid);
+        if (r < 0)
+                goto fail;
 
         send_reply(conn, 0);
         (void) close(conn);
         keep[0] = fds[TEMPLATE_FD_STATUS];
-        keep[1] = io_fd;
-        (void) close_all_but(keep, io_fd >= 0 ? 2 : 1);
+        keep[1] = payload.fd;
+        keep[2] = io_fd;
+        (void) close_all_but(keep, io_fd >= 0 ? 3 : 2);
 
         /* Reaping the payload adds its usage (and that of the children it reaped) to ours. */
         TemplateStatus status = {};
-        struct rusage ru;
+        struct rusage ru = {};
+        siginfo_t si;
         uint64_t wchar;
-        for (;;) {
-                if (wait4(payload, &ws, __WALL, &ru) >= 0) {
-                        status.flags |= TEMPLATE_STATUS_USAGE;
-                        status.cpu_usec = timeval_load(&ru.ru_utime) + timeval_load(&ru.ru_stime);
-                        status.max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
-                        break;
-                }
-                if (errno != EINTR) {
-                        ws = SIGKILL;
-                        break;
-                }
+        if (pidref_wait(&payload, WEXITED | __WALL, &si, &ru) > 0) {
+                ws = pidref_wait_status(&si);
+                status.flags |= TEMPLATE_STATUS_USAGE;
+                status.cpu_usec = timeval_load(&ru.ru_utime) + timeval_load(&ru.ru_stime);
+                status.max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
         }
         if (proc_io_read_wchar(io_fd, &wchar) >= 0) {
                 status.flags |= TEMPLATE_STATUS_WRITTEN;
@@ -248,10 +300,10 @@ static int handle_request(int conn, const struct stat *site, bool expired, Serve
         static TemplateRequest req;
         int fds[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX];
         struct statfs sfs;
+        PidRef child = PIDREF_NULL;
         size_t n_fds = 0;
         ssize_t k;
-        pid_t pid;
-        int r = 0;
+        int r = 0, forked;
 
         k = fds_receive(conn, &req, sizeof(req), fds, ELEMENTSOF(fds), &n_fds);
         if (k == -EAGAIN)
@@ -284,10 +336,14 @@ static int handle_request(int conn, const struct stat *site, bool expired, Serve
                 goto done;
         }
 
-        /* Nothing is buffered in the interpreter's streams: they become the exec's. */
+        /* Nothing is buffered in the interpreter's streams: they become the exec's. The child comes
+         * with its pidfd (no moment without it); a raw clone() is enough for it, which calls
+         * nothing of glibc's that needs fork()'s bookkeeping (the template has no threads) and
+         * fork()s the payload, which gets all of it. */
         PyOS_BeforeFork();
-        pid = fork();
-        if (pid == 0) {
+        forked = pidref_clone(0, &child);
+        if (forked == 0) {
+                children_forget();
                 become_child(conn, &req, fds, n_fds, out);
                 /* The payload: Python's own after-fork work (its locks, `random`'s reseed, the
                  * os.register_at_fork() hooks) runs under the sandbox's rules. */
@@ -296,10 +352,15 @@ static int handle_request(int conn, const struct stat *site, bool expired, Serve
                 return 1;
         }
         PyOS_AfterFork_Parent();
-        if (pid < 0)
-                send_reply(conn, errno);
-        else
+        if (forked < 0)
+                send_reply(conn, -forked);
+        else {
                 *ret_forked = true;
+                if (children_hold(child) < 0)
+                        /* Not held, not to be signalled or waited for by its number: it goes to its
+                         * session as asked, and is reaped with the template. */
+                        pidref_done(&child);
+        }
 done:
         /* Every later child is a copy of this memory: nothing of one session's request (its
          * proxies, say) may stay in it for the next session's payload to find. */
@@ -341,13 +402,14 @@ static void notify_ready(int notify_fd, const char *status) {
         (void) close(notify_fd);
 }
 
-/* Whether our child 'pid' is still in the template's cgroups: it leaves them for the session's
- * before it enters the session's mount namespace, the last of its setns() calls. */
-static bool child_in_flight(pid_t pid, const struct stat *own_mnt) {
+/* Whether our child is still in the template's cgroups: it leaves them for the session's before
+ * it enters the session's mount namespace, the last of its setns() calls. Not reaped yet (only
+ * children_reap() reaps), its number is still its own. */
+static bool child_in_flight(const PidRef *ref, const struct stat *own_mnt) {
         char path[64];
         struct stat st;
 
-        snprintf(path, sizeof(path), "/proc/%i/ns/mnt", (int) pid);
+        snprintf(path, sizeof(path), "/proc/%i/ns/mnt", (int) ref->pid);
         if (stat(path, &st) < 0)
                 return false; /* gone (or not ours to look at) */
         return st.st_dev == own_mnt->st_dev && st.st_ino == own_mnt->st_ino;
@@ -357,28 +419,16 @@ static bool child_in_flight(pid_t pid, const struct stat *own_mnt) {
  * for a request is let finish its way into its session: the fork in flight completes. Bounded
  * by the time a runner waits for its answer; children that end meanwhile are reaped. */
 static void wait_for_children_in_flight(void) {
-        char path[64];
         struct stat own_mnt;
 
         if (stat("/proc/self/ns/mnt", &own_mnt) < 0)
                 return;
-        snprintf(path, sizeof(path), "/proc/self/task/%i/children", (int) getpid());
         for (unsigned tries = 0; tries < TEMPLATE_REPLY_TIMEOUT_MS / 10; tries++) {
-                _cleanup_free_ char *text = NULL;
-                _cleanup_close_ int fd = -EBADF;
                 bool waiting = false;
 
-                while (waitpid(-1, NULL, WNOHANG) > 0)
-                        ;
-                fd = open(path, O_RDONLY | O_CLOEXEC);
-                if (fd < 0 || read_full_fd(fd, 64 * 1024, &text, NULL) < 0)
-                        return;
-                for (char *p = text, *end; *p; p = end) {
-                        long pid = strtol(p, &end, 10);
-                        if (end == p)
-                                break;
-                        waiting = waiting || (pid > 0 && child_in_flight((pid_t) pid, &own_mnt));
-                }
+                children_reap();
+                for (size_t i = 0; i < n_children_held && !waiting; i++)
+                        waiting = child_in_flight(&children[i], &own_mnt);
                 if (!waiting)
                         return;
                 (void) usleep(10 * 1000);
@@ -455,8 +505,7 @@ static PyObject *serve(PyObject *self, PyObject *args) {
                         while (read(sfd, &si, sizeof(si)) > 0)
                                 ;
                 }
-                while (waitpid(-1, NULL, WNOHANG) > 0)
-                        ;
+                children_reap();
 
                 for (size_t i = 0; q > 0 && i < n_pending; i++) {
                         bool in_payload = false, forked = false;

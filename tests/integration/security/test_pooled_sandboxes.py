@@ -3,7 +3,9 @@
 A key holder who learns the id of a pooled run sandbox (the journal names it) tries every sidecar
 endpoint on it: each answers exactly what it answers for an id nobody holds, nothing reaches the
 sandbox's workspace, the sandbox stays in the pool untouched, and the dify runs it then serves find
-nothing planted. scopeboxctl lists no run sandbox as a session and inspects none."""
+nothing planted. The manager's ListSessions and scopeboxctl list no run sandbox as a session, and
+scopeboxctl inspects and kills none; the operator sees them apart (ListRunSandboxes, scopeboxctl
+runs)."""
 import base64
 import json
 import secrets
@@ -12,7 +14,8 @@ import urllib.request
 
 import pytest
 
-from conftest import api_key, in_system, manager_sessions, request, wait_until, workspace_has
+from conftest import (api_key, delete_session, in_system, manager_run_sandboxes, manager_sessions, request, wait_until,
+                      workspace_has)
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
 
 DIFY_URL = "http://127.0.0.1:8194"
@@ -51,21 +54,27 @@ def traced_run(code):
 
 
 def ready_pool():
-    """Ids of the pooled sandboxes ready for a run (root's view, ListSessions)."""
-    return {sid for sid, p in manager_sessions().items()
+    """Ids of the pooled sandboxes ready for a run (root's view, ListRunSandboxes)."""
+    return {sid for sid, p in manager_run_sandboxes().items()
             if p.get("pooled") and p["state"] == "running" and p["execs"] == 0}
 
 
 def attacks(sid, module):
-    """Every sidecar endpoint that names a session, as a key holder would call it on sid."""
+    """Every sidecar endpoint that names a session, as a key holder would call it on sid: file
+    upload, download and listing, exec (plain, reported, streamed), cancel, reset of the kernel and
+    of the inputs, release with and without archiving; and routes that do not exist."""
     planted = base64.b64encode(b"import os\nos.system('touch /workspace/pwned')\n").decode()
     return [
         ("POST", "/files", {"session_id": sid, "path": f"/workspace/{module}.py", "data_base64": planted}),
         ("POST", "/files", {"session_id": sid, "path": "requests.py", "data_base64": planted}),
+        ("POST", "/files", {"session_id": sid, "path": "/workspace/uploads/sitecustomize.py",
+                            "data_base64": planted}),
         ("POST", "/files/get", {"session_id": sid, "path": "/workspace/requests.py"}),
+        ("POST", "/files/get", {"session_id": sid, "path": "/workspace/outputs"}),
         ("POST", "/files/list", {"session_id": sid}),
         ("POST", "/files/reset-inputs", {"session_id": sid}),
         ("POST", "/exec", {"session_id": sid, "code": f"open('/workspace/{module}.py', 'w').write('x = 1')"}),
+        ("POST", "/exec", {"session_id": sid, "code": "print(1)", "report": True}),
         ("POST", "/exec", {"session_id": sid, "code": "print(1)", "stream": True}),
         ("POST", "/exec/cancel", {"session_id": sid}),
         ("POST", f"/sessions/{sid}/reset", None),
@@ -98,8 +107,15 @@ def test_sidecar_endpoints_answer_a_pooled_id_as_an_unknown_one(pool):
             if path.startswith(("/files", "/exec")) and method == "POST" and path != "/files/reset-inputs":
                 assert (got.status, got.json) == (404, {"detail": "session not found or not running"}), got
 
-    # Nothing was written, released or run: each is still in the pool, as it was.
-    now = manager_sessions()
+    # A create can't be made to take it over either: archive_key is a name, never a session id.
+    for sid in pool:
+        r = request("POST", "/sessions", {"archive_key": sid})
+        assert r.status == 200 and r.json["session_id"] not in pool, r
+        delete_session(r.json["session_id"])
+
+    # Nothing was written, released or run: each is still in the pool, as it was; no session.
+    now = manager_run_sandboxes()
+    assert not set(manager_sessions()) & pool, (manager_sessions(), pool)
     for sid in pool:
         info = now.get(sid)
         assert info and info["pooled"] and info["state"] == "running" and info["execs"] == 0, (sid, info)
@@ -148,8 +164,19 @@ def test_scopeboxctl_shows_no_run_sandbox_as_a_session(pool):
     assert not any(sid in r.stdout for sid in pool), r.stdout
     assert "dify run sandbox" in r.stdout, r.stdout
     for sid in pool:
-        r = ctl("inspect", sid)
-        assert r.returncode != 0 and f"{sid}: no such session." in r.stderr, r
-        # ... as for an id nobody holds.
-        unknown = ctl("inspect", secrets.token_hex(16))
-        assert r.returncode == unknown.returncode, (r, unknown)
+        for verb in ("inspect", "kill"):
+            r = ctl(verb, sid)
+            assert r.returncode != 0 and f"{sid}: no such session." in r.stderr, r
+            # ... as for an id nobody holds.
+            unknown = ctl(verb, secrets.token_hex(16))
+            assert r.returncode == unknown.returncode == 4, (r, unknown)
+    # The operator's own list of them: each pooled one, as pooled; none of them a session.
+    r = ctl("runs", "--json")
+    assert r.returncode == 0, r.stderr
+    runs = {s["id"]: s for s in json.loads(r.stdout)}
+    assert pool <= set(runs), (runs, pool)
+    assert all(runs[sid]["pooled"] and runs[sid]["ephemeral"] for sid in pool), runs
+    r = ctl("runs")
+    assert r.returncode == 0 and all(sid in r.stdout for sid in pool), r.stdout
+    # Still in the pool: a kill of their ids ended nothing.
+    assert pool <= ready_pool()

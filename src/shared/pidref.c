@@ -34,6 +34,20 @@ int pidref_clone(unsigned long flags, PidRef *ret) {
         return 1;
 }
 
+int pidref_spawn(char *const argv[], char *const envp[], const int stdio[3], PidRef *ret) {
+        int r;
+
+        r = pidref_clone(0, ret);
+        if (r != 0)
+                return MIN(r, 0);
+        /* The child: system calls only, then exec (or _exit). */
+        for (int i = 0; i < 3; i++)
+                if (stdio[i] >= 0 && dup2(stdio[i], i) < 0)
+                        _exit(127);
+        execve(argv[0], argv, envp);
+        _exit(127);
+}
+
 int pidref_set_child(PidRef *ref, pid_t pid) {
         int fd;
 
@@ -82,6 +96,19 @@ int pidref_wait(const PidRef *ref, int options, siginfo_t *ret_si, struct rusage
         if (ret_si)
                 *ret_si = si;
         return 1;
+}
+
+int pidref_wait_status(const siginfo_t *si) {
+        switch (si->si_code) {
+        case CLD_EXITED:
+                return (si->si_status & 0xff) << 8;
+        case CLD_KILLED:
+                return si->si_status & 0x7f;
+        case CLD_DUMPED:
+                return (si->si_status & 0x7f) | 0x80;
+        default:
+                return SIGKILL; /* what a wait that collected nothing is taken for */
+        }
 }
 
 void pidref_done(PidRef *ref) {

@@ -26,6 +26,11 @@ static inline bool pidref_is_set(const PidRef *ref) {
  * child, 1 in the parent (*ret set), or -errno. */
 int pidref_clone(unsigned long flags, PidRef *ret);
 
+/* posix_spawn() for a child held by its pidfd: stdio[i] >= 0 (an fd above 2) becomes the child's
+ * fd i, the others are inherited; argv[0] (an absolute path) is executed with envp, and exit
+ * status 127 says that failed. Returns 0 with *ret set, or -errno. */
+int pidref_spawn(char *const argv[], char *const envp[], const int stdio[3], PidRef *ret);
+
 /* Holds 'pid', which must be the caller's own child, not yet reaped (so that its number is still
  * its own). */
 int pidref_set_child(PidRef *ref, pid_t pid);
@@ -39,6 +44,10 @@ int pidref_kill(const PidRef *ref, int sig);
  * *ret_ru, if not NULL) filled when there was something to collect, 0 with WNOHANG when not
  * yet, or -errno. */
 int pidref_wait(const PidRef *ref, int options, siginfo_t *ret_si, struct rusage *ret_ru);
+
+/* The wait status (as waitpid() reports it: WIFEXITED() and the others apply) of what a wait
+ * collected, for those who pass one on. */
+int pidref_wait_status(const siginfo_t *si);
 
 /* Closes the fd; the process (if any) is not touched. */
 void pidref_done(PidRef *ref);
