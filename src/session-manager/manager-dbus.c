@@ -1151,7 +1151,7 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
                         "unit", "s", strempty(s->unit), "created_usec", "t", s->created_realtime_usec,
                         "last_active_usec", "t", s->last_active_realtime_usec, "idle_ttl_usec", "t",
                         s->idle_ttl_usec, "uid", "u", (uint32_t) s->uid, "runner_pid", "u",
-                        (uint32_t) MAX(s->runner_pid, 0), "execs", "t", s->n_execs, "exec_running", "b",
+                        (uint32_t) MAX(s->runner.pid, 0), "execs", "t", s->n_execs, "exec_running", "b",
                         (int) session_exec_running(s), "queued", "u", (uint32_t) s->n_queued, "ephemeral",
                         "b", (int) s->ephemeral, "pooled", "b", (int) s->pooled, "archive_key", "s",
                         strempty(s->archive_key));

@@ -324,7 +324,7 @@ static int on_child_exit(sd_event_source *source, const siginfo_t *si, void *use
         return 0;
 }
 
-int manager_watch_child_pidref(Manager *m, PidRef *ref) {
+int manager_watch_child(Manager *m, PidRef *ref) {
         ChildWatch *w;
         int r;
 
@@ -352,16 +352,6 @@ int manager_watch_child_pidref(Manager *m, PidRef *ref) {
         LIST_PREPEND(watches, m->child_watches, w);
         m->n_child_watches++;
         return 0;
-}
-
-int manager_watch_child(Manager *m, pid_t pid) {
-        PidRef ref;
-        int r;
-
-        r = pidref_set_child(&ref, pid);
-        if (r < 0)
-                return r;
-        return manager_watch_child_pidref(m, &ref);
 }
 
 /* How long without sessions before we exit (0 in a Manager that manager_new() did not make). */

@@ -97,10 +97,7 @@ int manager_arm_gc(Manager *m);
 
 /* Reap 'ref', a child of ours held by its pidfd (which this takes: *ref is emptied, also on
  * failure, when the fd is closed), when it exits; it is not killed, not even when the manager goes. */
-int manager_watch_child_pidref(Manager *m, PidRef *ref);
-/* The same for a child known by its number: it must still be ours, not yet reaped (so that the
- * number is still its own); it is held by a pidfd from here. */
-int manager_watch_child(Manager *m, pid_t pid);
+int manager_watch_child(Manager *m, PidRef *ref);
 
 /* Global exec slots. take() returns false and queues the session when none is free. */
 bool manager_take_exec_slot(Manager *m, Session *s);

@@ -90,7 +90,8 @@ static int session_alloc(Manager *m, const char *id, Session **ret) {
         if (!s)
                 return -ENOMEM;
         *s = (Session) {
-                .manager = m, .control_fd = -EBADF, .state = SESSION_STARTING, .end = _SESSION_END_INVALID
+                .manager = m, .runner = PIDREF_NULL, .control_fd = -EBADF, .state = SESSION_STARTING,
+                .end = _SESSION_END_INVALID
         };
         strcpy(s->id, id);
         if (asprintf(&s->unit, "scopebox-runner-%s.scope", s->id) < 0 ||
@@ -249,39 +250,29 @@ static bool session_calls_pending(const Session *s) {
         return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
 }
 
-/* SIGKILL for the session's runner, through a pidfd, never by its number (systemd's PidRef
- * rule): the child source's own, or one opened while the runner is still our unreaped child
- * (runner_pid is cleared when it is reaped or handed off, so the number is still its own). */
+/* SIGKILL for the session's runner, through its pidfd, never by its number (systemd's PidRef
+ * rule); nothing once it is reaped or handed off. */
 static void session_kill_runner(Session *s) {
-        _cleanup_close_ int fd = -EBADF;
-
-        if (s->runner_child_source) {
-                (void) sd_event_source_send_child_signal(s->runner_child_source, SIGKILL, NULL, 0);
-                return;
-        }
-        if (s->runner_pid <= 0)
-                return;
-        fd = (int) syscall(SYS_pidfd_open, s->runner_pid, 0);
-        if (fd >= 0)
-                (void) syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+        (void) pidref_kill(&s->runner, SIGKILL);
 }
 
 /* The runner is our child until it exits: a session that goes first leaves the reaping to the
  * manager. The runner is not killed (its scope is, or it outlives us on purpose). */
 static void session_hand_off_runner(Session *s) {
+        pid_t pid;
         int r;
 
         if (!s->runner_child_source)
                 return;
         s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
-        if (s->runner_pid <= 0 || !s->manager)
+        if (!pidref_is_set(&s->runner) || !s->manager)
                 return;
-        r = manager_watch_child(s->manager, s->runner_pid);
+        pid = s->runner.pid;
+        r = manager_watch_child(s->manager, &s->runner); /* takes it */
         if (r < 0)
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to watch runner %i of session %s, it may stay a zombie: %m",
-                           (int) s->runner_pid, s->id);
-        s->runner_pid = 0;
+                           "Failed to watch runner %i of session %s, it may stay a zombie: %m", (int) pid,
+                           s->id);
 }
 
 /* The end of a finalized session, from the manager's GC: its files go, its waiters hear. */
@@ -363,6 +354,7 @@ Session *session_free(Session *s) {
         s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
 
         session_hand_off_runner(s);
+        pidref_done(&s->runner);
         s->control_source = sd_event_source_disable_unref(s->control_source);
         s->control_fd = safe_close(s->control_fd);
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
@@ -942,7 +934,7 @@ static int on_runner_exit(sd_event_source *source, const siginfo_t *si, void *us
          * before its scope starts fails StartTransientUnit, one that dies later closes the
          * control connection. */
         s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
-        s->runner_pid = 0;
+        pidref_done(&s->runner);
         if (s->state != SESSION_STOPPING)
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Runner of session %s exited (code=%i status=%i).", s->id, si->si_code,
@@ -970,20 +962,21 @@ static int create_listen_socket(const char *path) {
         return TAKE_FD(fd);
 }
 
-static int spawn_runner(Session *s, int listen_fd, pid_t *ret_pid) {
+/* The runner, held by its pidfd from the start (*ret). */
+static int spawn_runner(Session *s, int listen_fd, PidRef *ret) {
         char arg_id[64], arg_root[PATH_MAX + 32], arg_level[64];
         const char *target = getenv("SCOPEBOX_LOG_TARGET");
-        pid_t pid;
+        int r;
 
         snprintf(arg_id, sizeof(arg_id), "--session-id=%s", s->id);
         snprintf(arg_root, sizeof(arg_root), "--session-root=%s", s->session_root);
         snprintf(arg_level, sizeof(arg_level), "SCOPEBOX_LOG_LEVEL=%s",
                  log_level_to_string(log_get_max_level()));
 
-        pid = fork();
-        if (pid < 0)
-                return -errno;
-        if (pid == 0) {
+        r = pidref_clone(0, ret);
+        if (r < 0)
+                return r;
+        if (r == 0) {
                 /* Child: a clean process image with the control socket on fd 3 and nothing else of
                  * ours — no environment beyond what logging needs, no other fds. */
                 char *argv[] = { (char *) "scopebox-runner", arg_id, arg_root, NULL };
@@ -1013,14 +1006,13 @@ static int spawn_runner(Session *s, int listen_fd, pid_t *ret_pid) {
                 dprintf(STDERR_FILENO, "<3>Failed to execute %s: %s\n", RUNNER_PATH, strerror(errno));
                 _exit(EXIT_FAILURE);
         }
-        *ret_pid = pid;
         return 0;
 }
 
 int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
         Manager *m = s->manager;
         _cleanup_close_ int listen_fd = -EBADF;
-        pid_t pid;
+        PidRef watch = PIDREF_NULL;
         int r;
 
         assert(s->state == SESSION_STARTING);
@@ -1037,14 +1029,25 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
                                   "Failed to create the runner socket '%s': %m", s->socket_path);
         }
 
-        r = spawn_runner(s, listen_fd, &pid);
+        r = spawn_runner(s, listen_fd, &s->runner);
         if (r < 0) {
                 (void) rm_rf(s->runtime_dir);
                 return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                   "Failed to spawn the runner: %m");
         }
-        s->runner_pid = pid;
-        r = sd_event_add_child(m->event, &s->runner_child_source, pid, WEXITED, on_runner_exit, s);
+        /* Watched through a pidfd of its own, which the source owns (it closes it after sd-event
+         * reaped the runner): the session's may go first. */
+        r = pidref_dup(&s->runner, &watch);
+        if (r >= 0)
+                r = sd_event_add_child_pidfd(m->event, &s->runner_child_source, watch.fd, WEXITED,
+                                             on_runner_exit, s);
+        if (r >= 0)
+                r = sd_event_source_set_child_pidfd_own(s->runner_child_source, true);
+        if (r >= 0)
+                watch.fd = -EBADF;
+        else
+                s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
+        pidref_done(&watch);
         if (r < 0)
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Failed to watch the runner, ignoring: %m");
@@ -1052,7 +1055,7 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
         ScopeProperties props = {
                 .description = strjoina("scopebox runner of session ", s->id),
                 .slice = MANAGER_SLICE,
-                .pid = pid,
+                .pid = s->runner.pid, /* PIDs= by number: our child, not reaped before it answers */
                 .memory_max = m->config.memory_limit,
                 .tasks_max = m->config.pids_limit,
                 .cpu_quota_percent = m->config.cpu_quota_percent,

@@ -15,6 +15,7 @@
 #include "id.h"
 #include "list.h"
 #include "macro.h"
+#include "pidref.h"
 
 typedef struct Manager Manager;
 typedef struct Session Session;
@@ -146,7 +147,7 @@ struct Session {
         uint64_t restore_size;    /* bytes of the archive being restored into it */
         SessionState state;
 
-        pid_t runner_pid;
+        PidRef runner;            /* our child until reaped or handed off (manager_watch_child()) */
         bool runner_cancels;      /* the runner knows "cancel" (older ones, recovered, may not) */
         sd_event_source *runner_child_source;
         int control_fd;

@@ -139,19 +139,21 @@ static int on_child(sd_event_source *source, const siginfo_t *si, void *userdata
 
 /* A stand-in for the runner: a child the session watches as session_start() does. */
 static pid_t session_fork_runner(Session *s, bool linger) {
-        pid_t pid;
+        PidRef watch = PIDREF_NULL;
+        int r;
 
-        pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
+        r = pidref_clone(0, &s->runner);
+        ASSERT_TRUE(r >= 0);
+        if (r == 0) {
                 if (linger)
                         pause();
                 _exit(0);
         }
-        s->runner_pid = pid;
-        ASSERT_TRUE(sd_event_add_child(s->manager->event, &s->runner_child_source, pid, WEXITED, on_child,
-                                       s) >= 0);
-        return pid;
+        ASSERT_EQ(pidref_dup(&s->runner, &watch), 0);
+        ASSERT_TRUE(sd_event_add_child_pidfd(s->manager->event, &s->runner_child_source, watch.fd, WEXITED,
+                                             on_child, s) >= 0);
+        ASSERT_TRUE(sd_event_source_set_child_pidfd_own(s->runner_child_source, true) >= 0);
+        return s->runner.pid;
 }
 
 /* Issue 13, finding 6: a session freed before its runner's exit was seen leaves the manager to reap it. */

@@ -166,11 +166,6 @@ static const struct {
         /* PID 1 reaps whatever ended in its namespace. */
         { "sandbox.c", "waitpid(-1," },
         { "sandbox-kernel.c", "waitpid(-1," },
-        /* The session manager's runner, watched by its number until session.c holds it by a
-         * PidRef: sd-event (systemd >= 245) opens a pidfd for it at once, while it is our unreaped
-         * child (so the number is its own), and signals it through that pidfd only
-         * (sd_event_source_send_child_signal()). */
-        { "session.c", "sd_event_add_child(m->event, &s->runner_child_source, pid," },
 };
 static unsigned allowed_used[ELEMENTSOF(allowed)];
 
