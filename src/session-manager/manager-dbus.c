@@ -102,7 +102,7 @@ static int on_caller_hangup(sd_event_source *source, int fd, uint32_t revents, v
                   strna(sd_bus_message_get_member(c->message)));
         /* Any of them may answer at once, which frees c. */
         if (exec)
-                session_exec_cancel(exec);
+                session_exec_abandon(exec);
         else if (run)
                 manager_cancel_run(run);
         else if (create) {
@@ -275,7 +275,7 @@ static void on_session_started(Session *s, int error, const char *message, void 
         if (error < 0) {
                 /* By the name the start failed with: a refused storage block is no backend failure. */
                 r = sd_bus_reply_method_errorf(m, session_start_error_name(s, error), "%s",
-                                               message ?: "failed to start the session");
+                                               message ?: BUS_MESSAGE_START_FAILED);
                 if (r < 0)
                         log_debug_errno(r, "Failed to send error reply, ignoring: %m");
                 return;
@@ -288,7 +288,7 @@ static void on_session_started(Session *s, int error, const char *message, void 
                                    "Failed to watch whether session %s reaches its client, releasing it: %m",
                                    s->id);
                         release_abandoned_create(s, c->adopted);
-                        reply_error(m, -EHOSTDOWN, "failed to start the session");
+                        reply_error(m, -EHOSTDOWN, BUS_MESSAGE_START_FAILED);
                         return;
                 }
         }
@@ -326,7 +326,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         if (o.archive_key && !archive_stem_is_valid(o.archive_key))
                 o.archive_key = NULL;
         if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_STORAGE_TOO_LARGE);
         ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec
                                         : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
                    USEC_PER_SEC;
@@ -385,7 +385,7 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         r = manager_start_session(mgr, s, on_session_started, c);
         if (r < 0) {
                 session_free(s);
-                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to start the session");
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, BUS_MESSAGE_START_FAILED);
         }
         TAKE_PTR(c); /* on_session_started() frees it */
         return 1;
@@ -427,7 +427,7 @@ static int on_orphan_archive_deleted(sd_bus_message *reply, void *userdata, sd_b
         if (sd_bus_message_is_method_error(reply, NULL))
                 log_warning("Failed to delete the archive of a released session: %s",
                             sd_bus_message_get_error(reply)->message);
-        reply_error(m, -ENXIO, "session not found or not running");
+        reply_error(m, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
         return 0;
 }
 
@@ -442,13 +442,13 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
         if (r < 0)
                 return r;
         if (!session_id_is_valid(id))
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_INVALID_SESSION_ID);
         r = bus_message_read_options(m, release_options, &o, error);
         if (r < 0)
                 return r;
 
         if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "storage is too large");
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_STORAGE_TOO_LARGE);
 
         s = manager_find_sidecar_session(mgr, id);
         if (!s) {
@@ -466,7 +466,7 @@ static int method_release_session(sd_bus_message *m, void *userdata, sd_bus_erro
                         sd_bus_message_unref(m);
                 }
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
-                                        "session not found or not running");
+                                        BUS_MESSAGE_NO_SUCH_SESSION);
         }
 
         /* "Nothing but what was restored" can't be true of an adopted session. */
@@ -574,7 +574,7 @@ static void on_exec_done(Session *s, int error, const char *message, const ExecR
         c->exec = NULL;
         if (error < 0) {
                 if (error == -ENXIO)
-                        message = "session not found or not running";
+                        message = BUS_MESSAGE_NO_SUCH_SESSION;
                 reply_error(m, error, message);
                 return;
         }
@@ -628,12 +628,12 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (r < 0)
                 return r;
         if (!session_id_is_valid(id))
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_INVALID_SESSION_ID);
         r = bus_message_read_options(m, exec_options, &o, error);
         if (r < 0)
                 return r;
         if (o.language && !streq(o.language, "python3"))
-                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "unsupported language");
+                return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_UNSUPPORTED_LANGUAGE);
 
         r = take_code_fd(mgr, fd, &code_fd, error);
         if (r <= 0)
@@ -650,7 +650,7 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         s = manager_find_sidecar_session(mgr, id);
         if (!s || s->state != SESSION_RUNNING)
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
-                                        "session not found or not running");
+                                        BUS_MESSAGE_NO_SUCH_SESSION);
 
         p.timeout_ms = o.timeout_ms == 0 ? BUS_EXEC_TIMEOUT_DEFAULT_MS
                                          : CLAMP(o.timeout_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS,
@@ -666,10 +666,10 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         p.stream_fd = o.stream;
         r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, c, &c->exec);
         if (r == -EBUSY)
-                return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
+                return sd_bus_error_set(error, BUS_ERROR_BUSY, BUS_MESSAGE_SESSION_BUSY);
         if (r == -ENXIO)
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
-                                        "session not found or not running");
+                                        BUS_MESSAGE_NO_SUCH_SESSION);
         if (r < 0)
                 return r;
         TAKE_PTR(c); /* the callback frees it, maybe already has */
@@ -729,7 +729,7 @@ static int method_run(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (r < 0)
                 return r;
         if (!streq(language, "python3") && !streq(language, "nodejs"))
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "unsupported language");
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_UNSUPPORTED_LANGUAGE);
         r = bus_message_read_options(m, run_options, &o, error);
         if (r < 0)
                 return r;
@@ -782,12 +782,12 @@ static Session *bus_find_session(Manager *mgr, const char *id, bool running, sd_
         Session *s;
 
         if (!session_id_is_valid(id)) {
-                sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "invalid session_id");
+                sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_INVALID_SESSION_ID);
                 return NULL;
         }
         s = manager_find_sidecar_session(mgr, id);
         if (!s || (running && s->state != SESSION_RUNNING)) {
-                sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, "session not found or not running");
+                sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, BUS_MESSAGE_NO_SUCH_SESSION);
                 return NULL;
         }
         return s;
@@ -818,12 +818,12 @@ static const struct {
         { EXDEV, EXDEV, "path resolves outside /workspace" },
         { ELOOP, EXDEV, "path resolves outside /workspace" },
         { EISDIR, EXDEV, "path is a directory" },
-        { ENOENT, ENOENT, "file not found" },
-        { ENOTDIR, ENOENT, "file not found" },
-        { EFBIG, EFBIG, "file too large" },
-        { ENOSPC, EFBIG, "workspace is full" },
-        { EDQUOT, EFBIG, "workspace is full" },
-        { ENXIO, ENXIO, "session not found or not running" },
+        { ENOENT, ENOENT, BUS_MESSAGE_FILE_NOT_FOUND },
+        { ENOTDIR, ENOENT, BUS_MESSAGE_FILE_NOT_FOUND },
+        { EFBIG, EFBIG, BUS_MESSAGE_FILE_TOO_LARGE },
+        { ENOSPC, EFBIG, BUS_MESSAGE_WORKSPACE_FULL },
+        { EDQUOT, EFBIG, BUS_MESSAGE_WORKSPACE_FULL },
+        { ENXIO, ENXIO, BUS_MESSAGE_NO_SUCH_SESSION },
         { EBUSY, EBUSY, NULL },
         { EUSERS, EUSERS, NULL },
 };
@@ -887,10 +887,10 @@ static int queue_file_call(sd_bus_message *m, int r, sd_bus_error *error) {
                 return 1;
         sd_bus_message_unref(m);
         if (r == -EBUSY)
-                return sd_bus_error_set(error, BUS_ERROR_BUSY, "session is busy");
+                return sd_bus_error_set(error, BUS_ERROR_BUSY, BUS_MESSAGE_SESSION_BUSY);
         if (r == -ENXIO)
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
-                                        "session not found or not running");
+                                        BUS_MESSAGE_NO_SUCH_SESSION);
         return r;
 }
 
@@ -935,7 +935,8 @@ static int method_write_file(sd_bus_message *m, void *userdata, sd_bus_error *er
         r = sd_bus_message_read(m, "h", &fd);
         if (r < 0)
                 return r;
-        r = take_sealed_memfd(fd, mgr->config.max_upload_bytes, "data", "file too large", &data_fd, error);
+        r = take_sealed_memfd(fd, mgr->config.max_upload_bytes, "data", BUS_MESSAGE_FILE_TOO_LARGE, &data_fd,
+                              error);
         if (r <= 0)
                 return r;
         if (*rel == 0)
@@ -992,7 +993,7 @@ static int method_cancel_exec(sd_bus_message *m, void *userdata, sd_bus_error *e
         s = bus_read_running_session(m, userdata, error, &r);
         if (!s)
                 return r;
-        r = session_exec_interrupt(s);
+        r = session_exec_cancel_running(s);
         if (r == -ENOENT)
                 return sd_bus_error_set(error, BUS_ERROR_NOT_RUNNING, "no exec is running");
         if (r < 0)

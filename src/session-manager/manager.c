@@ -208,7 +208,7 @@ void manager_create_finished(Manager *m) {
                 pending_create_unlink(m, p);
                 r = session_start(p->session, p->callback, p->userdata);
                 if (r < 0) {
-                        p->callback(p->session, -EHOSTDOWN, "failed to start the session", p->userdata);
+                        p->callback(p->session, -EHOSTDOWN, BUS_MESSAGE_START_FAILED, p->userdata);
                         session_add_to_gc_queue(p->session);
                 } else {
                         m->n_creating++;

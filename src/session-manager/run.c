@@ -415,7 +415,7 @@ void manager_cancel_run(Run *r) {
         }
         if (r->exec) {
                 /* Executing, or queued in its session: on_exec_done() finishes the run. */
-                session_exec_cancel(r->exec);
+                session_exec_abandon(r->exec);
                 return;
         }
         /* Its session is starting: stopping it undoes the start, and on_session_started() hears of

@@ -114,7 +114,7 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
                            LOG_FIELDS(LOG_SESSION_FIELD(s->id), strjoina("SCOPEBOX_EXEC_ID=", c->exec_id)),
                            "Exec %s of session %s was stopped: its session is released.", c->exec_id, s->id);
                 error = -ENXIO;
-                message = "session not found or not running";
+                message = BUS_MESSAGE_NO_SUCH_SESSION;
         } else if (c->cancelled) {
                 /* Whatever came of it (killed, or done just before), its caller wants no result. */
                 log_struct(LOG_INFO, 0,
@@ -254,7 +254,7 @@ static void exec_call_stop(ExecCall *c, bool released) {
                 /* Still queued: out of the queue, answered now (on_exec_reply() frees c). */
                 (void) session_unqueue(s, q);
                 q->callback(s, released ? -ENXIO : -ECANCELED,
-                            released ? "session not found or not running" : EXEC_CANCELLED_MESSAGE, NULL,
+                            released ? BUS_MESSAGE_NO_SUCH_SESSION : EXEC_CANCELLED_MESSAGE, NULL,
                             -EBADF, q->userdata);
                 runner_request_free(q);
                 /* What waited behind it may go now. */
@@ -282,11 +282,11 @@ static void exec_call_stop(ExecCall *c, bool released) {
                         s->id, c->exec_id);
 }
 
-void session_exec_cancel(ExecCall *c) {
+void session_exec_abandon(ExecCall *c) {
         exec_call_stop(c, false);
 }
 
-int session_exec_interrupt(Session *s) {
+int session_exec_cancel_running(Session *s) {
         ExecCall *c;
         int r;
 

@@ -279,7 +279,7 @@ static void session_hand_off_runner(Session *s) {
 static void session_release_remains(Session *s) {
         int r;
 
-        session_fail_requests(s, -ENXIO, "session not found or not running");
+        session_fail_requests(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
         session_remove_state(s);
         if (s->releasing) {
                 /* Its runner went (killed, out of memory, unresponsive) while the archive waited. */
@@ -342,7 +342,7 @@ Session *session_free(Session *s) {
         if (s->holds_create_slot && s->manager && sd_event_get_state(s->manager->event) != SD_EVENT_FINISHED)
                 session_release_create_slot(s);
         /* (Again after the callbacks there: whatever they queued.) */
-        session_fail_requests(s, -ENXIO, "session not found or not running");
+        session_fail_requests(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
 
         /* Pending calls are cancelled: their callbacks never see this session again. */
         s->start_job = systemd_job_free(s->start_job);
@@ -435,7 +435,7 @@ void session_begin_stopping(Session *s) {
          * for (a stalled storage endpoint must not keep a released session counted). */
         manager_cancel_pending_create(s->manager, s);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
-        session_fail_queued(s, -ENXIO, "session not found or not running");
+        session_fail_queued(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
 }
 
 /* Why the session stops, or 'fallback' when nobody said (a record of an earlier version without it). */
@@ -522,7 +522,7 @@ static void session_runner_lost(Session *s, const char *why) {
                            "Runner of session %s is gone (%s); cleaning up.", s->id, why);
         s->control_source = sd_event_source_disable_unref(s->control_source);
         s->control_fd = safe_close(s->control_fd);
-        session_complete_in_flight(s, -ENXIO, "session not found or not running", NULL, -EBADF);
+        session_complete_in_flight(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION, NULL, -EBADF);
         session_teardown(s, SESSION_END_RUNNER_LOST);
 }
 
@@ -610,7 +610,7 @@ int session_dispatch_next(Session *s) {
                 r = runner_message_send(s->control_fd, q->message, n > 0 ? fds : NULL, n);
         }
         if (r < 0) {
-                q->callback(s, -ENXIO, "session not found or not running", NULL, -EBADF, q->userdata);
+                q->callback(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION, NULL, -EBADF, q->userdata);
                 if (q->is_exec)
                         manager_release_exec_slot(s->manager);
                 runner_request_free(q);
@@ -653,7 +653,7 @@ static int on_queue_timeout(sd_event_source *source, uint64_t usec, void *userda
         if (waiting_for_slot)
                 q->callback(s, -EUSERS, "exec queue is full", NULL, -EBADF, q->userdata);
         else
-                q->callback(s, -EBUSY, "session is busy", NULL, -EBADF, q->userdata);
+                q->callback(s, -EBUSY, BUS_MESSAGE_SESSION_BUSY, NULL, -EBADF, q->userdata);
         runner_request_free(q);
         /* The next request may be able to go now. */
         (void) session_dispatch_next(s);
@@ -798,7 +798,7 @@ void session_start_done(Session *s, int error, const char *message) {
          * started, and already on its way out. */
         if (stopping && error >= 0) {
                 error = -ENXIO;
-                message = "session not found or not running";
+                message = BUS_MESSAGE_NO_SUCH_SESSION;
         }
         session_release_create_slot(s);
         if (error >= 0) {

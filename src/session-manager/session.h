@@ -260,14 +260,15 @@ typedef struct ExecCall ExecCall;
  * when the callback comes at once (then it is not valid any more when this returns). */
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
                  ExecCall **ret_call);
-/* Its caller no longer wants the exec. Still waiting (behind the session's other calls or for an
- * exec slot): out of the queue, the callback gets -ECANCELED now. Running: the runner kills it as
- * its timeout would (no process of it is left), and the callback gets -ECANCELED once it has —
- * whatever the exec's own outcome was by then. The session stays usable. Idempotent. */
-void session_exec_cancel(ExecCall *c);
+/* Its caller no longer wants the exec (it hung up). Still waiting (behind the session's other
+ * calls or for an exec slot): out of the queue, the callback gets -ECANCELED now. Running: the
+ * runner kills it as its timeout would (no process of it is left), and the callback gets
+ * -ECANCELED once it has — whatever the exec's own outcome was by then. The session stays usable.
+ * Idempotent. */
+void session_exec_abandon(ExecCall *c);
 /* CancelExec(): the runner ends the session's running exec the way its timeout does, and its
  * caller gets the result (exit_reason "cancelled"). -ENOENT when no exec runs; idempotent. */
-int session_exec_interrupt(Session *s);
+int session_exec_cancel_running(Session *s);
 
 /* Workspace file operations, queued behind the session's other calls. The callback gets an fd
  * (borrowed) for reads (the file) and lists (JSON array of {path,size}), -EBADF otherwise.

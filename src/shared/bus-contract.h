@@ -54,6 +54,18 @@
 /* CreateSession while the node drains (SetDraining): it takes no new sessions. */
 #define BUS_ERROR_DRAINING        "io.scopebox.Error.Draining"
 
+/* The messages of errors that clients see word for word (the gateway passes them on as its
+ * "detail", docs/api.md), each written once. */
+#define BUS_MESSAGE_NO_SUCH_SESSION      "session not found or not running"
+#define BUS_MESSAGE_SESSION_BUSY         "session is busy"
+#define BUS_MESSAGE_INVALID_SESSION_ID   "invalid session_id"
+#define BUS_MESSAGE_UNSUPPORTED_LANGUAGE "unsupported language"
+#define BUS_MESSAGE_STORAGE_TOO_LARGE    "storage is too large"
+#define BUS_MESSAGE_FILE_NOT_FOUND       "file not found"
+#define BUS_MESSAGE_FILE_TOO_LARGE       "file too large"
+#define BUS_MESSAGE_WORKSPACE_FULL       "workspace is full"
+#define BUS_MESSAGE_START_FAILED         "failed to start the session"
+
 /* Maps our error names to errnos; registered once per process (bus_errors_register()). */
 extern const sd_bus_error_map scopebox_bus_errors[];
 int bus_errors_register(void);

@@ -257,7 +257,7 @@ static void test_exec_cancel(void) {
         ASSERT_EQ(s->n_queued, 2);
 
         /* Queued: answered now, the one behind it keeps its place. */
-        session_exec_cancel(second);
+        session_exec_abandon(second);
         ASSERT_EQ(calls2, 1);
         ASSERT_EQ(s->n_queued, 1);
         ASSERT_TRUE(s->queue_head);
@@ -265,13 +265,13 @@ static void test_exec_cancel(void) {
         ASSERT_EQ(runner_recv(pair[1], op, id), -EAGAIN);
 
         /* Running: the runner is told which exec to end; the answer waits for the runner's. */
-        session_exec_cancel(first);
+        session_exec_abandon(first);
         ASSERT_EQ(calls1, 0);
         ASSERT_EQ(runner_recv(pair[1], op, id), 0);
         ASSERT_STREQ(op, "cancel");
         ASSERT_STREQ(id, running_id);
         /* Twice is once. */
-        session_exec_cancel(first);
+        session_exec_abandon(first);
         ASSERT_EQ(runner_recv(pair[1], op, id), -EAGAIN);
 
         /* However the exec ends (here: its session goes), its answer is Cancelled, once; the other
@@ -303,7 +303,7 @@ static void test_exec_cancel_old_runner(void) {
 
         ASSERT_EQ(session_exec(s, test_code_fd(), &p, on_cancelled, &calls, &c), 0);
         ASSERT_EQ(runner_recv(pair[1], op, id), 0);
-        session_exec_cancel(c);
+        session_exec_abandon(c);
         ASSERT_EQ(runner_recv(pair[1], op, id), -EAGAIN);
         ASSERT_EQ(calls, 0);
 

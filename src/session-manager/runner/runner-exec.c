@@ -783,7 +783,8 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         if (p->language && streq(p->language, "nodejs"))
                 language = SANDBOX_NODEJS;
         else if (p->language && !streq(p->language, "python3"))
-                return runner_send_error(r, r->connection_generation, EINVAL, "unsupported language");
+                return runner_send_error(r, r->connection_generation, EINVAL,
+                                         BUS_MESSAGE_UNSUPPORTED_LANGUAGE);
         /* The kernel is the sidecar's python profile only. */
         if (p->stateful && (language != SANDBOX_PYTHON3 || p->no_processes || p->network))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
