@@ -106,6 +106,7 @@ int manager_set_draining(Manager *m, bool draining) {
                               SCOPEBOX_MESSAGE_DRAIN_CHANGED),
                    draining ? "Draining: new sessions are refused, existing sessions and dify runs go on."
                             : "No longer draining: new sessions are accepted again.");
-        manager_emit_draining_changed(m);
+        if (m->hooks.draining_changed)
+                m->hooks.draining_changed(m);
         return 1;
 }

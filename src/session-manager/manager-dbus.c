@@ -1357,21 +1357,30 @@ const sd_bus_vtable *manager_get_vtable(void) {
         return manager_vtable;
 }
 
-int manager_add_bus_objects(Manager *m) {
-        return sd_bus_add_object_vtable(m->bus, NULL, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
-                                        manager_vtable, m);
-}
-
-void manager_emit_properties_changed(Manager *m) {
+static void manager_emit_properties_changed(Manager *m) {
         if (!m->bus)
                 return;
         (void) sd_bus_emit_properties_changed(m->bus, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
                                               "Sessions", "RunningExecs", NULL);
 }
 
-void manager_emit_draining_changed(Manager *m) {
+static void manager_emit_draining_changed(Manager *m) {
         if (!m->bus)
                 return;
         (void) sd_bus_emit_properties_changed(m->bus, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
                                               "Draining", NULL);
+}
+
+int manager_dbus_attach(Manager *m) {
+        int r;
+
+        r = sd_bus_add_object_vtable(m->bus, NULL, SESSION_MANAGER_OBJECT_PATH, SESSION_MANAGER_INTERFACE,
+                                     manager_vtable, m);
+        if (r < 0)
+                return r;
+        m->hooks = (ManagerHooks) {
+                .state_changed = manager_emit_properties_changed,
+                .draining_changed = manager_emit_draining_changed,
+        };
+        return 0;
 }

@@ -420,7 +420,8 @@ void manager_state_changed(Manager *m) {
         int r;
 
         manager_send_status(m);
-        manager_emit_properties_changed(m);
+        if (m->hooks.state_changed)
+                m->hooks.state_changed(m);
 
         if (m->n_sessions > 0 || sd_event_get_state(m->event) == SD_EVENT_FINISHED) {
                 if (m->idle_exit_source)
@@ -592,7 +593,7 @@ int manager_recover_sessions(Manager *m) {
         return 0;
 }
 
-int manager_startup(Manager *m) {
+int manager_startup(Manager *m, int (*attach_bus)(Manager *m)) {
         int r;
 
         r = mkdir_p(SCOPEBOX_SESSIONS_RUNTIME_DIR, 0700);
@@ -609,7 +610,7 @@ int manager_startup(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
 
-        r = manager_add_bus_objects(m);
+        r = attach_bus(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to register bus objects: %m");
         r = bus_add_log_control(m->bus);

@@ -28,7 +28,16 @@ typedef struct ChildWatch ChildWatch;
 #define MANAGER_RECOVER_RETRY_USEC (1 * USEC_PER_SEC)
 #define MANAGER_SLICE "scopebox.slice"
 
-typedef struct Manager {
+typedef struct Manager Manager;
+
+/* What the bus layer (manager-dbus.c) hears of the model: set when it attaches, so the model never
+ * calls into it (model → hook → bus layer). */
+typedef struct ManagerHooks {
+        void (*state_changed)(Manager *m);    /* sessions or running execs changed */
+        void (*draining_changed)(Manager *m);
+} ManagerHooks;
+
+struct Manager {
         sd_event *event;
         sd_bus *bus;
         Config config;
@@ -75,7 +84,8 @@ typedef struct Manager {
         Metrics metrics;
 
         bool draining;         /* SetDraining(): CreateSession refused (drain.c) */
-} Manager;
+        ManagerHooks hooks;
+};
 
 int manager_new(Manager **ret);
 /* host-watch.c: from now on, every new address of the host is added to the IP filter of each
@@ -84,7 +94,9 @@ int manager_watch_host_addresses(Manager *m);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 
-int manager_startup(Manager *m);
+/* Connects to the bus, where 'attach_bus' serves the interface (manager_dbus_attach()), recovers
+ * the recorded sessions and takes the bus name last. */
+int manager_startup(Manager *m, int (*attach_bus)(Manager *m));
 int manager_run(Manager *m);
 
 Session *manager_find_session(Manager *m, const char *id);
@@ -127,7 +139,6 @@ void manager_send_status(Manager *m);
 /* Re-evaluate STATUS=, property changes and the idle exit timer. */
 void manager_state_changed(Manager *m);
 
-int manager_add_bus_objects(Manager *m);
+/* manager-dbus.c: serves the interface on m->bus and sets m->hooks. */
+int manager_dbus_attach(Manager *m);
 const sd_bus_vtable *manager_get_vtable(void);
-void manager_emit_properties_changed(Manager *m);
-void manager_emit_draining_changed(Manager *m);

@@ -56,7 +56,7 @@ int main(int argc, char *argv[]) {
         r = manager_new(&m);
         if (r < 0)
                 goto finish;
-        r = manager_startup(m);
+        r = manager_startup(m, manager_dbus_attach);
         if (r < 0)
                 goto finish;
         r = manager_run(m);
