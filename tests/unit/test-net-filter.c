@@ -4,6 +4,7 @@
  * interface's, a prefix on lo, the loopback) still never happens (the loopback drop alone); with the
  * address in the map, connect() and sendto() fail at once with EPERM, also for an IPv4-mapped IPv6
  * destination; an allowed prefix passes through the loopback; another destination is untouched.
+ * And the manager's maps: what DENY holds as routes come and go.
  * Needs root and the unified cgroup hierarchy (at /sys/fs/cgroup or /sys/fs/cgroup/unified). */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,12 +16,15 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/bpf.h>
 #include <linux/magic.h>
 
 #include "address-policy.h"
 #include "macro.h"
 #include "net-filter-bpf.h"
+#include "net-filter.h"
 #include "netns.h"
 #include "tests.h"
 
@@ -181,6 +185,70 @@ static void checks_in_netns(void) {
                 close(fds[i]);
 }
 
+/* Whether the map holds a prefix that 'addr' (a whole address) falls in: the programs' lookup. */
+static bool map_has(int map_fd, const char *addr) {
+        struct {
+                uint32_t length;
+                uint8_t bytes[16];
+        } key = {};
+        union bpf_attr attr = { .map_fd = map_fd };
+        uint8_t value;
+        int family = strchr(addr, ':') ? AF_INET6 : AF_INET;
+
+        ASSERT_EQ(inet_pton(family, addr, key.bytes), 1);
+        key.length = family == AF_INET ? 32 : 128;
+        attr.key = (uint64_t) (uintptr_t) &key;
+        attr.value = (uint64_t) (uintptr_t) &value;
+        if (syscall(SYS_bpf, BPF_MAP_LOOKUP_ELEM, &attr, sizeof(attr)) == 0)
+                return true;
+        ASSERT_EQ(errno, ENOENT);
+        return false;
+}
+
+/* The manager's filter: ALLOW from the operator's list, DENY the fixed ranges plus the routes it is
+ * given, a prefix no route leads to any more taken out again, the fixed ones never. */
+static void test_net_filter_routes(void) {
+        AddressPolicy allow = {};
+        NetFilter *f = NULL;
+        AddressPrefix routes[2] = { prefix("11.99.0.0", 24), prefix("fd00:77::1", 128) };
+
+        ASSERT_EQ(address_policy_parse("11.99.0.7/32", &allow, NULL), 0);
+        ASSERT_EQ(net_filter_new(&allow, &f), 0);
+        for (size_t i = 0; i < ELEMENTSOF(f->programs); i++)
+                ASSERT_TRUE(f->programs[i] >= 0);
+        ASSERT_TRUE(map_has(f->maps.allow4, "11.99.0.7"));
+        ASSERT_TRUE(map_has(f->maps.allow6, "::ffff:11.99.0.7"));
+        ASSERT_TRUE(!map_has(f->maps.allow4, "11.99.0.8"));
+        ASSERT_TRUE(map_has(f->maps.deny4, "127.0.0.53"));
+        ASSERT_TRUE(map_has(f->maps.deny4, "169.254.169.254"));
+        ASSERT_TRUE(map_has(f->maps.deny6, "::ffff:169.254.169.254"));
+        ASSERT_TRUE(map_has(f->maps.deny6, "::1"));
+        ASSERT_TRUE(!map_has(f->maps.deny4, "11.99.0.8"));
+
+        ASSERT_EQ(net_filter_set_routes(f, routes, ELEMENTSOF(routes)), 0);
+        ASSERT_TRUE(map_has(f->maps.deny4, "11.99.0.8"));
+        ASSERT_TRUE(map_has(f->maps.deny6, "::ffff:11.99.0.8"));
+        ASSERT_TRUE(map_has(f->maps.deny6, "fd00:77::1"));
+        ASSERT_TRUE(!map_has(f->maps.deny6, "fd00:77::2"));
+
+        /* A route notification adds; a re-read without the route takes it out, the rest stays. */
+        routes[0] = prefix("11.98.0.0", 24);
+        ASSERT_EQ(net_filter_deny(f, &routes[0]), 1);
+        ASSERT_EQ(net_filter_deny(f, &routes[0]), 0);
+        ASSERT_EQ(net_filter_set_routes(f, routes, 1), 0);
+        ASSERT_TRUE(map_has(f->maps.deny4, "11.98.0.5"));
+        ASSERT_TRUE(!map_has(f->maps.deny4, "11.99.0.8"));
+        ASSERT_TRUE(!map_has(f->maps.deny6, "::ffff:11.99.0.8"));
+        ASSERT_TRUE(!map_has(f->maps.deny6, "fd00:77::1"));
+        ASSERT_EQ(net_filter_set_routes(f, NULL, 0), 0);
+        ASSERT_TRUE(!map_has(f->maps.deny4, "11.98.0.5"));
+        ASSERT_TRUE(map_has(f->maps.deny4, "127.0.0.1"));
+        ASSERT_TRUE(map_has(f->maps.deny4, "0.0.0.0"));
+
+        net_filter_free(f);
+        address_policy_done(&allow);
+}
+
 static int unified_root(char *path, size_t size) {
         static const char *const roots[] = { "/sys/fs/cgroup", "/sys/fs/cgroup/unified" };
         struct statfs sfs;
@@ -206,6 +274,8 @@ int main(void) {
                 printf("1..0 # SKIP no unified cgroup hierarchy\n");
                 return SKIP;
         }
+
+        RUN(test_net_filter_routes);
 
         ASSERT_EQ(net_filter_maps_new(1, &maps), 0);
         r = net_filter_programs_load(&maps, programs, NULL);
