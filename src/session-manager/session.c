@@ -23,6 +23,7 @@
 #include "json-util.h"
 #include "log.h"
 #include "message-ids.h"
+#include "net-filter.h"
 #include "manager.h"
 #include "runner-protocol.h"
 #include "session.h"
@@ -966,6 +967,9 @@ static int create_listen_socket(const char *path) {
 static int spawn_runner(Session *s, int listen_fd, PidRef *ret) {
         char arg_id[64], arg_root[PATH_MAX + 32], arg_level[64];
         const char *target = getenv("SCOPEBOX_LOG_TARGET");
+        /* A dify run's runner gets the network filter's programs (net-filter.h), to attach them to
+         * its slirp4netns's cgroup; without them its execs with a network fail. */
+        NetFilter *filter = s->ephemeral ? manager_net_filter(s->manager) : NULL;
         int r;
 
         snprintf(arg_id, sizeof(arg_id), "--session-id=%s", s->id);
@@ -977,9 +981,12 @@ static int spawn_runner(Session *s, int listen_fd, PidRef *ret) {
         if (r < 0)
                 return r;
         if (r == 0) {
-                /* Child: a clean process image with the control socket on fd 3 and nothing else of
-                 * ours — no environment beyond what logging needs, no other fds. */
-                char *argv[] = { (char *) "scopebox-runner", arg_id, arg_root, NULL };
+                /* Child: a clean process image with the control socket on fd 3 (and a run's the
+                 * filter's programs after it) and nothing else of ours — no environment beyond
+                 * what logging needs, no other fds. */
+                char *argv[] = { (char *) "scopebox-runner", arg_id, arg_root,
+                                 filter ? (char *) "--network-filter" : NULL, NULL };
+                int moved[_NET_FILTER_PROGRAM_MAX];
                 char *envp[] = {
                         (char *) "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
                         (char *) "LANG=C.UTF-8",
@@ -992,15 +999,24 @@ static int spawn_runner(Session *s, int listen_fd, PidRef *ret) {
 
                 (void) reset_all_signal_dispositions();
 
+                /* Above the fds they go to first, so that no dup2() overwrites one still to move. */
+                for (size_t i = 0; filter && i < ELEMENTSOF(moved); i++)
+                        if ((moved[i] = fcntl(filter->programs[i], F_DUPFD_CLOEXEC,
+                                              NET_FILTER_RUNNER_FD + _NET_FILTER_PROGRAM_MAX)) < 0)
+                                _exit(EXIT_FAILURE);
                 if (listen_fd == 3) {
                         if (fcntl(3, F_SETFD, 0) < 0)
                                 _exit(EXIT_FAILURE);
                 } else if (dup2(listen_fd, 3) < 0)
                         _exit(EXIT_FAILURE);
+                for (size_t i = 0; filter && i < ELEMENTSOF(moved); i++)
+                        if (dup2(moved[i], NET_FILTER_RUNNER_FD + (int) i) < 0)
+                                _exit(EXIT_FAILURE);
                 null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 if (null_fd >= 0 && null_fd != STDIN_FILENO)
                         (void) dup2(null_fd, STDIN_FILENO);
-                (void) syscall(SYS_close_range, 4U, ~0U, 0U);
+                (void) syscall(SYS_close_range, filter ? NET_FILTER_RUNNER_FD + _NET_FILTER_PROGRAM_MAX : 4U,
+                               ~0U, 0U);
 
                 execve(RUNNER_PATH, argv, envp);
                 dprintf(STDERR_FILENO, "<3>Failed to execute %s: %s\n", RUNNER_PATH, strerror(errno));
@@ -1060,24 +1076,9 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
                 .tasks_max = m->config.pids_limit,
                 .cpu_quota_percent = m->config.cpu_quota_percent,
         };
-        /* A run's network (slirp4netns, in this scope) reaches no address of the host: the scope's
-         * IP filter drops packets to and from them, whatever the socket; the operator may allow
-         * some (a proxy). Sidecar sessions have no network at all. */
-        _cleanup_free_ AddressPrefix *host = NULL;
-        size_t n_host = 0;
-        if (s->ephemeral) {
-                r = host_address_prefixes(&host, &n_host);
-                if (r < 0) {
-                        session_kill_runner(s);
-                        (void) rm_rf(s->runtime_dir);
-                        return log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                                          "Failed to list the host's addresses: %m");
-                }
-                props.ip_deny = host;
-                props.n_ip_deny = n_host;
-                props.ip_allow = m->dify_network_allow.allowed;
-                props.n_ip_allow = m->dify_network_allow.n_allowed;
-        }
+        /* A run's network: its runner moves slirp4netns into a cgroup below the scope, with the
+         * manager's filter attached there (runner-network.c); the payload's cgroup has none. */
+        props.delegate = s->ephemeral;
         r = systemd_start_scope(m, s->unit, &props, on_scope_started, s, &s->start_job);
         if (r < 0) {
                 /* Reaped once it is gone, by the watch above or, after the session, the manager. */

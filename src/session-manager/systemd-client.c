@@ -108,66 +108,6 @@ static int on_job_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret
         return 0;
 }
 
-/* An IPAddressDeny=/IPAddressAllow= property: a(iayu), family, address bytes, prefix length. */
-static int append_ip_property(sd_bus_message *msg, const char *name, const AddressPrefix *list, size_t n) {
-        int r;
-
-        r = sd_bus_message_open_container(msg, 'r', "sv");
-        if (r >= 0)
-                r = sd_bus_message_append(msg, "s", name);
-        if (r >= 0)
-                r = sd_bus_message_open_container(msg, 'v', "a(iayu)");
-        if (r >= 0)
-                r = sd_bus_message_open_container(msg, 'a', "(iayu)");
-        for (size_t i = 0; r >= 0 && i < n; i++) {
-                r = sd_bus_message_open_container(msg, 'r', "iayu");
-                if (r >= 0)
-                        r = sd_bus_message_append(msg, "i", (int32_t) list[i].family);
-                if (r >= 0)
-                        r = sd_bus_message_append_array(msg, 'y', list[i].bytes,
-                                                        list[i].family == AF_INET ? 4 : 16);
-                if (r >= 0)
-                        r = sd_bus_message_append(msg, "u", (uint32_t) list[i].length);
-                if (r >= 0)
-                        r = sd_bus_message_close_container(msg);
-        }
-        if (r >= 0)
-                r = sd_bus_message_close_container(msg);
-        if (r >= 0)
-                r = sd_bus_message_close_container(msg);
-        if (r >= 0)
-                r = sd_bus_message_close_container(msg);
-        return r;
-}
-
-static int on_set_properties_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
-
-        /* A run that ended meanwhile has no unit left: nothing to filter. */
-        if (e && !sd_bus_error_has_name(e, "org.freedesktop.systemd1.NoSuchUnit"))
-                log_warning("Failed to update a run's IP filter: %s", e->message ?: e->name);
-        return 0;
-}
-
-int systemd_add_ip_deny(Manager *m, const char *unit, const AddressPrefix *list, size_t n) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = NULL;
-        int r;
-
-        r = sd_bus_message_new_method_call(m->bus, &msg, SYSTEMD_BUS_NAME, SYSTEMD_OBJECT_PATH,
-                                           SYSTEMD_MANAGER_INTERFACE, "SetUnitProperties");
-        if (r >= 0)
-                r = sd_bus_message_append(msg, "sb", unit, 1);
-        if (r >= 0)
-                r = sd_bus_message_open_container(msg, 'a', "(sv)");
-        if (r >= 0)
-                r = append_ip_property(msg, "IPAddressDeny", list, n);
-        if (r >= 0)
-                r = sd_bus_message_close_container(msg);
-        if (r >= 0)
-                r = sd_bus_call_async(m->bus, NULL, msg, on_set_properties_reply, NULL, 0);
-        return r;
-}
-
 static int systemd_job_new(Manager *m, JobCallback cb, void *userdata, SystemdJob **ret) {
         SystemdJob *j;
 
@@ -222,10 +162,9 @@ int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, 
                 r = BUS_APPEND_PROPERTY(msg, "TimeoutStopUSec", "t", 10 * USEC_PER_SEC);
         if (r >= 0 && p->runtime_max_usec > 0)
                 r = BUS_APPEND_PROPERTY(msg, "RuntimeMaxUSec", "t", p->runtime_max_usec);
-        if (r >= 0 && p->n_ip_deny > 0)
-                r = append_ip_property(msg, "IPAddressDeny", p->ip_deny, p->n_ip_deny);
-        if (r >= 0 && p->n_ip_deny > 0 && p->n_ip_allow > 0)
-                r = append_ip_property(msg, "IPAddressAllow", p->ip_allow, p->n_ip_allow);
+        /* The runner makes a cgroup of its own below the scope (a dify run's network filter). */
+        if (r >= 0 && p->delegate)
+                r = BUS_APPEND_PROPERTY(msg, "Delegate", "b", 1);
         if (r < 0)
                 return r;
         r = sd_bus_message_close_container(msg);

@@ -2,12 +2,12 @@
 /* Asynchronous calls to systemd's manager API: transient scopes, stopping units, job tracking. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include <systemd/sd-bus.h>
 
-#include "address-policy.h"
 #include "macro.h"
 
 typedef struct Manager Manager;
@@ -26,11 +26,7 @@ typedef struct ScopeProperties {
         uint64_t tasks_max;
         uint64_t cpu_quota_percent;
         uint64_t runtime_max_usec; /* 0 = none */
-        /* IPAddressDeny=/IPAddressAllow= (allow wins); none when n_ip_deny is 0 */
-        const AddressPrefix *ip_deny;
-        size_t n_ip_deny;
-        const AddressPrefix *ip_allow;
-        size_t n_ip_allow;
+        bool delegate;              /* Delegate=yes: the runner makes cgroups below the scope */
 } ScopeProperties;
 
 int systemd_subscribe(Manager *m);
@@ -39,8 +35,6 @@ int systemd_subscribe(Manager *m);
  * first, which cancels the call or the wait. */
 int systemd_start_scope(Manager *m, const char *unit, const ScopeProperties *p, JobCallback cb,
                         void *userdata, SystemdJob **ret);
-/* Adds prefixes to a live unit's IPAddressDeny= (SetUnitProperties, runtime; no reply awaited). */
-int systemd_add_ip_deny(Manager *m, const char *unit, const AddressPrefix *list, size_t n);
 int systemd_stop_unit(Manager *m, const char *unit, JobCallback cb, void *userdata, SystemdJob **ret);
 SystemdJob *systemd_job_free(SystemdJob *j);
 DEFINE_TRIVIAL_CLEANUP_FUNC(SystemdJob *, systemd_job_free);

@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
-#include <ifaddrs.h>
 #include <limits.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -118,6 +117,7 @@ bool address_is_internal(const struct sockaddr *sa, socklen_t len) {
 /* One route lookup, one reply: the socket is ours alone and joins no multicast group, so what
  * arrives is the kernel's answer to our request (or nothing). */
 #define ROUTE_REPLY_MAX 4096U
+#define ROUTE_DUMP_BUFFER_SIZE (64U * 1024U)
 
 typedef struct RouteAnswer {
         int error;                    /* the kernel's answer was an error: its errno (positive) */
@@ -174,6 +174,206 @@ static int interface_is_loopback(int fd, int ifindex) {
         return !!(ifr.ifr_flags & IFF_LOOPBACK);
 }
 
+/* Whether nexthop interface 'oif' of a route is a loopback. One that is gone is judged as one: the
+ * caller then looks again (a dump), never less. */
+static int route_oif_is_loopback(int fd, uint32_t oif) {
+        int r;
+
+        if (oif == 0 || oif > INT_MAX)
+                return 0;
+        r = interface_is_loopback(fd, (int) oif);
+        return r == -ENODEV || r == -ENXIO ? 1 : r;
+}
+
+int route_message_host_prefix(int fd, const struct nlmsghdr *h, AddressPrefix *ret) {
+        const struct rtmsg *rtm = NLMSG_DATA(h);
+        AddressPrefix p = {};
+        size_t attrs, size;
+        bool host;
+        int r;
+
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct rtmsg)))
+                return -EBADMSG;
+        if (rtm->rtm_family != AF_INET && rtm->rtm_family != AF_INET6)
+                return 0;
+        /* Cached clones of routes (IPv6 exceptions) lead where their route does. */
+        if (rtm->rtm_flags & RTM_F_CLONED)
+                return 0;
+        switch (rtm->rtm_type) {
+        case RTN_LOCAL:
+        case RTN_BROADCAST:
+        case RTN_ANYCAST:
+        case RTN_MULTICAST:
+                host = true;
+                break;
+        case RTN_UNICAST:
+                host = false; /* unless it goes out through a loopback, below */
+                break;
+        default: /* blackhole, unreachable, prohibit, throw, nat: nothing is delivered */
+                return 0;
+        }
+        size = rtm->rtm_family == AF_INET ? 4 : 16;
+        if (rtm->rtm_dst_len > size * 8)
+                return -EBADMSG;
+        p = (AddressPrefix) { .family = rtm->rtm_family, .length = rtm->rtm_dst_len };
+        attrs = h->nlmsg_len - NLMSG_LENGTH(sizeof(struct rtmsg));
+        for (const struct rtattr *rta = RTM_RTA(rtm); RTA_OK(rta, attrs); rta = RTA_NEXT(rta, attrs)) {
+                uint32_t oif;
+
+                switch (rta->rta_type) {
+                case RTA_DST:
+                        if (RTA_PAYLOAD(rta) != size)
+                                return -EBADMSG;
+                        memcpy(p.bytes, RTA_DATA(rta), size);
+                        break;
+                case RTA_OIF:
+                        if (RTA_PAYLOAD(rta) != sizeof(oif))
+                                return -EBADMSG;
+                        memcpy(&oif, RTA_DATA(rta), sizeof(oif));
+                        r = host ? 0 : route_oif_is_loopback(fd, oif);
+                        if (r < 0)
+                                return r;
+                        host = host || r > 0;
+                        break;
+                case RTA_MULTIPATH: {
+                        const struct rtnexthop *nh = RTA_DATA(rta);
+                        size_t left = RTA_PAYLOAD(rta);
+
+                        while (!host && left >= sizeof(*nh) && nh->rtnh_len >= sizeof(*nh) &&
+                               nh->rtnh_len <= left) {
+                                r = route_oif_is_loopback(fd, (uint32_t) nh->rtnh_ifindex);
+                                if (r < 0)
+                                        return r;
+                                host = r > 0;
+                                if ((size_t) RTNH_ALIGN(nh->rtnh_len) >= left)
+                                        break;
+                                left -= RTNH_ALIGN(nh->rtnh_len);
+                                nh = RTNH_NEXT(nh);
+                        }
+                        break;
+                }
+                default:
+                        break;
+                }
+        }
+        if (!host)
+                return 0;
+        /* The network, not a host inside it: one prefix, one entry. */
+        for (unsigned i = p.length; i < size * 8; i++)
+                p.bytes[i / 8] &= (uint8_t) ~(0x80U >> (i % 8));
+        *ret = p;
+        return 1;
+}
+
+/* A NETLINK_ROUTE socket of its own on which 'req' went to the kernel; each receive waits for
+ * 'timeout' at most. */
+static int netlink_route_request(const struct nlmsghdr *req, const struct timeval *timeout) {
+        struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+        _cleanup_close_ int fd = -EBADF;
+
+        fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+        if (fd < 0)
+                return -errno;
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, timeout, sizeof(*timeout)) < 0)
+                return -errno;
+        if (sendto(fd, req, req->nlmsg_len, 0, (struct sockaddr *) &kernel, sizeof(kernel)) < 0)
+                return -errno;
+        return TAKE_FD(fd);
+}
+
+bool address_prefixes_contain(const AddressPrefix *list, size_t n, const AddressPrefix *p) {
+        for (size_t i = 0; i < n; i++)
+                if (list[i].family == p->family && list[i].length == p->length &&
+                    memcmp(list[i].bytes, p->bytes, sizeof(p->bytes)) == 0)
+                        return true;
+        return false;
+}
+
+int address_prefixes_append(AddressPrefix **list, size_t *n, const AddressPrefix *p) {
+        AddressPrefix *l;
+
+        if (address_prefixes_contain(*list, *n, p))
+                return 0;
+        l = reallocarray(*list, *n + 1, sizeof(AddressPrefix));
+        if (!l)
+                return -ENOMEM;
+        l[(*n)++] = *p;
+        *list = l;
+        return 1;
+}
+
+/* One datagram of a route dump: its routes to this host appended. 1 at the dump's end. */
+static int route_dump_parse(int fd, const uint8_t *buf, size_t n, uint32_t seq, AddressPrefix **list,
+                            size_t *n_list) {
+        size_t left = n;
+
+        for (const struct nlmsghdr *h = (const struct nlmsghdr *) buf; NLMSG_OK(h, left);
+             h = NLMSG_NEXT(h, left)) {
+                AddressPrefix p;
+                int r;
+
+                if (h->nlmsg_seq != seq)
+                        continue;
+                if (h->nlmsg_type == NLMSG_DONE)
+                        return 1;
+                if (h->nlmsg_type == NLMSG_ERROR) {
+                        const struct nlmsgerr *e = NLMSG_DATA(h);
+
+                        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)) || e->error >= 0 || e->error == INT_MIN)
+                                return -EBADMSG;
+                        return e->error;
+                }
+                if (h->nlmsg_type != RTM_NEWROUTE)
+                        continue;
+                r = route_message_host_prefix(fd, h, &p);
+                if (r > 0)
+                        r = address_prefixes_append(list, n_list, &p);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int host_route_prefixes(AddressPrefix **list, size_t *n) {
+        struct {
+                struct nlmsghdr header;
+                struct rtmsg rtm;
+        } req = {
+                .header = {
+                        .nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg)),
+                        .nlmsg_type = RTM_GETROUTE,
+                        .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
+                        .nlmsg_seq = 1,
+                },
+                .rtm = { .rtm_family = AF_UNSPEC }, /* every family, every table */
+        };
+        struct timeval tv = { .tv_sec = HOST_ROUTE_DUMP_TIMEOUT_USEC / 1000000U };
+        _cleanup_free_ uint8_t *buf = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        int r = 0;
+
+        assert(list);
+        assert(n);
+
+        buf = malloc(ROUTE_DUMP_BUFFER_SIZE);
+        if (!buf)
+                return -ENOMEM;
+        fd = netlink_route_request(&req.header, &tv);
+        if (fd < 0)
+                return fd;
+        while (r == 0) {
+                ssize_t k = recv(fd, buf, ROUTE_DUMP_BUFFER_SIZE, MSG_TRUNC);
+
+                if (k < 0)
+                        r = errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+                else if ((size_t) k > ROUTE_DUMP_BUFFER_SIZE)
+                        r = -EBADMSG; /* the kernel fills datagrams of its page size at most */
+                else
+                        r = route_dump_parse(fd, buf, (size_t) k, req.header.nlmsg_seq, list, n);
+        }
+        return r < 0 ? r : 0;
+}
+
 /* The route of one address (4 or 16 bytes), the way `ip route get` asks for it. */
 static int route_lookup(int family, const uint8_t *bytes) {
         size_t size = family == AF_INET ? 4 : 16;
@@ -192,7 +392,7 @@ static int route_lookup(int family, const uint8_t *bytes) {
         };
         struct rtattr *dst = (struct rtattr *) req.attrs;
         struct timeval tv = { .tv_usec = ADDRESS_ROUTE_TIMEOUT_USEC };
-        struct sockaddr_nl kernel = { .nl_family = AF_NETLINK }, from;
+        struct sockaddr_nl from;
         _cleanup_close_ int fd = -EBADF;
         uint8_t buf[ROUTE_REPLY_MAX] __attribute__((aligned(NLMSG_ALIGNTO)));
         RouteAnswer answer = {};
@@ -202,13 +402,9 @@ static int route_lookup(int family, const uint8_t *bytes) {
         dst->rta_len = (unsigned short) RTA_LENGTH(size);
         memcpy(RTA_DATA(dst), bytes, size);
 
-        fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+        fd = netlink_route_request(&req.header, &tv);
         if (fd < 0)
-                return -errno;
-        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
-                return -errno;
-        if (sendto(fd, &req, req.header.nlmsg_len, 0, (struct sockaddr *) &kernel, sizeof(kernel)) < 0)
-                return -errno;
+                return fd;
         /* A bounded number of datagrams, each within the timeout; anything else is a failure. */
         r = 0;
         for (unsigned i = 0; i < 4 && r == 0; i++) {
@@ -389,56 +585,17 @@ static const AddressPrefix host_prefixes[] = {
         V6(0xff, 0x00, 8),        /* multicast */
 };
 
-static int prefixes_append(AddressPrefix **list, size_t *n, const AddressPrefix *p) {
-        AddressPrefix *l;
-
-        for (size_t i = 0; i < *n; i++)
-                if (memcmp(&(*list)[i], p, sizeof(*p)) == 0)
-                        return 0;
-        l = reallocarray(*list, *n + 1, sizeof(AddressPrefix));
-        if (!l)
-                return -ENOMEM;
-        l[(*n)++] = *p;
-        *list = l;
-        return 0;
-}
-
-static int prefixes_append_sockaddr(AddressPrefix **list, size_t *n, const struct sockaddr *sa) {
-        AddressPrefix p = {};
-
-        if (!sa)
-                return 0;
-        if (sa->sa_family == AF_INET) {
-                p = (AddressPrefix) { .family = AF_INET, .length = 32 };
-                memcpy(p.bytes, &((const struct sockaddr_in *) sa)->sin_addr, 4);
-        } else if (sa->sa_family == AF_INET6) {
-                p = (AddressPrefix) { .family = AF_INET6, .length = 128 };
-                memcpy(p.bytes, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
-        } else
-                return 0;
-        return prefixes_append(list, n, &p);
-}
-
 int host_address_prefixes(AddressPrefix **list, size_t *n) {
-        struct ifaddrs *ifs;
-        int r = 0;
+        AddressPrefix *l;
 
         assert(list);
         assert(n);
 
-        for (size_t i = 0; i < ELEMENTSOF(host_prefixes); i++) {
-                r = prefixes_append(list, n, &host_prefixes[i]);
-                if (r < 0)
-                        return r;
-        }
-        if (getifaddrs(&ifs) < 0)
-                return -errno;
-        for (struct ifaddrs *i = ifs; i && r >= 0; i = i->ifa_next) {
-                r = prefixes_append_sockaddr(list, n, i->ifa_addr);
-                if (r >= 0 && i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-                    (i->ifa_flags & IFF_BROADCAST))
-                        r = prefixes_append_sockaddr(list, n, i->ifa_broadaddr);
-        }
-        freeifaddrs(ifs);
-        return r;
+        l = reallocarray(*list, *n + ELEMENTSOF(host_prefixes), sizeof(AddressPrefix));
+        if (!l)
+                return -ENOMEM;
+        memcpy(l + *n, host_prefixes, sizeof(host_prefixes));
+        *n += ELEMENTSOF(host_prefixes);
+        *list = l;
+        return 0;
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Address prefixes and policies: which addresses the storage agent may connect to for a storage
  * block that came with a request (not the host's own services or internal networks, unless the
- * operator allows them, docs/storage.md), and the addresses of this host, which a dify run's
- * network must not reach (docs/dify.md). */
+ * operator allows them, docs/storage.md), and what leads to this host — fixed ranges and what the
+ * routing tables deliver locally — which a dify run's network must not reach (docs/dify.md). */
 #pragma once
 
 #include <errno.h>
@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <linux/netlink.h>
 
 typedef struct AddressPrefix {
         int family;                   /* AF_INET or AF_INET6 */
@@ -21,6 +22,11 @@ typedef struct AddressPolicy {
         AddressPrefix *allowed;       /* SANDBOX_STORAGE_ALLOWED_NETWORKS */
         size_t n_allowed;
 } AddressPolicy;
+
+/* Whether 'p' (the same family, bytes and length) is in the list; appends it when not (1; 0 when it
+ * was there already). */
+bool address_prefixes_contain(const AddressPrefix *list, size_t n, const AddressPrefix *p);
+int address_prefixes_append(AddressPrefix **list, size_t *n, const AddressPrefix *p);
 
 /* "127.0.0.1/32 10.0.0.0/8, fd00::/8" (a bare address is a single host), separated by spaces or
  * commas. -EINVAL names the bad entry in *ret_bad (a static buffer's worth: malloc'd). */
@@ -64,7 +70,22 @@ const char *address_route_to_string(AddressRoute r);
 int address_policy_check(const AddressPolicy *p, const struct sockaddr *sa, socklen_t len,
                          AddressRoute *ret_route);
 
-/* Every address through which a packet reaches this host itself: the unspecified, loopback,
- * link-local, multicast and limited-broadcast ranges, then each address (a /32 or /128) and IPv4
- * broadcast address configured on an interface now. Appended to *list (n entries). */
+/* The ranges that always lead to this host itself (or its link), whatever the routing tables say:
+ * the unspecified, loopback, link-local, multicast and limited-broadcast ones. Appended to *list
+ * (n entries). */
 int host_address_prefixes(AddressPrefix **list, size_t *n);
+
+/* Whether a route (an RTM_NEWROUTE or RTM_DELROUTE message, of a dump or a notification) leads to
+ * this host: 1 with its destination prefix in *ret when its type is local, broadcast, anycast or
+ * multicast, or when it is a unicast route out through a loopback interface (an interface that is
+ * gone counts as one); 0 when not (another family, another type, a cached clone); -EBADMSG for a
+ * malformed message. 'fd' is any socket, for the interface ioctls. */
+int route_message_host_prefix(int fd, const struct nlmsghdr *h, AddressPrefix *ret);
+
+/* How long a dump of the routing tables may take, at most. */
+#define HOST_ROUTE_DUMP_TIMEOUT_USEC (2U * 1000U * 1000U)
+
+/* Every prefix the routing tables (all of them, both families) deliver to this host, by
+ * route_message_host_prefix(): a dump on a NETLINK_ROUTE socket of its own, synchronously.
+ * Appended to *list (n entries), once each. */
+int host_route_prefixes(AddressPrefix **list, size_t *n);

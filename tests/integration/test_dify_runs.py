@@ -170,13 +170,15 @@ def listeners(addresses):
 
 
 NET_PROBE = """
-import json, os, socket
+import json, os, socket, time
 def attempt(host, port):
+    start = time.monotonic()
     try:
         s = socket.create_connection((host, port), timeout=3)
-        return s.recv(100).decode()
+        r = s.recv(100).decode()
     except OSError as e:
-        return type(e).__name__ + ':' + str(e.errno)
+        r = type(e).__name__ + ':' + str(e.errno)
+    return r, time.monotonic() - start
 targets = json.loads(%r)
 # At once: a dropped packet costs the whole timeout.
 from concurrent.futures import ThreadPoolExecutor
@@ -189,9 +191,31 @@ print(open('/etc/resolv.conf').read().split())
 
 
 def probe(targets, **extra):
+    """Connects from a run to each (host, port) at once: {host: greeting or "Error:errno"}, the
+    seconds each attempt took, and the run's proxy and resolver lines."""
     data = ok_data(*dify_run(NET_PROBE % json.dumps(targets), enable_network=True, **extra))
     lines = data["stdout"].splitlines()
-    return json.loads(lines[0]), lines[1:]
+    answers = json.loads(lines[0])
+    return ({h: r for h, (r, _) in answers.items()}, {h: t for h, (_, t) in answers.items()}), lines[1:]
+
+
+# What a run sees for a destination it may not reach: slirp4netns's connect() is refused at once
+# (EPERM from the network filter) and slirp answers the SYN with ICMP net unreachable.
+UNREACHABLE = "OSError:101"  # ENETUNREACH
+# Its own loopback (0.0.0.0 and 127.0.0.1, IPv4-mapped or not, are the run's own namespace's):
+# nobody listens there.
+OWN_LOOPBACK_EMPTY = "ConnectionRefusedError:111"
+# Well under the probe's 3 s timeout: a drop would cost all of it.
+AT_ONCE_SEC = 1.5
+
+
+OWN_LOOPBACK_ADDRESSES = ("0.0.0.0", "127.0.0.1", "::ffff:0.0.0.0", "::ffff:127.0.0.1")
+
+
+def assert_refused_at_once(results, times):
+    for host, r in results.items():
+        assert r == (OWN_LOOPBACK_EMPTY if host in OWN_LOOPBACK_ADDRESSES else UNREACHABLE), (host, results)
+        assert times[host] < AT_ONCE_SEC, (host, times)
 
 
 def test_network_only_when_the_operator_and_the_request_allow_it():
@@ -233,17 +257,78 @@ def test_a_runs_network_reaches_no_address_of_the_host():
             any_port = servers["0.0.0.0"][0]
             targets += [("0.0.0.0", any_port), ("10.0.2.2", any_port), ("127.0.0.1", any_port)]
             targets += [("::ffff:" + a, port) for a, port in targets if "." in a and a != "10.0.2.2"]
-            results, _ = probe(targets)
+            targets += [("169.254.169.254", 80)]  # cloud metadata: link-local, never listed anywhere
+            (results, times), _ = probe(targets)
             assert not seen, (seen, results)
-            assert all(not r.isalnum() for r in results.values()), results
-        # The operator may allow one (a proxy on the host): exactly that one is reached.
+            # Each one fails, at once, with the same errno; none just times out.
+            assert_refused_at_once(results, times)
+        # The operator may allow one (a proxy on the host): exactly that one is reached, through
+        # the loopback like every address of the host.
         ip = next(a for a in addresses if "." in a and a != EXTRA_ADDRESS)
         with dify_environment(SANDBOX_DIFY_NETWORK_ALLOW=f"{ip}/32"), \
                 listeners([ip, EXTRA_ADDRESS]) as (servers, seen):
-            results, _ = probe([(a, port) for a, (port, _) in servers.items()])
+            (results, times), _ = probe([(a, port) for a, (port, _) in servers.items()])
             assert results[ip] == servers[ip][1] and seen == {ip}, results
+            assert results[EXTRA_ADDRESS] == UNREACHABLE and times[EXTRA_ADDRESS] < AT_ONCE_SEC, (results, times)
     finally:
         in_system("ip", "addr", "del", EXTRA_ADDRESS + "/32", "dev", "lo")
+
+
+def test_addresses_the_host_routes_to_itself_are_not_reached():
+    """"This host" is what the kernel delivers locally, not a list of interface addresses: any
+    address of a prefix on lo, and of a `local` (AnyIP) route, is as unreachable as the host's own,
+    and fails as fast."""
+    on_lo, anyip = ("11.99.0.0/24", "11.99.0.7"), ("11.98.0.0/24", "11.98.0.5")
+    in_system("ip", "addr", "add", "11.99.0.1/24", "dev", "lo", check=True)
+    in_system("ip", "route", "add", "local", anyip[0], "dev", "lo", check=True)
+    try:
+        addresses = host_addresses()
+        assert on_lo[1] not in addresses and anyip[1] not in addresses, addresses
+        time.sleep(0.5)  # the manager hears of the routes; until then the loopback drop holds
+        with listeners([on_lo[1], anyip[1]]) as (servers, seen):
+            assert set(servers) == {on_lo[1], anyip[1]}, servers
+            targets = [(a, port) for a, (port, _) in servers.items()]
+            targets += [("::ffff:" + a, port) for a, port in targets]
+            (results, times), _ = probe(targets)
+            assert not seen, (seen, results)
+            assert_refused_at_once(results, times)
+    finally:
+        in_system("ip", "route", "del", "local", anyip[0], "dev", "lo")
+        in_system("ip", "addr", "del", "11.99.0.1/24", "dev", "lo")
+
+
+OWN_LOOPBACK = """
+import http.server, socket, threading, urllib.request
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"served on " + self.server.server_address[0].encode())
+
+    def log_message(self, *args):
+        pass
+
+class V6(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+for cls, host, url in [(http.server.ThreadingHTTPServer, "127.0.0.1", "http://127.0.0.1:%d/"),
+                       (V6, "::1", "http://[::1]:%d/"),
+                       (http.server.ThreadingHTTPServer, "0.0.0.0", "http://127.0.0.1:%d/")]:
+    server = cls((host, 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(opener.open(url % server.server_address[1], timeout=3).read().decode())
+    server.shutdown()
+    server.server_close()
+"""
+
+
+def test_a_runs_own_loopback_works():
+    """A local server inside the run (what multiprocessing managers, notebooks' kernels, test
+    servers do), reached from the same run: its loopback is its own, nothing filters it."""
+    data = ok_data(*dify_run(OWN_LOOPBACK, enable_network=True))
+    assert data["stdout"] == "served on 127.0.0.1\nserved on ::1\nserved on 0.0.0.0\n", data
 
 
 LATE_PROBE = """

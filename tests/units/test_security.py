@@ -108,9 +108,10 @@ OPEN = {
                                                     "their own filter, which names refused inet "
                                                     "sockets, and slirp4netns needs them for "
                                                     "dify runs with a network.",
-        "RestrictAddressFamilies=~AF_NETLINK": "The manager lists and watches the host's addresses "
-                                               "for the IP filter of dify runs' scopes; payloads' "
-                                               "own filter allows no netlink socket.",
+        "RestrictAddressFamilies=~AF_NETLINK": "The manager reads and watches the routing tables "
+                                               "(what is delivered to this host) for the network "
+                                               "filter of dify runs; payloads' own filter allows no "
+                                               "netlink socket.",
         "ProcSubset=": "The host check at start reads /proc/sys and /proc/swaps.",
         "DeviceAllow=": _RTC,
     },

@@ -764,6 +764,7 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
         _cleanup_close_ int outputs_fd = -EBADF, template_fd = -EBADF, exec_filter_fd = -EBADF;
         _cleanup_close_ int userns_fd = -EBADF, netns_fd = -EBADF;
+        int net_procs_fd = -EBADF;
         SandboxExec se;
         SandboxProcess sp;
         _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
@@ -857,6 +858,15 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         if (p->network && pipe2(ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
         if (p->network) {
+                /* Never a network without its filter. */
+                q = runner_network_cgroup(r);
+                if (q < 0) {
+                        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                                   "Failed to set up the network filter, the exec fails: %m");
+                        return runner_send_error(r, r->connection_generation, q,
+                                                 "failed to set up the network filter: %s", strerror(-q));
+                }
+                net_procs_fd = q;
                 q = runner_network_new(r, &userns_fd, &netns_fd);
                 if (q < 0) {
                         log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -930,7 +940,8 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
          * up; PID 1 starts the payload only then (runner-network.c). */
         if (p->network) {
                 ready_pipe[0] = safe_close(ready_pipe[0]);
-                q = runner_network_start(userns_fd, netns_fd, ready_pipe[1], &e->slirp, &e->slirp_exit_fd);
+                q = runner_network_start(net_procs_fd, userns_fd, netns_fd, ready_pipe[1], &e->slirp,
+                                         &e->slirp_exit_fd);
                 ready_pipe[1] = safe_close(ready_pipe[1]);
                 if (q < 0)
                         log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),

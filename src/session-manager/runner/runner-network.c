@@ -11,7 +11,13 @@
  * in view, every capability but CAP_NET_BIND_SERVICE dropped) and loads its seccomp filter
  * (--enable-seccomp) before it reads a packet. The user namespace is made by root, as every one of
  * ours is, so unprivileged user namespaces need not be allowed; and its owner is root, so nothing
- * running as the session's uid may ptrace slirp4netns. */
+ * running as the session's uid may ptrace slirp4netns.
+ *
+ * What slirp4netns may reach is judged in its own cgroup: "net" below the session's scope in the
+ * unified hierarchy, to which the runner attaches the manager's network filter (net-filter-bpf.h)
+ * and which slirp4netns's child joins before anything else. The payload stays in the scope, with no
+ * filter: its own loopback is its own. No controller is enabled below the scope, so the scope may
+ * keep its processes; memory and tasks of "net" still count to the scope. No filter, no network. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -25,11 +31,14 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/magic.h>
 
 #include "fs-util.h"
+#include "net-filter-bpf.h"
 #include "runner.h"
 #include "sandbox.h"
 #include "string-util.h"
@@ -86,6 +95,44 @@ int runner_network_new(const Runner *r, int *ret_userns_fd, int *ret_netns_fd) {
         *ret_userns_fd = TAKE_FD(userns_fd);
         *ret_netns_fd = TAKE_FD(netns_fd);
         return 0;
+}
+
+/* The scope's directory in the unified hierarchy, among those the runner opened at init (on a v2
+ * host the only one, on a hybrid one at /sys/fs/cgroup/unified). Borrowed. */
+static int scope_unified_cgroup(const Runner *r) {
+        struct statfs sfs;
+
+        for (size_t i = 0; i < r->n_template_cgroup_fds; i++)
+                if (fstatfs(r->template_cgroup_fds[i], &sfs) >= 0 && sfs.f_type == CGROUP2_SUPER_MAGIC)
+                        return r->template_cgroup_fds[i];
+        return -ENOMEDIUM;
+}
+
+int runner_network_cgroup(Runner *r) {
+        _cleanup_close_ int net_fd = -EBADF, procs_fd = -EBADF;
+        int scope_fd, q;
+
+        if (r->net_cgroup_procs_fd >= 0)
+                return r->net_cgroup_procs_fd;
+        if (r->net_filter_fds[0] < 0)
+                return -EOPNOTSUPP; /* the manager has no filter to give */
+        scope_fd = scope_unified_cgroup(r);
+        if (scope_fd < 0)
+                return scope_fd;
+        /* Ours: nothing else may create cgroups in a scope delegated to us. */
+        if (mkdirat(scope_fd, "net", 0755) < 0 && errno != EEXIST)
+                return -errno;
+        net_fd = openat(scope_fd, "net", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (net_fd < 0)
+                return -errno;
+        q = net_filter_programs_attach(net_fd, r->net_filter_fds);
+        if (q < 0)
+                return q;
+        procs_fd = openat(net_fd, "cgroup.procs", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (procs_fd < 0)
+                return -errno;
+        r->net_cgroup_procs_fd = TAKE_FD(procs_fd);
+        return r->net_cgroup_procs_fd;
 }
 
 /* The directory holding the host's resolver configuration when /etc/resolv.conf leads below /run
@@ -159,8 +206,10 @@ static const char *slirp_hide_secrets(void) {
 
 /* The child that becomes slirp4netns: the session's uid in the network's user namespace, the
  * secrets out of view, its death signal set last (a change of credentials clears it), and only
- * its fds: the ready pipe on 3, the network namespace on 4, the exit pipe on 5. */
-_noreturn_ static void slirp_child(int userns_fd, int netns_fd, int ready_fd, int exit_fd, pid_t runner) {
+ * its fds: the ready pipe on 3, the network namespace on 4, the exit pipe on 5. It joins the
+ * filtered cgroup first, while it is still the runner's root. */
+_noreturn_ static void slirp_child(int cgroup_procs_fd, int userns_fd, int netns_fd, int ready_fd,
+                                   int exit_fd, pid_t runner) {
         char *const argv[] = {
                 (char *) "slirp4netns",        (char *) "--configure",        (char *) "--mtu=65520",
                 (char *) "--disable-host-loopback", (char *) "--enable-sandbox", (char *) "--enable-seccomp",
@@ -173,6 +222,10 @@ _noreturn_ static void slirp_child(int userns_fd, int netns_fd, int ready_fd, in
         const char *step;
         sigset_t mask;
 
+        /* First, as the runner's root: no socket of slirp4netns exists outside the filter. */
+        step = "join the network filter's cgroup";
+        if (write(cgroup_procs_fd, "0", 1) != 1)
+                goto fail;
         step = "credentials";
         if (setgroups(0, NULL) < 0 || setns(userns_fd, CLONE_NEWUSER) < 0 || setresgid(0, 0, 0) < 0 ||
             setresuid(0, 0, 0) < 0)
@@ -207,7 +260,8 @@ fail:
         _exit(127);
 }
 
-int runner_network_start(int userns_fd, int netns_fd, int ready_fd, PidRef *ret, int *ret_exit_fd) {
+int runner_network_start(int cgroup_procs_fd, int userns_fd, int netns_fd, int ready_fd, PidRef *ret,
+                         int *ret_exit_fd) {
         _cleanup_close_pair_ int exit_pipe[2] = { -EBADF, -EBADF };
         pid_t runner = getpid();
         PidRef slirp = PIDREF_NULL;
@@ -220,7 +274,7 @@ int runner_network_start(int userns_fd, int netns_fd, int ready_fd, PidRef *ret,
         if (q < 0)
                 return q;
         if (q == 0)
-                slirp_child(userns_fd, netns_fd, ready_fd, exit_pipe[0], runner);
+                slirp_child(cgroup_procs_fd, userns_fd, netns_fd, ready_fd, exit_pipe[0], runner);
         *ret = slirp;
         *ret_exit_fd = TAKE_FD(exit_pipe[1]);
         return 0;

@@ -329,6 +329,7 @@ static int parse_argv(int argc, char *argv[], Runner *r) {
         static const struct option options[] = {
                 { "session-id", required_argument, NULL, 's' },
                 { "session-root", required_argument, NULL, 'r' },
+                { "network-filter", no_argument, NULL, 'n' },
                 {},
         };
         int c;
@@ -346,6 +347,15 @@ static int parse_argv(int argc, char *argv[], Runner *r) {
                         if (!r->session_root)
                                 return log_oom();
                         break;
+                case 'n':
+                        /* The manager's programs, on the fds after the control socket. */
+                        for (int i = 0; i < _NET_FILTER_PROGRAM_MAX; i++) {
+                                if (fcntl(NET_FILTER_RUNNER_FD + i, F_SETFD, FD_CLOEXEC) < 0)
+                                        return log_error_errno(errno, "No network filter on fd %i: %m",
+                                                               NET_FILTER_RUNNER_FD + i);
+                                r->net_filter_fds[i] = NET_FILTER_RUNNER_FD + i;
+                        }
+                        break;
                 default:
                         return -EINVAL;
                 }
@@ -358,10 +368,12 @@ int main(int argc, char *argv[]) {
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
         Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF, .template_filter_fd = -EBADF,
                            .workspace = { .fd = -EBADF, .view_fd = -EBADF },
-                           .cgroup_events = CGROUP_EVENTS_NULL };
+                           .cgroup_events = CGROUP_EVENTS_NULL, .net_cgroup_procs_fd = -EBADF };
         Runner *r = &runner;
         int q, fd;
 
+        for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
+                r->net_filter_fds[i] = -EBADF;
         log_setup("scopebox-runner");
         q = parse_argv(argc, argv, r);
         if (q < 0)
@@ -414,6 +426,9 @@ int main(int argc, char *argv[]) {
         for (size_t i = 0; i < r->n_template_cgroup_fds; i++)
                 safe_close(r->template_cgroup_fds[i]);
         safe_close(r->template_filter_fd);
+        for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
+                safe_close(r->net_filter_fds[i]);
+        safe_close(r->net_cgroup_procs_fd);
         r->archive_job = archive_job_free(r->archive_job);
         output_set_done(&r->outputs_snapshot);
         runner_close_connection(r);

@@ -15,6 +15,7 @@
 #include "cgroup-events.h"
 #include "id.h"
 #include "macro.h"
+#include "net-filter-bpf.h"
 #include "outputs.h"
 #include "pidref.h"
 #include "runner-protocol.h"
@@ -128,6 +129,10 @@ struct Runner {
         int template_cgroup_fds[16];
         size_t n_template_cgroup_fds;
         int template_filter_fd;
+        /* A dify run's network filter (runner-network.c): the manager's programs (-EBADF: none
+         * given), and the cgroup.procs of the cgroup they are attached to, once made. */
+        int net_filter_fds[_NET_FILTER_PROGRAM_MAX];
+        int net_cgroup_procs_fd;
 };
 
 /* Archive and restore run in the archive helper (archive-sandbox.c): libarchive parses hostile
@@ -209,10 +214,15 @@ int runner_handle_cancel(Runner *r, const void *params, const int *fds, size_t n
 /* runner-network.c: the network of an exec (dify runs with a network). A network namespace in a
  * new user namespace in which uid and gid 0 are the session's; the fds of both. */
 int runner_network_new(const Runner *r, int *ret_userns_fd, int *ret_netns_fd);
-/* Starts slirp4netns for that network namespace as uid 0 of that user namespace: it says "1" on
- * 'ready_fd' (borrowed, like the namespaces' fds) once the interface is up, and ends when
- * *ret_exit_fd closes. */
-int runner_network_start(int userns_fd, int netns_fd, int ready_fd, PidRef *ret, int *ret_exit_fd);
+/* The cgroup slirp4netns runs in, "net" below the scope in the unified hierarchy, with the network
+ * filter attached: made at the first exec with a network, then kept. Returns its cgroup.procs
+ * (borrowed); fails when there is no filter or it can't be attached (then there is no network). */
+int runner_network_cgroup(Runner *r);
+/* Starts slirp4netns for that network namespace as uid 0 of that user namespace, in the filtered
+ * cgroup ('cgroup_procs_fd', which it joins first): it says "1" on 'ready_fd' (borrowed, like the
+ * other fds) once the interface is up, and ends when *ret_exit_fd closes. */
+int runner_network_start(int cgroup_procs_fd, int userns_fd, int netns_fd, int ready_fd, PidRef *ret,
+                         int *ret_exit_fd);
 
 /* runner-kernel.c */
 int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new);
