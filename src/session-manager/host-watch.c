@@ -116,15 +116,11 @@ static int on_route_event(sd_event_source *source, int fd, uint32_t revents, voi
         return 0;
 }
 
-static void net_filter_destroy(void *userdata) {
-        net_filter_free(userdata);
-}
-
 NetFilter *manager_net_filter(Manager *m) {
-        return m->address_watch_source ? sd_event_source_get_userdata(m->address_watch_source) : NULL;
+        return m->net_filter;
 }
 
-int manager_watch_host_addresses(Manager *m) {
+int manager_watch_host_routes(Manager *m) {
         struct sockaddr_nl sa = {
                 .nl_family = AF_NETLINK,
                 .nl_groups = RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE,
@@ -149,11 +145,9 @@ int manager_watch_host_addresses(Manager *m) {
         r = net_filter_resync(f);
         if (r < 0)
                 return log_error_errno(r, "Failed to read the routing tables: %m");
-        r = event_add_io_owned(m->event, &m->address_watch_source, TAKE_FD(fd), EPOLLIN, on_route_event, f);
+        r = event_add_io_owned(m->event, &m->route_watch_source, TAKE_FD(fd), EPOLLIN, on_route_event, f);
         if (r < 0)
                 return r;
-        /* The filter lives as long as its watch: the manager's source owns it. */
-        (void) sd_event_source_set_destroy_callback(m->address_watch_source, net_filter_destroy);
-        TAKE_PTR(f);
+        m->net_filter = TAKE_PTR(f);
         return 0;
 }

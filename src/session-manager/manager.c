@@ -22,6 +22,7 @@
 #include "log.h"
 #include "drain.h"
 #include "manager.h"
+#include "net-filter.h"
 #include "run.h"
 #include "runner-protocol.h"
 #include "session.h"
@@ -90,7 +91,8 @@ Manager *manager_free(Manager *m) {
         m->job_removed_slot = sd_bus_slot_unref(m->job_removed_slot);
         sd_bus_flush_close_unref(m->bus);
         sd_event_unref(m->event);
-        m->address_watch_source = sd_event_source_disable_unref(m->address_watch_source);
+        m->route_watch_source = sd_event_source_disable_unref(m->route_watch_source);
+        m->net_filter = net_filter_free(m->net_filter);
         address_policy_done(&m->dify_network_allow);
         config_done(&m->config);
         free(m);
@@ -619,10 +621,10 @@ int manager_startup(Manager *m, int (*attach_bus)(Manager *m)) {
         r = systemd_subscribe(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to subscribe to systemd's job signals: %m");
-        /* Before the first run: no address may appear between a run's list and the watch. */
-        r = manager_watch_host_addresses(m);
+        /* Before the first run: the filter's DENY maps are complete before any run can use them. */
+        r = manager_watch_host_routes(m);
         if (r < 0)
-                return log_error_errno(r, "Failed to watch the host's addresses: %m");
+                return log_error_errno(r, "Failed to watch the routes to this host: %m");
 
         r = mkdir_p(SESSION_STATE_DIR, 0700);
         if (r < 0)

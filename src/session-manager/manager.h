@@ -20,6 +20,7 @@ typedef struct Session Session;
 typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
 typedef struct SystemdJob SystemdJob;
 typedef struct ChildWatch ChildWatch;
+typedef struct NetFilter NetFilter;
 
 /* Exit after this long without sessions (bus activation starts us again); $SCOPEBOX_IDLE_EXIT_SEC
  * overrides it (daemon-util.h). */
@@ -42,7 +43,8 @@ struct Manager {
         sd_bus *bus;
         Config config;
         AddressPolicy dify_network_allow; /* SANDBOX_DIFY_NETWORK_ALLOW */
-        sd_event_source *address_watch_source; /* new host addresses: runs' filters follow */
+        sd_event_source *route_watch_source;   /* routes to this host: the dify network filter follows */
+        NetFilter *net_filter;                 /* dify runs' network filter; NULL if it failed */
 
         Session *sessions;     /* linked list */
         unsigned n_sessions;
@@ -88,9 +90,8 @@ struct Manager {
 };
 
 int manager_new(Manager **ret);
-/* host-watch.c: from now on, every new address of the host is added to the IP filter of each
- * live dify run's scope. */
-int manager_watch_host_addresses(Manager *m);
+/* host-watch.c: loads the dify network filter and keeps its DENY maps in step with the routes. */
+int manager_watch_host_routes(Manager *m);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 

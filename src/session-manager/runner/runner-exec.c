@@ -913,8 +913,8 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
                 if (q >= 0) {
                         template_fd = q;
                         se.template_fd = template_fd;
-                        se.cgroup_fds = r->template_cgroup_fds;
-                        se.n_cgroup_fds = r->n_template_cgroup_fds;
+                        se.cgroup_fds = r->scope_cgroup_fds;
+                        se.n_cgroup_fds = r->n_scope_cgroup_fds;
                         se.filter_fd = filter ? exec_filter_fd : r->template_filter_fd;
                         if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &se.site) < 0)
                                 se.site = (struct stat) {};

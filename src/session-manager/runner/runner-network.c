@@ -102,9 +102,9 @@ int runner_network_new(const Runner *r, int *ret_userns_fd, int *ret_netns_fd) {
 static int scope_unified_cgroup(const Runner *r) {
         struct statfs sfs;
 
-        for (size_t i = 0; i < r->n_template_cgroup_fds; i++)
-                if (fstatfs(r->template_cgroup_fds[i], &sfs) >= 0 && sfs.f_type == CGROUP2_SUPER_MAGIC)
-                        return r->template_cgroup_fds[i];
+        for (size_t i = 0; i < r->n_scope_cgroup_fds; i++)
+                if (fstatfs(r->scope_cgroup_fds[i], &sfs) >= 0 && sfs.f_type == CGROUP2_SUPER_MAGIC)
+                        return r->scope_cgroup_fds[i];
         return -ENOMEDIUM;
 }
 

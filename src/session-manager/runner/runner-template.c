@@ -78,14 +78,14 @@ static int open_own_cgroups(Runner *r) {
                 if (!c2)
                         return -EBADMSG;
                 *c2 = 0;
-                if (r->n_template_cgroup_fds >= ELEMENTSOF(r->template_cgroup_fds))
+                if (r->n_scope_cgroup_fds >= ELEMENTSOF(r->scope_cgroup_fds))
                         return -E2BIG;
                 q = open_hierarchy(c1 + 1, c2 + 1);
                 if (q < 0)
                         return q;
-                r->template_cgroup_fds[r->n_template_cgroup_fds++] = q;
+                r->scope_cgroup_fds[r->n_scope_cgroup_fds++] = q;
         }
-        return r->n_template_cgroup_fds > 0 ? 0 : -ENOENT;
+        return r->n_scope_cgroup_fds > 0 ? 0 : -ENOENT;
 }
 
 int runner_filter_bpf(scmp_filter_ctx filter, int *ret_fd) {
@@ -109,14 +109,19 @@ void runner_template_setup(Runner *r) {
         int q;
 
         q = open_own_cgroups(r);
-        if (q >= 0)
-                q = runner_filter_bpf(r->seccomp, &r->template_filter_fd);
         if (q < 0) {
                 log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                           "Failed to prepare execs from the template, they start cold: %m");
-                for (size_t i = 0; i < r->n_template_cgroup_fds; i++)
-                        safe_close(r->template_cgroup_fds[i]);
-                r->n_template_cgroup_fds = 0;
+                           "Failed to open the scope's cgroups, execs start cold: %m");
+                for (size_t i = 0; i < r->n_scope_cgroup_fds; i++)
+                        safe_close(r->scope_cgroup_fds[i]);
+                r->n_scope_cgroup_fds = 0;
+                return;
+        }
+        /* The cgroups stay open without the filter: a run's network filter needs them too. */
+        q = runner_filter_bpf(r->seccomp, &r->template_filter_fd);
+        if (q < 0) {
+                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to export the seccomp filter, execs start cold: %m");
                 r->template_filter_fd = safe_close(r->template_filter_fd);
         }
 }
@@ -125,7 +130,7 @@ int runner_template_connect(Runner *r) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX, .sun_path = TEMPLATE_SOCKET_PATH };
         _cleanup_close_ int fd = -EBADF;
 
-        if (r->n_template_cgroup_fds == 0 || r->template_filter_fd < 0)
+        if (r->n_scope_cgroup_fds == 0 || r->template_filter_fd < 0)
                 return -EOPNOTSUPP;
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)

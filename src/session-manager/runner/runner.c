@@ -423,8 +423,8 @@ int main(int argc, char *argv[]) {
         r->exec = runner_exec_free(r->exec);
         runner_kernel_stop(r);
         free(r->preload_modules);
-        for (size_t i = 0; i < r->n_template_cgroup_fds; i++)
-                safe_close(r->template_cgroup_fds[i]);
+        for (size_t i = 0; i < r->n_scope_cgroup_fds; i++)
+                safe_close(r->scope_cgroup_fds[i]);
         safe_close(r->template_filter_fd);
         for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
                 safe_close(r->net_filter_fds[i]);

@@ -124,10 +124,10 @@ struct Runner {
         bool outputs_snapshot_valid;
 
         char *preload_modules;    /* what the manager's init named (execs say "cold" themselves) */
-        /* For execs from the template (runner-template.c): the scope's cgroup in each hierarchy,
-         * the filter's BPF. */
-        int template_cgroup_fds[16];
-        size_t n_template_cgroup_fds;
+        /* The scope's cgroup in each hierarchy (runner-template.c): for execs from the template,
+         * which also need the filter's BPF, and for a run's network filter (runner-network.c). */
+        int scope_cgroup_fds[16];
+        size_t n_scope_cgroup_fds;
         int template_filter_fd;
         /* A dify run's network filter (runner-network.c): the manager's programs (-EBADF: none
          * given), and the cgroup.procs of the cgroup they are attached to, once made. */
