@@ -757,23 +757,39 @@ static int runner_exec_watch(RunnerExec *e) {
         return q;
 }
 
-int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_fds) {
-        const RunnerExecRequest *p = params;
-        int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF;
-        _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
-        _cleanup_close_pair_ int ready_pipe[2] = { -EBADF, -EBADF };
-        _cleanup_close_ int outputs_fd = -EBADF, template_fd = -EBADF, exec_filter_fd = -EBADF;
-        _cleanup_close_ int userns_fd = -EBADF, netns_fd = -EBADF;
-        int net_procs_fd = -EBADF;
-        SandboxExec se;
-        SandboxProcess sp;
-        _cleanup_(seccomp_releasep) scmp_filter_ctx filter = NULL;
-        _cleanup_free_ char *http_proxy = NULL, *https_proxy = NULL;
-        char *extra_env[3] = {};
-        size_t n_env = 0;
-        SandboxLanguage language = SANDBOX_PYTHON3;
+/* What an exec's start holds only until its sandbox runs: the profile's own filter and
+ * environment, the network's namespaces and pipes, the template's connection. */
+typedef struct ExecSetup {
+        SandboxLanguage language;
+        scmp_filter_ctx filter;         /* this exec's own (the dify profile, a network), or NULL */
+        char *http_proxy, *https_proxy; /* "HTTP_PROXY=..." */
+        char *extra_env[3];
+        int ready_pipe[2];              /* slirp4netns says the network is up */
+        int net_procs_fd;               /* borrowed: the filtered cgroup slirp4netns joins */
+        int userns_fd, netns_fd;
+        int template_fd, exec_filter_fd;
+} ExecSetup;
+
+#define EXEC_SETUP_NULL                                                                              \
+        (ExecSetup) { .language = SANDBOX_PYTHON3, .ready_pipe = { -EBADF, -EBADF },                  \
+                      .net_procs_fd = -EBADF, .userns_fd = -EBADF, .netns_fd = -EBADF,                \
+                      .template_fd = -EBADF, .exec_filter_fd = -EBADF }
+
+static void exec_setup_done(ExecSetup *x) {
+        if (x->filter)
+                seccomp_release(x->filter);
+        free(x->http_proxy);
+        free(x->https_proxy);
+        close_pairp(&x->ready_pipe);
+        safe_close(x->userns_fd);
+        safe_close(x->netns_fd);
+        safe_close(x->template_fd);
+        safe_close(x->exec_filter_fd);
+}
+
+/* What the request asks of this runner's state and of its profile; an answer when it can't be. */
+static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd, ExecSetup *x) {
         struct stat st;
-        int q;
 
         if (!r->initialized)
                 return runner_send_error(r, r->connection_generation, ENOTCONN, "session not initialized");
@@ -782,33 +798,45 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         if (code_fd < 0 || fstat(code_fd, &st) < 0 || !S_ISREG(st.st_mode))
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         if (p->language && streq(p->language, "nodejs"))
-                language = SANDBOX_NODEJS;
+                x->language = SANDBOX_NODEJS;
         else if (p->language && !streq(p->language, "python3"))
                 return runner_send_error(r, r->connection_generation, EINVAL,
                                          BUS_MESSAGE_UNSUPPORTED_LANGUAGE);
         /* The kernel is the sidecar's python profile only. */
-        if (p->stateful && (language != SANDBOX_PYTHON3 || p->no_processes || p->network))
+        if (p->stateful && (x->language != SANDBOX_PYTHON3 || p->no_processes || p->network))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
+        return 1;
+}
 
-        /* The session's filter, or one for this exec's profile. */
+/* The session's filter, or one for this exec's profile; its proxies with a network. */
+static int exec_setup_profile(Runner *r, const RunnerExecRequest *p, ExecSetup *x) {
+        size_t n_env = 0;
+        int q;
+
         if (p->no_processes || p->network) {
                 q = seccomp_policy_build(
                         &(SeccompOptions) { .allow_inet = p->network, .no_processes = p->no_processes },
-                        &filter);
+                        &x->filter);
                 if (q < 0)
                         return runner_send_error(r, r->connection_generation, q,
                                                  "failed to build the seccomp filter");
         }
         if (p->network && !isempty(p->http_proxy)) {
-                if (asprintf(&http_proxy, "HTTP_PROXY=%s", p->http_proxy) < 0)
+                if (asprintf(&x->http_proxy, "HTTP_PROXY=%s", p->http_proxy) < 0)
                         return log_oom();
-                extra_env[n_env++] = http_proxy;
+                x->extra_env[n_env++] = x->http_proxy;
         }
         if (p->network && !isempty(p->https_proxy)) {
-                if (asprintf(&https_proxy, "HTTPS_PROXY=%s", p->https_proxy) < 0)
+                if (asprintf(&x->https_proxy, "HTTPS_PROXY=%s", p->https_proxy) < 0)
                         return log_oom();
-                extra_env[n_env++] = https_proxy;
+                x->extra_env[n_env++] = x->https_proxy;
         }
+        return 1;
+}
+
+static int runner_exec_new(Runner *r, const RunnerExecRequest *p, int stream_fd, RunnerExec **ret) {
+        _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
+        int q;
 
         e = calloc(1, sizeof(RunnerExec));
         if (!e)
@@ -829,6 +857,7 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
                 .started_usec = now_usec(CLOCK_MONOTONIC),
                 .oom_kills_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL),
                 .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
+                .stateful = p->stateful,
         };
         static_assert(sizeof(e->exec_id) > RUNNER_EXEC_ID_MAX, "the exec id fits");
         snprintf(e->exec_id, sizeof(e->exec_id), "%s", p->exec_id);
@@ -837,46 +866,90 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
                 if (q < 0)
                         return runner_send_error(r, r->connection_generation, -q, "invalid output stream");
         }
+        *ret = TAKE_PTR(e);
+        return 1;
+}
 
-        /* outputs/ before the exec: as the last exec left it, unless a file operation changed
-         * it since (then walk it again). */
+/* outputs/ before the exec: as the last exec left it, unless a file operation changed it since
+ * (then walk it again). */
+static int runner_exec_snapshot_outputs(RunnerExec *e) {
+        Runner *r = e->runner;
+        _cleanup_close_ int outputs_fd = -EBADF;
+        int q;
+
         if (r->outputs_snapshot_valid) {
                 e->before = r->outputs_snapshot;
                 r->outputs_snapshot = (OutputSet) {};
                 r->outputs_snapshot_valid = false;
-        } else {
-                outputs_fd =
-                        openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (outputs_fd >= 0) {
-                        q = output_set_scan(outputs_fd, &e->before);
-                        if (q < 0)
-                                return runner_send_error(r, r->connection_generation, q,
-                                                         "failed to scan outputs");
-                }
+                return 1;
         }
+        outputs_fd = openat(r->workspace.fd, "outputs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (outputs_fd >= 0) {
+                q = output_set_scan(outputs_fd, &e->before);
+                if (q < 0)
+                        return runner_send_error(r, r->connection_generation, q, "failed to scan outputs");
+        }
+        return 1;
+}
 
-        if (p->network && pipe2(ready_pipe, O_CLOEXEC) < 0)
+/* The network's filtered cgroup and namespaces, before the sandbox: never a network without its
+ * filter. */
+static int exec_setup_network(Runner *r, ExecSetup *x) {
+        int q;
+
+        if (pipe2(x->ready_pipe, O_CLOEXEC) < 0)
                 return runner_send_error(r, r->connection_generation, errno, "failed to create pipes");
-        if (p->network) {
-                /* Never a network without its filter. */
-                q = runner_network_cgroup(r);
-                if (q < 0) {
-                        log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Failed to set up the network filter, the exec fails: %m");
-                        return runner_send_error(r, r->connection_generation, q,
-                                                 "failed to set up the network filter: %s", strerror(-q));
-                }
-                net_procs_fd = q;
-                q = runner_network_new(r, &userns_fd, &netns_fd);
-                if (q < 0) {
-                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Failed to create the exec's network namespace: %m");
-                        return runner_send_error(r, r->connection_generation, q,
-                                                 "failed to create the network namespace");
+        q = runner_network_cgroup(r);
+        if (q < 0) {
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to set up the network filter, the exec fails: %m");
+                return runner_send_error(r, r->connection_generation, q,
+                                         "failed to set up the network filter: %s", strerror(-q));
+        }
+        x->net_procs_fd = q;
+        q = runner_network_new(r, &x->userns_fd, &x->netns_fd);
+        if (q < 0) {
+                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to create the exec's network namespace: %m");
+                return runner_send_error(r, r->connection_generation, q,
+                                         "failed to create the network namespace");
+        }
+        return 1;
+}
+
+/* A python payload is forked by the template, if it is there; PID 1 starts it cold otherwise. */
+static void exec_setup_template(Runner *r, RunnerExec *e, ExecSetup *x, SandboxExec *se) {
+        int q;
+
+        q = runner_template_connect(r);
+        if (q >= 0 && x->filter) {
+                /* This exec's own filter (the dify profile, a network), as BPF. */
+                int k = runner_filter_bpf(x->filter, &x->exec_filter_fd);
+                if (k < 0) {
+                        safe_close(q);
+                        q = k;
                 }
         }
+        if (q < 0) {
+                e->template_error = -q;
+                return;
+        }
+        x->template_fd = q;
+        se->template_fd = x->template_fd;
+        se->cgroup_fds = r->scope_cgroup_fds;
+        se->n_cgroup_fds = r->n_scope_cgroup_fds;
+        se->filter_fd = x->filter ? x->exec_filter_fd : r->template_filter_fd;
+        if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &se->site) < 0)
+                se->site = (struct stat) {};
+}
 
-        e->stateful = p->stateful;
+/* PID 1 of the exec's sandbox (or the kernel's next cell), its pipes in 'e'. */
+static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code_fd, ExecSetup *x) {
+        Runner *r = e->runner;
+        SandboxExec se;
+        SandboxProcess sp;
+        int q;
+
         if (p->stateful) {
                 /* Kept for a retry in a new kernel. */
                 e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
@@ -884,49 +957,27 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
                         return runner_send_error(r, r->connection_generation, errno,
                                                  "failed to keep the code");
                 se = runner_exec_cell(e);
-        } else
+                q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
+        } else {
                 se = (SandboxExec) {
                         .code_fd = code_fd,
                         .timeout_ms = e->timeout_ms,
-                        .memory_limit = (uint64_t) p->memory_limit,
-                        .language = language,
+                        .memory_limit = p->memory_limit,
+                        .language = x->language,
                         .no_processes = p->no_processes,
-                        .extra_env = extra_env,
-                        .network_ready_fd = p->network ? ready_pipe[0] : -EBADF,
-                        .netns_fd = netns_fd,
+                        .extra_env = x->extra_env,
+                        .network_ready_fd = p->network ? x->ready_pipe[0] : -EBADF,
+                        .netns_fd = x->netns_fd,
                         .template_fd = -EBADF,
                         .filter_fd = -EBADF,
-                        .seccomp = filter ?: r->seccomp,
+                        .seccomp = x->filter ?: r->seccomp,
                 };
-        /* A python payload is forked by the template, if it is there; PID 1 starts it cold
-         * otherwise. */
-        if (language == SANDBOX_PYTHON3 && !p->cold && !p->stateful) {
-                q = runner_template_connect(r);
-                if (q >= 0 && filter) {
-                        /* This exec's own filter (the dify profile, a network), as BPF. */
-                        int k = runner_filter_bpf(filter, &exec_filter_fd);
-                        if (k < 0) {
-                                safe_close(q);
-                                q = k;
-                        }
-                }
-                if (q >= 0) {
-                        template_fd = q;
-                        se.template_fd = template_fd;
-                        se.cgroup_fds = r->scope_cgroup_fds;
-                        se.n_cgroup_fds = r->n_scope_cgroup_fds;
-                        se.filter_fd = filter ? exec_filter_fd : r->template_filter_fd;
-                        if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &se.site) < 0)
-                                se.site = (struct stat) {};
-                } else
-                        e->template_error = -q;
+                if (x->language == SANDBOX_PYTHON3 && !p->cold)
+                        exec_setup_template(r, e, x, &se);
+                q = runner_spawn_sandbox(r, &se, x->ready_pipe[1], &sp);
         }
-        if (p->stateful)
-                q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
-        else
-                q = runner_spawn_sandbox(r, &se, ready_pipe[1], &sp);
-        template_fd = safe_close(template_fd);
-        exec_filter_fd = safe_close(exec_filter_fd);
+        x->template_fd = safe_close(x->template_fd);
+        x->exec_filter_fd = safe_close(x->exec_filter_fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, -q, "failed to create the sandbox: %s",
                                          strerror(-q));
@@ -934,21 +985,50 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         e->out.fd = sp.out_fd;
         e->err.fd = sp.err_fd;
         e->status_fd = sp.status_fd;
+        return 1;
+}
 
-        /* The network, for an exec that may have one: slirp4netns plugs a user-mode stack into
-         * the sandbox's namespace (no route to the host's loopback) and tells PID 1 when it is
-         * up; PID 1 starts the payload only then (runner-network.c). */
-        if (p->network) {
-                ready_pipe[0] = safe_close(ready_pipe[0]);
-                q = runner_network_start(net_procs_fd, userns_fd, netns_fd, ready_pipe[1], &e->slirp,
-                                         &e->slirp_exit_fd);
-                ready_pipe[1] = safe_close(ready_pipe[1]);
-                if (q < 0)
-                        log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                                   "Failed to start slirp4netns, the exec fails: %m");
-        }
-        userns_fd = safe_close(userns_fd);
-        netns_fd = safe_close(netns_fd);
+/* slirp4netns plugs a user-mode stack into the sandbox's namespace (no route to the host's
+ * loopback) and tells PID 1 when it is up; PID 1 starts the payload only then
+ * (runner-network.c). A failure shows as the exec's: its payload never starts. */
+static void runner_exec_start_network(RunnerExec *e, ExecSetup *x) {
+        int q;
+
+        x->ready_pipe[0] = safe_close(x->ready_pipe[0]);
+        q = runner_network_start(x->net_procs_fd, x->userns_fd, x->netns_fd, x->ready_pipe[1], &e->slirp,
+                                 &e->slirp_exit_fd);
+        x->ready_pipe[1] = safe_close(x->ready_pipe[1]);
+        if (q < 0)
+                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(e->runner->session_id)),
+                           "Failed to start slirp4netns, the exec fails: %m");
+}
+
+/* Each step answers the request itself when it fails (returns ≤ 0 then); the exec, once
+ * started, is answered by runner_exec_finish(). */
+int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_fds) {
+        const RunnerExecRequest *p = params;
+        int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF;
+        _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
+        _cleanup_(exec_setup_done) ExecSetup x = EXEC_SETUP_NULL;
+        int q;
+
+        q = exec_request_check(r, p, code_fd, &x);
+        if (q > 0)
+                q = exec_setup_profile(r, p, &x);
+        if (q > 0)
+                q = runner_exec_new(r, p, stream_fd, &e);
+        if (q > 0)
+                q = runner_exec_snapshot_outputs(e);
+        if (q > 0 && p->network)
+                q = exec_setup_network(r, &x);
+        if (q > 0)
+                q = runner_exec_spawn(e, p, code_fd, &x);
+        if (q <= 0)
+                return q;
+        if (p->network)
+                runner_exec_start_network(e, &x);
+        x.userns_fd = safe_close(x.userns_fd);
+        x.netns_fd = safe_close(x.netns_fd);
 
         q = runner_exec_watch(e);
         if (q >= 0)
