@@ -82,10 +82,114 @@ void agent_touch(Agent *a) {
         agent_arm_idle(a);
 }
 
+static Agent *agent_free(Agent *a) {
+        if (!a)
+                return NULL;
+        a->idle_exit = bus_idle_exit_free(a->idle_exit);
+        agent_done(a);
+        a->curl = curl_driver_free(a->curl);
+        a->idle_source = sd_event_source_disable_unref(a->idle_source);
+        sd_bus_flush_close_unref(a->bus);
+        sd_event_unref(a->event);
+        free(a);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Agent *, agent_free);
+
+/* The configuration; nothing else is set up yet. */
+static int agent_new(Agent **ret) {
+        _cleanup_(agent_freep) Agent *a = NULL;
+        _cleanup_free_ char *config_error = NULL;
+        int r;
+
+        a = calloc(1, sizeof(Agent));
+        if (!a)
+                return log_oom();
+        r = config_load(&a->config, getenv("SCOPEBOX_CONFIG"), &config_error);
+        if (r < 0)
+                return log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
+        r = address_policy_parse(a->config.storage_allowed_networks, &a->address_policy, &config_error);
+        if (r < 0)
+                return log_error_errno(
+                        r,
+                        "Invalid configuration: SANDBOX_STORAGE_ALLOWED_NETWORKS: '%s' is not an "
+                        "address or network (address/prefix length)",
+                        strna(config_error));
+        *ret = TAKE_PTR(a);
+        return 0;
+}
+
+/* Before the bus name is ours no staging can be in progress: what is there, a killed agent left. */
+static void agent_sweep_staging(Agent *a) {
+        int r;
+
+        if (isempty(a->config.local_storage_dir))
+                return;
+        r = local_sweep_staging(a->config.local_storage_dir);
+        if (r < 0)
+                log_warning_errno(r, "Failed to clean up '%s/" LOCAL_STAGING_DIR "', ignoring: %m",
+                                  a->config.local_storage_dir);
+        else if (r > 0)
+                log_struct(
+                        LOG_NOTICE, 0, LOG_FIELDS("SCOPEBOX_EVENT=staging-swept"),
+                        "Removed %i leftover staging file%s of an earlier agent from '%s/" LOCAL_STAGING_DIR
+                        "'.",
+                        r, r == 1 ? "" : "s", a->config.local_storage_dir);
+}
+
+/* The event loop, libcurl, the bus objects, the idle timer; the bus name last, so that no call
+ * arrives before we can answer it. */
+static int agent_startup(Agent *a) {
+        int r;
+
+        agent_sweep_staging(a);
+
+        /* SIGCHLD is blocked too: the fsync children of local commits are watched by pidfd. */
+        r = daemon_event_new(&a->event, SIGTERM, SIGINT, -1);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the event loop: %m");
+        (void) sd_event_set_watchdog(a->event, true);
+        r = curl_driver_new(a->event, &a->curl);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up libcurl: %m");
+
+        r = bus_errors_register();
+        if (r >= 0)
+                r = sd_bus_default_system(&a->bus);
+        if (r < 0)
+                return log_error_errno(r, "Failed to connect to the system bus: %m");
+        r = sd_bus_attach_event(a->bus, a->event, SD_EVENT_PRIORITY_NORMAL);
+        if (r >= 0)
+                r = agent_add_bus_objects(a);
+        if (r >= 0)
+                r = bus_add_log_control(a->bus);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up bus objects: %m");
+        r = sd_event_add_time_relative(a->event, &a->idle_source, CLOCK_MONOTONIC, arg_idle_exit_usec,
+                                       USEC_PER_SEC, on_idle, a);
+        if (r < 0)
+                return log_error_errno(r, "Failed to arm the idle timer: %m");
+        r = sd_bus_request_name(a->bus, STORAGE_AGENT_BUS_NAME, 0);
+        if (r < 0)
+                return log_error_errno(r, "Failed to acquire bus name %s: %m", STORAGE_AGENT_BUS_NAME);
+        return 0;
+}
+
+static int agent_run(Agent *a) {
+        int r;
+
+        agent_send_status(a);
+        (void) sd_notify(false, "READY=1");
+        r = sd_event_loop(a->event);
+        if (r >= 0 && bus_idle_exit_gave_up(a->idle_exit))
+                log_warning("Calls queued before the idle exit were still unanswered after %llus; exiting "
+                            "anyway.",
+                            (unsigned long long) (bus_timeout_storage_gc_usec(&a->config) / USEC_PER_SEC));
+        return r;
+}
+
 int main(int argc, char *argv[]) {
-        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
-        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-        Agent agent = {}, *a = &agent;
+        _cleanup_(agent_freep) Agent *a = NULL;
         int r;
 
         r = daemon_setup_bus(argc, argv, "scopebox-storage-agent",
@@ -99,97 +203,11 @@ int main(int argc, char *argv[]) {
                 log_warning("Ignoring %s=%s: not a whole number of seconds from 1 to 86400.",
                             DAEMON_IDLE_EXIT_ENV, getenv(DAEMON_IDLE_EXIT_ENV));
 
-        {
-                _cleanup_free_ char *config_error = NULL;
-                r = config_load(&a->config, getenv("SCOPEBOX_CONFIG"), &config_error);
-                if (r < 0) {
-                        log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
-                        goto finish;
-                }
-                r = address_policy_parse(a->config.storage_allowed_networks, &a->address_policy,
-                                         &config_error);
-                if (r < 0) {
-                        log_error_errno(
-                                r,
-                                "Invalid configuration: SANDBOX_STORAGE_ALLOWED_NETWORKS: '%s' is not an "
-                                "address or network (address/prefix length)",
-                                strna(config_error));
-                        goto finish;
-                }
-        }
-
-        /* Before the bus name is ours no staging can be in progress: what is there, a killed agent left. */
-        if (!isempty(a->config.local_storage_dir)) {
-                r = local_sweep_staging(a->config.local_storage_dir);
-                if (r < 0)
-                        log_warning_errno(r, "Failed to clean up '%s/" LOCAL_STAGING_DIR "', ignoring: %m",
-                                          a->config.local_storage_dir);
-                else if (r > 0)
-                        log_struct(
-                                LOG_NOTICE, 0, LOG_FIELDS("SCOPEBOX_EVENT=staging-swept"),
-                                "Removed %i leftover staging file%s of an earlier agent from "
-                                "'%s/" LOCAL_STAGING_DIR
-                                "'.",
-                                r, r == 1 ? "" : "s", a->config.local_storage_dir);
-        }
-
-        /* SIGCHLD is blocked too: sd_event_add_child() watches the fsync children of local commits. */
-        r = daemon_event_new(&event, SIGTERM, SIGINT, -1);
-        if (r < 0) {
-                log_error_errno(r, "Failed to set up the event loop: %m");
-                goto finish;
-        }
-        a->event = event;
-        (void) sd_event_set_watchdog(event, true);
-
-        r = curl_driver_new(event, &a->curl);
-        if (r < 0) {
-                log_error_errno(r, "Failed to set up libcurl: %m");
-                goto finish;
-        }
-
-        r = bus_errors_register();
+        r = agent_new(&a);
         if (r >= 0)
-                r = sd_bus_default_system(&bus);
-        if (r < 0) {
-                log_error_errno(r, "Failed to connect to the system bus: %m");
-                goto finish;
-        }
-        a->bus = bus;
-        r = sd_bus_attach_event(bus, event, SD_EVENT_PRIORITY_NORMAL);
+                r = agent_startup(a);
         if (r >= 0)
-                r = agent_add_bus_objects(a);
-        if (r >= 0)
-                r = bus_add_log_control(bus);
-        if (r < 0) {
-                log_error_errno(r, "Failed to set up bus objects: %m");
-                goto finish;
-        }
-        r = sd_event_add_time_relative(event, &a->idle_source, CLOCK_MONOTONIC, arg_idle_exit_usec,
-                                       USEC_PER_SEC, on_idle, a);
-        if (r < 0) {
-                log_error_errno(r, "Failed to arm the idle timer: %m");
-                goto finish;
-        }
-        r = sd_bus_request_name(bus, STORAGE_AGENT_BUS_NAME, 0);
-        if (r < 0) {
-                log_error_errno(r, "Failed to acquire bus name %s: %m", STORAGE_AGENT_BUS_NAME);
-                goto finish;
-        }
-
-        agent_send_status(a);
-        (void) sd_notify(false, "READY=1");
-        r = sd_event_loop(event);
-        if (r >= 0 && bus_idle_exit_gave_up(a->idle_exit))
-                log_warning("Calls queued before the idle exit were still unanswered after %llus; exiting "
-                            "anyway.",
-                            (unsigned long long) (bus_timeout_storage_gc_usec(&a->config) / USEC_PER_SEC));
-
-finish:
-        a->idle_exit = bus_idle_exit_free(a->idle_exit);
-        agent_done(a);
-        a->curl = curl_driver_free(a->curl);
-        a->idle_source = sd_event_source_disable_unref(a->idle_source);
+                r = agent_run(a);
         if (r < 0) {
                 (void) sd_notifyf(false, "ERRNO=%i", -r);
                 return EXIT_FAILURE;
