@@ -732,6 +732,9 @@ static int dify_reply_error(HttpRequest *req, unsigned status, int code, const c
         HttpResponse *resp = NULL;
         int r = dify_response_new_error(status, code, message, &resp);
 
+        /* MAX_REQUESTS reached: runs end within WORKER_TIMEOUT, a retry soon may find room. */
+        if (r >= 0 && status == HTTP_SERVICE_UNAVAILABLE)
+                resp->retry_after = HTTP_BUSY_RETRY_AFTER;
         return http_request_reply_made(req, r, resp);
 }
 
