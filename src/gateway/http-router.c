@@ -1015,7 +1015,8 @@ static struct MHD_Response *http_response_to_mhd(Server *s, HttpResponse *resp) 
         q->server = s;
 
         if (resp->source.read) {
-                /* Its owner bounds what it holds. */
+                /* Its owner bounds what it holds, and says how much that is. */
+                q->bytes = resp->source.footprint;
                 q->source = resp->source;
                 resp->source = (HttpBodySource) {};
                 m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, http_queued_read,

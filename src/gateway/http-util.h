@@ -55,6 +55,8 @@ typedef struct HttpBodySource {
         ssize_t (*read)(void *userdata, uint64_t pos, char *buf, size_t max);
         void (*free)(void *userdata);
         void *userdata;
+        uint64_t footprint;        /* the most its owner holds for it at a time, counted against
+                                    * the body budget while libmicrohttpd holds the response */
 } HttpBodySource;
 
 typedef struct HttpResponse {
