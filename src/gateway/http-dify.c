@@ -780,7 +780,8 @@ static int dify_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
         http_bus_error_describe(e, gone, &status, &message, &internal);
         http_request_log_bus_error(req, e, internal);
 
-        if (status == HTTP_TOO_MANY_REQUESTS)
+        /* The manager's queue, or the bus's bound of calls waiting for replies: nothing ran. */
+        if (status == HTTP_TOO_MANY_REQUESTS || sd_bus_error_has_name(e, SD_BUS_ERROR_LIMITS_EXCEEDED))
                 return dify_reply_error(req, HTTP_SERVICE_UNAVAILABLE, DIFY_CODE_UNAVAILABLE,
                                         DIFY_MESSAGE_TOO_MANY_REQUESTS);
         if (status == HTTP_BAD_REQUEST || status == HTTP_PAYLOAD_TOO_LARGE)

@@ -247,6 +247,10 @@ static const BusErrorMapping bus_error_mappings[] = {
           "failed to restore the workspace from its archive", false, "5" },
         /* scopeboxctl drain: the balancer sends new sessions elsewhere; a retry may reach another node. */
         { BUS_ERROR_DRAINING, HTTP_SERVICE_UNAVAILABLE, "node is draining", true, "1" },
+        /* The bus refused the call: the gateway has as many calls waiting for their replies as
+         * dbus-daemon allows one connection (max_replies_per_connection, 128 on the system bus).
+         * Nothing was done; a retry finds room once some are answered. */
+        { SD_BUS_ERROR_LIMITS_EXCEEDED, HTTP_SERVICE_UNAVAILABLE, HTTP_ERROR_CALLS_EXCEEDED, true, "1" },
         /* Internal failures: the bus message may name units, paths or peers; keep it in the log. */
         { BUS_ERROR_BACKEND_FAILED, HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
         /* Between the session manager and the storage agent only (the manager stages anew, or

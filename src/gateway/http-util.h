@@ -36,6 +36,8 @@ enum {
 
 /* The exact text clients match to recognise a gone session (COMPAT.md A). */
 #define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
+/* dbus-daemon refused a call: too many of the gateway's calls wait for their replies. */
+#define HTTP_ERROR_CALLS_EXCEEDED "too many requests in flight, retry later"
 /* On every response when SANDBOX_NODE_ID is set: the node that answered. */
 #define HTTP_HEADER_NODE "X-Scopebox-Node"
 /* A call that died with the session manager: 503 with Retry-After, safe to retry. */

@@ -137,6 +137,9 @@ static void test_bus_error_mapping(void) {
         check_map(BUS_ERROR_INVALID_PATH, "path must be under /workspace", 400,
                   DETAIL("path must be under /workspace"), false);
         check_map(BUS_ERROR_TOO_LARGE, "file too large", 413, DETAIL("file too large"), false);
+        /* dbus-daemon's bound of calls waiting for replies: nothing was done, retry. */
+        check_map(SD_BUS_ERROR_LIMITS_EXCEEDED, "The maximum number of pending replies per connection has "
+                  "been reached", 503, DETAIL("too many requests in flight, retry later"), true);
         check_map(BUS_ERROR_NOT_FOUND, "file not found", 404, DETAIL("file not found"), false);
         check_map(BUS_ERROR_STORAGE_FAILED, "S3 said 403", 502, DETAIL("S3 said 403"), false);
         check_map(BUS_ERROR_NOT_RUNNING, "nothing runs here", 409, DETAIL("no exec is running"), false);
