@@ -194,9 +194,10 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
                         /* The request target as received, before MHD decodes %00 into a cut string. */
                         MHD_OPTION_URI_LOG_CALLBACK, http_router_uri_log, d,
                         MHD_OPTION_NOTIFY_CONNECTION, http_connection_notify, d,
-                        /* The accept policy enforces HTTP_CONNECTIONS_MAX and the per-peer limit. */
-                        MHD_OPTION_CONNECTION_LIMIT,
-                        (unsigned) (HTTP_CONNECTIONS_MAX + HTTP_CONNECTIONS_CLOSING_MAX),
+                        /* The accept policy enforces HTTP_CONNECTIONS_MAX and the per-peer limit
+                         * by closing connections waiting for a request (with an answer); at this
+                         * one MHD stops accepting (its epoll set drops the listening socket). */
+                        MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_CONNECTIONS_HARD_MAX,
                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_IDLE_TIMEOUT_SEC,
                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) HTTP_CONNECTION_MEMORY_MAX,
                         MHD_OPTION_END);

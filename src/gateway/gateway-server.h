@@ -29,21 +29,33 @@
  * from its first request that carried the API key (or the scrape key, on /metrics) on.
  * Connections that have not may hold at most MAX - RESERVED in all and PER_IP_MAX -
  * PER_IP_RESERVED of one peer's (192 and 48). A new connection past either bound, or past MAX or
- * PER_IP_MAX, closes the oldest connection that has not authenticated and still waits for its
- * request (its header or body; of the same peer for a peer's bound), or is refused when there is
- * none. A keyless client flooding the gateway thus churns through its own connections, while a
- * key holder's new one authenticates with its first request, long before it is the oldest.
- * Authenticated connections are never closed to make room: once they fill a peer's or all
- * slots, new connections are refused (accepted and closed at once). */
+ * PER_IP_MAX, closes the oldest connection that has not authenticated and has waited for its
+ * request (its header or body) for HTTP_EVICT_GRACE_USEC at least, with no byte of it unread in
+ * the socket (of the same peer for a peer's bound), after answering it 503 with Retry-After. A
+ * keyless client flooding the gateway thus churns through its own connections, while a key
+ * holder's new one authenticates with its first request, long before it is the oldest; the
+ * connections of a burst from one client are not closed for each other, unless those without a
+ * key reach PER_IP_MAX of the peer's (or MAX in all): then the oldest of them that waits with
+ * nothing unread makes room even in its grace. When none may be closed
+ * (authenticated connections are never closed to make room), the new connection is admitted
+ * over the bounds all the same (nothing is ever accepted and closed unanswered), up to
+ * HTTP_CONNECTIONS_HARD_MAX, libmicrohttpd's own limit: at it, libmicrohttpd stops accepting and
+ * new connections wait in the listen backlog (Backlog= of scopebox-gateway.socket) until one
+ * closes. */
 #define HTTP_CONNECTIONS_MAX        256U
 #define HTTP_CONNECTIONS_RESERVED   (HTTP_CONNECTIONS_MAX / 4)
 #define HTTP_CONNECTIONS_PER_IP_MAX 64U
 #define HTTP_CONNECTIONS_PER_IP_RESERVED (HTTP_CONNECTIONS_PER_IP_MAX / 4)
 /* libmicrohttpd's own connection limit is higher by this much: a connection closed to make room
  * stays in its table until its next round reads the end of the stream, and must not keep out
- * the connection that took its place. (At its limit libmicrohttpd stops accepting: connections
- * wait in the listen backlog.) */
+ * the connection that took its place. Connections admitted over the bounds use it too. */
 #define HTTP_CONNECTIONS_CLOSING_MAX 64U
+#define HTTP_CONNECTIONS_HARD_MAX   (HTTP_CONNECTIONS_MAX + HTTP_CONNECTIONS_CLOSING_MAX)
+/* How long a connection may wait for its request before it can be closed to make room. */
+#define HTTP_EVICT_GRACE_USEC       (1U * USEC_PER_SEC)
+/* Retry-After of the 503 that a connection closed to make room gets. */
+#define HTTP_CONNECTIONS_RETRY_AFTER "1"
+#define HTTP_ERROR_TOO_MANY_CONNECTIONS "too many connections, retry later"
 #define HTTP_IDLE_TIMEOUT_SEC       30U             /* no byte in either direction for this long */
 #define HTTP_CONNECTION_MEMORY_MAX  (64U * 1024U)   /* MHD's per-connection pool: request line,
                                                      * headers and read buffer must fit in it */
@@ -131,8 +143,8 @@ struct Server {
 
         HttpConnection *connections;   /* every open connection of every daemon, the newest first */
         unsigned n_connections;
-        uint64_t n_connections_evicted; /* closed to make room (HTTP_CONNECTIONS_RESERVED) */
-        uint64_t n_connections_refused; /* refused: no slot and none to free */
+        uint64_t n_connections_evicted; /* answered 503, closed to make room (HTTP_CONNECTIONS_RESERVED) */
+        uint64_t n_connections_over;   /* admitted over the bounds: no slot and none to free */
         sd_event_source *deadline_event_source;
 
         /* Whether the session manager and the storage agent answer (http-health.h). */

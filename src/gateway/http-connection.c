@@ -158,11 +158,14 @@ int http_response_format_final(const HttpResponse *resp, char **ret, size_t *ret
         n = asprintf(&text,
                      "HTTP/1.1 %u %s\r\n"
                      "Connection: close\r\n"
+                     "%s%s%s"
                      "%s"
                      "Content-Length: %zu\r\n"
                      "\r\n"
                      "%.*s",
                      resp->status, isempty(reason) ? "Unknown" : reason,
+                     resp->retry_after ? "Retry-After: " : "", strempty(resp->retry_after),
+                     resp->retry_after ? "\r\n" : "",
                      resp->size > 0 ? "Content-Type: application/json\r\n" : "",
                      resp->size, (int) resp->size, resp->body);
         if (n < 0)
@@ -307,21 +310,74 @@ void http_peer_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct in
         }
 }
 
+/* Past a bound: room is made by closing 'old' (past its grace), else 'young' once those without
+ * the key take all the slots ('all_keyless'), else the connection comes in over the bound. */
+static HttpAdmission admission_past_bound(const HttpConnection *old, const HttpConnection *young,
+                                          bool all_keyless, HttpAdmission after_old,
+                                          HttpAdmission after_young) {
+        if (old)
+                return after_old;
+        if (young && all_keyless)
+                return after_young;
+        return HTTP_ADMIT_OVER;
+}
+
 HttpAdmission http_slots_admission(const HttpSlots *slots) {
+        bool peer_full, all_full;
+
         assert(slots);
 
         /* Before the new connection comes in, no bound is passed: closing one connection makes
          * room under every bound it counts for. */
-        if (slots->peer_total >= HTTP_CONNECTIONS_PER_IP_MAX ||
-            slots->peer_unauthenticated >= HTTP_CONNECTIONS_PER_IP_MAX - HTTP_CONNECTIONS_PER_IP_RESERVED)
-                return slots->peer_oldest ? HTTP_ADMIT_AFTER_PEER : HTTP_REFUSE;
-        if (slots->total >= HTTP_CONNECTIONS_MAX ||
-            slots->unauthenticated >= HTTP_CONNECTIONS_MAX - HTTP_CONNECTIONS_RESERVED)
-                return slots->oldest ? HTTP_ADMIT_AFTER_OLDEST : HTTP_REFUSE;
+        peer_full = slots->peer_total >= HTTP_CONNECTIONS_PER_IP_MAX ||
+                    slots->peer_unauthenticated >=
+                            HTTP_CONNECTIONS_PER_IP_MAX - HTTP_CONNECTIONS_PER_IP_RESERVED;
+        all_full = slots->total >= HTTP_CONNECTIONS_MAX ||
+                   slots->unauthenticated >= HTTP_CONNECTIONS_MAX - HTTP_CONNECTIONS_RESERVED;
+
+        /* A peer over its own bound makes room among its own connections only: never at another
+         * peer's expense. Connections still in their grace are left their chance while those
+         * without a key are fewer than all the peer's (or all) slots: past that they make room
+         * too, or a keyless flood could hold every slot up to libmicrohttpd's limit. */
+        if (peer_full)
+                return admission_past_bound(slots->peer_oldest, slots->peer_oldest_new,
+                                            slots->peer_unauthenticated >= HTTP_CONNECTIONS_PER_IP_MAX,
+                                            HTTP_ADMIT_AFTER_PEER, HTTP_ADMIT_AFTER_PEER_NEW);
+        if (all_full)
+                return admission_past_bound(slots->oldest, slots->oldest_new,
+                                            slots->unauthenticated >= HTTP_CONNECTIONS_MAX,
+                                            HTTP_ADMIT_AFTER_OLDEST, HTTP_ADMIT_AFTER_OLDEST_NEW);
         return HTTP_ADMIT;
 }
 
+HttpConnection *http_slots_to_close(const HttpSlots *slots, HttpAdmission admission) {
+        assert(slots);
+
+        switch (admission) {
+        case HTTP_ADMIT_AFTER_PEER:
+                return slots->peer_oldest;
+        case HTTP_ADMIT_AFTER_OLDEST:
+                return slots->oldest;
+        case HTTP_ADMIT_AFTER_PEER_NEW:
+                return slots->peer_oldest_new;
+        case HTTP_ADMIT_AFTER_OLDEST_NEW:
+                return slots->oldest_new;
+        default:
+                return NULL;
+        }
+}
+
+/* Whether bytes wait in the connection's socket that libmicrohttpd has not read yet: most likely a
+ * request (with the key) that arrived in the same burst as the new connection. */
+static bool http_connection_has_unread(HttpConnection *hc) {
+        int fd = http_connection_fd(hc->connection), queued = 0;
+
+        return fd >= 0 && ioctl(fd, SIOCINQ, &queued) >= 0 && queued > 0;
+}
+
 static void http_daemon_count_slots(HttpDaemon *d, const struct in6_addr *peer, HttpSlots *ret) {
+        uint64_t now = server_now(d->server);
+
         *ret = (HttpSlots) {};
 
         LIST_FOREACH(connections, hc, d->server->connections) {
@@ -336,18 +392,31 @@ static void http_daemon_count_slots(HttpDaemon *d, const struct in6_addr *peer, 
                         continue;
                 ret->unauthenticated++;
                 ret->peer_unauthenticated += same_peer;
-                /* A request being handled is left to finish (the public ones are short). The list
-                 * runs from the newest connection: the last one seen is the oldest. */
+                /* A request being handled is left to finish (the public ones are short); a
+                 * connection that came in with the same burst has its chance to send its request
+                 * (with the key), and so has one whose bytes libmicrohttpd has not read yet. The
+                 * list runs from the newest connection: the last one seen is the oldest. */
                 if (hc->phase != HTTP_CONNECTION_HEADERS && hc->phase != HTTP_CONNECTION_BODY)
                         continue;
+                if (http_connection_has_unread(hc))
+                        continue;
+                if (now - hc->phase_start_usec < HTTP_EVICT_GRACE_USEC) {
+                        ret->oldest_new = hc;
+                        if (same_peer)
+                                ret->peer_oldest_new = hc;
+                        continue;
+                }
                 ret->oldest = hc;
                 if (same_peer)
                         ret->peer_oldest = hc;
         }
 }
 
-/* Makes room for a new connection: closes 'hc', which has not authenticated, without an answer. */
+/* Makes room for a new connection: answers 'hc', which has not authenticated and waits for its
+ * request, with 503 and Retry-After, and closes it. Its request, if one arrives or was read in
+ * part, reaches no resource (http_connection_closed()): the 503 is its answer. */
 static void http_connection_evict(HttpConnection *hc) {
+        _cleanup_(http_response_freep) HttpResponse *resp = NULL;
         Server *s = hc->daemon->server;
         HttpConnectionPhase phase = hc->phase;
         uint64_t now = server_now(s);
@@ -355,47 +424,56 @@ static void http_connection_evict(HttpConnection *hc) {
         int fd;
 
         s->n_connections_evicted++;
-        if (hc->request)
+        if (hc->request) {
                 hc->request->close_reason = "closed to make room";
+                if (hc->request->state == HTTP_REQUEST_RECEIVING)
+                        hc->request->state = HTTP_REQUEST_ANSWERED;
+        }
         fd = http_connection_fd(hc->connection);
         if (fd < 0) {
                 hc->phase = HTTP_CONNECTION_CLOSING;
                 hc->request = NULL;
                 return;
         }
+        if (http_response_new_error(HTTP_SERVICE_UNAVAILABLE, HTTP_ERROR_TOO_MANY_CONNECTIONS, &resp) >= 0) {
+                resp->retry_after = HTTP_CONNECTIONS_RETRY_AFTER;
+                if (http_connection_send_final(hc->connection, resp) >= 0 && hc->request)
+                        hc->request->status = HTTP_SERVICE_UNAVAILABLE;
+        }
         http_connection_shut(hc, fd);
 
         http_connection_peer(hc->connection, peer);
         log_full(ratelimit_below(&s->cut_ratelimit, now) ? LOG_INFO : LOG_DEBUG,
-                 "Closed connection from %s to make room for a new one: not authenticated, waiting for "
-                 "its request %s for %" PRIu64 " ms.", peer, http_connection_phase_to_string(phase),
-                 (now - hc->phase_start_usec) / USEC_PER_MSEC);
+                 "Answered 503 and closed connection from %s to make room for a new one: not "
+                 "authenticated, waiting for its request %s for %" PRIu64 " ms.", peer,
+                 http_connection_phase_to_string(phase), (now - hc->phase_start_usec) / USEC_PER_MSEC);
 }
 
 enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
         HttpDaemon *d = cls;
+        HttpAdmission admission;
+        HttpConnection *victim;
         struct in6_addr peer;
         HttpSlots slots;
 
         http_peer_from_sockaddr(addr, addrlen, &peer);
         http_daemon_count_slots(d, &peer, &slots);
 
-        switch (http_slots_admission(&slots)) {
-        case HTTP_ADMIT:
-                return MHD_YES;
-        case HTTP_ADMIT_AFTER_PEER:
-                http_connection_evict(slots.peer_oldest);
-                return MHD_YES;
-        case HTTP_ADMIT_AFTER_OLDEST:
-                http_connection_evict(slots.oldest);
-                return MHD_YES;
-        default:
-                d->server->n_connections_refused++;
-                log_debug("Refused a connection: its peer has %u connections open (%u not authenticated), "
-                          "%u are open in all (%u not authenticated), and none may be closed for it.",
-                          slots.peer_total, slots.peer_unauthenticated, slots.total, slots.unauthenticated);
-                return MHD_NO;
+        admission = http_slots_admission(&slots);
+        victim = http_slots_to_close(&slots, admission);
+        if (victim)
+                http_connection_evict(victim);
+        else if (admission == HTTP_ADMIT_OVER) {
+                /* Never accepted and closed unanswered: the connection is served like any other.
+                 * libmicrohttpd's own limit (HTTP_CONNECTIONS_HARD_MAX) bounds them all; at it,
+                 * it stops accepting and new connections wait in the listen backlog. */
+                d->server->n_connections_over++;
+                log_debug("Admitted a connection over the bounds: its peer has %u connections open (%u not "
+                          "authenticated), %u are open in all (%u not authenticated), and none may be "
+                          "closed for it.", slots.peer_total, slots.peer_unauthenticated, slots.total,
+                          slots.unauthenticated);
         }
+        return MHD_YES;
 }
 
 bool http_connection_closed(const HttpConnection *hc) {

@@ -60,29 +60,38 @@ bool sockaddr_is_loopback(const struct sockaddr *sa, socklen_t len) _pure_;
 void http_peer_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct in6_addr *ret);
 
 /* The open connections of one listening socket (cut ones not counted), as a new connection from
- * 'peer' finds them. 'oldest' is the oldest that has not authenticated and waits for its request's
- * header or body, 'peer_oldest' the same among the peer's own; NULL when there is none. */
+ * 'peer' finds them. 'oldest' is the oldest that has not authenticated and has waited for its
+ * request's header or body for HTTP_EVICT_GRACE_USEC at least, with nothing unread in its socket,
+ * 'peer_oldest' the same among the peer's own; 'oldest_new' and 'peer_oldest_new' the same among
+ * those that have waited less long. NULL when there is none. */
 typedef struct HttpSlots {
         unsigned total, unauthenticated;
         unsigned peer_total, peer_unauthenticated;
         HttpConnection *oldest, *peer_oldest;
+        HttpConnection *oldest_new, *peer_oldest_new;
 } HttpSlots;
 
 typedef enum HttpAdmission {
         HTTP_ADMIT,                /* a slot is free */
         HTTP_ADMIT_AFTER_PEER,     /* once 'peer_oldest' is closed */
         HTTP_ADMIT_AFTER_OLDEST,   /* once 'oldest' is closed */
-        HTTP_REFUSE,               /* nothing may be closed for it */
+        HTTP_ADMIT_AFTER_PEER_NEW, /* once 'peer_oldest_new' is closed */
+        HTTP_ADMIT_AFTER_OLDEST_NEW, /* once 'oldest_new' is closed */
+        HTTP_ADMIT_OVER,           /* over a bound, nothing may be closed for it: admitted all the
+                                    * same, up to HTTP_CONNECTIONS_HARD_MAX (never closed unanswered) */
 } HttpAdmission;
 
 /* Whether a new connection, which has not authenticated yet, may have a slot (the rules are at
  * HTTP_CONNECTIONS_MAX in gateway-server.h). */
 HttpAdmission http_slots_admission(const HttpSlots *slots) _pure_;
+/* The connection 'admission' closes to make room, NULL for none. */
+HttpConnection *http_slots_to_close(const HttpSlots *slots, HttpAdmission admission) _pure_;
 
 /* libmicrohttpd's accept policy callback, called before libmicrohttpd sets a connection up (and,
  * in our mode, right before its MHD_CONNECTION_NOTIFY_STARTED: no other connection comes in
- * between). Applies http_slots_admission(), closing a connection to make room where it says so.
- * The closure is the HttpDaemon. */
+ * between). Applies http_slots_admission(), answering a connection with 503 and closing it to make
+ * room where it says so. Always admits the new connection: libmicrohttpd would close it unanswered
+ * otherwise. The closure is the HttpDaemon. */
 enum MHD_Result http_connection_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; the closure is the HttpDaemon. */

@@ -732,6 +732,9 @@ static int dify_reply_error(HttpRequest *req, unsigned status, int code, const c
         HttpResponse *resp = NULL;
         int r = dify_response_new_error(status, code, message, &resp);
 
+        /* MAX_REQUESTS reached: runs end within WORKER_TIMEOUT, a retry soon may find room. */
+        if (r >= 0 && status == HTTP_SERVICE_UNAVAILABLE)
+                resp->retry_after = HTTP_BUSY_RETRY_AFTER;
         return http_request_reply_made(req, r, resp);
 }
 
@@ -777,7 +780,8 @@ static int dify_reply_bus_error(HttpRequest *req, const sd_bus_error *e) {
         http_bus_error_describe(e, gone, &status, &message, &internal);
         http_request_log_bus_error(req, e, internal);
 
-        if (status == HTTP_TOO_MANY_REQUESTS)
+        /* The manager's queue, or the bus's bound of calls waiting for replies: nothing ran. */
+        if (status == HTTP_TOO_MANY_REQUESTS || sd_bus_error_has_name(e, SD_BUS_ERROR_LIMITS_EXCEEDED))
                 return dify_reply_error(req, HTTP_SERVICE_UNAVAILABLE, DIFY_CODE_UNAVAILABLE,
                                         DIFY_MESSAGE_TOO_MANY_REQUESTS);
         if (status == HTTP_BAD_REQUEST || status == HTTP_PAYLOAD_TOO_LARGE)

@@ -22,6 +22,8 @@
 struct ExecSse {
         unsigned n_ref;
         HttpRequest *req;          /* NULL once the request is gone */
+        Server *server;
+        uint64_t result_bytes;     /* what 'result' holds, counted in Server.response_bytes */
 
         int fd;                    /* the pipe's read end, -EBADF once done with it */
         sd_event_source *source;
@@ -151,6 +153,8 @@ static ExecSse *exec_sse_free(ExecSse *s) {
         exec_sse_close_pipe(s);
         free(s->frames);
         json_writer_done(&s->out);
+        assert(s->server->response_bytes >= s->result_bytes);
+        s->server->response_bytes -= s->result_bytes;
         http_stream_free(s->result);
         free(s);
         return NULL;
@@ -238,7 +242,10 @@ static void exec_sse_release(void *userdata) {
 
 /* Hands the response to the request, which starts sending it. */
 static int exec_sse_start(ExecSse *s) {
-        HttpBodySource source = { .read = exec_sse_read, .free = exec_sse_release, .userdata = s };
+        /* The events waiting for the client are kept within their bound: that much counts
+         * against the budget while libmicrohttpd holds the stream, like any queued response. */
+        HttpBodySource source = { .read = exec_sse_read, .free = exec_sse_release, .userdata = s,
+                                  .footprint = EXEC_SSE_BUFFER_MAX };
         HttpResponse *resp;
         int r;
 
@@ -335,6 +342,7 @@ int exec_sse_new(HttpRequest *req, ExecSse **ret, int *ret_write_fd) {
                 return -ENOMEM;
         s->n_ref = 1;
         s->req = req;
+        s->server = req->server;
         s->fd = -EBADF;
         s->frames = calloc(1, sizeof(StreamFrameReader));
         if (!s->frames)
@@ -389,6 +397,9 @@ int exec_sse_finish(ExecSse *s, HttpResponse *result) {
         if (r < 0)
                 return r;
         s->result = TAKE_PTR(resp->stream);
+        /* The result's memory file, mapped while it is sent, counts as a queued response's. */
+        s->result_bytes = http_stream_footprint(s->result);
+        s->server->response_bytes += s->result_bytes;
         s->finished = true;
         if (!s->started)
                 return exec_sse_start(s);

@@ -530,7 +530,12 @@ int http_exec_post(HttpRequest *req) {
         req->userdata = ctx;
         req->userdata_free = exec_context_free;
 
-        return http_request_call(req, m, bus_timeout_exec_usec(&req->server->config, x.timeout_ms),
+        /* The code is in its memory file now: while the exec waits for its session or a slot, the
+         * request holds no second copy of it. */
+        x.session_id = x.code = NULL;
+        http_request_drop_json(req);
+
+        return http_request_call(req, m, bus_timeout_exec_usec(&req->server->config, ctx->timeout_ms),
                                  exec_on_reply_maybe_streamed);
 }
 

@@ -262,6 +262,10 @@ static int files_call(HttpRequest *req, const char *member, const FilesRequest *
         if (r < 0)
                 return r;
 
+        /* Everything the call needs is in the message: while it waits behind the session's exec,
+         * an upload is held once, in its memory file, not a second time in the parsed body. */
+        http_request_drop_json(req);
+
         return http_request_call(req, m, bus_timeout_files_usec(&req->server->config), handler);
 }
 

@@ -168,6 +168,23 @@ static int append_counter(JsonWriter *w, const char *name, const char *unit, con
         return r < 0 ? r : json_writer_appendf(w, "%s_total %" PRIu64 "\n", name, value);
 }
 
+static int append_budget(JsonWriter *w, const GatewayMetrics *g) {
+        int r;
+
+        r = append_family(w, "scopebox_http_buffered_bytes", "gauge", "bytes",
+                          "What the gateway holds for clients now: request bodies (with what they parse "
+                          "into, wherever they wait) and queued responses.");
+        if (r >= 0)
+                r = json_writer_appendf(w, "scopebox_http_buffered_bytes{kind=\"bodies\"} %" PRIu64 "\n"
+                                        "scopebox_http_buffered_bytes{kind=\"responses\"} %" PRIu64 "\n",
+                                        g->body_bytes, g->response_bytes);
+        if (r >= 0)
+                r = append_family(w, "scopebox_http_buffer_budget_bytes", "gauge", "bytes",
+                                  "The budget they share; past it a request gets 503 with Retry-After.");
+        return r < 0 ? r : json_writer_appendf(w, "scopebox_http_buffer_budget_bytes %" PRIu64 "\n",
+                                               g->body_budget);
+}
+
 static int append_timestamp(JsonWriter *w, const char *name, const char *help, uint64_t usec) {
         int r = append_family(w, name, "gauge", "seconds", help);
         if (r >= 0)
@@ -372,6 +389,18 @@ int metrics_render(const GatewayMetrics *g, const ManagerMetrics *m, char **ret,
         if (r >= 0 && g->loop)
                 r = append_loop(&w, g->loop);
         if (r >= 0)
+                r = append_counter(&w, "scopebox_http_connections_made_room", NULL,
+                                   "Connections without the key answered 503 and closed to make room for "
+                                   "newer ones.", g->connections_made_room);
+        if (r >= 0)
+                r = append_counter(&w, "scopebox_http_connections_over_bounds", NULL,
+                                   "Connections taken past the per-peer or total bounds, none being "
+                                   "closable for them (at 320 per address new ones wait in the listen "
+                                   "backlog).",
+                                   g->connections_over);
+        if (r >= 0 && g->body_budget > 0)
+                r = append_budget(&w, g);
+        if (r >= 0)
                 r = append_gauge(&w, "scopebox_session_manager_up", "Whether the session manager answered "
                                  "(it is started on demand and exits when it has no sessions).", m ? 1 : 0);
         if (r >= 0 && m)
@@ -387,7 +416,15 @@ int metrics_render(const GatewayMetrics *g, const ManagerMetrics *m, char **ret,
 
 static int metrics_reply(HttpRequest *req, const ManagerMetrics *m) {
         Server *s = req->server;
-        GatewayMetrics g = { .start_time_usec = s->start_realtime_usec, .loop = &s->loop };
+        GatewayMetrics g = {
+                .start_time_usec = s->start_realtime_usec,
+                .loop = &s->loop,
+                .connections_made_room = s->n_connections_evicted,
+                .connections_over = s->n_connections_over,
+                .body_bytes = s->body_bytes,
+                .response_bytes = s->response_bytes,
+                .body_budget = s->body_budget,
+        };
         HttpResponse *resp;
         char *text;
         size_t size;

@@ -70,6 +70,11 @@ typedef struct GatewayMetrics {
         uint64_t start_time_usec;     /* 0: unknown */
         uint64_t responses[6];        /* by status class: [2] 2xx ... [5] 5xx, [0] none sent */
         const LoopStats *loop;        /* NULL: left out */
+        uint64_t connections_made_room; /* answered 503 and closed to make room */
+        uint64_t connections_over;    /* taken past the bounds, none being closable for them */
+        uint64_t body_bytes;          /* request bodies reserved now, with what they parse into */
+        uint64_t response_bytes;      /* responses queued now */
+        uint64_t body_budget;         /* 0: the three budget gauges are left out */
 } GatewayMetrics;
 
 /* Reads and checks a GetMetrics() reply: -EBADMSG when it is malformed (label values that are no

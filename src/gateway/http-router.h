@@ -233,8 +233,25 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h);
 /* Adds upload data. -EFBIG when the body outgrows its limit, -ENOBUFS when the server-wide budget
  * is exhausted. */
 int http_request_append_body(HttpRequest *req, const char *data, size_t size);
-/* Parses the body and runs the resource. */
+/* Parses the body, reserves what the parsed document holds beyond the body's bytes (503 with
+ * Retry-After when the budget has no room for it), and runs the resource. */
 int http_request_dispatch(HttpRequest *req);
+/* Lets go of the parsed body once the call holds everything it needs from it: a request waiting
+ * for its call then holds no more than its body's reservation counts. */
+void http_request_drop_json(HttpRequest *req);
+
+/* What json-c allocates per value beside the strings' bytes, as json_structure_footprint() counts
+ * it: upper bounds of what json-c 0.16 takes on x86-64 (see there). */
+#define JSON_VALUE_FOOTPRINT   96U
+#define JSON_OBJECT_FOOTPRINT  1024U
+#define JSON_MEMBER_FOOTPRINT  64U
+#define JSON_ARRAY_FOOTPRINT   128U
+#define JSON_ELEMENT_FOOTPRINT 16U
+uint64_t json_structure_footprint(json_object *o);
+
+/* The answer when the body budget has no room: a temporary condition. */
+#define HTTP_ERROR_BUSY       "server busy, retry later"
+#define HTTP_BUSY_RETRY_AFTER "1"
 
 /* libmicrohttpd callbacks; the closure is the HttpDaemon. */
 enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *connection, const char *url,

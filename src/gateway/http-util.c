@@ -217,14 +217,15 @@ typedef struct BusErrorMapping {
         unsigned status;
         const char *fallback;    /* when the error carries no message */
         bool fixed;              /* always send 'fallback', never the bus message */
-        const char *retry_after; /* a 503's Retry-After: when a retry may succeed */
+        const char *retry_after; /* a 429's or 503's Retry-After: when a retry may succeed */
 } BusErrorMapping;
 
 /* Every error name a decision depends on, mapped once (docs/api.md, docs/dbus-api.md). */
 static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_NO_SUCH_SESSION, HTTP_NOT_FOUND, HTTP_DETAIL_NO_SUCH_SESSION, true },
-        { BUS_ERROR_LIMIT_EXCEEDED, HTTP_TOO_MANY_REQUESTS, "too many requests", false },
-        { BUS_ERROR_BUSY, HTTP_TOO_MANY_REQUESTS, "session is busy", false },
+        /* A queue's timeout, or a limit of sessions: a retry may find room. */
+        { BUS_ERROR_LIMIT_EXCEEDED, HTTP_TOO_MANY_REQUESTS, "too many requests", false, "1" },
+        { BUS_ERROR_BUSY, HTTP_TOO_MANY_REQUESTS, "session is busy", false, "1" },
         /* POST /exec/cancel of a session whose exec is over (or never began). */
         { BUS_ERROR_NOT_RUNNING, HTTP_CONFLICT, "no exec is running", true },
         { SD_BUS_ERROR_INVALID_ARGS, HTTP_BAD_REQUEST, "invalid argument", false },
@@ -246,6 +247,10 @@ static const BusErrorMapping bus_error_mappings[] = {
           "failed to restore the workspace from its archive", false, "5" },
         /* scopeboxctl drain: the balancer sends new sessions elsewhere; a retry may reach another node. */
         { BUS_ERROR_DRAINING, HTTP_SERVICE_UNAVAILABLE, "node is draining", true, "1" },
+        /* The bus refused the call: the gateway has as many calls waiting for their replies as
+         * dbus-daemon allows one connection (max_replies_per_connection, 128 on the system bus).
+         * Nothing was done; a retry finds room once some are answered. */
+        { SD_BUS_ERROR_LIMITS_EXCEEDED, HTTP_SERVICE_UNAVAILABLE, HTTP_ERROR_CALLS_EXCEEDED, true, "1" },
         /* Internal failures: the bus message may name units, paths or peers; keep it in the log. */
         { BUS_ERROR_BACKEND_FAILED, HTTP_INTERNAL_SERVER_ERROR, "sandbox backend failure", true },
         /* Between the session manager and the storage agent only (the manager stages anew, or

@@ -36,6 +36,8 @@ enum {
 
 /* The exact text clients match to recognise a gone session (COMPAT.md A). */
 #define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
+/* dbus-daemon refused a call: too many of the gateway's calls wait for their replies. */
+#define HTTP_ERROR_CALLS_EXCEEDED "too many requests in flight, retry later"
 /* On every response when SANDBOX_NODE_ID is set: the node that answered. */
 #define HTTP_HEADER_NODE "X-Scopebox-Node"
 /* A call that died with the session manager: 503 with Retry-After, safe to retry. */
@@ -55,6 +57,8 @@ typedef struct HttpBodySource {
         ssize_t (*read)(void *userdata, uint64_t pos, char *buf, size_t max);
         void (*free)(void *userdata);
         void *userdata;
+        uint64_t footprint;        /* the most its owner holds for it at a time, counted against
+                                    * the body budget while libmicrohttpd holds the response */
 } HttpBodySource;
 
 typedef struct HttpResponse {

@@ -101,6 +101,20 @@ static void test_format_final(void) {
         free(text);
         http_response_free(resp);
 
+        /* A 503 says when to retry, on the socket too. */
+        ASSERT_TRUE(http_response_new_error(503, "server busy, retry later", &resp) == 0);
+        resp->retry_after = "1";
+        ASSERT_TRUE(http_response_format_final(resp, &text, &size) == 0);
+        ASSERT_STREQ(text, "HTTP/1.1 503 Service Unavailable\r\n"
+                           "Connection: close\r\n"
+                           "Retry-After: 1\r\n"
+                           "Content-Type: application/json\r\n"
+                           "Content-Length: 36\r\n"
+                           "\r\n"
+                           "{\"error\":\"server busy, retry later\"}");
+        free(text);
+        http_response_free(resp);
+
         ASSERT_TRUE(http_response_new_error(408, "request body too slow", &resp) == 0);
         ASSERT_TRUE(http_response_format_final(resp, &text, &size) == 0);
         ASSERT_TRUE(strncmp(text, "HTTP/1.1 408 Request Timeout\r\n", 30) == 0);
@@ -243,11 +257,11 @@ static void test_slots(void) {
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
         s.total = s.unauthenticated = s.peer_total = s.peer_unauthenticated = peer_open;
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_PEER);
-        /* ... never one of another peer's, and no connection at all when none of its own waits
-         * for a request (they are being answered). */
+        /* ... never one of another peer's; when none of its own waits for a request (they are
+         * being answered), it comes in over the bound rather than be closed unanswered. */
         s.peer_oldest = NULL;
         s.oldest = &other;
-        ASSERT_EQ(http_slots_admission(&s), HTTP_REFUSE);
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_OVER);
 
         /* With authenticated connections of its own beside them, the peer's 64 bound the rest. */
         s = (HttpSlots) { .total = 60, .unauthenticated = 40, .peer_total = 60, .peer_unauthenticated = 40,
@@ -255,9 +269,13 @@ static void test_slots(void) {
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
         s.total = s.peer_total = HTTP_CONNECTIONS_PER_IP_MAX;
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_PEER);
-        /* All 64 authenticated: nothing is closed for a newcomer. */
+        /* All 64 authenticated: nothing is closed for a newcomer, which comes in over the bound
+         * (libmicrohttpd's own limit, HTTP_CONNECTIONS_HARD_MAX, bounds them all). */
         s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX, .peer_total = HTTP_CONNECTIONS_PER_IP_MAX };
-        ASSERT_EQ(http_slots_admission(&s), HTTP_REFUSE);
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_OVER);
+        /* ... and another peer's waiting connection is not closed for it either. */
+        s.oldest = &other;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_OVER);
         /* The reserve is what authenticated connections may use beyond the 48. */
         s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX - 1,
                           .unauthenticated = peer_open - 1,
@@ -270,11 +288,37 @@ static void test_slots(void) {
                           .peer_unauthenticated = 3, .oldest = &other };
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_OLDEST);
         s.oldest = NULL;
-        ASSERT_EQ(http_slots_admission(&s), HTTP_REFUSE);
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_OVER);
         s = (HttpSlots) { .total = HTTP_CONNECTIONS_MAX, .unauthenticated = 10, .oldest = &other };
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_OLDEST);
         s = (HttpSlots) { .total = HTTP_CONNECTIONS_MAX - 1, .unauthenticated = all_open - 1 };
         ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT);
+
+        /* Connections in their grace (a burst of one client's) are not closed for each other ... */
+        s = (HttpSlots) { .total = peer_open, .unauthenticated = peer_open, .peer_total = peer_open,
+                          .peer_unauthenticated = peer_open, .oldest_new = &mine, .peer_oldest_new = &mine };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_OVER);
+        s.total = s.unauthenticated = HTTP_CONNECTIONS_PER_IP_MAX - 1;
+        s.peer_total = s.peer_unauthenticated = HTTP_CONNECTIONS_PER_IP_MAX - 1;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_OVER);
+        /* ... one past its grace goes first ... */
+        s.peer_oldest = s.oldest = &other;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_PEER);
+        /* ... and once those without a key fill all of the peer's slots, they make room too. */
+        s = (HttpSlots) { .total = HTTP_CONNECTIONS_PER_IP_MAX,
+                          .unauthenticated = HTTP_CONNECTIONS_PER_IP_MAX,
+                          .peer_total = HTTP_CONNECTIONS_PER_IP_MAX,
+                          .peer_unauthenticated = HTTP_CONNECTIONS_PER_IP_MAX, .oldest_new = &mine,
+                          .peer_oldest_new = &mine };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_PEER_NEW);
+        ASSERT_TRUE(http_slots_to_close(&s, HTTP_ADMIT_AFTER_PEER_NEW) == &mine);
+        ASSERT_TRUE(!http_slots_to_close(&s, HTTP_ADMIT_OVER));
+        /* Over all peers the same, at all slots. */
+        s = (HttpSlots) { .total = HTTP_CONNECTIONS_MAX - 1, .unauthenticated = HTTP_CONNECTIONS_MAX - 1,
+                          .peer_total = 1, .peer_unauthenticated = 1, .oldest_new = &other };
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_OVER);
+        s.total = s.unauthenticated = HTTP_CONNECTIONS_MAX;
+        ASSERT_EQ(http_slots_admission(&s), HTTP_ADMIT_AFTER_OLDEST_NEW);
 }
 
 /* A connected TCP pair on the loopback: *ret_ours as the gateway has it, *ret_peer the client. */

@@ -2,6 +2,7 @@
 /* Unit tests of the gateway's HTTP layer: error shapes, bus errors, routing, pre-body checks, body caps. */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "gateway-server.h"
 #include "http-router.h"
 #include "http-util.h"
+#include "json-util.h"
 #include "string-util.h"
 #include "tests.h"
 
@@ -105,7 +107,9 @@ static void check_map(const char *name, const char *message, unsigned status, co
         HttpResponse *r = NULL;
         sd_bus_error e = SD_BUS_ERROR_MAKE_CONST(name, message);
 
-        check_call_map(name, message, false, status, body, internal, status == 503 ? "1" : NULL);
+        /* 429 (a queue's timeout, a limit) and 503 say when to retry. */
+        check_call_map(name, message, false, status, body, internal,
+                       status == 503 || status == 429 ? "1" : NULL);
         /* The answer of a call whose end is not known is the same. */
         ASSERT_TRUE(http_response_new_bus_error(&e, &r, NULL) == 0);
         ASSERT_TRUE(r->status == status);
@@ -133,6 +137,9 @@ static void test_bus_error_mapping(void) {
         check_map(BUS_ERROR_INVALID_PATH, "path must be under /workspace", 400,
                   DETAIL("path must be under /workspace"), false);
         check_map(BUS_ERROR_TOO_LARGE, "file too large", 413, DETAIL("file too large"), false);
+        /* dbus-daemon's bound of calls waiting for replies: nothing was done, retry. */
+        check_map(SD_BUS_ERROR_LIMITS_EXCEEDED, "The maximum number of pending replies per connection has "
+                  "been reached", 503, DETAIL("too many requests in flight, retry later"), true);
         check_map(BUS_ERROR_NOT_FOUND, "file not found", 404, DETAIL("file not found"), false);
         check_map(BUS_ERROR_STORAGE_FAILED, "S3 said 403", 502, DETAIL("S3 said 403"), false);
         check_map(BUS_ERROR_NOT_RUNNING, "nothing runs here", 409, DETAIL("no exec is running"), false);
@@ -875,6 +882,92 @@ static void test_dispatch(void) {
         server_done(&s);
 }
 
+static size_t heap_in_use(void) {
+        struct mallinfo2 m = mallinfo2();
+
+        return m.uordblks + m.hblkhd;
+}
+
+/* "[" + n copies of 'value' separated by commas + "]". */
+static char *json_list_of(const char *value, size_t n) {
+        size_t l = strlen(value);
+        char *t = malloc(n * (l + 1) + 2), *p = t;
+
+        ASSERT_TRUE(t);
+        *p++ = '[';
+        for (size_t i = 0; i < n; i++) {
+                if (i > 0)
+                        *p++ = ',';
+                memcpy(p, value, l);
+                p += l;
+        }
+        *p++ = ']';
+        *p = 0;
+        return t;
+}
+
+/* What json-c really allocates for the shapes that cost the most per byte of JSON stays within
+ * what the budget reserves for them. */
+static void test_json_footprint(void) {
+        static const char *const shapes[] = {
+                "0", "\"\"", "[]", "{}", "{\"a\":0,\"b\":[0]}", "\"0123456789abcdef\"",
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(shapes); i++) {
+                _cleanup_free_ char *text = json_list_of(shapes[i], 4000);
+                json_object *o = NULL;
+                size_t before, used;
+                uint64_t counted;
+
+                before = heap_in_use();
+                ASSERT_TRUE(json_parse(text, strlen(text), JSON_DEPTH_MAX, &o) == 0 && o);
+                used = heap_in_use() - before;
+                counted = json_structure_footprint(o) + strlen(text);
+                if (counted < used)
+                        fprintf(stderr, "%s: json-c took %zu bytes, %" PRIu64 " counted\n", shapes[i], used,
+                                counted);
+                ASSERT_TRUE(counted >= used);
+                json_object_put(o);
+        }
+}
+
+/* What a body parses into waits with it, counted: a few bytes of "{}" that parse into whole hash
+ * tables find no room where their bytes alone would, and get 503 with Retry-After. */
+static void test_dispatch_counts_the_document(void) {
+        const char *auth = "Bearer k";
+        _cleanup_free_ char *text = json_list_of("{}", 400);
+        HttpRequest *req;
+        Server s;
+
+        server_init(&s, 100000, 4ULL << 20, "k");
+        s.config.max_code_bytes = 100000;
+
+        /* Room: the reservation grows by the document's structure, beyond the body. */
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(append_text(req, text) == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 422); /* no object: the schema says */
+        ASSERT_TRUE(s.body_bytes == req->body_reserved);
+        ASSERT_TRUE(req->body_reserved >= strlen(text) + 400 * JSON_OBJECT_FOOTPRINT);
+        http_request_free(req);
+        ASSERT_TRUE(s.body_bytes == 0);
+
+        /* No room for it: 503 with Retry-After, and nothing of it is held. */
+        s.body_bytes = s.body_budget - 20000;
+        req = begin(&s, "POST", "/exec", auth, NULL, 3, 100);
+        ASSERT_TRUE(append_text(req, text) == 0);
+        ASSERT_TRUE(http_request_dispatch(req) == 0);
+        ASSERT_TRUE(req->response && req->response->status == 503);
+        check_body(req->response, "{\"error\":\"server busy, retry later\"}");
+        ASSERT_STREQ(req->response->retry_after, "1");
+        ASSERT_TRUE(!req->json);
+        http_request_free(req);
+        ASSERT_TRUE(s.body_bytes == s.body_budget - 20000);
+        s.body_bytes = 0;
+
+        server_done(&s);
+}
+
 int main(void) {
         RUN(test_error_shapes);
         RUN(test_bus_error_mapping);
@@ -890,5 +983,7 @@ int main(void) {
         RUN(test_request_fields);
         RUN(test_body);
         RUN(test_dispatch);
+        RUN(test_json_footprint);
+        RUN(test_dispatch_counts_the_document);
         return 0;
 }

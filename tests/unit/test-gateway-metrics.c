@@ -47,12 +47,21 @@ static ManagerMetrics sample_metrics(void) {
 }
 
 static void test_render(void) {
-        GatewayMetrics g = { .start_time_usec = 1700000000000001ULL, .responses = { 1, 0, 40, 0, 3, 2 } };
+        GatewayMetrics g = { .start_time_usec = 1700000000000001ULL, .responses = { 1, 0, 40, 0, 3, 2 },
+                             .connections_made_room = 5, .connections_over = 7, .body_bytes = 1024,
+                             .response_bytes = 2048, .body_budget = 1ULL << 30 };
         ManagerMetrics m = sample_metrics();
         _cleanup_free_ char *text = NULL;
         size_t size;
 
         ASSERT_TRUE(metrics_render(&g, &m, &text, &size) == 0);
+        assert_contains(text, "# TYPE scopebox_http_connections_made_room counter\n");
+        assert_contains(text, "\nscopebox_http_connections_made_room_total 5\n");
+        assert_contains(text, "\nscopebox_http_connections_over_bounds_total 7\n");
+        assert_contains(text, "# UNIT scopebox_http_buffered_bytes bytes\n");
+        assert_contains(text, "\nscopebox_http_buffered_bytes{kind=\"bodies\"} 1024\n");
+        assert_contains(text, "\nscopebox_http_buffered_bytes{kind=\"responses\"} 2048\n");
+        assert_contains(text, "\nscopebox_http_buffer_budget_bytes 1073741824\n");
         ASSERT_EQ(size, strlen(text));
         ASSERT_TRUE(size > 6 && streq(text + size - 6, "# EOF\n"));
         ASSERT_TRUE(strncmp(text, "# TYPE scopebox_http_responses counter\n", 39) == 0);

@@ -18,8 +18,10 @@ from conftest import session, storage_agent_setting  # noqa: F401 (fixture)
 from rawhttp import HOST, PORT, Reader, auth, connect, head, served_again
 from test_storage_keys import Listener
 from test_storage_ssrf import s3_block
+from test_front_door_caps import EVICT_GRACE, closed_to_make_room
 
 UNAUTHENTICATED_PER_PEER = 48  # HTTP_CONNECTIONS_PER_IP_MAX less HTTP_CONNECTIONS_PER_IP_RESERVED
+CONNECTIONS_PER_PEER = 64      # HTTP_CONNECTIONS_PER_IP_MAX
 JSON_INVALID = {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}
 
 
@@ -95,23 +97,27 @@ def connect_from(source):
 
 
 def test_loopback_range_counts_as_one_peer():
-    # Any local process may bind any 127.x address: 300 idle connections from 99 of them.
-    held = []
+    # Any local process may bind any 127.x address: 48 idle connections from 48 of them, then 48
+    # more from 48 others. The newer ones close the older ones, as connections of one peer, each
+    # with a 503 that says when to retry.
+    first, second = [], []
     try:
-        for i in range(300):
-            try:
-                held.append(connect_from(f"127.0.0.{2 + i % 99}"))
-            except OSError:
-                pass  # the listen backlog overflowing counts as refused too
-        time.sleep(1)
-        still_open = [s for s in held if not Reader(s).closed(timeout=0.05)]
-        print(f"\n{len(held)} connections from 127.0.0.2-100 accepted, {len(still_open)} left open")
-        assert 0 < len(still_open) <= UNAUTHENTICATED_PER_PEER, len(still_open)
+        for i in range(UNAUTHENTICATED_PER_PEER):
+            first.append(connect_from(f"127.0.0.{2 + i}"))
+        time.sleep(EVICT_GRACE + 0.2)
+        for i in range(UNAUTHENTICATED_PER_PEER):
+            second.append(connect_from(f"127.0.{1 + i % 3}.{100 + i}"))
+        time.sleep(0.5)
+        made_room = sum(closed_to_make_room(s, timeout=0.05) for s in first + second)
+        still_open = [s for s in second if not Reader(s).closed(timeout=0.05)]
+        print(f"\n96 connections from 96 loopback addresses: {made_room} closed to make room, "
+              f"{len(still_open)} of the newer ones open")
+        assert made_room == UNAUTHENTICATED_PER_PEER and len(still_open) == UNAUTHENTICATED_PER_PEER
         # The ones left open work.
         still_open[0].sendall(head("GET", "/healthz", [("Connection", "close")]))
         assert Reader(still_open[0]).response()[0] == 200
     finally:
-        for s in held:
+        for s in first + second:
             s.close()
     # Room again once they are gone.
     served_again()
@@ -271,8 +277,20 @@ class KeylessFlood:
                     pass
 
     def open_at_the_gateway(self):
-        """How many of the connections held (once halted) the gateway left open."""
-        return sum(1 for held in self.held for s in held if not Reader(s).closed(timeout=0.01))
+        """How many of the connections held (once halted) the gateway left open; the others it
+        closed to make room, each with its 503 (or, at their header deadline, without)."""
+        return sum(1 for held in self.held for s in held if not self.closed(s))
+
+    @staticmethod
+    def closed(s):
+        rd = Reader(s)
+        s.settimeout(0.01)
+        try:
+            r = rd.final()
+        except socket.timeout:
+            return False
+        assert r is None or (r[0] == 503 and r[1].get("retry-after") == "1"), r
+        return True
 
 
 def keep_alive_client():
@@ -306,9 +324,9 @@ def keep_alive_client():
 
 def test_a_keyless_flood_leaves_room_for_key_holders():
     """All of the loopback range is one peer: the key holder and the keyless process share its 64
-    connections. Connections that never authenticated may hold 48 of them; past that, a new one
-    closes the oldest of them, so the flood churns through its own connections and the key
-    holder's requests get through."""
+    connections. Connections that never authenticated may hold 48 of them (64 while the newest
+    are within their second to send a request); past that, a new one closes the oldest of them,
+    so the flood churns through its own connections and the key holder's requests get through."""
     rounds = []
     with KeylessFlood() as flood:
         deadline = time.monotonic() + 10
@@ -327,7 +345,8 @@ def test_a_keyless_flood_leaves_room_for_key_holders():
           f"held at the end still open; meanwhile {len(rounds)} key-holder rounds, the slowest "
           f"request or round {slowest:.0f} ms")
     assert opened > 500, "the flood did not get going"
-    assert still_open <= UNAUTHENTICATED_PER_PEER, still_open
+    # Those in their grace (a second to send a request) may take the peer's reserve, no more.
+    assert still_open <= CONNECTIONS_PER_PEER, still_open
     served_again()
 
 
@@ -335,11 +354,11 @@ def gateway_signal(name):
     in_system("systemctl", "kill", "--kill-whom=main", f"--signal={name}", "scopebox-gateway.service", check=True)
 
 
-def test_a_request_on_a_connection_closed_to_make_room_never_runs(session):
-    """A connection closed to make room may already hold a request that libmicrohttpd has not read
-    (the socket's queue outlives the shutdown): it must reach no resource, or the client would
-    see a reset for an exec that ran. The gateway is stopped while the request and the connection
-    that pushes it out arrive, so that it finds both at once."""
+def test_a_request_that_arrived_is_never_dropped_to_make_room(session):
+    """A connection whose request has arrived but that libmicrohttpd has not read yet (the gateway
+    is stopped meanwhile) may carry the key: it is not the one closed to make room for a newer
+    connection. Its request runs and is answered; the oldest idle connection is closed instead,
+    with a 503 that says when to retry, never without an answer."""
     marker = f"/workspace/made-room-{secrets.token_hex(4)}"
     body = json.dumps({"session_id": session, "code": f"open({marker!r}, 'w').write('ran')"}).encode()
     held = []
@@ -349,7 +368,7 @@ def test_a_request_on_a_connection_closed_to_make_room_never_runs(session):
         held.append(holder)
         for _ in range(UNAUTHENTICATED_PER_PEER - 1):
             held.append(connect(timeout=10))
-        time.sleep(0.5)
+        time.sleep(EVICT_GRACE + 0.2)
         assert not Reader(holder).closed(timeout=0.05)
         gateway_signal("SIGSTOP")
         try:
@@ -359,10 +378,14 @@ def test_a_request_on_a_connection_closed_to_make_room_never_runs(session):
         finally:
             gateway_signal("SIGCONT")
         answer = Reader(holder).final()
+        time.sleep(0.5)
+        made_room = [closed_to_make_room(s, timeout=0.05) for s in held[1:]]
     finally:
         for s in held:
             s.close()
     ran = run(session, f"import os\nprint(os.path.exists({marker!r}))")["stdout"]
-    assert answer is None, "the connection was not the one closed to make room"
-    assert ran == "False\n", "the request of a connection closed to make room ran without an answer"
+    assert answer is not None and answer[0] == 200, answer
+    assert ran == "True\n"
+    # The next oldest made room, answered; the newest stays.
+    assert made_room == [True] + [False] * (UNAUTHENTICATED_PER_PEER - 1), made_room
     served_again()
