@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bus-contract.h"
 #include "config.h"
 #include "http-exec.h"
 #include "http-util.h"
@@ -23,7 +24,7 @@
 
 /* Upstream's texts, which clients may match. */
 #define DIFY_MESSAGE_SUCCESS              "success"
-#define DIFY_MESSAGE_UNSUPPORTED_LANGUAGE "unsupported language"
+#define DIFY_MESSAGE_UNSUPPORTED_LANGUAGE BUS_MESSAGE_UNSUPPORTED_LANGUAGE
 #define DIFY_MESSAGE_TOO_MANY_REQUESTS    "Too many requests"
 #define DIFY_MESSAGE_NETWORK_DISABLED     "network is disabled, please enable it in the configuration"
 

@@ -77,7 +77,7 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
 
         if (!session_id_is_valid(b.session_id) ||
             json_member_string_length(body, "session_id") != strlen(b.session_id)) {
-                r = http_response_new_detail(HTTP_BAD_REQUEST, "invalid session_id", ret_error);
+                r = http_response_new_detail(HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID, ret_error);
                 return r < 0 ? r : -EINVAL;
         }
 
@@ -569,7 +569,7 @@ int http_exec_cancel(HttpRequest *req) {
         }
         if (!session_id_is_valid(b.session_id) ||
             json_member_string_length(req->json, "session_id") != strlen(b.session_id)) {
-                r = http_response_new_detail(HTTP_BAD_REQUEST, "invalid session_id", &error);
+                r = http_response_new_detail(HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID, &error);
                 return r < 0 ? r : http_request_reply(req, error);
         }
         http_request_set_session_id(req, b.session_id);

@@ -94,7 +94,8 @@ int files_request_parse(FilesRequestKind kind, json_object *body, const Config *
 
         if (!session_id_is_valid(b.session_id) ||
             json_member_string_length(body, "session_id") != strlen(b.session_id))
-                return files_refuse_detail(HTTP_BAD_REQUEST, "invalid session_id", -EINVAL, ret_error);
+                return files_refuse_detail(HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID, -EINVAL,
+                                           ret_error);
 
         if (kind == FILES_REQUEST_WRITE) {
                 /* The length as received: an embedded NUL must fail decoding, not end the text. */

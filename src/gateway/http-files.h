@@ -9,6 +9,7 @@
 #include <systemd/sd-bus.h>
 #include <json-c/json.h>
 
+#include "bus-contract.h"
 #include "config.h"
 #include "http-util.h"
 
@@ -20,8 +21,8 @@
 #define FILES_DETAIL_PATH_OUTSIDE "path must be under /workspace"
 #define FILES_DETAIL_PATH_TOO_LONG "path too long"
 #define FILES_DETAIL_INVALID_BASE64 "invalid base64"
-#define FILES_DETAIL_TOO_LARGE "file too large"
-#define FILES_DETAIL_NOT_FOUND "file not found"
+#define FILES_DETAIL_TOO_LARGE BUS_MESSAGE_FILE_TOO_LARGE
+#define FILES_DETAIL_NOT_FOUND BUS_MESSAGE_FILE_NOT_FOUND
 
 typedef enum FilesRequestKind {
         FILES_REQUEST_WRITE,    /* POST /files: session_id, path, data_base64 */

@@ -294,7 +294,7 @@ static int session_new_call(HttpRequest *req, const char *id, const char *member
         int r;
 
         if (!session_id_is_valid(id))
-                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID);
         http_request_set_session_id(req, id);
 
         r = session_manager_new_call(req->server->bus, member, &m);
@@ -354,7 +354,7 @@ int http_sessions_reset(HttpRequest *req) {
 
         /* The router hands over "{id}/reset". */
         if (!slash || (size_t) (slash - arg) > SESSION_ID_LEN)
-                return http_request_reply_detail(req, HTTP_BAD_REQUEST, "invalid session_id");
+                return http_request_reply_detail(req, HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID);
         memcpy(id, arg, (size_t) (slash - arg));
         id[slash - arg] = 0;
         r = session_new_call(req, id, "ResetKernel", &m);

@@ -225,7 +225,7 @@ static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_NO_SUCH_SESSION, HTTP_NOT_FOUND, HTTP_DETAIL_NO_SUCH_SESSION, true },
         /* A queue's timeout, or a limit of sessions: a retry may find room. */
         { BUS_ERROR_LIMIT_EXCEEDED, HTTP_TOO_MANY_REQUESTS, "too many requests", false, "1" },
-        { BUS_ERROR_BUSY, HTTP_TOO_MANY_REQUESTS, "session is busy", false, "1" },
+        { BUS_ERROR_BUSY, HTTP_TOO_MANY_REQUESTS, BUS_MESSAGE_SESSION_BUSY, false, "1" },
         /* POST /exec/cancel of a session whose exec is over (or never began). */
         { BUS_ERROR_NOT_RUNNING, HTTP_CONFLICT, "no exec is running", true },
         { SD_BUS_ERROR_INVALID_ARGS, HTTP_BAD_REQUEST, "invalid argument", false },

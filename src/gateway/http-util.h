@@ -10,6 +10,7 @@
 #include <systemd/sd-bus.h>
 #include <json-c/json.h>
 
+#include "bus-contract.h"
 #include "json-util.h"
 #include "json-writer.h"
 #include "macro.h"
@@ -35,7 +36,7 @@ enum {
 };
 
 /* The exact text clients match to recognise a gone session (COMPAT.md A). */
-#define HTTP_DETAIL_NO_SUCH_SESSION "session not found or not running"
+#define HTTP_DETAIL_NO_SUCH_SESSION BUS_MESSAGE_NO_SUCH_SESSION
 /* dbus-daemon refused a call: too many of the gateway's calls wait for their replies. */
 #define HTTP_ERROR_CALLS_EXCEEDED "too many requests in flight, retry later"
 /* On every response when SANDBOX_NODE_ID is set: the node that answered. */
@@ -43,7 +44,7 @@ enum {
 /* A call that died with the session manager: 503 with Retry-After, safe to retry. */
 #define HTTP_DETAIL_MANAGER_RESTARTED "session manager restarted, retry"
 
-#define HTTP_DETAIL_STORAGE_TOO_LARGE "storage is too large"
+#define HTTP_DETAIL_STORAGE_TOO_LARGE BUS_MESSAGE_STORAGE_TOO_LARGE
 /* A storage block that is not in effect (io.scopebox.Error.StorageNotConfigured, or none at all). */
 #define HTTP_DETAIL_STORAGE_NOT_CONFIGURED "storage backend not configured"
 
