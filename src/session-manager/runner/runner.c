@@ -364,62 +364,9 @@ static int parse_argv(int argc, char *argv[], Runner *r) {
         return 0;
 }
 
-int main(int argc, char *argv[]) {
-        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
-        Runner runner = { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF, .template_filter_fd = -EBADF,
-                           .workspace = { .fd = -EBADF, .view_fd = -EBADF },
-                           .cgroup_events = CGROUP_EVENTS_NULL, .net_cgroup_procs_fd = -EBADF };
-        Runner *r = &runner;
-        int q, fd;
-
-        for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
-                r->net_filter_fds[i] = -EBADF;
-        log_setup("scopebox-runner");
-        q = parse_argv(argc, argv, r);
-        if (q < 0)
-                return EXIT_FAILURE;
-
-        /* Directories we create for the sandbox must be traversable by its user. */
-        umask(0022);
-        /* No supplementary groups: the archive helper inherits ours into its user namespace. */
-        if (setgroups(0, NULL) < 0) {
-                log_error_errno(errno, "Failed to drop supplementary groups: %m");
-                return EXIT_FAILURE;
-        }
-
-        /* Survive the manager: own session, never the manager's death signal. */
-        (void) setsid();
-        (void) prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
-        /* When the scope runs out of memory, the sandbox goes first, never its supervisor. */
-        fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-        if (fd >= 0) {
-                (void) write_all(fd, "-1000", 5);
-                safe_close(fd);
-        }
-
-        q = daemon_event_new(&event, SIGTERM, SIGINT, SIGHUP, -1);
-        if (q < 0) {
-                log_error_errno(q, "Failed to set up the event loop: %m");
-                return EXIT_FAILURE;
-        }
-        r->event = event;
-        (void) signal(SIGPIPE, SIG_IGN);
-
-        if (fcntl(r->listen_fd, F_SETFD, FD_CLOEXEC) < 0) {
-                log_error_errno(errno, "No control socket on fd %i: %m", r->listen_fd);
-                return EXIT_FAILURE;
-        }
-        (void) fd_nonblock(r->listen_fd, true);
-        q = sd_event_add_io(event, &r->listen_source, r->listen_fd, EPOLLIN, on_listen, r);
-        if (q < 0) {
-                log_error_errno(q, "Failed to watch the control socket: %m");
-                return EXIT_FAILURE;
-        }
-
-        q = sd_event_loop(event);
-
-        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                   "Runner of session %s exiting.", r->session_id);
+static Runner *runner_free(Runner *r) {
+        if (!r)
+                return NULL;
         r->exec = runner_exec_free(r->exec);
         runner_kernel_stop(r);
         free(r->preload_modules);
@@ -441,5 +388,80 @@ int main(int argc, char *argv[]) {
         if (r->seccomp)
                 seccomp_release(r->seccomp);
         free(r->session_root);
+        sd_event_unref(r->event);
+        free(r);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Runner *, runner_free);
+
+static int runner_new(Runner **ret) {
+        Runner *r = calloc(1, sizeof(Runner));
+
+        if (!r)
+                return log_oom();
+        *r = (Runner) { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF, .template_filter_fd = -EBADF,
+                        .workspace = { .fd = -EBADF, .view_fd = -EBADF },
+                        .cgroup_events = CGROUP_EVENTS_NULL, .net_cgroup_procs_fd = -EBADF };
+        for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
+                r->net_filter_fds[i] = -EBADF;
+        *ret = r;
+        return 0;
+}
+
+/* The process as a runner must be (no groups, its own session, last in line for the OOM killer),
+ * the event loop and the control socket watched. */
+static int runner_startup(Runner *r) {
+        int q, fd;
+
+        /* Directories we create for the sandbox must be traversable by its user. */
+        umask(0022);
+        /* No supplementary groups: the archive helper inherits ours into its user namespace. */
+        if (setgroups(0, NULL) < 0)
+                return log_error_errno(errno, "Failed to drop supplementary groups: %m");
+
+        /* Survive the manager: own session, never the manager's death signal. */
+        (void) setsid();
+        (void) prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+        /* When the scope runs out of memory, the sandbox goes first, never its supervisor. */
+        fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                (void) write_all(fd, "-1000", 5);
+                safe_close(fd);
+        }
+
+        q = daemon_event_new(&r->event, SIGTERM, SIGINT, SIGHUP, -1);
+        if (q < 0)
+                return log_error_errno(q, "Failed to set up the event loop: %m");
+        (void) signal(SIGPIPE, SIG_IGN);
+
+        if (fcntl(r->listen_fd, F_SETFD, FD_CLOEXEC) < 0)
+                return log_error_errno(errno, "No control socket on fd %i: %m", r->listen_fd);
+        (void) fd_nonblock(r->listen_fd, true);
+        q = sd_event_add_io(r->event, &r->listen_source, r->listen_fd, EPOLLIN, on_listen, r);
+        if (q < 0)
+                return log_error_errno(q, "Failed to watch the control socket: %m");
+        return 0;
+}
+
+static int runner_run(Runner *r) {
+        int q = sd_event_loop(r->event);
+
+        log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                   "Runner of session %s exiting.", r->session_id);
+        return q;
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_(runner_freep) Runner *r = NULL;
+        int q;
+
+        log_setup("scopebox-runner");
+        q = runner_new(&r);
+        if (q >= 0)
+                q = parse_argv(argc, argv, r);
+        if (q >= 0)
+                q = runner_startup(r);
+        if (q >= 0)
+                q = runner_run(r);
         return q < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
