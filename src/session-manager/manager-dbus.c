@@ -185,7 +185,7 @@ static int on_create_delivery(sd_event_source *source, int fd, uint32_t revents,
         else {
                 /* Gone meanwhile (released, reaped): nothing to do. */
                 s = manager_find_sidecar_session(d->manager, d->id);
-                if (s && s->state != SESSION_STOPPING) {
+                if (s && !session_state_is_ending(s->state)) {
                         log_struct(LOG_INFO, 0,
                                    LOG_FIELDS(LOG_SESSION_FIELD(d->id), "SCOPEBOX_EVENT=session-abandoned"),
                                    "Releasing session %s: its creator's client went away before it had the "
@@ -304,8 +304,8 @@ static unsigned sessions_counted(Manager *mgr) {
         unsigned n = mgr->n_sessions - mgr->n_ephemeral;
 
         LIST_FOREACH(sessions, s, mgr->sessions)
-                if (!s->ephemeral && s->state == SESSION_STOPPING && s->end == SESSION_END_HANGUP &&
-                    !s->releasing && n > 0)
+                if (!s->ephemeral && session_state_is_ending(s->state) && s->end == SESSION_END_HANGUP &&
+                    !session_archive_pending(s) && n > 0)
                         n--;
         return n;
 }
@@ -1147,7 +1147,7 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
         if (r >= 0)
                 r = sd_bus_message_append(
                         reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "state", "s",
-                        session_state_to_string(s->state), "archive_pending", "b",
+                        session_state_to_word(s->state), "archive_pending", "b",
                         (int) session_archive_pending(s), "restore_failed", "b", (int) s->restore_failed,
                         "unit", "s", strempty(s->unit), "created_usec", "t", s->created_realtime_usec,
                         "last_active_usec", "t", s->last_active_realtime_usec, "idle_ttl_usec", "t",

@@ -365,8 +365,8 @@ static uint64_t manager_idle_exit_usec(const Manager *m) {
  * or stops it as nobody's if it is a pooled one (never recorded). */
 static bool session_at_rest(const Session *s) {
         return s->state == SESSION_RUNNING && (!s->ephemeral || s->pooled) && !s->start_callback &&
-               !s->in_flight && !s->queue_head && !s->release_waiters && !s->releasing &&
-               !s->stop_requested && !s->start_job && !s->stop_job && !s->restore_slot && !s->archive_slot;
+               !s->in_flight && !s->queue_head && !s->release_waiters && !s->start_job && !s->stop_job &&
+               !s->restore_slot && !s->archive_slot;
 }
 
 /* Whether every call taken has been answered: no create, run or systemd job under way, and no

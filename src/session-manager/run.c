@@ -185,7 +185,7 @@ static unsigned run_pool_count(const Manager *m) {
         unsigned n = 0;
 
         for (const Session *s = m->sessions; s; s = s->sessions_next)
-                if (s->pooled && s->state != SESSION_STOPPING)
+                if (s->pooled && !session_state_is_ending(s->state))
                         n++;
         return n;
 }
@@ -206,7 +206,7 @@ static void on_pool_started(Session *s, int error, const char *message, void *us
         }
         /* The session goes by itself. Released while it started (the manager stops): nothing wrong. */
         s->pooled = false;
-        if (s->state == SESSION_STOPPING)
+        if (session_state_is_ending(s->state))
                 return;
         /* Runs start their own for a while. */
         m->run_pool_failed_usec = run_now(m);
@@ -272,7 +272,7 @@ static Session *run_pool_take(Manager *m) {
                         s->pooled = false;
                         return s;
                 }
-                if (s->state == SESSION_STARTING && s->start_callback == on_pool_started && !starting)
+                if (session_state_is_starting(s->state) && s->start_callback == on_pool_started && !starting)
                         starting = s;
         }
         if (starting)
@@ -292,7 +292,7 @@ static int run_start(Run *r) {
                 r->pooled = true;
                 r->running = true;
                 m->n_runs_running++;
-                if (s->state == SESSION_STARTING) {
+                if (session_state_is_starting(s->state)) {
                         /* Its start goes on for the run: a failure is the run's, as on its own session's. */
                         s->start_callback = on_session_started;
                         s->start_userdata = r;

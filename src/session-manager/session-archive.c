@@ -91,20 +91,21 @@ const char *session_archive_stem_of(Session *s) {
 }
 
 bool session_archive_pending(const Session *s) {
-        return s->releasing;
+        return s->state == SESSION_ARCHIVING || s->state == SESSION_ARCHIVE_PENDING;
 }
 
 unsigned session_count_pending_archives(Manager *m) {
         unsigned n = 0;
         LIST_FOREACH(sessions, i, m->sessions)
-                n += i->releasing;
+                n += session_archive_pending(i);
         return n;
 }
 
 /* Between BeginArchive and the answer to CommitArchive (also of an attempt whose release a create
- * took over since): the stored object may change. */
+ * took over since): the stored object may change. (A discard's DeleteArchive is no attempt.) */
 bool session_archive_in_flight(const Session *s) {
-        return s->archive_orphaned || (s->releasing && (s->archive_slot || s->archive_token));
+        return s->archive_orphaned ||
+               (s->state != SESSION_DISCARDING && (s->archive_slot || s->archive_token));
 }
 
 /* Whether the session's archive is (stem, storage_json). */
@@ -122,7 +123,7 @@ Session *session_find_pending_archive(Manager *m, const char *stem, const char *
         /* The newest release wins: its workspace is what the client saw last. Never one its client
          * discarded, nor one a newer release superseded. */
         LIST_FOREACH(sessions, i, m->sessions)
-                if (i->releasing && !i->stop_requested && !i->discard_stem && !i->archive_superseded &&
+                if (session_archive_pending(i) && !i->discard_stem && !i->archive_superseded &&
                     session_archives_to(i, stem, storage_json) &&
                     (!found || i->release_realtime_usec >= found->release_realtime_usec))
                         found = i;
@@ -214,7 +215,8 @@ static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
 static void session_discard(Session *s, const char *storage, char *stem) {
         _cleanup_free_ char *owned = stem;
 
-        s->releasing = false;
+        if (s->state != SESSION_DISCARDING && session_enter(s, SESSION_DISCARDING) < 0)
+                return;
         s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
         session_archive_stop_retrying(s);
         if (s->archive_orphaned) {
@@ -235,7 +237,6 @@ static void session_archive_done(Session *s, ArchiveOutcome outcome) {
                 session_discard(s, session_effective_storage(s), TAKE_PTR(s->discard_stem));
                 return;
         }
-        s->releasing = false;
         s->archive_outcome = outcome;
         session_archive_stop_retrying(s);
         manager_state_changed(s->manager);
@@ -250,9 +251,9 @@ static void session_archive_orphan_ended(Session *s) {
         s->archive_orphaned = false;
         if (s->discard_stem)
                 session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
-        else if (s->releasing)
+        else if (session_archive_pending(s))
                 session_archive_attempt(s);
-        else if (s->stop_requested)
+        else
                 session_finalize(s);
 }
 
@@ -330,11 +331,13 @@ static void session_archive_failed(Session *s, ArchiveFailure kind, const char *
                 session_archive_done(s, ARCHIVE_OUTCOME_SKIPPED);
                 return;
         }
-        if (s->archive_superseded || s->control_fd < 0 || now >= deadline) {
-                const char *reason = s->archive_superseded
-                                             ? "a newer release of the same archive superseded it"
-                                     : s->control_fd < 0 ? "the session's runner is gone"
-                                                         : "SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed";
+        if (s->archive_superseded || s->control_fd < 0 || s->state != SESSION_ARCHIVING ||
+            now >= deadline) {
+                const char *reason =
+                        s->archive_superseded           ? "a newer release of the same archive superseded it"
+                        : s->control_fd < 0             ? "the session's runner is gone"
+                        : s->state != SESSION_ARCHIVING ? "the session ended first"
+                                                        : "SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed";
                 s->manager->metrics.archives_abandoned++;
                 log_struct(
                         s->archive_superseded ? LOG_INFO : LOG_ERR, 0,
@@ -368,6 +371,10 @@ static void session_archive_failed(Session *s, ArchiveFailure kind, const char *
                            "Failed to schedule the next archive attempt of session %s; it stays pending "
                            "until scopeboxctl archives retry, a create of its archive_key or a restart: %m",
                            s->id);
+        (void) session_enter(s, SESSION_ARCHIVE_PENDING);
+}
+
+void session_archive_now_pending(Session *s) {
         (void) session_save_state(s);
         manager_state_changed(s->manager);
         session_release_tell(s);
@@ -563,7 +570,7 @@ static void session_archive_attempt(Session *s) {
 
 static void on_retry_ping(Session *s, int error, const char *message, json_object *reply, int fd,
                           void *userdata) {
-        if (!s->releasing)
+        if (s->state != SESSION_ARCHIVING)
                 return;
         if (error < 0) {
                 session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "the session's runner is gone");
@@ -575,8 +582,10 @@ static void on_retry_ping(Session *s, int error, const char *message, json_objec
 static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata) {
         Session *s = userdata;
 
-        if (!s->releasing)
+        if (!session_archive_pending(s))
                 return 0;
+        if (s->state == SESSION_ARCHIVE_PENDING)
+                (void) session_enter(s, SESSION_ARCHIVING);
         /* The runner first: it is alive, and its idle backstop hears of us, however long storage
          * takes to come back. (Without the ping, the attempt finds out by itself.) */
         if (session_enqueue_op(s, "ping", on_retry_ping) < 0)
@@ -585,7 +594,7 @@ static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userda
 }
 
 void session_archive_retry_now(Session *s) {
-        if (s->releasing && !session_archive_in_flight(s))
+        if (session_archive_pending(s) && !session_archive_in_flight(s))
                 (void) session_arm_archive_retry(s, 1);
 }
 
@@ -593,7 +602,7 @@ void session_archive_retry_now(Session *s) {
  * older); one in flight finishes its attempt first, and the new one waits for it. */
 static void session_supersede_older(Session *s) {
         LIST_FOREACH_SAFE(sessions, i, next, s->manager->sessions) {
-                if (!i->releasing || !session_same_archive(s, i))
+                if (!session_archive_pending(i) || !session_same_archive(s, i))
                         continue;
                 i->archive_superseded = true;
                 if (!session_archive_in_flight(i))
@@ -604,7 +613,7 @@ static void session_supersede_older(Session *s) {
 static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *userdata) {
         Session *s = userdata;
 
-        if (s->releasing && !s->release_told) {
+        if (session_archive_pending(s) && !s->release_told) {
                 log_struct(
                         LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                         "The archive of session %s is still being stored; its release is answered as "
@@ -620,7 +629,7 @@ static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *u
 int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, SessionDoneCallback cb,
                          void *userdata) {
         _cleanup_free_ char *storage_override = NULL, *discard_stem = NULL;
-        bool starting, stopping = s->state == SESSION_STOPPING;
+        bool archive, starting, stopping = session_state_is_ending(s->state);
         int effective, r;
 
         /* Everything that can fail for want of memory first, with nothing changed yet: a discard
@@ -643,7 +652,7 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                 }
                 /* A discard of one whose archive is pending drops the workspace and the stored
                  * archive now. */
-                if (s->releasing && o && o->discard) {
+                if (session_archive_pending(s) && o && o->discard) {
                         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                                    "Session %s, whose archive was pending, is discarded by its client.",
                                    s->id);
@@ -664,12 +673,12 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
         }
         /* Not started yet, nobody has used its workspace: it holds at most part of what is being
          * restored, which must never be archived over the whole. (An adopted one is its own.) */
-        starting = s->state == SESSION_STARTING && !s->adopted;
+        starting = session_state_is_starting(s->state) && !s->adopted;
+        archive = effective && (!o || o->archive) && !starting;
         r = session_add_release_waiter(s, cb, userdata);
         if (r < 0)
                 return r;
 
-        session_begin_stopping(s);
         s->end = end;
         /* The release's storage block is the one its archive goes to, also on every retry. */
         if (storage_override) {
@@ -681,19 +690,14 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                 session_discard(s, s->storage_json, TAKE_PTR(discard_stem));
                 return 0;
         }
-        if (effective && (!o || o->archive) && !starting) {
-                if (s->archive_kept) {
-                        s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
-                        log_struct(
-                                LOG_WARNING, 0,
-                                LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
-                                "Not archiving session %s: its archive could not be restored, the stored "
-                                "one is kept.",
-                                s->id);
-                        session_stop_scope(s, end);
-                        return 0;
-                }
-                s->releasing = true;
+        if (archive && s->archive_kept) {
+                s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
+                log_struct(LOG_WARNING, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
+                           "Not archiving session %s: its archive could not be restored, the stored one is "
+                           "kept.",
+                           s->id);
+        } else if (archive && session_enter(s, SESSION_ARCHIVING) >= 0) {
                 s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
                 s->release_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
                 session_supersede_older(s);
@@ -748,7 +752,9 @@ static int session_load_release_state(Session *s, json_object *o) {
                 s->archive_kept = s->restore_failed = json_object_get_boolean(v);
         if (!json_object_object_get_ex(o, "releasing", &v) || !json_object_get_boolean(v))
                 return 0;
-        s->releasing = true;
+        r = session_enter(s, SESSION_ARCHIVE_PENDING);
+        if (r < 0)
+                return r;
         s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
         s->release_told = true; /* whoever asked heard from the earlier manager, or not at all */
         record_usec(o, "archive_attempts", 0, &attempts);
@@ -800,9 +806,8 @@ void session_resume_release(Session *s) {
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-resumed"),
                    "Session %s was being released by an earlier instance; archiving it (attempt %u).", s->id,
                    s->archive_attempts + 1);
-        session_begin_stopping(s);
         r = session_arm_archive_retry(s, 1);
-        if (r < 0)
+        if (r < 0 && session_enter(s, SESSION_ARCHIVING) >= 0)
                 session_archive_attempt(s);
         manager_state_changed(s->manager);
 }

@@ -58,6 +58,8 @@ const char *storage_reply_message(sd_bus_message *reply);
 bool session_archive_in_flight(const Session *s);
 const char *session_archive_stem(Session *s, const char *override);
 void session_archive_stop_retrying(Session *s);
+/* Entry action of ARCHIVE_PENDING after a failed attempt: the record, PropertiesChanged, the waiters. */
+void session_archive_now_pending(Session *s);
 const char *session_effective_storage(Session *s);
 void session_release_tell(Session *s);
 bool session_same_archive(Session *a, Session *b);
@@ -79,7 +81,6 @@ void session_restore_then_ready(Session *s);
 RunnerRequest *runner_request_free(RunnerRequest *q);
 int session_add_release_waiter(Session *s, SessionDoneCallback cb, void *userdata);
 void session_arm_idle(Session *s, uint64_t usec);
-void session_begin_stopping(Session *s);
 int session_connect(Session *s);
 int session_dispatch_next(Session *s);
 SessionEnd session_end_or(const Session *s, SessionEnd fallback);

@@ -41,7 +41,7 @@
 int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata) {
         bool under_way;
 
-        if (!s->releasing || s->stop_requested || s->discard_stem || s->archive_superseded ||
+        if (!session_archive_pending(s) || s->discard_stem || s->archive_superseded ||
             s->control_fd < 0 || s->start_callback)
                 return -EBUSY;
 
@@ -68,7 +68,6 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
         s->adopted = true;
         /* Its workspace is the newest there is, whatever its own create restored. */
         s->restore_failed = false;
-        s->releasing = false;
         s->archive_superseded = false;
         s->release_told = false;
         s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
@@ -78,7 +77,7 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
         s->archive_error = mfree(s->archive_error);
         s->end = _SESSION_END_INVALID;
         s->idle_ttl_usec = idle_ttl_usec;
-        s->state = SESSION_STARTING;
+        (void) session_enter(s, SESSION_RESTORING);
         s->start_callback = cb;
         s->start_userdata = userdata;
         /* As after a restore: the client syncs its inputs anew. */
@@ -156,7 +155,7 @@ static int on_quarantine_reply(sd_bus_message *reply, void *userdata, sd_bus_err
         StorageAnswer answer = storage_answer(reply);
 
         storage_call_ended(&s->restore_slot);
-        if (s->state == SESSION_STOPPING) {
+        if (session_state_is_ending(s->state)) {
                 session_finalize(s);
                 return 0;
         }
@@ -218,7 +217,8 @@ static void session_restore_damaged(Session *s, const char *why) {
         /* A release of the same archive under way may store a good one at the key any moment:
          * never move that aside. The next create finds whichever is there then. */
         LIST_FOREACH(sessions, i, s->manager->sessions)
-                if (session_same_archive(s, i) && (i->releasing || session_archive_in_flight(i))) {
+                if (session_same_archive(s, i) &&
+                    (session_archive_pending(i) || session_archive_in_flight(i))) {
                         session_restore_fail_create(s, "the archive is damaged and is being replaced");
                         return;
                 }
@@ -253,7 +253,7 @@ static void on_runner_restored(Session *s, int error, const char *message, json_
                                void *userdata) {
         RunnerArchiveReply answer;
 
-        if (s->state == SESSION_STOPPING)
+        if (session_state_is_ending(s->state))
                 return;
         if (runner_restore_error_is_damage(error)) {
                 session_restore_damaged(s, strempty(message));
@@ -280,7 +280,7 @@ static int on_open_archive_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         int found = 0, fd, r;
 
         storage_call_ended(&s->restore_slot);
-        if (s->state == SESSION_STOPPING) {
+        if (session_state_is_ending(s->state)) {
                 session_finalize(s);
                 return 0;
         }
@@ -354,13 +354,15 @@ void session_restore_then_ready(Session *s) {
                 session_start_done(s, 0, NULL);
                 return;
         }
+        if (s->state == SESSION_CREATING)
+                (void) session_enter(s, SESSION_RESTORING);
         /* The archive of a session released moments ago may not be stored yet: never restore what
          * it is about to replace. One being stored now is waited for; one that failed and waits for
          * its next attempt is the client's to take over (a new create adopts it). */
         LIST_FOREACH(sessions, i, s->manager->sessions) {
                 uint64_t now = now_usec(CLOCK_MONOTONIC);
 
-                if ((!i->releasing && !i->archive_orphaned) || !session_same_archive(s, i))
+                if ((!session_archive_pending(i) && !i->archive_orphaned) || !session_same_archive(s, i))
                         continue;
                 /* Waited for as long as a restore may take: the create's answer comes in time. */
                 if (s->restore_wait_until_usec == 0)
@@ -394,7 +396,7 @@ static int on_restore_wait(sd_event_source *source, uint64_t usec, void *userdat
         Session *s = userdata;
 
         s->restore_wait_timer = sd_event_source_disable_unref(s->restore_wait_timer);
-        if (s->state == SESSION_STOPPING) {
+        if (session_state_is_ending(s->state)) {
                 session_finalize(s);
                 return 0;
         }
@@ -419,7 +421,7 @@ static void session_recovered(Session *s, int error, json_object *reply, bool ag
                 return;
         }
         session_learn_runner(s, p.cancel);
-        if (s->releasing) {
+        if (session_archive_pending(s)) {
                 session_resume_release(s);
                 return;
         }
@@ -451,7 +453,8 @@ int session_recover(Session *s) {
         r = runner_request_op("ping", &ping);
         if (r < 0)
                 return r;
-        s->state = s->releasing ? SESSION_STOPPING : SESSION_RUNNING;
+        if (s->state == SESSION_CREATING)
+                (void) session_enter(s, SESSION_RUNNING);
         r = session_connect(s);
         if (r < 0) {
                 json_object_put(ping);

@@ -37,12 +37,23 @@
 #include "time-util.h"
 
 static const char *const session_state_table[_SESSION_STATE_MAX] = {
-        [SESSION_STARTING] = "starting",
+        [SESSION_CREATING] = "creating",
+        [SESSION_RESTORING] = "restoring",
         [SESSION_RUNNING] = "running",
+        [SESSION_ARCHIVING] = "archiving",
+        [SESSION_ARCHIVE_PENDING] = "archive-pending",
+        [SESSION_DISCARDING] = "discarding",
         [SESSION_STOPPING] = "stopping",
+        [SESSION_GONE] = "gone",
 };
 
 DEFINE_STRING_TABLE_LOOKUP_TO_STRING(session_state, SessionState)
+
+const char *session_state_to_word(SessionState s) {
+        if (s < 0 || s >= _SESSION_STATE_MAX)
+                return NULL;
+        return session_state_is_starting(s) ? "starting" : s == SESSION_RUNNING ? "running" : "stopping";
+}
 
 static const char *const session_end_table[_SESSION_END_MAX] = {
         [SESSION_END_RELEASED] = "released",
@@ -91,7 +102,7 @@ static int session_alloc(Manager *m, const char *id, Session **ret) {
         if (!s)
                 return -ENOMEM;
         *s = (Session) {
-                .manager = m, .runner = PIDREF_NULL, .control_fd = -EBADF, .state = SESSION_STARTING,
+                .manager = m, .runner = PIDREF_NULL, .control_fd = -EBADF, .state = SESSION_CREATING,
                 .end = _SESSION_END_INVALID
         };
         strcpy(s->id, id);
@@ -174,7 +185,7 @@ int session_save_state(Session *s) {
                 json_add_checked(o, "restore_failed", json_object_new_boolean(true), &jr);
         if (s->stateful)
                 json_add_checked(o, "stateful", json_object_new_boolean(true), &jr);
-        if (s->releasing) {
+        if (session_archive_pending(s)) {
                 json_add_checked(o, "releasing", json_object_new_boolean(true), &jr);
                 json_add_checked(o, "release_realtime_usec",
                                  json_object_new_int64((int64_t) s->release_realtime_usec), &jr);
@@ -246,17 +257,6 @@ static void session_fail_requests(Session *s, int error, const char *message) {
         } while (s->queue_head);
 }
 
-
-static bool session_calls_pending(const Session *s) {
-        return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
-}
-
-/* SIGKILL for the session's runner, through its pidfd, never by its number (systemd's PidRef
- * rule); nothing once it is reaped or handed off. */
-static void session_kill_runner(Session *s) {
-        (void) pidref_kill(&s->runner, SIGKILL);
-}
-
 /* The runner is our child until it exits: a session that goes first leaves the reaping to the
  * manager. The runner is not killed (its scope is, or it outlives us on purpose). */
 static void session_hand_off_runner(Session *s) {
@@ -276,13 +276,13 @@ static void session_hand_off_runner(Session *s) {
                            s->id);
 }
 
-/* The end of a finalized session, from the manager's GC: its files go, its waiters hear. */
+/* The end of a session that is gone, from the manager's GC: its files go, its waiters hear. */
 static void session_release_remains(Session *s) {
         int r;
 
         session_fail_requests(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
         session_remove_state(s);
-        if (s->releasing) {
+        if (s->archive_outcome == ARCHIVE_OUTCOME_PENDING) {
                 /* Its runner went (killed, out of memory, unresponsive) while the archive waited. */
                 s->manager->metrics.archives_abandoned++;
                 s->archive_outcome = ARCHIVE_OUTCOME_ABANDONED;
@@ -325,18 +325,21 @@ static void session_unlink_gc(Session *s) {
 }
 
 Session *session_free(Session *s) {
+        bool gone;
+
         if (!s)
                 return NULL;
-        /* Whatever the callbacks below try on the session finds it stopping; it can't be queued
-         * for GC a second time. */
-        s->state = SESSION_STOPPING;
+        /* The destructor, not a transition: whatever the callbacks below try on the session finds
+         * it gone; it can't be queued for GC a second time. */
+        gone = s->state == SESSION_GONE;
+        s->state = SESSION_GONE;
         s->in_gc_queue = true;
         if (s->manager) {
                 session_unlink_gc(s);
                 manager_remove_session(s->manager, s);
                 manager_forget_exec_waiter(s->manager, s);
         }
-        if (s->finalized && s->manager)
+        if (gone && s->manager)
                 session_release_remains(s);
         /* A session that ends while starting gives its create slot back (not at shutdown: no
          * create starts then). */
@@ -394,23 +397,53 @@ void session_add_to_gc_queue(Session *s) {
                            "Failed to schedule freeing session %s, it waits for the next: %m", s->id);
 }
 
-/* ---- teardown ---- */
+/* ---- stages ---- */
 
-/* The scope is gone and no call is left: the session is over. It leaves every lookup now and is
- * freed from the event loop, never here, since callers up the stack may still hold it. */
-void session_finalize(Session *s) {
-        /* Only once the scope's stop was asked for; each outstanding call comes back here when it
-         * is done. */
-        if (s->finalized || !s->stop_requested || session_calls_pending(s))
-                return;
+#define TO(state) (1u << (state))
 
-        s->finalized = true;
-        s->state = SESSION_STOPPING;
+/* Which stages may follow which (docs/architecture.md draws it). */
+static const unsigned session_transitions[_SESSION_STATE_MAX] = {
+        /* Started, recovered (a record of a release in progress: its archive is pending), released. */
+        [SESSION_CREATING] = TO(SESSION_RESTORING) | TO(SESSION_RUNNING) | TO(SESSION_ARCHIVE_PENDING) |
+                             TO(SESSION_DISCARDING) | TO(SESSION_STOPPING),
+        /* An adopted session's workspace is its own: archived even if released while it restores. */
+        [SESSION_RESTORING] = TO(SESSION_RUNNING) | TO(SESSION_ARCHIVING) | TO(SESSION_DISCARDING) |
+                              TO(SESSION_STOPPING),
+        [SESSION_RUNNING] = TO(SESSION_ARCHIVING) | TO(SESSION_DISCARDING) | TO(SESSION_STOPPING),
+        /* Adopted by a create of the same archive (RESTORING), discarded, stored or given up. */
+        [SESSION_ARCHIVING] = TO(SESSION_ARCHIVE_PENDING) | TO(SESSION_RESTORING) | TO(SESSION_DISCARDING) |
+                              TO(SESSION_STOPPING),
+        [SESSION_ARCHIVE_PENDING] = TO(SESSION_ARCHIVING) | TO(SESSION_RESTORING) | TO(SESSION_DISCARDING) |
+                                    TO(SESSION_STOPPING),
+        [SESSION_DISCARDING] = TO(SESSION_STOPPING),
+        [SESSION_STOPPING] = TO(SESSION_GONE),
+        [SESSION_GONE] = 0,
+};
+
+bool session_state_transition_is_legal(SessionState from, SessionState to) {
+        if (from < 0 || from >= _SESSION_STATE_MAX || to < 0 || to >= _SESSION_STATE_MAX)
+                return false;
+        return session_transitions[from] & TO(to);
+}
+
+static bool session_calls_pending(const Session *s) {
+        return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
+}
+
+/* SIGKILL for the session's runner, through its pidfd, never by its number (systemd's PidRef
+ * rule); nothing once it is reaped or handed off. */
+static void session_kill_runner(Session *s) {
+        (void) pidref_kill(&s->runner, SIGKILL);
+}
+
+/* Out of the live stages: the session takes no calls, clients see it as gone at once. Still
+ * waiting for a create slot: it never starts. Still fetching its archive: not waited for (a stalled
+ * storage endpoint must not keep a released session counted). */
+static void session_stop_taking_calls(Session *s) {
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-        s->request_timer = sd_event_source_disable_unref(s->request_timer);
-        s->control_source = sd_event_source_disable_unref(s->control_source);
-        s->control_fd = safe_close(s->control_fd);
-        session_add_to_gc_queue(s);
+        manager_cancel_pending_create(s->manager, s);
+        s->restore_slot = sd_bus_slot_unref(s->restore_slot);
+        session_fail_queued(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
 }
 
 static void on_stop_job_done(Manager *m, const char *result, int error, const sd_bus_error *bus_error,
@@ -428,37 +461,15 @@ static void on_stop_job_done(Manager *m, const char *result, int error, const sd
         session_finalize(s);
 }
 
-/* From now on the session takes no calls: clients see it as gone at once. */
-void session_begin_stopping(Session *s) {
-        s->state = SESSION_STOPPING;
-        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
-        /* Still waiting for a create slot: it never starts. Still fetching its archive: not waited
-         * for (a stalled storage endpoint must not keep a released session counted). */
-        manager_cancel_pending_create(s->manager, s);
-        s->restore_slot = sd_bus_slot_unref(s->restore_slot);
-        session_fail_queued(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
-}
-
-/* Why the session stops, or 'fallback' when nobody said (a record of an earlier version without it). */
-SessionEnd session_end_or(const Session *s, SessionEnd fallback) {
-        return s->end >= 0 ? s->end : fallback;
-}
-
-/* Stop the scope (killing the runner and everything of the session) and then finalize. */
-void session_stop_scope(Session *s, SessionEnd end) {
+/* STOPPING: the scope stops (killing the runner and everything of the session); each call still
+ * outstanding comes back to session_finalize() when it is done. */
+static void session_enter_stopping(Session *s) {
         int r;
 
-        if (s->stop_requested) {
-                /* A call that ended after the stop was asked for: maybe the last one. */
-                session_finalize(s);
-                return;
-        }
-        s->stop_requested = true;
-        s->end = end;
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(s->id),
-                              strjoina("SCOPEBOX_SESSION_END=", session_end_to_string(end))),
-                   "Releasing session %s (%s).", s->id, session_end_to_string(end));
+                              strjoina("SCOPEBOX_SESSION_END=", session_end_to_string(s->end))),
+                   "Releasing session %s (%s).", s->id, session_end_to_string(s->end));
 
         r = systemd_stop_unit(s->manager, s->unit, on_stop_job_done, s, &s->stop_job);
         if (r < 0) {
@@ -472,8 +483,74 @@ void session_stop_scope(Session *s, SessionEnd end) {
         manager_state_changed(s->manager);
 }
 
+/* GONE: the scope is gone and no call is left. The session leaves every lookup now and is freed
+ * from the event loop, never here, since callers up the stack may still hold it. */
+static void session_enter_gone(Session *s) {
+        s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        s->request_timer = sd_event_source_disable_unref(s->request_timer);
+        s->control_source = sd_event_source_disable_unref(s->control_source);
+        s->control_fd = safe_close(s->control_fd);
+        session_add_to_gc_queue(s);
+}
+
+int session_enter(Session *s, SessionState state) {
+        SessionState from = s->state;
+
+        if (!session_state_transition_is_legal(from, state)) {
+                log_struct(LOG_CRIT, 0,
+                           LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-illegal-transition"),
+                           "Session %s can't go from %s to %s; it stays %s.", s->id,
+                           strna(session_state_to_string(from)), strna(session_state_to_string(state)),
+                           strna(session_state_to_string(from)));
+                return -EINVAL;
+        }
+        s->state = state;
+        if (!session_state_is_ending(from) && session_state_is_ending(state))
+                session_stop_taking_calls(s);
+        switch (state) {
+        case SESSION_ARCHIVE_PENDING:
+                if (from == SESSION_ARCHIVING)
+                        session_archive_now_pending(s);
+                break;
+        case SESSION_STOPPING:
+                session_enter_stopping(s);
+                break;
+        case SESSION_GONE:
+                session_enter_gone(s);
+                break;
+        default:
+                break;
+        }
+        return 0;
+}
+
+/* A call of a stopping session came back: once none is left, the session is gone. */
+void session_finalize(Session *s) {
+        if (s->state != SESSION_STOPPING || session_calls_pending(s))
+                return;
+        (void) session_enter(s, SESSION_GONE);
+}
+
+/* Why the session stops, or 'fallback' when nobody said (a record of an earlier version without it). */
+SessionEnd session_end_or(const Session *s, SessionEnd fallback) {
+        return s->end >= 0 ? s->end : fallback;
+}
+
+/* Stop the scope (killing the runner and everything of the session) and then finalize; from a
+ * session stopping already, a call that ended: maybe the last one. */
+void session_stop_scope(Session *s, SessionEnd end) {
+        if (s->state == SESSION_STOPPING || s->state == SESSION_GONE) {
+                session_finalize(s);
+                return;
+        }
+        s->end = end;
+        (void) session_enter(s, SESSION_STOPPING);
+}
+
+/* Stop now, whatever stage it is in: calls still queued (an archive's, a ping) fail first. */
 void session_teardown(Session *s, SessionEnd end) {
-        session_begin_stopping(s);
+        if (session_state_is_ending(s->state))
+                session_stop_taking_calls(s);
         session_stop_scope(s, end);
 }
 
@@ -494,7 +571,7 @@ int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *us
         int r = session_add_release_waiter(s, cb, userdata);
         if (r < 0)
                 return r;
-        if (s->state == SESSION_STOPPING)
+        if (session_state_is_ending(s->state))
                 return 0; /* already on its way out; the waiter hears when it is gone */
         session_teardown(s, end);
         return 0;
@@ -517,7 +594,7 @@ static void session_complete_in_flight(Session *s, int error, const char *messag
 }
 
 static void session_runner_lost(Session *s, const char *why) {
-        if (s->state != SESSION_STOPPING)
+        if (!session_state_is_ending(s->state))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=runner-lost",
                                                       SCOPEBOX_MESSAGE_RUNNER_LOST),
                            "Runner of session %s is gone (%s); cleaning up.", s->id, why);
@@ -793,7 +870,7 @@ void session_release_create_slot(Session *s) {
 
 void session_start_done(Session *s, int error, const char *message) {
         SessionDoneCallback cb = TAKE_PTR(s->start_callback);
-        bool stopping = s->state == SESSION_STOPPING;
+        bool stopping = session_state_is_ending(s->state);
 
         /* Released while its last step ran (that step's failure is the release's doing): not
          * started, and already on its way out. */
@@ -805,7 +882,7 @@ void session_start_done(Session *s, int error, const char *message) {
         if (error >= 0) {
                 int r;
 
-                s->state = SESSION_RUNNING;
+                (void) session_enter(s, SESSION_RUNNING);
                 session_touch(s);
                 r = session_save_state(s);
                 if (r < 0)
@@ -881,7 +958,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
         int r;
 
         s->start_job = systemd_job_free(s->start_job);
-        if (s->state == SESSION_STOPPING) {
+        if (session_state_is_ending(s->state)) {
                 /* A start the stop cancelled never put the runner into the scope: the stop can't
                  * take it along. */
                 if (!streq_ptr(result, "done"))
@@ -936,7 +1013,7 @@ static int on_runner_exit(sd_event_source *source, const siginfo_t *si, void *us
          * control connection. */
         s->runner_child_source = sd_event_source_disable_unref(s->runner_child_source);
         pidref_done(&s->runner);
-        if (s->state != SESSION_STOPPING)
+        if (!session_state_is_ending(s->state))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Runner of session %s exited (code=%i status=%i).", s->id, si->si_code,
                            si->si_status);
@@ -1031,7 +1108,7 @@ int session_start(Session *s, SessionDoneCallback cb, void *userdata) {
         PidRef watch = PIDREF_NULL;
         int r;
 
-        assert(s->state == SESSION_STARTING);
+        assert(s->state == SESSION_CREATING);
 
         (void) rm_rf(s->runtime_dir);
         if (mkdir(s->runtime_dir, 0700) < 0 || mkdir(s->session_root, 0700) < 0)

@@ -23,15 +23,38 @@ typedef struct SystemdJob SystemdJob;
 /* A session's start or end is over: 'error' says how it went. */
 typedef void (*SessionDoneCallback)(Session *s, int error, const char *message, void *userdata);
 
+/* A session's stage (docs/architecture.md has the diagram). It changes only through
+ * session_enter(), which refuses what its table of transitions does not allow and runs the new
+ * stage's entry actions. */
 typedef enum SessionState {
-        SESSION_STARTING,
-        SESSION_RUNNING,
-        SESSION_STOPPING,
+        SESSION_CREATING,        /* a create slot, its scope, its runner and workspace coming up */
+        SESSION_RESTORING,       /* its stored archive restored, or (adopted) its inputs reset */
+        SESSION_RUNNING,         /* takes calls */
+        SESSION_ARCHIVING,       /* released: an attempt to store its archive under way, or its turn */
+        SESSION_ARCHIVE_PENDING, /* released: the last attempt failed, the next one is scheduled */
+        SESSION_DISCARDING,      /* released with discard: its stored archive being deleted */
+        SESSION_STOPPING,        /* its scope asked to stop; finalized once no call of it is left */
+        SESSION_GONE,            /* out of every lookup, freed by the manager's GC */
         _SESSION_STATE_MAX,
         _SESSION_STATE_INVALID = -EINVAL,
 } SessionState;
 
+/* The stage's own name (logs, tests). */
 const char *session_state_to_string(SessionState s);
+/* The word of the bus contract (docs/dbus-api.md): "starting", "running" or "stopping". */
+const char *session_state_to_word(SessionState s);
+/* Whether 'to' may follow 'from' (the table session_enter() keeps to). */
+bool session_state_transition_is_legal(SessionState from, SessionState to);
+
+/* Coming up: it has taken no call yet. */
+static inline bool session_state_is_starting(SessionState s) {
+        return s == SESSION_CREATING || s == SESSION_RESTORING;
+}
+
+/* On its way out (released, stopped or gone): it takes no calls, clients see it as gone. */
+static inline bool session_state_is_ending(SessionState s) {
+        return s >= SESSION_ARCHIVING;
+}
 
 /* Why a session ended: one word each, in the journal (SCOPEBOX_SESSION_END=) and in the record of
  * a session whose release a restarted manager goes on with ("release_reason"). The details (which
@@ -170,10 +193,6 @@ struct Session {
         char *archive_token;      /* the storage agent's staging of our archive, while it runs */
         SessionEnd end;           /* why it is stopping; _SESSION_END_INVALID until then */
 
-        /* Archiving at release: the workspace (and the scope) stay until the archive is stored,
-         * can never be, or the retry deadline passed (docs/operations.md). Recorded, so that a
-         * restarted manager goes on with it. */
-        bool releasing;
         /* started without its stored archive: the create answers "restored": false (after a
          * failed restore with SANDBOX_START_EMPTY_ON_RESTORE_FAILURE=1, or a damaged archive moved
          * aside) */
@@ -182,7 +201,9 @@ struct Session {
         bool archive_kept;
         bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
         bool release_told;          /* the release waiters heard the outcome already */
-        bool adopted;               /* a create took it over while its archive was pending */
+        /* A fact, not a stage: a create took it over while its archive was pending, so its
+         * workspace is its own (archived at any release, never "only what was restored"). */
+        bool adopted;
         /* A failed start's bus error name when its errno can't say it (those set by name only,
          * bus-contract.h: StorageRefused, PolicyUnavailable); NULL otherwise. */
         const char *start_error_name;
@@ -207,16 +228,20 @@ struct Session {
         SystemdJob *stop_job;       /* StopUnit and its job */
         sd_bus_slot *restore_slot;  /* OpenArchive */
         sd_bus_slot *archive_slot;  /* BeginArchive, CommitArchive, AbortArchive, DeleteArchive */
-        bool stop_requested;        /* the scope is stopping: finalized once no call is left */
         bool holds_create_slot;     /* one of the manager's create slots (scope start and init) */
-        bool finalized;             /* over: out of the manager's lookups, freed by its GC */
-        bool in_gc_queue;
+        bool in_gc_queue;           /* bookkeeping of manager->session_gc_queue */
         LIST_FIELDS(Session, gc_queue);   /* in manager->session_gc_queue until freed */
 
         SessionDoneCallback start_callback;
         void *start_userdata;
         struct ReleaseWaiter *release_waiters;
 };
+
+/* The one way a session changes its stage: -EINVAL (logged, nothing done) for a transition the
+ * table does not allow; otherwise the state is set and the entry actions run (leaving the live
+ * stages: no more calls; STOPPING: the scope's stop; GONE: out of the lookups, into the GC
+ * queue; ARCHIVE_PENDING after an attempt: the record, PropertiesChanged, the release's waiters). */
+int session_enter(Session *s, SessionState state);
 
 int session_new(Manager *m, Session **ret);
 /* A session object for an id found on disk (recovery, cleanup). */
@@ -226,7 +251,7 @@ int session_recover(Session *s);
 /* Tear down a session found on disk that can't be recovered. */
 void session_cleanup_stale(Session *s, const char *why);
 /* Frees at once: only for a session no call chain is using (the manager's GC, its shutdown, a
- * session that never got to start). A finalized session's waiters hear here that it is gone. */
+ * session that never got to start). A gone session's waiters hear here that it is gone. */
 Session *session_free(Session *s);
 /* Out of the manager's lookups now, freed from the event loop (manager_gc()). */
 void session_add_to_gc_queue(Session *s);

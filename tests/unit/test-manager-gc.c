@@ -20,19 +20,8 @@
 #include "run.h"
 #include "runner-protocol.h"
 #include "session.h"
+#include "manager-fixture.h"
 #include "tests.h"
-
-/* No bus: every call to systemd fails at once, the "stop scope fails synchronously" case. */
-static Manager *test_manager_new(void) {
-        Manager *m = calloc(1, sizeof(Manager));
-
-        ASSERT_TRUE(m);
-        metrics_init(&m->metrics);
-        m->config.max_concurrent_execs = 1;
-        m->config.queue_timeout_sec = 10;
-        ASSERT_TRUE(sd_event_new(&m->event) >= 0);
-        return m;
-}
 
 static Session *test_session_new(Manager *m) {
         char id[SESSION_ID_LEN + 1];
@@ -84,7 +73,7 @@ static void test_exec_double_failure(void) {
         ASSERT_TRUE(!manager_find_session(m, id));
         ASSERT_EQ(m->n_sessions, 0);
         ASSERT_TRUE(m->session_gc_queue == s);
-        ASSERT_TRUE(s->finalized);
+        ASSERT_EQ(s->state, SESSION_GONE);
         ASSERT_EQ(m->n_execs_running, 0);
 
         drain(m);
@@ -102,7 +91,7 @@ static void on_released(Session *s, int error, const char *message, void *userda
         ReleaseCtx *c = userdata;
 
         ASSERT_EQ(error, 0);
-        ASSERT_TRUE(s->finalized);
+        ASSERT_EQ(s->state, SESSION_GONE);
         c->calls++;
         /* Calls back into the session from its own end, and ends another one. */
         ASSERT_EQ(session_release(s, SESSION_END_RELEASED, NULL, NULL), 0);
@@ -392,7 +381,7 @@ static void check_release_record(Manager *m, const char *record, SessionEnd end)
         ASSERT_TRUE(o);
         ASSERT_EQ(s->end, _SESSION_END_INVALID);
         ASSERT_EQ(session_load_state(s, o), 0);
-        ASSERT_TRUE(s->releasing);
+        ASSERT_EQ(s->state, SESSION_ARCHIVE_PENDING);
         ASSERT_EQ(s->end, end);
         session_free(s);
 }

@@ -495,7 +495,7 @@ static bool discard_during_attempt(World *w, long n) {
         more = alloc_disarm();
 
         /* (The session is gone by now either way: freed.) */
-        ASSERT_EQ(released.state, SESSION_STOPPING);
+        ASSERT_TRUE(session_state_is_ending(released.state));
         if (r < 0) {
                 ASSERT_EQ(r, -ENOMEM);
                 ASSERT_TRUE(!agent_called(w, "DeleteArchive"));
@@ -510,7 +510,7 @@ static bool discard_during_attempt(World *w, long n) {
 }
 
 /* A create takes over a session whose archive is pending: it ends up running (the create
- * answered), or the take-over is refused and the session stays pending; never STARTING. */
+ * answered), or the take-over is refused and the session stays pending; never half started. */
 static bool adopt_pending(World *w, long n) {
         Session *s = world_session(w);
         Heard released = { .outcome = _ARCHIVE_OUTCOME_INVALID }, started = released;
@@ -532,12 +532,12 @@ static bool adopt_pending(World *w, long n) {
         more = alloc_disarm();
 
         if (r < 0) {
-                ASSERT_TRUE(s->releasing);
-                ASSERT_EQ(s->state, SESSION_STOPPING);
+                ASSERT_EQ(s->state, SESSION_ARCHIVE_PENDING);
+                ASSERT_TRUE(session_archive_pending(s));
         } else {
                 ASSERT_EQ(started.error, 0);
                 ASSERT_EQ(s->state, SESSION_RUNNING);
-                ASSERT_TRUE(!s->releasing);
+                ASSERT_TRUE(!session_archive_pending(s));
         }
         ASSERT_TRUE(!agent_called(w, "DeleteArchive"));
         return more;
