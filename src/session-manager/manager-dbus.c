@@ -416,7 +416,7 @@ static void on_session_released(Session *s, int error, const char *message, void
                 reply_error(m, error, message);
                 return;
         }
-        r = sd_bus_reply_method_return(m, "s", archive_outcome_to_string(s->archive_outcome));
+        r = sd_bus_reply_method_return(m, "s", archive_outcome_to_string(s->archive.outcome));
         if (r < 0)
                 log_debug_errno(r, "Failed to reply to ReleaseSession, ignoring: %m");
 }
@@ -1235,9 +1235,9 @@ static int method_list_pending_archives(sd_bus_message *m, void *userdata, sd_bu
                 if (!session_archive_pending(s))
                         continue;
                 r = sd_bus_message_append(reply, "(ssutts)", s->id, session_archive_stem_of(s),
-                                          s->archive_attempts, s->release_realtime_usec,
-                                          s->archive_first_failure_realtime_usec,
-                                          strempty(s->archive_error));
+                                          s->archive.attempts, s->archive.release_realtime_usec,
+                                          s->archive.first_failure_realtime_usec,
+                                          strempty(s->archive.error));
         }
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);

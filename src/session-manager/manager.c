@@ -366,7 +366,7 @@ static uint64_t manager_idle_exit_usec(const Manager *m) {
 static bool session_at_rest(const Session *s) {
         return s->state == SESSION_RUNNING && (!s->ephemeral || s->pooled) && !s->start_callback &&
                !s->in_flight && !s->queue_head && !s->release_waiters && !s->start_job && !s->stop_job &&
-               !s->restore_slot && !s->archive_slot;
+               !s->restore_slot && !s->archive.slot;
 }
 
 /* Whether every call taken has been answered: no create, run or systemd job under way, and no

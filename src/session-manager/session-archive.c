@@ -104,8 +104,8 @@ unsigned session_count_pending_archives(Manager *m) {
 /* Between BeginArchive and the answer to CommitArchive (also of an attempt whose release a create
  * took over since): the stored object may change. (A discard's DeleteArchive is no attempt.) */
 bool session_archive_in_flight(const Session *s) {
-        return s->archive_orphaned ||
-               (s->state != SESSION_DISCARDING && (s->archive_slot || s->archive_token));
+        return s->archive.orphaned ||
+               (s->state != SESSION_DISCARDING && (s->archive.slot || s->archive.token));
 }
 
 /* Whether the session's archive is (stem, storage_json). */
@@ -123,9 +123,9 @@ Session *session_find_pending_archive(Manager *m, const char *stem, const char *
         /* The newest release wins: its workspace is what the client saw last. Never one its client
          * discarded, nor one a newer release superseded. */
         LIST_FOREACH(sessions, i, m->sessions)
-                if (session_archive_pending(i) && !i->discard_stem && !i->archive_superseded &&
+                if (session_archive_pending(i) && !i->archive.discard_stem && !i->archive.superseded &&
                     session_archives_to(i, stem, storage_json) &&
-                    (!found || i->release_realtime_usec >= found->release_realtime_usec))
+                    (!found || i->archive.release_realtime_usec >= found->archive.release_realtime_usec))
                         found = i;
         return found;
 }
@@ -186,8 +186,8 @@ StorageAnswer storage_answer(sd_bus_message *reply) {
 
 /* The release waiters hear the outcome now; the session goes on without them. */
 void session_release_tell(Session *s) {
-        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
-        s->release_told = true;
+        s->archive.answer_timer = sd_event_source_disable_unref(s->archive.answer_timer);
+        s->archive.answered = true;
         for (ReleaseWaiter *w; (w = s->release_waiters);) {
                 LIST_REMOVE(waiters, s->release_waiters, w);
                 w->callback(s, 0, NULL, w->userdata);
@@ -196,14 +196,14 @@ void session_release_tell(Session *s) {
 }
 
 void session_archive_stop_retrying(Session *s) {
-        s->archive_retry_timer = sd_event_source_disable_unref(s->archive_retry_timer);
-        s->archive_token = mfree(s->archive_token);
+        s->archive.retry_timer = sd_event_source_disable_unref(s->archive.retry_timer);
+        s->archive.token = mfree(s->archive.token);
 }
 
 static int on_discard_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Session *s = userdata;
 
-        storage_call_ended(&s->archive_slot);
+        storage_call_ended(&s->archive.slot);
         if (sd_bus_message_is_method_error(reply, NULL))
                 log_struct(LOG_WARNING, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                            "Failed to delete the archive of %s: %s", s->id, storage_reply_message(reply));
@@ -217,27 +217,27 @@ static void session_discard(Session *s, const char *storage, char *stem) {
 
         if (s->state != SESSION_DISCARDING && session_enter(s, SESSION_DISCARDING) < 0)
                 return;
-        s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
+        s->archive.outcome = ARCHIVE_OUTCOME_DISCARDED;
         session_archive_stop_retrying(s);
-        if (s->archive_orphaned) {
+        if (s->archive.orphaned) {
                 /* The upload of the release a create took over may still store the archive: it is
                  * deleted after that (session_archive_orphan_ended()). */
-                free(s->discard_stem);
-                s->discard_stem = TAKE_PTR(owned);
+                free(s->archive.discard_stem);
+                s->archive.discard_stem = TAKE_PTR(owned);
                 return;
         }
-        if (!storage || storage_call(s, &s->archive_slot, "DeleteArchive", on_discard_reply,
+        if (!storage || storage_call(s, &s->archive.slot, "DeleteArchive", on_discard_reply,
                                      STORAGE_TRANSFER_TIMEOUT_USEC, "ss", storage, owned) < 0)
                 session_stop_scope(s, session_end_or(s, SESSION_END_DISCARDED));
 }
 
 /* The archive is stored, or never will be: the session goes. */
 static void session_archive_done(Session *s, ArchiveOutcome outcome) {
-        if (s->discard_stem) {
-                session_discard(s, session_effective_storage(s), TAKE_PTR(s->discard_stem));
+        if (s->archive.discard_stem) {
+                session_discard(s, session_effective_storage(s), TAKE_PTR(s->archive.discard_stem));
                 return;
         }
-        s->archive_outcome = outcome;
+        s->archive.outcome = outcome;
         session_archive_stop_retrying(s);
         manager_state_changed(s->manager);
         session_stop_scope(s, session_end_or(s, SESSION_END_RELEASED));
@@ -248,8 +248,8 @@ static void session_archive_attempt(Session *s);
 /* The attempt that was under way when a create took the session over (session_adopt()) has
  * ended: what waited for it goes on. */
 static void session_archive_orphan_ended(Session *s) {
-        s->archive_orphaned = false;
-        if (s->discard_stem)
+        s->archive.orphaned = false;
+        if (s->archive.discard_stem)
                 session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
         else if (session_archive_pending(s))
                 session_archive_attempt(s);
@@ -264,13 +264,13 @@ static bool session_archive_attempt_dropped(Session *s, const char *token);
 static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userdata);
 
 static int session_arm_archive_retry(Session *s, uint64_t usec) {
-        if (s->archive_retry_timer) {
-                int r = sd_event_source_set_time_relative(s->archive_retry_timer, usec);
+        if (s->archive.retry_timer) {
+                int r = sd_event_source_set_time_relative(s->archive.retry_timer, usec);
                 if (r >= 0)
-                        r = sd_event_source_set_enabled(s->archive_retry_timer, SD_EVENT_ONESHOT);
+                        r = sd_event_source_set_enabled(s->archive.retry_timer, SD_EVENT_ONESHOT);
                 return r;
         }
-        return sd_event_add_time_relative(s->manager->event, &s->archive_retry_timer, CLOCK_BOOTTIME, usec,
+        return sd_event_add_time_relative(s->manager->event, &s->archive.retry_timer, CLOCK_BOOTTIME, usec,
                                           10 * USEC_PER_MSEC, on_archive_retry, s);
 }
 
@@ -301,8 +301,8 @@ static void session_archive_failed(Session *s, ArchiveFailure kind, const char *
         const char *stem = session_archive_stem(s, NULL);
         int r;
 
-        s->archive_token = mfree(s->archive_token);
-        if (s->discard_stem) {
+        s->archive.token = mfree(s->archive.token);
+        if (s->archive.discard_stem) {
                 /* Its client discarded it meanwhile. */
                 session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
                 return;
@@ -311,12 +311,12 @@ static void session_archive_failed(Session *s, ArchiveFailure kind, const char *
         /* Out of memory, the reason of the attempt before stays. */
         char *error = strdup(why);
         if (error) {
-                free(s->archive_error);
-                s->archive_error = error;
+                free(s->archive.error);
+                s->archive.error = error;
         }
-        if (s->archive_first_failure_realtime_usec == 0)
-                s->archive_first_failure_realtime_usec = now;
-        deadline = s->archive_first_failure_realtime_usec + c->archive_retry_deadline_sec * USEC_PER_SEC;
+        if (s->archive.first_failure_realtime_usec == 0)
+                s->archive.first_failure_realtime_usec = now;
+        deadline = s->archive.first_failure_realtime_usec + c->archive_retry_deadline_sec * USEC_PER_SEC;
 
         if (kind == ARCHIVE_FAILURE_NO_STORAGE) {
                 s->manager->metrics.archives_skipped++;
@@ -331,39 +331,39 @@ static void session_archive_failed(Session *s, ArchiveFailure kind, const char *
                 session_archive_done(s, ARCHIVE_OUTCOME_SKIPPED);
                 return;
         }
-        if (s->archive_superseded || s->control_fd < 0 || s->state != SESSION_ARCHIVING ||
+        if (s->archive.superseded || s->control_fd < 0 || s->state != SESSION_ARCHIVING ||
             now >= deadline) {
                 const char *reason =
-                        s->archive_superseded           ? "a newer release of the same archive superseded it"
+                        s->archive.superseded           ? "a newer release of the same archive superseded it"
                         : s->control_fd < 0             ? "the session's runner is gone"
                         : s->state != SESSION_ARCHIVING ? "the session ended first"
                                                         : "SANDBOX_ARCHIVE_RETRY_DEADLINE_SECONDS passed";
                 s->manager->metrics.archives_abandoned++;
                 log_struct(
-                        s->archive_superseded ? LOG_INFO : LOG_ERR, 0,
+                        s->archive.superseded ? LOG_INFO : LOG_ERR, 0,
                         LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
                                    strjoina("SCOPEBOX_ARCHIVE_STEM=", stem),
                                    SCOPEBOX_MESSAGE_ARCHIVE_ABANDONED),
                         "Gave up archiving session %s after %u attempts (%s); last error: %s. Its workspace "
                         "is lost.",
-                        s->id, s->archive_attempts, reason, why);
+                        s->id, s->archive.attempts, reason, why);
                 session_archive_done(s, ARCHIVE_OUTCOME_ABANDONED);
                 return;
         }
 
         delay = deadline - now;
         if (kind == ARCHIVE_FAILURE_RETRY)
-                delay = MIN(archive_retry_delay(s->archive_attempts), delay);
+                delay = MIN(archive_retry_delay(s->archive.attempts), delay);
         log_struct(
                 LOG_WARNING, 0,
                 LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-failed",
                            strjoina("SCOPEBOX_ARCHIVE_STEM=", stem), SCOPEBOX_MESSAGE_ARCHIVE_FAILED),
                 "Failed to store the archive of session %s (attempt %u): %s. The workspace is kept%s; next "
                 "attempt in %llus.",
-                s->id, s->archive_attempts, why,
+                s->id, s->archive.attempts, why,
                 kind == ARCHIVE_FAILURE_TOO_LARGE ? " until a create of its archive_key takes it over" : "",
                 (unsigned long long) ((delay + USEC_PER_SEC - 1) / USEC_PER_SEC));
-        s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
+        s->archive.outcome = ARCHIVE_OUTCOME_PENDING;
         r = session_arm_archive_retry(s, delay);
         if (r < 0)
                 /* Never a workspace given up for want of a timer: it stays pending and listed. */
@@ -391,10 +391,10 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
         uint64_t size = 0;
         bool ok;
 
-        storage_call_ended(&s->archive_slot);
-        s->archive_token = mfree(s->archive_token);
+        storage_call_ended(&s->archive.slot);
+        s->archive.token = mfree(s->archive.token);
         ok = storage_answer(reply) == STORAGE_ANSWER_OK && sd_bus_message_read(reply, "t", &size) >= 0;
-        if (s->archive_orphaned) {
+        if (s->archive.orphaned) {
                 /* The upload of a release a create took over: stored or not, the workspace is the
                  * new session's, archived at its own release. */
                 if (ok)
@@ -419,7 +419,7 @@ static int on_commit_reply(sd_bus_message *reply, void *userdata, sd_bus_error *
         s->manager->metrics.archive_bytes_written += size;
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-archived"),
                    "Archived session %s (%llu bytes, attempt %u).", s->id, (unsigned long long) size,
-                   s->archive_attempts);
+                   s->archive.attempts);
         session_archive_done(s, ARCHIVE_OUTCOME_STORED);
         return 0;
 }
@@ -434,11 +434,11 @@ void storage_abort(Session *s, const char *token) {
 }
 
 static bool session_archive_attempt_dropped(Session *s, const char *token) {
-        if (!s->archive_orphaned && !s->discard_stem)
+        if (!s->archive.orphaned && !s->archive.discard_stem)
                 return false;
         storage_abort(s, token);
-        s->archive_token = mfree(s->archive_token);
-        if (s->archive_orphaned)
+        s->archive.token = mfree(s->archive.token);
+        if (s->archive.orphaned)
                 session_archive_orphan_ended(s);
         else
                 session_archive_done(s, ARCHIVE_OUTCOME_DISCARDED);
@@ -450,11 +450,11 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
         RunnerArchiveReply answer;
         int r;
 
-        if (session_archive_attempt_dropped(s, s->archive_token))
+        if (session_archive_attempt_dropped(s, s->archive.token))
                 return;
         if (error < 0) {
-                storage_abort(s, s->archive_token);
-                s->archive_token = mfree(s->archive_token);
+                storage_abort(s, s->archive.token);
+                s->archive.token = mfree(s->archive.token);
                 if (error == -EFBIG)
                         session_archive_failed(s, ARCHIVE_FAILURE_TOO_LARGE,
                                                "the workspace is larger than SANDBOX_MAX_ARCHIVE_BYTES");
@@ -463,15 +463,15 @@ static void on_runner_archived(Session *s, int error, const char *message, json_
                 return;
         }
         if (schema_parse(&runner_archive_reply, reply, &answer, NULL) < 0) {
-                storage_abort(s, s->archive_token);
+                storage_abort(s, s->archive.token);
                 session_archive_failed(s, ARCHIVE_FAILURE_RETRY,
                                        "the runner did not say how many bytes it wrote");
                 return;
         }
-        r = storage_call(s, &s->archive_slot, "CommitArchive", on_commit_reply,
-                         STORAGE_TRANSFER_TIMEOUT_USEC, "st", s->archive_token, answer.bytes);
+        r = storage_call(s, &s->archive.slot, "CommitArchive", on_commit_reply,
+                         STORAGE_TRANSFER_TIMEOUT_USEC, "st", s->archive.token, answer.bytes);
         if (r < 0) {
-                storage_abort(s, s->archive_token);
+                storage_abort(s, s->archive.token);
                 session_archive_failed_errno(s, r, "failed to call the storage agent");
         }
 }
@@ -483,8 +483,8 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         const char *token;
         int fd, r;
 
-        storage_call_ended(&s->archive_slot);
-        if (s->archive_orphaned || s->discard_stem) {
+        storage_call_ended(&s->archive.slot);
+        if (s->archive.orphaned || s->archive.discard_stem) {
                 token = NULL;
                 if (!sd_bus_message_is_method_error(reply, NULL))
                         (void) sd_bus_message_read(reply, "sh", &token, &fd);
@@ -506,10 +506,10 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
                 session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "malformed reply from the storage agent");
                 return 0;
         }
-        s->archive_token = strdup(token);
+        s->archive.token = strdup(token);
         fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
         r = runner_request_archive(false, c->max_archive_bytes, c->archive_timeout_sec, &msg);
-        if (!s->archive_token || fd < 0 || r < 0) {
+        if (!s->archive.token || fd < 0 || r < 0) {
                 safe_close(fd);
                 json_object_put(msg);
                 storage_abort(s, token);
@@ -519,7 +519,7 @@ static int on_begin_reply(sd_bus_message *reply, void *userdata, sd_bus_error *r
         r = session_enqueue(s, msg, fd, c->archive_timeout_sec * USEC_PER_SEC + STORAGE_CALL_SLACK_USEC,
                             false, true, on_runner_archived, NULL);
         if (r < 0) {
-                storage_abort(s, s->archive_token);
+                storage_abort(s, s->archive.token);
                 session_archive_failed_errno(s, r, "failed to ask the runner for the archive");
         }
         return 0;
@@ -540,10 +540,10 @@ static void session_archive_attempt(Session *s) {
         }
         /* An attempt of its own under way (a retry's ping that answered late), or the one of the
          * release a create took over: the next goes once that has ended. */
-        if (s->archive_orphaned || s->archive_slot || s->archive_token)
+        if (s->archive.orphaned || s->archive.slot || s->archive.token)
                 return;
         /* Superseded while it waited: its workspace is older than the newer release's. */
-        if (s->archive_superseded) {
+        if (s->archive.superseded) {
                 session_archive_failed(s, ARCHIVE_FAILURE_RETRY, "superseded");
                 return;
         }
@@ -559,10 +559,10 @@ static void session_archive_attempt(Session *s) {
                                 return;
                         break;
                 }
-        s->archive_attempts++;
-        if (s->archive_attempts > 1)
+        s->archive.attempts++;
+        if (s->archive.attempts > 1)
                 s->manager->metrics.archive_retries++;
-        r = storage_call(s, &s->archive_slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, "ss",
+        r = storage_call(s, &s->archive.slot, "BeginArchive", on_begin_reply, STORAGE_CALL_SLACK_USEC, "ss",
                          storage, session_archive_stem(s, NULL));
         if (r < 0)
                 session_archive_failed_errno(s, r, "failed to call the storage agent");
@@ -604,7 +604,7 @@ static void session_supersede_older(Session *s) {
         LIST_FOREACH_SAFE(sessions, i, next, s->manager->sessions) {
                 if (!session_archive_pending(i) || !session_same_archive(s, i))
                         continue;
-                i->archive_superseded = true;
+                i->archive.superseded = true;
                 if (!session_archive_in_flight(i))
                         session_archive_failed(i, ARCHIVE_FAILURE_RETRY, "superseded");
         }
@@ -613,7 +613,7 @@ static void session_supersede_older(Session *s) {
 static int on_release_answer_due(sd_event_source *source, uint64_t usec, void *userdata) {
         Session *s = userdata;
 
-        if (session_archive_pending(s) && !s->release_told) {
+        if (session_archive_pending(s) && !s->archive.answered) {
                 log_struct(
                         LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
                         "The archive of session %s is still being stored; its release is answered as "
@@ -645,7 +645,7 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
         if (stopping) {
                 /* Already on its way out: the waiter hears when it is gone, or now when its archive
                  * is pending (then after what this release does to it). */
-                if (!s->release_told) {
+                if (!s->archive.answered) {
                         r = session_add_release_waiter(s, cb, userdata);
                         if (r < 0)
                                 return r;
@@ -661,13 +661,13 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                                                 TAKE_PTR(discard_stem));
                         else {
                                 /* After the attempt that is under way, whatever its outcome. */
-                                free(s->discard_stem);
-                                s->discard_stem = TAKE_PTR(discard_stem);
-                                s->archive_superseded = true;
-                                s->archive_outcome = ARCHIVE_OUTCOME_DISCARDED;
+                                free(s->archive.discard_stem);
+                                s->archive.discard_stem = TAKE_PTR(discard_stem);
+                                s->archive.superseded = true;
+                                s->archive.outcome = ARCHIVE_OUTCOME_DISCARDED;
                         }
                 }
-                if (s->release_told && cb)
+                if (s->archive.answered && cb)
                         cb(s, 0, NULL, userdata);
                 return 0;
         }
@@ -691,15 +691,15 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                 return 0;
         }
         if (archive && s->archive_kept) {
-                s->archive_outcome = ARCHIVE_OUTCOME_KEPT;
+                s->archive.outcome = ARCHIVE_OUTCOME_KEPT;
                 log_struct(LOG_WARNING, 0,
                            LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-kept"),
                            "Not archiving session %s: its archive could not be restored, the stored one is "
                            "kept.",
                            s->id);
         } else if (archive && session_enter(s, SESSION_ARCHIVING) >= 0) {
-                s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
-                s->release_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
+                s->archive.outcome = ARCHIVE_OUTCOME_PENDING;
+                s->archive.release_realtime_usec = (uint64_t) time(NULL) * USEC_PER_SEC;
                 session_supersede_older(s);
                 session_stop_running_exec(s);
                 /* A restarted manager goes on with it. */
@@ -710,7 +710,7 @@ int session_release_full(Session *s, SessionEnd end, const ReleaseOptions *o, Se
                 manager_state_changed(s->manager);
                 /* The first attempt may take as long as the agent's transfers do (a server that
                  * stalls mid-upload): the client hears "pending" well before its call times out. */
-                r = sd_event_add_time_relative(s->manager->event, &s->release_answer_timer, CLOCK_MONOTONIC,
+                r = sd_event_add_time_relative(s->manager->event, &s->archive.answer_timer, CLOCK_MONOTONIC,
                                                s->manager->config.archive_timeout_sec * USEC_PER_SEC +
                                                        STORAGE_CALL_SLACK_USEC,
                                                USEC_PER_SEC, on_release_answer_due, s);
@@ -745,7 +745,7 @@ static void record_usec(json_object *o, const char *key, int64_t min, uint64_t *
 /* Of a recorded session's state, a release that was in progress. */
 static int session_load_release_state(Session *s, json_object *o) {
         json_object *v;
-        uint64_t attempts = s->archive_attempts;
+        uint64_t attempts = s->archive.attempts;
         int r;
 
         if (json_object_object_get_ex(o, "restore_failed", &v))
@@ -755,13 +755,13 @@ static int session_load_release_state(Session *s, json_object *o) {
         r = session_enter(s, SESSION_ARCHIVE_PENDING);
         if (r < 0)
                 return r;
-        s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
-        s->release_told = true; /* whoever asked heard from the earlier manager, or not at all */
+        s->archive.outcome = ARCHIVE_OUTCOME_PENDING;
+        s->archive.answered = true; /* whoever asked heard from the earlier manager, or not at all */
         record_usec(o, "archive_attempts", 0, &attempts);
-        s->archive_attempts = (unsigned) MIN(attempts, (uint64_t) UINT_MAX);
-        record_usec(o, "release_realtime_usec", 0, &s->release_realtime_usec);
-        record_usec(o, "archive_first_failure_realtime_usec", 0, &s->archive_first_failure_realtime_usec);
-        r = record_string(o, "archive_error", &s->archive_error);
+        s->archive.attempts = (unsigned) MIN(attempts, (uint64_t) UINT_MAX);
+        record_usec(o, "release_realtime_usec", 0, &s->archive.release_realtime_usec);
+        record_usec(o, "archive_first_failure_realtime_usec", 0, &s->archive.first_failure_realtime_usec);
+        r = record_string(o, "archive_error", &s->archive.error);
         if (r < 0)
                 return r;
         /* A word we don't know (a newer version's) only loses the word: the release goes on. */
@@ -805,7 +805,7 @@ void session_resume_release(Session *s) {
 
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-resumed"),
                    "Session %s was being released by an earlier instance; archiving it (attempt %u).", s->id,
-                   s->archive_attempts + 1);
+                   s->archive.attempts + 1);
         r = session_arm_archive_retry(s, 1);
         if (r < 0 && session_enter(s, SESSION_ARCHIVING) >= 0)
                 session_archive_attempt(s);

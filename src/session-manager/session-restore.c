@@ -41,7 +41,7 @@
 int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, void *userdata) {
         bool under_way;
 
-        if (!session_archive_pending(s) || s->discard_stem || s->archive_superseded ||
+        if (!session_archive_pending(s) || s->archive.discard_stem || s->archive.superseded ||
             s->control_fd < 0 || s->start_callback)
                 return -EBUSY;
 
@@ -52,29 +52,29 @@ int session_adopt(Session *s, uint64_t idle_ttl_usec, SessionDoneCallback cb, vo
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-adopted"),
                    "Session %s, whose archive was pending (%u attempts%s), is taken over by a new create "
                    "for the same archive: its workspace is newer than the stored one.",
-                   s->id, s->archive_attempts, under_way ? ", one under way" : "");
-        if (under_way && !s->archive_slot) {
+                   s->id, s->archive.attempts, under_way ? ", one under way" : "");
+        if (under_way && !s->archive.slot) {
                 /* The runner is writing the archive: nothing of it will be committed. */
-                storage_abort(s, s->archive_token);
-                s->archive_token = mfree(s->archive_token);
+                storage_abort(s, s->archive.token);
+                s->archive.token = mfree(s->archive.token);
         }
         /* Whoever released it hears "pending" now: the workspace is kept, and taken over. */
-        if (!s->release_told) {
-                s->archive_outcome = ARCHIVE_OUTCOME_PENDING;
+        if (!s->archive.answered) {
+                s->archive.outcome = ARCHIVE_OUTCOME_PENDING;
                 session_release_tell(s);
         }
         session_archive_stop_retrying(s);
-        s->archive_orphaned = under_way;
+        s->archive.orphaned = under_way;
         s->adopted = true;
         /* Its workspace is the newest there is, whatever its own create restored. */
         s->restore_failed = false;
-        s->archive_superseded = false;
-        s->release_told = false;
-        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
-        s->archive_outcome = ARCHIVE_OUTCOME_NONE;
-        s->archive_attempts = 0;
-        s->archive_first_failure_realtime_usec = s->release_realtime_usec = 0;
-        s->archive_error = mfree(s->archive_error);
+        s->archive.superseded = false;
+        s->archive.answered = false;
+        s->archive.answer_timer = sd_event_source_disable_unref(s->archive.answer_timer);
+        s->archive.outcome = ARCHIVE_OUTCOME_NONE;
+        s->archive.attempts = 0;
+        s->archive.first_failure_realtime_usec = s->archive.release_realtime_usec = 0;
+        s->archive.error = mfree(s->archive.error);
         s->end = _SESSION_END_INVALID;
         s->idle_ttl_usec = idle_ttl_usec;
         (void) session_enter(s, SESSION_RESTORING);
@@ -362,7 +362,7 @@ void session_restore_then_ready(Session *s) {
         LIST_FOREACH(sessions, i, s->manager->sessions) {
                 uint64_t now = now_usec(CLOCK_MONOTONIC);
 
-                if ((!session_archive_pending(i) && !i->archive_orphaned) || !session_same_archive(s, i))
+                if ((!session_archive_pending(i) && !i->archive.orphaned) || !session_same_archive(s, i))
                         continue;
                 /* Waited for as long as a restore may take: the create's answer comes in time. */
                 if (s->restore_wait_until_usec == 0)

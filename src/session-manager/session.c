@@ -188,14 +188,14 @@ int session_save_state(Session *s) {
         if (session_archive_pending(s)) {
                 json_add_checked(o, "releasing", json_object_new_boolean(true), &jr);
                 json_add_checked(o, "release_realtime_usec",
-                                 json_object_new_int64((int64_t) s->release_realtime_usec), &jr);
-                json_add_checked(o, "archive_attempts", json_object_new_int64((int64_t) s->archive_attempts),
+                                 json_object_new_int64((int64_t) s->archive.release_realtime_usec), &jr);
+                json_add_checked(o, "archive_attempts", json_object_new_int64((int64_t) s->archive.attempts),
                                  &jr);
                 json_add_checked(o, "archive_first_failure_realtime_usec",
-                                 json_object_new_int64((int64_t) s->archive_first_failure_realtime_usec),
+                                 json_object_new_int64((int64_t) s->archive.first_failure_realtime_usec),
                                  &jr);
-                if (s->archive_error)
-                        json_add_checked(o, "archive_error", json_object_new_string(s->archive_error), &jr);
+                if (s->archive.error)
+                        json_add_checked(o, "archive_error", json_object_new_string(s->archive.error), &jr);
                 if (s->end >= 0)
                         json_add_checked(o, "release_reason",
                                          json_object_new_string(session_end_to_string(s->end)), &jr);
@@ -282,10 +282,10 @@ static void session_release_remains(Session *s) {
 
         session_fail_requests(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
         session_remove_state(s);
-        if (s->archive_outcome == ARCHIVE_OUTCOME_PENDING) {
+        if (s->archive.outcome == ARCHIVE_OUTCOME_PENDING) {
                 /* Its runner went (killed, out of memory, unresponsive) while the archive waited. */
                 s->manager->metrics.archives_abandoned++;
-                s->archive_outcome = ARCHIVE_OUTCOME_ABANDONED;
+                s->archive.outcome = ARCHIVE_OUTCOME_ABANDONED;
                 log_struct(
                         LOG_ERR, 0,
                         LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=archive-abandoned",
@@ -293,7 +293,7 @@ static void session_release_remains(Session *s) {
                         "Gave up archiving session %s after %u attempts: the session ended first (its "
                         "runner is "
                         "gone); last error: %s. Its workspace is lost.",
-                        s->id, s->archive_attempts, strna(s->archive_error));
+                        s->id, s->archive.attempts, strna(s->archive.error));
         }
 
         /* The workspace lived in the runner's mount namespace and is gone with it; what is left
@@ -352,10 +352,10 @@ Session *session_free(Session *s) {
         s->start_job = systemd_job_free(s->start_job);
         s->stop_job = systemd_job_free(s->stop_job);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
-        s->archive_slot = sd_bus_slot_unref(s->archive_slot);
-        s->archive_retry_timer = sd_event_source_disable_unref(s->archive_retry_timer);
+        s->archive.slot = sd_bus_slot_unref(s->archive.slot);
+        s->archive.retry_timer = sd_event_source_disable_unref(s->archive.retry_timer);
         s->restore_wait_timer = sd_event_source_disable_unref(s->restore_wait_timer);
-        s->release_answer_timer = sd_event_source_disable_unref(s->release_answer_timer);
+        s->archive.answer_timer = sd_event_source_disable_unref(s->archive.answer_timer);
 
         session_hand_off_runner(s);
         pidref_done(&s->runner);
@@ -373,10 +373,10 @@ Session *session_free(Session *s) {
         free(s->session_root);
         free(s->archive_key);
         free(s->storage_json);
-        free(s->archive_token);
+        free(s->archive.token);
         free(s->restore_damage);
-        free(s->archive_error);
-        free(s->discard_stem);
+        free(s->archive.error);
+        free(s->archive.discard_stem);
         free(s);
         return NULL;
 }
@@ -427,7 +427,7 @@ bool session_state_transition_is_legal(SessionState from, SessionState to) {
 }
 
 static bool session_calls_pending(const Session *s) {
-        return s->start_job || s->stop_job || s->restore_slot || s->archive_slot;
+        return s->start_job || s->stop_job || s->restore_slot || s->archive.slot;
 }
 
 /* SIGKILL for the session's runner, through its pidfd, never by its number (systemd's PidRef

@@ -16,6 +16,7 @@
 #include "list.h"
 #include "macro.h"
 #include "pidref.h"
+#include "session-archive.h"
 
 typedef struct Manager Manager;
 typedef struct Session Session;
@@ -133,25 +134,6 @@ typedef struct ExecParameters {
 
 typedef struct RunnerRequest RunnerRequest;
 
-/* What became of a released session's workspace (ReleaseSession's answer, docs/dbus-api.md). */
-typedef enum ArchiveOutcome {
-        ARCHIVE_OUTCOME_NONE,       /* no effective storage: nothing to archive */
-        ARCHIVE_OUTCOME_STORED,     /* stored and verified */
-        ARCHIVE_OUTCOME_PENDING,    /* not stored yet: the workspace is kept, archiving is retried */
-        /* can never be stored (too large, storage block refused): the stored one stays */
-        ARCHIVE_OUTCOME_SKIPPED,
-        ARCHIVE_OUTCOME_KEPT,       /* not archived on purpose: its restore failed, the stored one stays */
-        ARCHIVE_OUTCOME_ABANDONED,  /* given up (deadline passed, runner gone, superseded) */
-        ARCHIVE_OUTCOME_DISCARDED,  /* the client said discard */
-        _ARCHIVE_OUTCOME_MAX,
-        _ARCHIVE_OUTCOME_INVALID = -EINVAL,
-} ArchiveOutcome;
-
-const char *archive_outcome_to_string(ArchiveOutcome o);
-
-/* Backoff of archive retries: doubling from the first, up to the last. */
-#define SESSION_ARCHIVE_RETRY_FIRST_USEC (1 * USEC_PER_SEC)
-#define SESSION_ARCHIVE_RETRY_MAX_USEC (60 * USEC_PER_SEC)
 
 struct Session {
         Manager *manager;
@@ -190,8 +172,8 @@ struct Session {
 
         char *archive_key;
         char *storage_json;
-        char *archive_token;      /* the storage agent's staging of our archive, while it runs */
         SessionEnd end;           /* why it is stopping; _SESSION_END_INVALID until then */
+        SessionArchive archive;   /* its archive at release (session-archive.c) */
 
         /* started without its stored archive: the create answers "restored": false (after a
          * failed restore with SANDBOX_START_EMPTY_ON_RESTORE_FAILURE=1, or a damaged archive moved
@@ -199,35 +181,21 @@ struct Session {
         bool restore_failed;
         /* ... and never archived over the stored one (the former case: the archive is still there) */
         bool archive_kept;
-        bool archive_superseded;    /* a newer release of the same archive: no retry after this attempt */
-        bool release_told;          /* the release waiters heard the outcome already */
         /* A fact, not a stage: a create took it over while its archive was pending, so its
          * workspace is its own (archived at any release, never "only what was restored"). */
         bool adopted;
         /* A failed start's bus error name when its errno can't say it (those set by name only,
          * bus-contract.h: StorageRefused, PolicyUnavailable); NULL otherwise. */
         const char *start_error_name;
-        char *discard_stem;         /* discarded while an attempt was in flight: done after it */
-        /* A create took it over while an attempt of its release was under way: that attempt goes
-         * on to its end (an upload) or is aborted (staging), and the next one waits for it. */
-        bool archive_orphaned;
-        ArchiveOutcome archive_outcome;
-        unsigned archive_attempts;
-        uint64_t release_realtime_usec;
-        uint64_t archive_first_failure_realtime_usec;
-        char *archive_error;        /* why the last attempt failed */
         char *restore_damage;       /* why the stored archive counts as damaged, while it is moved aside */
-        sd_event_source *archive_retry_timer;
         sd_event_source *restore_wait_timer;  /* an archive of the same stem is being stored */
         uint64_t restore_wait_until_usec;     /* CLOCK_MONOTONIC: waited for no longer */
-        sd_event_source *release_answer_timer; /* the release is answered "pending" by then at the latest */
 
         /* Bus calls on the session's behalf, owned: freeing the session cancels them, so no
          * reply ever reaches a freed session. */
         SystemdJob *start_job;      /* StartTransientUnit and its job */
         SystemdJob *stop_job;       /* StopUnit and its job */
         sd_bus_slot *restore_slot;  /* OpenArchive */
-        sd_bus_slot *archive_slot;  /* BeginArchive, CommitArchive, AbortArchive, DeleteArchive */
         bool holds_create_slot;     /* one of the manager's create slots (scope start and init) */
         bool in_gc_queue;           /* bookkeeping of manager->session_gc_queue */
         LIST_FIELDS(Session, gc_queue);   /* in manager->session_gc_queue until freed */
@@ -266,7 +234,7 @@ const char *session_start_error_name(const Session *s, int error);
  * the session's own callbacks: nothing is freed before the event loop gets back to the manager. */
 int session_release(Session *s, SessionEnd end, SessionDoneCallback cb, void *userdata);
 /* Release waiters hear when the session is gone, or earlier when its archive is pending; they
- * find the outcome in s->archive_outcome. */
+ * find the outcome in s->archive.outcome. */
 /* Release with the client's options: archive the workspace first (default, when storage is
  * effective and no call is running), or delete the archive instead (discard). */
 typedef struct ReleaseOptions {

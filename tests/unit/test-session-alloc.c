@@ -406,7 +406,7 @@ static void on_heard(Session *s, int error, const char *message, void *userdata)
 
         h->calls++;
         h->error = error;
-        h->outcome = s->archive_outcome;
+        h->outcome = s->archive.outcome;
         h->state = s->state;
 }
 
@@ -559,12 +559,12 @@ static bool discard_adopted_during_attempt(World *w, long n) {
         ASSERT_EQ(released.outcome, ARCHIVE_OUTCOME_PENDING);
         RUN_UNTIL(w, started.calls == 1);
         ASSERT_EQ(s->state, SESSION_RUNNING);
-        ASSERT_TRUE(s->archive_orphaned);
+        ASSERT_TRUE(s->archive.orphaned);
 
         alloc_arm(n);
         r = discard(s, &discarded);
         agent_answer_begin(w);
-        RUN_UNTIL(w, r < 0 ? !s->archive_orphaned : discarded.calls == 1);
+        RUN_UNTIL(w, r < 0 ? !s->archive.orphaned : discarded.calls == 1);
         more = alloc_disarm();
 
         ASSERT_TRUE(!agent_called(w, "CommitArchive"));
