@@ -195,6 +195,15 @@ void session_release_tell(Session *s) {
         }
 }
 
+void session_archive_clear(SessionArchive *a) {
+        a->slot = sd_bus_slot_unref(a->slot);
+        a->retry_timer = sd_event_source_disable_unref(a->retry_timer);
+        a->answer_timer = sd_event_source_disable_unref(a->answer_timer);
+        a->token = mfree(a->token);
+        a->error = mfree(a->error);
+        a->discard_stem = mfree(a->discard_stem);
+}
+
 void session_archive_stop_retrying(Session *s) {
         s->archive.retry_timer = sd_event_source_disable_unref(s->archive.retry_timer);
         s->archive.token = mfree(s->archive.token);

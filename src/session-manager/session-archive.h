@@ -51,3 +51,6 @@ typedef struct SessionArchive {
          * for it. */
         bool orphaned;
 } SessionArchive;
+
+/* Its bus call cancelled (the reply never comes), its timers off, its strings freed. */
+void session_archive_clear(SessionArchive *a);

@@ -352,10 +352,8 @@ Session *session_free(Session *s) {
         s->start_job = systemd_job_free(s->start_job);
         s->stop_job = systemd_job_free(s->stop_job);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
-        s->archive.slot = sd_bus_slot_unref(s->archive.slot);
-        s->archive.retry_timer = sd_event_source_disable_unref(s->archive.retry_timer);
         s->restore_wait_timer = sd_event_source_disable_unref(s->restore_wait_timer);
-        s->archive.answer_timer = sd_event_source_disable_unref(s->archive.answer_timer);
+        session_archive_clear(&s->archive);
 
         session_hand_off_runner(s);
         pidref_done(&s->runner);
@@ -373,10 +371,7 @@ Session *session_free(Session *s) {
         free(s->session_root);
         free(s->archive_key);
         free(s->storage_json);
-        free(s->archive.token);
         free(s->restore_damage);
-        free(s->archive.error);
-        free(s->archive.discard_stem);
         free(s);
         return NULL;
 }
