@@ -270,18 +270,11 @@ int runner_request_exec(const RunnerExecRequest *p, json_object **ret) {
         return schema_build(&runner_exec_request, &q, ret);
 }
 
-int runner_request_op(const char *op, json_object **ret) {
-        static const SchemaMessage *const ops[] = {
-                &runner_ping_request,
-                &runner_list_request,
-                &runner_reset_inputs_request,
-                &runner_reset_kernel_request,
-        };
-
-        for (size_t i = 0; i < ELEMENTSOF(ops); i++)
-                if (streq(op, ops[i]->name))
-                        return schema_build(ops[i], &(RunnerNoParameters) {}, ret);
-        return -EINVAL;
+int runner_request_plain(const SchemaMessage *m, json_object **ret) {
+        /* Only a request that is its "op" alone: anything else has its own builder. */
+        if (m->kind != SCHEMA_REQUEST || (m->fields && m->fields[0].name))
+                return -EINVAL;
+        return schema_build(m, &(RunnerNoParameters) {}, ret);
 }
 
 int runner_request_cancel(const char *exec_id, json_object **ret) {

@@ -140,7 +140,7 @@ static inline void runner_exec_result_done(RunnerExecResult *p) {
 int runner_request_init(const RunnerInitRequest *p, json_object **ret);
 int runner_request_exec(const RunnerExecRequest *p, json_object **ret);
 /* A request that is only its op: "ping", "list", "reset-inputs", "reset-kernel". */
-int runner_request_op(const char *op, json_object **ret);
+int runner_request_plain(const SchemaMessage *m, json_object **ret);
 /* "cancel" of the exec 'exec_id' (answered by that exec's own reply). */
 int runner_request_cancel(const char *exec_id, json_object **ret);
 int runner_request_write(const char *path, json_object **ret);

@@ -597,7 +597,7 @@ static int on_archive_retry(sd_event_source *source, uint64_t usec, void *userda
                 (void) session_enter(s, SESSION_ARCHIVING);
         /* The runner first: it is alive, and its idle backstop hears of us, however long storage
          * takes to come back. (Without the ping, the attempt finds out by itself.) */
-        if (session_enqueue_op(s, "ping", on_retry_ping) < 0)
+        if (session_enqueue_op(s, &runner_ping_request, on_retry_ping) < 0)
                 session_archive_attempt(s);
         return 0;
 }

@@ -89,7 +89,7 @@ int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_u
 int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint64_t timeout_usec,
                          bool is_exec, bool front, RunnerReplyCallback cb, void *userdata,
                          RunnerRequest **ret_request);
-int session_enqueue_op(Session *s, const char *op, RunnerReplyCallback cb);
+int session_enqueue_op(Session *s, const SchemaMessage *op, RunnerReplyCallback cb);
 void session_finalize(Session *s);
 void session_learn_runner(Session *s, bool cancels);
 void session_release_create_slot(Session *s);

@@ -98,7 +98,7 @@ static void on_inputs_reset(Session *s, int error, const char *message, json_obj
 /* Inputs that can't be cleared are logged and the session starts, as when the runner fails to
  * (on_inputs_reset()): a session never stays STARTING for it. */
 void session_reset_inputs_then_ready(Session *s) {
-        int r = session_enqueue_op(s, "reset-inputs", on_inputs_reset);
+        int r = session_enqueue_op(s, &runner_reset_inputs_request, on_inputs_reset);
         if (r < 0)
                 on_inputs_reset(s, r, "failed to ask the runner", NULL, -EBADF, NULL);
 }
@@ -414,7 +414,8 @@ static void session_recovered(Session *s, int error, json_object *reply, bool ag
         uint64_t now, idle, remaining;
 
         /* Its answer lost for want of memory: asked once more before anything is given up. */
-        if (error == -ENOMEM && !again && session_enqueue_op(s, "ping", on_recover_ping_again) >= 0)
+        if (error == -ENOMEM && !again &&
+            session_enqueue_op(s, &runner_ping_request, on_recover_ping_again) >= 0)
                 return;
         if (error < 0 || schema_parse(&runner_ping_reply, reply, &p, NULL) < 0 || !p.initialized) {
                 session_cleanup_stale(s, "runner did not answer after a restart");
@@ -450,7 +451,7 @@ int session_recover(Session *s) {
         int r;
 
         /* Built first: a recovery that can't even ask fails with the session as it was. */
-        r = runner_request_op("ping", &ping);
+        r = runner_request_plain(&runner_ping_request, &ping);
         if (r < 0)
                 return r;
         if (s->state == SESSION_CREATING)

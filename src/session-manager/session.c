@@ -793,11 +793,11 @@ int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_u
 
 /* One of our own control requests that is only its op ("ping", "reset-inputs"), ahead of the
  * client's. Fails only when nothing was queued. */
-int session_enqueue_op(Session *s, const char *op, RunnerReplyCallback cb) {
+int session_enqueue_op(Session *s, const SchemaMessage *op, RunnerReplyCallback cb) {
         json_object *msg;
         int r;
 
-        r = runner_request_op(op, &msg);
+        r = runner_request_plain(op, &msg);
         if (r < 0)
                 return r;
         return session_enqueue(s, msg, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, cb, NULL);
@@ -1211,20 +1211,20 @@ int session_read_file(Session *s, const char *relative, uint64_t max, FileCallba
         return session_file_request(s, r, msg, -EBADF, cb, userdata);
 }
 
-static int session_file_op(Session *s, const char *op, FileCallback cb, void *userdata) {
+static int session_file_op(Session *s, const SchemaMessage *op, FileCallback cb, void *userdata) {
         json_object *msg = NULL;
-        int r = runner_request_op(op, &msg);
+        int r = runner_request_plain(op, &msg);
         return session_file_request(s, r, msg, -EBADF, cb, userdata);
 }
 
 int session_list_files(Session *s, FileCallback cb, void *userdata) {
-        return session_file_op(s, "list", cb, userdata);
+        return session_file_op(s, &runner_list_request, cb, userdata);
 }
 
 int session_reset_inputs(Session *s, FileCallback cb, void *userdata) {
-        return session_file_op(s, "reset-inputs", cb, userdata);
+        return session_file_op(s, &runner_reset_inputs_request, cb, userdata);
 }
 
 int session_reset_kernel(Session *s, FileCallback cb, void *userdata) {
-        return session_file_op(s, "reset-kernel", cb, userdata);
+        return session_file_op(s, &runner_reset_kernel_request, cb, userdata);
 }
