@@ -10,6 +10,7 @@
 
 #include "base64.h"
 #include "bus-client.h"
+#include "http-apis.h"
 #include "http-exec.h"
 #include "http-exec-stream.h"
 #include "http-router.h"

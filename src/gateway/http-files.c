@@ -10,6 +10,7 @@
 #include "base64.h"
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-apis.h"
 #include "http-files.h"
 #include "http-router.h"
 #include "http-stream.h"

@@ -14,7 +14,6 @@
 #include "bus-util.h"
 #include "gateway-auth.h"
 #include "http-connection.h"
-#include "http-dify.h"
 #include "http-header-check.h"
 #include "http-router.h"
 #include "http-stream.h"
@@ -263,12 +262,20 @@ int http_request_add_log_field(HttpRequest *req, const char *name, const char *v
         return 0;
 }
 
+/* The API whose shape the router's answers to a request take: its route's, if flagged
+ * HTTP_ROUTE_API_KEY. */
+static const HttpApi *http_request_shaping_api(const HttpRequest *req) {
+        return req->route && (req->route->flags & HTTP_ROUTE_API_KEY) ? req->api : NULL;
+}
+
 /* An answer of ours that is no resource's (refused request, internal error, shutdown), in the shape
  * of the route's API. Failures leave no response (the caller closes the connection). */
 int http_request_reply_failure(HttpRequest *req, unsigned status, const char *message) {
+        const HttpApi *api = http_request_shaping_api(req);
+
         req->response = http_response_free(req->response);
-        if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY))
-                return dify_response_new_error(status, -(int) status, message, &req->response);
+        if (api && api->failure)
+                return api->failure(status, message, &req->response);
         return http_response_new_detail(status, message, &req->response);
 }
 
@@ -493,19 +500,13 @@ int http_request_reserve(HttpRequest *req, uint64_t total, uint64_t size) {
 }
 
 int http_request_reply_too_large(HttpRequest *req) {
+        const HttpApi *api = http_request_shaping_api(req);
         HttpResponse *resp;
         char msg[128];
         int r;
 
-        /* Dify shows messages, not statuses (any status but 200 and 503 is "likely a network
-         * issue" to it): the dify routes say the limit with 200 and their envelope. */
-        if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY)) {
-                (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes (%s)",
-                                req->body_max,
-                                req->route->flags & HTTP_ROUTE_CODE_BODY
-                                        ? "6 per byte of SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB"
-                                        : "SANDBOX_MAX_BODY_BYTES");
-                r = dify_response_new_error(HTTP_OK, DIFY_CODE_BAD_REQUEST, msg, &resp);
+        if (api && api->too_large) {
+                r = api->too_large(req, &resp);
                 return r < 0 ? r : http_request_reply(req, resp);
         }
         (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes", req->body_max);

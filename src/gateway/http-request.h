@@ -69,7 +69,7 @@ typedef struct HttpRequestHeaders {
         const char *content_length;         /* the first one */
         unsigned n_transfer_encoding;
         const char *transfer_encoding;      /* the first one */
-        /* For the dify-sandbox API's resources (the first of each). */
+        /* For the resources that read them (the first of each). */
         const char *content_type;
         unsigned n_traceparent;
         const char *traceparent;
@@ -92,6 +92,7 @@ struct HttpRequest {
         HttpRequestState state;
         bool begun;                         /* the access handler saw the request's header */
         const HttpRoute *route;
+        const HttpApi *api;                 /* the one 'route' is of */
         char *method;
         char *path;                         /* as libmicrohttpd decoded it: cut at a %00 */
         char *raw_target;                   /* the request target as received, if known */

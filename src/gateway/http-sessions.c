@@ -11,6 +11,7 @@
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-apis.h"
 #include "http-connection.h"
 #include "http-router.h"
 #include "id.h"

@@ -10,6 +10,7 @@
 #include "base64.h"
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-apis.h"
 #include "http-router.h"
 #include "http-storage.h"
 #include "io-util.h"
@@ -421,6 +422,10 @@ static int storage_handle(HttpRequest *req, StorageRequestKind kind) {
                                  kind == STORAGE_REQUEST_GC ? bus_timeout_storage_gc_usec(config)
                                                             : bus_timeout_storage_usec(config),
                                  storage_calls[kind].on_reply);
+}
+
+uint64_t http_storage_put_body_max(const Config *config) {
+        return config->max_storage_body_bytes;
 }
 
 int http_storage_put(HttpRequest *req) {
