@@ -853,7 +853,7 @@ static int dify_run_on_reply(HttpRequest *req, sd_bus_message *reply) {
 static int dify_run_call(HttpRequest *req, const DifyRunRequest *b, const DifyTrace *t, const char *code,
                          size_t code_size) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int fd = -EBADF, hangup = -EBADF;
+        _cleanup_close_ int fd = -EBADF;
         Server *s = req->server;
         DifyRun *run;
         int r;
@@ -876,26 +876,18 @@ static int dify_run_call(HttpRequest *req, const DifyRunRequest *b, const DifyTr
                 r = sd_bus_message_append(m, "{sv}", "user_id", "s", t->user_id);
         if (r >= 0 && t->has_user_type)
                 r = sd_bus_message_append(m, "{sv}", "user_type", "s", t->user_type);
-        /* The run ends when its client hangs up; it counts until the manager says it has. */
-        if (r >= 0)
-                r = hangup = http_request_hangup_pipe(req);
-        if (r >= 0)
-                r = sd_bus_message_append(m, "{sv}", "hangup", "h", hangup);
-        if (r >= 0)
-                r = sd_bus_message_close_container(m);
         if (r < 0)
                 return r;
 
-        run = calloc(1, sizeof(DifyRun));
+        run = http_request_new_userdata(req, sizeof(DifyRun), dify_run_free);
         if (!run)
                 return -ENOMEM;
         run->server = s;
         run->report = b->report;
         (void) snprintf(run->language, sizeof(run->language), "%s", b->language.data);
-        req->userdata = run;
-        req->userdata_free = dify_run_free;
 
-        r = http_request_call(req, m, bus_timeout_run_usec(&s->config), dify_run_on_reply);
+        /* The run ends when its client hangs up; it counts until the manager says it has. */
+        r = http_request_call_until_hangup(req, m, bus_timeout_run_usec(&s->config), dify_run_on_reply);
         if (r < 0)
                 return r;
 

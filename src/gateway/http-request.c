@@ -324,6 +324,8 @@ static bool http_request_client_hung_up(HttpRequest *req) {
         return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata);
+
 static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         HttpRequest *req = userdata;
         HttpReplyHandler handler;
@@ -364,7 +366,10 @@ static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         return 0;
 }
 
-int http_request_hangup_pipe(HttpRequest *req) {
+/* A pipe for a call that should end when the request's client goes away: the request keeps the
+ * write end (closed when the client hangs up, or with the request), the caller gets the read end
+ * (to close once it is in the message, as the call's "hangup" option). */
+static int http_request_hangup_pipe(HttpRequest *req) {
         int fds[2];
 
         assert(req);
@@ -377,10 +382,36 @@ int http_request_hangup_pipe(HttpRequest *req) {
         return fds[0];
 }
 
+int http_request_call_until_hangup(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec,
+                                   HttpReplyHandler handler) {
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        fd = http_request_hangup_pipe(req);
+        if (fd < 0)
+                return fd;
+        r = sd_bus_message_append(m, "{sv}", "hangup", "h", fd);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        if (r < 0)
+                return r;
+        return http_request_call(req, m, timeout_usec, handler);
+}
+
+void *http_request_new_userdata(HttpRequest *req, size_t size, void (*free_fn)(void *p)) {
+        assert(req);
+        assert(!req->userdata);
+
+        req->userdata = calloc(1, size);
+        if (req->userdata)
+                req->userdata_free = free_fn;
+        return req->userdata;
+}
+
 /* The client of a suspended request with a hang-up pipe shut its socket down. The pipe's closing
  * tells the manager to cancel the call, and MHD gets the connection back to close it; the request
  * waits for the answer as an orphan (http_router_request_completed()). */
-int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
         HttpRequest *req = userdata;
 
         req->hangup_fd = safe_close(req->hangup_fd);
@@ -391,7 +422,7 @@ int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t reve
         return 0;
 }
 
-void http_request_suspend_body(HttpRequest *req) {
+void http_request_suspend(HttpRequest *req) {
         assert(req);
 
         if (req->suspended || !req->connection)
@@ -400,6 +431,7 @@ void http_request_suspend_body(HttpRequest *req) {
         req->suspended = true;
         req->server->n_suspended++;
         server_status_changed(req->server);
+        /* MHD won't see a hang-up meanwhile: we look for one, where it matters. */
         if (req->hangup_fd >= 0 &&
             http_connection_watch_hangup(req->connection, req->server->event, http_request_on_client_hangup,
                                          req, &req->client_source) < 0)

@@ -733,18 +733,7 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
         if (req->response)
                 return http_request_queue(req);
         if (req->slot) {
-                if (!req->suspended) {
-                        MHD_suspend_connection(connection);
-                        req->suspended = true;
-                        req->server->n_suspended++;
-                        server_status_changed(req->server);
-                        /* MHD won't see a hang-up meanwhile: we look for one, where it matters. */
-                        if (req->hangup_fd >= 0 &&
-                            http_connection_watch_hangup(connection, req->server->event,
-                                                         http_request_on_client_hangup, req,
-                                                         &req->client_source) < 0)
-                                log_debug("Failed to watch a client for hang-up; its call runs to its end.");
-                }
+                http_request_suspend(req);
                 return MHD_YES;
         }
         return MHD_NO;
