@@ -19,7 +19,6 @@
 #include "gateway-auth.h"
 #include "gateway-server.h"
 #include "http-connection.h"
-#include "http-dify.h"
 #include "http-header-check.h"
 #include "http-router.h"
 #include "io-util.h"
@@ -27,6 +26,23 @@
 #include "time-util.h"
 
 #define MHD_LOG_LINE_MAX 1024U
+
+const uint64_t loop_stall_bounds_usec[LOOP_STALL_BUCKETS] = {
+        100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 10000000,
+};
+
+void loop_stats_add(LoopStats *l, uint64_t usec) {
+        assert(l);
+
+        l->max_usec = MAX(l->max_usec, usec);
+        l->sum_usec += usec;
+        l->count++;
+        for (size_t i = 0; i < LOOP_STALL_BUCKETS; i++)
+                if (usec <= loop_stall_bounds_usec[i]) {
+                        l->buckets[i]++;
+                        break;
+                }
+}
 
 uint64_t server_now(Server *s) {
         /* Not sd_event_now(): that is the start of the loop iteration, too coarse for durations. */
@@ -232,14 +248,22 @@ static int http_daemon_new(Server *s, int fd, const char *name, HttpDaemon **ret
 }
 
 static int server_send_status(Server *s) {
+        char counts[SERVER_APIS_MAX * 64] = "";
+        size_t l = 0;
+
+        /* What the APIs count, each as ", <n> <noun>[s]". */
+        for (size_t i = 0; i < s->n_apis; i++)
+                if (s->apis[i].api->counted && l < sizeof(counts))
+                        l += snprintf(counts + l, sizeof(counts) - l, ", %u %s%s", s->apis[i].count,
+                                      s->apis[i].api->counted, s->apis[i].count == 1 ? "" : "s");
+
         s->status_sent_usec = server_now(s);
         return sd_notifyf(false,
                           "STATUS=Serving on %zu socket%s, %u request%s in flight (%u waiting for the "
-                          "session manager, %u of clients that went away, %u dify run%s), %" PRIu64
-                          " completed.",
+                          "session manager, %u of clients that went away%s), %" PRIu64 " completed.",
                           s->n_daemons, s->n_daemons == 1 ? "" : "s", s->n_requests,
-                          s->n_requests == 1 ? "" : "s", s->n_suspended, s->n_orphaned, s->n_dify_runs,
-                          s->n_dify_runs == 1 ? "" : "s", s->n_completed);
+                          s->n_requests == 1 ? "" : "s", s->n_suspended, s->n_orphaned, counts,
+                          s->n_completed);
 }
 
 static int server_on_status_timer(sd_event_source *source, uint64_t usec, void *userdata) {
@@ -277,9 +301,7 @@ int server_new(Config *config, Server **ret) {
                 return -ENOMEM;
         s->config = *config;
         *config = (Config) {};
-        s->body_budget = MAX(MAX(s->config.max_body_bytes, s->config.max_storage_body_bytes),
-                             dify_run_body_max(&s->config));
-        s->body_budget = MAX(HTTP_BODY_BUDGET_MIN, 2 * s->body_budget);
+        s->body_budget = HTTP_BODY_BUDGET_MIN; /* and two of each API's largest bodies */
         s->warning_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
         s->cut_ratelimit = (RateLimit) { .interval_usec = 10 * USEC_PER_SEC, .burst = 10 };
         s->start_realtime_usec = now_usec(CLOCK_REALTIME);
@@ -309,6 +331,28 @@ int server_new(Config *config, Server **ret) {
 
         *ret = TAKE_PTR(s);
         return 0;
+}
+
+int server_add_api(Server *s, const HttpApi *api) {
+        assert(s);
+        assert(api);
+
+        if (s->n_apis >= SERVER_APIS_MAX)
+                return -E2BIG;
+        for (const HttpRoute *r = api->routes; r->method; r++)
+                s->body_budget = MAX(s->body_budget, 2 * http_route_body_max(r, &s->config));
+        s->apis[s->n_apis].api = api;
+        s->apis[s->n_apis++].count = 0;
+        return 0;
+}
+
+unsigned *server_api_count(Server *s, const HttpApi *api) {
+        assert(s);
+
+        for (size_t i = 0; i < s->n_apis; i++)
+                if (s->apis[i].api == api)
+                        return &s->apis[i].count;
+        return NULL;
 }
 
 /* The expected Authorization values hold keys: wipe them. */
@@ -348,7 +392,7 @@ Server *server_free(Server *s) {
         s->event = sd_event_unref(s->event);
 
         auth_header_free(s->auth_header, s->auth_header_size);
-        auth_header_free(s->metrics_auth_header, s->metrics_auth_header_size);
+        auth_header_free(s->scrape_auth_header, s->scrape_auth_header_size);
         config_done(&s->config);
         mime_types_free(s->mime_types);
         free(s);
@@ -385,13 +429,13 @@ int server_set_api_key(Server *s, const char *key) {
         return 0;
 }
 
-int server_set_metrics_key(Server *s, const char *key) {
+int server_set_scrape_key(Server *s, const char *key) {
         assert(s);
 
         if (key && s->api_key && strlen(key) == s->api_key_size &&
             memcmp(key, s->api_key, s->api_key_size) == 0)
                 return -EEXIST;
-        return auth_header_replace(&s->metrics_auth_header, &s->metrics_auth_header_size, key);
+        return auth_header_replace(&s->scrape_auth_header, &s->scrape_auth_header_size, key);
 }
 
 static int on_name_acquired(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
@@ -513,15 +557,21 @@ static int server_loop(Server *s) {
 }
 
 int server_run(Server *s) {
+        char apis[SERVER_APIS_MAX * 64] = "";
+        size_t l = 0;
         int r;
 
         assert(s);
 
+        /* "a and b", "a, b and c" */
+        for (size_t i = 0; i < s->n_apis && l < sizeof(apis); i++)
+                l += snprintf(apis + l, sizeof(apis) - l, "%s%s",
+                              i == 0 ? "" : i + 1 == s->n_apis ? " and " : ", ", s->apis[i].api->name);
+
         s->ready = true;
         (void) sd_notify(false, "READY=1");
         (void) server_send_status(s);
-        log_info("Serving the sidecar and dify-sandbox APIs on %zu socket%s%s.", s->n_daemons,
-                 s->n_daemons == 1 ? "" : "s",
+        log_info("Serving the %s APIs on %zu socket%s%s.", apis, s->n_daemons, s->n_daemons == 1 ? "" : "s",
                  s->auth_header ? "" : " WITHOUT authentication");
         if (!http_header_check_supported())
                 log_warning("libmicrohttpd %s is not %s: a NUL byte in a header line is judged by the sizes "

@@ -11,7 +11,6 @@
 
 #include "config.h"
 #include "http-health.h"
-#include "http-metrics.h"
 #include "http-util.h"
 #include "macro.h"
 #include "mime.h"
@@ -26,7 +25,7 @@
  *
  * Of both, the _RESERVED slots are kept for connections that authenticated, which a client
  * without the key can only get by reaching the limit first: a connection counts as authenticated
- * from its first request that carried the API key (or the scrape key, on /metrics) on.
+ * from its first request that carried the API key (or the scrape key, where it opens) on.
  * Connections that have not may hold at most MAX - RESERVED in all and PER_IP_MAX -
  * PER_IP_RESERVED of one peer's (192 and 48). A new connection past either bound, or past MAX or
  * PER_IP_MAX, closes the oldest connection that has not authenticated and has waited for its
@@ -77,12 +76,31 @@
 
 /* Rate of "Serving on …" status updates sent to the service manager. */
 #define SERVER_STATUS_INTERVAL_USEC (1U * USEC_PER_SEC)
+/* APIs one server serves (server_add_api()). */
+#define SERVER_APIS_MAX 4U
+
+/* How long each dispatch of the gateway's event loop took: one event source's callback (an MHD
+ * round, a bus message with its reply handler, a timer), during which no other client is served.
+ * Buckets from 100 µs to 10 s (loop_stall_bounds_usec). */
+#define LOOP_STALL_BUCKETS 13U
+typedef struct LoopStats {
+        uint64_t max_usec;            /* the longest, since the gateway started */
+        uint64_t sum_usec;
+        uint64_t count;
+        uint64_t buckets[LOOP_STALL_BUCKETS]; /* each: above the previous bound, up to its own */
+} LoopStats;
+/* The upper bound of each bucket. */
+extern const uint64_t loop_stall_bounds_usec[LOOP_STALL_BUCKETS];
+
+/* Counts one dispatch of 'usec'. */
+void loop_stats_add(LoopStats *l, uint64_t usec);
 
 typedef struct Server Server;
 typedef struct HttpDaemon HttpDaemon;
 typedef struct HttpConnection HttpConnection;
 typedef struct HttpRequest HttpRequest;
 typedef struct HttpRoute HttpRoute;
+typedef struct HttpApi HttpApi;
 typedef struct AgentListener AgentListener;
 typedef struct AgentConnection AgentConnection;
 
@@ -105,11 +123,19 @@ struct Server {
         size_t auth_header_size;
         const char *api_key;           /* the key itself, inside auth_header (X-Api-Key) */
         size_t api_key_size;
-        char *metrics_auth_header;     /* "Bearer <scrape key>": GET /metrics only; NULL if none */
-        size_t metrics_auth_header_size;
+        char *scrape_auth_header;      /* "Bearer <scrape key>": HTTP_ROUTE_SCRAPE_KEY routes only;
+                                        * NULL if none */
+        size_t scrape_auth_header_size;
 
         HttpDaemon **daemons;
         size_t n_daemons;
+
+        /* What every socket serves (server_add_api()), each API with its count (HttpApi.counted). */
+        struct {
+                const HttpApi *api;
+                unsigned count;
+        } apis[SERVER_APIS_MAX];
+        size_t n_apis;
 
         /* The last healthy /healthz answer and what it says (http-health.h): probes and agent
          * checks within HEALTH_CACHE_USEC of it are answered without asking the session manager. */
@@ -135,11 +161,10 @@ struct Server {
         uint64_t n_responses[6];       /* of them, by status class: [2] 2xx ... [5] 5xx, [0] none sent */
         uint64_t start_realtime_usec;  /* when this process started (CLOCK_REALTIME) */
         LoopStats loop;                /* how long each dispatch of the event loop took */
-        unsigned n_dify_runs;          /* dify-sandbox runs between acceptance and their result
-                                        * (MAX_REQUESTS), queued in the manager or running */
         uint64_t body_bytes;           /* request body bytes reserved by all requests */
         uint64_t response_bytes;       /* bytes of responses handed to libmicrohttpd, not yet let go */
-        uint64_t body_budget;
+        uint64_t body_budget;          /* two of the largest body any route takes, at least
+                                        * HTTP_BODY_BUDGET_MIN */
 
         HttpConnection *connections;   /* every open connection of every daemon, the newest first */
         unsigned n_connections;
@@ -165,12 +190,17 @@ int server_new(Config *config, Server **ret);
 Server *server_free(Server *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Server *, server_free);
 
+/* Serves the routes of 'api' on every socket, and grows the body budget to two bodies of its largest
+ * limit. -E2BIG past SERVER_APIS_MAX. */
+int server_add_api(Server *s, const HttpApi *api);
+/* What 'api' counts (HttpApi.counted); NULL when the server does not serve it. */
+unsigned *server_api_count(Server *s, const HttpApi *api);
 /* Requires "Authorization: Bearer <key>" on every path but the public ones, "X-Api-Key: <key>" on the
- * dify-sandbox API's; NULL turns it off. */
+ * routes flagged HTTP_ROUTE_API_KEY; NULL turns it off. */
 int server_set_api_key(Server *s, const char *key);
-/* An additional key that opens only routes flagged HTTP_ROUTE_METRICS (NULL: none). -EEXIST when it
- * equals the API key, which would make it pointless. */
-int server_set_metrics_key(Server *s, const char *key);
+/* An additional key that opens only routes flagged HTTP_ROUTE_SCRAPE_KEY (NULL: none). -EEXIST when
+ * it equals the API key, which would make it pointless. */
+int server_set_scrape_key(Server *s, const char *key);
 int server_connect_bus(Server *s);
 /* Serves both APIs on an inherited listening socket; takes the fd, also on failure. */
 int server_add_listen_fd(Server *s, int fd, const char *name);

@@ -11,6 +11,7 @@
 #include "gateway-auth.h"
 #include "gateway-server.h"
 #include "daemon-util.h"
+#include "http-apis.h"
 #include "log.h"
 #include "macro.h"
 #include "mime.h"
@@ -110,7 +111,7 @@ static int load_metrics_key(Server *s) {
                 return 0;
         if (!s->auth_header)
                 return 0; /* no authentication at all: nothing to open */
-        r = server_set_metrics_key(s, key);
+        r = server_set_scrape_key(s, key);
         if (r == -EEXIST)
                 return log_error_errno(
                         r, "Credential \"%s\" equals the API key; it must differ, refusing to start.",
@@ -164,6 +165,13 @@ static int run(int argc, char *argv[]) {
         r = server_new(&config, &s);
         if (r < 0)
                 return r;
+
+        /* Every socket serves both APIs; their paths are disjoint. */
+        r = server_add_api(s, &http_sidecar_api);
+        if (r >= 0)
+                r = server_add_api(s, &http_dify_api);
+        if (r < 0)
+                return log_error_errno(r, "Failed to register the APIs: %m");
 
         r = load_mime_types(s);
         if (r < 0)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bus-client.h"
+#include "http-apis.h"
 #include "http-dify.h"
 #include "http-router.h"
 #include "http-stream.h"
@@ -751,12 +752,24 @@ typedef struct DifyRun {
         char language[16];
 } DifyRun;
 
+/* Runs between acceptance and their result, queued in the manager or running (the server counts
+ * them for the API, and shows them in its STATUS= line). */
+unsigned *dify_runs(Server *s) {
+        unsigned *n = server_api_count(s, &http_dify_api);
+
+        assert(n); /* a run comes through one of the API's routes */
+        return n;
+}
+
 static void dify_run_uncount(DifyRun *run) {
+        unsigned *n;
+
         if (!run->counted)
                 return;
         run->counted = false;
-        assert(run->server->n_dify_runs > 0);
-        run->server->n_dify_runs--;
+        n = dify_runs(run->server);
+        assert(*n > 0);
+        (*n)--;
         server_status_changed(run->server);
 }
 
@@ -840,7 +853,7 @@ static int dify_run_on_reply(HttpRequest *req, sd_bus_message *reply) {
 static int dify_run_call(HttpRequest *req, const DifyRunRequest *b, const DifyTrace *t, const char *code,
                          size_t code_size) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int fd = -EBADF, hangup = -EBADF;
+        _cleanup_close_ int fd = -EBADF;
         Server *s = req->server;
         DifyRun *run;
         int r;
@@ -863,31 +876,23 @@ static int dify_run_call(HttpRequest *req, const DifyRunRequest *b, const DifyTr
                 r = sd_bus_message_append(m, "{sv}", "user_id", "s", t->user_id);
         if (r >= 0 && t->has_user_type)
                 r = sd_bus_message_append(m, "{sv}", "user_type", "s", t->user_type);
-        /* The run ends when its client hangs up; it counts until the manager says it has. */
-        if (r >= 0)
-                r = hangup = http_request_hangup_pipe(req);
-        if (r >= 0)
-                r = sd_bus_message_append(m, "{sv}", "hangup", "h", hangup);
-        if (r >= 0)
-                r = sd_bus_message_close_container(m);
         if (r < 0)
                 return r;
 
-        run = calloc(1, sizeof(DifyRun));
+        run = http_request_new_userdata(req, sizeof(DifyRun), dify_run_free);
         if (!run)
                 return -ENOMEM;
         run->server = s;
         run->report = b->report;
         (void) snprintf(run->language, sizeof(run->language), "%s", b->language.data);
-        req->userdata = run;
-        req->userdata_free = dify_run_free;
 
-        r = http_request_call(req, m, bus_timeout_run_usec(&s->config), dify_run_on_reply);
+        /* The run ends when its client hangs up; it counts until the manager says it has. */
+        r = http_request_call_until_hangup(req, m, bus_timeout_run_usec(&s->config), dify_run_on_reply);
         if (r < 0)
                 return r;
 
         run->counted = true;
-        s->n_dify_runs++;
+        (*dify_runs(s))++;
         server_status_changed(s);
         return 0;
 }
@@ -907,7 +912,7 @@ int http_dify_run(HttpRequest *req) {
                 return r;
 
         /* Upstream's first gate, before the body is even bound. */
-        if (req->server->n_dify_runs >= config->dify_max_requests)
+        if (*dify_runs(req->server) >= config->dify_max_requests)
                 return dify_reply_error(req, HTTP_SERVICE_UNAVAILABLE, DIFY_CODE_UNAVAILABLE,
                                         DIFY_MESSAGE_TOO_MANY_REQUESTS);
 
@@ -979,4 +984,22 @@ int http_dify_dependencies_update(HttpRequest *req) {
 
 int http_dify_dependencies_refresh(HttpRequest *req) {
         return dify_dependencies(req);
+}
+
+/* The router's own answers (refused requests, internal errors) in the envelope, minus the status
+ * as the body's code. */
+int dify_response_new_failure(unsigned status, const char *message, HttpResponse **ret) {
+        return dify_response_new_error(status, -(int) status, message, ret);
+}
+
+/* Dify shows messages, not statuses (any status but 200 and 503 is "likely a network issue" to it):
+ * the limit is said with 200 and the envelope. */
+int dify_response_new_too_large(const HttpRequest *req, HttpResponse **ret) {
+        char msg[128];
+
+        (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes (%s)", req->body_max,
+                        req->route->body_max == dify_run_body_max
+                                ? "6 per byte of SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB"
+                                : "SANDBOX_MAX_BODY_BYTES");
+        return dify_response_new_error(HTTP_OK, DIFY_CODE_BAD_REQUEST, msg, ret);
 }

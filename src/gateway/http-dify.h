@@ -11,6 +11,7 @@
 #include "bus-contract.h"
 #include "config.h"
 #include "http-exec.h"
+#include "http-router.h"
 #include "http-util.h"
 
 #define DIFY_LANGUAGE_PYTHON3 "python3"
@@ -168,3 +169,9 @@ int dify_result_compose(const DifyResult *r, const void *data, size_t data_size,
 int dify_dependencies_compose(const char *text, size_t size, HttpResponse **ret);
 /* Reads 'path' and composes that. A missing file lists nothing. */
 int dify_dependencies_load(const char *path, HttpResponse **ret);
+
+/* The runs in flight (HttpApi.counted) of the server, which must serve the API. */
+unsigned *dify_runs(Server *s);
+/* The router's own answers to the API's requests (HttpApi.failure, .too_large). */
+int dify_response_new_failure(unsigned status, const char *message, HttpResponse **ret);
+int dify_response_new_too_large(const HttpRequest *req, HttpResponse **ret);

@@ -231,7 +231,7 @@ static ssize_t exec_sse_read(void *userdata, uint64_t pos, char *buf, size_t max
                 if (!s->req || s->req->client_gone)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 /* Nothing yet: libmicrohttpd would call again at once. */
-                http_request_suspend_body(s->req);
+                http_request_suspend(s->req);
                 return 0;
         }
 }

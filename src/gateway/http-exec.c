@@ -10,6 +10,8 @@
 
 #include "base64.h"
 #include "bus-client.h"
+#include "http-apis.h"
+#include "http-body.h"
 #include "http-exec.h"
 #include "http-exec-stream.h"
 #include "http-router.h"
@@ -21,21 +23,8 @@
 #include "mime.h"
 #include "string-util.h"
 
-typedef struct ExecBody {
-        const char *session_id;
-        const char *code;
-        int64_t timeout_ms;
-        bool report;
-        bool stream;
-} ExecBody;
-
 static const JsonField exec_body_fields[] = {
-        { "session_id", JSON_FIELD_STRING, offsetof(ExecBody, session_id), JSON_MANDATORY },
-        { "code",       JSON_FIELD_STRING, offsetof(ExecBody, code),       JSON_MANDATORY },
-        { "timeout_ms", JSON_FIELD_INT64,  offsetof(ExecBody, timeout_ms), JSON_NULLABLE  },
-        { "report",     JSON_FIELD_BOOL,   offsetof(ExecBody, report),     JSON_NULLABLE  },
-        { "stream",     JSON_FIELD_BOOL,   offsetof(ExecBody, stream),     JSON_NULLABLE  },
-        {}
+        BODY_SESSION_ID, BODY_CODE, BODY_TIMEOUT_MS, BODY_REPORT, BODY_STREAM, {}
 };
 
 uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms) {
@@ -54,9 +43,8 @@ uint64_t exec_timeout_effective(bool given, int64_t timeout_ms, uint64_t cap_ms)
 }
 
 int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret, HttpResponse **ret_error) {
-        JsonDispatchError e = {};
         json_object *stream_member = NULL;
-        ExecBody b = {};
+        SidecarBody b = {};
         size_t code_size;
         int r;
 
@@ -64,22 +52,11 @@ int exec_request_parse(json_object *body, const Config *config, ExecRequest *ret
         assert(ret);
         assert(ret_error);
 
-        *ret_error = NULL;
-
-        if (!body) {
-                r = http_response_new_body_missing(ret_error);
+        r = sidecar_body_read(body, exec_body_fields, &b, ret_error);
+        if (r > 0)
+                r = sidecar_body_check_session_id(body, &b, ret_error);
+        if (r <= 0)
                 return r < 0 ? r : -EINVAL;
-        }
-        if (json_dispatch(body, exec_body_fields, &b, &e) < 0) {
-                r = http_response_new_validation(&e, ret_error);
-                return r < 0 ? r : -EINVAL;
-        }
-
-        if (!session_id_is_valid(b.session_id) ||
-            json_member_string_length(body, "session_id") != strlen(b.session_id)) {
-                r = http_response_new_detail(HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID, ret_error);
-                return r < 0 ? r : -EINVAL;
-        }
 
         /* Counted in UTF-8 bytes, as received (json_parse() accepted only valid UTF-8). */
         code_size = json_member_string_length(body, "code");
@@ -479,7 +456,7 @@ static bool exec_wants_stream(HttpRequest *req, const ExecRequest *x) {
 
 int http_exec_post(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int fd = -EBADF, hangup = -EBADF, stream = -EBADF;
+        _cleanup_close_ int fd = -EBADF, stream = -EBADF;
         _cleanup_(exec_sse_unrefp) ExecSse *sse = NULL;
         ExecContext *ctx;
         HttpResponse *error;
@@ -499,16 +476,12 @@ int http_exec_post(HttpRequest *req) {
         r = session_manager_new_call(req->server->bus, "Exec", &m);
         if (r < 0)
                 return r;
-        /* The exec ends when its client hangs up. */
-        hangup = http_request_hangup_pipe(req);
-        if (hangup < 0)
-                return hangup;
         r = sd_bus_message_append(m, "sh", x.session_id, fd);
         if (r >= 0)
                 r = sd_bus_message_open_container(m, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(m, "{sv}{sv}{sv}", "timeout_ms", "t", x.timeout_ms,
-                                          "language", "s", "python3", "hangup", "h", hangup);
+                r = sd_bus_message_append(m, "{sv}{sv}", "timeout_ms", "t", x.timeout_ms,
+                                          "language", "s", "python3");
         if (r < 0)
                 return r;
         if (exec_wants_stream(req, &x)) {
@@ -519,34 +492,24 @@ int http_exec_post(HttpRequest *req) {
                 if (r < 0)
                         return r;
         }
-        r = sd_bus_message_close_container(m);
-        if (r < 0)
-                return r;
 
-        ctx = malloc(sizeof(ExecContext));
+        ctx = http_request_new_userdata(req, sizeof(ExecContext), exec_context_free);
         if (!ctx)
                 return -ENOMEM;
         *ctx = (ExecContext) { .timeout_ms = x.timeout_ms, .report = x.report, .sse = TAKE_PTR(sse) };
-        req->userdata = ctx;
-        req->userdata_free = exec_context_free;
 
         /* The code is in its memory file now: while the exec waits for its session or a slot, the
          * request holds no second copy of it. */
         x.session_id = x.code = NULL;
         http_request_drop_json(req);
 
-        return http_request_call(req, m, bus_timeout_exec_usec(&req->server->config, ctx->timeout_ms),
-                                 exec_on_reply_maybe_streamed);
+        /* The exec ends when its client hangs up. */
+        return http_request_call_until_hangup(req, m, bus_timeout_exec_usec(&req->server->config,
+                                                                            ctx->timeout_ms),
+                                              exec_on_reply_maybe_streamed);
 }
 
-typedef struct CancelBody {
-        const char *session_id;
-} CancelBody;
-
-static const JsonField cancel_body_fields[] = {
-        { "session_id", JSON_FIELD_STRING, offsetof(CancelBody, session_id), JSON_MANDATORY },
-        {}
-};
+static const JsonField cancel_body_fields[] = { BODY_SESSION_ID, {} };
 
 static int exec_cancel_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return http_request_reply_ok_or_call_error(req, reply, BUS_TIMEOUT_SHORT_USEC);
@@ -554,24 +517,15 @@ static int exec_cancel_on_reply(HttpRequest *req, sd_bus_message *reply) {
 
 int http_exec_cancel(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        JsonDispatchError e = {};
         HttpResponse *error;
-        CancelBody b = {};
+        SidecarBody b = {};
         int r;
 
-        if (!req->json) {
-                r = http_response_new_body_missing(&error);
+        r = sidecar_body_read(req->json, cancel_body_fields, &b, &error);
+        if (r > 0)
+                r = sidecar_body_check_session_id(req->json, &b, &error);
+        if (r <= 0)
                 return r < 0 ? r : http_request_reply(req, error);
-        }
-        if (json_dispatch(req->json, cancel_body_fields, &b, &e) < 0) {
-                r = http_response_new_validation(&e, &error);
-                return r < 0 ? r : http_request_reply(req, error);
-        }
-        if (!session_id_is_valid(b.session_id) ||
-            json_member_string_length(req->json, "session_id") != strlen(b.session_id)) {
-                r = http_response_new_detail(HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID, &error);
-                return r < 0 ? r : http_request_reply(req, error);
-        }
         http_request_set_session_id(req, b.session_id);
 
         r = session_manager_new_call(req->server->bus, "CancelExec", &m);

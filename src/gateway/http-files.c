@@ -10,6 +10,8 @@
 #include "base64.h"
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-apis.h"
+#include "http-body.h"
 #include "http-files.h"
 #include "http-router.h"
 #include "http-stream.h"
@@ -18,30 +20,10 @@
 #include "json-util.h"
 #include "string-util.h"
 
-typedef struct FilesBody {
-        const char *session_id;
-        const char *path;
-        const char *data_base64;
-} FilesBody;
-
 /* In the reference service's model order, which decides which missing field a 422 names. */
-static const JsonField files_write_fields[] = {
-        { "session_id",  JSON_FIELD_STRING, offsetof(FilesBody, session_id),  JSON_MANDATORY },
-        { "path",        JSON_FIELD_STRING, offsetof(FilesBody, path),        JSON_MANDATORY },
-        { "data_base64", JSON_FIELD_STRING, offsetof(FilesBody, data_base64), JSON_MANDATORY },
-        {}
-};
-
-static const JsonField files_read_fields[] = {
-        { "session_id", JSON_FIELD_STRING, offsetof(FilesBody, session_id), JSON_MANDATORY },
-        { "path",       JSON_FIELD_STRING, offsetof(FilesBody, path),       JSON_MANDATORY },
-        {}
-};
-
-static const JsonField files_session_fields[] = {
-        { "session_id", JSON_FIELD_STRING, offsetof(FilesBody, session_id), JSON_MANDATORY },
-        {}
-};
+static const JsonField files_write_fields[] = { BODY_SESSION_ID, BODY_PATH, BODY_DATA_BASE64, {} };
+static const JsonField files_read_fields[] = { BODY_SESSION_ID, BODY_PATH, {} };
+static const JsonField files_session_fields[] = { BODY_SESSION_ID, {} };
 
 static const JsonField *const files_request_fields[_FILES_REQUEST_KIND_MAX] = {
         [FILES_REQUEST_WRITE]   = files_write_fields,
@@ -75,9 +57,8 @@ static int files_refuse_detail(unsigned status, const char *detail, int error, H
 int files_request_parse(FilesRequestKind kind, json_object *body, const Config *config, FilesRequest *ret,
                         HttpResponse **ret_error) {
         _cleanup_free_ void *data = NULL;
-        JsonDispatchError e = {};
         size_t data_size = 0;
-        FilesBody b = {};
+        SidecarBody b = {};
         int r;
 
         assert(kind >= 0 && kind < _FILES_REQUEST_KIND_MAX);
@@ -85,17 +66,11 @@ int files_request_parse(FilesRequestKind kind, json_object *body, const Config *
         assert(ret);
         assert(ret_error);
 
-        *ret_error = NULL;
-
-        if (!body)
-                return files_refuse(http_response_new_body_missing(ret_error), -EINVAL);
-        if (json_dispatch(body, files_request_fields[kind], &b, &e) < 0)
-                return files_refuse(http_response_new_validation(&e, ret_error), -EINVAL);
-
-        if (!session_id_is_valid(b.session_id) ||
-            json_member_string_length(body, "session_id") != strlen(b.session_id))
-                return files_refuse_detail(HTTP_BAD_REQUEST, BUS_MESSAGE_INVALID_SESSION_ID, -EINVAL,
-                                           ret_error);
+        r = sidecar_body_read(body, files_request_fields[kind], &b, ret_error);
+        if (r > 0)
+                r = sidecar_body_check_session_id(body, &b, ret_error);
+        if (r <= 0)
+                return files_refuse(r, -EINVAL);
 
         if (kind == FILES_REQUEST_WRITE) {
                 /* The length as received: an embedded NUL must fail decoding, not end the text. */

@@ -11,6 +11,7 @@
 
 #include "bus-client.h"
 #include "bus-contract.h"
+#include "http-apis.h"
 #include "http-health.h"
 #include "http-router.h"
 #include "log.h"

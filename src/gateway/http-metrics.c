@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bus-client.h"
+#include "http-apis.h"
 #include "http-metrics.h"
 #include "http-router.h"
 #include "log.h"
@@ -115,23 +116,6 @@ int manager_metrics_read(sd_bus_message *reply, ManagerMetrics *ret) {
 }
 
 static_assert(LOOP_STALL_BUCKETS <= METRICS_BUCKETS_MAX, "too many loop stall buckets");
-
-static const uint64_t loop_stall_bounds_usec[LOOP_STALL_BUCKETS] = {
-        100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 10000000,
-};
-
-void loop_stats_add(LoopStats *l, uint64_t usec) {
-        assert(l);
-
-        l->max_usec = MAX(l->max_usec, usec);
-        l->sum_usec += usec;
-        l->count++;
-        for (size_t i = 0; i < LOOP_STALL_BUCKETS; i++)
-                if (usec <= loop_stall_bounds_usec[i]) {
-                        l->buckets[i]++;
-                        break;
-                }
-}
 
 /* Microseconds as seconds, exactly: "0.025", "1.0" (the Go float form the le label wants). */
 static int append_seconds(JsonWriter *w, uint64_t usec) {

@@ -7,6 +7,8 @@
 
 #include <systemd/sd-bus.h>
 
+#include "gateway-server.h"
+
 #define METRICS_CONTENT_TYPE "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 /* Bounds on what GetMetrics() may send; more is a malformed reply. */
@@ -50,20 +52,6 @@ typedef struct ManagerMetrics {
         uint64_t archives_quarantined;
         uint32_t archives_pending;
 } ManagerMetrics;
-
-/* How long each dispatch of the gateway's event loop took: one event source's callback (an MHD
- * round, a bus message with its reply handler, a timer), during which no other client is served.
- * Buckets from 100 µs to 10 s (LOOP_STALL_BOUNDS_USEC in http-metrics.c). */
-#define LOOP_STALL_BUCKETS 13U
-typedef struct LoopStats {
-        uint64_t max_usec;            /* the longest, since the gateway started */
-        uint64_t sum_usec;
-        uint64_t count;
-        uint64_t buckets[LOOP_STALL_BUCKETS]; /* each: above the previous bound, up to its own */
-} LoopStats;
-
-/* Counts one dispatch of 'usec'. */
-void loop_stats_add(LoopStats *l, uint64_t usec);
 
 /* What the gateway counts itself. */
 typedef struct GatewayMetrics {

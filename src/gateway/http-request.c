@@ -14,7 +14,6 @@
 #include "bus-util.h"
 #include "gateway-auth.h"
 #include "http-connection.h"
-#include "http-dify.h"
 #include "http-header-check.h"
 #include "http-router.h"
 #include "http-stream.h"
@@ -263,12 +262,20 @@ int http_request_add_log_field(HttpRequest *req, const char *name, const char *v
         return 0;
 }
 
+/* The API whose shape the router's answers to a request take: its route's, if flagged
+ * HTTP_ROUTE_API_KEY. */
+static const HttpApi *http_request_shaping_api(const HttpRequest *req) {
+        return req->route && (req->route->flags & HTTP_ROUTE_API_KEY) ? req->api : NULL;
+}
+
 /* An answer of ours that is no resource's (refused request, internal error, shutdown), in the shape
  * of the route's API. Failures leave no response (the caller closes the connection). */
 int http_request_reply_failure(HttpRequest *req, unsigned status, const char *message) {
+        const HttpApi *api = http_request_shaping_api(req);
+
         req->response = http_response_free(req->response);
-        if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY))
-                return dify_response_new_error(status, -(int) status, message, &req->response);
+        if (api && api->failure)
+                return api->failure(status, message, &req->response);
         return http_response_new_detail(status, message, &req->response);
 }
 
@@ -317,6 +324,8 @@ static bool http_request_client_hung_up(HttpRequest *req) {
         return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata);
+
 static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         HttpRequest *req = userdata;
         HttpReplyHandler handler;
@@ -357,7 +366,10 @@ static int http_request_on_reply(sd_bus_message *reply, void *userdata, sd_bus_e
         return 0;
 }
 
-int http_request_hangup_pipe(HttpRequest *req) {
+/* A pipe for a call that should end when the request's client goes away: the request keeps the
+ * write end (closed when the client hangs up, or with the request), the caller gets the read end
+ * (to close once it is in the message, as the call's "hangup" option). */
+static int http_request_hangup_pipe(HttpRequest *req) {
         int fds[2];
 
         assert(req);
@@ -370,10 +382,36 @@ int http_request_hangup_pipe(HttpRequest *req) {
         return fds[0];
 }
 
+int http_request_call_until_hangup(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec,
+                                   HttpReplyHandler handler) {
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        fd = http_request_hangup_pipe(req);
+        if (fd < 0)
+                return fd;
+        r = sd_bus_message_append(m, "{sv}", "hangup", "h", fd);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        if (r < 0)
+                return r;
+        return http_request_call(req, m, timeout_usec, handler);
+}
+
+void *http_request_new_userdata(HttpRequest *req, size_t size, void (*free_fn)(void *p)) {
+        assert(req);
+        assert(!req->userdata);
+
+        req->userdata = calloc(1, size);
+        if (req->userdata)
+                req->userdata_free = free_fn;
+        return req->userdata;
+}
+
 /* The client of a suspended request with a hang-up pipe shut its socket down. The pipe's closing
  * tells the manager to cancel the call, and MHD gets the connection back to close it; the request
  * waits for the answer as an orphan (http_router_request_completed()). */
-int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+static int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
         HttpRequest *req = userdata;
 
         req->hangup_fd = safe_close(req->hangup_fd);
@@ -384,7 +422,7 @@ int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t reve
         return 0;
 }
 
-void http_request_suspend_body(HttpRequest *req) {
+void http_request_suspend(HttpRequest *req) {
         assert(req);
 
         if (req->suspended || !req->connection)
@@ -393,6 +431,7 @@ void http_request_suspend_body(HttpRequest *req) {
         req->suspended = true;
         req->server->n_suspended++;
         server_status_changed(req->server);
+        /* MHD won't see a hang-up meanwhile: we look for one, where it matters. */
         if (req->hangup_fd >= 0 &&
             http_connection_watch_hangup(req->connection, req->server->event, http_request_on_client_hangup,
                                          req, &req->client_source) < 0)
@@ -493,19 +532,13 @@ int http_request_reserve(HttpRequest *req, uint64_t total, uint64_t size) {
 }
 
 int http_request_reply_too_large(HttpRequest *req) {
+        const HttpApi *api = http_request_shaping_api(req);
         HttpResponse *resp;
         char msg[128];
         int r;
 
-        /* Dify shows messages, not statuses (any status but 200 and 503 is "likely a network
-         * issue" to it): the dify routes say the limit with 200 and their envelope. */
-        if (req->route && (req->route->flags & HTTP_ROUTE_API_KEY)) {
-                (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes (%s)",
-                                req->body_max,
-                                req->route->flags & HTTP_ROUTE_CODE_BODY
-                                        ? "6 per byte of SANDBOX_DIFY_MAX_CODE_BYTES, plus 64 KiB"
-                                        : "SANDBOX_MAX_BODY_BYTES");
-                r = dify_response_new_error(HTTP_OK, DIFY_CODE_BAD_REQUEST, msg, &resp);
+        if (api && api->too_large) {
+                r = api->too_large(req, &resp);
                 return r < 0 ? r : http_request_reply(req, resp);
         }
         (void) snprintf(msg, sizeof(msg), "request body exceeds %" PRIu64 " bytes", req->body_max);

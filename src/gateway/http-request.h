@@ -69,7 +69,7 @@ typedef struct HttpRequestHeaders {
         const char *content_length;         /* the first one */
         unsigned n_transfer_encoding;
         const char *transfer_encoding;      /* the first one */
-        /* For the dify-sandbox API's resources (the first of each). */
+        /* For the resources that read them (the first of each). */
         const char *content_type;
         unsigned n_traceparent;
         const char *traceparent;
@@ -92,6 +92,7 @@ struct HttpRequest {
         HttpRequestState state;
         bool begun;                         /* the access handler saw the request's header */
         const HttpRoute *route;
+        const HttpApi *api;                 /* the one 'route' is of */
         char *method;
         char *path;                         /* as libmicrohttpd decoded it: cut at a %00 */
         char *raw_target;                   /* the request target as received, if known */
@@ -173,10 +174,11 @@ typedef int (*HttpBusErrorAnswer)(const sd_bus_error *e, HttpResponse **ret, boo
 int http_request_reply_bus_error_as(HttpRequest *req, const sd_bus_error *e, HttpBusErrorAnswer answer);
 /* An on_reply for a call whose success is {"ok":true}: that, or the bus error's answer. */
 int http_request_reply_ok_or_bus_error(HttpRequest *req, sd_bus_message *reply);
-/* For a body produced as it goes (HttpBodySource): its reader has nothing to give yet. Called from
- * the reader, it suspends the connection (watching the client for a hang-up, which closes the
- * request's hang-up pipe) until http_request_resume(). */
-void http_request_suspend_body(HttpRequest *req);
+/* Suspends the request's connection until http_request_resume(), watching the client for a hang-up
+ * (which closes the request's hang-up pipe) if the request has a hang-up pipe: while its call is
+ * out, or, for a body produced as it goes (HttpBodySource), when the reader has nothing to give
+ * yet. No-op if suspended already. */
+void http_request_suspend(HttpRequest *req);
 /* Has libmicrohttpd handle a suspended request again (no-op if it is not suspended). */
 void http_request_resume(HttpRequest *req);
 /* Logs a failed bus call: rate-limited warning if 'ours', debug otherwise. */
@@ -185,10 +187,13 @@ void http_request_log_bus_error(HttpRequest *req, const sd_bus_error *e, bool ou
  * connection stays suspended in the meantime. For a foreign session (see above) nothing is sent
  * and 'handler' runs before this returns, with a NoSuchSession error. */
 int http_request_call(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec, HttpReplyHandler handler);
-/* A pipe for a call that should end when the request's client goes away: the request keeps the
- * write end (closed when the client hangs up, or with the request), the caller gets the read end
- * (to close once it is in the message, as the call's "hangup" option). */
-int http_request_hangup_pipe(HttpRequest *req);
+/* The same for a call that ends when the request's client goes away: its options (the a{sv} the
+ * caller left open) end with {"hangup": h}, the read end of a new hang-up pipe, and are closed. */
+int http_request_call_until_hangup(HttpRequest *req, sd_bus_message *m, uint64_t timeout_usec,
+                                   HttpReplyHandler handler);
+/* Allocates the state the resource keeps between its handler and its reply handler (zeroed, for the
+ * caller to fill at once), freed with 'free_fn' along with the request. NULL when out of memory. */
+void *http_request_new_userdata(HttpRequest *req, size_t size, void (*free_fn)(void *p));
 /* Records the session a request is about, for the access log, right after the id's syntax check.
  * An id without this node's tag (SANDBOX_NODE_ID) marks the request foreign: http_request_call()
  * then answers NoSuchSession itself. Ignores invalid ids. */
@@ -202,7 +207,6 @@ void http_request_drop_call(HttpRequest *req);
 void http_request_fail(HttpRequest *req, int error);
 void http_request_log_ids(const HttpRequest *req, char method[static 4 * HTTP_METHOD_LOG_MAX + 4],
                           char path[static 4 * HTTP_PATH_LOG_MAX + 4]);
-int http_request_on_client_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata);
 void http_request_release_body(HttpRequest *req);
 int http_request_reply_busy(HttpRequest *req);
 int http_request_reply_failure(HttpRequest *req, unsigned status, const char *message);

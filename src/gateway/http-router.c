@@ -15,7 +15,6 @@
 #include "bus-util.h"
 #include "gateway-auth.h"
 #include "http-connection.h"
-#include "http-dify.h"
 #include "http-header-check.h"
 #include "http-router.h"
 #include "http-stream.h"
@@ -23,45 +22,11 @@
 #include "log.h"
 #include "string-util.h"
 
-const HttpRoute http_sidecar_routes[] = {
-        { "GET",    "/healthz",             HTTP_ROUTE_PUBLIC,                     http_health_get         },
-        { "POST",   "/sessions",            HTTP_ROUTE_JSON,                       http_sessions_post      },
-        { "DELETE", "/sessions/",           HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_delete    },
-        { "POST",   "/sessions/*/reset",    HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_reset     },
-        { "POST",   "/exec",                HTTP_ROUTE_JSON,                       http_exec_post          },
-        { "POST",   "/exec/cancel",         HTTP_ROUTE_JSON,                       http_exec_cancel        },
-        { "POST",   "/files",               HTTP_ROUTE_JSON,                       http_files_post         },
-        { "POST",   "/files/get",           HTTP_ROUTE_JSON,                       http_files_get          },
-        { "POST",   "/files/list",          HTTP_ROUTE_JSON,                       http_files_list         },
-        { "POST",   "/files/reset-inputs",  HTTP_ROUTE_JSON,                       http_files_reset_inputs },
-        { "POST",   "/storage/put",         HTTP_ROUTE_JSON | HTTP_ROUTE_BIG_BODY, http_storage_put        },
-        { "POST",   "/storage/delete",      HTTP_ROUTE_JSON,                       http_storage_delete     },
-        { "POST",   "/storage/gc",          HTTP_ROUTE_JSON,                       http_storage_gc         },
-        { "GET",    "/metrics",             HTTP_ROUTE_METRICS,                    http_metrics_get        },
-        {}
-};
-
-#define DIFY_ROUTE (HTTP_ROUTE_API_KEY | HTTP_ROUTE_RAW_BODY)
-
-const HttpRoute http_dify_routes[] = {
-        { "GET",  "/health",                          HTTP_ROUTE_PUBLIC,          http_dify_health         },
-        { "POST", "/v1/sandbox/run",                  DIFY_ROUTE | HTTP_ROUTE_CODE_BODY, http_dify_run     },
-        { "GET",  "/v1/sandbox/dependencies",         DIFY_ROUTE, http_dify_dependencies_list              },
-        { "POST", "/v1/sandbox/dependencies/update",  DIFY_ROUTE, http_dify_dependencies_update            },
-        { "GET",  "/v1/sandbox/dependencies/refresh", DIFY_ROUTE, http_dify_dependencies_refresh           },
-        {}
-};
-
-/* Every API a socket serves when its daemon names none. */
-static const HttpRoute *const http_route_tables[] = { http_sidecar_routes, http_dify_routes };
-
 uint64_t http_route_body_max(const HttpRoute *route, const Config *config) {
         assert(route);
         assert(config);
 
-        if (route->flags & HTTP_ROUTE_CODE_BODY)
-                return dify_run_body_max(config);
-        return route->flags & HTTP_ROUTE_BIG_BODY ? config->max_storage_body_bytes : config->max_body_bytes;
+        return route->body_max ? route->body_max(config) : config->max_body_bytes;
 }
 
 static void allow_append(char *allow, size_t allow_size, const char *method) {
@@ -119,20 +84,24 @@ int http_route_lookup(const HttpRoute *routes, const char *method, const char *p
         return path_known ? -EOPNOTSUPP : -ENOENT;
 }
 
-/* Every socket serves the sidecar and the dify-sandbox API: their paths are disjoint. */
+/* Every socket serves every API of the server: their paths are disjoint. */
 static int http_request_lookup(HttpRequest *req) {
-        for (size_t i = 0; i < ELEMENTSOF(http_route_tables); i++) {
-                int r = http_route_lookup(http_route_tables[i], req->method, req->path, &req->route,
+        const Server *s = req->server;
+
+        for (size_t i = 0; i < s->n_apis; i++) {
+                int r = http_route_lookup(s->apis[i].api->routes, req->method, req->path, &req->route,
                                           &req->path_arg, req->allow, sizeof(req->allow));
+                if (r >= 0)
+                        req->api = s->apis[i].api;
                 if (r != -ENOENT)
                         return r;
         }
         return -ENOENT;
 }
 
-/* Whether the request carries the key the way its route wants it. Authorization: Bearer opens the
- * sidecar API, X-Api-Key the dify-sandbox API; a request that matches no route may show either, so
- * that both kinds of clients learn of a wrong path or method. A repeated header is no key. */
+/* Whether the request carries the key the way its route wants it. Authorization: Bearer opens most
+ * routes, X-Api-Key those flagged HTTP_ROUTE_API_KEY; a request that matches no route may show either,
+ * so that both kinds of clients learn of a wrong path or method. A repeated header is no key. */
 static bool http_request_authenticated(const HttpRequest *req, const HttpRequestHeaders *h, int lookup) {
         const Server *s = req->server;
         bool api_key_only = lookup >= 0 && (req->route->flags & HTTP_ROUTE_API_KEY);
@@ -145,9 +114,9 @@ static bool http_request_authenticated(const HttpRequest *req, const HttpRequest
                         return true;
         if (api_key_only)
                 return false;
-        if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_METRICS) && s->metrics_auth_header &&
+        if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_SCRAPE_KEY) && s->scrape_auth_header &&
             auth_header_matches(h->n_authorization == 1 ? h->authorization : NULL, h->authorization_size,
-                                s->metrics_auth_header, s->metrics_auth_header_size))
+                                s->scrape_auth_header, s->scrape_auth_header_size))
                 return true;
         return auth_header_matches(h->n_authorization == 1 ? h->authorization : NULL, h->authorization_size,
                                    s->auth_header, s->auth_header_size);
@@ -256,7 +225,7 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
         public = lookup >= 0 && (req->route->flags & HTTP_ROUTE_PUBLIC);
         authenticated = http_request_authenticated(req, h, lookup);
         if (!public && !authenticated) {
-                /* dify-sandbox answers with the bare status. */
+                /* X-Api-Key routes answer with the bare status. */
                 if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_API_KEY))
                         return http_request_reply_literal(req, HTTP_UNAUTHORIZED, "");
                 return http_request_reply_error(req, HTTP_UNAUTHORIZED, "unauthorized");
@@ -280,7 +249,7 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
                 return r;
         }
 
-        /* Per route: /storage/put carries objects of up to 300 MiB, everything else 56 MiB. */
+        /* Per route (HttpRoute.body_max). */
         req->body_max = http_route_body_max(req->route, &s->config);
         content_length = h->n_content_length > 0 ? strempty(h->content_length) : NULL;
         if (content_length) {
@@ -764,18 +733,7 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
         if (req->response)
                 return http_request_queue(req);
         if (req->slot) {
-                if (!req->suspended) {
-                        MHD_suspend_connection(connection);
-                        req->suspended = true;
-                        req->server->n_suspended++;
-                        server_status_changed(req->server);
-                        /* MHD won't see a hang-up meanwhile: we look for one, where it matters. */
-                        if (req->hangup_fd >= 0 &&
-                            http_connection_watch_hangup(connection, req->server->event,
-                                                         http_request_on_client_hangup, req,
-                                                         &req->client_source) < 0)
-                                log_debug("Failed to watch a client for hang-up; its call runs to its end.");
-                }
+                http_request_suspend(req);
                 return MHD_YES;
         }
         return MHD_NO;
@@ -840,7 +798,7 @@ static void http_request_log_access(HttpRequest *req, enum MHD_RequestTerminatio
 
 /* MHD is done with a request whose call is still out: its client went away. The request lets go of
  * the connection (about to be freed) and stays until the answer comes, so that what it counts
- * (a dify run against MAX_REQUESTS) counts until the manager has really ended the call, which the
+ * (a run its API counts against a limit) counts until the manager has really ended the call, which the
  * hang-up pipe's closing asks it to do. */
 static void http_request_orphan(HttpRequest *req) {
         req->client_source = sd_event_source_disable_unref(req->client_source);

@@ -24,12 +24,11 @@ typedef enum HttpRouteFlags {
         HTTP_ROUTE_PUBLIC   = 1 << 0, /* served without Authorization */
         HTTP_ROUTE_PATH_ARG = 1 << 1, /* 'path' is a prefix followed by one non-empty segment */
         HTTP_ROUTE_JSON     = 1 << 2, /* a non-empty body is parsed as JSON */
-        HTTP_ROUTE_BIG_BODY = 1 << 3, /* body limit SANDBOX_MAX_STORAGE_BODY_BYTES (/storage/put) */
-        HTTP_ROUTE_API_KEY  = 1 << 4, /* the dify-sandbox API: "X-Api-Key: <key>" instead of Authorization,
-                                       * 401 with an empty body; failures in its envelope */
-        HTTP_ROUTE_RAW_BODY = 1 << 5, /* the body is kept as received, for the resource to bind */
-        HTTP_ROUTE_CODE_BODY = 1 << 6, /* body limit follows SANDBOX_MAX_CODE_BYTES (/v1/sandbox/run) */
-        HTTP_ROUTE_METRICS  = 1 << 7, /* the scrape key opens it too (GET /metrics) */
+        HTTP_ROUTE_API_KEY  = 1 << 3, /* "X-Api-Key: <key>" instead of Authorization, 401 with an
+                                       * empty body; failures in its API's shape (HttpApi.failure,
+                                       * .too_large) */
+        HTTP_ROUTE_RAW_BODY = 1 << 4, /* the body is kept as received, for the resource to bind */
+        HTTP_ROUTE_SCRAPE_KEY = 1 << 5, /* the scrape key opens it too (server_set_scrape_key()) */
 } HttpRouteFlags;
 
 /* Routes whose body is buffered (and counted against the server-wide budget). */
@@ -40,12 +39,26 @@ struct HttpRoute {
         const char *path;
         unsigned flags;
         HttpHandler handler;
+        /* The route's body limit from the configuration; NULL: SANDBOX_MAX_BODY_BYTES. The server's
+         * body budget holds two of the largest (server_add_api()). */
+        uint64_t (*body_max)(const Config *config);
 };
 
-/* The sidecar (Aivory) API. Terminated by an entry with method NULL. */
-extern const HttpRoute http_sidecar_routes[];
-/* The dify-sandbox API (docs/dify.md); its paths are disjoint from the sidecar's. */
-extern const HttpRoute http_dify_routes[];
+/* An API the server serves (server_add_api()): its routes, and the shape of the answers the router
+ * gives in the name of its HTTP_ROUTE_API_KEY routes. The paths of all APIs a server serves are
+ * disjoint. */
+struct HttpApi {
+        const char *name;              /* "Serving the <name> and <name> APIs" */
+        const HttpRoute *routes;       /* terminated by an entry with method NULL */
+        /* An answer of ours that is no resource's (refused request, internal error, shutdown, a
+         * daemon not responding); NULL: {"detail": message}. */
+        int (*failure)(unsigned status, const char *message, HttpResponse **ret);
+        /* A body over its route's limit; NULL: 413 {"error": "request body exceeds N bytes"}. */
+        int (*too_large)(const HttpRequest *req, HttpResponse **ret);
+        /* What the API counts on the server (server_api_count()) until the results come, as the
+         * STATUS= line names it ("run": "2 runs"); NULL: nothing. */
+        const char *counted;
+};
 
 /* The body limit of a route: Content-Length above it is refused, a chunked body cut off there. */
 uint64_t http_route_body_max(const HttpRoute *route, const Config *config);
@@ -102,26 +115,3 @@ void http_router_abort_pending(Server *s, HttpDaemon *d);
  * out, its hang-up pipe closed, so that the daemon ends it once it runs again and whatever it left
  * behind is undone (gone_handler). */
 void http_router_abandon_calls(Server *s, PeerWatch *w);
-
-/* Resources (http-<resource>.c). */
-int http_health_get(HttpRequest *req);
-int http_sessions_post(HttpRequest *req);
-int http_sessions_delete(HttpRequest *req);
-/* POST /sessions/{id}/reset: a stateful session's interpreter starts fresh. */
-int http_sessions_reset(HttpRequest *req);
-int http_exec_post(HttpRequest *req);
-/* POST /exec/cancel {"session_id"}: ends the session's running exec (docs/api.md). */
-int http_exec_cancel(HttpRequest *req);
-int http_files_post(HttpRequest *req);
-int http_files_get(HttpRequest *req);
-int http_files_list(HttpRequest *req);
-int http_files_reset_inputs(HttpRequest *req);
-int http_storage_put(HttpRequest *req);
-int http_storage_delete(HttpRequest *req);
-int http_storage_gc(HttpRequest *req);
-int http_metrics_get(HttpRequest *req);
-int http_dify_health(HttpRequest *req);
-int http_dify_run(HttpRequest *req);
-int http_dify_dependencies_list(HttpRequest *req);
-int http_dify_dependencies_update(HttpRequest *req);
-int http_dify_dependencies_refresh(HttpRequest *req);

@@ -11,6 +11,8 @@
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-apis.h"
+#include "http-body.h"
 #include "http-connection.h"
 #include "http-router.h"
 #include "id.h"
@@ -19,51 +21,28 @@
 #include "storage-config.h"
 #include "string-util.h"
 
-typedef struct SessionBody {
-        int64_t idle_ttl_sec;
-        const char *archive_key;
-        json_object *storage;
-        bool discard;
-        bool stateful;
-} SessionBody;
-
 static const JsonField session_create_fields[] = {
-        { "idle_ttl_sec", JSON_FIELD_INT64,  offsetof(SessionBody, idle_ttl_sec), JSON_NULLABLE },
-        { "archive_key",  JSON_FIELD_STRING, offsetof(SessionBody, archive_key),  JSON_NULLABLE },
-        { "storage",      JSON_FIELD_OBJECT, offsetof(SessionBody, storage),      JSON_NULLABLE },
-        { "stateful",     JSON_FIELD_BOOL,   offsetof(SessionBody, stateful),     JSON_NULLABLE },
-        {}
+        BODY_IDLE_TTL_SEC, BODY_ARCHIVE_KEY, BODY_STORAGE, BODY_STATEFUL, {}
 };
-
-static const JsonField session_release_fields[] = {
-        { "discard",     JSON_FIELD_BOOL,   offsetof(SessionBody, discard),     JSON_NULLABLE },
-        { "archive_key", JSON_FIELD_STRING, offsetof(SessionBody, archive_key), JSON_NULLABLE },
-        { "storage",     JSON_FIELD_OBJECT, offsetof(SessionBody, storage),     JSON_NULLABLE },
-        {}
-};
+static const JsonField session_release_fields[] = { BODY_DISCARD, BODY_ARCHIVE_KEY, BODY_STORAGE, {} };
 
 /* The body is optional: absent or null means {}. Returns 1 if parsed, 0 if a 422 was prepared. */
-static int session_body_parse(HttpRequest *req, const JsonField fields[], SessionBody *ret) {
-        JsonDispatchError e = {};
+static int session_body_parse(HttpRequest *req, const JsonField fields[], SidecarBody *ret) {
         HttpResponse *resp;
         int r;
 
         if (!req->json)
                 return 1;
-        if (json_dispatch(req->json, fields, ret, &e) >= 0)
-                return 1;
-
-        r = http_response_new_validation(&e, &resp);
-        if (r < 0)
-                return r;
-        (void) http_request_reply(req, resp);
-        return 0;
+        r = sidecar_body_read(req->json, fields, ret, &resp);
+        if (r == 0)
+                (void) http_request_reply(req, resp);
+        return r;
 }
 
 /* Appends the archive_key and storage options shared by both calls. Contains the storage block's
  * credentials: never log the message. Returns 1 if appended, 0 if a 400 was prepared (the storage
  * block is too large to forward). */
-static int session_append_storage_options(HttpRequest *req, sd_bus_message *m, const SessionBody *b) {
+static int session_append_storage_options(HttpRequest *req, sd_bus_message *m, const SidecarBody *b) {
         json_object *body = req->json, *v;
         int r;
 
@@ -200,10 +179,9 @@ static int sessions_post_on_gone(HttpRequest *req, sd_bus_message *reply) {
 
 int http_sessions_post(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_close_ int hangup = -EBADF;
         const Config *config = &req->server->config;
         SessionCreate *c;
-        SessionBody b = {};
+        SidecarBody b = {};
         int r;
 
         r = session_body_parse(req, session_create_fields, &b);
@@ -239,26 +217,13 @@ int http_sessions_post(HttpRequest *req) {
         }
 
         /* A create whose client hangs up, or never gets the answer, is undone (docs/dbus-api.md). */
-        hangup = http_request_hangup_pipe(req);
-        if (hangup < 0)
-                return hangup;
-        r = sd_bus_message_append(m, "{sv}", "hangup", "h", hangup);
-        if (r < 0)
-                return r;
-
-        r = sd_bus_message_close_container(m);
-        if (r < 0)
-                return r;
-
-        c = malloc(sizeof(SessionCreate));
+        req->gone_handler = sessions_post_on_gone;
+        c = http_request_new_userdata(req, sizeof(SessionCreate), session_create_free);
         if (!c)
                 return -ENOMEM;
         *c = (SessionCreate) { .req = req, .confirm_fd = -EBADF };
-        req->userdata = c;
-        req->userdata_free = session_create_free;
-
-        req->gone_handler = sessions_post_on_gone;
-        return http_request_call(req, m, bus_timeout_session_usec(config), sessions_post_on_reply);
+        return http_request_call_until_hangup(req, m, bus_timeout_session_usec(config),
+                                              sessions_post_on_reply);
 }
 
 /* What became of the workspace of a session with effective storage (docs/api.md); without storage
@@ -310,7 +275,7 @@ static int session_new_call(HttpRequest *req, const char *id, const char *member
 int http_sessions_delete(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         const char *id = req->path_arg;
-        SessionBody b = {};
+        SidecarBody b = {};
         int r;
 
         /* FastAPI validates the body before the handler looks at the path. */

@@ -10,6 +10,8 @@
 #include "base64.h"
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-apis.h"
+#include "http-body.h"
 #include "http-router.h"
 #include "http-storage.h"
 #include "io-util.h"
@@ -17,37 +19,12 @@
 #include "storage-config.h"
 #include "string-util.h"
 
-typedef struct StorageBody {
-        const char *key;
-        const char *data_base64;
-        const char *content_type;
-        int64_t expires_in;
-        int64_t max_age_seconds;
-        json_object *storage;
-} StorageBody;
-
-/* In the contract's order, which decides which missing member a 422 names. A missing storage block
- * is not a schema error: the contract answers "not configured" for it (put, delete) or zeros (gc). */
+/* In the contract's order, which decides which missing member a 422 names. */
 static const JsonField storage_put_fields[] = {
-        { "key",          JSON_FIELD_STRING, offsetof(StorageBody, key),          JSON_MANDATORY },
-        { "data_base64",  JSON_FIELD_STRING, offsetof(StorageBody, data_base64),  JSON_MANDATORY },
-        { "content_type", JSON_FIELD_STRING, offsetof(StorageBody, content_type), JSON_NULLABLE  },
-        { "expires_in",   JSON_FIELD_INT64,  offsetof(StorageBody, expires_in),   JSON_NULLABLE  },
-        { "storage",      JSON_FIELD_OBJECT, offsetof(StorageBody, storage),      JSON_NULLABLE  },
-        {}
+        BODY_KEY, BODY_DATA_BASE64, BODY_CONTENT_TYPE, BODY_EXPIRES_IN, BODY_STORAGE, {}
 };
-
-static const JsonField storage_delete_fields[] = {
-        { "key",     JSON_FIELD_STRING, offsetof(StorageBody, key),     JSON_MANDATORY },
-        { "storage", JSON_FIELD_OBJECT, offsetof(StorageBody, storage), JSON_NULLABLE  },
-        {}
-};
-
-static const JsonField storage_gc_fields[] = {
-        { "max_age_seconds", JSON_FIELD_INT64,  offsetof(StorageBody, max_age_seconds), JSON_MANDATORY },
-        { "storage",         JSON_FIELD_OBJECT, offsetof(StorageBody, storage),         JSON_NULLABLE  },
-        {}
-};
+static const JsonField storage_delete_fields[] = { BODY_KEY, BODY_STORAGE, {} };
+static const JsonField storage_gc_fields[] = { BODY_MAX_AGE_SECONDS, BODY_STORAGE, {} };
 
 static const JsonField *const storage_request_fields[_STORAGE_REQUEST_KIND_MAX] = {
         [STORAGE_REQUEST_PUT]    = storage_put_fields,
@@ -78,8 +55,7 @@ static bool storage_content_type_is_valid(const char *s, size_t n) {
 
 int storage_request_parse(StorageRequestKind kind, json_object *body, StorageRequest *ret,
                           HttpResponse **ret_answer) {
-        JsonDispatchError e = {};
-        StorageBody b = {};
+        SidecarBody b = {};
         const char *storage = NULL;
         int r;
 
@@ -87,16 +63,9 @@ int storage_request_parse(StorageRequestKind kind, json_object *body, StorageReq
         assert(ret);
         assert(ret_answer);
 
-        *ret_answer = NULL;
-
-        if (!body) {
-                r = http_response_new_body_missing(ret_answer);
-                return r < 0 ? r : 0;
-        }
-        if (json_dispatch(body, storage_request_fields[kind], &b, &e) < 0) {
-                r = http_response_new_validation(&e, ret_answer);
-                return r < 0 ? r : 0;
-        }
+        r = sidecar_body_read(body, storage_request_fields[kind], &b, ret_answer);
+        if (r <= 0)
+                return r;
 
         if (b.storage) {
                 r = http_storage_json(b.storage, &storage);
@@ -421,6 +390,10 @@ static int storage_handle(HttpRequest *req, StorageRequestKind kind) {
                                  kind == STORAGE_REQUEST_GC ? bus_timeout_storage_gc_usec(config)
                                                             : bus_timeout_storage_usec(config),
                                  storage_calls[kind].on_reply);
+}
+
+uint64_t http_storage_put_body_max(const Config *config) {
+        return config->max_storage_body_bytes;
 }
 
 int http_storage_put(HttpRequest *req) {

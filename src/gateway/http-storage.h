@@ -9,6 +9,7 @@
 #include <systemd/sd-bus.h>
 #include <json-c/json.h>
 
+#include "config.h"
 #include "http-util.h"
 
 /* The texts clients see; the storage agent answers with the same ones. */
@@ -73,3 +74,6 @@ int storage_gc_response_new(uint64_t deleted, uint64_t scanned, uint64_t freed_b
  * error". Sets *ret_internal when the cause is on our side (500, 503). */
 int storage_response_new_bus_error(StorageRequestKind kind, const sd_bus_error *e, HttpResponse **ret,
                                    bool *ret_internal);
+
+/* The body limit of POST /storage/put (HttpRoute.body_max): SANDBOX_MAX_STORAGE_BODY_BYTES. */
+uint64_t http_storage_put_body_max(const Config *config);

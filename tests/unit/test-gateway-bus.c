@@ -19,6 +19,7 @@
 #include "agent-check.h"
 #include "bus-util.h"
 #include "gateway-server.h"
+#include "http-apis.h"
 #include "http-router.h"
 #include "io-util.h"
 #include "json-util.h"
@@ -382,6 +383,8 @@ static void env_setup(Env *env) {
                 .config = test_config,
                 .body_budget = 1ULL << 30,
         };
+        ASSERT_TRUE(server_add_api(&env->server, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(&env->server, &http_dify_api) == 0);
 }
 
 static void env_done(Env *env) {
@@ -1236,6 +1239,8 @@ static void live_setup(Live *l) {
 
         *l = (Live) { .fake.hangup = -EBADF };
         ASSERT_TRUE(server_new(&config, &l->server) == 0);
+        ASSERT_TRUE(server_add_api(l->server, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(l->server, &http_dify_api) == 0);
         fake_manager_connect(l->server->event, fake_vtable, &l->fake, &l->fake.bus, &client);
         l->server->bus = client;
 

@@ -15,6 +15,7 @@
 #include "bus-util.h"
 #include "fake-manager.h"
 #include "gateway-server.h"
+#include "http-apis.h"
 #include "http-dify.h"
 #include "http-router.h"
 #include "io-util.h"
@@ -491,11 +492,13 @@ static void server_init(Server *s, const char *key, sd_bus *bus, sd_event *event
                 },
                 .body_budget = 1ULL << 30,
         };
+        ASSERT_TRUE(server_add_api(s, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(s, &http_dify_api) == 0);
         ASSERT_TRUE(server_set_api_key(s, key) == 0);
 }
 
 static void server_done(Server *s) {
-        ASSERT_TRUE(!s->requests && s->n_requests == 0 && s->n_dify_runs == 0);
+        ASSERT_TRUE(!s->requests && s->n_requests == 0 && *dify_runs(s) == 0);
         ASSERT_TRUE(server_set_api_key(s, NULL) == 0);
 }
 
@@ -717,12 +720,12 @@ static void test_answers_before_the_call(void) {
         }
 
         /* MAX_REQUESTS in flight: 503 before anything else. */
-        s.n_dify_runs = 2;
+        *dify_runs(&s) = 2;
         check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), "{\"language\":\"python3\",\"code\":\"1\"}",
                        503, ERROR_BODY("-503", "Too many requests"));
         check_dispatch(&s, "POST", RUN_PATH, JSON_HEADERS(), "garbage", 503,
                        ERROR_BODY("-503", "Too many requests"));
-        s.n_dify_runs = 0;
+        *dify_runs(&s) = 0;
 
         /* Trace context on the access-log entry: the client's, sanitized user fields. */
         req = dispatch(&s, "POST", RUN_PATH,
@@ -782,7 +785,7 @@ static void test_answers_before_the_call(void) {
         req = begin(&s, "POST", RUN_PATH, JSON_HEADERS());
         ASSERT_TRUE(http_request_append_body(req, "{\"language\":\"python3\",\"code\":\"1\"}", 33) == 0);
         ASSERT_TRUE(http_request_dispatch(req) == -ENOTCONN);
-        ASSERT_TRUE(s.n_dify_runs == 0);
+        ASSERT_TRUE(*dify_runs(&s) == 0);
         http_request_free(req);
 
         server_done(&s);
@@ -955,9 +958,9 @@ static void test_run(void) {
         req = run_request(&env, JSON_HEADERS(.n_traceparent = 1,
                                              .traceparent = TRACEPARENT,
                                              .user_id = "u\"1", .user_type = "end_user"), RUN_BODY);
-        ASSERT_EQ(env.server.n_dify_runs, 1);
+        ASSERT_EQ(*dify_runs(&env.server), 1);
         wait_for_response(&env, req);
-        ASSERT_EQ(env.server.n_dify_runs, 0);
+        ASSERT_EQ(*dify_runs(&env.server), 0);
         ASSERT_TRUE(req->response->status == 200);
         check_body(req->response,
                    ENVELOPE("<<RESULT>>{\\\"b\\\": 1}<<RESULT>>\\n",
@@ -997,7 +1000,7 @@ static void test_run(void) {
                 ASSERT_TRUE(sd_event_run(env.event, 100 * USEC_PER_MSEC) >= 0);
         ASSERT_TRUE(env.fake.held);
         second = run_request(&env, JSON_HEADERS(), RUN_BODY);
-        ASSERT_EQ(env.server.n_dify_runs, 2);
+        ASSERT_EQ(*dify_runs(&env.server), 2);
         check_dispatch(&env.server, "POST", RUN_PATH, JSON_HEADERS(), RUN_BODY, 503,
                        ERROR_BODY("-503", "Too many requests"));
         /* A client that goes away (MHD completes its request) keeps its place until the manager
@@ -1008,13 +1011,13 @@ static void test_run(void) {
                 http_router_request_completed(NULL, NULL, &cls, MHD_REQUEST_TERMINATED_CLIENT_ABORT);
         }
         ASSERT_TRUE(second->orphaned && env.server.n_orphaned == 1);
-        ASSERT_EQ(env.server.n_dify_runs, 2);
+        ASSERT_EQ(*dify_runs(&env.server), 2);
         check_dispatch(&env.server, "POST", RUN_PATH, JSON_HEADERS(), RUN_BODY, 503,
                        ERROR_BODY("-503", "Too many requests"));
         ASSERT_TRUE(fake_run_reply(env.fake.held) >= 0);
         env.fake.held = sd_bus_message_unref(env.fake.held);
         wait_for_response(&env, req);
-        ASSERT_EQ(env.server.n_dify_runs, 1);
+        ASSERT_EQ(*dify_runs(&env.server), 1);
         ASSERT_TRUE(req->response->status == 200);
         http_request_free(req);
         /* The fake gets the second one's call now, sees its pipe hung up, and ends it. */
@@ -1022,19 +1025,19 @@ static void test_run(void) {
                 ASSERT_TRUE(sd_event_run(env.event, 10 * USEC_PER_MSEC) >= 0);
         ASSERT_TRUE(env.fake.held);
         ASSERT_EQ(pipe_hung_up(env.fake.hangup), 1);
-        ASSERT_EQ(env.server.n_dify_runs, 1);
+        ASSERT_EQ(*dify_runs(&env.server), 1);
         ASSERT_TRUE(sd_bus_reply_method_errorf(env.fake.held, BUS_ERROR_CANCELLED, "cancelled") >= 0);
         env.fake.held = sd_bus_message_unref(env.fake.held);
         for (unsigned i = 0; i < 200 && env.server.requests; i++)
                 ASSERT_TRUE(sd_event_run(env.event, 10 * USEC_PER_MSEC) >= 0);
-        ASSERT_EQ(env.server.n_dify_runs, 0);
+        ASSERT_EQ(*dify_runs(&env.server), 0);
         ASSERT_TRUE(!env.server.requests && env.server.n_orphaned == 0);
 
         /* A request freed outright (the gateway stopping) gives its place back at once. */
         second = run_request(&env, JSON_HEADERS(), RUN_BODY);
-        ASSERT_EQ(env.server.n_dify_runs, 1);
+        ASSERT_EQ(*dify_runs(&env.server), 1);
         http_request_free(second);
-        ASSERT_EQ(env.server.n_dify_runs, 0);
+        ASSERT_EQ(*dify_runs(&env.server), 0);
         for (unsigned i = 0; i < 200 && !env.fake.held; i++)
                 ASSERT_TRUE(sd_event_run(env.event, 10 * USEC_PER_MSEC) >= 0);
         env.fake.held = sd_bus_message_unref(env.fake.held);
@@ -1062,7 +1065,7 @@ static void test_run(void) {
                 check_body(req->response, errors[i].body);
                 http_request_free(req);
         }
-        ASSERT_EQ(env.server.n_dify_runs, 0);
+        ASSERT_EQ(*dify_runs(&env.server), 0);
 
         env_done(&env);
 }

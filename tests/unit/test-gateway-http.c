@@ -10,7 +10,10 @@
 #include "bus-util.h"
 #include "gateway-auth.h"
 #include "gateway-server.h"
+#include "http-apis.h"
+#include "http-dify.h"
 #include "http-router.h"
+#include "http-storage.h"
 #include "http-util.h"
 #include "json-util.h"
 #include "string-util.h"
@@ -320,7 +323,7 @@ static void test_route_lookup(void) {
         ASSERT_TRUE(LOOKUP("POST", "/files/reset") == -ENOENT);
         /* The storage endpoints (tested in test-gateway-storage.c). */
         ASSERT_TRUE(LOOKUP("POST", "/storage/put") == 0);
-        ASSERT_TRUE(r->handler == http_storage_put && (r->flags & HTTP_ROUTE_BIG_BODY));
+        ASSERT_TRUE(r->handler == http_storage_put && r->body_max == http_storage_put_body_max);
         ASSERT_TRUE(LOOKUP("GET", "/healthz/") == -ENOENT);
         ASSERT_TRUE(LOOKUP("GET", "") == -ENOENT);
         ASSERT_TRUE(LOOKUP("GET", "/") == -ENOENT);
@@ -394,8 +397,10 @@ static void server_init(Server *s, uint64_t max_body, uint64_t budget, const cha
                 .config.max_body_bytes = max_body,
                 .config.max_code_bytes = 1024,
                 .config.exec_timeout_cap_ms = 600000,
-                .body_budget = budget,
         };
+        ASSERT_TRUE(server_add_api(s, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(s, &http_dify_api) == 0);
+        s->body_budget = budget;
         ASSERT_TRUE(server_set_api_key(s, key) == 0);
 }
 
@@ -968,7 +973,43 @@ static void test_dispatch_counts_the_document(void) {
         server_done(&s);
 }
 
+/* The body budget holds two of the largest body any registered route takes, at least
+ * HTTP_BODY_BUDGET_MIN; each API's count is its own. */
+static void test_apis(void) {
+        Config config = { .max_body_bytes = 1000, .max_storage_body_bytes = 600ULL << 20,
+                          .dify_max_code_bytes = 150ULL << 20 };
+        _cleanup_(server_freep) Server *s = NULL;
+        uint64_t run_max;
+
+        ASSERT_TRUE(server_new(&config, &s) == 0);
+        run_max = dify_run_body_max(&s->config);
+        ASSERT_TRUE(run_max > s->config.max_storage_body_bytes);
+        ASSERT_EQ(s->body_budget, HTTP_BODY_BUDGET_MIN);
+        ASSERT_TRUE(!server_api_count(s, &http_dify_api));
+
+        ASSERT_TRUE(server_add_api(s, &http_sidecar_api) == 0);
+        ASSERT_EQ(s->body_budget, 2 * s->config.max_storage_body_bytes);
+        ASSERT_TRUE(server_add_api(s, &http_dify_api) == 0);
+        ASSERT_EQ(s->body_budget, 2 * run_max);
+
+        ASSERT_TRUE(server_api_count(s, &http_sidecar_api) != server_api_count(s, &http_dify_api));
+        ASSERT_TRUE(dify_runs(s) == server_api_count(s, &http_dify_api) && *dify_runs(s) == 0);
+        ASSERT_TRUE(server_add_api(s, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(s, &http_dify_api) == 0);
+        ASSERT_EQ(server_add_api(s, &http_dify_api), -E2BIG);
+
+        /* Small bodies only: the minimum. */
+        s = server_free(s);
+        config = (Config) { .max_body_bytes = 1000, .max_storage_body_bytes = 5000,
+                            .dify_max_code_bytes = 16 };
+        ASSERT_TRUE(server_new(&config, &s) == 0);
+        ASSERT_TRUE(server_add_api(s, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(s, &http_dify_api) == 0);
+        ASSERT_EQ(s->body_budget, HTTP_BODY_BUDGET_MIN);
+}
+
 int main(void) {
+        RUN(test_apis);
         RUN(test_error_shapes);
         RUN(test_bus_error_mapping);
         RUN(test_recipient_gone);

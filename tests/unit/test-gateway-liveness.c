@@ -16,6 +16,7 @@
 #include "bus-util.h"
 #include "fake-manager.h"
 #include "gateway-server.h"
+#include "http-apis.h"
 #include "http-health.h"
 #include "http-router.h"
 #include "io-util.h"
@@ -162,6 +163,8 @@ static void env_setup(Env *env) {
                 .queue_timeout_sec = 150,
                 .archive_timeout_sec = 120,
         };
+        ASSERT_TRUE(server_add_api(&env->server, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(&env->server, &http_dify_api) == 0);
 }
 
 static void env_done(Env *env) {

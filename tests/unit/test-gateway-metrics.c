@@ -7,6 +7,7 @@
 
 #include "fake-manager.h"
 #include "gateway-server.h"
+#include "http-apis.h"
 #include "http-metrics.h"
 #include "http-router.h"
 #include "tests.h"
@@ -218,13 +219,15 @@ static void env_setup(Env *env) {
                 .body_budget = 1ULL << 30,
                 .n_responses = { 0, 0, 7, 0, 1, 0 },
         };
+        ASSERT_TRUE(server_add_api(&env->server, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(&env->server, &http_dify_api) == 0);
         ASSERT_TRUE(server_set_api_key(&env->server, "k") == 0);
 }
 
 static void env_done(Env *env) {
         ASSERT_TRUE(!env->server.requests && env->server.n_requests == 0);
         ASSERT_TRUE(server_set_api_key(&env->server, NULL) == 0);
-        ASSERT_TRUE(server_set_metrics_key(&env->server, NULL) == 0);
+        ASSERT_TRUE(server_set_scrape_key(&env->server, NULL) == 0);
         env->manager = sd_bus_flush_close_unref(env->manager);
         env->server.bus = sd_bus_flush_close_unref(env->server.bus);
         env->event = sd_event_unref(env->event);
@@ -308,8 +311,8 @@ static void test_auth(void) {
         ASSERT_EQ(env.fake.calls, 0);
 
         /* The scrape key opens /metrics and nothing else; the API key still opens /metrics. */
-        ASSERT_EQ(server_set_metrics_key(&env.server, "k"), -EEXIST);
-        ASSERT_TRUE(server_set_metrics_key(&env.server, "scrape") == 0);
+        ASSERT_EQ(server_set_scrape_key(&env.server, "k"), -EEXIST);
+        ASSERT_TRUE(server_set_scrape_key(&env.server, "scrape") == 0);
         req = scrape_as(&env, "Bearer scrape");
         ASSERT_EQ(req->response->status, 200);
         http_request_free(req);

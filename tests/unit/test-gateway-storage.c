@@ -11,6 +11,7 @@
 #include "base64.h"
 #include "bus-client.h"
 #include "bus-util.h"
+#include "http-apis.h"
 #include "http-router.h"
 #include "http-storage.h"
 #include "io-util.h"
@@ -587,6 +588,8 @@ static void server_init(Server *s) {
                 .config.archive_timeout_sec = 120,
                 .body_budget = 1ULL << 30,
         };
+        ASSERT_TRUE(server_add_api(s, &http_sidecar_api) == 0);
+        ASSERT_TRUE(server_add_api(s, &http_dify_api) == 0);
         ASSERT_TRUE(server_set_api_key(s, "k") == 0);
 }
 
@@ -641,11 +644,11 @@ static void test_body_limits(void) {
         for (const HttpRoute *r = http_sidecar_routes; r->method; r++)
                 ASSERT_EQ(http_route_body_max(r, &s.config), streq(r->path, "/storage/put") ? 5000 : 1000);
         ASSERT_TRUE(lookup("/storage/put", &route) == 0);
-        ASSERT_TRUE(route->flags & HTTP_ROUTE_BIG_BODY);
+        ASSERT_TRUE(route->body_max == http_storage_put_body_max);
         ASSERT_TRUE(lookup("/storage/delete", &route) == 0);
-        ASSERT_TRUE(!(route->flags & HTTP_ROUTE_BIG_BODY));
+        ASSERT_TRUE(!route->body_max);
         ASSERT_TRUE(lookup("/storage/gc", &route) == 0);
-        ASSERT_TRUE(!(route->flags & HTTP_ROUTE_BIG_BODY));
+        ASSERT_TRUE(!route->body_max);
         ASSERT_TRUE(lookup("/storage/put/", &route) == -ENOENT);
         ASSERT_TRUE(lookup("/storage", &route) == -ENOENT);
 

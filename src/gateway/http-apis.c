@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The APIs the gateway serves: what each of their routes takes and which resource serves it. */
+#include "http-apis.h"
+#include "http-dify.h"
+#include "http-storage.h"
+
+const HttpRoute http_sidecar_routes[] = {
+        { "GET",    "/healthz",             HTTP_ROUTE_PUBLIC,                     http_health_get         },
+        { "POST",   "/sessions",            HTTP_ROUTE_JSON,                       http_sessions_post      },
+        { "DELETE", "/sessions/",           HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_delete    },
+        { "POST",   "/sessions/*/reset",    HTTP_ROUTE_JSON | HTTP_ROUTE_PATH_ARG, http_sessions_reset     },
+        { "POST",   "/exec",                HTTP_ROUTE_JSON,                       http_exec_post          },
+        { "POST",   "/exec/cancel",         HTTP_ROUTE_JSON,                       http_exec_cancel        },
+        { "POST",   "/files",               HTTP_ROUTE_JSON,                       http_files_post         },
+        { "POST",   "/files/get",           HTTP_ROUTE_JSON,                       http_files_get          },
+        { "POST",   "/files/list",          HTTP_ROUTE_JSON,                       http_files_list         },
+        { "POST",   "/files/reset-inputs",  HTTP_ROUTE_JSON,                       http_files_reset_inputs },
+        /* Objects of up to SANDBOX_MAX_STORAGE_BODY_BYTES (300 MiB), everything else 56 MiB. */
+        { "POST",   "/storage/put",         HTTP_ROUTE_JSON,                       http_storage_put,
+          http_storage_put_body_max },
+        { "POST",   "/storage/delete",      HTTP_ROUTE_JSON,                       http_storage_delete     },
+        { "POST",   "/storage/gc",          HTTP_ROUTE_JSON,                       http_storage_gc         },
+        { "GET",    "/metrics",             HTTP_ROUTE_SCRAPE_KEY,                 http_metrics_get        },
+        {}
+};
+
+#define DIFY_ROUTE (HTTP_ROUTE_API_KEY | HTTP_ROUTE_RAW_BODY)
+
+const HttpRoute http_dify_routes[] = {
+        { "GET",  "/health",                          HTTP_ROUTE_PUBLIC, http_dify_health        },
+        { "POST", "/v1/sandbox/run",                  DIFY_ROUTE, http_dify_run, dify_run_body_max },
+        { "GET",  "/v1/sandbox/dependencies",         DIFY_ROUTE, http_dify_dependencies_list    },
+        { "POST", "/v1/sandbox/dependencies/update",  DIFY_ROUTE, http_dify_dependencies_update  },
+        { "GET",  "/v1/sandbox/dependencies/refresh", DIFY_ROUTE, http_dify_dependencies_refresh },
+        {}
+};
+
+/* The sidecar API: answers of ours are {"detail": ...}, a too large body 413 (the router's defaults). */
+const HttpApi http_sidecar_api = {
+        .name = "sidecar",
+        .routes = http_sidecar_routes,
+};
+
+/* The dify-sandbox API: answers of ours in its envelope; it counts its runs (MAX_REQUESTS). */
+const HttpApi http_dify_api = {
+        .name = "dify-sandbox",
+        .routes = http_dify_routes,
+        .failure = dify_response_new_failure,
+        .too_large = dify_response_new_too_large,
+        .counted = "dify run",
+};
