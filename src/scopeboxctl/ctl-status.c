@@ -20,20 +20,21 @@ static const char *const daemon_units[] = {
 };
 #define STORAGE_AGENT_UNIT "scopebox-storage-agent.service"
 
+/* The session manager's properties that status shows (bus-client.h says how the list is used). */
+#define MANAGER_FIELDS(F, T)                        \
+        F(T, "Version",      s, version)            \
+        F(T, "Sessions",     u, sessions)           \
+        F(T, "RunningExecs", u, running_execs)      \
+        F(T, "Draining",     b, draining)
+
 typedef struct ManagerState {
         bool active;
-        const char *version;
-        uint32_t sessions;
-        uint32_t running_execs;
-        bool draining;
+        MANAGER_FIELDS(BUS_DICT_MEMBER, ManagerState)
         sd_bus_message *reply;
 } ManagerState;
 
 static const BusDictField manager_fields[] = {
-        { "Version",      's', offsetof(ManagerState, version)       },
-        { "Sessions",     'u', offsetof(ManagerState, sessions)      },
-        { "RunningExecs", 'u', offsetof(ManagerState, running_execs) },
-        { "Draining",     'b', offsetof(ManagerState, draining)      },
+        MANAGER_FIELDS(BUS_DICT_FIELD, ManagerState)
         {}
 };
 

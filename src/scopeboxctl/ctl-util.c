@@ -77,23 +77,12 @@ int ctl_check_session_id(const char *id) {
 /* ---- systemd units ---- */
 
 static const BusDictField unit_fields[] = {
-        { "LoadState",   's', offsetof(UnitInfo, load_state)   },
-        { "ActiveState", 's', offsetof(UnitInfo, active_state) },
-        { "SubState",    's', offsetof(UnitInfo, sub_state)    },
-        { "ActiveEnterTimestamp", 't', offsetof(UnitInfo, active_enter_usec) },
+        UNIT_FIELDS(BUS_DICT_FIELD, UnitInfo)
         {}
 };
 
-/* The cgroup properties live on the unit type's interface (Service, Scope, Socket, Slice). */
 static const BusDictField unit_type_fields[] = {
-        { "MainPID",       'u', offsetof(UnitInfo, main_pid)       },
-        { "StatusText",    's', offsetof(UnitInfo, status_text)    },
-        { "MemoryCurrent", 't', offsetof(UnitInfo, memory_current) },
-        { "TasksCurrent",  't', offsetof(UnitInfo, tasks_current)  },
-        { "MemoryMax",     't', offsetof(UnitInfo, memory_max)     },
-        { "TasksMax",      't', offsetof(UnitInfo, tasks_max)      },
-        { "CPUUsageNSec",  't', offsetof(UnitInfo, cpu_usage_nsec) },
-        { "CPUQuotaPerSecUSec", 't', offsetof(UnitInfo, cpu_quota_per_sec_usec) },
+        UNIT_TYPE_FIELDS(BUS_DICT_FIELD, UnitInfo)
         {}
 };
 
@@ -164,19 +153,7 @@ void unit_info_done(UnitInfo *u) {
 /* ---- sessions ---- */
 
 static const BusDictField session_fields[] = {
-        { "state",            's', offsetof(SessionInfo, state)            },
-        { "unit",             's', offsetof(SessionInfo, unit)             },
-        { "created_usec",     't', offsetof(SessionInfo, created_usec)     },
-        { "last_active_usec", 't', offsetof(SessionInfo, last_active_usec) },
-        { "idle_ttl_usec",    't', offsetof(SessionInfo, idle_ttl_usec)    },
-        { "uid",              'u', offsetof(SessionInfo, uid)              },
-        { "runner_pid",       'u', offsetof(SessionInfo, runner_pid)       },
-        { "execs",            't', offsetof(SessionInfo, execs)            },
-        { "exec_running",     'b', offsetof(SessionInfo, exec_running)     },
-        { "queued",           'u', offsetof(SessionInfo, queued)           },
-        { "ephemeral",        'b', offsetof(SessionInfo, ephemeral)        },
-        { "pooled",           'b', offsetof(SessionInfo, pooled)           },
-        { "archive_key",      's', offsetof(SessionInfo, archive_key)      },
+        SESSION_INFO_FIELDS(BUS_DICT_FIELD, SessionInfo)
         {}
 };
 
