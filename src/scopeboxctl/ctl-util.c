@@ -67,6 +67,25 @@ int ctl_name_has_owner(sd_bus *bus, const char *name) {
         return r < 0 ? r : has;
 }
 
+int ctl_get_all(sd_bus *bus, const char *destination, const char *path, const char *interface,
+                bool auto_start, const BusDictField *fields, void *base, sd_bus_error *error,
+                sd_bus_message **ret_reply) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &m, destination, path, "org.freedesktop.DBus.Properties",
+                                           "GetAll");
+        if (r >= 0)
+                r = sd_bus_message_set_auto_start(m, auto_start);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", interface);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 0, error, ret_reply);
+        if (r < 0)
+                return r;
+        return bus_message_read_dict(*ret_reply, fields, base);
+}
+
 int ctl_check_session_id(const char *id) {
         if (!session_id_is_valid(id))
                 return ctl_error(ENXIO,
@@ -99,23 +118,6 @@ static const char *unit_type_interface(const char *unit) {
         return NULL;
 }
 
-static int unit_get_all(sd_bus *bus, const char *path, const char *interface, const BusDictField *fields,
-                        UnitInfo *u, sd_bus_message **ret_reply) {
-        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        int r;
-
-        r = sd_bus_call_method(bus, "org.freedesktop.systemd1", path, "org.freedesktop.DBus.Properties",
-                               "GetAll", &e, &reply, "s", interface);
-        if (r < 0)
-                return r;
-        r = bus_message_read_dict(reply, fields, u);
-        if (r < 0)
-                return r;
-        *ret_reply = TAKE_PTR(reply);
-        return 0;
-}
-
 int unit_info_get(sd_bus *bus, const char *unit, UnitInfo *ret) {
         _cleanup_free_ char *path = NULL;
         const char *interface;
@@ -135,9 +137,11 @@ int unit_info_get(sd_bus *bus, const char *unit, UnitInfo *ret) {
                 .cpu_usage_nsec = UINT64_MAX,
                 .cpu_quota_per_sec_usec = UINT64_MAX,
         };
-        r = unit_get_all(bus, path, "org.freedesktop.systemd1.Unit", unit_fields, ret, &ret->replies[0]);
+        r = ctl_get_all(bus, "org.freedesktop.systemd1", path, "org.freedesktop.systemd1.Unit", true,
+                        unit_fields, ret, NULL, &ret->replies[0]);
         if (r >= 0 && (interface = unit_type_interface(unit)))
-                r = unit_get_all(bus, path, interface, unit_type_fields, ret, &ret->replies[1]);
+                r = ctl_get_all(bus, "org.freedesktop.systemd1", path, interface, true, unit_type_fields,
+                                ret, NULL, &ret->replies[1]);
         if (r < 0) {
                 unit_info_done(ret);
                 return r;

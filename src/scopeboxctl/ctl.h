@@ -55,6 +55,14 @@ int ctl_load_config(Config *config, char **ret_error);
 /* A bus error as an errno (NoSuchSession → -ENXIO), with its message printed. */
 int ctl_bus_error(const sd_bus_error *e, int r, const char *what);
 
+/* Properties.GetAll of 'interface' at 'path' of 'destination', read into 'base' with 'fields' (strings
+ * point into the reply). *ret_reply is the reply once the call succeeded, also when reading it
+ * failed; what the call failed with in 'error' (may be NULL). With auto_start false, a destination
+ * that does not run is not started by bus activation. */
+int ctl_get_all(sd_bus *bus, const char *destination, const char *path, const char *interface,
+                bool auto_start, const BusDictField *fields, void *base, sd_bus_error *error,
+                sd_bus_message **ret_reply);
+
 /* Properties of a systemd unit: org.freedesktop.systemd1.Unit (UNIT_FIELDS) plus the type's own
  * interface, where the cgroup's live (UNIT_TYPE_FIELDS); bus-client.h says how the lists are used. */
 #define UNIT_FIELDS(F, T)                                        \
