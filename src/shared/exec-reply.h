@@ -20,26 +20,26 @@ typedef struct ExecBlockedList {
 } ExecBlockedList;
 
 /* The "info" dictionary of the manager's Exec() and Run() replies (bus-client.h says how the list
- * is used), and "blocked_syscalls", an a(ssu) read into 'blocked'. Strings point into the message:
- * exit_reason is NULL from a manager that does not say, else bus_exit_reason_is_valid(); kernel is
- * a stateful cell's "new", "running" or "ended", NULL otherwise. oom_killed: the OOM killer struck
- * in the session's scope during the exec; pids_limited: the scope's tasks limit refused a process
- * or thread. The last four, what the exec's processes used, are EXEC_USAGE_UNKNOWN where the manager
- * did not say. */
-#define EXEC_INFO_FIELDS(F, T)                                  \
-        F(T, "timed_out",        b, timed_out)                  \
-        F(T, "stdout_truncated", b, stdout_truncated)           \
-        F(T, "stderr_truncated", b, stderr_truncated)           \
-        F(T, "files_skipped",    u, files_skipped)              \
-        F(T, "duration_usec",    t, duration_usec)              \
-        F(T, "signal",           i, signal)                     \
-        F(T, "oom_killed",       b, oom_killed)                 \
-        F(T, "pids_limited",     b, pids_limited)               \
-        F(T, "exit_reason",      s, exit_reason)                \
-        F(T, "kernel",           s, kernel)                     \
-        F(T, "cpu_usec",         t, cpu_usec)                   \
-        F(T, "max_rss_bytes",    t, max_rss_bytes)              \
-        F(T, "written_bytes",    t, written_bytes)              \
+ * is used), and its "blocked_syscalls" (an a(ssu)) in 'blocked'. Strings point into the message. */
+#define EXEC_INFO_FIELDS(F, T)                                                                       \
+        F(T, "timed_out",        b, timed_out)                                                       \
+        F(T, "stdout_truncated", b, stdout_truncated)                                                \
+        F(T, "stderr_truncated", b, stderr_truncated)                                                \
+        F(T, "files_skipped",    u, files_skipped)                                                   \
+        F(T, "duration_usec",    t, duration_usec)                                                   \
+        F(T, "signal",           i, signal)                                                          \
+        /* the OOM killer struck in the session's scope during the exec */                           \
+        F(T, "oom_killed",       b, oom_killed)                                                      \
+        /* the scope's tasks limit refused a process or thread */                                    \
+        F(T, "pids_limited",     b, pids_limited)                                                    \
+        /* NULL from a manager that does not say; else bus_exit_reason_is_valid() */                 \
+        F(T, "exit_reason",      s, exit_reason)                                                     \
+        /* a stateful cell's "new", "running" or "ended"; NULL otherwise */                          \
+        F(T, "kernel",           s, kernel)                                                          \
+        /* What the exec's processes used; EXEC_USAGE_UNKNOWN where the manager did not say. */      \
+        F(T, "cpu_usec",         t, cpu_usec)                                                        \
+        F(T, "max_rss_bytes",    t, max_rss_bytes)                                                   \
+        F(T, "written_bytes",    t, written_bytes)                                                   \
         F(T, "processes",        t, processes)
 typedef struct ExecInfo {
         EXEC_INFO_FIELDS(BUS_DICT_MEMBER, ExecInfo)
