@@ -20,41 +20,37 @@ static const char *const daemon_units[] = {
 };
 #define STORAGE_AGENT_UNIT "scopebox-storage-agent.service"
 
+/* The session manager's properties that status shows (bus-client.h says how the list is used). */
+#define MANAGER_FIELDS(F, T)                        \
+        F(T, "Version",      s, version)            \
+        F(T, "Sessions",     u, sessions)           \
+        F(T, "RunningExecs", u, running_execs)      \
+        F(T, "Draining",     b, draining)
+
 typedef struct ManagerState {
         bool active;
-        const char *version;
-        uint32_t sessions;
-        uint32_t running_execs;
-        bool draining;
+        MANAGER_FIELDS(BUS_DICT_MEMBER, ManagerState)
         sd_bus_message *reply;
 } ManagerState;
 
 static const BusDictField manager_fields[] = {
-        { "Version",      's', offsetof(ManagerState, version)       },
-        { "Sessions",     'u', offsetof(ManagerState, sessions)      },
-        { "RunningExecs", 'u', offsetof(ManagerState, running_execs) },
-        { "Draining",     'b', offsetof(ManagerState, draining)      },
+        MANAGER_FIELDS(BUS_DICT_FIELD, ManagerState)
         {}
 };
 
 /* The manager's properties, only when it runs: status must not start it by bus activation. */
 static int manager_state_get(sd_bus *bus, ManagerState *ret) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int r;
 
         *ret = (ManagerState) {};
         r = ctl_name_has_owner(bus, SESSION_MANAGER_BUS_NAME);
         if (r <= 0)
                 return r;
-        r = sd_bus_message_new_method_call(bus, &m, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
-                                           "org.freedesktop.DBus.Properties", "GetAll");
-        if (r >= 0)
-                r = sd_bus_message_set_auto_start(m, false);
-        if (r >= 0)
-                r = sd_bus_message_append(m, "s", SESSION_MANAGER_INTERFACE);
-        if (r >= 0)
-                r = sd_bus_call(bus, m, 0, &e, &ret->reply);
+        r = ctl_get_all(bus, SESSION_MANAGER_BUS_NAME, SESSION_MANAGER_OBJECT_PATH,
+                        SESSION_MANAGER_INTERFACE, false, manager_fields, ret, &e, &ret->reply);
+        if (r < 0 && ret->reply)
+                return ctl_error(r, "Failed to read the session manager's properties: %m");
         if (r < 0) {
                 /* It may just have exited after its idle time. */
                 if (sd_bus_error_has_name(&e, SD_BUS_ERROR_SERVICE_UNKNOWN) ||
@@ -62,9 +58,6 @@ static int manager_state_get(sd_bus *bus, ManagerState *ret) {
                         return 0;
                 return ctl_bus_error(&e, r, "Failed to ask the session manager");
         }
-        r = bus_message_read_dict(ret->reply, manager_fields, ret);
-        if (r < 0)
-                return ctl_error(r, "Failed to read the session manager's properties: %m");
         ret->active = true;
         return 1;
 }

@@ -67,6 +67,25 @@ int ctl_name_has_owner(sd_bus *bus, const char *name) {
         return r < 0 ? r : has;
 }
 
+int ctl_get_all(sd_bus *bus, const char *destination, const char *path, const char *interface,
+                bool auto_start, const BusDictField *fields, void *base, sd_bus_error *error,
+                sd_bus_message **ret_reply) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &m, destination, path, "org.freedesktop.DBus.Properties",
+                                           "GetAll");
+        if (r >= 0)
+                r = sd_bus_message_set_auto_start(m, auto_start);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", interface);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 0, error, ret_reply);
+        if (r < 0)
+                return r;
+        return bus_message_read_dict(*ret_reply, fields, base);
+}
+
 int ctl_check_session_id(const char *id) {
         if (!session_id_is_valid(id))
                 return ctl_error(ENXIO,
@@ -77,23 +96,12 @@ int ctl_check_session_id(const char *id) {
 /* ---- systemd units ---- */
 
 static const BusDictField unit_fields[] = {
-        { "LoadState",   's', offsetof(UnitInfo, load_state)   },
-        { "ActiveState", 's', offsetof(UnitInfo, active_state) },
-        { "SubState",    's', offsetof(UnitInfo, sub_state)    },
-        { "ActiveEnterTimestamp", 't', offsetof(UnitInfo, active_enter_usec) },
+        UNIT_FIELDS(BUS_DICT_FIELD, UnitInfo)
         {}
 };
 
-/* The cgroup properties live on the unit type's interface (Service, Scope, Socket, Slice). */
 static const BusDictField unit_type_fields[] = {
-        { "MainPID",       'u', offsetof(UnitInfo, main_pid)       },
-        { "StatusText",    's', offsetof(UnitInfo, status_text)    },
-        { "MemoryCurrent", 't', offsetof(UnitInfo, memory_current) },
-        { "TasksCurrent",  't', offsetof(UnitInfo, tasks_current)  },
-        { "MemoryMax",     't', offsetof(UnitInfo, memory_max)     },
-        { "TasksMax",      't', offsetof(UnitInfo, tasks_max)      },
-        { "CPUUsageNSec",  't', offsetof(UnitInfo, cpu_usage_nsec) },
-        { "CPUQuotaPerSecUSec", 't', offsetof(UnitInfo, cpu_quota_per_sec_usec) },
+        UNIT_TYPE_FIELDS(BUS_DICT_FIELD, UnitInfo)
         {}
 };
 
@@ -108,23 +116,6 @@ static const char *unit_type_interface(const char *unit) {
                 if (endswith(unit, types[i][0]))
                         return types[i][1];
         return NULL;
-}
-
-static int unit_get_all(sd_bus *bus, const char *path, const char *interface, const BusDictField *fields,
-                        UnitInfo *u, sd_bus_message **ret_reply) {
-        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        int r;
-
-        r = sd_bus_call_method(bus, "org.freedesktop.systemd1", path, "org.freedesktop.DBus.Properties",
-                               "GetAll", &e, &reply, "s", interface);
-        if (r < 0)
-                return r;
-        r = bus_message_read_dict(reply, fields, u);
-        if (r < 0)
-                return r;
-        *ret_reply = TAKE_PTR(reply);
-        return 0;
 }
 
 int unit_info_get(sd_bus *bus, const char *unit, UnitInfo *ret) {
@@ -146,9 +137,11 @@ int unit_info_get(sd_bus *bus, const char *unit, UnitInfo *ret) {
                 .cpu_usage_nsec = UINT64_MAX,
                 .cpu_quota_per_sec_usec = UINT64_MAX,
         };
-        r = unit_get_all(bus, path, "org.freedesktop.systemd1.Unit", unit_fields, ret, &ret->replies[0]);
+        r = ctl_get_all(bus, "org.freedesktop.systemd1", path, "org.freedesktop.systemd1.Unit", true,
+                        unit_fields, ret, NULL, &ret->replies[0]);
         if (r >= 0 && (interface = unit_type_interface(unit)))
-                r = unit_get_all(bus, path, interface, unit_type_fields, ret, &ret->replies[1]);
+                r = ctl_get_all(bus, "org.freedesktop.systemd1", path, interface, true, unit_type_fields,
+                                ret, NULL, &ret->replies[1]);
         if (r < 0) {
                 unit_info_done(ret);
                 return r;
@@ -164,19 +157,7 @@ void unit_info_done(UnitInfo *u) {
 /* ---- sessions ---- */
 
 static const BusDictField session_fields[] = {
-        { "state",            's', offsetof(SessionInfo, state)            },
-        { "unit",             's', offsetof(SessionInfo, unit)             },
-        { "created_usec",     't', offsetof(SessionInfo, created_usec)     },
-        { "last_active_usec", 't', offsetof(SessionInfo, last_active_usec) },
-        { "idle_ttl_usec",    't', offsetof(SessionInfo, idle_ttl_usec)    },
-        { "uid",              'u', offsetof(SessionInfo, uid)              },
-        { "runner_pid",       'u', offsetof(SessionInfo, runner_pid)       },
-        { "execs",            't', offsetof(SessionInfo, execs)            },
-        { "exec_running",     'b', offsetof(SessionInfo, exec_running)     },
-        { "queued",           'u', offsetof(SessionInfo, queued)           },
-        { "ephemeral",        'b', offsetof(SessionInfo, ephemeral)        },
-        { "pooled",           'b', offsetof(SessionInfo, pooled)           },
-        { "archive_key",      's', offsetof(SessionInfo, archive_key)      },
+        SESSION_INFO_FIELDS(BUS_DICT_FIELD, SessionInfo)
         {}
 };
 

@@ -9,6 +9,7 @@
 #include <json-c/json.h>
 #include <systemd/sd-bus.h>
 
+#include "bus-client.h"
 #include "config.h"
 #include "macro.h"
 
@@ -54,41 +55,58 @@ int ctl_load_config(Config *config, char **ret_error);
 /* A bus error as an errno (NoSuchSession → -ENXIO), with its message printed. */
 int ctl_bus_error(const sd_bus_error *e, int r, const char *what);
 
-/* Properties of a systemd unit: org.freedesktop.systemd1.Unit plus the type's own interface. */
+/* Properties.GetAll of 'interface' at 'path' of 'destination', read into 'base' with 'fields' (strings
+ * point into the reply). *ret_reply is the reply once the call succeeded, also when reading it
+ * failed; what the call failed with in 'error' (may be NULL). With auto_start false, a destination
+ * that does not run is not started by bus activation. */
+int ctl_get_all(sd_bus *bus, const char *destination, const char *path, const char *interface,
+                bool auto_start, const BusDictField *fields, void *base, sd_bus_error *error,
+                sd_bus_message **ret_reply);
+
+/* Properties of a systemd unit: org.freedesktop.systemd1.Unit (UNIT_FIELDS) plus the type's own
+ * interface, where the cgroup's live (UNIT_TYPE_FIELDS); bus-client.h says how the lists are used. */
+#define UNIT_FIELDS(F, T)                                        \
+        F(T, "LoadState",            s, load_state)              \
+        F(T, "ActiveState",          s, active_state)            \
+        F(T, "SubState",             s, sub_state)               \
+        F(T, "ActiveEnterTimestamp", t, active_enter_usec)
+/* The cgroup's numbers are UINT64_MAX where unknown. */
+#define UNIT_TYPE_FIELDS(F, T)                                   \
+        F(T, "MainPID",            u, main_pid)                  \
+        F(T, "StatusText",         s, status_text)               \
+        F(T, "MemoryCurrent",      t, memory_current)            \
+        F(T, "TasksCurrent",       t, tasks_current)             \
+        F(T, "MemoryMax",          t, memory_max)                \
+        F(T, "TasksMax",           t, tasks_max)                 \
+        F(T, "CPUUsageNSec",       t, cpu_usage_nsec)            \
+        F(T, "CPUQuotaPerSecUSec", t, cpu_quota_per_sec_usec)
 typedef struct UnitInfo {
-        const char *load_state;
-        const char *active_state;
-        const char *sub_state;
-        uint32_t main_pid;
-        const char *status_text;
-        uint64_t memory_current;  /* UINT64_MAX: unknown */
-        uint64_t tasks_current;   /* UINT64_MAX: unknown */
-        uint64_t memory_max;
-        uint64_t tasks_max;
-        uint64_t cpu_usage_nsec;
-        uint64_t cpu_quota_per_sec_usec;
-        uint64_t active_enter_usec;
+        UNIT_FIELDS(BUS_DICT_MEMBER, UnitInfo)
+        UNIT_TYPE_FIELDS(BUS_DICT_MEMBER, UnitInfo)
         sd_bus_message *replies[2];
 } UnitInfo;
 int unit_info_get(sd_bus *bus, const char *unit, UnitInfo *ret);
 void unit_info_done(UnitInfo *u);
 
-/* Session info of the manager's ListSessions/ListRunSandboxes/GetSession (docs/dbus-api.md). */
+/* Session info of the manager's ListSessions/ListRunSandboxes/GetSession (docs/dbus-api.md): the
+ * keys of a session's a{sv}. */
+#define SESSION_INFO_FIELDS(F, T)                                \
+        F(T, "state",            s, state)                       \
+        F(T, "unit",             s, unit)                        \
+        F(T, "created_usec",     t, created_usec)                \
+        F(T, "last_active_usec", t, last_active_usec)            \
+        F(T, "idle_ttl_usec",    t, idle_ttl_usec)               \
+        F(T, "uid",              u, uid)                         \
+        F(T, "runner_pid",       u, runner_pid)                  \
+        F(T, "execs",            t, execs)                       \
+        F(T, "exec_running",     b, exec_running)                \
+        F(T, "queued",           u, queued)                      \
+        F(T, "ephemeral",        b, ephemeral)                   \
+        F(T, "pooled",           b, pooled)                      \
+        F(T, "archive_key",      s, archive_key)
 typedef struct SessionInfo {
-        const char *id;
-        const char *state;
-        const char *unit;
-        uint64_t created_usec;
-        uint64_t last_active_usec;
-        uint64_t idle_ttl_usec;
-        uint32_t uid;
-        uint32_t runner_pid;
-        uint64_t execs;
-        bool exec_running;
-        uint32_t queued;
-        bool ephemeral;
-        bool pooled;
-        const char *archive_key;
+        const char *id; /* the array's, not the dict's */
+        SESSION_INFO_FIELDS(BUS_DICT_MEMBER, SessionInfo)
 } SessionInfo;
 /* Reads the a{sv} of one session. Strings stay owned by the message. */
 int session_info_read(sd_bus_message *m, SessionInfo *ret);

@@ -7,7 +7,6 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 #include "bus-client.h"
 #include "bus-util.h"
@@ -198,32 +197,29 @@ void bus_data_done(BusData *d) {
 }
 
 int bus_data_load(int fd, uint64_t max, BusData *ret) {
-        struct stat st;
+        uint64_t size;
         int seals, r;
 
         assert(ret);
 
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (!S_ISREG(st.st_mode))
-                return -EBADMSG;
-        if ((uint64_t) st.st_size > max)
-                return -EFBIG;
-        if (st.st_size == 0) {
+        r = fd_regular_size(fd, max, &size);
+        if (r < 0)
+                return r == -EBADFD ? -EBADMSG : r;
+        if (size == 0) {
                 *ret = (BusData) { .data = (const uint8_t *) "" };
                 return 0;
         }
 
         seals = fcntl(fd, F_GET_SEALS);
         if (seals >= 0 && (seals & F_SEAL_SHRINK)) {
-                void *p = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+                void *p = mmap(NULL, (size_t) size, PROT_READ, MAP_PRIVATE, fd, 0);
                 if (p == MAP_FAILED)
                         return -errno;
                 *ret = (BusData) {
                         .map = p,
-                        .map_size = (size_t) st.st_size,
+                        .map_size = (size_t) size,
                         .data = p,
-                        .size = (size_t) st.st_size,
+                        .size = (size_t) size,
                 };
                 return 0;
         }

@@ -3,6 +3,7 @@
  * and reply decoding. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,6 +70,25 @@ typedef struct BusDictField {
         const char *signature;
         int (*read)(sd_bus_message *m, void *dest);
 } BusDictField;
+
+/* A struct and the table that reads it, declared from one list: a macro LIST(F, T) that calls
+ * F(T, key, letter, member) for each member of the struct T read from the a{sv}, e.g.
+ *
+ *   #define SESSION_INFO_FIELDS(F, T) \
+ *           F(T, "state", s, state)   \
+ *           F(T, "uid",   u, uid)
+ *
+ * Inside the struct, LIST(BUS_DICT_MEMBER, T) declares the members, the type of each the C type
+ * of its letter (BusDictField.type); LIST(BUS_DICT_FIELD, T) makes the table's entries. */
+#define BUS_DICT_CTYPE_b bool
+#define BUS_DICT_CTYPE_u uint32_t
+#define BUS_DICT_CTYPE_i int32_t
+#define BUS_DICT_CTYPE_t uint64_t
+#define BUS_DICT_CTYPE_x int64_t
+#define BUS_DICT_CTYPE_s const char *
+#define BUS_DICT_CTYPE_h int
+#define BUS_DICT_MEMBER(T, key, letter, member) BUS_DICT_CTYPE_##letter member;
+#define BUS_DICT_FIELD(T, key, letter, member) { key, (#letter)[0], offsetof(T, member) },
 
 /* Reads an a{sv} into the struct at 'base'. Unknown keys are skipped (the manager may grow new ones);
  * a known key with another type fails with -EBADMSG. Strings and fds stay owned by the message. */

@@ -100,3 +100,13 @@ int daemon_idle_exit_usec(uint64_t def, uint64_t *ret) {
         *ret = sec * USEC_PER_SEC;
         return 0;
 }
+
+int daemon_load_config(Config *c) {
+        _cleanup_free_ char *error = NULL;
+        int r;
+
+        r = config_load(c, getenv("SCOPEBOX_CONFIG"), &error);
+        if (r < 0)
+                return log_error_errno(r, "Invalid configuration: %s", error ?: "out of memory");
+        return 0;
+}

@@ -8,6 +8,7 @@
 #include <systemd/sd-event.h>
 
 #include "bus-introspect.h"
+#include "config.h"
 
 /* Returns 0 when the daemon should start (no arguments), 1 when --help or --version was answered
  * on stdout, -EINVAL after naming a bad argument on stderr. `how` says how the daemon is started,
@@ -33,3 +34,7 @@ int daemon_event_new(sd_event **ret, ...);
 /* That delay: $SCOPEBOX_IDLE_EXIT_SEC if the unit sets it, 'def' otherwise. -EINVAL (and 'def') for
  * a value that is no whole number of seconds in that range. */
 int daemon_idle_exit_usec(uint64_t def, uint64_t *ret);
+
+/* The daemon's configuration: config_load() of $SCOPEBOX_CONFIG (the default file when it is unset).
+ * A bad value or file is logged ("Invalid configuration: ..."), and its error returned. */
+int daemon_load_config(Config *c);

@@ -39,21 +39,8 @@ static int exec_read_blocked(sd_bus_message *m, void *dest) {
 }
 
 static const BusDictField exec_info_fields[] = {
-        { "timed_out",         'b', offsetof(ExecInfo, timed_out)         },
-        { "stdout_truncated",  'b', offsetof(ExecInfo, stdout_truncated)  },
-        { "stderr_truncated",  'b', offsetof(ExecInfo, stderr_truncated)  },
-        { "files_skipped",     'u', offsetof(ExecInfo, files_skipped)     },
-        { "duration_usec",     't', offsetof(ExecInfo, duration_usec)     },
-        { "signal",            'i', offsetof(ExecInfo, signal)            },
-        { "oom_killed",        'b', offsetof(ExecInfo, oom_killed)        },
-        { "pids_limited",      'b', offsetof(ExecInfo, pids_limited)      },
-        { "blocked_syscalls",  0,   offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
-        { "exit_reason",       's', offsetof(ExecInfo, exit_reason)       },
-        { "kernel",            's', offsetof(ExecInfo, kernel)            },
-        { "cpu_usec",          't', offsetof(ExecInfo, cpu_usec)          },
-        { "max_rss_bytes",     't', offsetof(ExecInfo, max_rss_bytes)     },
-        { "written_bytes",     't', offsetof(ExecInfo, written_bytes)     },
-        { "processes",         't', offsetof(ExecInfo, processes)         },
+        EXEC_INFO_FIELDS(BUS_DICT_FIELD, ExecInfo)
+        { "blocked_syscalls", 0, offsetof(ExecInfo, blocked), "a(ssu)", exec_read_blocked },
         {}
 };
 

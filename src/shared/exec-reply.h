@@ -9,6 +9,7 @@
 
 #include <systemd/sd-bus.h>
 
+#include "bus-client.h"
 #include "bus-contract.h"
 #include "config.h"
 
@@ -18,25 +19,31 @@ typedef struct ExecBlockedList {
         size_t n;
 } ExecBlockedList;
 
-/* The "info" dictionary of the manager's Exec() and Run() replies. Strings point into the message. */
+/* The "info" dictionary of the manager's Exec() and Run() replies (bus-client.h says how the list
+ * is used), and its "blocked_syscalls" (an a(ssu)) in 'blocked'. Strings point into the message. */
+#define EXEC_INFO_FIELDS(F, T)                                                                       \
+        F(T, "timed_out",        b, timed_out)                                                       \
+        F(T, "stdout_truncated", b, stdout_truncated)                                                \
+        F(T, "stderr_truncated", b, stderr_truncated)                                                \
+        F(T, "files_skipped",    u, files_skipped)                                                   \
+        F(T, "duration_usec",    t, duration_usec)                                                   \
+        F(T, "signal",           i, signal)                                                          \
+        /* the OOM killer struck in the session's scope during the exec */                           \
+        F(T, "oom_killed",       b, oom_killed)                                                      \
+        /* the scope's tasks limit refused a process or thread */                                    \
+        F(T, "pids_limited",     b, pids_limited)                                                    \
+        /* NULL from a manager that does not say; else bus_exit_reason_is_valid() */                 \
+        F(T, "exit_reason",      s, exit_reason)                                                     \
+        /* a stateful cell's "new", "running" or "ended"; NULL otherwise */                          \
+        F(T, "kernel",           s, kernel)                                                          \
+        /* What the exec's processes used; EXEC_USAGE_UNKNOWN where the manager did not say. */      \
+        F(T, "cpu_usec",         t, cpu_usec)                                                        \
+        F(T, "max_rss_bytes",    t, max_rss_bytes)                                                   \
+        F(T, "written_bytes",    t, written_bytes)                                                   \
+        F(T, "processes",        t, processes)
 typedef struct ExecInfo {
-        bool timed_out;
-        bool stdout_truncated;
-        bool stderr_truncated;
-        uint32_t files_skipped;
-        uint64_t duration_usec;
-        int32_t signal;
-        bool oom_killed;        /* the OOM killer struck in the session's scope during the exec */
-        bool pids_limited;      /* the scope's tasks limit refused a process or thread */
+        EXEC_INFO_FIELDS(BUS_DICT_MEMBER, ExecInfo)
         ExecBlockedList blocked;
-        /* NULL from a manager that does not say; else bus_exit_reason_is_valid() */
-        const char *exit_reason;
-        const char *kernel;       /* a stateful cell's "new", "running" or "ended"; NULL otherwise */
-        /* What the exec's processes used; EXEC_USAGE_UNKNOWN where the manager did not say. */
-        uint64_t cpu_usec;
-        uint64_t max_rss_bytes;
-        uint64_t written_bytes;
-        uint64_t processes;
 } ExecInfo;
 
 #define EXEC_USAGE_UNKNOWN UINT64_MAX

@@ -251,6 +251,19 @@ int fd_is_pipe_write_end(int fd) {
         return fd_is_pipe_end(fd, O_WRONLY);
 }
 
+int fd_regular_size(int fd, uint64_t max, uint64_t *ret_size) {
+        struct stat st;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EBADFD;
+        if ((uint64_t) st.st_size > max)
+                return -EFBIG;
+        *ret_size = (uint64_t) st.st_size;
+        return 0;
+}
+
 int pipe_hung_up(int fd) {
         /* No events asked for: poll() reports POLLHUP and POLLERR regardless, and data waiting in
          * the pipe (POLLIN) is not what we look at. */

@@ -18,6 +18,9 @@ int read_full_memfd(int fd, size_t max, char **ret, size_t *ret_size);
 int memfd_new_data(const char *name, const void *data, size_t len);
 int memfd_new_empty(const char *name);
 int memfd_seal(int fd);
+/* The size of the regular file fd refers to, when it holds at most 'max' bytes: -EBADFD when fd is
+ * no regular file (a directory, a FIFO, a device...), -EFBIG when it is larger than max. */
+int fd_regular_size(int fd, uint64_t max, uint64_t *ret_size);
 
 /* Passes one fd over a unix socket (one byte of payload), and receives it (O_CLOEXEC).
  * fd_receive_one() fails with -EPIPE at EOF and -EBADMSG when no fd came along. */

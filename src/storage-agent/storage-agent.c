@@ -105,9 +105,9 @@ static int agent_new(Agent **ret) {
         a = calloc(1, sizeof(Agent));
         if (!a)
                 return log_oom();
-        r = config_load(&a->config, getenv("SCOPEBOX_CONFIG"), &config_error);
+        r = daemon_load_config(&a->config);
         if (r < 0)
-                return log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
+                return r;
         r = address_policy_parse(a->config.storage_allowed_networks, &a->address_policy, &config_error);
         if (r < 0)
                 return log_error_errno(

@@ -1529,9 +1529,100 @@ static void test_bus_read_options(void) {
         safe_close(fd);
 }
 
+/* A struct and its table from one list: each member has its letter's C type, and the table reads
+ * every key into its member. */
+#define LISTED_FIELDS(F, T)                 \
+        F(T, "flag",   b, flag)             \
+        F(T, "pid",    u, pid)              \
+        F(T, "signal", i, signal)           \
+        F(T, "usec",   t, usec)             \
+        F(T, "limit",  x, limit)            \
+        F(T, "Name",   s, name)             \
+        F(T, "fd",     h, fd)
+typedef struct Listed {
+        LISTED_FIELDS(BUS_DICT_MEMBER, Listed)
+} Listed;
+static const BusDictField listed_fields[] = {
+        LISTED_FIELDS(BUS_DICT_FIELD, Listed)
+        {}
+};
+#define ASSERT_MEMBER_TYPE(member, type) \
+        _Static_assert(__builtin_types_compatible_p(typeof(((Listed *) NULL)->member), type), #member)
+ASSERT_MEMBER_TYPE(flag, bool);
+ASSERT_MEMBER_TYPE(pid, uint32_t);
+ASSERT_MEMBER_TYPE(signal, int32_t);
+ASSERT_MEMBER_TYPE(usec, uint64_t);
+ASSERT_MEMBER_TYPE(limit, int64_t);
+ASSERT_MEMBER_TYPE(name, const char *);
+ASSERT_MEMBER_TYPE(fd, int);
+
+static void test_bus_dict_list(void) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_close_ int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        Listed l = { .fd = -EBADF };
+
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(ELEMENTSOF(listed_fields), 8U);
+        ASSERT_STREQ(listed_fields[5].name, "Name"); /* the key as written, not the member's name */
+        ASSERT_EQ(listed_fields[5].type, 's');
+        ASSERT_EQ(listed_fields[5].offset, offsetof(Listed, name));
+        m = bus_message_of("a{sv}", 7, "flag", "b", 1, "pid", "u", 42, "signal", "i", -9, "usec", "t",
+                           (uint64_t) 1 << 40, "limit", "x", (int64_t) -5, "Name", "s", "n", "fd", "h", fd);
+        ASSERT_TRUE(bus_message_read_dict(m, listed_fields, &l) >= 0);
+        ASSERT_TRUE(l.flag && l.pid == 42 && l.signal == -9);
+        ASSERT_TRUE(l.usec == (uint64_t) 1 << 40 && l.limit == -5);
+        ASSERT_STREQ(l.name, "n");
+        ASSERT_TRUE(l.fd >= 0);
+}
+
+/* fd_regular_size(): the size of a regular file within the bound; other kinds of files are -EBADFD. */
+static void test_fd_regular_size(void) {
+        _cleanup_close_ int fd = memfd_new_data("five", "12345", 5), dir = open("/", O_RDONLY | O_DIRECTORY);
+        uint64_t size = 1;
+        int p[2];
+
+        ASSERT_TRUE(fd >= 0 && dir >= 0);
+        ASSERT_EQ(fd_regular_size(fd, 5, &size), 0);
+        ASSERT_EQ(size, 5U);
+        size = 1;
+        ASSERT_EQ(fd_regular_size(fd, 4, &size), -EFBIG);
+        ASSERT_EQ(size, 1U); /* untouched on failure */
+        ASSERT_EQ(fd_regular_size(dir, UINT64_MAX, &size), -EBADFD);
+        ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+        ASSERT_EQ(fd_regular_size(p[0], UINT64_MAX, &size), -EBADFD);
+        safe_close(p[0]);
+        safe_close(p[1]);
+        ASSERT_EQ(fd_regular_size(-1, UINT64_MAX, &size), -EBADF);
+}
+
+/* daemon_load_config(): $SCOPEBOX_CONFIG's file, and a bad value's error. */
+static void test_daemon_load_config(void) {
+        char path[] = "/tmp/scopebox-test-config-XXXXXX";
+        Config c = {};
+        int fd;
+
+        fd = mkstemp(path);
+        ASSERT_TRUE(fd >= 0);
+        dprintf(fd, "SANDBOX_MAX_SESSIONS=5\n");
+        close(fd);
+        setenv("SCOPEBOX_CONFIG", path, 1);
+        ASSERT_EQ(daemon_load_config(&c), 0);
+        ASSERT_EQ(c.max_sessions, 5);
+        config_done(&c);
+        setenv("SANDBOX_PIDS_LIMIT", "1", 1);
+        ASSERT_EQ(daemon_load_config(&c), -ERANGE);
+        config_done(&c);
+        unsetenv("SANDBOX_PIDS_LIMIT");
+        unsetenv("SCOPEBOX_CONFIG");
+        unlink(path);
+}
+
 int main(int argc, char *argv[]) {
         RUN(test_bus_read_array);
         RUN(test_bus_read_options);
+        RUN(test_bus_dict_list);
+        RUN(test_fd_regular_size);
+        RUN(test_daemon_load_config);
         RUN(test_receive_fds);
         RUN(test_array_grow);
         RUN(test_base64_roundtrip);

@@ -200,7 +200,7 @@ fail:
 
 int workspace_read(const Workspace *w, const char *relative, uint64_t max, int *ret_memfd) {
         _cleanup_close_ int fd = -EBADF, mfd = -EBADF;
-        struct stat st;
+        uint64_t size;
         off_t off = 0;
         int r;
 
@@ -211,18 +211,15 @@ int workspace_read(const Workspace *w, const char *relative, uint64_t max, int *
                 return -ENOENT; /* not a regular file (opening a socket gives ENXIO) */
         if (fd < 0)
                 return fd;
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (!S_ISREG(st.st_mode))
-                return -ENOENT;
-        if ((uint64_t) st.st_size > max)
-                return -EFBIG;
+        r = fd_regular_size(fd, max, &size);
+        if (r < 0)
+                return r == -EBADFD ? -ENOENT : r;
 
         mfd = memfd_new_empty("workspace-file");
         if (mfd < 0)
                 return mfd;
-        while (off < st.st_size) {
-                ssize_t k = sendfile(mfd, fd, &off, (size_t) (st.st_size - off));
+        while ((uint64_t) off < size) {
+                ssize_t k = sendfile(mfd, fd, &off, (size_t) (size - (uint64_t) off));
                 if (k < 0)
                         return -errno;
                 if (k == 0)

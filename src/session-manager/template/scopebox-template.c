@@ -194,7 +194,6 @@ static int template_run(const Config *config) {
 }
 
 int main(int argc, char *argv[]) {
-        _cleanup_free_ char *config_error = NULL;
         Config config = {};
         int r;
 
@@ -205,11 +204,8 @@ int main(int argc, char *argv[]) {
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
         log_setup("scopebox-template");
 
-        r = config_load(&config, getenv("SCOPEBOX_CONFIG"), &config_error);
-        if (r < 0) {
-                log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
+        if (daemon_load_config(&config) < 0)
                 return EXIT_FAILURE;
-        }
         if (!config.preload) {
                 log_info("SANDBOX_PRELOAD=0: no template, every exec starts a new interpreter.");
                 /* Started as asked (Type=notify), with nothing to serve: exit 0 keeps it down. */

@@ -106,18 +106,9 @@ def _run_cell(profile, env):
     linecache.cache[cell] = (len(source), None, text.splitlines(True), cell)
     _sys.argv[:] = [cell]
     _join_session_paths(_os.path.dirname(cell))
-    dify = profile == 1
-
-    def dify_excepthook(kind, value, tb):
-        # dify-sandbox's hook (dify-run.py): print the traceback, exit 255.
-        while tb is not None and tb.tb_frame.f_code.co_filename != cell:
-            tb = tb.tb_next
-        _sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
-        _sys.stderr.flush()
-        _sys.exit(-1)
-
-    if dify:
-        _sys.excepthook = dify_excepthook
+    if profile == 1:
+        # dify-sandbox's hook, dify-run.py's own: print the traceback, exit 255.
+        _sys.excepthook = _dify_excepthook(cell)
 
     def report(value, tb):
         # The interpreter's own printer reads source lines from disk; traceback's reads
@@ -181,6 +172,18 @@ def _run_cell(profile, env):
     finish(0)
 
 
+def _load_dify_excepthook():
+    """dify-run.py's excepthook(), from the file beside this one (run as a namespace of its own, not
+    a module the code could import; its _run() is for `python3 dify-run.py` only)."""
+    global _dify_excepthook
+    path = os.path.join(os.path.dirname(__file__), "dify-run.py")
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    namespace = {"__name__": "_scopebox_dify_run", "__file__": path}
+    exec(code, namespace)
+    _dify_excepthook = namespace["excepthook"]
+
+
 def _main():
     import importlib.machinery
     import importlib.util
@@ -193,6 +196,7 @@ def _main():
     template = importlib.util.module_from_spec(spec)
     loader.exec_module(template)
     sys.modules["_scopebox_template"] = template
+    _load_dify_excepthook()
     _preload(names)
     del importlib
     # What the imports left for the collector stays where it is: a payload that collects
