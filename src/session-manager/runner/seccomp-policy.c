@@ -14,6 +14,7 @@
  * of those calls with EPERM (ProtectClock=, ProtectKernelModules=, ...), and an errno outranks a
  * user notification, but not a kill. */
 #include <errno.h>
+#include <linux/mempolicy.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <stdio.h>
@@ -202,6 +203,19 @@ static int allow_if_eq(scmp_filter_ctx ctx, const char *name, unsigned arg, uint
         return 0;
 }
 
+/* OpenBLAS (Debian's BLAS of choice for the data stack) asks for each buffer it maps to be placed
+ * on the local node: mbind(addr, len, MPOL_PREFERRED, NULL, 0, 0), which with no nodes is the
+ * kernel's own default (MPOL_LOCAL). Exactly that is allowed; every other memory policy (a node
+ * set, mode flags, page moves) stays refused and reported. */
+static int allow_mbind_local(scmp_filter_ctx ctx) {
+        const struct scmp_arg_cmp local[] = {
+                SCMP_CMP(2, SCMP_CMP_MASKED_EQ, 0xffffffffULL, MPOL_PREFERRED), /* mode, no flags */
+                SCMP_CMP(3, SCMP_CMP_EQ, 0),                                    /* no nodes */
+                SCMP_CMP(5, SCMP_CMP_MASKED_EQ, 0xffffffffULL, 0),              /* no MPOL_MF_* */
+        };
+        return add_rule(ctx, SCMP_ACT_ALLOW, "mbind", ELEMENTSOF(local), local);
+}
+
 /* A filter with 'default_action': foreign architectures and the kill list killed by the kernel. */
 static int filter_new(uint32_t default_action, scmp_filter_ctx *ret) {
         _cleanup_(seccomp_releasep) scmp_filter_ctx ctx = seccomp_init(default_action);
@@ -270,6 +284,8 @@ int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret) {
         if (r >= 0)
                 r = allow_if_eq(ctx, "mknodat", 2, S_IFMT, mknod_types_allowed,
                                 ELEMENTSOF(mknod_types_allowed));
+        if (r >= 0)
+                r = allow_mbind_local(ctx);
         if (r < 0)
                 return r;
 

@@ -80,3 +80,27 @@ def test_expected_probes_and_the_data_stack_report_nothing(session):
     assert res["exit_code"] == 0, res["stderr"]
     assert "blocked_syscalls" not in res
     assert res["stderr"] == ""
+
+
+MBIND = LIBC + ("import mmap\n"
+                "libc.syscall.restype = ctypes.c_long\n"
+                "m = mmap.mmap(-1, 1 << 20)\n"
+                "addr = ctypes.addressof(ctypes.c_char.from_buffer(m))\n"
+                "node = ctypes.c_ulong(1)\n"
+                "def mbind(mode, nodes, maxnode, flags):\n"
+                "    r = libc.syscall(237, ctypes.c_void_p(addr), ctypes.c_ulong(1 << 20), ctypes.c_ulong(mode),\n"
+                "                     nodes, ctypes.c_ulong(maxnode), ctypes.c_uint(flags))\n"
+                "    return r if r == 0 else os.strerror(ctypes.get_errno())\n")
+
+
+def test_openblas_local_node_mbind_is_allowed_and_nothing_else(session):
+    # OpenBLAS's buffers: mbind(MPOL_PREFERRED=1, no nodes, flags 0), the kernel's own default
+    # placement (production hosts resolve the data stack's BLAS to OpenBLAS; issue 33). A node
+    # set, mode flags (MPOL_F_STATIC_NODES) or a page move (MPOL_MF_MOVE) stay refused and named.
+    res = run(session, MBIND + "print(mbind(1, None, 0, 0))\n"
+                               "print(mbind(2, ctypes.byref(node), 2, 0))\n"
+                               "print(mbind(1 | (1 << 15), None, 0, 0))\n"
+                               "print(mbind(1, None, 0, 2))\n")
+    assert res["exit_code"] == 0, res["stderr"]
+    assert res["stdout"].splitlines() == ["0"] + ["Operation not permitted"] * 3
+    assert blocked(res) == {("mbind", "EPERM"): 3}
