@@ -257,8 +257,14 @@ def test_proc_shows_only_the_sandbox(session):
     NSpid level, and no host process name anywhere. The payload's parent is the sandbox's PID 1
     (cold), or the template's child outside the namespace, which it cannot see (getppid() 0)."""
     out = probe_json(session, '''
-import subprocess
+import subprocess, time
 child = subprocess.Popen(["sleep", "10"])
+# Popen returns once the exec closed its pipe, which the kernel does just before it renames the
+# process: wait for the name (at most 2 s) rather than catch the child between the two.
+for _ in range(200):
+    if open(f"/proc/{child.pid}/comm").read().strip() == "sleep":
+        break
+    time.sleep(0.01)
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 comms = {}
 for p in pids:
