@@ -92,17 +92,17 @@ def fetch(url):
         return e.code, e.read()
 
 
-def in_system(*cmd, check=False):
+def in_system(*cmd, check=False, timeout=60):
     """Run a command inside the system that runs scopebox (systemctl, journalctl, ...)."""
     host_systemd = os.path.isdir("/run/systemd/system") and \
         pathlib.Path("/proc/1/comm").read_text().strip() == "systemd"
     argv = list(cmd) if host_systemd else [str(REPO / "tools/sysbox"), "exec", *cmd]
-    return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60)
+    return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=timeout)
 
 
 def system_python(script, *args, timeout=60):
     """Run a Python script inside the system that runs scopebox (as root there)."""
-    r = in_system("/usr/bin/python3", "-c", script, *args)
+    r = in_system("/usr/bin/python3", "-c", script, *args, timeout=timeout)
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
     return r.stdout
 

@@ -252,8 +252,10 @@ print(json.dumps({"ok": state["ok"], "failed": state["failed"], "errors": state[
 
 
 def calls(dest, path, iface, method, seconds, inflight, burst=0, pause=0.0):
+    # Each call may wait up to its own 60 s timeout once the script has stopped sending: a slow
+    # activation shows as what it is (late answers, or errors), not as the script cut short.
     r = json.loads(system_python(CALLS, dest, path, iface, method, str(seconds), str(inflight), str(burst),
-                                 str(pause)))
+                                 str(pause), timeout=seconds + 90))
     assert r["unanswered"] == 0, r
     return r
 
