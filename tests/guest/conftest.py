@@ -4,6 +4,7 @@ Debian guest with systemd as PID 1 and only the unified cgroup v2 hierarchy (too
 goes from the host through the loopback ports tools/guest forwards to the guest's loopback, where
 the gateway listens as installed; commands run in the guest over ssh."""
 import json
+import os
 import pathlib
 import shlex
 import subprocess
@@ -16,6 +17,13 @@ REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 GUEST = REPO / "tools/guest"
 # The unified hierarchy's scopes of the package (units/scopebox.slice, the runner's scope names).
 SLICE = "/sys/fs/cgroup/scopebox.slice"
+
+
+# The package under test and the one the upgrade starts from (tests/guest/run sets both; by hand
+# they default to the stage's last build).
+DEB = os.environ.get("GUEST_DEB") or \
+    next(iter(sorted(REPO.glob("build/guest-deb/scopebox_*_amd64.deb"))), None)
+PREVIOUS_DEB = os.environ.get("GUEST_PREVIOUS_DEB") or DEB
 
 
 def guest_env():
@@ -41,6 +49,12 @@ def guest_out(script, timeout=300):
 def guest_python(code, timeout=120):
     """Python code run by the guest's own python3 (as root, outside any sandbox)."""
     return guest_out(f"python3 -c {shlex.quote(code)}", timeout=timeout)
+
+
+def install(deb):
+    """apt-get install a .deb in the guest (tools/guest install: over any installed version)."""
+    r = subprocess.run([str(GUEST), "install", str(deb)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
 _KEY = []
