@@ -28,6 +28,8 @@ def test_guest_is_systemd_on_the_unified_hierarchy_only():
 
 
 def test_apt_installed_the_package_and_its_socket_listens():
+    """apt-get installed the .deb (no cgroup path: the package's own installation) and the
+    sockets listen."""
     status = guest_out("dpkg-query -W -f '${db:Status-Status} ${Version}' scopebox")
     assert status.startswith("installed "), status
     for unit in ("scopebox-gateway.socket", "scopebox-gateway-agent.socket"):
