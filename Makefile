@@ -4,7 +4,7 @@
 BUILDDIR ?= build
 MESON_OPTS ?=
 
-.PHONY: all deps build install run stop check unit-test integration-test units-test bench clean cluster cluster-down
+.PHONY: all deps build install run stop check guest-check unit-test integration-test units-test bench clean cluster cluster-down
 
 all: build
 
@@ -36,6 +36,11 @@ cluster-down:
 
 check: run
 	tools/check $(BUILDDIR)
+
+# Only the production-host stage: the .deb in a Debian guest with systemd and cgroup v2 under qemu
+# (tests/guest/run, docs/hacking.md).
+guest-check: deps
+	tests/guest/run $(BUILDDIR)
 
 unit-test: build
 	meson test -C $(BUILDDIR) --print-errorlogs
