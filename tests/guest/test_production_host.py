@@ -5,6 +5,7 @@ stage runs in tools/sysbox on a hybrid (v1 controllers) host; each test here nam
 path it exercises. The module runs in order and ends with the purge."""
 import json
 import re
+import shlex
 import time
 
 from conftest import DEB, PREVIOUS_DEB, SLICE, call, cgroup_file, create_session, events, guest, guest_out
@@ -158,6 +159,61 @@ def test_dify_run_with_network_reaches_out_but_not_the_guest():
     status, body = call("POST", "/v1/sandbox/run", {"language": "python3", "code": "print(1)",
                                                     "enable_network": True}, dify=True)
     assert status == 200 and body["code"] == 0 and body["data"]["stdout"] == "1\n", body
+
+
+# Run by root in the guest: a child moves itself into the cgroup given, then connects; prints what
+# became of each connect, from inside and (the control) from the root shell's own cgroup.
+# IPAddressDeny= drops the packets (cgroup_skb): a refused TCP connect times out.
+UNIT_PROBE = """
+import json, os, socket, sys
+cgroup, targets = sys.argv[1], json.loads(sys.argv[2])
+def connect(host, port):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        return "connected"
+    except TimeoutError:
+        return "timeout"
+    except OSError as e:
+        return "errno:%s" % e.errno
+out = {"outside": [connect(h, p) for h, p in targets]}
+r, w = os.pipe()
+if os.fork() == 0:
+    with open(cgroup + "/cgroup.procs", "w") as f:
+        f.write(str(os.getpid()))
+    os.write(w, json.dumps([connect(h, p) for h, p in targets]).encode())
+    os._exit(0)
+os.close(w)
+out["inside"] = json.loads(os.read(r, 65536))
+os.wait()
+print(json.dumps(out))
+"""
+LINK_LOCAL = "169.254.77.1"
+
+
+def test_daemons_ip_address_deny_is_enforced_by_the_unified_hierarchy():
+    """IPAddressDeny= of the gateway (any) and of the storage agent (link-local, the metadata
+    addresses) are cgroup BPF programs systemd attaches to /sys/fs/cgroup/system.slice/<unit>,
+    which only the unified hierarchy has (on a hybrid host systemd only logs): a process moved
+    into the unit's cgroup loses what the unit denies (its SYNs dropped), and only that, while
+    the root shell reaches the same addresses (the archive host; sshd on a link-local address
+    added to lo for the test)."""
+    sources = guest_out("cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null || true")
+    archive = re.search(r"^(?:URIs:|deb)\s.*?\bhttps?://([^/\s:]+)", sources, re.M).group(1)
+    archive_ip = guest_python(f"import socket; print(socket.gethostbyname('{archive}'))").strip()
+    cases = {"scopebox-gateway.service": [((archive_ip, 80), "timeout")],
+             "scopebox-storage-agent.service": [((archive_ip, 80), "connected"), ((LINK_LOCAL, 22), "timeout")]}
+    guest_out(f"ip address add {LINK_LOCAL}/32 dev lo")
+    try:
+        for unit, expected in cases.items():
+            guest_out(f"systemctl start {unit}")
+            cgroup = "/sys/fs/cgroup" + guest_out(f"systemctl show -p ControlGroup --value {unit}").strip()
+            targets = [list(t) for t, _ in expected]
+            out = json.loads(guest_out(f"python3 -c {shlex.quote(UNIT_PROBE)} {shlex.quote(cgroup)} "
+                                       f"{shlex.quote(json.dumps(targets))}"))
+            assert out["inside"] == [v for _, v in expected], (unit, out)
+            assert out["outside"] == ["connected"] * len(targets), (unit, out)
+    finally:
+        guest_out(f"ip address del {LINK_LOCAL}/32 dev lo")
 
 
 def test_data_stack_plots_in_the_sandbox_and_is_refused_nothing(session):
