@@ -25,6 +25,7 @@
 #include "net-filter.h"
 #include "run.h"
 #include "runner-protocol.h"
+#include "seccomp-policy.h"
 #include "session.h"
 #include "systemd-client.h"
 
@@ -40,6 +41,7 @@ int manager_new(Manager **ret) {
         m = calloc(1, sizeof(Manager));
         if (!m)
                 return -ENOMEM;
+        m->seccomp_filters_fd = -EBADF;
         metrics_init(&m->metrics);
 
         r = config_load(&m->config, getenv("SCOPEBOX_CONFIG"), &config_error);
@@ -93,6 +95,7 @@ Manager *manager_free(Manager *m) {
         sd_event_unref(m->event);
         m->route_watch_source = sd_event_source_disable_unref(m->route_watch_source);
         m->net_filter = net_filter_free(m->net_filter);
+        safe_close(m->seccomp_filters_fd);
         address_policy_done(&m->dify_network_allow);
         config_done(&m->config);
         free(m);
@@ -625,6 +628,11 @@ int manager_startup(Manager *m, int (*attach_bus)(Manager *m)) {
         r = manager_watch_host_routes(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to watch the routes to this host: %m");
+
+        /* Once for all sessions and runs: no runner compiles a filter. */
+        r = seccomp_filter_set_new(&m->seccomp_filters_fd);
+        if (r < 0)
+                return log_error_errno(r, "Failed to compile the sandbox's seccomp filters: %m");
 
         r = mkdir_p(SESSION_STATE_DIR, 0700);
         if (r < 0)

@@ -45,6 +45,8 @@ struct Manager {
         AddressPolicy dify_network_allow; /* SANDBOX_DIFY_NETWORK_ALLOW */
         sd_event_source *route_watch_source;   /* routes to this host: the dify network filter follows */
         NetFilter *net_filter;                 /* dify runs' network filter; NULL if it failed */
+        int seccomp_filters_fd;                /* every sandbox profile's filter, compiled once and
+                                                * given to each runner (seccomp_filter_set_new()) */
 
         Session *sessions;     /* linked list */
         unsigned n_sessions;

@@ -136,6 +136,7 @@ MESSAGE(runner_init_request, "init", SCHEMA_REQUEST, RunnerInitRequest,
         U64("tmp_size", RunnerInitRequest, tmp_size, M, 1, INT64_MAX),
         U64("cpus_percent", RunnerInitRequest, cpus_percent, M, 1, INT64_MAX),
         STR("preload_modules", RunnerInitRequest, preload_modules, 0, 4096),
+        BOOL("prepare", RunnerInitRequest, prepare, 0),
         U64("idle_backstop_sec", RunnerInitRequest, idle_backstop_sec, SCHEMA_ALWAYS, 0, 0));
 
 MESSAGE(runner_exec_request, "exec", SCHEMA_REQUEST, RunnerExecRequest,

@@ -53,6 +53,8 @@ typedef struct RunnerInitRequest {
         uint64_t workspace_size, tmp_size;
         uint64_t cpus_percent;
         const char *preload_modules;     /* NULL: no template (SANDBOX_PRELOAD=0) */
+        bool prepare;                    /* make each next exec's sandbox in advance
+                                          * (runner-prepared.c): a sidecar session's */
         uint64_t idle_backstop_sec;
 } RunnerInitRequest;
 

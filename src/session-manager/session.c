@@ -950,6 +950,7 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                              void *userdata) {
         Session *s = userdata;
         json_object *init;
+        int filters;
         int r;
 
         s->start_job = systemd_job_free(s->start_job);
@@ -988,6 +989,9 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                         .tmp_size = m->config.tmp_size,
                         .cpus_percent = m->config.cpu_quota_percent,
                         .preload_modules = m->config.preload ? strempty(m->config.preload_modules) : NULL,
+                        /* A sidecar session's execs, each in a sandbox made before it came; a
+                         * stateful one's cells run in its kernel, a dify run's in its own profile. */
+                        .prepare = m->config.preload && !s->ephemeral && !s->stateful,
                         .idle_backstop_sec = (s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC,
                 },
                 &init);
@@ -995,7 +999,15 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                 session_start_done(s, r, "out of memory");
                 return;
         }
-        r = session_enqueue(s, init, -EBADF, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply, NULL);
+        /* With the filters: the runner compiles none. */
+        filters = fcntl(m->seccomp_filters_fd, F_DUPFD_CLOEXEC, 3);
+        if (filters < 0) {
+                json_object_put(init);
+                session_start_done(s, -errno, "failed to pass the seccomp filters");
+                return;
+        }
+        r = session_enqueue(s, init, filters, SESSION_CONTROL_TIMEOUT_USEC, false, true, on_init_reply,
+                            NULL);
         if (r < 0)
                 session_start_done(s, -EHOSTDOWN, "failed to initialize the workspace");
 }

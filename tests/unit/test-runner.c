@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -373,6 +375,95 @@ static void test_seccomp_policy(void) {
         }
 }
 
+/* Loads 'fd' (one profile's BPF) in a child with no_new_privs, closes the listener (a notified call
+ * then fails with ENOSYS) and tries an inet socket: 0 if it was created, else the errno. */
+static int inet_socket_under(int fd) {
+        struct sock_filter insns[BPF_MAXINSNS];
+        struct stat st;
+        int pipefd[2], result = -1;
+        pid_t pid;
+
+        ASSERT_EQ(fstat(fd, &st), 0);
+        ASSERT_EQ(pread(fd, insns, (size_t) st.st_size, 0), (ssize_t) st.st_size);
+        ASSERT_EQ(pipe(pipefd), 0);
+        pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                struct sock_fprog prog = { .len = (unsigned short) (st.st_size / sizeof(struct sock_filter)),
+                                           .filter = insns };
+                long l;
+                int s, e = 0;
+
+                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                        _exit(2);
+                l = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+                if (l < 0)
+                        _exit(3);
+                close((int) l);
+                s = socket(AF_INET, SOCK_DGRAM, 0);
+                e = s >= 0 ? 0 : errno;
+                (void) !write(pipefd[1], &e, sizeof(e));
+                _exit(0);
+        }
+        close(pipefd[1]);
+        ASSERT_EQ(read(pipefd[0], &result, sizeof(result)), (ssize_t) sizeof(result));
+        close(pipefd[0]);
+        ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+        return result;
+}
+
+/* The profiles compiled once (by the manager), split by each runner, and nothing else accepted. */
+static void test_seccomp_filter_set(void) {
+        int set, fds[_SECCOMP_PROFILE_MAX], bad[_SECCOMP_PROFILE_MAX];
+        char buf[256 * 1024];
+        struct stat st;
+        ssize_t n;
+
+        ASSERT_EQ(seccomp_filter_set_new(&set), 0);
+        ASSERT_EQ(seccomp_filter_set_split(set, fds), 0);
+        for (size_t i = 0; i < _SECCOMP_PROFILE_MAX; i++) {
+                ASSERT_EQ(fstat(fds[i], &st), 0);
+                ASSERT_TRUE(st.st_size > 0 && st.st_size % (off_t) sizeof(struct sock_filter) == 0);
+                /* Sealed: no one who holds it can change what the next payload loads. */
+                ASSERT_TRUE(write(fds[i], "x", 1) < 0 && errno == EPERM);
+        }
+        ASSERT_EQ(seccomp_profile_of(false, false), SECCOMP_PROFILE_SIDECAR);
+        ASSERT_EQ(seccomp_profile_of(true, true), SECCOMP_PROFILE_DIFY_INET);
+        /* Each program is its profile's: inet sockets only with a network. */
+        ASSERT_EQ(inet_socket_under(fds[SECCOMP_PROFILE_SIDECAR]), ENOSYS);
+        ASSERT_EQ(inet_socket_under(fds[SECCOMP_PROFILE_SIDECAR_INET]), 0);
+        ASSERT_EQ(inet_socket_under(fds[SECCOMP_PROFILE_DIFY]), ENOSYS);
+        ASSERT_EQ(inet_socket_under(fds[SECCOMP_PROFILE_DIFY_INET]), 0);
+
+        /* A set cut short, or with bytes after its programs, or another magic, is refused whole. */
+        n = pread(set, buf, sizeof(buf), 0);
+        ASSERT_TRUE(n > (ssize_t) sizeof(SeccompFilterSetHeader));
+        for (int k = 0; k < 3; k++) {
+                char copy[sizeof(buf) + 8];
+                size_t len = (size_t) n;
+                int fd;
+
+                memcpy(copy, buf, (size_t) n);
+                if (k == 0)
+                        len -= sizeof(struct sock_filter);
+                else if (k == 1)
+                        len += sizeof(struct sock_filter);
+                else
+                        copy[0] ^= 1;
+                fd = memfd_new_data("set", copy, len);
+                ASSERT_TRUE(fd >= 0);
+                for (size_t i = 0; i < _SECCOMP_PROFILE_MAX; i++)
+                        bad[i] = -EBADF;
+                ASSERT_EQ(seccomp_filter_set_split(fd, bad), -EBADMSG);
+                for (size_t i = 0; i < _SECCOMP_PROFILE_MAX; i++)
+                        ASSERT_EQ(bad[i], -EBADF);
+                close(fd);
+        }
+        for (size_t i = 0; i < _SECCOMP_PROFILE_MAX; i++)
+                close(fds[i]);
+        close(set);
+}
+
 static void test_openat_beneath(void) {
         char dir[] = "/tmp/scopebox-test-beneath-XXXXXX";
         int fd, f;
@@ -606,7 +697,9 @@ int main(void) {
         RUN(test_reset_inputs_race);
         RUN(test_protocol);
         /* valgrind can't run seccomp(2); the policy is tested in the plain run. */
-        if (!getenv("SCOPEBOX_TEST_UNDER_VALGRIND"))
+        if (!getenv("SCOPEBOX_TEST_UNDER_VALGRIND")) {
                 RUN(test_seccomp_policy);
+                RUN(test_seccomp_filter_set);
+        }
         return 0;
 }

@@ -328,7 +328,7 @@ static int pid1_payload(void *userdata) {
         SandboxExec e = { .code_fd = -EBADF, .stdout_fd = -EBADF, .stderr_fd = -EBADF,
                           .status_fd = c->status[1], .uid = 0, .gid = 0, .network_ready_fd = -EBADF,
                           .netns_fd = -EBADF, .template_fd = -EBADF, .filter_fd = -EBADF,
-                          .kernel_fd = -EBADF, .kernel_payload_fd = -EBADF };
+                          .kernel_fd = -EBADF, .kernel_payload_fd = -EBADF, .prepared_fd = -EBADF };
         SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED,
                              .start = from_template ? SANDBOX_START_TEMPLATE : SANDBOX_START_COLD };
         SandboxInit init = {
@@ -560,7 +560,7 @@ static int pid1_kernel(void *userdata) {
                           .stderr_fd = k->first.err[1], .status_fd = k->first.status[1],
                           .network_ready_fd = -EBADF, .netns_fd = -EBADF, .template_fd = -EBADF,
                           .filter_fd = -EBADF, .kernel = true, .kernel_fd = k->ctl[1],
-                          .kernel_payload_fd = -EBADF };
+                          .kernel_payload_fd = -EBADF, .prepared_fd = -EBADF };
         const char *script = strjoina(source_root, "/src/session-manager/runner/kernel.py");
         char *const argv[] = { (char *) "python3", (char *) script, NULL };
         char *const envp[] = { (char *) "PATH=/usr/bin:/bin", (char *) "LANG=C.UTF-8",

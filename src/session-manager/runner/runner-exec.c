@@ -62,7 +62,11 @@ RunnerExec *runner_exec_free(RunnerExec *e) {
                 if (!e->exited)
                         runner_kernel_stop(e->runner);
                 pidref_done(&e->init);
-        } else
+        } else if (e->status_known)
+                /* It reported and is on its way out (its namespaces going): reaped behind the
+                 * answer. */
+                runner_reap_later(e->runner, &e->init);
+        else
                 /* PID 1 takes its namespace with it; after SIGKILL the wait is short. Reaped
                  * already, it is not signalled. */
                 pidref_done_kill(&e->init);
@@ -162,10 +166,29 @@ static RunnerExecUsage exec_usage(const RunnerExec *e, const SandboxUsage *u) {
 }
 
 static int runner_exec_watch(RunnerExec *e);
+static int runner_exec_retry_prepared(RunnerExec *e);
 
-/* What a cell of a stateful session runs, its first time and in a new kernel alike: its code (kept
- * in e->code_fd) in the session's python profile, with nothing of an exec's own (no template, no
- * network, no filter or environment of its own: runner_handle_exec() refuses them for a cell). */
+/* The exec goes on in a new sandbox 'sp' (its PID 1 and pipes): what the old one produced is
+ * dropped. */
+static int runner_exec_rewire(RunnerExec *e, SandboxProcess *sp) {
+        size_t out_limit = e->out.limit, err_limit = e->err.limit;
+
+        e->exited = false;
+        e->start_known = e->status_known = false;
+        e->init = sp->init;
+        safe_close(e->status_fd);
+        e->status_fd = sp->status_fd;
+        output_buffer_done(&e->out);
+        output_buffer_done(&e->err);
+        e->out = (OutputBuffer) { .fd = sp->out_fd, .limit = out_limit };
+        e->err = (OutputBuffer) { .fd = sp->err_fd, .limit = err_limit };
+        return runner_exec_watch(e);
+}
+
+/* What a cell of a stateful session runs, its first time and in a new kernel alike (and an exec
+ * whose prepared sandbox was lost): its code (kept in e->code_fd) in the session's python profile,
+ * with nothing of an exec's own (no template, no network, no filter or environment of its own:
+ * runner_handle_exec() refuses them for a cell). */
 static SandboxExec runner_exec_cell(const RunnerExec *e) {
         return (SandboxExec) {
                 .code_fd = e->code_fd,
@@ -175,8 +198,8 @@ static SandboxExec runner_exec_cell(const RunnerExec *e) {
                 .network_ready_fd = -EBADF,
                 .netns_fd = -EBADF,
                 .template_fd = -EBADF,
-                .filter_fd = -EBADF,
-                .seccomp = e->runner->seccomp,
+                .filter_fd = e->runner->filter_fds[SECCOMP_PROFILE_SIDECAR],
+                .prepared_fd = -EBADF,
         };
 }
 
@@ -186,7 +209,6 @@ static SandboxExec runner_exec_cell(const RunnerExec *e) {
 static int runner_exec_retry_cell(RunnerExec *e, SandboxKernelLoss loss) {
         Runner *r = e->runner;
         SandboxExec se = runner_exec_cell(e);
-        size_t out_limit = e->out.limit, err_limit = e->err.limit;
         SandboxProcess sp;
         int q;
 
@@ -212,17 +234,10 @@ static int runner_exec_retry_cell(RunnerExec *e, SandboxKernelLoss loss) {
         if (q < 0)
                 return q;
         e->kernel_retried = true;
-        e->exited = false;
         pidref_done(&e->init);
-        e->init = sp.init;
-        safe_close(e->status_fd);
-        e->status_fd = sp.status_fd;
-        output_buffer_done(&e->out);
-        output_buffer_done(&e->err);
-        e->out = (OutputBuffer) { .fd = sp.out_fd, .limit = out_limit };
-        e->err = (OutputBuffer) { .fd = sp.err_fd, .limit = err_limit };
-        return runner_exec_watch(e);
+        return runner_exec_rewire(e, &sp);
 }
+
 
 /* How the exec ended, from what PID 1 of the sandbox reported (if it could). */
 typedef struct ExecEnd {
@@ -243,9 +258,14 @@ static void exec_end_done(ExecEnd *end) {
 static void runner_exec_read_status(RunnerExec *e, ExecEnd *end) {
         int32_t start = SANDBOX_START_COLD;
 
-        if (read(e->status_fd, &start, sizeof(start)) == (ssize_t) sizeof(start))
+        if (!e->start_known && read(e->status_fd, &start, sizeof(start)) == (ssize_t) sizeof(start))
                 e->from_template = start == SANDBOX_START_TEMPLATE;
-        end->have_status = read(e->status_fd, &end->st, sizeof(end->st)) == (ssize_t) sizeof(end->st);
+        if (e->status_known) {
+                end->have_status = true;
+                end->st = e->status;
+        } else
+                end->have_status =
+                        read(e->status_fd, &end->st, sizeof(end->st)) == (ssize_t) sizeof(end->st);
 }
 
 static int runner_exec_decode_end(RunnerExec *e, ExecEnd *end) {
@@ -485,7 +505,17 @@ static int runner_exec_finish(RunnerExec *e) {
         int q;
 
         runner_exec_read_status(e, &end);
-        if (end.have_status && end.st.kind == SANDBOX_STATUS_KERNEL_LOST) {
+        if (end.have_status && end.st.kind == SANDBOX_STATUS_PREPARED_LOST && !e->timed_out &&
+            !e->cancelled && !e->orphaned) {
+                q = runner_exec_retry_prepared(e);
+                if (q >= 0)
+                        return 0;
+                log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to start the exec anew: %m");
+                e->stream = exec_stream_free(e->stream);
+                q = runner_send_error(r, e->connection_generation, -q, "failed to create the sandbox: %s",
+                                      strerror(-q));
+        } else if (end.have_status && end.st.kind == SANDBOX_STATUS_KERNEL_LOST) {
                 q = runner_exec_kernel_lost(e, &end);
                 if (q > 0)
                         return 0;
@@ -522,6 +552,7 @@ static int runner_exec_finish(RunnerExec *e) {
         r->outputs_snapshot_valid = scanned;
         r->exec = runner_exec_free(r->exec);
         runner_resume_connection(r);
+        runner_prepare_soon(r);
         return q;
 }
 
@@ -635,6 +666,8 @@ int runner_exec_reap_init(RunnerExec *e, const PidRef *init) {
         return q;
 }
 
+static int runner_exec_ended(RunnerExec *e);
+
 /* PID 1 of a stateless sandbox ended: its pidfd polls readable. */
 static int on_init_exit(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         RunnerExec *e = userdata;
@@ -643,8 +676,46 @@ static int on_init_exit(sd_event_source *s, int fd, uint32_t revents, void *user
         q = runner_exec_reap_init(e, &e->init);
         if (q == 0)
                 return 0;
+        return runner_exec_ended(e);
+}
+
+/* A stateless sandbox's status pipe: how the payload started, then (once every process of the
+ * sandbox is reaped and measured) how it ended. The exec is over then; PID 1 still tears its
+ * namespaces down, which the answer does not wait for. */
+static int on_status(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        RunnerExec *e = userdata;
+        int32_t start;
+        int n = 0;
+
+        if (ioctl(fd, FIONREAD, &n) < 0 || (!(revents & EPOLLIN) && n == 0)) {
+                /* Hung up without a report: PID 1's exit says how it ended. */
+                e->status_source = sd_event_source_disable_unref(e->status_source);
+                return 0;
+        }
+        if (!e->start_known && (size_t) n >= sizeof(start)) {
+                if (read(fd, &start, sizeof(start)) != (ssize_t) sizeof(start))
+                        return 0;
+                e->start_known = true;
+                e->from_template = start == SANDBOX_START_TEMPLATE;
+                n -= (int) sizeof(start);
+        }
+        if (!e->start_known || (size_t) n < sizeof(e->status))
+                return 0;
+        if (read(fd, &e->status, sizeof(e->status)) != (ssize_t) sizeof(e->status))
+                return 0;
+        e->status_known = true;
+        e->status_source = sd_event_source_disable_unref(e->status_source);
+        return runner_exec_ended(e);
+}
+
+static int runner_exec_ended(RunnerExec *e) {
+        int q;
+
+        if (e->exited)
+                return 0;
         e->exited = true;
         e->child_source = sd_event_source_disable_unref(e->child_source);
+        e->status_source = sd_event_source_disable_unref(e->status_source);
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
         runner_exec_pause_output(e, false);
 
@@ -746,10 +817,14 @@ static int runner_exec_watch(RunnerExec *e) {
         if (e->stateful)
                 /* No events: the pipe's EPOLLHUP, which epoll always reports. */
                 q = sd_event_add_io(r->event, &e->status_source, e->status_fd, 0, on_kernel_status, e);
-        else
+        else {
                 /* Its pidfd polls readable once it ended; we reap it (sd-event's child sources
-                 * reap behind their callback, by number). */
+                 * reap behind their callback, by number). Its report usually comes first. */
                 q = sd_event_add_io(r->event, &e->child_source, e->init.fd, EPOLLIN, on_init_exit, e);
+                if (q >= 0)
+                        q = sd_event_add_io(r->event, &e->status_source, e->status_fd, EPOLLIN, on_status,
+                                            e);
+        }
         if (q >= 0)
                 q = sd_event_add_io(r->event, &e->out.source, e->out.fd, EPOLLIN, on_output, e);
         if (q >= 0)
@@ -761,30 +836,27 @@ static int runner_exec_watch(RunnerExec *e) {
  * environment, the network's namespaces and pipes, the template's connection. */
 typedef struct ExecSetup {
         SandboxLanguage language;
-        scmp_filter_ctx filter;         /* this exec's own (the dify profile, a network), or NULL */
+        int filter_fd;                  /* borrowed: the BPF of this exec's profile */
         char *http_proxy, *https_proxy; /* "HTTP_PROXY=..." */
         char *extra_env[3];
         int ready_pipe[2];              /* slirp4netns says the network is up */
         int net_procs_fd;               /* borrowed: the filtered cgroup slirp4netns joins */
         int userns_fd, netns_fd;
-        int template_fd, exec_filter_fd;
+        int template_fd;
 } ExecSetup;
 
 #define EXEC_SETUP_NULL                                                                              \
         (ExecSetup) { .language = SANDBOX_PYTHON3, .ready_pipe = { -EBADF, -EBADF },                  \
                       .net_procs_fd = -EBADF, .userns_fd = -EBADF, .netns_fd = -EBADF,                \
-                      .template_fd = -EBADF, .exec_filter_fd = -EBADF }
+                      .template_fd = -EBADF, .filter_fd = -EBADF }
 
 static void exec_setup_done(ExecSetup *x) {
-        if (x->filter)
-                seccomp_release(x->filter);
         free(x->http_proxy);
         free(x->https_proxy);
         close_pairp(&x->ready_pipe);
         safe_close(x->userns_fd);
         safe_close(x->netns_fd);
         safe_close(x->template_fd);
-        safe_close(x->exec_filter_fd);
 }
 
 /* What the request asks of this runner's state and of its profile; an answer when it can't be. */
@@ -808,19 +880,11 @@ static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd
         return 1;
 }
 
-/* The session's filter, or one for this exec's profile; its proxies with a network. */
+/* The filter of this exec's profile (compiled once, by the manager); its proxies with a network. */
 static int exec_setup_profile(Runner *r, const RunnerExecRequest *p, ExecSetup *x) {
         size_t n_env = 0;
-        int q;
 
-        if (p->no_processes || p->network) {
-                q = seccomp_policy_build(
-                        &(SeccompOptions) { .allow_inet = p->network, .no_processes = p->no_processes },
-                        &x->filter);
-                if (q < 0)
-                        return runner_send_error(r, r->connection_generation, q,
-                                                 "failed to build the seccomp filter");
-        }
+        x->filter_fd = r->filter_fds[seccomp_profile_of(p->network, p->no_processes)];
         if (p->network && !isempty(p->http_proxy)) {
                 if (asprintf(&x->http_proxy, "HTTP_PROXY=%s", p->http_proxy) < 0)
                         return log_oom();
@@ -922,14 +986,6 @@ static void exec_setup_template(Runner *r, RunnerExec *e, ExecSetup *x, SandboxE
         int q;
 
         q = runner_template_connect(r);
-        if (q >= 0 && x->filter) {
-                /* This exec's own filter (the dify profile, a network), as BPF. */
-                int k = runner_filter_bpf(x->filter, &x->exec_filter_fd);
-                if (k < 0) {
-                        safe_close(q);
-                        q = k;
-                }
-        }
         if (q < 0) {
                 e->template_error = -q;
                 return;
@@ -938,9 +994,31 @@ static void exec_setup_template(Runner *r, RunnerExec *e, ExecSetup *x, SandboxE
         se->template_fd = x->template_fd;
         se->cgroup_fds = r->scope_cgroup_fds;
         se->n_cgroup_fds = r->n_scope_cgroup_fds;
-        se->filter_fd = x->filter ? x->exec_filter_fd : r->template_filter_fd;
         if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &se->site) < 0)
                 se->site = (struct stat) {};
+}
+
+/* A prepared sandbox whose payload died before the code came: nothing of the exec ran; it starts
+ * in a sandbox of its own, its timeout still running. */
+static int runner_exec_retry_prepared(RunnerExec *e) {
+        Runner *r = e->runner;
+        _cleanup_(exec_setup_done) ExecSetup x = EXEC_SETUP_NULL;
+        /* The profile a prepared sandbox serves is a cell's: the session's python. */
+        SandboxExec se = runner_exec_cell(e);
+        SandboxProcess sp;
+        int q;
+
+        log_struct(LOG_NOTICE, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                   "The prepared sandbox of session %s was lost before exec %s ran; it starts in a new one.",
+                   r->session_id, e->exec_id);
+        exec_setup_template(r, e, &x, &se);
+        q = runner_spawn_sandbox(r, &se, -EBADF, &sp);
+        if (q < 0)
+                return q;
+        e->child_source = sd_event_source_disable_unref(e->child_source);
+        runner_reap_later(r, &e->init);
+        return runner_exec_rewire(e, &sp);
 }
 
 /* PID 1 of the exec's sandbox (or the kernel's next cell), its pipes in 'e'. */
@@ -969,15 +1047,22 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
                         .network_ready_fd = p->network ? x->ready_pipe[0] : -EBADF,
                         .netns_fd = x->netns_fd,
                         .template_fd = -EBADF,
-                        .filter_fd = -EBADF,
-                        .seccomp = x->filter ?: r->seccomp,
+                        .filter_fd = x->filter_fd,
+                        .prepared_fd = -EBADF,
                 };
-                if (x->language == SANDBOX_PYTHON3 && !p->cold)
-                        exec_setup_template(r, e, x, &se);
-                q = runner_spawn_sandbox(r, &se, x->ready_pipe[1], &sp);
+                q = runner_prepared_take(r, p, x->language, code_fd, &sp);
+                if (q > 0) {
+                        /* Kept for a new sandbox, should this one turn out lost. */
+                        e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
+                        /* The next exec's, while this one runs. */
+                        runner_prepare_soon(r);
+                } else {
+                        if (x->language == SANDBOX_PYTHON3 && !p->cold)
+                                exec_setup_template(r, e, x, &se);
+                        q = runner_spawn_sandbox(r, &se, x->ready_pipe[1], &sp);
+                }
         }
         x->template_fd = safe_close(x->template_fd);
-        x->exec_filter_fd = safe_close(x->exec_filter_fd);
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, -q, "failed to create the sandbox: %s",
                                          strerror(-q));

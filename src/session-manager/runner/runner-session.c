@@ -119,13 +119,12 @@ static int runner_setup_session(Runner *r) {
 int runner_handle_init(Runner *r, const void *params, const int *fds, size_t n_fds) {
         const RunnerInitRequest *p = params;
         _cleanup_json_ json_object *reply = NULL;
-        SeccompOptions so = {};
         int q;
 
         if (r->initialized)
                 return runner_send_error(r, r->connection_generation, EALREADY,
                                          "session already initialized");
-        if (p->preload_modules && !module_list_is_valid(p->preload_modules))
+        if ((p->preload_modules && !module_list_is_valid(p->preload_modules)) || n_fds != 1)
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
         /* The answer first, before anything is kept or set up: a session is initialized only once it
          * can be told so, and an answer that can't be made leaves nothing behind. What this runner
@@ -154,16 +153,22 @@ int runner_handle_init(Runner *r, const void *params, const int *fds, size_t n_f
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, q, "failed to set up the session: %s",
                                          strerror(-q));
-        q = seccomp_policy_build(&so, &r->seccomp);
+        /* The manager's filters, one memfd per profile. */
+        for (size_t i = 0; i < ELEMENTSOF(r->filter_fds); i++)
+                r->filter_fds[i] = safe_close(r->filter_fds[i]);
+        q = seccomp_filter_set_split(fds[0], r->filter_fds);
         if (q < 0) {
-                log_error_errno(q, "Failed to build the seccomp filter: %m");
-                return runner_send_error(r, r->connection_generation, q,
-                                         "failed to build the seccomp filter");
+                log_error_errno(q, "Invalid seccomp filters in the init request: %m");
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid init request");
         }
         runner_template_setup(r);
         r->initialized = true;
+        r->prepare = p->prepare && r->preload_modules;
         runner_touch(r);
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.",
                    r->session_id);
-        return runner_send(r, r->connection_generation, reply, NULL, 0);
+        q = runner_send(r, r->connection_generation, reply, NULL, 0);
+        /* The first exec's sandbox, once the answer is out. */
+        runner_prepare_soon(r);
+        return q;
 }

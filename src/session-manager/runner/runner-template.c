@@ -88,23 +88,6 @@ static int open_own_cgroups(Runner *r) {
         return r->n_scope_cgroup_fds > 0 ? 0 : -ENOENT;
 }
 
-int runner_filter_bpf(scmp_filter_ctx filter, int *ret_fd) {
-        _cleanup_close_ int fd = -EBADF;
-        int q;
-
-        fd = memfd_new_empty("seccomp-bpf");
-        if (fd < 0)
-                return fd;
-        q = seccomp_export_bpf(filter, fd);
-        if (q < 0)
-                return q;
-        q = memfd_seal(fd);
-        if (q < 0)
-                return q;
-        *ret_fd = TAKE_FD(fd);
-        return 0;
-}
-
 void runner_template_setup(Runner *r) {
         int q;
 
@@ -117,20 +100,13 @@ void runner_template_setup(Runner *r) {
                 r->n_scope_cgroup_fds = 0;
                 return;
         }
-        /* The cgroups stay open without the filter: a run's network filter needs them too. */
-        q = runner_filter_bpf(r->seccomp, &r->template_filter_fd);
-        if (q < 0) {
-                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
-                           "Failed to export the seccomp filter, execs start cold: %m");
-                r->template_filter_fd = safe_close(r->template_filter_fd);
-        }
 }
 
 int runner_template_connect(Runner *r) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX, .sun_path = TEMPLATE_SOCKET_PATH };
         _cleanup_close_ int fd = -EBADF;
 
-        if (r->n_scope_cgroup_fds == 0 || r->template_filter_fd < 0)
+        if (r->n_scope_cgroup_fds == 0 || r->filter_fds[SECCOMP_PROFILE_SIDECAR] < 0)
                 return -EOPNOTSUPP;
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)

@@ -368,11 +368,13 @@ static Runner *runner_free(Runner *r) {
         if (!r)
                 return NULL;
         r->exec = runner_exec_free(r->exec);
+        runner_prepared_drop(r);
         runner_kernel_stop(r);
         free(r->preload_modules);
         for (size_t i = 0; i < r->n_scope_cgroup_fds; i++)
                 safe_close(r->scope_cgroup_fds[i]);
-        safe_close(r->template_filter_fd);
+        for (size_t i = 0; i < ELEMENTSOF(r->filter_fds); i++)
+                safe_close(r->filter_fds[i]);
         for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
                 safe_close(r->net_filter_fds[i]);
         safe_close(r->net_cgroup_procs_fd);
@@ -385,8 +387,6 @@ static Runner *runner_free(Runner *r) {
         safe_close(r->workspace.fd);
         safe_close(r->workspace.view_fd);
         cgroup_events_close(&r->cgroup_events);
-        if (r->seccomp)
-                seccomp_release(r->seccomp);
         free(r->session_root);
         sd_event_unref(r->event);
         free(r);
@@ -399,11 +399,13 @@ static int runner_new(Runner **ret) {
 
         if (!r)
                 return log_oom();
-        *r = (Runner) { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF, .template_filter_fd = -EBADF,
+        *r = (Runner) { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF,
                         .workspace = { .fd = -EBADF, .view_fd = -EBADF },
                         .cgroup_events = CGROUP_EVENTS_NULL, .net_cgroup_procs_fd = -EBADF };
         for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
                 r->net_filter_fds[i] = -EBADF;
+        for (size_t i = 0; i < ELEMENTSOF(r->filter_fds); i++)
+                r->filter_fds[i] = -EBADF;
         *ret = r;
         return 0;
 }

@@ -24,6 +24,7 @@
 #include "workspace.h"
 
 typedef struct Runner Runner;
+typedef struct RunnerPrepared RunnerPrepared;
 
 /* A stateful session's kernel: PID 1 of its sandbox, kept between cells, and the socket over
  * which it gets each cell's fds. */
@@ -90,6 +91,10 @@ typedef struct RunnerExec {
         sd_event_source *status_source;
         int template_error;       /* why it did not start from the template (0: it did) */
         bool from_template;
+        /* A stateless sandbox's report, read as it comes (how it started, then how it ended): the
+         * exec is answered on it, PID 1's own end (its namespaces torn down) is reaped behind. */
+        bool start_known, status_known;
+        SandboxStatus status;
 } RunnerExec;
 
 struct Runner {
@@ -112,7 +117,8 @@ struct Runner {
         uint64_t workspace_size;
         uint64_t tmp_size;
         uint64_t cpus_percent;
-        scmp_filter_ctx seccomp;
+        /* Each sandbox profile's filter as BPF (sealed memfds), from the manager's init. */
+        int filter_fds[_SECCOMP_PROFILE_MAX];
         CgroupEvents cgroup_events;   /* of the session's scope, opened at init */
 
         RunnerExec *exec;
@@ -128,11 +134,15 @@ struct Runner {
          * which also need the filter's BPF, and for a run's network filter (runner-network.c). */
         int scope_cgroup_fds[16];
         size_t n_scope_cgroup_fds;
-        int template_filter_fd;
         /* A dify run's network filter (runner-network.c): the manager's programs (-EBADF: none
          * given), and the cgroup.procs of the cgroup they are attached to, once made. */
         int net_filter_fds[_NET_FILTER_PROGRAM_MAX];
         int net_cgroup_procs_fd;
+        /* The next exec's sandbox, made in advance (runner-prepared.c), if the manager's init asked
+         * for them ('prepare': a sidecar session's python execs). */
+        bool prepare;
+        RunnerPrepared *prepared;
+        sd_event_source *prepare_source;
 };
 
 /* Archive and restore run in the archive helper (archive-sandbox.c): libarchive parses hostile
@@ -190,6 +200,17 @@ void sandbox_pipes_close(SandboxPipes *p);
 SandboxProcess sandbox_pipes_take(SandboxPipes *p, PidRef *init);
 int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, SandboxProcess *ret);
 
+/* runner-prepared.c */
+/* Makes the next exec's sandbox once the loop is idle, unless one exists or is not wanted. */
+void runner_prepare_soon(Runner *r);
+/* Hands the prepared sandbox the exec 'req' and its code, if it fits the exec: 1 and its PID 1 and
+ * pipes in *ret; 0 if there is none or it does not fit (the exec starts its own). */
+int runner_prepared_take(Runner *r, const RunnerExecRequest *req, SandboxLanguage language, int code_fd,
+                         SandboxProcess *ret);
+void runner_prepared_drop(Runner *r);
+/* PID 1 of a sandbox whose exec was answered: reaped when it ends, behind the answer. */
+void runner_reap_later(Runner *r, PidRef *init);
+
 /* runner-exec.c */
 RunnerExec *runner_exec_free(RunnerExec *e);
 /* fds: the code, then (optional) the write end of a pipe for the output as it is produced. */
@@ -232,7 +253,6 @@ int runner_handle_reset_kernel(Runner *r, const void *params, const int *fds, si
 /* runner-template.c */
 void runner_template_setup(Runner *r);
 int runner_template_connect(Runner *r);
-int runner_filter_bpf(scmp_filter_ctx filter, int *ret_fd);
 
 /* runner-files.c */
 int runner_handle_write(Runner *r, const void *params, const int *fds, size_t n_fds);

@@ -121,7 +121,7 @@ typedef struct SetupError {
  * decided: a killed sandbox has told it) and then the SandboxStatus. */
 static bool start_reported = false;
 
-static void report_start(int status_fd, SandboxStart start) {
+void sandbox_report_start(int status_fd, SandboxStart start) {
         int32_t v = (int32_t) start;
 
         if (!start_reported)
@@ -129,11 +129,11 @@ static void report_start(int status_fd, SandboxStart start) {
         start_reported = true;
 }
 
-_noreturn_ static void report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step,
+_noreturn_ void sandbox_report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step,
                                        int code) {
         SandboxStatus s = { .kind = kind, .value = value };
 
-        report_start(status_fd, SANDBOX_START_COLD);
+        sandbox_report_start(status_fd, SANDBOX_START_COLD);
         seccomp_report_init(&s.seccomp);
         if (step)
                 snprintf(s.step, sizeof(s.step), "%s", step);
@@ -393,28 +393,50 @@ static int setup_proc(const char *root, SetupError *err) {
         return 0;
 }
 
-static int setup_code(const SandboxExec *e, const char *root, int code_fd, SetupError *err) {
+int sandbox_write_code(int dir_fd, const char *name, int code_fd) {
         _cleanup_close_ int fd = -EBADF;
-        const char *dir = strjoina(root, "/exec");
         struct stat st;
         off_t off = 0;
 
-        if (mkdir(dir, 0755) < 0)
-                return FAIL("mkdir /exec", errno);
         if (fstat(code_fd, &st) < 0)
-                return FAIL("stat code", errno);
-        fd = open(strjoina(dir, e->language == SANDBOX_NODEJS ? "/cell.js" : "/cell.py"),
-                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+                return -errno;
+        fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
         if (fd < 0)
-                return FAIL("create cell", errno);
+                return -errno;
         while (off < st.st_size) {
                 ssize_t k = sendfile(fd, code_fd, &off, (size_t) (st.st_size - off));
                 if (k < 0)
-                        return FAIL("copy cell", errno);
+                        return -errno;
                 if (k == 0)
                         break;
         }
         return 0;
+}
+
+static const char *cell_name(const SandboxExec *e) {
+        return e->language == SANDBOX_NODEJS ? "cell.js" : "cell.py";
+}
+
+/* /exec: the cell's file, there now; or, in a prepared sandbox, a tmpfs of its own, written by
+ * PID 1 (root of the host, the directory root's) once the code comes. */
+static int setup_code(const SandboxExec *e, const char *root, SetupError *err) {
+        _cleanup_close_ int dir_fd = -EBADF;
+        const char *dir = strjoina(root, "/exec");
+        int r;
+
+        if (mkdir(dir, 0755) < 0)
+                return FAIL("mkdir /exec", errno);
+        if (e->prepared_fd >= 0 &&
+            mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, ROOT_TMPFS_OPTIONS) < 0)
+                return FAIL("mount /exec", errno);
+        /* A kernel's cells never become files: it reads each from the fd PID 1 hands it. */
+        if (e->code_fd < 0 || e->kernel)
+                return 0;
+        dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dir_fd < 0)
+                return FAIL("open /exec", errno);
+        r = sandbox_write_code(dir_fd, cell_name(e), e->code_fd);
+        return r < 0 ? FAIL("copy cell", r) : 0;
 }
 
 static int loopback_up(SetupError *err) {
@@ -499,11 +521,7 @@ static int setup_root(const SandboxExec *e, SetupError *err) {
         r = setup_proc(root, err);
         if (r < 0)
                 return r;
-        /* A kernel's cells never become files: it reads each from the fd PID 1 hands it. */
-        if (e->code_fd >= 0 && !e->kernel)
-                r = setup_code(e, root, e->code_fd, err);
-        else
-                r = mkdir(strjoina(root, "/exec"), 0755) < 0 ? FAIL("mkdir /exec", errno) : 0;
+        r = setup_code(e, root, err);
         if (r < 0)
                 return r;
 
@@ -584,8 +602,11 @@ int sandbox_map_ids(pid_t payload, uid_t uid, gid_t gid) {
         return sandbox_map_ids_as(payload, SANDBOX_UID, SANDBOX_GID, uid, gid);
 }
 
+uint64_t sandbox_cpu_limit_sec(uint64_t timeout_ms, uint64_t cpus_percent) {
+        return (timeout_ms / 1000 + 5) * MAX(cpus_percent, 100ULL) / 100 + 5;
+}
+
 static int set_rlimits(const SandboxExec *e) {
-        uint64_t cpu = e->timeout_ms / 1000 + 5;
         struct {
                 int resource;
                 rlim_t value;
@@ -604,8 +625,8 @@ static int set_rlimits(const SandboxExec *e) {
                 /* Backstop only: CPU seconds across all threads, above the wall-clock timeout. A
                  * kernel lives for many cells, each bounded by its timeout, and uses none while
                  * stopped between them. */
-                { RLIMIT_CPU,
-                  e->kernel ? RLIM_INFINITY : (rlim_t) (cpu * MAX(e->cpus_percent, 100ULL) / 100 + 5) },
+                { RLIMIT_CPU, e->kernel ? RLIM_INFINITY
+                                        : (rlim_t) sandbox_cpu_limit_sec(e->timeout_ms, e->cpus_percent) },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(limits); i++) {
@@ -782,22 +803,14 @@ static void set_oom_first(void) {
         }
 }
 
-/* Loads the payload's filter: 'prog' (read off e->filter_fd) when set, else e->seccomp. Returns
- * its listener, which PID 1 answers the refused calls through, or a negative errno. */
-static int load_filter(const SandboxExec *e, const struct sock_fprog *prog) {
-        int r;
+/* Loads the payload's filter, 'prog' (read off e->filter_fd, compiled by the manager). Returns its
+ * listener, which PID 1 answers the refused calls through, or a negative errno. */
+static int load_filter(const struct sock_fprog *prog) {
+        /* The flags libseccomp's seccomp_load() uses for our filter: a listener for the notifying
+         * default action (no_new_privs is already set). */
+        long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, prog);
 
-        if (e->filter_fd >= 0) {
-                /* The flags libseccomp's seccomp_load() uses for our filter: a listener for the
-                 * notifying default action (no_new_privs is already set). */
-                long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                                  prog);
-                return fd < 0 ? -errno : (int) fd;
-        }
-        r = seccomp_load(e->seccomp);
-        if (r < 0)
-                return r;
-        return seccomp_notify_fd(e->seccomp);
+        return fd < 0 ? -errno : (int) fd;
 }
 
 int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_template, char **envp,
@@ -878,12 +891,11 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         if (from_template && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
                 return -errno;
 
+        /* Never without it. */
         *ret_step = "read filter";
-        if (e->filter_fd >= 0) {
-                r = read_filter_bpf(e->filter_fd, insns, ELEMENTSOF(insns), &prog);
-                if (r < 0)
-                        return r;
-        }
+        r = read_filter_bpf(e->filter_fd, insns, ELEMENTSOF(insns), &prog);
+        if (r < 0)
+                return r;
 
         /* Nothing but stdio and the socket to PID 1 (the template's own fds among the rest). */
         *ret_step = "close fds";
@@ -893,12 +905,14 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         /* Last: from here on only the interpreter's own calls are filtered. PID 1 answers the
          * calls the filter refuses, through the listener we hand it. */
         *ret_step = "seccomp";
-        listener = load_filter(e, &prog);
+        listener = load_filter(&prog);
         if (listener < 0)
                 return listener;
         r = fd_send_one(SANDBOX_SYNC_FD, listener);
         (void) close(listener);
-        (void) close(SANDBOX_SYNC_FD);
+        /* A prepared payload waits on it for its release (sandbox-prepared.c). */
+        if (!e->prepared)
+                (void) close(SANDBOX_SYNC_FD);
         return r;
 }
 
@@ -930,7 +944,7 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
 /* PID 1 after the payload started: map its ids (the payload sends its PID in our namespace) and
  * take its seccomp listener. Returns the listener, -EBADF when the payload sent nothing (it
  * failed before its filter and reports why), or another negative errno. */
-static int payload_attach(const SandboxExec *e, pid_t payload, int sync_fd) {
+int sandbox_payload_attach(const SandboxExec *e, pid_t payload, int sync_fd) {
         int32_t pid;
         ssize_t k;
         int ack, fd;
@@ -1005,20 +1019,24 @@ static bool reap_payload(pid_t payload, SandboxStatus *st) {
         }
 }
 
-/* PID 1 after the payload started: payload_attach(), then answer refused calls and reap
- * children until the payload is gone. 'payload' is our child (cold), or 0: a child
- * of the template, whose PID comes over sync_fd and whose wait status its parent (outside our
- * namespaces) writes to 'payload_status_fd'. */
-static int supervise_payload(const SandboxExec *e, pid_t payload, int sync_fd, int signal_fd,
-                             int payload_status_fd, SandboxStatus *st, TemplateStatus *ret_template) {
+/* PID 1 after the payload started: sandbox_payload_attach() (unless a prepared sandbox did), then
+ * answer refused calls and reap children until the payload is gone. 'payload' is our child
+ * (cold), or 0: a child of the template, whose PID comes over init->sync[0] and whose wait status
+ * its parent (outside our namespaces) writes to 'payload_status_fd'. */
+static int supervise_payload(const SandboxExec *e, pid_t payload, SandboxInit *init, int payload_status_fd,
+                             SandboxStatus *st, TemplateStatus *ret_template) {
         /* Only the cold dify payload's own execve() of the interpreter goes through; a child of the
          * template never executes anything. */
         SeccompSupervisor sup = { .first_exec_pid = e->no_processes && payload > 0 ? payload : 0 };
         _cleanup_close_ int listener = -EBADF;
+        int signal_fd = init->signal_fd;
         bool ending = false;
         int r;
 
-        r = payload_attach(e, payload, sync_fd);
+        if (init->attached)
+                r = TAKE_FD(init->listener);
+        else
+                r = sandbox_payload_attach(e, payload, init->sync[0]);
         if (r < 0 && r != -EBADF)
                 return r;
         listener = r;
@@ -1099,6 +1117,7 @@ static int start_from_template(const SandboxExec *e, int sync_fd, int *ret_statu
                 .version = TEMPLATE_PROTOCOL_VERSION,
                 .profile = e->no_processes ? TEMPLATE_PROFILE_DIFY : TEMPLATE_PROFILE_SIDECAR,
                 .n_cgroups = (uint32_t) e->n_cgroup_fds,
+                .flags = e->prepared_fd >= 0 ? TEMPLATE_REQUEST_PREPARED : 0,
                 .timeout_ms = e->timeout_ms,
                 .fsize_limit = e->fsize_limit,
                 .cpus_percent = e->cpus_percent,
@@ -1233,8 +1252,7 @@ int sandbox_supervise_payload(const SandboxExec *e, SandboxInit *init, pid_t pay
 
         if (proc_io_read_wchar(init->io_fd, &wchar_before) < 0)
                 init->io_fd = safe_close(init->io_fd);
-        r = supervise_payload(e, payload, init->sync[0], init->signal_fd, payload_status_fd, st,
-                              &template_status);
+        r = supervise_payload(e, payload, init, payload_status_fd, st, &template_status);
         if (r < 0)
                 return r;
 
@@ -1257,19 +1275,20 @@ _noreturn_ static void run_kernel(const SandboxExec *e, SandboxInit *init) {
         pid_t pid;
 
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ksock) < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
         /* Above every fd the payload dup2()s onto 0-4. */
         {
                 int fd = fcntl(ksock[1], F_DUPFD_CLOEXEC, 16);
                 if (fd < 0)
-                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                        sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
                                         "dup kernel socket", 125);
                 safe_close(ksock[1]);
                 ksock[1] = fd;
         }
         pid = fork();
         if (pid < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork kernel", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork kernel",
+                                        125);
         if (pid == 0) {
                 SandboxExec pe = *e;
 
@@ -1283,12 +1302,14 @@ _noreturn_ static void run_kernel(const SandboxExec *e, SandboxInit *init) {
          * with everything of the namespace. */
         r = pidref_set_child(&kernel, pid);
         if (r < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "pidfd of the kernel", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "pidfd of the kernel",
+                                        125);
         safe_close(ksock[1]);
         safe_close(init->sync[1]);
-        listener = payload_attach(e, pid, init->sync[0]);
+        listener = sandbox_payload_attach(e, pid, init->sync[0]);
         if (listener < 0 && listener != -EBADF)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -listener, "user namespace", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -listener,
+                                        "user namespace", 125);
         safe_close(init->sync[0]);
         if (proc_io_read_wchar(init->io_fd, &(uint64_t) { 0 }) < 0)
                 init->io_fd = safe_close(init->io_fd);
@@ -1311,7 +1332,8 @@ static int start_payload_template(const SandboxExec *e, SandboxInit *init, Sandb
                 safe_close(init->sync[0]);
                 safe_close(init->sync[1]);
                 if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, init->sync) < 0)
-                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+                        sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                                                "socketpair", 125);
         }
         for (size_t i = 0; i < e->n_cgroup_fds; i++)
                 safe_close(e->cgroup_fds[i]);
@@ -1323,7 +1345,8 @@ static pid_t start_payload_cold(const SandboxExec *e, SandboxInit *init) {
         pid_t payload = fork();
 
         if (payload < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "fork payload",
+                                        125);
         if (payload == 0) {
                 safe_close(init->sync[0]);
                 payload_exec(e, init->sync[1]);
@@ -1347,10 +1370,11 @@ int sandbox_init_signals(void) {
 /* PID 1 starts with a copy of every fd of the runner (the control connection among them): it
  * keeps only the exec's. */
 static int keep_exec_fds(const SandboxExec *e) {
-        int keep[9 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
-                                               e->network_ready_fd, e->template_fd, e->filter_fd,
-                                               e->kernel ? e->kernel_fd : -EBADF, e->netns_fd };
-        size_t n = 9;
+        int keep[10 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+                                                e->network_ready_fd, e->template_fd, e->filter_fd,
+                                                e->kernel ? e->kernel_fd : -EBADF, e->netns_fd,
+                                                e->prepared_fd };
+        size_t n = 10;
 
         for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX);
              i++)
@@ -1369,7 +1393,7 @@ static void wait_for_network(const SandboxExec *e) {
                 k = read(e->network_ready_fd, &c, 1);
         while (k < 0 && errno == EINTR);
         if (k != 1 || c != '1')
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, k < 0 ? errno : ENETDOWN,
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, k < 0 ? errno : ENETDOWN,
                                 "network (slirp4netns)", 125);
         safe_close(e->network_ready_fd);
 }
@@ -1389,12 +1413,12 @@ static void init_prologue(const SandboxExec *e, SandboxInit *ret) {
 
         r = keep_exec_fds(e);
         if (r < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
         /* With a network, the namespace slirp4netns serves (owned by its user namespace), before
          * anything is set up in it (lo). */
         if (e->netns_fd >= 0) {
                 if (setns(e->netns_fd, CLONE_NEWNET) < 0)
-                        report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                        sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
                                         "join network namespace", 125);
                 safe_close(e->netns_fd);
         }
@@ -1405,19 +1429,30 @@ static void init_prologue(const SandboxExec *e, SandboxInit *ret) {
         ret->last_pid_fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
         r = setup_root(e, &err);
         if (r < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, err.error, err.step, 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, err.error, err.step, 125);
+        ret->exec_dir_fd = -EBADF;
+        ret->listener = -EBADF;
+        if (e->prepared_fd >= 0) {
+                /* Opened before anything of the sandbox runs; only root can write in it. */
+                ret->exec_dir_fd = open("/exec", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (ret->exec_dir_fd < 0)
+                        sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                                                "open /exec", 125);
+        }
 
         ret->signal_fd = sandbox_init_signals();
         if (ret->signal_fd < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -ret->signal_fd, "signalfd", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -ret->signal_fd,
+                                        "signalfd", 125);
         wait_for_network(e);
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ret->sync) < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno, "socketpair", 125);
 }
 
-_noreturn_ void sandbox_run_init(const SandboxExec *e) {
+_noreturn_ void sandbox_run_init(const SandboxExec *exec) {
         SandboxStatus st = { .kind = SANDBOX_STATUS_EXITED };
         int payload_status_fd = -EBADF, r;
+        SandboxExec x = *exec, *e = &x;
         SandboxInit init = {};
         pid_t payload = 0;
 
@@ -1427,13 +1462,17 @@ _noreturn_ void sandbox_run_init(const SandboxExec *e) {
                 run_kernel(e, &init);
         if (e->template_fd >= 0)
                 payload_status_fd = start_payload_template(e, &init, &st);
-        report_start(e->status_fd, st.start);
+        if (e->prepared_fd >= 0)
+                /* Until the exec comes; then its code is in /exec and e has its timeout. */
+                sandbox_prepared_wait(e, &init, payload_status_fd, &st);
+        sandbox_report_start(e->status_fd, st.start);
         if (st.start != SANDBOX_START_TEMPLATE)
                 payload = start_payload_cold(e, &init);
 
         r = sandbox_supervise_payload(e, &init, payload, payload_status_fd, &st);
         if (r < 0)
-                report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "user namespace", 125);
+                sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "user namespace",
+                                        125);
         _exit(0);
 }
 

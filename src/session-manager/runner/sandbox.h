@@ -67,6 +67,9 @@ typedef enum SandboxStatusKind {
         SANDBOX_STATUS_SETUP_FAILED = 1, /* value: errno; step names what failed */
         SANDBOX_STATUS_KERNEL_LOST = 2,  /* a stateful cell that never ran: its kernel had died
                                           * while stopped (PID 1 exits); the runner starts a new one */
+        SANDBOX_STATUS_PREPARED_LOST = 3, /* a prepared sandbox's payload died before the code came
+                                           * (value: its wait status): nothing of the exec ran, the
+                                           * runner starts it in a new sandbox */
 } SandboxStatusKind;
 
 /* After the runner's SIGTERM (the exec's timeout, a cancel) PID 1 kills every process of the
@@ -127,21 +130,35 @@ typedef struct SandboxExec {
                                           * (setns) instead of a new one; -EBADF without */
         /* The template (template-protocol.h): a connection to the fork server whose child becomes
          * this sandbox's payload, or -EBADF (a cold start). With it, the session's cgroup (v2
-         * directory) and the filter as BPF (a memfd of seccomp_export_bpf()); PID 1 falls back to
-         * a cold start when the template does not answer. */
+         * directory); PID 1 falls back to a cold start when the template does not answer. */
         int template_fd;
         const int *cgroup_fds;           /* n_cgroup_fds directories */
         size_t n_cgroup_fds;
+        /* The profile's seccomp filter as BPF (a sealed memfd, seccomp_filter_set_split()): every
+         * payload loads it, from the template or cold. */
         int filter_fd;
         struct stat site;                /* the operator's site directory as the runner sees it */
-        scmp_filter_ctx seccomp;
         /* A stateful session's sandbox: PID 1 stays for many cells and runs them in one
          * interpreter (sandbox-kernel.c). code_fd, stdout_fd, stderr_fd and status_fd are the
          * first cell's; the next ones come over kernel_fd (PID 1's end of the runner's socket). */
         bool kernel;
         int kernel_fd;
         int kernel_payload_fd;           /* inside: the payload's end of PID 1's socket to it */
+        /* A prepared sandbox (sandbox-prepared.c): built, and its payload made, before the exec
+         * exists; PID 1's end of the runner's socket over which the exec's SandboxGo and code come
+         * (code_fd is -EBADF until then), or -EBADF. In the payload: keep SANDBOX_SYNC_FD, over
+         * which PID 1 releases it (TemplateGo) once the code is in place. */
+        int prepared_fd;
+        bool prepared;
 } SandboxExec;
+
+/* The runner hands a prepared sandbox its exec: this, with the code's fd (SCM_RIGHTS). */
+#define SANDBOX_GO_MAGIC 0x53424f47u /* "SBGO" */
+typedef struct SandboxGo {
+        uint32_t magic;
+        uint32_t reserved;
+        uint64_t timeout_ms;
+} SandboxGo;
 
 /* How the payload started, in SandboxStatus.start. */
 typedef enum SandboxStart {
@@ -202,6 +219,9 @@ typedef struct SandboxInit {
         int signal_fd;
         int io_fd;
         int last_pid_fd;
+        int exec_dir_fd;                 /* a prepared sandbox's /exec, where the code goes */
+        bool attached;                   /* a prepared sandbox's payload: mapped, listener taken */
+        int listener;                    /* then its seccomp listener (or -EBADF) */
 } SandboxInit;
 
 /* Blocks SIGCHLD and SIGTERM and returns a signalfd (non-blocking) for them, or a negative errno. */
@@ -231,6 +251,29 @@ int sandbox_supervise_payload(const SandboxExec *e, SandboxInit *init, pid_t pay
  * its seccomp listener (or -EBADF): runs the first cell and every one the runner sends. */
 _noreturn_ void sandbox_kernel_run(const SandboxExec *e, const PidRef *kernel, int ksock, int listener,
                                    int signal_fd, int io_fd, int last_pid_fd);
+
+/* PID 1's reports on e->status_fd: how the payload started (once, as soon as that is decided), and
+ * a failure (with its step) before the payload ran, after which it exits with 'code'. */
+void sandbox_report_start(int status_fd, SandboxStart start);
+_noreturn_ void sandbox_report_and_exit(int status_fd, SandboxStatusKind kind, int value, const char *step,
+                                        int code);
+
+/* PID 1: the payload's user namespace mapped and its seccomp listener taken (payload_attach). */
+int sandbox_payload_attach(const SandboxExec *e, pid_t payload, int sync_fd);
+
+/* Writes the code of 'code_fd' as the cell file 'name' into the directory 'dir_fd'. */
+int sandbox_write_code(int dir_fd, const char *name, int code_fd);
+
+/* The RLIMIT_CPU of an exec with this timeout (a backstop above it). */
+uint64_t sandbox_cpu_limit_sec(uint64_t timeout_ms, uint64_t cpus_percent);
+
+/* sandbox-prepared.c: PID 1 of a prepared sandbox, once its payload exists (a child of the
+ * template waiting for its release, payload_status_fd its parent's report; or none yet,
+ * -EBADF: a cold one starts after the code came). Waits for the runner's SandboxGo and code on
+ * e->prepared_fd, puts the code in /exec, sets e->code_fd and e->timeout_ms, and releases the
+ * payload. Exits when the runner gives the sandbox up (closes its socket, SIGTERM) and reports
+ * SANDBOX_STATUS_PREPARED_LOST when the payload died waiting. */
+void sandbox_prepared_wait(SandboxExec *e, SandboxInit *init, int payload_status_fd, SandboxStatus *st);
 
 /* Runs in the child created with SANDBOX_CLONE_FLAGS; never returns. */
 _noreturn_ void sandbox_run_init(const SandboxExec *e);

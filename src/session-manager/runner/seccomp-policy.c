@@ -14,6 +14,8 @@
  * of those calls with EPERM (ProtectClock=, ProtectKernelModules=, ...), and an errno outranks a
  * user notification, but not a kill. */
 #include <errno.h>
+#include <assert.h>
+#include <linux/filter.h>
 #include <linux/mempolicy.h>
 #include <linux/seccomp.h>
 #include <sched.h>
@@ -24,7 +26,9 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "io-util.h"
 #include "json-util.h"
 #include "seccomp-policy.h"
 
@@ -415,4 +419,93 @@ char *seccomp_report_format(const SeccompReport *report) {
         if (fclose(f) != 0)
                 return NULL;
         return TAKE_PTR(text);
+}
+
+/* One profile's program, exported into 'set_fd' at its end; its length in instructions. */
+static int filter_set_append(SeccompProfile profile, int set_fd, uint32_t *ret_n) {
+        _cleanup_(seccomp_releasep) scmp_filter_ctx ctx = NULL;
+        off_t before, after;
+        int r;
+
+        r = seccomp_policy_build(&(SeccompOptions) { .allow_inet = profile == SECCOMP_PROFILE_SIDECAR_INET ||
+                                                                    profile == SECCOMP_PROFILE_DIFY_INET,
+                                                     .no_processes = profile >= SECCOMP_PROFILE_DIFY },
+                                 &ctx);
+        if (r < 0)
+                return r;
+        before = lseek(set_fd, 0, SEEK_END);
+        if (before < 0)
+                return -errno;
+        r = seccomp_export_bpf(ctx, set_fd);
+        if (r < 0)
+                return r;
+        after = lseek(set_fd, 0, SEEK_END);
+        if (after < 0)
+                return -errno;
+        if ((after - before) % (off_t) sizeof(struct sock_filter) != 0 || after == before ||
+            (after - before) / (off_t) sizeof(struct sock_filter) > BPF_MAXINSNS)
+                return -EBADMSG;
+        *ret_n = (uint32_t) ((after - before) / (off_t) sizeof(struct sock_filter));
+        return 0;
+}
+
+int seccomp_filter_set_new(int *ret_fd) {
+        SeccompFilterSetHeader h = { .magic = SECCOMP_FILTER_SET_MAGIC, .n_programs = _SECCOMP_PROFILE_MAX };
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        fd = memfd_new_empty("seccomp-filter-set");
+        if (fd < 0)
+                return fd;
+        if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t) sizeof(h))
+                return -errno;
+        for (SeccompProfile p = 0; p < _SECCOMP_PROFILE_MAX; p++) {
+                r = filter_set_append(p, fd, &h.n_insns[p]);
+                if (r < 0)
+                        return r;
+        }
+        if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t) sizeof(h))
+                return -errno;
+        r = memfd_seal(fd);
+        if (r < 0)
+                return r;
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int seccomp_filter_set_split(int set_fd, int ret_fds[_SECCOMP_PROFILE_MAX]) {
+        int fds[_SECCOMP_PROFILE_MAX] = { -EBADF, -EBADF, -EBADF, -EBADF };
+        struct sock_filter insns[BPF_MAXINSNS];
+        SeccompFilterSetHeader h;
+        struct stat st;
+        off_t off = sizeof(h);
+        int r = 0;
+
+        static_assert(_SECCOMP_PROFILE_MAX == 4, "one -EBADF per profile above");
+        if (fstat(set_fd, &st) < 0)
+                return -errno;
+        if (pread(set_fd, &h, sizeof(h), 0) != (ssize_t) sizeof(h) || h.magic != SECCOMP_FILTER_SET_MAGIC ||
+            h.n_programs != _SECCOMP_PROFILE_MAX)
+                return -EBADMSG;
+        for (size_t i = 0; i < _SECCOMP_PROFILE_MAX && r >= 0; i++) {
+                size_t size = (size_t) h.n_insns[i] * sizeof(struct sock_filter);
+
+                if (h.n_insns[i] == 0 || h.n_insns[i] > BPF_MAXINSNS || off + (off_t) size > st.st_size ||
+                    pread(set_fd, insns, size, off) != (ssize_t) size) {
+                        r = -EBADMSG;
+                        break;
+                }
+                off += (off_t) size;
+                fds[i] = memfd_new_data("seccomp-bpf", insns, size);
+                r = MIN(fds[i], 0);
+        }
+        if (r >= 0 && off != st.st_size)
+                r = -EBADMSG;
+        if (r < 0) {
+                for (size_t i = 0; i < _SECCOMP_PROFILE_MAX; i++)
+                        safe_close(fds[i]);
+                return r;
+        }
+        memcpy(ret_fds, fds, sizeof(fds));
+        return 0;
 }

@@ -46,6 +46,33 @@ typedef struct SeccompReport {
  * seccomp_load(), seccomp_notify_fd() returns the listener). Does not load it. */
 int seccomp_policy_build(const SeccompOptions *options, scmp_filter_ctx *ret);
 
+/* The sandbox profiles, each a filter of its own: compiled once by the session manager
+ * (seccomp_filter_set_new()) into one sealed memfd, which every runner gets with its init and
+ * splits (seccomp_filter_set_split()) into one sealed memfd of BPF per profile; each sandbox's
+ * payload loads its profile's program as it is (no libseccomp at exec time). */
+typedef enum SeccompProfile {
+        SECCOMP_PROFILE_SIDECAR,        /* a session's execs */
+        SECCOMP_PROFILE_SIDECAR_INET,   /* … with a network */
+        SECCOMP_PROFILE_DIFY,           /* no_processes */
+        SECCOMP_PROFILE_DIFY_INET,
+        _SECCOMP_PROFILE_MAX,
+} SeccompProfile;
+
+static inline SeccompProfile seccomp_profile_of(bool allow_inet, bool no_processes) {
+        return (no_processes ? SECCOMP_PROFILE_DIFY : SECCOMP_PROFILE_SIDECAR) + (allow_inet ? 1 : 0);
+}
+
+#define SECCOMP_FILTER_SET_MAGIC 0x53425346u /* "SBSF" */
+typedef struct SeccompFilterSetHeader {
+        uint32_t magic;
+        uint32_t n_programs;                    /* _SECCOMP_PROFILE_MAX */
+        uint32_t n_insns[_SECCOMP_PROFILE_MAX]; /* then the programs, in profile order */
+} SeccompFilterSetHeader;
+
+int seccomp_filter_set_new(int *ret_fd);
+/* One sealed memfd per profile out of the set 'set_fd' (checked: sizes, bounds); all or none. */
+int seccomp_filter_set_split(int set_fd, int ret_fds[_SECCOMP_PROFILE_MAX]);
+
 /* The archive helper's filter: an allow-list of file, memory and exit calls; anything else
  * fails with EPERM (the kill list kills). Does not load it. */
 int seccomp_policy_build_archive(scmp_filter_ctx *ret);

@@ -10,7 +10,7 @@
 #define TEMPLATE_SOCKET_DIR "/run/scopebox-template"
 #define TEMPLATE_SOCKET_PATH TEMPLATE_SOCKET_DIR "/python.sock"
 #define TEMPLATE_MAGIC 0x53425450u /* "SBTP" */
-#define TEMPLATE_PROTOCOL_VERSION 2u
+#define TEMPLATE_PROTOCOL_VERSION 3u
 /* The extra environment of an exec (proxies): NUL-terminated "NAME=value" strings. */
 #define TEMPLATE_ENV_MAX 4096
 /* How long PID 1 waits for the answer before it starts the payload cold. */
@@ -47,7 +47,7 @@ typedef struct TemplateRequest {
         uint32_t profile;
         uint32_t env_size;     /* bytes of env[] used */
         uint32_t n_cgroups;    /* cgroup directory fds after the fixed ones */
-        uint32_t reserved;
+        uint32_t flags;        /* TEMPLATE_REQUEST_* */
         uint64_t timeout_ms;
         uint64_t fsize_limit;
         uint64_t cpus_percent;
@@ -59,6 +59,17 @@ typedef struct TemplateRequest {
         uint32_t site_uid;
         char env[TEMPLATE_ENV_MAX];
 } TemplateRequest;
+
+/* A prepared sandbox's payload (sandbox-prepared.c): it keeps its socket to PID 1 and waits on it,
+ * once pristine (its environment set, its random state reseeded: nothing of the session seen),
+ * for a TemplateGo; then the code is in /exec. */
+#define TEMPLATE_REQUEST_PREPARED (1u << 0)
+
+typedef struct TemplateGo {
+        uint32_t magic;        /* TEMPLATE_MAGIC */
+        uint32_t reserved;
+        uint64_t cpu_limit_sec; /* the exec's RLIMIT_CPU (lowered to it) */
+} TemplateGo;
 
 typedef struct TemplateReply {
         int32_t error;         /* 0, or a positive errno */

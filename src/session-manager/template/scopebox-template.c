@@ -156,6 +156,7 @@ static int template_run(const Config *config) {
                 .network_ready_fd = -EBADF,
                 .template_fd = -EBADF,
                 .filter_fd = -EBADF,
+                .prepared_fd = -EBADF,
                 .cpus_percent = 100,   /* OPENBLAS_NUM_THREADS=1: no threads in the template */
         };
         r = sandbox_build_root(&e, &step);

@@ -100,6 +100,7 @@ static void children_forget(void) {
 
 typedef struct Served {
         int profile;
+        bool prepared;
         char *env[40];
         char env_buf[192];
         char extra[TEMPLATE_ENV_MAX];
@@ -136,7 +137,7 @@ static bool request_is_valid(const TemplateRequest *req, ssize_t size) {
 
         if (size < (ssize_t) offsetof(TemplateRequest, env) || req->magic != TEMPLATE_MAGIC ||
             req->version != TEMPLATE_PROTOCOL_VERSION || req->profile >= _TEMPLATE_PROFILE_MAX ||
-            req->env_size > TEMPLATE_ENV_MAX ||
+            req->env_size > TEMPLATE_ENV_MAX || (req->flags & ~TEMPLATE_REQUEST_PREPARED) != 0 ||
             (size_t) size != offsetof(TemplateRequest, env) + req->env_size || req->timeout_ms == 0 ||
             req->cpus_percent == 0 || req->n_cgroups == 0 || req->n_cgroups > TEMPLATE_CGROUPS_MAX)
                 return false;
@@ -182,8 +183,11 @@ static void become_payload(const TemplateRequest *req, const int *fds, Served *o
                 .network_ready_fd = -EBADF,
                 .template_fd = -EBADF,
                 .filter_fd = fds[TEMPLATE_FD_FILTER],
+                .prepared_fd = -EBADF,
+                .prepared = req->flags & TEMPLATE_REQUEST_PREPARED,
         };
         out->profile = (int) req->profile;
+        out->prepared = e.prepared;
         r = sandbox_payload_specialize(&e, fds[TEMPLATE_FD_SYNC], true, out->env, ELEMENTSOF(out->env),
                                        out->env_buf, sizeof(out->env_buf), &step);
         if (r < 0) {
@@ -385,7 +389,7 @@ static PyObject *payload_result(const Served *s) {
                 }
                 Py_DECREF(b);
         }
-        t = Py_BuildValue("(iN)", s->profile, env);
+        t = Py_BuildValue("(iNO)", s->profile, env, s->prepared ? Py_True : Py_False);
         return t;
 }
 
@@ -557,8 +561,35 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         }
 }
 
+/* wait_for_code(): in a prepared payload (TEMPLATE_REQUEST_PREPARED), pristine, until PID 1 has put
+ * the exec's code in /exec and releases it (a TemplateGo on SANDBOX_SYNC_FD): the exec's
+ * RLIMIT_CPU is set (a lowering, which needs no privilege) and the socket closed. When PID 1 gives
+ * the sandbox up instead, it ends here, having run nothing. */
+static PyObject *wait_for_code(PyObject *self, PyObject *args) {
+        TemplateGo go = {};
+        struct rlimit rl;
+        ssize_t k;
+
+        Py_BEGIN_ALLOW_THREADS
+        do
+                k = recv(SANDBOX_SYNC_FD, &go, sizeof(go), 0);
+        while (k < 0 && errno == EINTR);
+        Py_END_ALLOW_THREADS
+        if (k != (ssize_t) sizeof(go) || go.magic != TEMPLATE_MAGIC || go.cpu_limit_sec == 0)
+                _exit(0);
+        (void) close(SANDBOX_SYNC_FD);
+        if (getrlimit(RLIMIT_CPU, &rl) >= 0 &&
+            (rl.rlim_max == RLIM_INFINITY || go.cpu_limit_sec < rl.rlim_max)) {
+                rl.rlim_cur = rl.rlim_max = (rlim_t) go.cpu_limit_sec;
+                if (setrlimit(RLIMIT_CPU, &rl) < 0)
+                        _exit(127);
+        }
+        Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
         { "serve", serve, METH_VARARGS, "Run the fork server; returns in each payload." },
+        { "wait_for_code", wait_for_code, METH_NOARGS, "In a prepared payload: wait for the exec's code." },
         {},
 };
 

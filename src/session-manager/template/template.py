@@ -70,7 +70,7 @@ def _join_session_paths(cell_dir):
     sys.path[where:where] = added
 
 
-def _run_cell(profile, env):
+def _run_cell(profile, env, prepared):
     # Everything below the emptying of __main__ must be a local: this module's globals are
     # that dict.
     _sys, _os, cell = sys, os, "/exec/cell.py"
@@ -94,7 +94,13 @@ def _run_cell(profile, env):
         if _os.environ.get(name) != value:
             _os.environ[name] = value
     _reseed()
+    wait_for_code = _sys.modules["_scopebox_template"].wait_for_code
     del _sys.modules["_scopebox_template"]
+    if prepared:
+        # A prepared sandbox: pristine until here, nothing of the session seen. PID 1 releases
+        # us once the exec's code is in /exec.
+        wait_for_code()
+    del wait_for_code
 
     with open(cell, "rb") as f:
         source = f.read()

@@ -196,16 +196,22 @@ import ctypes, errno, json, os
 CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
 def status(p):
     return dict(l.rstrip('\n').split(':\t', 1) for l in open('/proc/%d/status' % p) if ':\t' in l)
-slirps, payload_uids = [], set()
+def scope(p):
+    return next((l.split('/')[-1] for l in open('/proc/%d/cgroup' % p).read().split('\n')
+                 if 'scopebox-runner-' in l), None)
+slirps, sandboxed = [], []
 for p in scope_pids('*'):
     try:
         st = status(p)
+        if st['Name'] == 'slirp4netns':
+            slirps.append(p)
+        elif st['Uid'].split()[0] != '0':
+            sandboxed.append((scope(p), int(st['Uid'].split()[0])))
     except OSError:
         continue
-    if st['Name'] == 'slirp4netns':
-        slirps.append(p)
-    elif st['Uid'].split()[0] != '0':
-        payload_uids.add(int(st['Uid'].split()[0]))
+# The payload of the run's own scope (a sidecar session's prepared sandbox has another uid).
+run_scope = scope(slirps[0]) if len(slirps) == 1 else None
+payload_uids = {uid for sc, uid in sandboxed if sc == run_scope}
 out = {'slirps': len(slirps), 'payload_uids': sorted(payload_uids)}
 if len(slirps) == 1:
     p = slirps[0]

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from secsuite import canary, leaked, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import REPO, create_session, delete_session, in_system, request, run, session  # noqa: F401
+from conftest import REPO, create_session, delete_session, in_system, request, run, session, session_info  # noqa: F401
 
 OUTSIDE = {"detail": "path must be under /workspace"}
 RESOLVES_OUTSIDE = {"detail": "path resolves outside /workspace"}
@@ -357,10 +357,11 @@ def test_special_files_give_a_prompt_clear_error(session):
 # A file swapped for a link while the API reads it.
 
 def runner_pid(sid):
-    r = in_system("pgrep", "-f", f"scopebox-runner --session-id={sid}")
-    pids = r.stdout.split()
-    assert len(pids) == 1, (r.stdout, r.stderr)
-    return pids[0]
+    # The manager's record: the runner itself, not a sandbox's PID 1 (a clone of it, with its
+    # command line).
+    pid = session_info(sid).get("runner_pid")
+    assert pid, session_info(sid)
+    return str(pid)
 
 
 SWAPPER = r"""
