@@ -125,6 +125,19 @@ def test_a_sandbox_that_died_waiting_is_replaced():
         in_system("kill", "-KILL", str(payload["pid"]), check=True)
         res = run(sid, "print('ran')")
         assert res["exit_code"] == 0 and res["stdout"] == "ran\n", res
+        # The same with the exec sent while PID 1 is still taking the loss in (the exec meets
+        # the sandbox before or after its end), and with a timeout that still holds after it.
+        for _ in range(5):
+            procs = wait_until(lambda: waiting(sid), 10, "a prepared sandbox")
+            payload = next(p for p in procs if p["comm"] == "python3")
+            killer = in_system("kill", "-KILL", str(payload["pid"]), check=True)
+            assert killer.returncode == 0
+            res = run(sid, "print('ran')")
+            assert res["exit_code"] == 0 and res["stdout"] == "ran\n", res
+        procs = wait_until(lambda: waiting(sid), 10, "a prepared sandbox")
+        in_system("kill", "-KILL", next(str(p["pid"]) for p in procs if p["comm"] == "python3"), check=True)
+        res = run(sid, "import time\ntime.sleep(30)", timeout_ms=1500)
+        assert res["exit_code"] == 124 and "exceeded 1.500s" in res["stderr"], res
     finally:
         delete_session(sid)
 

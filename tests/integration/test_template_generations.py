@@ -86,8 +86,11 @@ def test_a_generation_shares_its_secrets_and_ends_after_max_children():
                 starts.append(start)
                 time.sleep(0.2)
             from_first = 3 + starts.count("template")
-            # Execs after the last child that find the old template exiting start cold.
-            assert from_first == MAX_CHILDREN, (starts, from_first)
+            # Execs after the last child that find the old template exiting start cold. The
+            # sessions' prepared sandboxes are children too, forked before their exec: those the
+            # template's end finds waiting are dropped, so fewer execs than children ran from it.
+            assert 3 <= from_first <= MAX_CHILDREN, (starts, from_first)
+            assert starts[-1] == "cold", starts
             assert template_restarts() > restarts
             journal = in_system("journalctl", "-o", "cat", "-u", TEMPLATE_UNIT, "-n", "60").stdout
             assert f"max children reached after {MAX_CHILDREN} children" in journal, journal

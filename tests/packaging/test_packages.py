@@ -33,6 +33,7 @@ SHIPPED = [
     "/usr/libexec/scopebox/scopebox-gateway",
     "/usr/libexec/scopebox/scopebox-session-manager",
     "/usr/libexec/scopebox/scopebox-runner",
+    "/usr/libexec/scopebox/scopebox-template-waiter",
     "/usr/libexec/scopebox/scopebox-storage-agent",
     "/usr/bin/scopeboxctl",
     "/lib/systemd/system/scopebox-gateway.socket",

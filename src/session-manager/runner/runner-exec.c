@@ -167,12 +167,22 @@ static RunnerExecUsage exec_usage(const RunnerExec *e, const SandboxUsage *u) {
 
 static int runner_exec_watch(RunnerExec *e);
 static int runner_exec_retry_prepared(RunnerExec *e);
+static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata);
 
 /* The exec goes on in a new sandbox 'sp' (its PID 1 and pipes): what the old one produced is
  * dropped. */
 static int runner_exec_rewire(RunnerExec *e, SandboxProcess *sp) {
         size_t out_limit = e->out.limit, err_limit = e->err.limit;
+        uint64_t deadline = e->started_usec + e->timeout_ms * USEC_PER_MSEC;
+        int q;
 
+        /* Its timeout still runs, from the exec's start (the end of the old sandbox stopped the
+         * timer, or turned it into the drain's). */
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        q = sd_event_add_time(e->runner->event, &e->timer_source, CLOCK_MONOTONIC, deadline, USEC_PER_MSEC,
+                              on_exec_timeout, e);
+        if (q < 0)
+                return q;
         e->exited = false;
         e->start_known = e->status_known = false;
         e->init = sp->init;

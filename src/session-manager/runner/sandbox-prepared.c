@@ -127,4 +127,29 @@ void sandbox_prepared_wait(SandboxExec *e, SandboxInit *init, int payload_status
         if (send(init->sync[0], &tg, sizeof(tg), MSG_NOSIGNAL) != (ssize_t) sizeof(tg))
                 /* It died waiting: nothing of the exec ran. */
                 prepared_lost(e, payload_status_fd);
+        /* It says it took the code before it reads it: a payload killed a moment before (the
+         * OOM killer, say) never does, and the exec starts anew instead of ending with a death
+         * that was not its own. */
+        for (;;) {
+                struct pollfd p[3] = {
+                        { .fd = init->sync[0], .events = POLLIN },
+                        { .fd = init->signal_fd, .events = POLLIN },
+                        { .fd = payload_status_fd, .events = POLLIN },
+                };
+                char ack;
+
+                if (poll(p, ELEMENTSOF(p), -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        prepared_lost(e, payload_status_fd);
+                }
+                if (p[0].revents & POLLIN && recv(init->sync[0], &ack, 1, MSG_DONTWAIT) == 1 && ack == 'G')
+                        return;
+                /* Gone, or the exec ended (its timeout, a cancel) before the code was taken. */
+                if (p[0].revents || p[2].revents ||
+                    ((p[1].revents & POLLIN) && sandbox_sigterm_from_outside(init->signal_fd))) {
+                        sandbox_end_all_processes();
+                        prepared_lost(e, payload_status_fd);
+                }
+        }
 }

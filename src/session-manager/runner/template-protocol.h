@@ -85,5 +85,12 @@ typedef struct TemplateStatus {
         uint64_t max_rss_bytes;
         uint64_t written_bytes;
 } TemplateStatus;
+/* scopebox-template-waiter: the template's child once the payload is forked executes it, with
+ * these fds and no other; it reaps the payload and writes its TemplateStatus. */
+#define TEMPLATE_WAITER_NAME "scopebox-template-waiter"
+#define TEMPLATE_WAITER_FD_PAYLOAD 3 /* the payload's pidfd */
+#define TEMPLATE_WAITER_FD_STATUS  4 /* the pipe to PID 1 */
+#define TEMPLATE_WAITER_FD_IO      5 /* the child's own /proc/<pid>/io, opened before it left the
+                                      * template's namespaces (absent if it could not be) */
 #define TEMPLATE_STATUS_USAGE   (1u << 0)  /* cpu_usec and max_rss_bytes are set */
 #define TEMPLATE_STATUS_WRITTEN (1u << 1)  /* written_bytes is set */

@@ -20,13 +20,16 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -50,6 +53,7 @@
 /* Connections whose request has not come yet (a PID 1 still building its root, or waiting for
  * its network), and how long one may wait. */
 #define PENDING_MAX 128
+#define CHILD_STACK_SIZE (256U * 1024U)
 #define PENDING_MAX_AGE_SEC 120
 
 typedef struct Pending {
@@ -199,13 +203,39 @@ static void become_payload(const TemplateRequest *req, const int *fds, Served *o
 
 /* The template's child: into the session, then the payload's parent. Returns only in the
  * payload. */
-static void become_child(int conn, const TemplateRequest *req, int *fds, size_t n_fds, Served *out) {
+/* What the template's child is given: it runs on a stack of its own in the template's memory
+ * (CLONE_VM | CLONE_VFORK), the template waiting, until it executes the waiter. */
+typedef struct ChildArgs {
+        int conn;
+        const TemplateRequest *req;
+        int *fds;
+        size_t n_fds;
+        Served *out;
+} ChildArgs;
+
+/* Where a payload goes on from: handle_request(), in the template's own frames, which the payload
+ * has a copy of (sigsetjmp() there, siglongjmp() from the child's stack). */
+static sigjmp_buf payload_return;
+/* scopebox-template-waiter, opened once (O_PATH) in the template's own mount namespace: executed
+ * through the fd, never looked up in the session's. */
+static int waiter_fd = -EBADF;
+
+/* The template's child (template-child): CLONE_VM | CLONE_VFORK, so no copy of the template's
+ * page tables is made for it, and the template waits until it executes the waiter. It joins the
+ * session's cgroups and namespaces, forks the payload (the one copy of the template's memory per
+ * exec), and becomes scopebox-template-waiter, which reaps the payload and reports. Its fd table,
+ * signal handlers and filesystem context are its own (no CLONE_FILES, CLONE_SIGHAND, CLONE_FS);
+ * it writes nothing of the template's memory but its own stack, and calls nothing that would
+ * (no malloc, no stdio, no raise()). */
+static int become_child(void *userdata) {
         static const int ns_types[] = { CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWUTS,
                                         CLONE_NEWNET,    CLONE_NEWPID, CLONE_NEWNS };
         static const int ns_fds[] = { TEMPLATE_FD_CGROUPNS, TEMPLATE_FD_IPC, TEMPLATE_FD_UTS,
                                       TEMPLATE_FD_NET,      TEMPLATE_FD_PID, TEMPLATE_FD_MNT };
-        int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 2], ws = SIGKILL, io_fd, r;
-        PidRef payload = PIDREF_NULL;
+        const ChildArgs *a = userdata;
+        int keep[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX + 3], io_fd, payload_fd = -EBADF, r;
+        int *fds = a->fds;
+        size_t n_fds = a->n_fds;
         pid_t pid;
 
         (void) prctl(PR_SET_NAME, (unsigned long) "template-child", 0, 0, 0);
@@ -214,9 +244,10 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
         io_fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
         /* Nothing of the template (its socket, the other connections) goes along. */
         memcpy(keep, fds, sizeof(int) * n_fds);
-        keep[n_fds] = conn;
-        keep[n_fds + 1] = io_fd;
-        r = close_all_but(keep, io_fd >= 0 ? n_fds + 2 : n_fds + 1);
+        keep[n_fds] = a->conn;
+        keep[n_fds + 1] = waiter_fd;
+        keep[n_fds + 2] = io_fd;
+        r = close_all_but(keep, io_fd >= 0 ? n_fds + 3 : n_fds + 2);
         if (r < 0)
                 goto fail;
 
@@ -241,10 +272,10 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
                         goto fail;
                 }
 
-        /* fork(), not pidref_clone(): the payload runs Python, which needs all of glibc's fork
-         * (the new thread id in its thread control block, the at-fork handlers); a raw clone()
-         * would leave it ours. It is held by its pidfd right after: we are its only reaper, so
-         * until we reap it its number is still its own. */
+        /* fork(), not a raw clone(): the payload runs Python, which needs all of glibc's fork
+         * (the new thread id in its thread control block, the at-fork handlers). It is held by its
+         * pidfd right after: we (and the waiter we become) are its only reaper, so until it is
+         * reaped its number is still its own. */
         pid = fork();
         if (pid < 0) {
                 r = -errno;
@@ -252,56 +283,99 @@ static void become_child(int conn, const TemplateRequest *req, int *fds, size_t 
         }
         if (pid == 0) {
                 (void) prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-                (void) close(conn);
+                (void) close(a->conn);
                 (void) close(fds[TEMPLATE_FD_STATUS]);
+                (void) close(waiter_fd);
                 if (io_fd >= 0)
                         (void) close(io_fd);
-                become_payload(req, fds, out);
-                return;
+                become_payload(a->req, fds, a->out);
+                siglongjmp(payload_return, 1);
         }
         /* Failing (out of memory: every fd but a few is closed), the payload dies with us
          * (PR_SET_PDEATHSIG), and PID 1 ends its namespace on our answer. */
-        r = pidref_set_child(&payload, pid);
-        if (r < 0)
+        payload_fd = (int) syscall(SYS_pidfd_open, pid, 0);
+        if (payload_fd < 0) {
+                r = -errno;
                 goto fail;
-
-        send_reply(conn, 0);
-        (void) close(conn);
-        keep[0] = fds[TEMPLATE_FD_STATUS];
-        keep[1] = payload.fd;
-        keep[2] = io_fd;
-        (void) close_all_but(keep, io_fd >= 0 ? 3 : 2);
-
-        /* Reaping the payload adds its usage (and that of the children it reaped) to ours. */
-        TemplateStatus status = {};
-        struct rusage ru = {};
-        siginfo_t si;
-        uint64_t wchar;
-        if (pidref_wait(&payload, WEXITED | __WALL, &si, &ru) > 0) {
-                ws = pidref_wait_status(&si);
-                status.flags |= TEMPLATE_STATUS_USAGE;
-                status.cpu_usec = timeval_load(&ru.ru_utime) + timeval_load(&ru.ru_stime);
-                status.max_rss_bytes = (uint64_t) ru.ru_maxrss * 1024U;
         }
-        if (proc_io_read_wchar(io_fd, &wchar) >= 0) {
-                status.flags |= TEMPLATE_STATUS_WRITTEN;
-                status.written_bytes = wchar;
+        send_reply(a->conn, 0);
+        (void) close(a->conn);
+
+        /* The waiter's fds, in its order, and nothing else: each moved out of the way first, as
+         * any of them may have one of those numbers now. */
+        {
+                int from[] = { payload_fd, fds[TEMPLATE_FD_STATUS], io_fd, waiter_fd };
+                int exe = TEMPLATE_WAITER_FD_IO + 1;
+
+                for (size_t i = 0; i < ELEMENTSOF(from); i++)
+                        if (from[i] >= 0 && (from[i] = fcntl(from[i], F_DUPFD_CLOEXEC, exe + 1)) < 0)
+                                _exit(1);
+                if (from[2] < 0)
+                        (void) close(TEMPLATE_WAITER_FD_IO);
+                if (dup2(from[0], TEMPLATE_WAITER_FD_PAYLOAD) < 0 ||
+                    dup2(from[1], TEMPLATE_WAITER_FD_STATUS) < 0 ||
+                    (from[2] >= 0 && dup2(from[2], TEMPLATE_WAITER_FD_IO) < 0) || dup2(from[3], exe) < 0 ||
+                    syscall(SYS_close_range, (unsigned) exe + 1, ~0U, 0U) < 0)
+                        _exit(1);
+                (void) syscall(SYS_execveat, exe, "", (char *const[]) { (char *) "template-child", NULL },
+                               (char *const[]) { NULL }, AT_EMPTY_PATH);
         }
-        status.wait_status = ws;
-        (void) write(keep[0], &status, sizeof(status));
-        _exit(0);
+        /* The payload dies with us. */
+        _exit(1);
 
 fail:
-        send_reply(conn, -r);
+        send_reply(a->conn, -r);
         _exit(1);
 }
 
 /* One request on 'conn': 1 when its request has not come yet, 0 when the connection is done
  * (*ret_forked if a child was forked for it; in the payload, *ret_in_payload and 1), -ESTALE
  * when the template must be rebuilt. */
+/* Starts become_child() on its stack; returns once it executed the waiter (or died): 0 with the
+ * child held in *ret, or -errno. */
+static int child_clone(ChildArgs *args, PidRef *ret) {
+        static void *stack;
+        int pidfd = -EBADF;
+        pid_t pid;
+
+        if (!stack) {
+                stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+                if (stack == MAP_FAILED) {
+                        stack = NULL;
+                        return -errno;
+                }
+        }
+        pid = clone(become_child, (char *) stack + CHILD_STACK_SIZE,
+                    CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, args, &pidfd);
+        if (pid < 0)
+                return -errno;
+        *ret = (PidRef) { .pid = pid, .fd = pidfd };
+        return 0;
+}
+
+/* Python's fork bookkeeping around child_clone(): 1 in the payload (forked by our child from our
+ * memory as it was in here; Python's own after-fork work, its locks, `random`'s reseed, the
+ * os.register_at_fork() hooks, runs under the sandbox's rules), 0 in the template once the child
+ * executed the waiter, or -errno. */
+static int fork_payload(ChildArgs *args, PidRef *ret) {
+        int r;
+
+        PyOS_BeforeFork();
+        if (sigsetjmp(payload_return, 0) != 0) {
+                children_forget();
+                PyOS_AfterFork_Child();
+                return 1;
+        }
+        r = child_clone(args, ret);
+        PyOS_AfterFork_Parent();
+        return r;
+}
+
 static int handle_request(int conn, const struct stat *site, bool expired, Served *out,
                           bool *ret_in_payload, bool *ret_forked) {
         static TemplateRequest req;
+        static ChildArgs child_args;
         int fds[_TEMPLATE_FD_MAX + TEMPLATE_CGROUPS_MAX];
         struct statfs sfs;
         PidRef child = PIDREF_NULL;
@@ -341,21 +415,15 @@ static int handle_request(int conn, const struct stat *site, bool expired, Serve
         }
 
         /* Nothing is buffered in the interpreter's streams: they become the exec's. The child comes
-         * with its pidfd (no moment without it); a raw clone() is enough for it, which calls
-         * nothing of glibc's that needs fork()'s bookkeeping (the template has no threads) and
+         * with its pidfd (no moment without it); it shares our memory (the template has no
+         * threads, and waits), calls nothing of glibc's that needs fork()'s bookkeeping, and
          * fork()s the payload, which gets all of it. */
-        PyOS_BeforeFork();
-        forked = pidref_clone(0, &child);
-        if (forked == 0) {
-                children_forget();
-                become_child(conn, &req, fds, n_fds, out);
-                /* The payload: Python's own after-fork work (its locks, `random`'s reseed, the
-                 * os.register_at_fork() hooks) runs under the sandbox's rules. */
-                PyOS_AfterFork_Child();
+        child_args = (ChildArgs) { .conn = conn, .req = &req, .fds = fds, .n_fds = n_fds, .out = out };
+        forked = fork_payload(&child_args, &child);
+        if (forked > 0) {
                 *ret_in_payload = true;
                 return 1;
         }
-        PyOS_AfterFork_Parent();
         if (forked < 0)
                 send_reply(conn, -forked);
         else {
@@ -454,6 +522,43 @@ static PyObject *retire(const char *why, unsigned long long n_children, int list
         Py_RETURN_NONE;
 }
 
+/* The template's anonymous memory (the interpreter's heap and arenas, the modules' buffers) in
+ * transparent huge pages where it spans whole 2 MiB blocks: each fork then copies one entry per
+ * 2 MiB instead of 512, and each payload's exit has as few to tear down; a page a payload writes
+ * is still copied alone (the kernel splits the huge page's entry first). MADV_COLLAPSE (Linux
+ * 6.1) makes them now, in the template, once. Returns the bytes collapsed; nothing where THP is
+ * off ("never") or the kernel older. */
+static uint64_t collapse_anonymous_memory(void) {
+        const uint64_t huge = UINT64_C(2) << 20;
+        FILE *f = fopen("/proc/self/maps", "re");
+        char line[512];
+        uint64_t done = 0;
+
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long a, b;
+                char perms[8] = "", path[256] = "";
+                uint64_t start, end;
+
+                if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %255s", &a, &b, perms, path) < 3)
+                        continue;
+                /* Private writable memory that is no file's: [heap] or nameless. */
+                if (!streq(perms, "rw-p") || (path[0] && !streq(path, "[heap]")))
+                        continue;
+                start = ((uint64_t) a + huge - 1) & ~(huge - 1);
+                end = (uint64_t) b & ~(huge - 1);
+                if (end <= start)
+                        continue;
+                if (madvise((void *) (uintptr_t) start, end - start, MADV_HUGEPAGE) < 0)
+                        continue;
+                if (madvise((void *) (uintptr_t) start, end - start, 25 /* MADV_COLLAPSE */) >= 0)
+                        done += end - start;
+        }
+        fclose(f);
+        return done;
+}
+
 /* serve(listen_fd, notify_fd, site_dev, site_ino, site_mode, site_uid, max_age_seconds,
  * max_children, status): the fork server. Returns (profile, environment) in each payload, None in
  * the template when it must be restarted: the operator's packages changed, or it is older than
@@ -480,6 +585,15 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         site.st_mode = (mode_t) mode;
         site.st_uid = (uid_t) uid;
 
+        fprintf(stderr, "scopebox-template: %" PRIu64 " MiB of its memory in huge pages\n",
+                collapse_anonymous_memory() >> 20);
+        fflush(stderr);
+        if (waiter_fd < 0) {
+                waiter_fd = open(LIBEXECDIR "/" TEMPLATE_WAITER_NAME, O_PATH | O_CLOEXEC);
+                if (waiter_fd < 0)
+                        return PyErr_SetFromErrnoWithFilename(PyExc_OSError,
+                                                              LIBEXECDIR "/" TEMPLATE_WAITER_NAME);
+        }
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0 ||
@@ -575,7 +689,8 @@ static PyObject *wait_for_code(PyObject *self, PyObject *args) {
                 k = recv(SANDBOX_SYNC_FD, &go, sizeof(go), 0);
         while (k < 0 && errno == EINTR);
         Py_END_ALLOW_THREADS
-        if (k != (ssize_t) sizeof(go) || go.magic != TEMPLATE_MAGIC || go.cpu_limit_sec == 0)
+        if (k != (ssize_t) sizeof(go) || go.magic != TEMPLATE_MAGIC || go.cpu_limit_sec == 0 ||
+            send(SANDBOX_SYNC_FD, "G", 1, MSG_NOSIGNAL) != 1)
                 _exit(0);
         (void) close(SANDBOX_SYNC_FD);
         if (getrlimit(RLIMIT_CPU, &rl) >= 0 &&
