@@ -137,6 +137,10 @@ MESSAGE(runner_init_request, "init", SCHEMA_REQUEST, RunnerInitRequest,
         U64("cpus_percent", RunnerInitRequest, cpus_percent, M, 1, INT64_MAX),
         STR("preload_modules", RunnerInitRequest, preload_modules, 0, 4096),
         BOOL("prepare", RunnerInitRequest, prepare, 0),
+        BOOL("prepare_no_processes", RunnerInitRequest, prepare_no_processes, 0),
+        BOOL("prepare_network", RunnerInitRequest, prepare_network, 0),
+        STR("http_proxy", RunnerInitRequest, http_proxy, SCHEMA_PRINTABLE, RUNNER_ENV_VALUE_MAX),
+        STR("https_proxy", RunnerInitRequest, https_proxy, SCHEMA_PRINTABLE, RUNNER_ENV_VALUE_MAX),
         U64("idle_backstop_sec", RunnerInitRequest, idle_backstop_sec, SCHEMA_ALWAYS, 0, 0));
 
 MESSAGE(runner_exec_request, "exec", SCHEMA_REQUEST, RunnerExecRequest,

@@ -54,7 +54,11 @@ typedef struct RunnerInitRequest {
         uint64_t cpus_percent;
         const char *preload_modules;     /* NULL: no template (SANDBOX_PRELOAD=0) */
         bool prepare;                    /* make each next exec's sandbox in advance
-                                          * (runner-prepared.c): a sidecar session's */
+                                          * (runner-prepared.c): a sidecar session's, or a
+                                          * pooled dify run's in the profile its run most
+                                          * likely asks for: */
+        bool prepare_no_processes, prepare_network;
+        const char *http_proxy, *https_proxy; /* with prepare_network; NULL: none */
         uint64_t idle_backstop_sec;
 } RunnerInitRequest;
 

@@ -989,9 +989,15 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                         .tmp_size = m->config.tmp_size,
                         .cpus_percent = m->config.cpu_quota_percent,
                         .preload_modules = m->config.preload ? strempty(m->config.preload_modules) : NULL,
-                        /* A sidecar session's execs, each in a sandbox made before it came; a
-                         * stateful one's cells run in its kernel, a dify run's in its own profile. */
-                        .prepare = m->config.preload && !s->ephemeral && !s->stateful,
+                        /* A sidecar session's execs, each in a sandbox made before it came (a
+                         * stateful one's cells run in its kernel); a pooled dify run's sandbox in
+                         * the profile Dify asks for by default, its network included when runs
+                         * may have one. A run's own session is made for a run already waiting. */
+                        .prepare = m->config.preload && !s->stateful && (!s->ephemeral || s->pooled),
+                        .prepare_no_processes = s->ephemeral,
+                        .prepare_network = s->ephemeral && m->config.dify_enable_network,
+                        .http_proxy = s->ephemeral ? m->config.dify_http_proxy : NULL,
+                        .https_proxy = s->ephemeral ? m->config.dify_https_proxy : NULL,
                         .idle_backstop_sec = (s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC,
                 },
                 &init);

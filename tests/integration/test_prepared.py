@@ -7,8 +7,9 @@ layout the service runs on (tools/sysbox: hybrid, v1 controllers and the unified
 import json
 import time
 
-from conftest import (create_session, delete_session, exec_start, in_system, request, run, scope_processes,
-                      system_python, wait_until)
+from conftest import (create_session, delete_session, exec_start, in_system, manager_run_sandboxes, request,
+                      run, scope_processes, system_python, wait_until)
+from test_dify_runs import dify_run
 
 # The processes of a waiting prepared sandbox, seen as root: PID 1, the template's child, and the
 # payload, with what the payload's root holds at /exec and where it waits.
@@ -158,3 +159,45 @@ def test_the_session_ends_with_its_prepared_sandbox():
     assert delete_session(sid).status == 200
     assert request("POST", "/exec", {"session_id": sid, "code": "print(1)"}).status == 404
     wait_until(lambda: scope_processes(sid) == [], 10, "the scope to be empty")
+
+
+# A pooled dify run's sandbox (SANDBOX_DIFY_POOL_SIZE): prepared in the profile Dify sends by
+# default (the dify profile with a network, its slirp4netns up), taken by such a run only.
+
+STARTTIME = "print(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])"
+
+
+def pooled_prepared():
+    """The start times (clock ticks since boot, as /proc/<pid>/stat says inside and out) of the
+    payloads waiting in pooled run sessions, with their slirp4netns up."""
+    found = {}
+    for sid in manager_run_sandboxes():
+        procs = prepared(sid)
+        comms = sorted(p["comm"] for p in procs)
+        if comms == ["python3", "sandbox-init", "slirp4netns", "template-child"]:
+            payload = next(p for p in procs if p["comm"] == "python3")
+            assert payload["cmdline"] == ["python3", "/usr/share/scopebox/dify-run.py"], payload
+            assert payload["exec"] == [] and payload["fds"] == [0, 1, 2, 3], payload
+            stat = in_system("cat", f"/proc/{payload['pid']}/stat", check=True).stdout
+            found[sid] = stat.rsplit(")", 1)[1].split()[19]
+    return found
+
+
+def test_a_run_with_a_network_takes_a_pooled_prepared_sandbox():
+    # Runs fill the pool; once it is full, each pooled session waits with its sandbox made.
+    assert dify_run("print(0)", enable_network=True)[0] == 200
+    waiting_pool = wait_until(pooled_prepared, 15, "a pooled run session's prepared sandbox")
+    status, body = dify_run(STARTTIME, enable_network=True)
+    assert status == 200 and body["code"] == 0, body
+    assert body["data"]["stdout"].strip() in waiting_pool.values(), (body, waiting_pool)
+
+
+def test_a_run_without_a_network_never_gets_the_prepared_one():
+    assert dify_run("print(0)", enable_network=True)[0] == 200
+    waiting_pool = wait_until(pooled_prepared, 15, "a pooled run session's prepared sandbox")
+    code = STARTTIME + "\nimport socket\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n" \
+                       "    print('inet')\nexcept OSError as e:\n    print('refused')"
+    status, body = dify_run(code, enable_network=False)
+    assert status == 200 and body["code"] == 0, body
+    start, inet = body["data"]["stdout"].split()
+    assert start not in waiting_pool.values() and inet == "refused", (body, waiting_pool)

@@ -517,7 +517,7 @@ static int runner_exec_finish(RunnerExec *e) {
         runner_exec_read_status(e, &end);
         if (end.have_status && end.st.kind == SANDBOX_STATUS_PREPARED_LOST && !e->timed_out &&
             !e->cancelled && !e->orphaned) {
-                q = runner_exec_retry_prepared(e);
+                q = e->retry_if_lost ? runner_exec_retry_prepared(e) : -ECHILD;
                 if (q >= 0)
                         return 0;
                 log_struct(LOG_ERR, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
@@ -1060,17 +1060,9 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
                         .filter_fd = x->filter_fd,
                         .prepared_fd = -EBADF,
                 };
-                q = runner_prepared_take(r, p, x->language, code_fd, &sp);
-                if (q > 0) {
-                        /* Kept for a new sandbox, should this one turn out lost. */
-                        e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
-                        /* The next exec's, while this one runs. */
-                        runner_prepare_soon(r);
-                } else {
-                        if (x->language == SANDBOX_PYTHON3 && !p->cold)
-                                exec_setup_template(r, e, x, &se);
-                        q = runner_spawn_sandbox(r, &se, x->ready_pipe[1], &sp);
-                }
+                if (x->language == SANDBOX_PYTHON3 && !p->cold)
+                        exec_setup_template(r, e, x, &se);
+                q = runner_spawn_sandbox(r, &se, x->ready_pipe[1], &sp);
         }
         x->template_fd = safe_close(x->template_fd);
         if (q < 0)
@@ -1080,6 +1072,30 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
         e->out.fd = sp.out_fd;
         e->err.fd = sp.err_fd;
         e->status_fd = sp.status_fd;
+        return 1;
+}
+
+/* The sandbox made for this exec's profile in advance, if there is one (runner-prepared.c), with its
+ * network: 1 when the exec runs in it, 0 when it starts its own. */
+static int runner_exec_take_prepared(RunnerExec *e, const RunnerExecRequest *p, int code_fd, ExecSetup *x) {
+        Runner *r = e->runner;
+        SandboxProcess sp;
+
+        if (p->stateful ||
+            runner_prepared_take(r, p, x->language, code_fd, &sp, &e->slirp, &e->slirp_exit_fd) <= 0)
+                return 0;
+        /* Lost before its release, a sandbox of the session's own profile is made anew; one of a
+         * run's profile (its filter, its network) is not remade here: the run fails, having run
+         * nothing. */
+        e->retry_if_lost = !p->no_processes && !p->network;
+        e->init = sp.init;
+        e->out.fd = sp.out_fd;
+        e->err.fd = sp.err_fd;
+        e->status_fd = sp.status_fd;
+        /* Kept for a new sandbox, should this one turn out lost. */
+        e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
+        /* The next exec's, while this one runs. */
+        runner_prepare_soon(r);
         return 1;
 }
 
@@ -1105,6 +1121,7 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF;
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_(exec_setup_done) ExecSetup x = EXEC_SETUP_NULL;
+        bool taken = false;
         int q;
 
         q = exec_request_check(r, p, code_fd, &x);
@@ -1114,13 +1131,15 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
                 q = runner_exec_new(r, p, stream_fd, &e);
         if (q > 0)
                 q = runner_exec_snapshot_outputs(e);
-        if (q > 0 && p->network)
-                q = exec_setup_network(r, &x);
         if (q > 0)
+                taken = runner_exec_take_prepared(e, p, code_fd, &x);
+        if (q > 0 && !taken && p->network)
+                q = exec_setup_network(r, &x);
+        if (q > 0 && !taken)
                 q = runner_exec_spawn(e, p, code_fd, &x);
         if (q <= 0)
                 return q;
-        if (p->network)
+        if (p->network && !taken)
                 runner_exec_start_network(e, &x);
         x.userns_fd = safe_close(x.userns_fd);
         x.netns_fd = safe_close(x.netns_fd);

@@ -23,6 +23,8 @@ struct RunnerPrepared {
         int ctl_fd;                /* ours of PID 1's socket: the exec's SandboxGo and code */
         struct stat site;          /* the operator's site directory it was made with */
         int template_pidfd;        /* the template its payload is a child of */
+        PidRef slirp;              /* its network's slirp4netns (a dify run's), ended through */
+        int slirp_exit_fd;         /* its --exit-fd */
         sd_event_source *child_source;
 };
 
@@ -66,6 +68,8 @@ static RunnerPrepared *prepared_free(Runner *r, RunnerPrepared *p) {
         /* PID 1 sees its socket close and ends the sandbox. */
         safe_close(p->ctl_fd);
         safe_close(p->template_pidfd);
+        safe_close(p->slirp_exit_fd);
+        pidref_done_kill(&p->slirp);
         safe_close(p->sp.out_fd);
         safe_close(p->sp.err_fd);
         safe_close(p->sp.status_fd);
@@ -91,9 +95,55 @@ static int on_prepared_exit(sd_event_source *s, int fd, uint32_t revents, void *
         return 0;
 }
 
+/* The network of a prepared dify sandbox, as an exec with one gets it (runner-exec.c): the
+ * filtered cgroup and namespaces before PID 1, slirp4netns once PID 1 exists. */
+typedef struct PreparedNetwork {
+        int procs_fd;                   /* borrowed */
+        int ready[2], userns_fd, netns_fd;
+        char http[RUNNER_ENV_VALUE_MAX + 16], https[RUNNER_ENV_VALUE_MAX + 16];
+        char *env[3];
+} PreparedNetwork;
+
+static void prepared_network_done(PreparedNetwork *n) {
+        close_pairp(&n->ready);
+        safe_close(n->userns_fd);
+        safe_close(n->netns_fd);
+}
+
+static int prepared_network_setup(Runner *r, PreparedNetwork *n, SandboxExec *se) {
+        size_t k = 0;
+        int q;
+
+        q = runner_network_cgroup(r);
+        if (q < 0)
+                return q;
+        n->procs_fd = q;
+        if (pipe2(n->ready, O_CLOEXEC) < 0)
+                return -errno;
+        q = runner_network_new(r, &n->userns_fd, &n->netns_fd);
+        if (q < 0)
+                return q;
+        /* As an exec with a network gets them (exec_setup_profile()). */
+        if (!isempty(r->prepare_http_proxy)) {
+                snprintf(n->http, sizeof(n->http), "HTTP_PROXY=%s", r->prepare_http_proxy);
+                n->env[k++] = n->http;
+        }
+        if (!isempty(r->prepare_https_proxy)) {
+                snprintf(n->https, sizeof(n->https), "HTTPS_PROXY=%s", r->prepare_https_proxy);
+                n->env[k++] = n->https;
+        }
+        n->env[k] = NULL;
+        se->extra_env = n->env;
+        se->network_ready_fd = n->ready[0];
+        se->netns_fd = n->netns_fd;
+        return 0;
+}
+
 static int runner_prepare(Runner *r) {
         _cleanup_close_pair_ int ctl[2] = { -EBADF, -EBADF };
         _cleanup_close_ int template_fd = -EBADF;
+        _cleanup_(prepared_network_done) PreparedNetwork net = {
+                .ready = { -EBADF, -EBADF }, .userns_fd = -EBADF, .netns_fd = -EBADF };
         struct ucred cred = {};
         RunnerPrepared *p;
         SandboxExec se;
@@ -106,10 +156,30 @@ static int runner_prepare(Runner *r) {
                 return template_fd; /* no template: execs start as before */
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0)
                 return -errno;
+        se = (SandboxExec) {
+                .code_fd = -EBADF,
+                /* Lowered to the exec's own when it comes. */
+                .timeout_ms = (uint64_t) RUNNER_TIMEOUT_SEC_MAX * 1000U,
+                .language = SANDBOX_PYTHON3,
+                .no_processes = r->prepare_no_processes,
+                .network_ready_fd = -EBADF,
+                .netns_fd = -EBADF,
+                .template_fd = template_fd,
+                .cgroup_fds = r->scope_cgroup_fds,
+                .n_cgroup_fds = r->n_scope_cgroup_fds,
+                .filter_fd = r->filter_fds[seccomp_profile_of(r->prepare_network, r->prepare_no_processes)],
+                .prepared_fd = ctl[1],
+        };
+        if (r->prepare_network) {
+                q = prepared_network_setup(r, &net, &se);
+                if (q < 0)
+                        return q;
+        }
         p = calloc(1, sizeof(*p));
         if (!p)
                 return -ENOMEM;
-        *p = (RunnerPrepared) { .ctl_fd = -EBADF, .template_pidfd = -EBADF,
+        *p = (RunnerPrepared) { .ctl_fd = -EBADF, .template_pidfd = -EBADF, .slirp = PIDREF_NULL,
+                                .slirp_exit_fd = -EBADF,
                                 .sp = { .init = PIDREF_NULL, -EBADF, -EBADF, -EBADF } };
         /* The template that will fork its payload (it listens, so the peer is its process): a
          * template that ended since (restarted for new packages, stopped, renewed) takes the
@@ -119,19 +189,6 @@ static int runner_prepare(Runner *r) {
                 free(p);
                 return -errno;
         }
-        se = (SandboxExec) {
-                .code_fd = -EBADF,
-                /* Lowered to the exec's own when it comes. */
-                .timeout_ms = (uint64_t) RUNNER_TIMEOUT_SEC_MAX * 1000U,
-                .language = SANDBOX_PYTHON3,
-                .network_ready_fd = -EBADF,
-                .netns_fd = -EBADF,
-                .template_fd = template_fd,
-                .cgroup_fds = r->scope_cgroup_fds,
-                .n_cgroup_fds = r->n_scope_cgroup_fds,
-                .filter_fd = r->filter_fds[SECCOMP_PROFILE_SIDECAR],
-                .prepared_fd = ctl[1],
-        };
         if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &se.site) < 0)
                 se.site = (struct stat) {};
         p->site = se.site;
@@ -143,6 +200,16 @@ static int runner_prepare(Runner *r) {
         }
         p->ctl_fd = TAKE_FD(ctl[0]);
         r->prepared = p;
+        if (r->prepare_network) {
+                /* PID 1 waits for it before it asks the template; a failure shows as its loss. */
+                net.ready[0] = safe_close(net.ready[0]);
+                q = runner_network_start(net.procs_fd, net.userns_fd, net.netns_fd, net.ready[1], &p->slirp,
+                                         &p->slirp_exit_fd);
+                if (q < 0) {
+                        r->prepared = prepared_free(r, p);
+                        return q;
+                }
+        }
         q = sd_event_add_io(r->event, &p->child_source, p->sp.init.fd, EPOLLIN, on_prepared_exit, r);
         if (q < 0) {
                 r->prepared = prepared_free(r, p);
@@ -172,14 +239,21 @@ void runner_prepare_soon(Runner *r) {
         (void) sd_event_source_set_priority(r->prepare_source, SD_EVENT_PRIORITY_IDLE);
 }
 
+static bool proxy_eq(const char *a, const char *b) {
+        return streq(strempty(a), strempty(b));
+}
+
 int runner_prepared_take(Runner *r, const RunnerExecRequest *req, SandboxLanguage language, int code_fd,
-                         SandboxProcess *ret) {
+                         SandboxProcess *ret, PidRef *ret_slirp, int *ret_slirp_exit_fd) {
         RunnerPrepared *p = r->prepared;
         SandboxGo go = { .magic = SANDBOX_GO_MAGIC, .timeout_ms = req->timeout_ms };
         struct stat site;
 
-        if (!p || language != SANDBOX_PYTHON3 || req->cold || req->stateful || req->no_processes ||
-            req->network)
+        /* Only the profile it was made for: its filter, its network (or none), its proxies. */
+        if (!p || language != SANDBOX_PYTHON3 || req->cold || req->stateful ||
+            req->no_processes != r->prepare_no_processes || req->network != r->prepare_network ||
+            (req->network && (!proxy_eq(req->http_proxy, r->prepare_http_proxy) ||
+                              !proxy_eq(req->https_proxy, r->prepare_https_proxy))))
                 return 0;
         if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &site) < 0)
                 site = (struct stat) {};
@@ -196,9 +270,15 @@ int runner_prepared_take(Runner *r, const RunnerExecRequest *req, SandboxLanguag
                 prepared_free(r, p);
                 return 0;
         }
+        /* A dify run's session serves one run: no other sandbox is made for it. */
+        if (r->prepare_no_processes)
+                r->prepare = false;
         p->child_source = sd_event_source_disable_unref(p->child_source);
         p->ctl_fd = safe_close(p->ctl_fd);
         *ret = p->sp;
+        *ret_slirp = p->slirp;
+        *ret_slirp_exit_fd = p->slirp_exit_fd;
+        p->template_pidfd = safe_close(p->template_pidfd);
         free(p);
         return 1;
 }

@@ -164,6 +164,14 @@ int runner_handle_init(Runner *r, const void *params, const int *fds, size_t n_f
         runner_template_setup(r);
         r->initialized = true;
         r->prepare = p->prepare && r->preload_modules;
+        r->prepare_no_processes = p->prepare_no_processes;
+        r->prepare_network = p->prepare_network;
+        free(r->prepare_http_proxy);
+        free(r->prepare_https_proxy);
+        r->prepare_http_proxy = r->prepare_https_proxy = NULL;
+        if ((p->http_proxy && !(r->prepare_http_proxy = strdup(p->http_proxy))) ||
+            (p->https_proxy && !(r->prepare_https_proxy = strdup(p->https_proxy))))
+                r->prepare = false; /* out of memory: each exec makes its own */
         runner_touch(r);
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)), "Session %s is ready.",
                    r->session_id);

@@ -371,6 +371,8 @@ static Runner *runner_free(Runner *r) {
         runner_prepared_drop(r);
         runner_kernel_stop(r);
         free(r->preload_modules);
+        free(r->prepare_http_proxy);
+        free(r->prepare_https_proxy);
         for (size_t i = 0; i < r->n_scope_cgroup_fds; i++)
                 safe_close(r->scope_cgroup_fds[i]);
         for (size_t i = 0; i < ELEMENTSOF(r->filter_fds); i++)

@@ -95,6 +95,7 @@ typedef struct RunnerExec {
          * exec is answered on it, PID 1's own end (its namespaces torn down) is reaped behind. */
         bool start_known, status_known;
         SandboxStatus status;
+        bool retry_if_lost;       /* it took a prepared sandbox of the session's own profile */
 } RunnerExec;
 
 struct Runner {
@@ -139,8 +140,10 @@ struct Runner {
         int net_filter_fds[_NET_FILTER_PROGRAM_MAX];
         int net_cgroup_procs_fd;
         /* The next exec's sandbox, made in advance (runner-prepared.c), if the manager's init asked
-         * for them ('prepare': a sidecar session's python execs). */
-        bool prepare;
+         * for them ('prepare': a sidecar session's python execs, or a pooled dify run's in the
+         * dify profile, with the network and proxies Dify's runs ask for by default). */
+        bool prepare, prepare_no_processes, prepare_network;
+        char *prepare_http_proxy, *prepare_https_proxy;
         RunnerPrepared *prepared;
         sd_event_source *prepare_source;
 };
@@ -204,9 +207,10 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
 /* Makes the next exec's sandbox once the loop is idle, unless one exists or is not wanted. */
 void runner_prepare_soon(Runner *r);
 /* Hands the prepared sandbox the exec 'req' and its code, if it fits the exec: 1 and its PID 1 and
- * pipes in *ret; 0 if there is none or it does not fit (the exec starts its own). */
+ * pipes in *ret (and its network's slirp4netns, if it has one); 0 if there is none or it does not
+ * fit (the exec starts its own). */
 int runner_prepared_take(Runner *r, const RunnerExecRequest *req, SandboxLanguage language, int code_fd,
-                         SandboxProcess *ret);
+                         SandboxProcess *ret, PidRef *ret_slirp, int *ret_slirp_exit_fd);
 void runner_prepared_drop(Runner *r);
 /* PID 1 of a sandbox whose exec was answered: reaped when it ends, behind the answer. */
 void runner_reap_later(Runner *r, PidRef *init);

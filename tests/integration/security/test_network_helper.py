@@ -23,7 +23,7 @@ import urllib.request
 import pytest
 
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import SCOPE_PIDS, api_key, system_python, wait_until
+from conftest import SCOPE_PIDS, api_key, manager_run_sandboxes, system_python, wait_until
 
 DIFY_URL = "http://127.0.0.1:8194"
 PEER_NETNS = "scopebox-t31"
@@ -192,24 +192,26 @@ print(json.dumps(out))
 # (as root there): its status, its namespaces, the payload's uid, its view of the file system, and
 # what its own credentials may open there.
 INSPECT = SCOPE_PIDS + r"""
-import ctypes, errno, json, os
+import ctypes, errno, json, os, sys
 CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
 def status(p):
     return dict(l.rstrip('\n').split(':\t', 1) for l in open('/proc/%d/status' % p) if ':\t' in l)
 def scope(p):
-    return next((l.split('/')[-1] for l in open('/proc/%d/cgroup' % p).read().split('\n')
-                 if 'scopebox-runner-' in l), None)
+    return next((c for l in open('/proc/%d/cgroup' % p).read().split('\n') for c in l.split('/')
+                 if c.startswith('scopebox-runner-')), None)
+# The run's own scope (argv): the pooled run sessions have a network (and a prepared payload) of
+# their own waiting, sidecar sessions' prepared sandboxes another uid.
+run_scopes = set(sys.argv[1:])
 slirps, sandboxed = [], []
 for p in scope_pids('*'):
     try:
         st = status(p)
-        if st['Name'] == 'slirp4netns':
+        if st['Name'] == 'slirp4netns' and scope(p) in run_scopes:
             slirps.append(p)
         elif st['Uid'].split()[0] != '0':
             sandboxed.append((scope(p), int(st['Uid'].split()[0])))
     except OSError:
         continue
-# The payload of the run's own scope (a sidecar session's prepared sandbox has another uid).
 run_scope = scope(slirps[0]) if len(slirps) == 1 else None
 payload_uids = {uid for sc, uid in sandboxed if sc == run_scope}
 out = {'slirps': len(slirps), 'payload_uids': sorted(payload_uids)}
@@ -258,7 +260,8 @@ print(json.dumps(out))
 def slirp_up():
     """slirp4netns is up before the payload (PID 1 waits for it): both are looked at once the
     payload, which holds until released, is there too."""
-    out = json.loads(system_python(INSPECT))
+    serving = [p["unit"] for p in manager_run_sandboxes().values() if not p.get("pooled")]
+    out = json.loads(system_python(INSPECT, *serving))
     return out if out["slirps"] and out["payload_uids"] else None
 
 
