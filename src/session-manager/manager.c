@@ -47,6 +47,8 @@ int manager_new(Manager **ret) {
         r = config_load(&m->config, getenv("SCOPEBOX_CONFIG"), &config_error);
         if (r < 0)
                 return log_error_errno(r, "Invalid configuration: %s", config_error ?: "out of memory");
+        /* What Dify sends until a run says otherwise. */
+        m->run_pool_network = true;
         r = address_policy_parse(m->config.dify_network_allow, &m->dify_network_allow, &config_error);
         if (r < 0)
                 return log_error_errno(

@@ -57,6 +57,7 @@ struct Manager {
         unsigned n_runs_queued;
         struct Run *runs_queue;
         uint64_t run_pool_failed_usec; /* CLOCK_MONOTONIC of the last pooled start that failed */
+        bool run_pool_network;         /* the last run's network: the profile pooled sessions prepare */
         unsigned n_execs_running;
         SystemdJob *job_waits; /* systemd-client.c's jobs whose JobRemoved we wait for */
         sd_bus_slot *job_removed_slot; /* the match for JobRemoved, which finds them */

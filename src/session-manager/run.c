@@ -285,6 +285,8 @@ static int run_start(Run *r) {
         Session *s;
         int q;
 
+        /* The pool's next sandboxes are made for what the runs ask now (Dify's default: a network). */
+        m->run_pool_network = r->network;
         s = run_pool_take(m);
         if (s) {
                 s->idle_ttl_usec = m->config.dify_worker_timeout_sec * USEC_PER_SEC + RUN_IDLE_SLACK_USEC;

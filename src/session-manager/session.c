@@ -991,11 +991,13 @@ static void on_scope_started(Manager *m, const char *result, int error, const sd
                         .preload_modules = m->config.preload ? strempty(m->config.preload_modules) : NULL,
                         /* A sidecar session's execs, each in a sandbox made before it came (a
                          * stateful one's cells run in its kernel); a pooled dify run's sandbox in
-                         * the profile Dify asks for by default, its network included when runs
-                         * may have one. A run's own session is made for a run already waiting. */
+                         * the profile of the last run (Dify asks for a network by default), its
+                         * network included when runs may have one. A run's own session is made for
+                         * a run already waiting. */
                         .prepare = m->config.preload && !s->stateful && (!s->ephemeral || s->pooled),
                         .prepare_no_processes = s->ephemeral,
-                        .prepare_network = s->ephemeral && m->config.dify_enable_network,
+                        .prepare_network =
+                                s->ephemeral && m->config.dify_enable_network && m->run_pool_network,
                         .http_proxy = s->ephemeral ? m->config.dify_http_proxy : NULL,
                         .https_proxy = s->ephemeral ? m->config.dify_https_proxy : NULL,
                         .idle_backstop_sec = (s->idle_ttl_usec + SESSION_BACKSTOP_SLACK_USEC) / USEC_PER_SEC,

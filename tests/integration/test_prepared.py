@@ -167,14 +167,15 @@ def test_the_session_ends_with_its_prepared_sandbox():
 STARTTIME = "print(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])"
 
 
-def pooled_prepared():
+def pooled_prepared(network=True):
     """The start times (clock ticks since boot, as /proc/<pid>/stat says inside and out) of the
-    payloads waiting in pooled run sessions, with their slirp4netns up."""
+    payloads waiting in pooled run sessions, with their slirp4netns up (or without a network)."""
+    want = sorted(["python3", "sandbox-init", "template-child"] + (["slirp4netns"] if network else []))
     found = {}
     for sid in manager_run_sandboxes():
         procs = prepared(sid)
         comms = sorted(p["comm"] for p in procs)
-        if comms == ["python3", "sandbox-init", "slirp4netns", "template-child"]:
+        if comms == want:
             payload = next(p for p in procs if p["comm"] == "python3")
             assert payload["cmdline"] == ["python3", "/usr/share/scopebox/dify-run.py"], payload
             assert payload["exec"] == [] and payload["fds"] == [0, 1, 2, 3], payload
@@ -201,3 +202,11 @@ def test_a_run_without_a_network_never_gets_the_prepared_one():
     assert status == 200 and body["code"] == 0, body
     start, inet = body["data"]["stdout"].split()
     assert start not in waiting_pool.values() and inet == "refused", (body, waiting_pool)
+    # The pool follows the runs: its next sandboxes are made without a network, and such a run
+    # takes one.
+    waiting_pool = wait_until(lambda: pooled_prepared(network=False), 15, "a prepared sandbox without network")
+    status, body = dify_run(code, enable_network=False)
+    start, inet = body["data"]["stdout"].split()
+    assert start in waiting_pool.values() and inet == "refused", (body, waiting_pool)
+    # And back: the next run with a network again.
+    assert dify_run("print(0)", enable_network=True)[0] == 200
