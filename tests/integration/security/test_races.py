@@ -17,8 +17,8 @@ import time
 import pytest
 
 from secsuite import canary, security_invariants, sibling  # noqa: F401 (fixtures)
-from conftest import (create_session, delete_session, in_system, request, run, session, session_info,  # noqa: F401
-                      start_request, wait_until, workspace_has)
+from conftest import (create_session, delete_session, in_system, manager_run_sandboxes, request, run,  # noqa: F401
+                      session, session_info, start_request, wait_until, workspace_has)
 from test_paths import check, content_of, listing, read, reset_inputs, write
 
 GONE = {"detail": "session not found or not running"}
@@ -56,9 +56,10 @@ def leftovers(sids, uids=None):
             what.append("state file")
         if what:
             left[sid] = what
-    # Live sessions may run something (an exec that has not quite ended);
+    # Live sessions may run something (an exec that has not quite ended), and so may the dify
+    # runs' sandboxes (a pooled one's prepared sandbox waits under its uid, with its network);
     # nothing else may run under a sandbox uid.
-    live = set()
+    live = {p["uid"] for p in manager_run_sandboxes().values()}
     for name in os.listdir(STATE_DIR):
         try:
             with open(os.path.join(STATE_DIR, name)) as f:
