@@ -339,11 +339,19 @@ static int child_clone(ChildArgs *args, PidRef *ret) {
         pid_t pid;
 
         if (!stack) {
+                /* With a guard page below it: the child's stack lies among the template's own
+                 * mappings, which an overflow must fault on, never write into. */
                 stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
                 if (stack == MAP_FAILED) {
                         stack = NULL;
                         return -errno;
+                }
+                if (mprotect(stack, (size_t) sysconf(_SC_PAGESIZE), PROT_NONE) < 0) {
+                        int r = -errno;
+                        (void) munmap(stack, CHILD_STACK_SIZE);
+                        stack = NULL;
+                        return r;
                 }
         }
         pid = clone(become_child, (char *) stack + CHILD_STACK_SIZE,
