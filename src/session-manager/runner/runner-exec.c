@@ -169,6 +169,14 @@ static int runner_exec_watch(RunnerExec *e);
 static int runner_exec_retry_prepared(RunnerExec *e);
 static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata);
 
+/* The exec's sandbox from now on: its PID 1 and the read ends of its pipes, taken from 'sp'. */
+static void runner_exec_attach(RunnerExec *e, const SandboxProcess *sp) {
+        e->init = sp->init;
+        e->out.fd = sp->out_fd;
+        e->err.fd = sp->err_fd;
+        e->status_fd = sp->status_fd;
+}
+
 /* The exec goes on in a new sandbox 'sp' (its PID 1 and pipes): what the old one produced is
  * dropped. */
 static int runner_exec_rewire(RunnerExec *e, SandboxProcess *sp) {
@@ -185,13 +193,12 @@ static int runner_exec_rewire(RunnerExec *e, SandboxProcess *sp) {
                 return q;
         e->exited = false;
         e->start_known = e->status_known = false;
-        e->init = sp->init;
         safe_close(e->status_fd);
-        e->status_fd = sp->status_fd;
         output_buffer_done(&e->out);
         output_buffer_done(&e->err);
-        e->out = (OutputBuffer) { .fd = sp->out_fd, .limit = out_limit };
-        e->err = (OutputBuffer) { .fd = sp->err_fd, .limit = err_limit };
+        e->out.limit = out_limit;
+        e->err.limit = err_limit;
+        runner_exec_attach(e, sp);
         return runner_exec_watch(e);
 }
 
@@ -847,8 +854,7 @@ static int runner_exec_watch(RunnerExec *e) {
 typedef struct ExecSetup {
         SandboxLanguage language;
         int filter_fd;                  /* borrowed: the BPF of this exec's profile */
-        char *http_proxy, *https_proxy; /* "HTTP_PROXY=..." */
-        char *extra_env[3];
+        ProxyEnv proxy;                 /* with a network */
         int ready_pipe[2];              /* slirp4netns says the network is up */
         int net_procs_fd;               /* borrowed: the filtered cgroup slirp4netns joins */
         int userns_fd, netns_fd;
@@ -861,8 +867,6 @@ typedef struct ExecSetup {
                       .template_fd = -EBADF, .filter_fd = -EBADF }
 
 static void exec_setup_done(ExecSetup *x) {
-        free(x->http_proxy);
-        free(x->https_proxy);
         close_pairp(&x->ready_pipe);
         safe_close(x->userns_fd);
         safe_close(x->netns_fd);
@@ -892,19 +896,9 @@ static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd
 
 /* The filter of this exec's profile (compiled once, by the manager); its proxies with a network. */
 static int exec_setup_profile(Runner *r, const RunnerExecRequest *p, ExecSetup *x) {
-        size_t n_env = 0;
-
         x->filter_fd = r->filter_fds[seccomp_profile_of(p->network, p->no_processes)];
-        if (p->network && !isempty(p->http_proxy)) {
-                if (asprintf(&x->http_proxy, "HTTP_PROXY=%s", p->http_proxy) < 0)
-                        return log_oom();
-                x->extra_env[n_env++] = x->http_proxy;
-        }
-        if (p->network && !isempty(p->https_proxy)) {
-                if (asprintf(&x->https_proxy, "HTTPS_PROXY=%s", p->https_proxy) < 0)
-                        return log_oom();
-                x->extra_env[n_env++] = x->https_proxy;
-        }
+        if (p->network)
+                proxy_env_build(&x->proxy, p->http_proxy, p->https_proxy);
         return 1;
 }
 
@@ -1053,7 +1047,7 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
                         .memory_limit = p->memory_limit,
                         .language = x->language,
                         .no_processes = p->no_processes,
-                        .extra_env = x->extra_env,
+                        .extra_env = x->proxy.env,
                         .network_ready_fd = p->network ? x->ready_pipe[0] : -EBADF,
                         .netns_fd = x->netns_fd,
                         .template_fd = -EBADF,
@@ -1068,10 +1062,7 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
         if (q < 0)
                 return runner_send_error(r, r->connection_generation, -q, "failed to create the sandbox: %s",
                                          strerror(-q));
-        e->init = sp.init;
-        e->out.fd = sp.out_fd;
-        e->err.fd = sp.err_fd;
-        e->status_fd = sp.status_fd;
+        runner_exec_attach(e, &sp);
         return 1;
 }
 
@@ -1088,10 +1079,7 @@ static int runner_exec_take_prepared(RunnerExec *e, const RunnerExecRequest *p, 
          * run's profile (its filter, its network) is not remade here: the run fails, having run
          * nothing. */
         e->retry_if_lost = !p->no_processes && !p->network;
-        e->init = sp.init;
-        e->out.fd = sp.out_fd;
-        e->err.fd = sp.err_fd;
-        e->status_fd = sp.status_fd;
+        runner_exec_attach(e, &sp);
         /* Kept for a new sandbox, should this one turn out lost. */
         e->code_fd = fcntl(code_fd, F_DUPFD_CLOEXEC, 3);
         /* The next exec's, while this one runs. */

@@ -279,3 +279,17 @@ int runner_network_start(int cgroup_procs_fd, int userns_fd, int netns_fd, int r
         *ret_exit_fd = TAKE_FD(exit_pipe[1]);
         return 0;
 }
+
+void proxy_env_build(ProxyEnv *pe, const char *http_proxy, const char *https_proxy) {
+        size_t k = 0;
+
+        if (!isempty(http_proxy)) {
+                snprintf(pe->http, sizeof(pe->http), "HTTP_PROXY=%s", http_proxy);
+                pe->env[k++] = pe->http;
+        }
+        if (!isempty(https_proxy)) {
+                snprintf(pe->https, sizeof(pe->https), "HTTPS_PROXY=%s", https_proxy);
+                pe->env[k++] = pe->https;
+        }
+        pe->env[k] = NULL;
+}

@@ -100,8 +100,7 @@ static int on_prepared_exit(sd_event_source *s, int fd, uint32_t revents, void *
 typedef struct PreparedNetwork {
         int procs_fd;                   /* borrowed */
         int ready[2], userns_fd, netns_fd;
-        char http[RUNNER_ENV_VALUE_MAX + 16], https[RUNNER_ENV_VALUE_MAX + 16];
-        char *env[3];
+        ProxyEnv proxy;
 } PreparedNetwork;
 
 static void prepared_network_done(PreparedNetwork *n) {
@@ -111,7 +110,6 @@ static void prepared_network_done(PreparedNetwork *n) {
 }
 
 static int prepared_network_setup(Runner *r, PreparedNetwork *n, SandboxExec *se) {
-        size_t k = 0;
         int q;
 
         q = runner_network_cgroup(r);
@@ -124,16 +122,8 @@ static int prepared_network_setup(Runner *r, PreparedNetwork *n, SandboxExec *se
         if (q < 0)
                 return q;
         /* As an exec with a network gets them (exec_setup_profile()). */
-        if (!isempty(r->prepare_http_proxy)) {
-                snprintf(n->http, sizeof(n->http), "HTTP_PROXY=%s", r->prepare_http_proxy);
-                n->env[k++] = n->http;
-        }
-        if (!isempty(r->prepare_https_proxy)) {
-                snprintf(n->https, sizeof(n->https), "HTTPS_PROXY=%s", r->prepare_https_proxy);
-                n->env[k++] = n->https;
-        }
-        n->env[k] = NULL;
-        se->extra_env = n->env;
+        proxy_env_build(&n->proxy, r->prepare_http_proxy, r->prepare_https_proxy);
+        se->extra_env = n->proxy.env;
         se->network_ready_fd = n->ready[0];
         se->netns_fd = n->netns_fd;
         return 0;

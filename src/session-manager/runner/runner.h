@@ -236,6 +236,15 @@ int exec_stream_push(ExecStream *s, uint8_t which, size_t n);
 size_t exec_stream_pending(const ExecStream *s);
 int runner_handle_cancel(Runner *r, const void *params, const int *fds, size_t n_fds);
 
+/* The proxy variables of an exec with a network, as its payload's extra environment (env, NULL
+ * terminated); the values are bounded by the protocol (RUNNER_ENV_VALUE_MAX). */
+typedef struct ProxyEnv {
+        char http[RUNNER_ENV_VALUE_MAX + sizeof("HTTP_PROXY=")];
+        char https[RUNNER_ENV_VALUE_MAX + sizeof("HTTPS_PROXY=")];
+        char *env[3];
+} ProxyEnv;
+void proxy_env_build(ProxyEnv *pe, const char *http_proxy, const char *https_proxy);
+
 /* runner-network.c: the network of an exec (dify runs with a network). A network namespace in a
  * new user namespace in which uid and gid 0 are the session's; the fds of both. */
 int runner_network_new(const Runner *r, int *ret_userns_fd, int *ret_netns_fd);

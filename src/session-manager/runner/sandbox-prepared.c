@@ -104,8 +104,7 @@ void sandbox_prepared_wait(SandboxExec *e, SandboxInit *init, int payload_status
         }
         e->prepared_fd = safe_close(e->prepared_fd);
 
-        r = sandbox_write_code(init->exec_dir_fd, e->language == SANDBOX_NODEJS ? "cell.js" : "cell.py",
-                               code_fd);
+        r = sandbox_write_cell(e, init->exec_dir_fd, code_fd);
         if (r < 0)
                 sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "copy cell", 125);
         init->exec_dir_fd = safe_close(init->exec_dir_fd);

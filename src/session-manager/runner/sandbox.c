@@ -393,14 +393,15 @@ static int setup_proc(const char *root, SetupError *err) {
         return 0;
 }
 
-int sandbox_write_code(int dir_fd, const char *name, int code_fd) {
+int sandbox_write_cell(const SandboxExec *e, int dir_fd, int code_fd) {
         _cleanup_close_ int fd = -EBADF;
         struct stat st;
         off_t off = 0;
 
         if (fstat(code_fd, &st) < 0)
                 return -errno;
-        fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
+        fd = openat(dir_fd, e->language == SANDBOX_NODEJS ? "cell.js" : "cell.py",
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
         if (fd < 0)
                 return -errno;
         while (off < st.st_size) {
@@ -411,10 +412,6 @@ int sandbox_write_code(int dir_fd, const char *name, int code_fd) {
                         break;
         }
         return 0;
-}
-
-static const char *cell_name(const SandboxExec *e) {
-        return e->language == SANDBOX_NODEJS ? "cell.js" : "cell.py";
 }
 
 /* /exec: the cell's file, there now; or, in a prepared sandbox, a tmpfs of its own, written by
@@ -435,7 +432,7 @@ static int setup_code(const SandboxExec *e, const char *root, SetupError *err) {
         dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dir_fd < 0)
                 return FAIL("open /exec", errno);
-        r = sandbox_write_code(dir_fd, cell_name(e), e->code_fd);
+        r = sandbox_write_cell(e, dir_fd, e->code_fd);
         return r < 0 ? FAIL("copy cell", r) : 0;
 }
 

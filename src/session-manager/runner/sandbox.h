@@ -261,8 +261,9 @@ _noreturn_ void sandbox_report_and_exit(int status_fd, SandboxStatusKind kind, i
 /* PID 1: the payload's user namespace mapped and its seccomp listener taken (payload_attach). */
 int sandbox_payload_attach(const SandboxExec *e, pid_t payload, int sync_fd);
 
-/* Writes the code of 'code_fd' as the cell file 'name' into the directory 'dir_fd'. */
-int sandbox_write_code(int dir_fd, const char *name, int code_fd);
+/* Writes the code of 'code_fd' as the exec's cell file (cell.py, cell.js) into the directory
+ * 'dir_fd', never through a link. */
+int sandbox_write_cell(const SandboxExec *e, int dir_fd, int code_fd);
 
 /* The RLIMIT_CPU of an exec with this timeout (a backstop above it). */
 uint64_t sandbox_cpu_limit_sec(uint64_t timeout_ms, uint64_t cpus_percent);
