@@ -489,6 +489,7 @@ typedef struct ExecOptions {
         const char *language;
         int hangup;
         int stream;
+        int display;
 } ExecOptions;
 
 static const BusDictField exec_options[] = {
@@ -497,6 +498,7 @@ static const BusDictField exec_options[] = {
         { "language",     's', offsetof(ExecOptions, language)     },
         { "hangup",       'h', offsetof(ExecOptions, hangup)       },
         { "stream",       'h', offsetof(ExecOptions, stream)       },
+        { "display",      'b', offsetof(ExecOptions, display)      },
         {}
 };
 
@@ -664,6 +666,7 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
 
         /* Borrowed from the message, which outlives the call: session_exec() sends a copy. */
         p.stream_fd = o.stream;
+        p.display = o.display;
         r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, c, &c->exec);
         if (r == -EBUSY)
                 return sd_bus_error_set(error, BUS_ERROR_BUSY, BUS_MESSAGE_SESSION_BUSY);

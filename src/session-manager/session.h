@@ -130,6 +130,7 @@ typedef struct ExecParameters {
         const char *http_proxy;    /* handed to the code when it has a network */
         const char *https_proxy;
         int stream_fd;             /* borrowed, or -EBADF: the write end for the output as produced */
+        bool display;              /* a stateful cell's values, displays and error as result records */
 } ExecParameters;
 
 typedef struct RunnerRequest RunnerRequest;
