@@ -17,6 +17,7 @@
 #include "agent-check.h"
 #include "bus-util.h"
 #include "gateway-auth.h"
+#include "e2b-token.h"
 #include "gateway-server.h"
 #include "http-connection.h"
 #include "http-header-check.h"
@@ -393,6 +394,7 @@ Server *server_free(Server *s) {
 
         auth_header_free(s->auth_header, s->auth_header_size);
         auth_header_free(s->scrape_auth_header, s->scrape_auth_header_size);
+        erase_and_freep(&s->e2b_api_key);
         config_done(&s->config);
         mime_types_free(s->mime_types);
         free(s);
@@ -426,6 +428,12 @@ int server_set_api_key(Server *s, const char *key) {
                 return r;
         s->api_key = s->auth_header ? s->auth_header + strlen(AUTH_BEARER_PREFIX) : NULL;
         s->api_key_size = s->auth_header ? s->auth_header_size - strlen(AUTH_BEARER_PREFIX) : 0;
+        erase_and_freep(&s->e2b_api_key);
+        s->e2b_api_key = NULL;
+        s->e2b_api_key_size = 0;
+        if (s->api_key)
+                return e2b_key_from_api_key(s->api_key, s->api_key_size, &s->e2b_api_key,
+                                            &s->e2b_api_key_size);
         return 0;
 }
 

@@ -123,6 +123,8 @@ struct Server {
         size_t auth_header_size;
         const char *api_key;           /* the key itself, inside auth_header (X-Api-Key) */
         size_t api_key_size;
+        char *e2b_api_key;             /* "e2b_<hex of the key>" (e2b-token.h); NULL without a key */
+        size_t e2b_api_key_size;
         char *scrape_auth_header;      /* "Bearer <scrape key>": HTTP_ROUTE_SCRAPE_KEY routes only;
                                         * NULL if none */
         size_t scrape_auth_header_size;

@@ -170,6 +170,9 @@ static int run(int argc, char *argv[]) {
         r = server_add_api(s, &http_sidecar_api);
         if (r >= 0)
                 r = server_add_api(s, &http_dify_api);
+        /* Alone on the socket named "e2b" (scopebox-gateway-e2b.socket). */
+        if (r >= 0)
+                r = server_add_api(s, &http_e2b_api);
         if (r < 0)
                 return log_error_errno(r, "Failed to register the APIs: %m");
 

@@ -2,6 +2,7 @@
 /* The APIs the gateway serves: what each of their routes takes and which resource serves it. */
 #include "http-apis.h"
 #include "http-dify.h"
+#include "http-e2b.h"
 #include "http-storage.h"
 
 const HttpRoute http_sidecar_routes[] = {
@@ -48,4 +49,40 @@ const HttpApi http_dify_api = {
         .failure = dify_response_new_failure,
         .too_large = dify_response_new_too_large,
         .counted = "dify run",
+};
+
+#define E2B_ROUTE (HTTP_ROUTE_E2B_KEY | HTTP_ROUTE_JSON)
+#define E2B_PATH_ROUTE (E2B_ROUTE | HTTP_ROUTE_PATH_ARG)
+
+/* The E2B control plane: both create dialects (SDK 2.x: /v2), the calls of docs/e2b.md. */
+const HttpRoute http_e2b_routes[] = {
+        { "POST",   "/sandboxes",                E2B_ROUTE,      http_e2b_create      },
+        { "GET",    "/sandboxes",                E2B_ROUTE,      http_e2b_list_v1     },
+        { "POST",   "/v2/sandboxes",             E2B_ROUTE,      http_e2b_create      },
+        { "GET",    "/v2/sandboxes",             E2B_ROUTE,      http_e2b_list        },
+        { "GET",    "/sandboxes/",               E2B_PATH_ROUTE, http_e2b_get         },
+        { "DELETE", "/sandboxes/",               E2B_PATH_ROUTE, http_e2b_kill        },
+        { "POST",   "/sandboxes/*/timeout",      E2B_PATH_ROUTE, http_e2b_set_timeout },
+        { "POST",   "/sandboxes/*/connect",      E2B_PATH_ROUTE, http_e2b_connect     },
+        { "POST",   "/v2/sandboxes/*/connect",   E2B_PATH_ROUTE, http_e2b_connect     },
+        { "POST",   "/sandboxes/*/pause",        E2B_PATH_ROUTE, http_e2b_unsupported },
+        { "POST",   "/sandboxes/*/resume",       E2B_PATH_ROUTE, http_e2b_unsupported },
+        { "GET",    "/sandboxes/*/metrics",      E2B_PATH_ROUTE, http_e2b_unsupported },
+        {}
+};
+
+/* A sandbox's traffic (E2b-Sandbox-Id). */
+const HttpRoute http_e2b_sandbox_routes[] = {
+        { "GET",    "/health",                   HTTP_ROUTE_E2B_TOKEN, http_e2b_health },
+        {}
+};
+
+/* The E2B API, alone on its socket: every answer of ours there is {"code":N,"message":...}. */
+const HttpApi http_e2b_api = {
+        .name = "E2B",
+        .routes = http_e2b_routes,
+        .sandbox_routes = http_e2b_sandbox_routes,
+        .failure = e2b_response_new_failure,
+        .socket = E2B_SOCKET_NAME,
+        .shapes_all = true,
 };

@@ -12,6 +12,17 @@ extern const HttpRoute http_sidecar_routes[];
 extern const HttpApi http_dify_api;
 extern const HttpRoute http_dify_routes[];
 
+/* The E2B API (docs/e2b.md), on its own socket. */
+extern const HttpApi http_e2b_api;
+extern const HttpRoute http_e2b_routes[];
+extern const HttpRoute http_e2b_sandbox_routes[];
+
+/* A CreateSession call 'm' for 'req' whose session is the client's only once the answer reached it
+ * (http-sessions.c); 'on_reply' calls http_session_create_confirm_later() on success, which reads
+ * the id. */
+int http_session_create_call(HttpRequest *req, sd_bus_message *m, HttpReplyHandler on_reply);
+int http_session_create_confirm_later(HttpRequest *req, sd_bus_message *reply, const char **ret_id);
+
 int http_health_get(HttpRequest *req);
 int http_sessions_post(HttpRequest *req);
 int http_sessions_delete(HttpRequest *req);

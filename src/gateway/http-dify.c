@@ -214,16 +214,6 @@ static int bind_json(const char *body, size_t size, const DifyField fields[], vo
         return 0;
 }
 
-static int unhex(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -EINVAL;
-}
-
 /* application/x-www-form-urlencoded: '+' is a space, %XX a byte. */
 static int form_decode(const char *s, size_t n, char **ret, size_t *ret_size) {
         _cleanup_free_ char *out = NULL;
@@ -240,8 +230,8 @@ static int form_decode(const char *s, size_t n, char **ret, size_t *ret_size) {
 
                         if (i + 2 >= n)
                                 return -EINVAL;
-                        hi = unhex(s[i + 1]);
-                        lo = unhex(s[i + 2]);
+                        hi = unhexchar(s[i + 1]);
+                        lo = unhexchar(s[i + 2]);
                         if (hi < 0 || lo < 0)
                                 return -EINVAL;
                         out[o++] = (char) (hi << 4 | lo);

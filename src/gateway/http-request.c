@@ -165,16 +165,24 @@ int http_request_reply_made(HttpRequest *req, int made, HttpResponse *response) 
         return made < 0 ? made : http_request_reply(req, response);
 }
 
+/* On a socket whose API shapes every answer (HttpApi.shapes_all), the plain answers below take
+ * that shape. */
+static const HttpApi *http_request_socket_api(const HttpRequest *req) {
+        return req->api && req->api->shapes_all && req->api->failure ? req->api : NULL;
+}
+
 int http_request_reply_detail(HttpRequest *req, unsigned status, const char *detail) {
+        const HttpApi *api = http_request_socket_api(req);
         HttpResponse *r = NULL;
-        int k = http_response_new_detail(status, detail, &r);
+        int k = api ? api->failure(status, detail, &r) : http_response_new_detail(status, detail, &r);
 
         return http_request_reply_made(req, k, r);
 }
 
 int http_request_reply_error(HttpRequest *req, unsigned status, const char *error) {
+        const HttpApi *api = http_request_socket_api(req);
         HttpResponse *r = NULL;
-        int k = http_response_new_error(status, error, &r);
+        int k = api ? api->failure(status, error, &r) : http_response_new_error(status, error, &r);
 
         return http_request_reply_made(req, k, r);
 }
@@ -265,6 +273,8 @@ int http_request_add_log_field(HttpRequest *req, const char *name, const char *v
 /* The API whose shape the router's answers to a request take: its route's, if flagged
  * HTTP_ROUTE_API_KEY. */
 static const HttpApi *http_request_shaping_api(const HttpRequest *req) {
+        if (req->api && req->api->shapes_all)
+                return req->api;
         return req->route && (req->route->flags & HTTP_ROUTE_API_KEY) ? req->api : NULL;
 }
 

@@ -65,6 +65,18 @@ typedef struct HttpRequestHeaders {
         unsigned n_api_key;
         const char *api_key;                /* X-Api-Key, the last one, 'api_key_size' bytes */
         size_t api_key_size;
+        /* The E2B sandbox traffic's (the last of each, with its size; http-e2b.h). */
+        unsigned n_e2b_sandbox_id;
+        const char *e2b_sandbox_id;         /* E2b-Sandbox-Id */
+        size_t e2b_sandbox_id_size;
+        unsigned n_e2b_sandbox_port;
+        const char *e2b_sandbox_port;       /* E2b-Sandbox-Port */
+        unsigned n_access_token;
+        const char *access_token;           /* X-Access-Token */
+        size_t access_token_size;
+        unsigned n_traffic_token;
+        const char *traffic_token;          /* E2B-Traffic-Access-Token */
+        size_t traffic_token_size;
         unsigned n_content_length;
         const char *content_length;         /* the first one */
         unsigned n_transfer_encoding;

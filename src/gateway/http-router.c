@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "bus-util.h"
+#include "e2b-token.h"
 #include "gateway-auth.h"
 #include "http-connection.h"
 #include "http-header-check.h"
@@ -84,15 +85,39 @@ int http_route_lookup(const HttpRoute *routes, const char *method, const char *p
         return path_known ? -EOPNOTSUPP : -ENOENT;
 }
 
-/* Every socket serves every API of the server: their paths are disjoint. */
-static int http_request_lookup(HttpRequest *req) {
+/* Whether the socket of 'req' serves 'api': an API with a socket of its own is served there and
+ * nowhere else; the others on every other socket, where their paths are disjoint. */
+static bool http_request_serves(const HttpRequest *req, const HttpApi *api) {
+        const char *name = req->daemon ? req->daemon->name : NULL;
+        const Server *s = req->server;
+
+        if (api->socket)
+                return name && streq(name, api->socket);
+        for (size_t i = 0; name && i < s->n_apis; i++)
+                if (s->apis[i].api->socket && streq(name, s->apis[i].api->socket))
+                        return false;
+        return true;
+}
+
+static int http_request_lookup(HttpRequest *req, const HttpRequestHeaders *h) {
         const Server *s = req->server;
 
         for (size_t i = 0; i < s->n_apis; i++) {
-                int r = http_route_lookup(s->apis[i].api->routes, req->method, req->path, &req->route,
-                                          &req->path_arg, req->allow, sizeof(req->allow));
+                const HttpApi *api = s->apis[i].api;
+                const HttpRoute *routes = api->routes;
+                int r;
+
+                if (!http_request_serves(req, api))
+                        continue;
+                /* The API whose shape the refusals of this socket take, whatever the path. */
+                if (api->shapes_all)
+                        req->api = api;
+                if (api->sandbox_routes && h->n_e2b_sandbox_id > 0)
+                        routes = api->sandbox_routes;
+                r = http_route_lookup(routes, req->method, req->path, &req->route, &req->path_arg,
+                                      req->allow, sizeof(req->allow));
                 if (r >= 0)
-                        req->api = s->apis[i].api;
+                        req->api = api;
                 if (r != -ENOENT)
                         return r;
         }
@@ -108,6 +133,14 @@ static bool http_request_authenticated(const HttpRequest *req, const HttpRequest
 
         if (!s->auth_header)
                 return true;
+        /* The E2B socket: the key (the control plane), or a sandbox's token (its traffic); a request
+         * that matches no route may show either. */
+        if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_E2B_TOKEN))
+                return e2b_token_matches(s, h);
+        if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_E2B_KEY))
+                return e2b_key_matches(s, h);
+        if (lookup < 0 && req->api && req->api->shapes_all)
+                return e2b_key_matches(s, h) || e2b_token_matches(s, h);
         if (api_key_only || lookup < 0)
                 if (auth_header_matches(h->n_api_key == 1 ? h->api_key : NULL, h->api_key_size,
                                         s->api_key, s->api_key_size))
@@ -215,7 +248,7 @@ int http_request_begin(HttpRequest *req, const HttpRequestHeaders *h) {
         if (r < 0 || req->response)
                 return r;
 
-        lookup = http_request_lookup(req);
+        lookup = http_request_lookup(req, h);
         if (lookup < 0 && lookup != -ENOENT && lookup != -EOPNOTSUPP)
                 return lookup;
         req->headers = *h;
@@ -525,6 +558,7 @@ static enum MHD_Result http_request_queue(HttpRequest *req) {
              MHD_add_response_header(m, MHD_HTTP_HEADER_CACHE_CONTROL, resp->cache_control) != MHD_YES) ||
             (resp->retry_after &&
              MHD_add_response_header(m, MHD_HTTP_HEADER_RETRY_AFTER, resp->retry_after) != MHD_YES) ||
+            (resp->next_token && MHD_add_response_header(m, "X-Next-Token", resp->next_token) != MHD_YES) ||
             (!isempty(req->server->config.node_id) &&
              MHD_add_response_header(m, HTTP_HEADER_NODE, req->server->config.node_id) != MHD_YES)) {
                 MHD_destroy_response(m);
@@ -596,6 +630,21 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
         } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
                 if (h->n_transfer_encoding++ == 0)
                         h->transfer_encoding = value;
+        } else if (strcasecmp(key, "E2b-Sandbox-Id") == 0) {
+                h->n_e2b_sandbox_id++;
+                h->e2b_sandbox_id = value;
+                h->e2b_sandbox_id_size = value_size;
+        } else if (strcasecmp(key, "E2b-Sandbox-Port") == 0) {
+                h->n_e2b_sandbox_port++;
+                h->e2b_sandbox_port = value;
+        } else if (strcasecmp(key, "X-Access-Token") == 0) {
+                h->n_access_token++;
+                h->access_token = value;
+                h->access_token_size = value_size;
+        } else if (strcasecmp(key, "E2B-Traffic-Access-Token") == 0) {
+                h->n_traffic_token++;
+                h->traffic_token = value;
+                h->traffic_token_size = value_size;
         } else if (strcasecmp(key, "X-Api-Key") == 0) {
                 h->n_api_key++;
                 h->api_key = value;

@@ -29,6 +29,10 @@ typedef enum HttpRouteFlags {
                                        * .too_large) */
         HTTP_ROUTE_RAW_BODY = 1 << 4, /* the body is kept as received, for the resource to bind */
         HTTP_ROUTE_SCRAPE_KEY = 1 << 5, /* the scrape key opens it too (server_set_scrape_key()) */
+        HTTP_ROUTE_E2B_KEY  = 1 << 6, /* the E2B control plane: "X-API-Key: <key>" or "e2b_<hex of the
+                                       * key>" (e2b-token.h) */
+        HTTP_ROUTE_E2B_TOKEN = 1 << 7, /* traffic of the E2B sandbox named by E2b-Sandbox-Id: its
+                                        * access token (X-Access-Token or E2B-Traffic-Access-Token) */
 } HttpRouteFlags;
 
 /* Routes whose body is buffered (and counted against the server-wide budget). */
@@ -58,6 +62,14 @@ struct HttpApi {
         /* What the API counts on the server (server_api_count()) until the results come, as the
          * STATUS= line names it ("run": "2 runs"); NULL: nothing. */
         const char *counted;
+        /* The FileDescriptorName= of the sockets that serve this API and nothing else; NULL: the
+         * API is served on every other socket. */
+        const char *socket;
+        /* Routes of requests that name a sandbox (E2b-Sandbox-Id), instead of 'routes'. */
+        const HttpRoute *sandbox_routes;
+        /* Every answer of the router on its socket takes the API's shape (HttpApi.failure), not
+         * only those of HTTP_ROUTE_API_KEY routes. */
+        bool shapes_all;
 };
 
 /* The body limit of a route: Content-Length above it is refused, a chunked body cut off there. */

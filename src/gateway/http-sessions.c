@@ -112,7 +112,8 @@ static void session_create_free(void *p) {
                 return;
         if (c->confirm_fd >= 0) {
                 HttpRequest *req = c->req;
-                bool delivered = req->state == HTTP_REQUEST_ANSWERED && req->status == HTTP_OK &&
+                bool delivered = req->state == HTTP_REQUEST_ANSWERED &&
+                                 (req->status == HTTP_OK || req->status == HTTP_CREATED) &&
                                  req->connection && http_connection_answer_delivered(req->connection);
 
                 if (delivered && write(c->confirm_fd, "", 1) != 1)
@@ -127,9 +128,19 @@ static void session_create_free(void *p) {
         free(c);
 }
 
+int http_session_create_confirm_later(HttpRequest *req, sd_bus_message *reply, const char **ret_id) {
+        SessionCreate *c = req->userdata;
+
+        /* From now on the manager waits for our word, which comes once the request ends (and never
+         * when this fails: the manager then releases the session, and the client gets a 500). */
+        c->confirm_fd = fcntl(req->hangup_fd, F_DUPFD_CLOEXEC, 3);
+        if (c->confirm_fd < 0)
+                return -errno;
+        return sessions_post_read_id(req, reply, ret_id);
+}
+
 static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
         char body[sizeof("{\"session_id\":\"\",\"restored\":false,\"stateful\":true}") + SESSION_ID_LEN];
-        SessionCreate *c = req->userdata;
         const sd_bus_error *e;
         const char *id;
         json_object *v;
@@ -141,13 +152,7 @@ static int sessions_post_on_reply(HttpRequest *req, sd_bus_message *reply) {
                 return http_request_reply_call_error(req, e, bus_timeout_session_usec(&req->server->config),
                                                      http_response_new_bus_error);
 
-        /* From now on the manager waits for our word, which comes once the request ends (and never
-         * when this fails: the manager then releases the session, and the client gets a 500). */
-        c->confirm_fd = fcntl(req->hangup_fd, F_DUPFD_CLOEXEC, 3);
-        if (c->confirm_fd < 0)
-                return -errno;
-
-        r = sessions_post_read_id(req, reply, &id);
+        r = http_session_create_confirm_later(req, reply, &id);
         if (r < 0)
                 return r;
 
@@ -180,7 +185,6 @@ static int sessions_post_on_gone(HttpRequest *req, sd_bus_message *reply) {
 int http_sessions_post(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         const Config *config = &req->server->config;
-        SessionCreate *c;
         SidecarBody b = {};
         int r;
 
@@ -216,14 +220,20 @@ int http_sessions_post(HttpRequest *req) {
                         return r;
         }
 
+        return http_session_create_call(req, m, sessions_post_on_reply);
+}
+
+int http_session_create_call(HttpRequest *req, sd_bus_message *m, HttpReplyHandler on_reply) {
+        SessionCreate *c;
+
         /* A create whose client hangs up, or never gets the answer, is undone (docs/dbus-api.md). */
         req->gone_handler = sessions_post_on_gone;
         c = http_request_new_userdata(req, sizeof(SessionCreate), session_create_free);
         if (!c)
                 return -ENOMEM;
         *c = (SessionCreate) { .req = req, .confirm_fd = -EBADF };
-        return http_request_call_until_hangup(req, m, bus_timeout_session_usec(config),
-                                              sessions_post_on_reply);
+        return http_request_call_until_hangup(req, m, bus_timeout_session_usec(&req->server->config),
+                                              on_reply);
 }
 
 /* What became of the workspace of a session with effective storage (docs/api.md); without storage

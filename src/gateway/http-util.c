@@ -22,6 +22,7 @@ HttpResponse *http_response_free(HttpResponse *r) {
         if (!r)
                 return NULL;
         free(r->body);
+        free(r->next_token);
         http_stream_free(r->stream);
         if (r->source.free)
                 r->source.free(r->source.userdata);

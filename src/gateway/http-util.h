@@ -18,6 +18,8 @@
 /* Status codes we send. Plain numbers so this header does not need microhttpd.h. */
 enum {
         HTTP_OK = 200,
+        HTTP_CREATED = 201,
+        HTTP_NO_CONTENT = 204,
         HTTP_BAD_REQUEST = 400,
         HTTP_UNAUTHORIZED = 401,
         HTTP_NOT_FOUND = 404,
@@ -72,6 +74,7 @@ typedef struct HttpResponse {
         const char *allow; /* static "Allow:" header value for 405, or NULL */
         const char *content_type; /* static; NULL: application/json */
         const char *retry_after;  /* static "Retry-After:" header value, or NULL */
+        char *next_token;         /* "X-Next-Token:" header value (a page's successor), owned, or NULL */
 } HttpResponse;
 
 HttpResponse *http_response_free(HttpResponse *r);

@@ -462,7 +462,8 @@ static void check_files(Doctor *d, const char *name, const char *dir, const char
 
 static void check_installation(Doctor *d) {
         static const char *const units[] = {
-                "scopebox-gateway.socket", "scopebox-gateway-agent.socket", "scopebox-gateway.service",
+                "scopebox-gateway.socket", "scopebox-gateway-agent.socket", "scopebox-gateway-e2b.socket",
+                "scopebox-gateway.service",
                 "scopebox-session-manager.service", "scopebox-storage-agent.service", "scopebox.slice",
         };
         static const char *const policies[] = {

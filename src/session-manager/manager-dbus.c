@@ -247,6 +247,8 @@ typedef struct CreateOptions {
         const char *storage;
         bool stateful;
         int hangup;
+        const char *record;
+        uint64_t deadline_usec;
 } CreateOptions;
 
 static const BusDictField create_options[] = {
@@ -255,6 +257,8 @@ static const BusDictField create_options[] = {
         { "storage",      's', offsetof(CreateOptions, storage)      },
         { "stateful",     'b', offsetof(CreateOptions, stateful)     },
         { "hangup",       'h', offsetof(CreateOptions, hangup)       },
+        { "record",       's', offsetof(CreateOptions, record)       },
+        { "deadline_usec", 't', offsetof(CreateOptions, deadline_usec) },
         {}
 };
 
@@ -327,8 +331,12 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 o.archive_key = NULL;
         if (o.storage && strlen(o.storage) > BUS_STORAGE_JSON_MAX)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_STORAGE_TOO_LARGE);
-        ttl_usec = (o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec
-                                        : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
+        if (o.record && strlen(o.record) > BUS_SESSION_RECORD_MAX)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "record too large");
+        /* A session with a deadline ends there; idle, it lasts as long as the longest TTL. */
+        ttl_usec = (o.deadline_usec > 0   ? mgr->config.idle_ttl_cap_sec
+                    : o.idle_ttl_sec == 0 ? mgr->config.idle_ttl_sec
+                                          : MIN(o.idle_ttl_sec, mgr->config.idle_ttl_cap_sec)) *
                    USEC_PER_SEC;
 
         /* Not even a pending archive's session is taken back: the balancer sends the client to
@@ -375,11 +383,14 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
         s->idle_ttl_usec = ttl_usec;
         s->stateful = o.stateful;
         if ((o.archive_key && !(s->archive_key = strdup(o.archive_key))) ||
-            (o.storage && !(s->storage_json = strdup(o.storage)))) {
+            (o.storage && !(s->storage_json = strdup(o.storage))) ||
+            (o.record && !(s->record = strdup(o.record)))) {
                 session_free(s);
                 return -ENOMEM;
         }
         manager_add_session(mgr, s);
+        s->deadline_realtime_usec = o.deadline_usec;
+        session_arm_deadline(s);
 
         c->create = s;
         r = manager_start_session(mgr, s, on_session_started, c);
@@ -1164,6 +1175,111 @@ static int append_session_info(sd_bus_message *reply, const Session *s) {
         return r;
 }
 
+/* ---- records: the sessions a client made with a record (the E2B API's sandboxes) ---- */
+
+/* What a record's owner may know of its session: "(s record, a{sv} info)". */
+static int append_record(sd_bus_message *reply, const Session *s) {
+        int r;
+
+        r = sd_bus_message_append(reply, "s", s->record);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "a{sv}", 4, "created_usec", "t", s->created_realtime_usec,
+                                          "deadline_usec", "t", s->deadline_realtime_usec, "stateful", "b",
+                                          (int) s->stateful, "execs", "t", s->n_execs);
+        return r;
+}
+
+static Session *bus_find_record(Manager *mgr, const char *id, sd_bus_error *error) {
+        Session *s = bus_find_running_session(mgr, id, error);
+
+        if (s && !s->record) {
+                sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, BUS_MESSAGE_NO_SUCH_SESSION);
+                return NULL;
+        }
+        return s;
+}
+
+static int method_get_record(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        s = bus_find_record(userdata, id, error);
+        if (!s)
+                return -EINVAL;
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = append_record(reply, s);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
+/* Every running session with a record, in no particular order. */
+static int method_list_records(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Manager *mgr = userdata;
+        int r;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_open_container(reply, 'a', "(ssa{sv})");
+        for (Session *s = mgr->sessions; r >= 0 && s; s = s->sessions_next) {
+                if (!s->record || s->state != SESSION_RUNNING || !session_is_sidecar(s))
+                        continue;
+                r = sd_bus_message_open_container(reply, 'r', "ssa{sv}");
+                if (r >= 0)
+                        r = sd_bus_message_append(reply, "s", s->id);
+                if (r >= 0)
+                        r = append_record(reply, s);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(reply);
+        }
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
+/* SetDeadline(s id, t deadline_usec, b extend_only) -> (t, s record, a{sv} info): moves the
+ * deadline of a session that has one (extend_only: only later). Answers the deadline in force and
+ * the record, as GetRecord. */
+static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        const char *id;
+        uint64_t deadline;
+        int extend_only, r;
+        Session *s;
+
+        r = sd_bus_message_read(m, "stb", &id, &deadline, &extend_only);
+        if (r < 0)
+                return r;
+        s = bus_find_record(userdata, id, error);
+        if (!s)
+                return -EINVAL;
+        if (s->deadline_realtime_usec == 0 || deadline == 0)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "the session has no deadline");
+        if (!extend_only || deadline > s->deadline_realtime_usec) {
+                r = session_set_deadline(s, deadline);
+                if (r < 0)
+                        log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                                   "Failed to record the deadline of session %s: %m", s->id);
+        }
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "t", s->deadline_realtime_usec);
+        if (r >= 0)
+                r = append_record(reply, s);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
 /* ListSessions, ListRunSandboxes and GetSession are for the operator (scopeboxctl as root): the bus
  * policy denies them to the gateway's user, which never needs to enumerate the session ids that are
  * clients' handles. (Not re-checked here: learning a caller's uid on dbus-daemon is a synchronous
@@ -1342,6 +1458,15 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_get_metrics, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ListSessions", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(sa{sv})", sessions),
                                 method_list_sessions, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetRecord", SD_BUS_ARGS("s", session_id),
+                                SD_BUS_RESULT("s", record, "a{sv}", info), method_get_record,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListRecords", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ssa{sv})", records),
+                                method_list_records, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("SetDeadline",
+                                SD_BUS_ARGS("s", session_id, "t", deadline_usec, "b", extend_only),
+                                SD_BUS_RESULT("t", deadline_usec, "s", record, "a{sv}", info),
+                                method_set_deadline, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ListRunSandboxes", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(sa{sv})", sandboxes),
                                 method_list_run_sandboxes, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetSession", SD_BUS_ARGS("s", session_id), SD_BUS_RESULT("a{sv}", info),

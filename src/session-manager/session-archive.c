@@ -799,6 +799,10 @@ int session_load_state(Session *s, json_object *o) {
         r = record_string(o, "storage", &s->storage_json);
         if (r < 0)
                 return r;
+        r = record_string(o, "record", &s->record);
+        if (r < 0)
+                return r;
+        record_usec(o, "deadline_realtime_usec", 0, &s->deadline_realtime_usec);
         /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
         if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
                 s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);

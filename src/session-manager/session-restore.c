@@ -430,6 +430,7 @@ static void session_recovered(Session *s, int error, json_object *reply, bool ag
         idle = now > s->last_active_realtime_usec ? now - s->last_active_realtime_usec : 0;
         remaining = idle < s->idle_ttl_usec ? s->idle_ttl_usec - idle : 1;
         session_arm_idle(s, remaining);
+        session_arm_deadline(s);
         log_struct(LOG_INFO, 0, LOG_FIELDS(LOG_SESSION_FIELD(s->id), "SCOPEBOX_EVENT=session-recovered"),
                    "Recovered session %s; idle for %llus of %llus.", s->id,
                    (unsigned long long) (idle / USEC_PER_SEC),

@@ -66,6 +66,7 @@ static const char *const session_end_table[_SESSION_END_MAX] = {
         [SESSION_END_RUNNER_LOST] = "runner-lost",
         [SESSION_END_UNRESPONSIVE] = "unresponsive",
         [SESSION_END_STALE] = "stale",
+        [SESSION_END_DEADLINE] = "deadline",
 };
 
 DEFINE_STRING_TABLE_LOOKUP_TO_STRING(session_end, SessionEnd)
@@ -185,6 +186,11 @@ int session_save_state(Session *s) {
                 json_add_checked(o, "restore_failed", json_object_new_boolean(true), &jr);
         if (s->stateful)
                 json_add_checked(o, "stateful", json_object_new_boolean(true), &jr);
+        if (s->record)
+                json_add_checked(o, "record", json_object_new_string(s->record), &jr);
+        if (s->deadline_realtime_usec > 0)
+                json_add_checked(o, "deadline_realtime_usec",
+                                 json_object_new_int64((int64_t) s->deadline_realtime_usec), &jr);
         if (session_archive_pending(s)) {
                 json_add_checked(o, "releasing", json_object_new_boolean(true), &jr);
                 json_add_checked(o, "release_realtime_usec",
@@ -361,6 +367,7 @@ Session *session_free(Session *s) {
         s->control_fd = safe_close(s->control_fd);
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        s->deadline_timer = sd_event_source_disable_unref(s->deadline_timer);
         for (ReleaseWaiter *w; (w = s->release_waiters);) {
                 LIST_REMOVE(waiters, s->release_waiters, w);
                 free(w);
@@ -372,6 +379,7 @@ Session *session_free(Session *s) {
         free(s->archive_key);
         free(s->storage_json);
         free(s->restore_damage);
+        free(s->record);
         free(s);
         return NULL;
 }
@@ -436,6 +444,7 @@ static void session_kill_runner(Session *s) {
  * storage endpoint must not keep a released session counted). */
 static void session_stop_taking_calls(Session *s) {
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        s->deadline_timer = sd_event_source_disable_unref(s->deadline_timer);
         manager_cancel_pending_create(s->manager, s);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
         session_fail_queued(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
@@ -482,6 +491,7 @@ static void session_enter_stopping(Session *s) {
  * from the event loop, never here, since callers up the stack may still hold it. */
 static void session_enter_gone(Session *s) {
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
+        s->deadline_timer = sd_event_source_disable_unref(s->deadline_timer);
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
         s->control_source = sd_event_source_disable_unref(s->control_source);
         s->control_fd = safe_close(s->control_fd);

@@ -71,6 +71,7 @@ typedef enum SessionEnd {
         SESSION_END_RUNNER_LOST,   /* the control connection closed, broke or could not be written */
         SESSION_END_UNRESPONSIVE,  /* its runner did not answer a request in time */
         SESSION_END_STALE,         /* found after a restart, and could not be taken over */
+        SESSION_END_DEADLINE,      /* its deadline (CreateSession "deadline_usec") passed */
         _SESSION_END_MAX,
         _SESSION_END_INVALID = -EINVAL,
 } SessionEnd;
@@ -166,6 +167,12 @@ struct Session {
 
         uint64_t idle_ttl_usec;
         sd_event_source *idle_timer;
+        /* A client's record of the session (CreateSession "record", opaque here: the E2B API's
+         * sandbox) and its deadline (CLOCK_REALTIME, 0: none), when it is released as at its idle
+         * TTL whether or not it is busy (session-deadline.c). */
+        char *record;
+        uint64_t deadline_realtime_usec;
+        sd_event_source *deadline_timer;
         uint64_t created_realtime_usec;
         uint64_t last_active_realtime_usec;
         uint64_t state_saved_realtime_usec;
@@ -213,6 +220,10 @@ struct Session {
 int session_enter(Session *s, SessionState state);
 
 int session_new(Manager *m, Session **ret);
+
+/* session-deadline.c: sets the deadline (CLOCK_REALTIME µs, > 0) and arms its timer. */
+int session_set_deadline(Session *s, uint64_t realtime_usec);
+void session_arm_deadline(Session *s);
 /* A session object for an id found on disk (recovery, cleanup). */
 int session_new_with_id(Manager *m, const char *id, Session **ret);
 /* Reattach to the runner of a session recorded by an earlier manager. */

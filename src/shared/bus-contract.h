@@ -82,6 +82,8 @@ const char *bus_error_name_from_errno(int error);
  * /storage/put), a bus message must stay well below the bus's own limit (32 MiB for dbus-daemon,
  * which disconnects the sender of a larger one). */
 #define BUS_STORAGE_JSON_MAX        (64U * 1024U)
+/* The largest client record (CreateSession "record") a session keeps. */
+#define BUS_SESSION_RECORD_MAX      (64U * 1024U)
 /* Sanity bound on the artifacts a reply may list, whatever the manager's configuration says. */
 #define BUS_EXEC_FILES_MAX          1000U
 /* Sanity bound on the refused calls a reply may list (the runner reports at most 16). */

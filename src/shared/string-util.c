@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* String helpers: stack concatenation, prefix tests, UTF-8 checks, constant-time compare. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,4 +189,14 @@ void ascii_strlower(char *s) {
         for (; *s; s++)
                 if (*s >= 'A' && *s <= 'Z')
                         *s = (char) (*s - 'A' + 'a');
+}
+
+int unhexchar(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -EINVAL;
 }

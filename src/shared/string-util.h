@@ -39,6 +39,8 @@ size_t utf8_encode(uint32_t cp, char out[static 4]);
 char *utf8_sanitize(const char *s, size_t n, size_t *ret_len);
 
 /* Compare secrets in constant time (HMAC-SHA256 of both, then CRYPTO_memcmp). */
+/* The value of a hex digit, either case; -EINVAL for anything else. */
+int unhexchar(char c);
 bool secret_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 char *hexmem(const void *p, size_t l);

@@ -38,6 +38,7 @@ SHIPPED = [
     "/usr/bin/scopeboxctl",
     "/lib/systemd/system/scopebox-gateway.socket",
     "/lib/systemd/system/scopebox-gateway-agent.socket",
+    "/lib/systemd/system/scopebox-gateway-e2b.socket",
     "/lib/systemd/system/scopebox-gateway.service",
     "/lib/systemd/system/scopebox-session-manager.service",
     "/lib/systemd/system/scopebox-storage-agent.service",
@@ -152,13 +153,14 @@ def installed(debs):
     r = sysbox("start", "--overlay")
     assert r.returncode == 0, r.stderr
     try:
-        ports = free_ports(3)
+        ports = free_ports(4)
         deb = (debs / "scopebox_0.1.0_amd64.deb").read_bytes()
         listing = sh("dpkg-deb", "-c", str(debs / "scopebox_0.1.0_amd64.deb")).stdout
         shipped = [l.split()[5].lstrip(".") for l in listing.splitlines() if not l.startswith("d")]
         dropin = "[Socket]\nListenStream=\n" + "".join(f"ListenStream=127.0.0.1:{p}\n" for p in ports[:2])
         # The agent check's socket, off the development service's port as well.
         agent_dropin = f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{ports[2]}\n"
+        e2b_dropin = f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{ports[3]}\n"
         # A fresh machine: no development install, no users, and no policy-rc.d (this VM's image
         # has Docker's "exit 101" one, which rightly keeps dpkg from starting anything).
         script = (f"rm -rf {' '.join(DEV_INSTALL)} {' '.join(shipped)} /usr/sbin/policy-rc.d "
@@ -168,7 +170,10 @@ def installed(debs):
                   f"printf '%s' '{dropin}' > /etc/systemd/system/scopebox-gateway.socket.d/test-ports.conf"
                   " && mkdir -p /etc/systemd/system/scopebox-gateway-agent.socket.d && "
                   f"printf '%s' '{agent_dropin}' > "
-                  "/etc/systemd/system/scopebox-gateway-agent.socket.d/test-ports.conf")
+                  "/etc/systemd/system/scopebox-gateway-agent.socket.d/test-ports.conf"
+                  " && mkdir -p /etc/systemd/system/scopebox-gateway-e2b.socket.d && "
+                  f"printf '%s' '{e2b_dropin}' > "
+                  "/etc/systemd/system/scopebox-gateway-e2b.socket.d/test-ports.conf")
         r = box("sh", "-ec", script)
         assert r.returncode == 0, r.stderr
         r = box("sh", "-c", "cat > /var/tmp/scopebox.deb", input=deb)
@@ -221,6 +226,8 @@ def test_socket_is_enabled_and_listening(installed):
     assert box("systemctl", "is-active", "scopebox-gateway.socket").stdout.strip() == "active"
     assert box("systemctl", "is-enabled", "scopebox-gateway-agent.socket").stdout.strip() == "enabled"
     assert box("systemctl", "is-active", "scopebox-gateway-agent.socket").stdout.strip() == "active"
+    assert box("systemctl", "is-enabled", "scopebox-gateway-e2b.socket").stdout.strip() == "enabled"
+    assert box("systemctl", "is-active", "scopebox-gateway-e2b.socket").stdout.strip() == "active"
 
 
 def test_smoke_flow(installed):

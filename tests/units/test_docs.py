@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 UNITDIR = pathlib.Path("/lib/systemd/system")
-UNITS = ["scopebox-gateway.socket", "scopebox-gateway-agent.socket", "scopebox-gateway.service", "scopebox-session-manager.service",
+UNITS = ["scopebox-gateway.socket", "scopebox-gateway-agent.socket", "scopebox-gateway-e2b.socket", "scopebox-gateway.service", "scopebox-session-manager.service",
          "scopebox-storage-agent.service", "scopebox.slice"]
 LIBEXEC = pathlib.Path("/usr/libexec/scopebox")
 MANDIR = pathlib.Path("/usr/share/man")

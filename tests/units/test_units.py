@@ -11,7 +11,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 UNITDIR = pathlib.Path("/lib/systemd/system")
 MIB = 1024 * 1024
-UNITS = ["scopebox-gateway.socket", "scopebox-gateway-agent.socket", "scopebox-gateway.service", "scopebox-session-manager.service",
+UNITS = ["scopebox-gateway.socket", "scopebox-gateway-agent.socket", "scopebox-gateway-e2b.socket", "scopebox-gateway.service", "scopebox-session-manager.service",
          "scopebox-storage-agent.service", "scopebox-template.service", "scopebox.slice"]
 POLICIES = ["io.scopebox.Gateway1", "io.scopebox.SessionManager1", "io.scopebox.StorageAgent1"]
 

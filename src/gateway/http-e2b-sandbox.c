@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The traffic of an E2B sandbox (docs/e2b.md): requests that name it in E2b-Sandbox-Id and a port
+ * in E2b-Sandbox-Port, authenticated by its token (e2b-token.h). As E2B's proxy does, a sandbox
+ * that does not run (unknown, killed, past its timeout) is answered 502 on every port. */
+#include <errno.h>
+#include <string.h>
+
+#include "bus-client.h"
+#include "bus-util.h"
+#include "http-e2b.h"
+#include "http-request.h"
+#include "id.h"
+#include "string-util.h"
+
+static int e2b_reply_not_running(HttpRequest *req) {
+        HttpResponse *r = NULL;
+        int k = http_response_new_take(HTTP_BAD_GATEWAY, strdup("sandbox not running"),
+                                       strlen("sandbox not running"), &r);
+
+        if (k >= 0)
+                r->content_type = "text/plain; charset=utf-8";
+        return http_request_reply_made(req, k, r);
+}
+
+/* The sandbox of the request: its id (the router checked it with the token), and whether the port
+ * named is 'port'. Returns 1 with the id, 0 when a 502 was prepared. */
+static int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_ID_LEN + 1]) {
+        const HttpRequestHeaders *h = &req->headers;
+
+        if (h->n_e2b_sandbox_id != 1 || h->e2b_sandbox_id_size != SESSION_ID_LEN)
+                return e2b_reply_not_running(req);
+        memcpy(ret, h->e2b_sandbox_id, SESSION_ID_LEN);
+        ret[SESSION_ID_LEN] = 0;
+        if (!session_id_is_valid(ret))
+                return e2b_reply_not_running(req);
+        http_request_set_session_id(req, ret);
+        if (h->n_e2b_sandbox_port != 1 || !streq(strempty(h->e2b_sandbox_port), port))
+                return e2b_reply_not_running(req);
+        return 1;
+}
+
+static int e2b_health_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        if (e && sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
+                return e2b_reply_not_running(req);
+        if (e)
+                return http_request_reply_ok_or_call_error(req, reply,
+                                                           bus_timeout_session_usec(&req->server->config));
+        return http_request_reply_literal(req, HTTP_NO_CONTENT, "");
+}
+
+/* GET /health (envd's): 204 while the sandbox runs. */
+int http_e2b_health(HttpRequest *req) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        char id[SESSION_ID_LEN + 1];
+        int r;
+
+        r = e2b_sandbox_of(req, E2B_PORT_ENVD, id);
+        if (r <= 0)
+                return r;
+        r = session_manager_new_call(req->server->bus, "GetRecord", &m);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", id);
+        if (r < 0)
+                return r;
+        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
+                                 e2b_health_on_reply);
+}

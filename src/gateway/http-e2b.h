@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The E2B API (docs/e2b.md): its control plane (http-e2b.c) and the traffic of its sandboxes
+ * (http-e2b-sandbox.c), served on the gateway's socket named "e2b" (scopebox-gateway-e2b.socket). */
+#pragma once
+
+#include "http-router.h"
+
+#define E2B_SOCKET_NAME "e2b"
+/* What the SDKs gate features on (docs/e2b.md "Versions"). */
+#define E2B_ENVD_VERSION "0.5.7"
+#define E2B_CLIENT_ID "scopebox"
+#define E2B_TEMPLATE_DEFAULT "base"
+/* E2B's default sandbox timeout, for a create that names none. */
+#define E2B_TIMEOUT_DEFAULT_SEC 300U
+#define E2B_LIST_LIMIT_MAX 100U
+/* Bounds of metadata (and envVars): what a record may hold stays far below BUS_SESSION_RECORD_MAX
+ * once escaped. */
+#define E2B_MAP_ENTRIES_MAX 64U
+#define E2B_MAP_KEY_MAX 128U
+#define E2B_MAP_VALUE_MAX 512U
+/* The ports of a sandbox that E2b-Sandbox-Port may name: envd's and the code interpreter's. */
+#define E2B_PORT_ENVD "49983"
+#define E2B_PORT_JUPYTER "49999"
+
+/* {"code": <status>, "message": "<message>"} (HttpApi.failure). */
+int e2b_response_new_failure(unsigned status, const char *message, HttpResponse **ret);
+
+int http_e2b_create(HttpRequest *req);
+int http_e2b_get(HttpRequest *req);
+int http_e2b_kill(HttpRequest *req);
+int http_e2b_set_timeout(HttpRequest *req);
+int http_e2b_connect(HttpRequest *req);
+int http_e2b_list(HttpRequest *req);
+int http_e2b_list_v1(HttpRequest *req);
+int http_e2b_unsupported(HttpRequest *req);
+int http_e2b_health(HttpRequest *req);
