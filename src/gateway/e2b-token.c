@@ -101,8 +101,10 @@ bool e2b_token_matches(const Server *s, const HttpRequestHeaders *h) {
         if (!session_id_is_valid(id))
                 return false;
         /* Every token sent must be the sandbox's, and one at least must be sent. */
-        envd = token_matches(s, E2B_TOKEN_ENVD, id, h->access_token, h->access_token_size);
-        traffic = token_matches(s, E2B_TOKEN_TRAFFIC, id, h->traffic_token, h->traffic_token_size);
+        envd = h->n_access_token == 1 &&
+               token_matches(s, E2B_TOKEN_ENVD, id, h->access_token, h->access_token_size);
+        traffic = h->n_traffic_token == 1 &&
+                  token_matches(s, E2B_TOKEN_TRAFFIC, id, h->traffic_token, h->traffic_token_size);
         if ((h->n_access_token == 1 && !envd) || (h->n_traffic_token == 1 && !traffic))
                 return false;
         return envd || traffic;

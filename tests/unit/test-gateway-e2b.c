@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of the E2B API's credentials: the key's e2b_ spelling, the sandbox tokens and which
+ * headers open what. */
+#include <string.h>
+
+#include "e2b-token.h"
+#include "gateway-server.h"
+#include "macro.h"
+#include "tests.h"
+
+#define ID_A "0123456789abcdef0123456789abcdef"
+#define ID_B "fedcba9876543210fedcba9876543210"
+
+static void test_key(void) {
+        Config config = {};
+        _cleanup_(server_freep) Server *s = NULL;
+        HttpRequestHeaders h = {};
+
+        ASSERT_TRUE(server_new(&config, &s) == 0);
+        ASSERT_TRUE(server_set_api_key(s, "k-1/") == 0);
+        ASSERT_STREQ(s->e2b_api_key, "e2b_6b2d312f");
+        ASSERT_EQ(s->e2b_api_key_size, strlen("e2b_6b2d312f"));
+
+        h = (HttpRequestHeaders) { .n_api_key = 1, .api_key = "k-1/", .api_key_size = 4 };
+        ASSERT_TRUE(e2b_key_matches(s, &h));
+        h = (HttpRequestHeaders) { .n_api_key = 1, .api_key = "e2b_6b2d312f", .api_key_size = 12 };
+        ASSERT_TRUE(e2b_key_matches(s, &h));
+        /* Upper-case hex is another key; so is a prefix, a repeated header, none. */
+        h = (HttpRequestHeaders) { .n_api_key = 1, .api_key = "e2b_6B2D312F", .api_key_size = 12 };
+        ASSERT_TRUE(!e2b_key_matches(s, &h));
+        h = (HttpRequestHeaders) { .n_api_key = 1, .api_key = "e2b_6b2d31", .api_key_size = 10 };
+        ASSERT_TRUE(!e2b_key_matches(s, &h));
+        h = (HttpRequestHeaders) { .n_api_key = 2, .api_key = "k-1/", .api_key_size = 4 };
+        ASSERT_TRUE(!e2b_key_matches(s, &h));
+        h = (HttpRequestHeaders) {};
+        ASSERT_TRUE(!e2b_key_matches(s, &h));
+}
+
+static void test_tokens(void) {
+        Config config = {};
+        _cleanup_(server_freep) Server *s = NULL;
+        char envd[E2B_TOKEN_LEN + 1], traffic[E2B_TOKEN_LEN + 1], other[E2B_TOKEN_LEN + 1],
+                again[E2B_TOKEN_LEN + 1];
+        HttpRequestHeaders h;
+
+        ASSERT_TRUE(server_new(&config, &s) == 0);
+        ASSERT_TRUE(server_set_api_key(s, "secret") == 0);
+        ASSERT_TRUE(e2b_token(s, E2B_TOKEN_ENVD, ID_A, envd) == 0);
+        ASSERT_TRUE(e2b_token(s, E2B_TOKEN_TRAFFIC, ID_A, traffic) == 0);
+        ASSERT_TRUE(e2b_token(s, E2B_TOKEN_ENVD, ID_B, other) == 0);
+        ASSERT_EQ(strlen(envd), E2B_TOKEN_LEN);
+        ASSERT_TRUE(strspn(envd, "0123456789abcdef") == E2B_TOKEN_LEN);
+        /* One per kind and per sandbox. */
+        ASSERT_TRUE(!streq(envd, traffic) && !streq(envd, other));
+
+        /* Another key, other tokens: changing the key revokes them all. */
+        ASSERT_TRUE(server_set_api_key(s, "secret2") == 0);
+        ASSERT_TRUE(e2b_token(s, E2B_TOKEN_ENVD, ID_A, again) == 0);
+        ASSERT_TRUE(!streq(envd, again));
+        ASSERT_TRUE(server_set_api_key(s, "secret") == 0);
+
+        h = (HttpRequestHeaders) { .n_e2b_sandbox_id = 1, .e2b_sandbox_id = ID_A, .e2b_sandbox_id_size = 32,
+                                   .n_access_token = 1, .access_token = envd, .access_token_size = 64 };
+        ASSERT_TRUE(e2b_token_matches(s, &h));
+        /* The traffic token alone opens it too; each kind only in its own header. */
+        h.n_access_token = 0, h.access_token = NULL;
+        h.n_traffic_token = 1, h.traffic_token = traffic, h.traffic_token_size = 64;
+        ASSERT_TRUE(e2b_token_matches(s, &h));
+        h.traffic_token = envd;
+        ASSERT_TRUE(!e2b_token_matches(s, &h));
+        /* Both sent: both must be right. */
+        h.traffic_token = traffic;
+        h.n_access_token = 1, h.access_token = other, h.access_token_size = 64;
+        ASSERT_TRUE(!e2b_token_matches(s, &h));
+        h.access_token = envd;
+        ASSERT_TRUE(e2b_token_matches(s, &h));
+        /* Another sandbox's token, the sandbox's id cut or repeated, no token at all. */
+        h.e2b_sandbox_id = ID_B;
+        ASSERT_TRUE(!e2b_token_matches(s, &h));
+        h.e2b_sandbox_id = ID_A, h.e2b_sandbox_id_size = 31;
+        ASSERT_TRUE(!e2b_token_matches(s, &h));
+        h.e2b_sandbox_id_size = 32, h.n_e2b_sandbox_id = 2;
+        ASSERT_TRUE(!e2b_token_matches(s, &h));
+        h.n_e2b_sandbox_id = 1, h.n_access_token = 0, h.n_traffic_token = 0;
+        ASSERT_TRUE(!e2b_token_matches(s, &h));
+        /* The API key is no token. */
+        h.n_access_token = 1, h.access_token = "secret", h.access_token_size = 6;
+        ASSERT_TRUE(!e2b_token_matches(s, &h));
+}
+
+int main(void) {
+        RUN(test_key);
+        RUN(test_tokens);
+        return 0;
+}
