@@ -6,9 +6,8 @@ API (the gateway's E2B endpoint is its one client), from inside the system that 
 import base64
 import json
 
-import pytest
-
 from conftest import create_session, delete_session, run, system_python
+from test_stateful import kernel  # noqa: F401 (the fixture: a stateful session)
 
 # Runs each cell of argv[2] (a JSON list of [code, options]) with Exec on session argv[1], reading
 # the stream pipe while it runs; prints, per cell, its frames (stream, base64 data) and its answer
@@ -101,13 +100,6 @@ def execs(sid, *cells):
         assert raw == b"" or raw.endswith(b"\n"), raw[-200:]
         res["records"] = [json.loads(line) for line in raw.decode("utf-8").splitlines()]
     return results
-
-
-@pytest.fixture
-def kernel():
-    sid = create_session(stateful=True)
-    yield sid
-    delete_session(sid)
 
 
 def results(res):
