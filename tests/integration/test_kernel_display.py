@@ -233,3 +233,32 @@ def test_records_over_the_bound_are_left_out_whole(kernel):
     assert [r["type"] for r in res["records"]] == ["number_of_executions"], res["records"][:2]
     assert "[sandbox] a result record over 16 MiB was left out\n" in res["stderr"]
     assert res["streams"][2].decode() == res["stderr"]
+    # Past 32 MiB in all, every record that follows is left out, whole.
+    (res,) = execs(kernel, "for i in range(40):\n    display('x' * (1 << 20))\nprint('done')")
+    assert res["exit_code"] == 0 and res["stdout"] == "done\n", res["stderr"]
+    kept = results(res)
+    assert 25 <= len(kept) < 32 and all(r["text"] == "'" + "x" * (1 << 20) + "'" for r in kept)
+    assert len(res["streams"][3]) <= 32 << 20
+    assert res["stderr"] == "[sandbox] result records past 32 MiB in all were left out\n", res["stderr"]
+
+
+# The cell's own code can write to its records pipe: the gateway reads what comes as hostile, and
+# still only whole lines come.
+FORGE = """
+import fcntl, os, stat
+for name in os.listdir('/proc/self/fd'):
+    fd = int(name)
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        continue
+    if fd > 2 and stat.S_ISFIFO(st.st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+        os.write(fd, b'{"type": "result", "text": "forged"}\\n{"unfinished')
+"""
+
+
+def test_an_unfinished_record_is_left_out(kernel):
+    (res,) = execs(kernel, FORGE)
+    assert res["exit_code"] == 0, res
+    assert res["records"][1:] == [{"type": "result", "text": "forged"}], res["records"]
+    assert res["stderr"] == "[sandbox] an unfinished result record was left out\n", res

@@ -60,6 +60,9 @@ def _kernel():
         (seq,) = struct.unpack("=I", msg)
         code_fd, out_fd, err_fd = fds[:3]
         results_fd = fds[3] if len(fds) == 4 else -1
+        if results_fd >= 0:
+            # Received as they were sent: kept from what the cell executes.
+            os.set_inheritable(results_fd, False)
         # Processes the last cell started were killed at its end; reap what is ours.
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
@@ -120,7 +123,10 @@ def _kernel():
         os.dup2(null, 2)
         if results_fd >= 0:
             display.end()
-            os.close(results_fd)
+            try:
+                os.close(results_fd)
+            except OSError:
+                pass
         try:
             sock.send(struct.pack("=Ii", seq, status))
         except OSError:

@@ -598,7 +598,7 @@ static int on_stream_flush_timeout(sd_event_source *s, uint64_t usec, void *user
 }
 
 static void runner_exec_maybe_finish(RunnerExec *e) {
-        if (!e->exited || e->out.source || e->err.source || e->results.source)
+        if (e->draining || !e->exited || e->out.source || e->err.source || e->results.source)
                 return;
         if (exec_stream_pending(e->stream) > 0) {
                 if (!e->stream_timer &&
@@ -866,6 +866,8 @@ static int on_kernel_status(sd_event_source *s, int fd, uint32_t revents, void *
         /* Over: a lagging stream's reader no longer holds the reading back. */
         e->exited = true;
         runner_exec_pause_output(e, false);
+        /* The handlers called below would finish (and free) the exec at the last pipe's end. */
+        e->draining = true;
         for (size_t i = 0; i < ELEMENTSOF(bufs); i++) {
                 while (bufs[i]->source && ioctl(bufs[i]->fd, FIONREAD, &n) >= 0 && n > 0)
                         (void) on_output(bufs[i]->source, bufs[i]->fd, EPOLLIN, e);
@@ -880,6 +882,7 @@ static int on_kernel_status(sd_event_source *s, int fd, uint32_t revents, void *
                 e->results.source = sd_event_source_disable_unref(e->results.source);
                 e->results.fd = safe_close(e->results.fd);
         }
+        e->draining = false;
         runner_exec_maybe_finish(e);
         return 0;
 }

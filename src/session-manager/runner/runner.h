@@ -77,6 +77,7 @@ typedef struct RunnerExec {
         uint64_t started_usec;
 
         bool exited;
+        bool draining;            /* its pipes are read to their end: not finished meanwhile */
         bool timed_out;
         bool cancelled;           /* the manager's caller hung up: killed as at a timeout */
         bool orphaned;            /* the manager that asked went away: killed the same way */
