@@ -147,6 +147,7 @@ def _display_support(here):
     import stat
     import sys
     import termios
+    import threading
     import time
     import tokenize
     import traceback
@@ -182,6 +183,7 @@ def _display_support(here):
         fd = -1
         pipes = []     # the cell's stdout and stderr (st_dev, st_ino)
         shown = set()  # ids of the figures shown during the cell
+        lock = threading.Lock()  # the cell's threads display too: one line at a time
 
         def write(self, record):
             """One record, after what the cell printed before it, and read before what it prints
@@ -198,7 +200,12 @@ def _display_support(here):
                     pass
             if line is None:
                 return
-            data = (line + "\n").encode("utf-8", "replace")
+            with self.lock:
+                self.write_line((line + "\n").encode("utf-8", "replace"))
+
+        def write_line(self, data):
+            if self.fd < 0:
+                return
             for f in (sys.stdout, sys.stderr):
                 try:
                     f.flush()
