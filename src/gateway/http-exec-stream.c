@@ -278,6 +278,9 @@ static int exec_sse_on_frame(unsigned stream, const uint8_t *data, size_t size, 
         unsigned i = stream == STREAM_FRAME_STDOUT ? 0 : 1;
         int r;
 
+        /* This stream asked for no result records (the Exec option "display"): not a frame of ours. */
+        if (stream != STREAM_FRAME_STDOUT && stream != STREAM_FRAME_STDERR)
+                return -EBADMSG;
         r = exec_sse_format_chunk(&s->out, stream, s->held[i], &s->n_held[i], data, size, false);
         if (r < 0)
                 return r;

@@ -69,6 +69,7 @@ typedef struct RunnerExecRequest {
         uint64_t memory_limit;
         const char *language;            /* NULL: python3 */
         bool no_processes, cold, stateful, network;
+        bool display;                    /* a stateful cell's results as records, onto its stream */
         const char *http_proxy, *https_proxy; /* only with network; NULL: none */
 } RunnerExecRequest;
 

@@ -144,6 +144,12 @@ static void on_exec_reply(Session *s, int error, const char *message, json_objec
         free(c);
 }
 
+/* A stateful session's python cells run in its kernel (the sidecar profile). */
+static bool session_exec_is_stateful(const Session *s, const ExecParameters *p) {
+        return s->stateful && (!p->language || streq(p->language, "python3")) && !p->no_processes &&
+               !p->network;
+}
+
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
                  ExecCall **ret_call) {
         _cleanup_close_ int fd = code_fd, stream_fd = -EBADF;
@@ -155,6 +161,9 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
 
         if (s->state != SESSION_RUNNING)
                 return -ENXIO;
+        /* Records are a kernel's cell's, and go nowhere but onto a stream. */
+        if (p->display && (!session_exec_is_stateful(s, p) || p->stream_fd < 0))
+                return -EINVAL;
         if (s->n_queued >= SESSION_QUEUE_MAX) {
                 metrics_count_exec(&s->manager->metrics, -EBUSY, NULL);
                 return -EBUSY;
@@ -179,10 +188,9 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                         /* SANDBOX_PRELOAD=0: a new interpreter, not a child of the template (decided
                          * per exec, so that switching it takes effect for the sessions that exist). */
                         .cold = !cfg->preload,
-                        /* A stateful session's python cells run in its kernel (the sidecar profile). */
-                        .stateful = s->stateful && (!p->language || streq(p->language, "python3")) &&
-                                    !p->no_processes && !p->network,
+                        .stateful = session_exec_is_stateful(s, p),
                         .network = p->network,
+                        .display = p->display,
                         .http_proxy = p->http_proxy,
                         .https_proxy = p->https_proxy,
                 },

@@ -749,6 +749,88 @@ static void drive_kernel_killed_in_cell(_unused_ void *arg) {
         k.ctl[0] = safe_close(k.ctl[0]);
 }
 
+/* ---- Display cells: result records on a pipe of their own ---- */
+
+/* All of what 'fd' gives until its end (at most 'size' - 1 bytes), then closes it. */
+static void read_to_end(int *fd, char *buf, size_t size) {
+        size_t n = 0;
+        ssize_t k;
+
+        while (n < size - 1 && (k = read(*fd, buf + n, size - 1 - n)) > 0)
+                n += (size_t) k;
+        buf[n] = 0;
+        *fd = safe_close(*fd);
+}
+
+/* A display cell after the first: its records pipe is the fifth fd. */
+static void cell_send_display(KernelCase *k, Cell *c, int results[2], const char *code) {
+        cell_new(c, code);
+        ASSERT_EQ(pipe2(results, O_CLOEXEC), 0);
+        ASSERT_EQ(fds_send(k->ctl[0], "c", 1,
+                           (const int[]) { c->code, c->out[1], c->err[1], c->status[1], results[1] }, 5),
+                  0);
+        cell_handed(c);
+        results[1] = safe_close(results[1]);
+}
+
+#define RECORD_COUNT(n) "{\"type\": \"number_of_executions\", \"execution_count\": " #n "}\n"
+
+static void drive_kernel_display(_unused_ void *arg) {
+        KernelCase k = {};
+        char records[4096], err[4096];
+        int results[2];
+        pid_t pid1;
+        Cell c;
+
+        /* The first cell is a display cell: its records pipe waits on PID 1's socket when it
+         * starts, as the runner puts it there. */
+        cell_new(&k.first, "x = 41\n");
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, k.ctl), 0);
+        ASSERT_EQ(pipe2(results, O_CLOEXEC), 0);
+        ASSERT_EQ(fds_send(k.ctl[0], "r", 1, &results[1], 1), 0);
+        results[1] = safe_close(results[1]);
+        pid1 = start_pid1(pid1_kernel, &k);
+        k.ctl[1] = safe_close(k.ctl[1]);
+        cell_handed(&k.first);
+        /* The kernel waits for each record to be read: read while it runs. */
+        read_to_end(&results[0], records, sizeof(records));
+        ASSERT_STREQ(records, RECORD_COUNT(1));
+        assert_cell_kept(&k.first, 0, "");
+
+        /* The last expression's value, as its repr. */
+        cell_send_display(&k, &c, results, "x + 1\n");
+        read_to_end(&results[0], records, sizeof(records));
+        ASSERT_STREQ(records,
+                     RECORD_COUNT(2) "{\"type\": \"result\", \"is_main_result\": true, \"text\": \"42\"}\n");
+        assert_cell_kept(&c, 0, "");
+
+        /* An exception is a record, not a traceback on stderr; the exit code is as before. */
+        cell_send_display(&k, &c, results, "1/0\n");
+        read_to_end(&results[0], records, sizeof(records));
+        read_to_end(&c.err[0], err, sizeof(err));
+        ASSERT_STREQ(err, "");
+        ASSERT_TRUE(startswith(records,
+                               RECORD_COUNT(3) "{\"type\": \"error\", \"name\": \"ZeroDivisionError\", "
+                                               "\"value\": \"division by zero\", \"traceback\": "
+                                               "\"Traceback (most recent call last):\\n  "
+                                               "File \\\"<cell 3>\\\""));
+        ASSERT_TRUE(strstr(records, "kernel.py") == NULL);
+        assert_cell_kept(&c, 1, "");
+
+        /* A plain cell in the same kernel: as ever, no display() and the traceback on stderr. */
+        ASSERT_EQ(cell_send(&k, &c, "display(x)\n"), 0);
+        read_to_end(&c.err[0], err, sizeof(err));
+        ASSERT_TRUE(strstr(err, "NameError: name 'display' is not defined\n") != NULL);
+        assert_cell_kept(&c, 1, "");
+
+        k.ctl[0] = safe_close(k.ctl[0]);
+        wait_pid1(pid1);
+}
+
+static void test_kernel_display(void) {
+        in_namespaces(drive_kernel_display, NULL);
+}
+
 static void test_kernel_cells_and_leftovers(void) {
         in_namespaces(drive_kernel_cells, NULL);
 }
@@ -786,5 +868,6 @@ int main(int argc, char *argv[]) {
         RUN(test_kernel_died_while_stopped);
         RUN(test_kernel_timeout);
         RUN(test_kernel_killed_in_cell);
+        RUN(test_kernel_display);
         return 0;
 }

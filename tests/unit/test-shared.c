@@ -1074,7 +1074,7 @@ static int frame_feed(StreamFrameReader *reader, const uint8_t *buf, size_t n, s
 
 static void test_stream_frame_splits(void) {
         _cleanup_free_ StreamFrameReader *reader = calloc(1, sizeof(StreamFrameReader));
-        const char *expected = "1:hello|2:oops\n|1:x|2:0123456789abcdefghij|1:world|";
+        const char *expected = "1:hello|2:oops\n|1:x|3:{\"a\":|2:0123456789abcdefghij|1:world|";
         uint8_t buf[256];
         size_t n = 0;
 
@@ -1082,6 +1082,7 @@ static void test_stream_frame_splits(void) {
         n += frame_put(buf + n, STREAM_FRAME_STDOUT, "hello");
         n += frame_put(buf + n, STREAM_FRAME_STDERR, "oops\n");
         n += frame_put(buf + n, STREAM_FRAME_STDOUT, "x");
+        n += frame_put(buf + n, STREAM_FRAME_RESULT, "{\"a\":");
         n += frame_put(buf + n, STREAM_FRAME_STDERR, "0123456789abcdefghij");
         n += frame_put(buf + n, STREAM_FRAME_STDOUT, "world");
 
@@ -1099,6 +1100,74 @@ static void test_stream_frame_splits(void) {
 
                 ASSERT_EQ(frame_feed(reader, buf, n, n / 3, n / 2, budget, &log), 1);
                 ASSERT_STREQ(log.text, expected);
+        }
+}
+
+/* What the line callback saw, as "<line>|" for each. */
+static int line_log_add(const uint8_t *line, size_t size, void *userdata) {
+        FrameLog *l = userdata;
+
+        ASSERT_TRUE(size > 0 && line[size - 1] == '\n');
+        l->calls++;
+        ASSERT_TRUE(l->n + size + 2 < sizeof(l->text));
+        memcpy(l->text + l->n, line, size - 1);
+        l->n += size - 1;
+        l->text[l->n++] = '|';
+        l->text[l->n] = 0;
+        return l->answer;
+}
+
+/* A display cell's records: whole lines within the bounds, whatever the pieces they come in; the
+ * rest left out whole and counted. */
+static void test_stream_lines(void) {
+        const char *in = "{\"a\":1}\n0123456789\n{}\n{\"big\":\"xxxxxxxxxxxxxxx\"}\n[]\nend";
+        const char *expected = "{\"a\":1}|0123456789|{}|[]|";
+
+        /* Every cut into three pieces: the same lines. */
+        for (size_t a = 0; a <= strlen(in); a++)
+                for (size_t b = a; b <= strlen(in); b++) {
+                        StreamLines l = STREAM_LINES_INIT(16, 1000);
+                        FrameLog log = {};
+
+                        ASSERT_EQ(stream_lines_feed(&l, in, a, line_log_add, &log), 0);
+                        ASSERT_EQ(stream_lines_feed(&l, in + a, b - a, line_log_add, &log), 0);
+                        ASSERT_EQ(stream_lines_feed(&l, in + b, strlen(in) - b, line_log_add, &log), 0);
+                        stream_lines_end(&l);
+                        ASSERT_STREQ(log.text, expected);
+                        ASSERT_EQ(l.n_too_large, 1);     /* 27 bytes > 16 */
+                        ASSERT_EQ(l.n_unfinished, 1);    /* "end" */
+                        ASSERT_EQ(l.n_over_total, 0);
+                        ASSERT_EQ(l.total, strlen(expected));
+                        ASSERT_TRUE(l.allocated <= 16);
+                        stream_lines_done(&l);
+                }
+
+        /* A line of exactly the bound passes; past the total, every line that follows is left out,
+         * a small one too. */
+        {
+                StreamLines l = STREAM_LINES_INIT(4, 10);
+                FrameLog log = {};
+
+                ASSERT_EQ(stream_lines_feed(&l, "abc\nde", 6, line_log_add, &log), 0);
+                ASSERT_EQ(stream_lines_feed(&l, "f\nghi\nj\n", 8, line_log_add, &log), 0);
+                stream_lines_end(&l);
+                ASSERT_STREQ(log.text, "abc|def|");
+                ASSERT_EQ(l.n_over_total, 2);
+                ASSERT_EQ(l.n_too_large + l.n_unfinished, 0);
+                stream_lines_done(&l);
+        }
+
+        /* The callback's error is returned; the line is over all the same. */
+        {
+                StreamLines l = STREAM_LINES_INIT(100, 100);
+                FrameLog log = { .answer = -EIO };
+
+                ASSERT_EQ(stream_lines_feed(&l, "a\nb\n", 4, line_log_add, &log), -EIO);
+                ASSERT_STREQ(log.text, "a|");
+                log.answer = 0;
+                ASSERT_EQ(stream_lines_feed(&l, "c\n", 2, line_log_add, &log), 0);
+                ASSERT_STREQ(log.text, "a|c|");
+                stream_lines_done(&l);
         }
 }
 
@@ -1149,7 +1218,7 @@ static void test_stream_frame_bounds(void) {
         safe_close(fds[0]);
         safe_close(fds[1]);
 
-        /* Headers that make no sense: a stream other than 1 or 2, padding, size 0 or above 64 KiB. */
+        /* Headers that make no sense: a stream other than 1, 2 or 3, padding, size 0 or above 64 KiB. */
         for (unsigned i = 0; i < 7; i++) {
                 StreamFrameHeader h = { .stream = STREAM_FRAME_STDOUT, .size = 1 };
                 FrameLog log = {};
@@ -1159,7 +1228,7 @@ static void test_stream_frame_bounds(void) {
                 else if (i == 3)
                         h.stream = 0;
                 else if (i == 4)
-                        h.stream = 3;
+                        h.stream = 4;
                 else if (i == 5)
                         h.size = 0;
                 else
@@ -1648,6 +1717,7 @@ int main(int argc, char *argv[]) {
         RUN(test_time);
         RUN(test_stream_frame_splits);
         RUN(test_stream_frame_bounds);
+        RUN(test_stream_lines);
         RUN(test_list);
         RUN(test_json_writer);
         if (argc > 1) {

@@ -51,6 +51,18 @@ static void output_buffer_done(OutputBuffer *b) {
         *b = (OutputBuffer) { .fd = -EBADF };
 }
 
+#define RESULT_PIPE_NULL                                                                             \
+        (ResultPipe) {                                                                               \
+                .fd = -EBADF, .lines = STREAM_LINES_INIT(STREAM_RESULT_RECORD_MAX, STREAM_RESULTS_MAX) \
+        }
+
+static void result_pipe_done(ResultPipe *p) {
+        p->source = sd_event_source_disable_unref(p->source);
+        p->fd = safe_close(p->fd);
+        stream_lines_done(&p->lines);
+        *p = RESULT_PIPE_NULL;
+}
+
 RunnerExec *runner_exec_free(RunnerExec *e) {
         if (!e)
                 return NULL;
@@ -80,6 +92,7 @@ RunnerExec *runner_exec_free(RunnerExec *e) {
         e->status_source = sd_event_source_disable_unref(e->status_source);
         output_buffer_done(&e->out);
         output_buffer_done(&e->err);
+        result_pipe_done(&e->results);
         safe_close(e->status_fd);
         safe_close(e->code_fd);
         output_set_done(&e->before);
@@ -177,9 +190,9 @@ static void runner_exec_attach(RunnerExec *e, const SandboxProcess *sp) {
         e->status_fd = sp->status_fd;
 }
 
-/* The exec goes on in a new sandbox 'sp' (its PID 1 and pipes): what the old one produced is
- * dropped. */
-static int runner_exec_rewire(RunnerExec *e, SandboxProcess *sp) {
+/* The exec goes on in a new sandbox 'sp' (its PID 1 and pipes; a display cell's records pipe
+ * 'results_fd'): what the old one produced is dropped. */
+static int runner_exec_rewire(RunnerExec *e, SandboxProcess *sp, int results_fd) {
         size_t out_limit = e->out.limit, err_limit = e->err.limit;
         uint64_t deadline = e->started_usec + e->timeout_ms * USEC_PER_MSEC;
         int q;
@@ -196,9 +209,11 @@ static int runner_exec_rewire(RunnerExec *e, SandboxProcess *sp) {
         safe_close(e->status_fd);
         output_buffer_done(&e->out);
         output_buffer_done(&e->err);
+        result_pipe_done(&e->results);
         e->out.limit = out_limit;
         e->err.limit = err_limit;
         runner_exec_attach(e, sp);
+        e->results.fd = results_fd;
         return runner_exec_watch(e);
 }
 
@@ -227,7 +242,7 @@ static int runner_exec_retry_cell(RunnerExec *e, SandboxKernelLoss loss) {
         Runner *r = e->runner;
         SandboxExec se = runner_exec_cell(e);
         SandboxProcess sp;
-        int q;
+        int results_fd = -EBADF, q;
 
         if (loss == SANDBOX_KERNEL_LOSS_RAN)
                 /* Something continued it while it was to be stopped: what it ran then had no
@@ -247,12 +262,12 @@ static int runner_exec_retry_cell(RunnerExec *e, SandboxKernelLoss loss) {
                            r->session_id, e->exec_id);
         /* Its PID 1 exits once it answered; we don't wait for its end to be seen. */
         runner_kernel_stop(r);
-        q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
+        q = runner_kernel_cell(r, &se, e->display, &sp, &results_fd, &e->kernel_new);
         if (q < 0)
                 return q;
         e->kernel_retried = true;
         pidref_done(&e->init);
-        return runner_exec_rewire(e, &sp);
+        return runner_exec_rewire(e, &sp, results_fd);
 }
 
 
@@ -583,7 +598,7 @@ static int on_stream_flush_timeout(sd_event_source *s, uint64_t usec, void *user
 }
 
 static void runner_exec_maybe_finish(RunnerExec *e) {
-        if (!e->exited || e->out.source || e->err.source)
+        if (e->draining || !e->exited || e->out.source || e->err.source || e->results.source)
                 return;
         if (exec_stream_pending(e->stream) > 0) {
                 if (!e->stream_timer &&
@@ -607,12 +622,33 @@ static void runner_exec_pause_output(RunnerExec *e, bool pause) {
                 (void) sd_event_source_set_enabled(e->out.source, pause ? SD_EVENT_OFF : SD_EVENT_ON);
         if (e->err.source)
                 (void) sd_event_source_set_enabled(e->err.source, pause ? SD_EVENT_OFF : SD_EVENT_ON);
+        if (e->results.source)
+                (void) sd_event_source_set_enabled(e->results.source, pause ? SD_EVENT_OFF : SD_EVENT_ON);
 }
 
 void runner_exec_stream_progress(RunnerExec *e) {
         if (e->output_paused && exec_stream_pending(e->stream) <= STREAM_PENDING_MAX / 2)
                 runner_exec_pause_output(e, false);
         runner_exec_maybe_finish(e);
+}
+
+/* 'n' more bytes of stdout or stderr: the first 'limit' are kept (and framed onto the stream),
+ * the rest counted. */
+static int output_buffer_keep(RunnerExec *e, OutputBuffer *b, const char *data, size_t n) {
+        if (b->size < b->limit) {
+                size_t take = MIN(n, b->limit - b->size);
+                if (!b->data) {
+                        b->data = malloc(b->limit);
+                        if (!b->data)
+                                return log_oom();
+                }
+                memcpy(b->data + b->size, data, take);
+                b->size += take;
+                (void) exec_stream_push(e->stream, b == &e->out ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR,
+                                        take);
+        }
+        b->total += (uint64_t) n;
+        return 0;
 }
 
 static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -633,19 +669,8 @@ static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdat
                         break;
                 /* Keep the first 'limit' bytes, count and discard the rest but keep draining so
                  * the writer never blocks on a full pipe. */
-                if (b->size < b->limit) {
-                        size_t take = MIN((size_t) k, b->limit - b->size);
-                        if (!b->data) {
-                                b->data = malloc(b->limit);
-                                if (!b->data)
-                                        return log_oom();
-                        }
-                        memcpy(b->data + b->size, buf, take);
-                        b->size += take;
-                        (void) exec_stream_push(
-                                e->stream, b == &e->out ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR, take);
-                }
-                b->total += (uint64_t) k;
+                if (output_buffer_keep(e, b, buf, (size_t) k) < 0)
+                        return -ENOMEM;
                 if (!e->exited && exec_stream_pending(e->stream) >= STREAM_PENDING_MAX) {
                         runner_exec_pause_output(e, true);
                         return 0;
@@ -660,11 +685,92 @@ static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdat
         return 0;
 }
 
+/* What a pipe holds now is read (stdout and stderr before a record: the kernel writes a record only
+ * once they are read, and waits until the record is read before it goes on), unless the stream's
+ * reader holds the reading back. */
+static void exec_pipe_catch_up(RunnerExec *e, sd_event_source **source, int fd,
+                               sd_event_io_handler_t handler) {
+        int n;
+
+        while (*source && !e->output_paused && ioctl(fd, FIONREAD, &n) >= 0 && n > 0)
+                (void) handler(*source, fd, EPOLLIN, e);
+}
+
+static int on_result_line(const uint8_t *line, size_t size, void *userdata) {
+        RunnerExec *e = userdata;
+
+        (void) exec_stream_push_copy(e->stream, STREAM_FRAME_RESULT, line, size);
+        return 0;
+}
+
+/* Records left out are said on stderr, each kind once a cell (the bytes of stderr as any). */
+static void results_note_drops(RunnerExec *e) {
+        const StreamLines *l = &e->results.lines;
+        const struct {
+                unsigned count;
+                const char *text;
+        } drops[] = {
+                { l->n_too_large, "[sandbox] a result record over " STRINGIFY(STREAM_RESULT_RECORD_MAX_MIB)
+                                  " MiB was left out\n" },
+                { l->n_over_total, "[sandbox] result records past " STRINGIFY(STREAM_RESULTS_MAX_MIB)
+                                   " MiB in all were left out\n" },
+                { l->n_unfinished, "[sandbox] an unfinished result record was left out\n" },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(drops); i++) {
+                if (drops[i].count == 0 || (e->results.noted & (1U << i)))
+                        continue;
+                e->results.noted |= 1U << i;
+                if (e->err.size > 0 && e->err.data[e->err.size - 1] != '\n')
+                        (void) output_buffer_keep(e, &e->err, "\n", 1);
+                (void) output_buffer_keep(e, &e->err, drops[i].text, strlen(drops[i].text));
+        }
+}
+
+/* A display cell's records pipe: whole lines within the bounds go onto the stream, in turn with
+ * stdout and stderr. Read to its end even without a stream, so that the kernel never blocks. */
+static int on_results(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        RunnerExec *e = userdata;
+        char buf[OUTPUT_PIPE_CHUNK];
+
+        exec_pipe_catch_up(e, &e->out.source, e->out.fd, on_output);
+        exec_pipe_catch_up(e, &e->err.source, e->err.fd, on_output);
+        if (e->output_paused)
+                return 0;
+        for (unsigned i = 0; i < 16; i++) {
+                ssize_t k = read(fd, buf, sizeof(buf));
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return 0;
+                        break;
+                }
+                if (k == 0)
+                        break;
+                (void) stream_lines_feed(&e->results.lines, buf, (size_t) k, on_result_line, e);
+                results_note_drops(e);
+                if (!e->exited && exec_stream_pending(e->stream) >= STREAM_PENDING_MAX) {
+                        runner_exec_pause_output(e, true);
+                        return 0;
+                }
+                if (i == 15)
+                        return 0;
+        }
+        stream_lines_end(&e->results.lines);
+        results_note_drops(e);
+        e->results.source = sd_event_source_disable_unref(e->results.source);
+        e->results.fd = safe_close(e->results.fd);
+        runner_exec_maybe_finish(e);
+        return 0;
+}
+
 static int on_drain_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         RunnerExec *e = userdata;
         /* Writers can't outlive PID 1, but never let a stuck pipe hold the session forever. */
         e->out.source = sd_event_source_disable_unref(e->out.source);
         e->err.source = sd_event_source_disable_unref(e->err.source);
+        e->results.source = sd_event_source_disable_unref(e->results.source);
         runner_exec_maybe_finish(e);
         return 0;
 }
@@ -759,12 +865,24 @@ static int on_kernel_status(sd_event_source *s, int fd, uint32_t revents, void *
         e->timer_source = sd_event_source_disable_unref(e->timer_source);
         /* Over: a lagging stream's reader no longer holds the reading back. */
         e->exited = true;
+        runner_exec_pause_output(e, false);
+        /* The handlers called below would finish (and free) the exec at the last pipe's end. */
+        e->draining = true;
         for (size_t i = 0; i < ELEMENTSOF(bufs); i++) {
                 while (bufs[i]->source && ioctl(bufs[i]->fd, FIONREAD, &n) >= 0 && n > 0)
                         (void) on_output(bufs[i]->source, bufs[i]->fd, EPOLLIN, e);
                 bufs[i]->source = sd_event_source_disable_unref(bufs[i]->source);
                 bufs[i]->fd = safe_close(bufs[i]->fd);
         }
+        exec_pipe_catch_up(e, &e->results.source, e->results.fd, on_results);
+        if (e->results.source) {
+                /* Another process of the cell held it open; what it did not finish is left out. */
+                stream_lines_end(&e->results.lines);
+                results_note_drops(e);
+                e->results.source = sd_event_source_disable_unref(e->results.source);
+                e->results.fd = safe_close(e->results.fd);
+        }
+        e->draining = false;
         runner_exec_maybe_finish(e);
         return 0;
 }
@@ -831,6 +949,12 @@ static int runner_exec_watch(RunnerExec *e) {
         (void) fd_nonblock(e->out.fd, true);
         (void) fd_nonblock(e->err.fd, true);
         (void) fd_nonblock(e->status_fd, true);
+        if (e->results.fd >= 0) {
+                (void) fd_nonblock(e->results.fd, true);
+                q = sd_event_add_io(r->event, &e->results.source, e->results.fd, EPOLLIN, on_results, e);
+                if (q < 0)
+                        return q;
+        }
         if (e->stateful)
                 /* No events: the pipe's EPOLLHUP, which epoll always reports. */
                 q = sd_event_add_io(r->event, &e->status_source, e->status_fd, 0, on_kernel_status, e);
@@ -874,7 +998,8 @@ static void exec_setup_done(ExecSetup *x) {
 }
 
 /* What the request asks of this runner's state and of its profile; an answer when it can't be. */
-static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd, ExecSetup *x) {
+static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd, bool has_stream,
+                              ExecSetup *x) {
         struct stat st;
 
         if (!r->initialized)
@@ -891,6 +1016,10 @@ static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd
         /* The kernel is the sidecar's python profile only. */
         if (p->stateful && (x->language != SANDBOX_PYTHON3 || p->no_processes || p->network))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
+        /* Records are a kernel's, and go nowhere but onto the stream. */
+        if (p->display && (!p->stateful || !has_stream))
+                return runner_send_error(r, r->connection_generation, EINVAL,
+                                         "display needs a stateful cell and a stream");
         return 1;
 }
 
@@ -926,6 +1055,8 @@ static int runner_exec_new(Runner *r, const RunnerExecRequest *p, int stream_fd,
                 .oom_kills_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_OOM_KILL),
                 .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
                 .stateful = p->stateful,
+                .display = p->display,
+                .results = RESULT_PIPE_NULL,
         };
         static_assert(sizeof(e->exec_id) > RUNNER_EXEC_ID_MAX, "the exec id fits");
         snprintf(e->exec_id, sizeof(e->exec_id), "%s", p->exec_id);
@@ -1022,7 +1153,7 @@ static int runner_exec_retry_prepared(RunnerExec *e) {
                 return q;
         e->child_source = sd_event_source_disable_unref(e->child_source);
         runner_reap_later(r, &e->init);
-        return runner_exec_rewire(e, &sp);
+        return runner_exec_rewire(e, &sp, -EBADF);
 }
 
 /* PID 1 of the exec's sandbox (or the kernel's next cell), its pipes in 'e'. */
@@ -1039,7 +1170,7 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
                         return runner_send_error(r, r->connection_generation, errno,
                                                  "failed to keep the code");
                 se = runner_exec_cell(e);
-                q = runner_kernel_cell(r, &se, &sp, &e->kernel_new);
+                q = runner_kernel_cell(r, &se, p->display, &sp, &e->results.fd, &e->kernel_new);
         } else {
                 se = (SandboxExec) {
                         .code_fd = code_fd,
@@ -1112,7 +1243,7 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         bool taken = false;
         int q;
 
-        q = exec_request_check(r, p, code_fd, &x);
+        q = exec_request_check(r, p, code_fd, stream_fd >= 0, &x);
         if (q > 0)
                 q = exec_setup_profile(r, p, &x);
         if (q > 0)

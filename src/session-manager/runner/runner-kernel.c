@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The kernel of a stateful session: PID 1 of a sandbox that stays between cells
  * (sandbox-kernel.c). Its first cell starts it; each next one is a message on its control
- * socket with the code and the cell's stdout, stderr and status pipes; reset, a cell that
- * ended it and the runner's end kill it (PID 1's death takes every process of its namespace). */
+ * socket with the code and the cell's stdout, stderr and status pipes (and a display cell's
+ * records pipe); reset, a cell that ended it and the runner's end kill it (PID 1's death takes
+ * every process of its namespace). A first cell that is a display cell has its records pipe
+ * waiting on the socket when PID 1 starts ('r', one fd). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -46,20 +48,23 @@ static int on_kernel_exit(sd_event_source *s, int fd, uint32_t revents, void *us
         return 0;
 }
 
-/* Hands the cell described by 'se' (its code_fd) to the kernel, starting one first if there is
- * none: *ret gets the read ends of the cell's pipes, *ret_new whether the kernel is new. */
-int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new) {
+int runner_kernel_cell(Runner *r, SandboxExec *se, bool display, SandboxProcess *ret, int *ret_results_fd,
+                       bool *ret_new) {
         _cleanup_(sandbox_pipes_close) SandboxPipes pipes = SANDBOX_PIPES_NULL;
-        _cleanup_close_pair_ int ctl[2] = { -EBADF, -EBADF };
+        _cleanup_close_pair_ int ctl[2] = { -EBADF, -EBADF }, results[2] = { -EBADF, -EBADF };
         RunnerKernel *k;
         int q;
 
+        if (display && pipe2(results, O_CLOEXEC) < 0)
+                return -errno;
         if (r->kernel) {
                 q = sandbox_pipes_open(&pipes);
                 if (q < 0)
                         return q;
                 q = fds_send(r->kernel->ctl_fd, "c", 1,
-                             (const int[]) { se->code_fd, pipes.out[1], pipes.err[1], pipes.status[1] }, 4);
+                             (const int[]) { se->code_fd, pipes.out[1], pipes.err[1], pipes.status[1],
+                                             results[1] },
+                             display ? 5 : 4);
                 if (q >= 0) {
                         PidRef init;
 
@@ -68,6 +73,7 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
                         if (q < 0)
                                 return q;
                         *ret = sandbox_pipes_take(&pipes, &init);
+                        *ret_results_fd = TAKE_FD(results[0]);
                         *ret_new = false;
                         return 0;
                 }
@@ -77,6 +83,12 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
 
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0)
                 return -errno;
+        /* Before PID 1 exists: it finds the records pipe of its first cell at once. */
+        if (display) {
+                q = fds_send(ctl[0], "r", 1, &results[1], 1);
+                if (q < 0)
+                        return q;
+        }
         k = calloc(1, sizeof(RunnerKernel));
         if (!k)
                 return -ENOMEM;
@@ -100,6 +112,7 @@ int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *re
                 runner_kernel_stop(r);
                 return q;
         }
+        *ret_results_fd = TAKE_FD(results[0]);
         *ret_new = true;
         return 0;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* An exec's output as it is produced: the kept bytes of stdout and stderr, in the order they were
  * read, framed (stream-frame.h) onto the pipe of whoever asked for a stream. The bytes stay where the
- * exec keeps them (its OutputBuffers); the stream holds only the order, as segments. Writes never
+ * exec keeps them (its OutputBuffers); the stream holds only the order, as segments. A display
+ * cell's result records are kept nowhere else: their segments hold a copy until written. Writes never
  * block: a full pipe waits for EPOLLOUT, and a reader that keeps it full makes the exec pause its own
  * reading (runner-exec.c), which the code feels as a full stdout. */
 #include <errno.h>
@@ -18,8 +19,9 @@
 #include "stream-frame.h"
 
 typedef struct StreamSegment {
-        uint8_t which;   /* STREAM_FRAME_STDOUT, STREAM_FRAME_STDERR */
+        uint8_t which;   /* STREAM_FRAME_STDOUT, STREAM_FRAME_STDERR, STREAM_FRAME_RESULT */
         uint32_t size;   /* ≤ STREAM_FRAME_DATA_MAX: one frame */
+        uint8_t *data;   /* STREAM_FRAME_RESULT: its bytes (owned); else in the exec's buffer */
 } StreamSegment;
 
 struct ExecStream {
@@ -33,11 +35,18 @@ struct ExecStream {
         bool broken;
 };
 
+/* The owned bytes of the segments not written yet. */
+static void exec_stream_drop_pending(ExecStream *s) {
+        for (size_t i = s->head; i < s->n_segments; i++)
+                s->segments[i].data = mfree(s->segments[i].data);
+}
+
 ExecStream *exec_stream_free(ExecStream *s) {
         if (!s)
                 return NULL;
         s->source = sd_event_source_disable_unref(s->source);
         safe_close(s->fd);
+        exec_stream_drop_pending(s);
         free(s->segments);
         free(s);
         return NULL;
@@ -85,6 +94,7 @@ static void exec_stream_break(ExecStream *s, int error) {
                 log_struct(LOG_DEBUG, error, LOG_FIELDS(LOG_SESSION_FIELD(s->exec->runner->session_id)),
                            "Dropping the output stream of exec %s: %m", s->exec->exec_id);
         s->broken = true;
+        exec_stream_drop_pending(s);
         s->head = s->n_segments = s->frame_written = 0;
         s->source = sd_event_source_disable_unref(s->source);
         s->fd = safe_close(s->fd);
@@ -93,15 +103,16 @@ static void exec_stream_break(ExecStream *s, int error) {
 /* Writes what the pipe takes now. */
 static void exec_stream_write(ExecStream *s) {
         while (!s->broken && s->head < s->n_segments) {
-                const StreamSegment *seg = &s->segments[s->head];
-                const OutputBuffer *b = exec_stream_buffer(s, seg->which);
+                StreamSegment *seg = &s->segments[s->head];
                 size_t i = seg->which == STREAM_FRAME_STDOUT ? 0 : 1;
+                uint8_t *data = seg->data ?: (uint8_t *) exec_stream_buffer(s, seg->which)->data +
+                                                     s->position[i];
                 StreamFrameHeader h = { .stream = seg->which, .size = seg->size };
                 size_t header_left = s->frame_written < sizeof(h) ? sizeof(h) - s->frame_written : 0;
                 size_t data_done = s->frame_written - (sizeof(h) - header_left);
                 struct iovec iov[2] = {
                         { (uint8_t *) &h + (sizeof(h) - header_left), header_left },
-                        { b->data + s->position[i] + data_done, seg->size - data_done },
+                        { data + data_done, seg->size - data_done },
                 };
                 ssize_t k;
 
@@ -119,7 +130,10 @@ static void exec_stream_write(ExecStream *s) {
                 s->frame_written += (size_t) k;
                 if (s->frame_written < sizeof(h) + seg->size)
                         continue;
-                s->position[i] += seg->size;
+                if (seg->data)
+                        seg->data = mfree(seg->data);
+                else
+                        s->position[i] += seg->size;
                 s->frame_written = 0;
                 if (++s->head == s->n_segments)
                         s->head = s->n_segments = 0;
@@ -149,7 +163,7 @@ int exec_stream_push(ExecStream *s, uint8_t which, size_t n) {
                 size_t take;
 
                 /* Bytes of the same stream join the last frame, unless its header is out. */
-                if (last && last->which == which && last->size < STREAM_FRAME_DATA_MAX &&
+                if (last && last->which == which && !last->data && last->size < STREAM_FRAME_DATA_MAX &&
                     !(s->n_segments - 1 == s->head && s->frame_written > 0)) {
                         take = MIN(n, STREAM_FRAME_DATA_MAX - last->size);
                         last->size += (uint32_t) take;
@@ -165,6 +179,38 @@ int exec_stream_push(ExecStream *s, uint8_t which, size_t n) {
                 }
                 take = MIN(n, (size_t) STREAM_FRAME_DATA_MAX);
                 s->segments[s->n_segments++] = (StreamSegment) { .which = which, .size = (uint32_t) take };
+                n -= take;
+        }
+        exec_stream_write(s);
+        return 0;
+}
+
+int exec_stream_push_copy(ExecStream *s, uint8_t which, const void *data, size_t n) {
+        const uint8_t *p = data;
+        int r;
+
+        if (!s || s->broken)
+                return 0;
+        while (n > 0) {
+                size_t take = MIN(n, (size_t) STREAM_FRAME_DATA_MAX);
+                uint8_t *copy;
+
+                if (s->n_segments == s->n_allocated) {
+                        r = exec_stream_grow(s);
+                        if (r < 0) {
+                                exec_stream_break(s, r);
+                                return r;
+                        }
+                }
+                copy = malloc(take);
+                if (!copy) {
+                        exec_stream_break(s, -ENOMEM);
+                        return -ENOMEM;
+                }
+                memcpy(copy, p, take);
+                s->segments[s->n_segments++] = (StreamSegment) { .which = which, .size = (uint32_t) take,
+                                                                 .data = copy };
+                p += take;
                 n -= take;
         }
         exec_stream_write(s);

@@ -21,6 +21,7 @@
 #include "runner-protocol.h"
 #include "sandbox.h"
 #include "seccomp-policy.h"
+#include "stream-frame.h"
 #include "workspace.h"
 
 typedef struct Runner Runner;
@@ -46,6 +47,15 @@ typedef struct OutputBuffer {
 
 typedef struct ExecStream ExecStream;
 
+/* A display cell's result records (runner-exec.c): the pipe the kernel writes them to, framed as
+ * whole lines onto the exec's stream, never parsed here. */
+typedef struct ResultPipe {
+        int fd;
+        sd_event_source *source;
+        StreamLines lines;
+        unsigned noted;           /* the drops said on stderr so far (bits) */
+} ResultPipe;
+
 typedef struct RunnerExec {
         Runner *runner;
         uint64_t connection_generation;
@@ -58,6 +68,8 @@ typedef struct RunnerExec {
         sd_event_source *timer_source;
         int status_fd;
         OutputBuffer out, err;
+        bool display;             /* a stateful cell whose results are records */
+        ResultPipe results;       /* with display */
 
         uint64_t timeout_ms;
         ArtifactLimits limits;
@@ -65,6 +77,7 @@ typedef struct RunnerExec {
         uint64_t started_usec;
 
         bool exited;
+        bool draining;            /* its pipes are read to their end: not finished meanwhile */
         bool timed_out;
         bool cancelled;           /* the manager's caller hung up: killed as at a timeout */
         bool orphaned;            /* the manager that asked went away: killed the same way */
@@ -232,6 +245,8 @@ ExecStream *exec_stream_free(ExecStream *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ExecStream *, exec_stream_free);
 /* 'n' more kept bytes of stream 'which' (STREAM_FRAME_*), following those pushed before. */
 int exec_stream_push(ExecStream *s, uint8_t which, size_t n);
+/* 'n' bytes of stream 'which' kept nowhere else (a display cell's records): copied. */
+int exec_stream_push_copy(ExecStream *s, uint8_t which, const void *data, size_t n);
 /* Frames not yet written whole. */
 size_t exec_stream_pending(const ExecStream *s);
 int runner_handle_cancel(Runner *r, const void *params, const int *fds, size_t n_fds);
@@ -259,7 +274,11 @@ int runner_network_start(int cgroup_procs_fd, int userns_fd, int netns_fd, int r
                          int *ret_exit_fd);
 
 /* runner-kernel.c */
-int runner_kernel_cell(Runner *r, SandboxExec *se, SandboxProcess *ret, bool *ret_new);
+/* Hands the cell 'se' to the kernel (a new one if there is none): *ret gets the read ends of its
+ * pipes, *ret_results_fd that of its records' pipe when 'display' (else -EBADF), *ret_new whether
+ * the kernel is new. */
+int runner_kernel_cell(Runner *r, SandboxExec *se, bool display, SandboxProcess *ret, int *ret_results_fd,
+                       bool *ret_new);
 void runner_kernel_stop(Runner *r);
 int runner_handle_reset_kernel(Runner *r, const void *params, const int *fds, size_t n_fds);
 

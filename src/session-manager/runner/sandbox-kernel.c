@@ -35,8 +35,9 @@
 #include "sandbox.h"
 #include "time-util.h"
 
+/* A cell's fds: those of a display cell have its result records' pipe too (else -EBADF). */
 typedef struct KernelCell {
-        int code_fd, stdout_fd, stderr_fd, status_fd;
+        int code_fd, stdout_fd, stderr_fd, status_fd, results_fd;
 } KernelCell;
 
 /* The kernel's own counters (/proc/<pid>/stat, io) and ours at the start of a cell. */
@@ -54,6 +55,7 @@ static void kernel_cell_close(KernelCell *c) {
         c->stdout_fd = safe_close(c->stdout_fd);
         c->stderr_fd = safe_close(c->stderr_fd);
         c->status_fd = safe_close(c->status_fd);
+        c->results_fd = safe_close(c->results_fd);
 }
 
 static int read_proc_file(pid_t pid, const char *name, char *buf, size_t size) {
@@ -392,7 +394,7 @@ typedef enum KernelCellEnd {
 static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t seq, int *listener,
                                      int signal_fd, KernelCell *cell, SeccompSupervisor *sup,
                                      SandboxStatus *st) {
-        const int fds[3] = { cell->code_fd, cell->stdout_fd, cell->stderr_fd };
+        const int fds[4] = { cell->code_fd, cell->stdout_fd, cell->stderr_fd, cell->results_fd };
         bool ending = false, asked = false, begun = false;
         struct {
                 uint32_t seq;
@@ -403,13 +405,15 @@ static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t s
         /* What came since the last cell is stale. */
         while (recv(ksock, buf, sizeof(buf), MSG_DONTWAIT) > 0)
                 ;
-        if (fds_send(ksock, &seq, sizeof(seq), fds, 3) < 0) {
+        /* A display cell's records pipe is the kernel's fourth fd: how it knows it is one. */
+        if (fds_send(ksock, &seq, sizeof(seq), fds, cell->results_fd >= 0 ? 4 : 3) < 0) {
                 (void) pidref_kill(kernel, SIGKILL);
                 ending = true;
         }
         cell->code_fd = safe_close(cell->code_fd);
         cell->stdout_fd = safe_close(cell->stdout_fd);
         cell->stderr_fd = safe_close(cell->stderr_fd);
+        cell->results_fd = safe_close(cell->results_fd);
         (void) pidref_kill(kernel, SIGCONT);
 
         for (;;) {
@@ -466,7 +470,8 @@ static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t s
         }
 }
 
-/* The next cell from the runner: code, stdout, stderr and status fds. Returns 0, -EPIPE when the
+/* The next cell from the runner: code, stdout, stderr and status fds, and a display cell's results
+ * pipe. Returns 0, -EPIPE when the
  * runner closed the socket or asked us to end (SIGTERM), -EOWNERDEAD when the kernel died (*ret
  * then holds the cell that came for it, or nothing). */
 static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell *ret) {
@@ -475,7 +480,7 @@ static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell 
                         { .fd = signal_fd, .events = POLLIN },
                         { .fd = ctl_fd, .events = POLLIN },
                 };
-                int fds[4], ws;
+                int fds[5], ws;
                 size_t n = 0;
                 char c;
                 ssize_t k;
@@ -493,17 +498,17 @@ static int kernel_next_cell(pid_t kernel, int ctl_fd, int signal_fd, KernelCell 
                 }
                 if (!p[1].revents)
                         continue;
-                k = fds_receive(ctl_fd, &c, 1, fds, 4, &n);
+                k = fds_receive(ctl_fd, &c, 1, fds, 5, &n);
                 if (k == -EAGAIN)
                         continue;
                 if (k <= 0)
                         return -EPIPE;
-                if (n != 4) {
+                if (c != 'c' || (n != 4 && n != 5)) {
                         for (size_t i = 0; i < n; i++)
                                 safe_close(fds[i]);
                         continue;
                 }
-                *ret = (KernelCell) { fds[0], fds[1], fds[2], fds[3] };
+                *ret = (KernelCell) { fds[0], fds[1], fds[2], fds[3], n == 5 ? fds[4] : -EBADF };
                 /* Its end may not have been noticed yet: a cell for a dead kernel never runs. */
                 if (reap_children(kernel, &ws))
                         return -EOWNERDEAD;
@@ -521,7 +526,7 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending, SandboxKernelLo
 
         (void) shutdown(ctl_fd, SHUT_RD);
         for (;;) {
-                int fds[4];
+                int fds[5];
                 size_t n = 0;
                 char c;
 
@@ -530,7 +535,7 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending, SandboxKernelLo
                 if (pending->status_fd >= 0 && write_all(pending->status_fd, &start, sizeof(start)) >= 0)
                         (void) write_all(pending->status_fd, &lost, sizeof(lost));
                 kernel_cell_close(pending);
-                if (fds_receive(ctl_fd, &c, 1, fds, 4, &n) <= 0)
+                if (fds_receive(ctl_fd, &c, 1, fds, 5, &n) <= 0)
                         return;
                 for (size_t i = 0; i < n; i++)
                         if (i == 3)
@@ -540,9 +545,24 @@ static void kernel_refuse_cells(int ctl_fd, KernelCell *pending, SandboxKernelLo
         }
 }
 
+/* The first cell came with the sandbox; if it is a display cell, the runner put its results pipe
+ * on our socket before it started us ('r', one fd): it is there already, or it is not one. */
+static int kernel_first_results(int ctl_fd) {
+        int fds[5];
+        size_t n = 0;
+        char c = 0;
+
+        if (fds_receive(ctl_fd, &c, 1, fds, 5, &n) > 0 && c == 'r' && n == 1)
+                return fds[0];
+        for (size_t i = 0; i < n; i++)
+                safe_close(fds[i]);
+        return -EBADF;
+}
+
 _noreturn_ void sandbox_kernel_run(const SandboxExec *e, const PidRef *kernel, int ksock, int listener,
                                    int signal_fd, int io_fd, int last_pid_fd) {
-        KernelCell cell = { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd };
+        KernelCell cell = { e->code_fd, e->stdout_fd, e->stderr_fd, e->status_fd,
+                            kernel_first_results(e->kernel_fd) };
         KernelSnapshot stopped = {}, now = {};
         uint32_t seq = 0;
 
