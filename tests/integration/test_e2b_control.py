@@ -292,17 +292,35 @@ def test_control_plane_takes_both_forms_of_the_key():
         assert r.status == 200 and isinstance(r.json, list), r
 
 
-@pytest.mark.parametrize("port, method, path, body", [
-    (ENVD_PORT, "GET", "/health", None),
-    (ENVD_PORT, "GET", "/files?path=a.txt", None),
-    (ENVD_PORT, "POST", "/filesystem.Filesystem/Stat", {"path": "a.txt"}),
-    (JUPYTER_PORT, "POST", "/execute", {"code": "1"}),
-    (JUPYTER_PORT, "GET", "/contexts", None),
-])
-def test_traffic_to_an_unknown_sandbox_is_502(port, method, path, body):
-    for token in (None, secrets.token_hex(16)):
-        r = sandbox_request(unknown_id(), method, path, port=port, token=token, body=body)
-        assert r.status == 502, (token, r)
+# A request of each kind the SDKs send to a sandbox: envd's REST and RPC, the code interpreter's.
+SANDBOX_ROUTES = [
+    pytest.param(ENVD_PORT, "GET", "/health", None, id="envd-health"),
+    pytest.param(ENVD_PORT, "GET", "/files?path=a.txt", None, id="envd-files"),
+    pytest.param(ENVD_PORT, "POST", "/filesystem.Filesystem/Stat", {"path": "a.txt"}, id="envd-rpc"),
+    pytest.param(JUPYTER_PORT, "POST", "/execute", {"code": "1"}, id="jupyter-execute"),
+    pytest.param(JUPYTER_PORT, "GET", "/contexts", None, id="jupyter-contexts"),
+]
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+@pytest.mark.parametrize("port, method, path, body", SANDBOX_ROUTES)
+def test_traffic_to_an_unknown_sandbox_is_502(port, method, path, body, token):
+    token = secrets.token_hex(32) if token else None
+    r = sandbox_request(unknown_id(), method, path, port=port, token=token, body=body)
+    assert r.status == 502, r
+
+
+@pytest.mark.parametrize("port, method, path, body", SANDBOX_ROUTES)
+def test_traffic_to_a_killed_sandbox_is_502(sandboxes, port, method, path, body):
+    made = sandboxes.create_raw({"templateID": "base", "timeout": 60})
+    assert e2b_request("DELETE", f"/sandboxes/{made['sandboxID']}").status == 204
+    for header in ("X-Access-Token", "E2B-Traffic-Access-Token"):
+        token = made["envdAccessToken"] if header == "X-Access-Token" else made.get("trafficAccessToken")
+        if token is None:
+            continue
+        r = e2b_request(method, path, body, key=None, headers={
+            "E2b-Sandbox-Id": made["sandboxID"], "E2b-Sandbox-Port": str(port), header: token})
+        assert r.status == 502, (header, r)
 
 
 def test_health_answers_while_the_sandbox_runs(sandboxes):
@@ -348,5 +366,7 @@ def test_sidecar_port_takes_no_sandbox_traffic(sandboxes):
     made = sandboxes.create_raw({"templateID": "base", "timeout": 60})
     headers = {**both_keys(), "E2b-Sandbox-Id": made["sandboxID"], "E2b-Sandbox-Port": str(ENVD_PORT),
                "X-Access-Token": made["envdAccessToken"]}
-    r = e2b_request("GET", "/health", key=None, base=BASE_URL, headers=headers)
+    # A path of envd's that the sidecar does not have (/health is the dify API's there).
+    r = e2b_request("POST", "/filesystem.Filesystem/Stat", {"path": "a.txt"}, key=None, base=BASE_URL,
+                    headers=headers)
     assert r.status == 404, r
