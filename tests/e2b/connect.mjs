@@ -11,5 +11,6 @@ main(async () => {
         if (made.error)
                 return { error: made.error };
         const sbx = made.value;
-        return { sandboxId: sbx.sandboxId, before, after, info: await sbx.getInfo(), running: await sbx.isRunning() };
+        const info = await sbx.getInfo();
+        return { sandboxId: sbx.sandboxId, before, after, info, running: await sbx.isRunning() };
 });

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
-// Sandbox.list({query: args.query, limit: args.limit}) read page by page while hasNext (at most
-// args.maxPages pages, default 20): {pages: [[SandboxInfo, ...], ...], hasNext (after the last
-// page read), afterEnd (what nextItems() threw once hasNext was false)}, or {error}.
+// Sandbox.list({query: args.query, limit: args.limit, order: args.order}) read page by page
+// while hasNext (at most args.maxPages pages, default 20): {pages: [[SandboxInfo, ...], ...],
+// hasNext (after the last page read), afterEnd (what nextItems() threw once hasNext was false)},
+// or {error}.
 import { Sandbox, args, attempt, main } from './common.mjs';
 
 main(async () => {
-        const paginator = Sandbox.list({ query: args.query, limit: args.limit });
+        const paginator = Sandbox.list({ query: args.query, limit: args.limit, order: args.order });
         const pages = [];
         while (paginator.hasNext && pages.length < (args.maxPages ?? 20)) {
                 const page = await attempt(() => paginator.nextItems());

@@ -128,8 +128,10 @@ def test_list_filters_by_metadata_and_pages(sandboxes):
     tag = secrets.token_hex(8)
     # The group's value needs the SDK's double encoding to survive (a space, & and =).
     group = {"scopebox-test": tag, "group": "a b&c=d"}
-    made = [sandboxes.create(metadata={**group, "n": str(n)}, timeoutMs=120_000)["sandboxId"] for n in range(3)]
-    other = sandboxes.create(metadata={"scopebox-test": tag, "group": "other"}, timeoutMs=120_000)["sandboxId"]
+    made = [sandboxes.create(metadata={**group, "n": str(n)}, timeoutMs=120_000)["sandboxId"]
+            for n in range(3)]
+    other = sandboxes.create(metadata={"scopebox-test": tag, "group": "other"},
+                             timeoutMs=120_000)["sandboxId"]
 
     whole = sandboxes.run("list.mjs", {"query": {"metadata": group}})
     assert "error" not in whole and len(whole["pages"]) == 1 and whole["hasNext"] is False, whole
@@ -143,15 +145,23 @@ def test_list_filters_by_metadata_and_pages(sandboxes):
     assert [len(p) for p in paged["pages"]] == [1, 1, 1] and paged["hasNext"] is False, paged
     items = [p[0] for p in paged["pages"]]
     assert sorted(ids(items)) == sorted(made), (made, paged)
+    # By start time, newest first unless the SDK asks for order "asc" (E2B's OpenAPI).
     started = [timestamp(i["startedAt"]) for i in items]
-    assert started in (sorted(started), sorted(started, reverse=True)), items
+    assert started == sorted(started, reverse=True), items
+    ascending = sandboxes.run("list.mjs", {"query": {"metadata": group}, "limit": 2, "order": "asc"})
+    assert [len(p) for p in ascending["pages"]] == [2, 1] and ascending["hasNext"] is False, ascending
+    items = [i for p in ascending["pages"] for i in p]
+    assert sorted(ids(items)) == sorted(made), (made, ascending)
+    started = [timestamp(i["startedAt"]) for i in items]
+    assert started == sorted(started), items
 
     # Pairs are ANDed: n=1 of the tag is one sandbox, and "other" has no n.
     one = sandboxes.run("list.mjs", {"query": {"metadata": {"scopebox-test": tag, "n": "1"}}})
     assert [ids(p) for p in one["pages"]] == [[made[1]]], one
-    running = sandboxes.run("list.mjs", {"query": {"metadata": {"scopebox-test": tag}, "state": ["running"]}})
+    tagged = {"scopebox-test": tag}
+    running = sandboxes.run("list.mjs", {"query": {"metadata": tagged, "state": ["running"]}})
     assert sorted(i for p in running["pages"] for i in ids(p)) == sorted(made + [other]), running
-    paused = sandboxes.run("list.mjs", {"query": {"metadata": {"scopebox-test": tag}, "state": ["paused"]}})
+    paused = sandboxes.run("list.mjs", {"query": {"metadata": tagged, "state": ["paused"]}})
     assert [i for p in paused["pages"] for i in ids(p)] == [], paused
 
 
@@ -273,7 +283,8 @@ def wrong_keys():
 def test_control_plane_refuses_other_keys(sandboxes, which):
     key = wrong_keys()[which]
     sid = sandboxes.create_raw({"templateID": "base", "timeout": 60})["sandboxID"]
-    for method, path, body in [("GET", "/v2/sandboxes", None), ("POST", "/v2/sandboxes", {"templateID": "base"}),
+    for method, path, body in [("GET", "/v2/sandboxes", None),
+                               ("POST", "/v2/sandboxes", {"templateID": "base"}),
                                ("POST", "/sandboxes", {"templateID": "base", "timeout": 30}),
                                ("GET", f"/sandboxes/{sid}", None), ("DELETE", f"/sandboxes/{sid}", None),
                                ("POST", f"/sandboxes/{sid}/timeout", {"timeout": 1})]:
