@@ -71,10 +71,24 @@ const HttpRoute http_e2b_routes[] = {
         {}
 };
 
+#define E2B_SANDBOX_ROUTE HTTP_ROUTE_E2B_TOKEN
+#define E2B_SANDBOX_JSON_ROUTE (HTTP_ROUTE_E2B_TOKEN | HTTP_ROUTE_JSON)
+#define E2B_SANDBOX_PATH_ROUTE (E2B_SANDBOX_JSON_ROUTE | HTTP_ROUTE_PATH_ARG)
+
 /* A sandbox's traffic (E2b-Sandbox-Id). */
 const HttpRoute http_e2b_sandbox_routes[] = {
-        { "GET",    "/health",                   HTTP_ROUTE_E2B_TOKEN, http_e2b_health },
+        { "GET",    "/health",             E2B_SANDBOX_ROUTE,      http_e2b_health          },
+        { "POST",   "/execute",            E2B_SANDBOX_JSON_ROUTE, http_e2b_execute         },
+        { "GET",    "/contexts",           E2B_SANDBOX_ROUTE,      http_e2b_contexts_list   },
+        { "POST",   "/contexts",           E2B_SANDBOX_JSON_ROUTE, http_e2b_contexts_refuse },
+        { "DELETE", "/contexts/",          E2B_SANDBOX_PATH_ROUTE, http_e2b_contexts_refuse },
+        { "POST",   "/contexts/*/restart", E2B_SANDBOX_PATH_ROUTE, http_e2b_context_restart },
         {}
+};
+
+/* Any other path of a sandbox: 502 once it is gone (as E2B's proxy), else 404. */
+static const HttpRoute http_e2b_sandbox_other_route = {
+        "*", "*", E2B_SANDBOX_ROUTE, http_e2b_sandbox_other,
 };
 
 /* The E2B API, alone on its socket: every answer of ours there is {"code":N,"message":...}. */
@@ -82,6 +96,7 @@ const HttpApi http_e2b_api = {
         .name = "E2B",
         .routes = http_e2b_routes,
         .sandbox_routes = http_e2b_sandbox_routes,
+        .sandbox_other = &http_e2b_sandbox_other_route,
         .failure = e2b_response_new_failure,
         .socket = E2B_SOCKET_NAME,
         .shapes_all = true,

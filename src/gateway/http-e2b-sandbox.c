@@ -12,7 +12,7 @@
 #include "id.h"
 #include "string-util.h"
 
-static int e2b_reply_not_running(HttpRequest *req) {
+int e2b_reply_not_running(HttpRequest *req) {
         HttpResponse *r = NULL;
         int k = http_response_new_take(HTTP_BAD_GATEWAY, strdup("sandbox not running"),
                                        strlen("sandbox not running"), &r);
@@ -24,7 +24,7 @@ static int e2b_reply_not_running(HttpRequest *req) {
 
 /* The sandbox of the request: its id (the router checked it with the token), and whether the port
  * named is 'port'. Returns 1 with the id, 0 when a 502 was prepared. */
-static int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_ID_LEN + 1]) {
+int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_ID_LEN + 1]) {
         const HttpRequestHeaders *h = &req->headers;
 
         if (h->n_e2b_sandbox_id != 1 || h->e2b_sandbox_id_size != SESSION_ID_LEN)
@@ -39,31 +39,63 @@ static int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SE
         return 1;
 }
 
-static int e2b_health_on_reply(HttpRequest *req, sd_bus_message *reply) {
+/* The continuation of a request whose sandbox is asked for first. */
+typedef struct E2bIfRunning {
+        HttpHandler then;
+} E2bIfRunning;
+
+static int e2b_if_running_on_reply(HttpRequest *req, sd_bus_message *reply) {
         const sd_bus_error *e = sd_bus_message_get_error(reply);
+        const E2bIfRunning *c = req->userdata;
 
         if (e && sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
                 return e2b_reply_not_running(req);
         if (e)
                 return http_request_reply_ok_or_call_error(req, reply,
                                                            bus_timeout_session_usec(&req->server->config));
-        return http_request_reply_literal(req, HTTP_NO_CONTENT, "");
+        return c->then(req);
 }
 
-/* GET /health (envd's): 204 while the sandbox runs. */
-int http_e2b_health(HttpRequest *req) {
+int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         char id[SESSION_ID_LEN + 1];
+        E2bIfRunning *c;
         int r;
 
-        r = e2b_sandbox_of(req, E2B_PORT_ENVD, id);
+        r = e2b_sandbox_of(req, port, id);
         if (r <= 0)
                 return r;
+        c = http_request_new_userdata(req, sizeof(E2bIfRunning), free);
+        if (!c)
+                return -ENOMEM;
+        c->then = then;
         r = session_manager_new_call(req->server->bus, "GetRecord", &m);
         if (r >= 0)
                 r = sd_bus_message_append(m, "s", id);
         if (r < 0)
                 return r;
         return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
-                                 e2b_health_on_reply);
+                                 e2b_if_running_on_reply);
+}
+
+static int e2b_health_running(HttpRequest *req) {
+        return http_request_reply_literal(req, HTTP_NO_CONTENT, "");
+}
+
+/* GET /health (envd's): 204 while the sandbox runs. */
+int http_e2b_health(HttpRequest *req) {
+        return e2b_if_running(req, E2B_PORT_ENVD, e2b_health_running);
+}
+
+static int e2b_other_running(HttpRequest *req) {
+        return http_request_reply_failure(req, HTTP_NOT_FOUND,
+                                          "not served by this scopebox version (docs/e2b.md)");
+}
+
+/* Any other request to a sandbox: what E2B's proxy says of one that is gone, or 404. */
+int http_e2b_sandbox_other(HttpRequest *req) {
+        const HttpRequestHeaders *h = &req->headers;
+
+        return e2b_if_running(req, h->n_e2b_sandbox_port == 1 ? strempty(h->e2b_sandbox_port) : "",
+                              e2b_other_running);
 }

@@ -94,6 +94,9 @@ static int json_add_time(json_object *o, const char *key, uint64_t realtime_usec
 
 /* ---- the record a sandbox's session keeps ---- */
 
+/* {"e2b":1,"template":...,"metadata":{...}}: nothing deeper. */
+#define E2B_RECORD_DEPTH 4
+
 /* What the manager keeps of a sandbox (its CreateSession "record"): {"e2b":1,"template":...,
  * "metadata":{...}}. Written by us; read back from the manager, which took it from us. */
 typedef struct E2bSandbox {
@@ -147,8 +150,8 @@ static int e2b_sandbox_read(sd_bus_message *m, const char *id, E2bSandbox *ret) 
         if (r < 0)
                 return r;
 
-        record = json_tokener_parse(text);
-        if (!record || !json_object_is_type(record, json_type_object) ||
+        if (json_parse(text, strlen(text), E2B_RECORD_DEPTH, &record) < 0 ||
+            !json_object_is_type(record, json_type_object) ||
             !json_object_object_get_ex(record, "e2b", &v) ||
             !json_object_object_get_ex(record, "template", &t) || !json_object_is_type(t, json_type_string))
                 return 0;
@@ -325,10 +328,9 @@ static int e2b_body_refuse_unsupported(HttpRequest *req) {
                 if (json_object_object_get_ex(req->json, refused[i].member, &v) && v &&
                     !(json_object_is_type(v, json_type_boolean) && !json_object_get_boolean(v)))
                         return e2b_reply(req, HTTP_BAD_REQUEST, refused[i].message);
-        if (json_object_object_get_ex(req->json, "allow_internet_access", &v) && v &&
-            json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v))
-                return e2b_reply(req, HTTP_BAD_REQUEST,
-                                 "internet access is not available: scopebox sandboxes have no network");
+        /* allow_internet_access is not looked at: the SDKs before 2.51 and the Python SDK send
+         * true when their user said nothing, so it can't say what the user wants. Sandboxes have no
+         * network (docs/e2b.md). */
         return 1;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "http-router.h"
+#include "id.h"
 
 #define E2B_SOCKET_NAME "e2b"
 /* What the SDKs gate features on (docs/e2b.md "Versions"). */
@@ -22,6 +23,9 @@
 #define E2B_PORT_ENVD "49983"
 #define E2B_PORT_JUPYTER "49999"
 
+/* The one code context of a sandbox (its kernel). */
+#define E2B_CONTEXT_DEFAULT "default"
+
 /* {"code": <status>, "message": "<message>"} (HttpApi.failure). */
 int e2b_response_new_failure(unsigned status, const char *message, HttpResponse **ret);
 
@@ -34,3 +38,18 @@ int http_e2b_list(HttpRequest *req);
 int http_e2b_list_v1(HttpRequest *req);
 int http_e2b_unsupported(HttpRequest *req);
 int http_e2b_health(HttpRequest *req);
+int http_e2b_sandbox_other(HttpRequest *req);
+int http_e2b_execute(HttpRequest *req);
+int http_e2b_contexts_list(HttpRequest *req);
+int http_e2b_contexts_refuse(HttpRequest *req);
+int http_e2b_context_restart(HttpRequest *req);
+
+/* The sandbox a request of its traffic names (E2b-Sandbox-Id, checked with its token by the
+ * router), and whether the port named is 'port'. Returns 1 with the id, 0 when a 502 was prepared
+ * (as E2B's proxy answers for a sandbox or port that does not answer). */
+int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_ID_LEN + 1]);
+/* 'then' runs if the sandbox of the request's traffic runs (after e2b_sandbox_of(); GetRecord);
+ * otherwise 502, or the call's failure. Takes the request's userdata. */
+int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then);
+/* 502 "sandbox not running", in plain text. */
+int e2b_reply_not_running(HttpRequest *req);

@@ -23,6 +23,9 @@ struct ExecSse {
         unsigned n_ref;
         HttpRequest *req;          /* NULL once the request is gone */
         Server *server;
+        const ExecStreamFormat *format;
+        StreamLines records;       /* the result records' line begun (format->record) */
+        sd_event_source *keepalive;
         uint64_t result_bytes;     /* what 'result' holds, counted in Server.response_bytes */
 
         int fd;                    /* the pipe's read end, -EBADF once done with it */
@@ -105,8 +108,26 @@ static size_t utf8_incomplete_tail(const uint8_t *p, size_t n) {
         return 0;
 }
 
-int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held,
-                          const uint8_t *p, size_t n, bool last) {
+static int exec_sse_output(JsonWriter *w, unsigned which, const uint8_t *text, size_t n) {
+        int r;
+
+        r = json_writer_append_str(w, which == STREAM_FRAME_STDOUT ? "event: stdout\ndata: {\"text\":"
+                                                                   : "event: stderr\ndata: {\"text\":");
+        if (r >= 0)
+                r = json_writer_append_string_lossy(w, (const char *) text, n);
+        if (r >= 0)
+                r = json_writer_append_str(w, "}\n\n");
+        return r;
+}
+
+static const ExecStreamFormat exec_sse_format = {
+        .content_type = "text/event-stream",
+        .output = exec_sse_output,
+};
+
+static int exec_stream_format_chunk(const ExecStreamFormat *f, JsonWriter *w, unsigned which,
+                                    uint8_t held[static 4], size_t *n_held, const uint8_t *p, size_t n,
+                                    bool last) {
         _cleanup_free_ uint8_t *joined = NULL;
         const uint8_t *text = p;
         size_t size = n, keep;
@@ -128,13 +149,7 @@ int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4],
         keep = last ? 0 : utf8_incomplete_tail(text, size);
         *n_held = 0;
         if (size - keep > 0) {
-                r = json_writer_append_str(w, which == STREAM_FRAME_STDOUT
-                                                      ? "event: stdout\ndata: {\"text\":"
-                                                      : "event: stderr\ndata: {\"text\":");
-                if (r >= 0)
-                        r = json_writer_append_string_lossy(w, (const char *) text, size - keep);
-                if (r >= 0)
-                        r = json_writer_append_str(w, "}\n\n");
+                r = f->output(w, which, text, size - keep);
                 if (r < 0)
                         return r;
         }
@@ -144,6 +159,11 @@ int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4],
         return 0;
 }
 
+int exec_sse_format_chunk(JsonWriter *w, unsigned which, uint8_t held[static 4], size_t *n_held,
+                          const uint8_t *p, size_t n, bool last) {
+        return exec_stream_format_chunk(&exec_sse_format, w, which, held, n_held, p, n, last);
+}
+
 static void exec_sse_close_pipe(ExecSse *s) {
         s->source = sd_event_source_disable_unref(s->source);
         s->fd = safe_close(s->fd);
@@ -151,6 +171,8 @@ static void exec_sse_close_pipe(ExecSse *s) {
 
 static ExecSse *exec_sse_free(ExecSse *s) {
         exec_sse_close_pipe(s);
+        s->keepalive = sd_event_source_disable_unref(s->keepalive);
+        stream_lines_done(&s->records);
         free(s->frames);
         json_writer_done(&s->out);
         assert(s->server->response_bytes >= s->result_bytes);
@@ -252,7 +274,7 @@ static int exec_sse_start(ExecSse *s) {
         if (s->started || !s->req)
                 return 0;
         s->n_ref++;
-        r = http_response_new_source(HTTP_OK, "text/event-stream", &source, &resp);
+        r = http_response_new_source(HTTP_OK, s->format->content_type, &source, &resp);
         if (r < 0)
                 return r;
         resp->cache_control = "no-cache";
@@ -271,6 +293,12 @@ static bool exec_sse_buffer_full(const ExecSseRead *c) {
         return !c->ignore_buffer && exec_sse_unsent(c->sse) >= EXEC_SSE_BUFFER_MAX;
 }
 
+static int exec_stream_on_record(const uint8_t *line, size_t size, void *userdata) {
+        ExecSse *s = userdata;
+
+        return s->format->record(&s->out, line, size);
+}
+
 /* A complete frame becomes an event; past the buffer's bound the rest waits in the pipe. */
 static int exec_sse_on_frame(unsigned stream, const uint8_t *data, size_t size, void *userdata) {
         ExecSseRead *c = userdata;
@@ -278,10 +306,14 @@ static int exec_sse_on_frame(unsigned stream, const uint8_t *data, size_t size, 
         unsigned i = stream == STREAM_FRAME_STDOUT ? 0 : 1;
         int r;
 
-        /* This stream asked for no result records (the Exec option "display"): not a frame of ours. */
-        if (stream != STREAM_FRAME_STDOUT && stream != STREAM_FRAME_STDERR)
-                return -EBADMSG;
-        r = exec_sse_format_chunk(&s->out, stream, s->held[i], &s->n_held[i], data, size, false);
+        if (stream == STREAM_FRAME_RESULT) {
+                /* Only a stream that asked for records (the Exec option "display") gets them. */
+                if (!s->format->record)
+                        return -EBADMSG;
+                r = stream_lines_feed(&s->records, data, size, exec_stream_on_record, s);
+        } else
+                r = exec_stream_format_chunk(s->format, &s->out, stream, s->held[i], &s->n_held[i], data,
+                                             size, false);
         if (r < 0)
                 return r;
         return exec_sse_buffer_full(c);
@@ -332,11 +364,32 @@ static int on_pipe(sd_event_source *source, int fd, uint32_t revents, void *user
         return 0;
 }
 
+/* Nothing written for the format's keepalive interval: its keepalive, and again after as long. */
+static int on_keepalive(sd_event_source *source, uint64_t usec, void *userdata) {
+        ExecSse *s = userdata;
+
+        if (s->finished || !s->req)
+                return 0;
+        if (exec_sse_unsent(s) == 0 && json_writer_append_str(&s->out, s->format->keepalive) >= 0) {
+                if (!s->started)
+                        (void) exec_sse_start(s);
+                else
+                        exec_sse_wake(s);
+        }
+        (void) sd_event_source_set_time_relative(source, s->format->keepalive_sec * USEC_PER_SEC);
+        return sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+}
+
 int exec_sse_new(HttpRequest *req, ExecSse **ret, int *ret_write_fd) {
+        return exec_stream_new(req, &exec_sse_format, ret, ret_write_fd);
+}
+
+int exec_stream_new(HttpRequest *req, const ExecStreamFormat *format, ExecSse **ret, int *ret_write_fd) {
         _cleanup_(exec_sse_unrefp) ExecSse *s = NULL;
         int fds[2], r;
 
         assert(req);
+        assert(format);
         assert(ret);
         assert(ret_write_fd);
 
@@ -346,6 +399,15 @@ int exec_sse_new(HttpRequest *req, ExecSse **ret, int *ret_write_fd) {
         s->n_ref = 1;
         s->req = req;
         s->server = req->server;
+        s->format = format;
+        s->records = STREAM_LINES_INIT(STREAM_RESULT_RECORD_MAX, STREAM_RESULTS_MAX);
+        if (format->keepalive_sec > 0) {
+                r = sd_event_add_time_relative(req->server->event, &s->keepalive, CLOCK_MONOTONIC,
+                                               format->keepalive_sec * USEC_PER_SEC, USEC_PER_SEC / 4,
+                                               on_keepalive, s);
+                if (r < 0)
+                        return r;
+        }
         s->fd = -EBADF;
         s->frames = calloc(1, sizeof(StreamFrameReader));
         if (!s->frames)
@@ -379,11 +441,14 @@ static int exec_sse_drain(ExecSse *s) {
                 exec_sse_close_pipe(s);
         }
         for (unsigned i = 0; i < 2; i++) {
-                r = exec_sse_format_chunk(&s->out, i == 0 ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR,
-                                          s->held[i], &s->n_held[i], NULL, 0, true);
+                r = exec_stream_format_chunk(s->format, &s->out,
+                                             i == 0 ? STREAM_FRAME_STDOUT : STREAM_FRAME_STDERR, s->held[i],
+                                             &s->n_held[i], NULL, 0, true);
                 if (r < 0)
                         return r;
         }
+        /* A record without its end was never whole: left out. */
+        stream_lines_end(&s->records);
         return 0;
 }
 
@@ -404,6 +469,24 @@ int exec_sse_finish(ExecSse *s, HttpResponse *result) {
         s->result_bytes = http_stream_footprint(s->result);
         s->server->response_bytes += s->result_bytes;
         s->finished = true;
+        if (!s->started)
+                return exec_sse_start(s);
+        exec_sse_wake(s);
+        return 0;
+}
+
+int exec_stream_finish_text(ExecSse *s, const char *text, size_t n) {
+        int r;
+
+        assert(s);
+
+        r = exec_sse_drain(s);
+        if (r >= 0)
+                r = json_writer_append(&s->out, text, n);
+        if (r < 0)
+                return r;
+        s->finished = true;
+        s->keepalive = sd_event_source_disable_unref(s->keepalive);
         if (!s->started)
                 return exec_sse_start(s);
         exec_sse_wake(s);

@@ -22,11 +22,27 @@
 
 typedef struct ExecSse ExecSse;
 
+/* How a stream writes what it reads: server-sent events (POST /exec, the default), or another
+ * protocol's lines (the E2B API's /execute, http-e2b-execute.c). */
+typedef struct ExecStreamFormat {
+        const char *content_type;
+        /* 'n' bytes of stdout or stderr (STREAM_FRAME_*), whole UTF-8 sequences unless 'last'. */
+        int (*output)(JsonWriter *w, unsigned which, const uint8_t *text, size_t n);
+        /* One line of the result records (STREAM_FRAME_RESULT), '\n' included: hostile (the
+         * sandbox's), to be checked. NULL: such frames are a protocol error. */
+        int (*record)(JsonWriter *w, const uint8_t *line, size_t n);
+        /* What is written after this many seconds with nothing else; 0: nothing. */
+        unsigned keepalive_sec;
+        const char *keepalive;
+} ExecStreamFormat;
+
 /* Whether an Accept header value lists text/event-stream (with a q other than 0). */
 bool http_accept_event_stream(const char *value, size_t n) _pure_;
 
 /* The stream of 'req'; *ret_write_fd is the write end of its pipe, for the Exec call. */
 int exec_sse_new(HttpRequest *req, ExecSse **ret, int *ret_write_fd);
+/* The same in another 'format' (static). */
+int exec_stream_new(HttpRequest *req, const ExecStreamFormat *format, ExecSse **ret, int *ret_write_fd);
 ExecSse *exec_sse_unref(ExecSse *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ExecSse *, exec_sse_unref);
 /* Its request goes away: no more reading, the body (if libmicrohttpd still has it) ends in error. */
@@ -39,6 +55,9 @@ bool exec_sse_started(const ExecSse *s) _pure_;
 int exec_sse_finish(ExecSse *s, HttpResponse *result);
 /* The call failed after the response started: 'error' (taken) becomes the "error" event. */
 int exec_sse_fail(ExecSse *s, HttpResponse *error);
+/* The end of a stream in another format: 'text' (its own lines) after everything read. Starts the
+ * response if it has not started. */
+int exec_stream_finish_text(ExecSse *s, const char *text, size_t n);
 
 /* The event text for 'n' bytes of stream 'which' (STREAM_FRAME_*), after bytes held back from the
  * last chunk of that stream (an incomplete UTF-8 sequence, at most 3 bytes, in 'held'); keeps the

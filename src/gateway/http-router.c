@@ -116,6 +116,10 @@ static int http_request_lookup(HttpRequest *req, const HttpRequestHeaders *h) {
                         routes = api->sandbox_routes;
                 r = http_route_lookup(routes, req->method, req->path, &req->route, &req->path_arg,
                                       req->allow, sizeof(req->allow));
+                if (r == -ENOENT && routes == api->sandbox_routes && api->sandbox_other) {
+                        req->route = api->sandbox_other;
+                        r = 0;
+                }
                 if (r >= 0)
                         req->api = api;
                 if (r != -ENOENT)

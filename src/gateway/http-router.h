@@ -65,8 +65,10 @@ struct HttpApi {
         /* The FileDescriptorName= of the sockets that serve this API and nothing else; NULL: the
          * API is served on every other socket. */
         const char *socket;
-        /* Routes of requests that name a sandbox (E2b-Sandbox-Id), instead of 'routes'. */
+        /* Routes of requests that name a sandbox (E2b-Sandbox-Id), instead of 'routes', and the
+         * route of such a request whose path none of them has (the sandbox is asked for first). */
         const HttpRoute *sandbox_routes;
+        const HttpRoute *sandbox_other;
         /* Every answer of the router on its socket takes the API's shape (HttpApi.failure), not
          * only those of HTTP_ROUTE_API_KEY routes. */
         bool shapes_all;

@@ -665,6 +665,10 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
                                         BUS_MESSAGE_NO_SUCH_SESSION);
 
+        if (o.display && (o.stream < 0 || !s->stateful))
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                        "display needs a stateful session and a stream");
+
         p.timeout_ms = o.timeout_ms == 0 ? BUS_EXEC_TIMEOUT_DEFAULT_MS
                                          : CLAMP(o.timeout_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS,
                                                  mgr->config.exec_timeout_cap_ms);

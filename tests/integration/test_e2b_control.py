@@ -6,6 +6,8 @@ program runs them with E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL set. Then, w
 what the SDKs hide: the statuses and {"code","message"} bodies their error classes are made from,
 the key check, the 502 of traffic to a sandbox that is not running, and the E2B API kept apart
 from the sidecar's on their two ports. Every sandbox a test makes is killed by the fixture."""
+import hashlib
+import hmac
 import secrets
 
 import pytest
@@ -313,12 +315,33 @@ SANDBOX_ROUTES = [
 ]
 
 
+def envd_token(sandbox_id):
+    """What docs/security.md says a sandbox's envdAccessToken is: HMAC-SHA256 of its id under the
+    API key. A client without the key can't make one."""
+    return hmac.new(api_key().encode(), b"scopebox e2b envd token\n" + sandbox_id.encode(),
+                    hashlib.sha256).hexdigest()
+
+
 @pytest.mark.parametrize("token", [None, "wrong"])
 @pytest.mark.parametrize("port, method, path, body", SANDBOX_ROUTES)
-def test_traffic_to_an_unknown_sandbox_is_502(port, method, path, body, token):
+def test_traffic_without_the_sandbox_token_is_401(port, method, path, body, token):
+    # The token is checked before anything is said about the sandbox, as for the API key.
     token = secrets.token_hex(32) if token else None
     r = sandbox_request(unknown_id(), method, path, port=port, token=token, body=body)
+    assert_error(r, 401)
+
+
+@pytest.mark.parametrize("port, method, path, body", SANDBOX_ROUTES)
+def test_traffic_to_an_unknown_sandbox_is_502(port, method, path, body):
+    sid = unknown_id()
+    r = sandbox_request(sid, method, path, port=port, token=envd_token(sid), body=body)
     assert r.status == 502, r
+
+
+def test_the_token_is_the_documented_hmac(sandboxes):
+    made = sandboxes.create_raw({"templateID": "base", "timeout": 60})
+    assert made["envdAccessToken"] == envd_token(made["sandboxID"])
+    assert made["trafficAccessToken"] != made["envdAccessToken"]
 
 
 @pytest.mark.parametrize("port, method, path, body", SANDBOX_ROUTES)

@@ -118,7 +118,8 @@ def test_values_and_the_execution_count(kernel):
     assert results(c) == [{"type": "result", "is_main_result": True, "json": {"a": [1, 2], "b": None},
                            "text": "{'a': [1, 2], 'b': None}"}], c
     # IPython's repr, quotes and all: the SDK takes them off.
-    assert results(d) == [{"type": "result", "is_main_result": True, "text": "'text'"}], d
+    # A string's text without its quotes, as E2B's server gives it.
+    assert results(d) == [{"type": "result", "is_main_result": True, "text": "text"}], d
     assert d["records"][0]["execution_count"] == 4
 
 
@@ -128,7 +129,7 @@ def test_display_calls_and_order(kernel):
     assert results(res) == [
         {"type": "result", "is_main_result": False, "text": "1"},
         {"type": "result", "is_main_result": False, "text": "{'k': 2}", "json": {"k": 2}},
-        {"type": "result", "is_main_result": False, "text": "'c'"},
+        {"type": "result", "is_main_result": False, "text": "c"},
     ], res
     # Each in its turn with what the cell printed around it.
     assert [s for s, _ in res["order"]] == [3, 1, 3, 1, 3], res["order"]
@@ -237,7 +238,7 @@ def test_records_over_the_bound_are_left_out_whole(kernel):
     (res,) = execs(kernel, "for i in range(40):\n    display('x' * (1 << 20))\nprint('done')")
     assert res["exit_code"] == 0 and res["stdout"] == "done\n", res["stderr"]
     kept = results(res)
-    assert 25 <= len(kept) < 32 and all(r["text"] == "'" + "x" * (1 << 20) + "'" for r in kept)
+    assert 25 <= len(kept) < 32 and all(r["text"] == "x" * (1 << 20) for r in kept)
     assert len(res["streams"][3]) <= 32 << 20
     assert res["stderr"] == "[sandbox] result records past 32 MiB in all were left out\n", res["stderr"]
 

@@ -231,6 +231,10 @@ def _display_support(here):
         def result(self, obj, main):
             record = {"type": "result", "is_main_result": main}
             record.update(bundle(obj))
+            # As E2B's server gives it: a string's text without its quotes ('abc' is abc).
+            text = record.get("text")
+            if isinstance(text, str) and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+                record["text"] = text[1:-1]
             self.write(record)
 
         def run(self, source, filename, ns, fd, count, exit_code, pipes):

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""@e2b/code-interpreter's runCode against the default install (docs/e2b.md): cells run in the
+sandbox's stateful kernel; values, displays, figures and errors come back as E2B's results, stdout
+and stderr through the callbacks, in order. Driven by the real SDK from npm (tools/install-e2b-sdk),
+unmodified. Ran on whichever cgroup layout the service runs on (tools/sysbox: the VM's hybrid one)."""
+import base64
+import json
+
+from e2b_sdk import JUPYTER_PORT, e2b_request, sandbox_request, sandboxes  # noqa: F401 (fixture)
+
+CI = "@e2b/code-interpreter"
+
+
+def run_cells(sandboxes, cells, **extra):
+    out = sandboxes.run("runcode.mjs", {"package": CI, "cells": cells, **extra}, timeout=120)
+    assert "fatal" not in out, out
+    return out
+
+
+def test_cells_share_their_state_and_give_values(sandboxes):
+    out = run_cells(sandboxes, [
+        "x = 41",
+        "print('hello')\nx + 1",
+        "{'a': [1, 2], 'b': None}",
+        "'some text'",
+        "import sys\nprint('warn', file=sys.stderr)",
+        "None",
+    ])
+    first, second, dct, text, err, none = out["cells"]
+    assert first["results"] == [] and first["error"] is None and first["count"] == 1, first
+    assert second["text"] == "42" and second["stdout"] == "hello\n" and second["count"] == 2, second
+    # The callbacks came as the cell ran: its print before its value.
+    kinds = [c[0] for c in second["callbacks"]]
+    assert kinds[0] == "stdout" and kinds[-1] == "result", second["callbacks"]
+    (r,) = dct["results"]
+    assert r["isMainResult"] and r["json"] == {"a": [1, 2], "b": None}, r
+    # A string's text without its quotes, as E2B gives it.
+    assert text["text"] == "some text", text
+    assert err["stderr"] == "warn\n" and err["results"] == [], err
+    assert none["results"] == [] and none.get("text") is None, none
+
+
+def test_an_exception_is_the_cells_error_and_the_kernel_goes_on(sandboxes):
+    out = run_cells(sandboxes, ["y = 2", "def f():\n    return 1/0\nf()", "y * 21"])
+    _, failed, after = out["cells"]
+    e = failed["error"]
+    assert e["name"] == "ZeroDivisionError" and e["value"] == "division by zero", failed
+    # The cell's own frames, as text: no terminal colours, none of the kernel's frames.
+    assert "return 1/0" in e["traceback"] and "\x1b[" not in e["traceback"], e
+    assert "kernel.py" not in e["traceback"] and failed["stderr"] == "", failed
+    assert ["error", "ZeroDivisionError"] in failed["callbacks"], failed
+    assert after["text"] == "42", after
+
+
+def test_figures_and_tables_are_rich_results(sandboxes):
+    out = run_cells(sandboxes, [
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+        "plt.figure()\nplt.bar([1, 2], [3, 4])\nNone",
+        "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})",
+    ])
+    shown, left_open, table = out["cells"]
+    # plt.show(): one PNG, not the main result; a figure left open at the end: one PNG too.
+    pngs = [r for r in shown["results"] if r["png"]]
+    assert len(pngs) == 1 and not pngs[0]["isMainResult"], shown
+    assert len([r for r in left_open["results"] if r["png"]]) == 1, left_open
+    (r,) = table["results"]
+    assert r["isMainResult"] and r["html"] > 0 and "html" in r["formats"], r
+
+
+def test_the_png_is_a_png(sandboxes):
+    made = sandboxes.create_raw({"templateID": "code-interpreter-v1", "timeout": 60})
+    r = sandbox_request(made["sandboxID"], "POST", "/execute", port=JUPYTER_PORT, token=made["envdAccessToken"],
+                        body={"code": "import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()"})
+    assert r.status == 200, r
+    lines = [json.loads(line) for line in r.body.decode().splitlines()]
+    assert lines[0] == {"type": "number_of_executions", "execution_count": 1}, lines
+    assert lines[-1] == {"type": "end_of_execution"}, lines
+    (png,) = [line["png"] for line in lines if line["type"] == "result"]
+    assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_code_written_record_is_output_not_a_result(sandboxes):
+    # What the cell prints that looks like a record stays stdout: records have their own pipe.
+    forged = json.dumps({"type": "result", "is_main_result": True, "text": "forged"})
+    out = run_cells(sandboxes, [f"print({forged!r})"])
+    (cell,) = out["cells"]
+    assert cell["results"] == [] and cell.get("text") is None and forged in cell["stdout"], cell
+
+
+def test_contexts_and_restart(sandboxes):
+    out = run_cells(sandboxes, ["z = 1"], restart="z")
+    assert out["contexts"]["value"] == ["default"], out
+    # One interpreter per sandbox: a second context is refused with the reason.
+    assert out["newContext"]["error"], out
+    # After a restart the state is gone: the next cell is the first of a fresh interpreter.
+    assert out["afterRestart"]["value"]["error"] == "NameError", out
+    assert out["afterRestart"]["value"]["count"] == 1, out
+
+
+def test_a_killed_sandbox_runs_nothing(sandboxes):
+    out = run_cells(sandboxes, ["1"])
+    assert out["afterKill"]["error"], out
+
+
+def test_base_sandboxes_have_no_code_interpreter(sandboxes):
+    made = sandboxes.create_raw({"templateID": "base", "timeout": 60})
+    r = sandbox_request(made["sandboxID"], "POST", "/execute", port=JUPYTER_PORT, token=made["envdAccessToken"],
+                        body={"code": "1"})
+    assert r.status == 502, r
+
+
+def test_execute_refuses_what_it_does_not_serve(sandboxes):
+    made = sandboxes.create_raw({"templateID": "code-interpreter-v1", "timeout": 60})
+    sid, token = made["sandboxID"], made["envdAccessToken"]
+    for body, status in [({"code": "1", "language": "javascript"}, 400), ({"code": "1", "context_id": "nope"}, 404),
+                         ({"code": 1}, 400), ({"code": "1", "env_vars": {"A": "1"}}, 400)]:
+        r = sandbox_request(sid, "POST", "/execute", port=JUPYTER_PORT, token=token, body=body)
+        assert r.status == status, (body, r)
