@@ -73,11 +73,14 @@ const HttpRoute http_e2b_routes[] = {
 
 #define E2B_SANDBOX_ROUTE HTTP_ROUTE_E2B_TOKEN
 #define E2B_SANDBOX_JSON_ROUTE (HTTP_ROUTE_E2B_TOKEN | HTTP_ROUTE_JSON)
+#define E2B_SANDBOX_RAW_ROUTE (HTTP_ROUTE_E2B_TOKEN | HTTP_ROUTE_RAW_BODY)
 #define E2B_SANDBOX_PATH_ROUTE (E2B_SANDBOX_JSON_ROUTE | HTTP_ROUTE_PATH_ARG)
 
 /* A sandbox's traffic (E2b-Sandbox-Id). */
 const HttpRoute http_e2b_sandbox_routes[] = {
         { "GET",    "/health",             E2B_SANDBOX_ROUTE,      http_e2b_health          },
+        { "GET",    "/files",              E2B_SANDBOX_ROUTE,      http_e2b_files_get       },
+        { "POST",   "/files",              E2B_SANDBOX_RAW_ROUTE,  http_e2b_files_post      },
         { "POST",   "/execute",            E2B_SANDBOX_JSON_ROUTE, http_e2b_execute         },
         { "GET",    "/contexts",           E2B_SANDBOX_ROUTE,      http_e2b_contexts_list   },
         { "POST",   "/contexts",           E2B_SANDBOX_JSON_ROUTE, http_e2b_contexts_refuse },

@@ -59,7 +59,7 @@ static int e2b_reply_not_found(HttpRequest *req, const char *id) {
 }
 
 /* The answer to a failed call in E2B's shape: the status and message the other APIs give. */
-static int e2b_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
+int e2b_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal) {
         const char *message;
         unsigned status;
         int r;

@@ -29,6 +29,9 @@
 /* {"code": <status>, "message": "<message>"} (HttpApi.failure). */
 int e2b_response_new_failure(unsigned status, const char *message, HttpResponse **ret);
 
+/* The answer to a failed call in that shape, with the status the other APIs give it. */
+int e2b_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *ret_internal);
+
 int http_e2b_create(HttpRequest *req);
 int http_e2b_get(HttpRequest *req);
 int http_e2b_kill(HttpRequest *req);
@@ -40,6 +43,8 @@ int http_e2b_unsupported(HttpRequest *req);
 int http_e2b_health(HttpRequest *req);
 int http_e2b_sandbox_other(HttpRequest *req);
 int http_e2b_execute(HttpRequest *req);
+int http_e2b_files_get(HttpRequest *req);
+int http_e2b_files_post(HttpRequest *req);
 int http_e2b_contexts_list(HttpRequest *req);
 int http_e2b_contexts_refuse(HttpRequest *req);
 int http_e2b_context_restart(HttpRequest *req);

@@ -6,6 +6,7 @@
 #include "e2b-token.h"
 #include "gateway-server.h"
 #include "macro.h"
+#include "multipart.h"
 #include "tests.h"
 
 #define ID_A "0123456789abcdef0123456789abcdef"
@@ -59,8 +60,12 @@ static void test_tokens(void) {
         ASSERT_TRUE(!streq(envd, again));
         ASSERT_TRUE(server_set_api_key(s, "secret") == 0);
 
-        h = (HttpRequestHeaders) { .n_e2b_sandbox_id = 1, .e2b_sandbox_id = ID_A, .e2b_sandbox_id_size = 32,
-                                   .n_access_token = 1, .access_token = envd, .access_token_size = 64 };
+        h = (HttpRequestHeaders) { .n_e2b_sandbox_id = 1,
+                                   .e2b_sandbox_id = ID_A,
+                                   .e2b_sandbox_id_size = 32,
+                                   .n_access_token = 1,
+                                   .access_token = envd,
+                                   .access_token_size = 64 };
         ASSERT_TRUE(e2b_token_matches(s, &h));
         /* The traffic token alone opens it too; each kind only in its own header. */
         h.n_access_token = 0, h.access_token = NULL;
@@ -88,8 +93,65 @@ static void test_tokens(void) {
         ASSERT_TRUE(!e2b_token_matches(s, &h));
 }
 
+static int parse(const char *boundary, const char *body, MultipartForm *f) {
+        return multipart_parse(boundary, body, strlen(body), f);
+}
+
+static void test_multipart(void) {
+        _cleanup_(multipart_form_done) MultipartForm f = {};
+        char *b = NULL;
+
+        ASSERT_TRUE(multipart_boundary("multipart/form-data; boundary=----x1", &b) == 0);
+        ASSERT_STREQ(b, "----x1");
+        free(b);
+        ASSERT_TRUE(multipart_boundary("multipart/form-data; charset=utf-8; boundary=\"a b\"", &b) == 0);
+        ASSERT_STREQ(b, "a b");
+        free(b);
+        ASSERT_EQ(multipart_boundary("application/json; boundary=x", &b), -EINVAL);
+        ASSERT_EQ(multipart_boundary("multipart/form-data", &b), -EINVAL);
+        ASSERT_EQ(multipart_boundary("multipart/form-data; xboundary=x", &b), -EINVAL);
+
+        /* Two files, a directory in a filename kept, the data as sent (CRLF inside included). */
+        ASSERT_TRUE(
+                parse("B",
+                      "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x/1.txt\"\r\n"
+                      "Content-Type: application/octet-stream\r\n\r\none\r\ntwo\r\n"
+                      "--B\r\ncontent-disposition: form-data; name=file; filename=\"/tmp/2.txt\"\r\n\r\n\r\n"
+                      "--B--\r\n",
+                      &f) == 0);
+        ASSERT_EQ(f.n, 2U);
+        ASSERT_STREQ(f.parts[0].name, "file");
+        ASSERT_STREQ(f.parts[0].filename, "x/1.txt");
+        ASSERT_EQ(f.parts[0].size, strlen("one\r\ntwo"));
+        ASSERT_TRUE(memcmp(f.parts[0].data, "one\r\ntwo", f.parts[0].size) == 0);
+        ASSERT_STREQ(f.parts[1].filename, "/tmp/2.txt");
+        ASSERT_EQ(f.parts[1].size, 0U);
+        multipart_form_done(&f);
+
+        /* Not well formed: no closing delimiter, no disposition, a parameter twice, a control
+         * character in a name, the wrong first boundary. */
+        ASSERT_EQ(parse("B", "--B\r\nContent-Disposition: form-data; name=file\r\n\r\ndata", &f), -EBADMSG);
+        multipart_form_done(&f);
+        ASSERT_EQ(parse("B", "--B\r\nX: y\r\n\r\ndata\r\n--B--", &f), -EBADMSG);
+        multipart_form_done(&f);
+        ASSERT_EQ(parse("B", "--B\r\nContent-Disposition: form-data; name=a; name=b\r\n\r\nd\r\n--B--", &f),
+                  -EBADMSG);
+        multipart_form_done(&f);
+        ASSERT_EQ(parse("B", "--B\r\nContent-Disposition: form-data; name=\"a\tb\"\r\n\r\nd\r\n--B--", &f),
+                  -EBADMSG);
+        multipart_form_done(&f);
+        ASSERT_EQ(parse("B", "--C\r\nContent-Disposition: form-data; name=a\r\n\r\nd\r\n--B--", &f),
+                  -EBADMSG);
+        multipart_form_done(&f);
+        /* A boundary inside the data is the part's end only after CRLF. */
+        ASSERT_TRUE(parse("B", "--B\r\nContent-Disposition: form-data; name=a\r\n\r\nx--By\r\n--B--", &f) ==
+                    0);
+        ASSERT_EQ(f.parts[0].size, strlen("x--By"));
+}
+
 int main(void) {
         RUN(test_key);
+        RUN(test_multipart);
         RUN(test_tokens);
         return 0;
 }

@@ -511,6 +511,10 @@ static int setup_root(const SandboxExec *e, SetupError *err) {
         r = bind_mount(home, strjoina(root, "/home/sandbox"), MS_NOSUID | MS_NODEV);
         if (r < 0)
                 return FAIL("bind /home/sandbox", r);
+        /* The E2B API's user home (docs/e2b.md): the workspace under the name E2B's clients use.
+         * In the root's own tmpfs, made before it is read-only: nothing of the session's. */
+        if (symlink("/workspace", strjoina(root, "/home/user")) < 0)
+                return FAIL("symlink /home/user", errno);
 
         r = setup_dev(root, err);
         if (r < 0)
