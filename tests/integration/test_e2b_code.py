@@ -29,6 +29,8 @@ def test_cells_share_their_state_and_give_values(sandboxes):
     first, second, dct, text, err, none = out["cells"]
     assert first["results"] == [] and first["error"] is None and first["count"] == 1, first
     assert second["text"] == "42" and second["stdout"] == "hello\n" and second["count"] == 2, second
+    # print() is one line of output, as a notebook gives it.
+    assert ["stdout", "hello\n"] in second["callbacks"], second["callbacks"]
     # The callbacks came as the cell ran: its print before its value.
     kinds = [c[0] for c in second["callbacks"]]
     assert kinds[0] == "stdout" and kinds[-1] == "result", second["callbacks"]
@@ -50,6 +52,25 @@ def test_an_exception_is_the_cells_error_and_the_kernel_goes_on(sandboxes):
     assert "kernel.py" not in e["traceback"] and failed["stderr"] == "", failed
     assert ["error", "ZeroDivisionError"] in failed["callbacks"], failed
     assert after["text"] == "42", after
+
+
+def test_a_cell_over_the_memory_limit_ends_the_interpreter(sandboxes):
+    # SANDBOX_MEMORY_LIMIT is 2G by default: the cgroup's OOM kill ends the kernel, the cell's
+    # error says so, and the next cell starts a fresh interpreter.
+    out = run_cells(sandboxes, ["keep = 1", "b = bytearray(3 << 30)\nb[::4096] = b'x' * len(b[::4096])",
+                                "'keep' in globals()"])
+    _, hog, after = out["cells"]
+    assert hog["error"]["name"] == "KernelDied" and "memory" in hog["error"]["value"], hog
+    assert after["text"] == "False" and after["count"] == 1, after
+
+
+def test_a_client_that_gives_up_ends_the_cell(sandboxes):
+    # The SDK's timeoutMs: it aborts the request; the cell is cancelled with its interpreter
+    # (docs/e2b.md: E2B would interrupt it and keep the state), and the sandbox serves the next.
+    out = run_cells(sandboxes, ["v = 5", {"code": "import time\ntime.sleep(60)", "timeoutMs": 2000}, "1 + 1"])
+    _, slow, after = out["cells"]
+    assert slow["error"]["name"] == "TimeoutError", slow
+    assert after["text"] == "2" and after["count"] == 1, after
 
 
 def test_figures_and_tables_are_rich_results(sandboxes):

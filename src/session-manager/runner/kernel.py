@@ -243,6 +243,24 @@ def _display_support(here):
             self.shown = set()
             builtins.display = show
             self.write({"type": "number_of_executions", "execution_count": count})
+            # A display cell's output comes a line at a time, as a notebook's does (print("a")
+            # is one "a\n", not "a" and "\n"); every other cell's is written through as before.
+            for f in (sys.__stdout__, sys.__stderr__):
+                try:
+                    f.reconfigure(line_buffering=True, write_through=False)
+                except Exception:
+                    pass
+            try:
+                return self.run_cell(source, filename, ns, exit_code)
+            finally:
+                for f in (sys.__stdout__, sys.__stderr__):
+                    try:
+                        f.flush()
+                        f.reconfigure(line_buffering=False, write_through=True)
+                    except Exception:
+                        pass
+
+        def run_cell(self, source, filename, ns, exit_code):
             try:
                 tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST)
                 last = None
