@@ -58,18 +58,40 @@ static int e2b_execute_output(JsonWriter *w, unsigned which, const uint8_t *text
         return r;
 }
 
-/* One line of the kernel's records: passed on only as a JSON object of a known type, written out
- * anew, so that nothing but one line of JSON reaches the client whatever the sandbox sent. */
+/* A record is at most this long here (the runner lets through 16 MiB): checking a line costs the
+ * event loop about 2 ms per MiB. Longer ones are skipped unread and the cell's stderr says so. */
+#define E2B_RECORD_MAX (4U * 1024U * 1024U)
+/* Up to this size a record is parsed and written out anew; a longer one (a picture) is checked
+ * strictly and passed on as it came. */
+#define E2B_RECORD_REWRITE_MAX (64U * 1024U)
+/* How the kernel begins a picture's record (json.dumps of {"type": "result", ...}). */
+#define E2B_RESULT_PREFIX "{\"type\": \"result\", "
+
+/* One line of the kernel's records: passed on only as one JSON object of a known type, so that
+ * nothing but one line of JSON reaches the client whatever the sandbox sent. */
 static int e2b_execute_record(JsonWriter *w, const uint8_t *line, size_t n) {
         _cleanup_(json_object_putp) json_object *o = NULL;
         const char *text, *type;
         json_object *t;
         bool known = false;
 
-        /* Without the '\n': one strict JSON object (json-strict.c: no NUL, valid UTF-8, no
-         * duplicate keys, bounded depth), or the line is dropped. */
-        if (n == 0 || line[n - 1] != '\n' ||
-            json_parse((const char *) line, n - 1, E2B_RECORD_DEPTH_MAX, &o) < 0 ||
+        if (n == 0 || line[n - 1] != '\n')
+                return 0;
+        n--;
+        /* Large: strictly valid (no raw newline, no NUL, no duplicate key, so no second "type"),
+         * and a result by its first member. */
+        if (n > E2B_RECORD_REWRITE_MAX) {
+                if (n < strlen(E2B_RESULT_PREFIX) ||
+                    memcmp(line, E2B_RESULT_PREFIX, strlen(E2B_RESULT_PREFIX)) != 0 ||
+                    json_validate_strict_limits((const char *) line, n,
+                                                &(JsonLimits) { .depth_max = E2B_RECORD_DEPTH_MAX,
+                                                                .members_max = E2B_RECORD_MAX,
+                                                                .tokens_max = E2B_RECORD_MAX }) < 0)
+                        return 0;
+                return json_writer_append(w, (const char *) line, n + 1);
+        }
+        /* Small: one strict JSON object (json-strict.c) of a known type, written anew. */
+        if (json_parse((const char *) line, n, E2B_RECORD_DEPTH_MAX, &o) < 0 ||
             !json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, "type", &t) ||
             !json_object_is_type(t, json_type_string))
                 return 0;
@@ -81,13 +103,14 @@ static int e2b_execute_record(JsonWriter *w, const uint8_t *line, size_t n) {
         text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
         if (!text)
                 return -ENOMEM;
-        return json_writer_appendf(w, "%s\n", text);
+        return json_writer_append(w, text, strlen(text)) < 0 ? -ENOMEM : json_writer_append(w, "\n", 1);
 }
 
 static const ExecStreamFormat e2b_execute_format = {
         .content_type = "application/x-ndjson",
         .output = e2b_execute_output,
         .record = e2b_execute_record,
+        .record_max = E2B_RECORD_MAX + 1,
         .keepalive_sec = 5,
         .keepalive = "{\"type\":\"keepalive\"}\n",
 };
@@ -192,6 +215,18 @@ static int e2b_execute_on_reply(HttpRequest *req, sd_bus_message *reply) {
                                 r = json_writer_append_string_lossy(&w, value, strlen(value));
                         if (r >= 0)
                                 r = json_writer_append_str(&w, ",\"traceback\":\"\"}\n");
+                }
+                /* Results the cell made that did not reach the client, as a line of its stderr. */
+                if (r >= 0 && exec_stream_records_left_out(x->stream) > 0) {
+                        r = json_writer_appendf(
+                                &w,
+                                "{\"type\":\"stderr\",\"text\":\"[sandbox] %u result(s) "
+                                "over %u MiB or past the cell's bound were left out\\n\",\"timestamp\":",
+                                exec_stream_records_left_out(x->stream), E2B_RECORD_MAX >> 20);
+                        if (r >= 0)
+                                r = e2b_append_timestamp(&w);
+                        if (r >= 0)
+                                r = json_writer_append_str(&w, "}\n");
                 }
                 if (r >= 0)
                         r = json_writer_append_str(&w, "{\"type\":\"end_of_execution\"}\n");

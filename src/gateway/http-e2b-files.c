@@ -151,12 +151,35 @@ static void e2b_files_free(void *p) {
         free(f);
 }
 
+/* A file's bytes, sent from the mapping of the manager's memory file as libmicrohttpd asks for
+ * them: nothing is copied whole (the sidecar's /files/get holds its mapping the same way). */
+typedef struct E2bFileBody {
+        BusData data;
+} E2bFileBody;
+
+static ssize_t e2b_file_body_read(void *userdata, uint64_t pos, char *buf, size_t max) {
+        E2bFileBody *b = userdata;
+        size_t n;
+
+        if (pos >= b->data.size)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        n = MIN(max, b->data.size - (size_t) pos);
+        memcpy(buf, (const char *) b->data.data + pos, n);
+        return (ssize_t) n;
+}
+
+static void e2b_file_body_free(void *userdata) {
+        E2bFileBody *b = userdata;
+
+        bus_data_done(&b->data);
+        free(b);
+}
+
 static int e2b_files_get_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        _cleanup_(bus_data_done) BusData data = {};
         const sd_bus_error *e = sd_bus_message_get_error(reply);
         E2bFiles *f = req->userdata;
         HttpResponse *resp = NULL;
-        char *copy;
+        E2bFileBody *body;
         int fd, r;
 
         if (e)
@@ -164,17 +187,21 @@ static int e2b_files_get_on_reply(HttpRequest *req, sd_bus_message *reply) {
         r = sd_bus_message_read_basic(reply, 'h', &fd);
         if (r < 0)
                 return r;
-        r = bus_data_load(fd, req->server->config.max_upload_bytes, &data);
-        if (r < 0)
-                return r;
-        copy = malloc(MAX(data.size, (size_t) 1));
-        if (!copy)
+        body = calloc(1, sizeof(E2bFileBody));
+        if (!body)
                 return -ENOMEM;
-        if (data.size > 0)
-                memcpy(copy, data.data, data.size);
-        r = http_response_new_take(HTTP_OK, copy, data.size, &resp);
-        if (r >= 0)
-                resp->content_type = "application/octet-stream";
+        r = bus_data_load(fd, req->server->config.max_upload_bytes, &body->data);
+        if (r < 0) {
+                free(body);
+                return r;
+        }
+        /* The mapping counts against the responses' budget while libmicrohttpd holds it. */
+        r = http_response_new_source(HTTP_OK, "application/octet-stream",
+                                     &(HttpBodySource) { .read = e2b_file_body_read,
+                                                         .free = e2b_file_body_free,
+                                                         .userdata = body,
+                                                         .footprint = body->data.size },
+                                     &resp);
         return http_request_reply_made(req, r, resp);
 }
 

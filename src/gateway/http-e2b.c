@@ -636,25 +636,46 @@ static int e2b_filter_pair(const char *s, size_t n, char **ret_key, char **ret_v
         return 0;
 }
 
-static bool e2b_metadata_matches(const E2bSandbox *b, const char *filter) {
+/* Calls 'pair' with each "key=value" of the metadata filter, decoded; -EINVAL for a filter that
+ * is not well formed, or what 'pair' returns when not 0. */
+static int e2b_filter_foreach(const char *filter, int (*pair)(const char *k, const char *v, void *userdata),
+                              void *userdata) {
         size_t n = strlen(filter);
 
         for (const char *p = filter; p < filter + n;) {
                 const char *amp = memchr(p, '&', (size_t) (filter + n - p));
                 size_t l = amp ? (size_t) (amp - p) : (size_t) (filter + n - p);
                 _cleanup_free_ char *k = NULL, *v = NULL;
-                json_object *have;
+                int r;
 
                 if (l > 0) {
-                        if (e2b_filter_pair(p, l, &k, &v) < 0)
-                                return false;
-                        if (!b->metadata || !json_object_object_get_ex(b->metadata, k, &have) ||
-                            !streq(json_object_get_string(have), v))
-                                return false;
+                        r = e2b_filter_pair(p, l, &k, &v);
+                        if (r >= 0)
+                                r = pair(k, v, userdata);
+                        if (r != 0)
+                                return r;
                 }
                 p += l + 1;
         }
-        return true;
+        return 0;
+}
+
+static int e2b_filter_pair_ok(const char *k, const char *v, void *userdata) {
+        return 0;
+}
+
+static int e2b_filter_pair_matches(const char *k, const char *v, void *userdata) {
+        const E2bSandbox *b = userdata;
+        json_object *have;
+
+        return b->metadata && json_object_object_get_ex(b->metadata, k, &have) &&
+                               streq(json_object_get_string(have), v)
+                       ? 0
+                       : 1;
+}
+
+static bool e2b_metadata_matches(const E2bSandbox *b, const char *filter) {
+        return e2b_filter_foreach(filter, e2b_filter_pair_matches, (void *) b) == 0;
 }
 
 static int e2b_sandbox_compare(const void *a, const void *b) {
@@ -702,6 +723,10 @@ static int e2b_list_query(HttpRequest *req, bool paged, E2bListQuery *q) {
                    *token = e2b_query(req, "nextToken"), *order = e2b_query(req, "order");
 
         *q = (E2bListQuery) { .metadata = e2b_query(req, "metadata"), .running = true, .limit = UINT_MAX };
+        if (q->metadata && e2b_filter_foreach(q->metadata, e2b_filter_pair_ok, NULL) < 0)
+                return e2b_reply(req, HTTP_BAD_REQUEST,
+                                 "metadata must be key=value pairs joined by &, "
+                                 "each side percent-encoded");
         if (state) {
                 q->running = false;
                 for (const char *p = state; *p;) {

@@ -400,7 +400,7 @@ int exec_stream_new(HttpRequest *req, const ExecStreamFormat *format, ExecSse **
         s->req = req;
         s->server = req->server;
         s->format = format;
-        s->records = STREAM_LINES_INIT(STREAM_RESULT_RECORD_MAX, STREAM_RESULTS_MAX);
+        s->records = STREAM_LINES_INIT(format->record_max ?: STREAM_RESULT_RECORD_MAX, STREAM_RESULTS_MAX);
         if (format->keepalive_sec > 0) {
                 r = sd_event_add_time_relative(req->server->event, &s->keepalive, CLOCK_MONOTONIC,
                                                format->keepalive_sec * USEC_PER_SEC, USEC_PER_SEC / 4,
@@ -473,6 +473,10 @@ int exec_sse_finish(ExecSse *s, HttpResponse *result) {
                 return exec_sse_start(s);
         exec_sse_wake(s);
         return 0;
+}
+
+unsigned exec_stream_records_left_out(const ExecSse *s) {
+        return s->records.n_too_large + s->records.n_over_total + s->records.n_unfinished;
 }
 
 int exec_stream_finish_text(ExecSse *s, const char *text, size_t n) {

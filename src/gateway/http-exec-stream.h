@@ -31,6 +31,9 @@ typedef struct ExecStreamFormat {
         /* One line of the result records (STREAM_FRAME_RESULT), '\n' included: hostile (the
          * sandbox's), to be checked. NULL: such frames are a protocol error. */
         int (*record)(JsonWriter *w, const uint8_t *line, size_t n);
+        /* The longest record line taken, '\n' included (longer ones are skipped unread and
+         * counted: exec_stream_records_left_out()); 0: STREAM_RESULT_RECORD_MAX. */
+        size_t record_max;
         /* What is written after this many seconds with nothing else; 0: nothing. */
         unsigned keepalive_sec;
         const char *keepalive;
@@ -55,6 +58,9 @@ bool exec_sse_started(const ExecSse *s) _pure_;
 int exec_sse_finish(ExecSse *s, HttpResponse *result);
 /* The call failed after the response started: 'error' (taken) becomes the "error" event. */
 int exec_sse_fail(ExecSse *s, HttpResponse *error);
+/* How many record lines were left out: over the format's record_max, past the cell's bound, or
+ * unfinished. */
+unsigned exec_stream_records_left_out(const ExecSse *s) _pure_;
 /* The end of a stream in another format: 'text' (its own lines) after everything read. Starts the
  * response if it has not started. */
 int exec_stream_finish_text(ExecSse *s, const char *text, size_t n);

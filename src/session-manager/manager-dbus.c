@@ -23,6 +23,7 @@
 #include "run.h"
 #include "session.h"
 #include "string-util.h"
+#include "time-util.h"
 #include "systemd-client.h"
 
 #define SANDBOX_PYTHON_PATH "/usr/bin/python3"
@@ -389,7 +390,8 @@ static int method_create_session(sd_bus_message *m, void *userdata, sd_bus_error
                 return -ENOMEM;
         }
         manager_add_session(mgr, s);
-        s->deadline_realtime_usec = o.deadline_usec;
+        s->deadline_realtime_usec = o.deadline_usec == 0 ? 0
+                                    : MIN(o.deadline_usec, now_usec(CLOCK_REALTIME) + ttl_usec);
         session_arm_deadline(s);
 
         c->create = s;
@@ -1255,6 +1257,7 @@ static int method_list_records(sd_bus_message *m, void *userdata, sd_bus_error *
  * the record, as GetRecord. */
 static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Manager *mgr = userdata;
         const char *id;
         uint64_t deadline;
         int extend_only, r;
@@ -1263,11 +1266,15 @@ static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *
         r = sd_bus_message_read(m, "stb", &id, &deadline, &extend_only);
         if (r < 0)
                 return r;
-        s = bus_find_record(userdata, id, error);
+        s = bus_find_record(mgr, id, error);
         if (!s)
                 return -EINVAL;
         if (s->deadline_realtime_usec == 0 || deadline == 0)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "the session has no deadline");
+        /* No further than an idle session may live; and the idle timer starts again, so that an
+         * idle session is not released before the deadline it was just given. */
+        deadline = MIN(deadline, now_usec(CLOCK_REALTIME) + mgr->config.idle_ttl_cap_sec * USEC_PER_SEC);
+        session_touch(s);
         if (!extend_only || deadline > s->deadline_realtime_usec) {
                 r = session_set_deadline(s, deadline);
                 if (r < 0)

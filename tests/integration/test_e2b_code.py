@@ -100,6 +100,29 @@ def test_the_png_is_a_png(sandboxes):
     assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_large_results_pass_and_too_large_ones_are_said(sandboxes):
+    made = sandboxes.create_raw({"templateID": "code-interpreter-v1", "timeout": 60})
+    sid, token = made["sandboxID"], made["envdAccessToken"]
+
+    def execute(code):
+        r = sandbox_request(sid, "POST", "/execute", port=JUPYTER_PORT, token=token, body={"code": code})
+        assert r.status == 200, r
+        return [json.loads(line) for line in r.body.decode().splitlines()]
+
+    # A noisy picture is hundreds of KiB: checked and passed on whole, still a PNG.
+    lines = execute("import numpy as np, matplotlib.pyplot as plt\n"
+                    "plt.figure(figsize=(12, 12))\nplt.imshow(np.random.rand(400, 400))\nplt.show()")
+    (png,) = [x["png"] for x in lines if x["type"] == "result"]
+    assert len(png) > 64 * 1024 and base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n"), len(png)
+    # Past the gateway's 4 MiB a result is left out, and the cell's stderr says so.
+    lines = execute("class Big:\n    def _repr_html_(self):\n        return 'x' * (5 << 20)\n"
+                    "display(Big())\nprint('after')")
+    assert not [x for x in lines if x["type"] == "result"], lines
+    assert {"type": "stdout", "text": "after\n"} == {k: v for k, v in lines[1].items() if k != "timestamp"}, lines
+    note = [x["text"] for x in lines if x["type"] == "stderr"]
+    assert note == ["[sandbox] 1 result(s) over 4 MiB or past the cell's bound were left out\n"], lines
+
+
 def test_a_code_written_record_is_output_not_a_result(sandboxes):
     # What the cell prints that looks like a record stays stdout: records have their own pipe.
     forged = json.dumps({"type": "result", "is_main_result": True, "text": "forged"})
