@@ -40,6 +40,13 @@ def _kernel():
     count = 0
     display = None
 
+    def flush_output():
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+
     def exit_code(e):
         # What the interpreter's own exit makes of a SystemExit.
         code = e.code
@@ -85,7 +92,7 @@ def _kernel():
         count += 1
         status = 0
         if results_fd >= 0 and display is None:
-            display = display_support(here)
+            display = display_support(here, flush_output)
         # The cell begins: from now on, whatever ends this process ended it.
         try:
             sock.send(struct.pack("=I", seq))
@@ -113,11 +120,7 @@ def _kernel():
                 sys.stderr.write("".join(traceback.format_exception(type(e), e, tb)))
             except Exception:
                 pass
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except Exception:
-                pass
+        flush_output()
         # The cell's pipes end with the cell: the runner sees them close.
         os.dup2(null, 1)
         os.dup2(null, 2)
@@ -133,7 +136,7 @@ def _kernel():
             os._exit(70)
 
 
-def _display_support(here):
+def _display_support(here, flush_output):
     """What a display cell has beyond a plain one: its records, the `display` builtin, matplotlib's
     figures as PNG. Made at the first display cell: a kernel that never runs one is as before."""
     import ast
@@ -206,11 +209,7 @@ def _display_support(here):
         def write_line(self, data):
             if self.fd < 0:
                 return
-            for f in (sys.stdout, sys.stderr):
-                try:
-                    f.flush()
-                except Exception:
-                    pass
+            flush_output()
             for fd in (1, 2):
                 try:
                     st = os.fstat(fd)
