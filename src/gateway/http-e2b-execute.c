@@ -12,6 +12,7 @@
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "exec-reply.h"
 #include "http-e2b.h"
 #include "http-exec-stream.h"
 #include "http-request.h"
@@ -140,47 +141,12 @@ static int e2b_reply_text(HttpRequest *req, unsigned status, const char *text) {
         return http_request_reply_made(req, k, r);
 }
 
-/* What the exec's info says about its kernel and why it ended. */
-static int e2b_execute_read_info(sd_bus_message *reply, char **ret_kernel, char **ret_reason,
-                                 bool *ret_timed_out) {
-        const char *key, *v;
-        int r, b;
-
-        r = sd_bus_message_skip(reply, "itta(stt)");
-        if (r < 0)
-                return r;
-        r = sd_bus_message_enter_container(reply, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        while ((r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
-                r = sd_bus_message_read(reply, "s", &key);
-                if (r < 0)
-                        return r;
-                if (streq(key, "kernel") || streq(key, "exit_reason")) {
-                        r = sd_bus_message_read(reply, "v", "s", &v);
-                        if (r >= 0 && !(*(streq(key, "kernel") ? ret_kernel : ret_reason) = strdup(v)))
-                                r = -ENOMEM;
-                } else if (streq(key, "timed_out")) {
-                        r = sd_bus_message_read(reply, "v", "b", &b);
-                        *ret_timed_out = b;
-                } else
-                        r = sd_bus_message_skip(reply, "v");
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(reply);
-                if (r < 0)
-                        return r;
-        }
-        return r;
-}
-
 static int e2b_execute_on_reply(HttpRequest *req, sd_bus_message *reply) {
-        _cleanup_free_ char *kernel = NULL, *reason = NULL;
+        _cleanup_(exec_info_done) ExecInfo info = {};
         _cleanup_(json_writer_done) JsonWriter w = {};
         E2bExecute *x = req->userdata;
         const sd_bus_error *e = sd_bus_message_get_error(reply);
-        bool timed_out = false;
-        int r;
+        int r, fd;
 
         if (e) {
                 /* No sandbox, or one without a kernel (template "base"): nothing listens on the port. */
@@ -198,19 +164,22 @@ static int e2b_execute_on_reply(HttpRequest *req, sd_bus_message *reply) {
                         r = json_writer_append_str(
                                 &w, ",\"traceback\":\"\"}\n{\"type\":\"end_of_execution\"}\n");
         } else {
-                r = e2b_execute_read_info(reply, &kernel, &reason, &timed_out);
+                /* The exec's info, as /exec reads it (the output came on the stream). */
+                r = sd_bus_message_skip(reply, "itta(stt)");
+                if (r >= 0)
+                        r = exec_reply_read_info(reply, &info, &fd);
                 if (r < 0)
                         return r;
                 /* The cell ended the interpreter (a timeout, a signal, the memory limit): as the
                  * notebook shows a dead kernel. */
-                if (kernel && streq(kernel, "ended")) {
+                if (info.kernel && streq(info.kernel, "ended")) {
                         char value[256];
 
                         (void) snprintf(value, sizeof(value),
                                         "the interpreter ended (%s); the next cell starts a fresh one",
-                                        reason ?: "killed");
+                                        info.exit_reason ?: "killed");
                         r = json_writer_appendf(&w, "{\"type\":\"error\",\"name\":\"%s\",\"value\":",
-                                                timed_out ? "TimeoutError" : "KernelDied");
+                                                info.timed_out ? "TimeoutError" : "KernelDied");
                         if (r >= 0)
                                 r = json_writer_append_string_lossy(&w, value, strlen(value));
                         if (r >= 0)

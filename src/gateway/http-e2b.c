@@ -113,40 +113,30 @@ static void e2b_sandbox_done(E2bSandbox *b) {
         *b = (E2bSandbox) {};
 }
 
-/* Reads "s record, a{sv} info" (GetRecord, ListRecords, SetDeadline). Returns 0 when it is no
- * sandbox of ours (a record written by something else), 1 when read. */
+/* The info of a record (GetRecord, ListRecords, SetDeadline) that a sandbox's answers use. */
+typedef struct E2bRecordInfo {
+        uint64_t created_usec;
+        uint64_t deadline_usec;
+} E2bRecordInfo;
+
+static const BusDictField e2b_record_info_fields[] = {
+        { "created_usec", 't', offsetof(E2bRecordInfo, created_usec) },
+        { "deadline_usec", 't', offsetof(E2bRecordInfo, deadline_usec) },
+        {}
+};
+
+/* Reads "s record, a{sv} info". Returns 0 when it is no sandbox of ours (a record written by
+ * something else), 1 when read. */
 static int e2b_sandbox_read(sd_bus_message *m, const char *id, E2bSandbox *ret) {
         _cleanup_(json_object_putp) json_object *record = NULL;
-        const char *text, *key;
+        E2bRecordInfo info = {};
+        const char *text;
         json_object *v, *t;
-        uint64_t created = 0, deadline = 0;
         int r;
 
         r = sd_bus_message_read(m, "s", &text);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                r = sd_bus_message_read(m, "s", &key);
-                if (r < 0)
-                        return r;
-                if (streq(key, "created_usec"))
-                        r = sd_bus_message_read(m, "v", "t", &created);
-                else if (streq(key, "deadline_usec"))
-                        r = sd_bus_message_read(m, "v", "t", &deadline);
-                else
-                        r = sd_bus_message_skip(m, "v");
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
-        }
-        if (r < 0)
-                return r;
-        r = sd_bus_message_exit_container(m);
+        if (r >= 0)
+                r = bus_message_read_dict(m, e2b_record_info_fields, &info);
         if (r < 0)
                 return r;
 
@@ -161,11 +151,25 @@ static int e2b_sandbox_read(sd_bus_message *m, const char *id, E2bSandbox *ret) 
                 .id = id,
                 .template = json_object_get_string(t),
                 .metadata = v,
-                .created_usec = created,
-                .deadline_usec = deadline,
+                .created_usec = info.created_usec,
+                .deadline_usec = info.deadline_usec,
                 .record = TAKE_PTR(record),
         };
         return 1;
+}
+
+/* The sandbox a GetRecord or SetDeadline reply for the request's sandbox names. Returns 1 with
+ * it, 0 when the answer was prepared (the call failed, or it is no sandbox). */
+static int e2b_reply_sandbox(HttpRequest *req, sd_bus_message *reply, E2bSandbox *ret) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+        int r;
+
+        if (e)
+                return e2b_reply_call_error(req, e, req->session_id);
+        r = e2b_sandbox_read(reply, req->session_id, ret);
+        if (r == 0)
+                return e2b_reply_not_found(req, req->session_id);
+        return r;
 }
 
 /* The members every answer about a sandbox has (Sandbox: create, connect). */
@@ -442,17 +446,12 @@ int http_e2b_create(HttpRequest *req) {
 
 static int e2b_get_on_reply(HttpRequest *req, sd_bus_message *reply) {
         _cleanup_(json_object_putp) json_object *o = NULL;
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
         _cleanup_(e2b_sandbox_done) E2bSandbox b = {};
         int r;
 
-        if (e)
-                return e2b_reply_call_error(req, e, req->session_id);
-        r = e2b_sandbox_read(reply, req->session_id, &b);
-        if (r < 0)
+        r = e2b_reply_sandbox(req, reply, &b);
+        if (r <= 0)
                 return r;
-        if (r == 0)
-                return e2b_reply_not_found(req, req->session_id);
         r = e2b_sandbox_detail(req, &b, &o);
         if (r < 0)
                 return r;
@@ -501,17 +500,12 @@ static int e2b_no_content_on_reply(HttpRequest *req, sd_bus_message *reply) {
 /* Only a sandbox is killed here, never another session: the record is looked up first. */
 static int e2b_kill_on_record(HttpRequest *req, sd_bus_message *reply) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
         _cleanup_(e2b_sandbox_done) E2bSandbox b = {};
         int r;
 
-        if (e)
-                return e2b_reply_call_error(req, e, req->session_id);
-        r = e2b_sandbox_read(reply, req->session_id, &b);
-        if (r < 0)
+        r = e2b_reply_sandbox(req, reply, &b);
+        if (r <= 0)
                 return r;
-        if (r == 0)
-                return e2b_reply_not_found(req, req->session_id);
         r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
         if (r >= 0)
                 r = sd_bus_message_append(m, "sa{sv}", req->session_id, 0);
@@ -529,21 +523,12 @@ int http_e2b_kill(HttpRequest *req) {
 
 static int e2b_connect_on_reply(HttpRequest *req, sd_bus_message *reply) {
         _cleanup_(json_object_putp) json_object *o = NULL;
-        const sd_bus_error *e = sd_bus_message_get_error(reply);
         _cleanup_(e2b_sandbox_done) E2bSandbox b = {};
-        uint64_t deadline;
         int r;
 
-        if (e)
-                return e2b_reply_call_error(req, e, req->session_id);
-        r = sd_bus_message_read(reply, "t", &deadline);
-        if (r < 0)
+        r = e2b_reply_sandbox(req, reply, &b);
+        if (r <= 0)
                 return r;
-        r = e2b_sandbox_read(reply, req->session_id, &b);
-        if (r < 0)
-                return r;
-        if (r == 0)
-                return e2b_reply_not_found(req, req->session_id);
         o = json_object_new_object();
         if (!o)
                 return -ENOMEM;

@@ -1252,9 +1252,9 @@ static int method_list_records(sd_bus_message *m, void *userdata, sd_bus_error *
         return sd_bus_send(NULL, reply, NULL);
 }
 
-/* SetDeadline(s id, t deadline_usec, b extend_only) -> (t, s record, a{sv} info): moves the
- * deadline of a session that has one (extend_only: only later). Answers the deadline in force and
- * the record, as GetRecord. */
+/* SetDeadline(s id, t deadline_usec, b extend_only) -> (s record, a{sv} info): moves the
+ * deadline of a session that has one (extend_only: only later). Answers as GetRecord, whose info
+ * holds the deadline in force. */
 static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         Manager *mgr = userdata;
@@ -1282,8 +1282,6 @@ static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *
                                    "Failed to record the deadline of session %s: %m", s->id);
         }
         r = sd_bus_message_new_method_return(m, &reply);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "t", s->deadline_realtime_usec);
         if (r >= 0)
                 r = append_record(reply, s);
         if (r < 0)
@@ -1476,7 +1474,7 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_list_records, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("SetDeadline",
                                 SD_BUS_ARGS("s", session_id, "t", deadline_usec, "b", extend_only),
-                                SD_BUS_RESULT("t", deadline_usec, "s", record, "a{sv}", info),
+                                SD_BUS_RESULT("s", record, "a{sv}", info),
                                 method_set_deadline, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ListRunSandboxes", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(sa{sv})", sandboxes),
                                 method_list_run_sandboxes, SD_BUS_VTABLE_UNPRIVILEGED),
