@@ -39,10 +39,18 @@ int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_I
         return 1;
 }
 
-/* The continuation of a request whose sandbox is asked for first. */
+/* The continuation of a request whose sandbox is asked for first, and what it keeps meanwhile. */
 typedef struct E2bIfRunning {
         HttpHandler then;
+        json_object *kept;
 } E2bIfRunning;
+
+static void e2b_if_running_free(void *userdata) {
+        E2bIfRunning *c = userdata;
+
+        json_object_put(c->kept);
+        free(c);
+}
 
 static int e2b_if_running_on_reply(HttpRequest *req, sd_bus_message *reply) {
         const sd_bus_error *e = sd_bus_message_get_error(reply);
@@ -56,8 +64,9 @@ static int e2b_if_running_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return c->then(req);
 }
 
-int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then) {
+int e2b_if_running_keep(HttpRequest *req, const char *port, HttpHandler then, json_object *kept) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_json_ json_object *k = kept;
         char id[SESSION_ID_LEN + 1];
         E2bIfRunning *c;
         int r;
@@ -65,10 +74,10 @@ int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then) {
         r = e2b_sandbox_of(req, port, id);
         if (r <= 0)
                 return r;
-        c = http_request_new_userdata(req, sizeof(E2bIfRunning), free);
+        c = http_request_new_userdata(req, sizeof(E2bIfRunning), e2b_if_running_free);
         if (!c)
                 return -ENOMEM;
-        c->then = then;
+        *c = (E2bIfRunning) { .then = then, .kept = TAKE_PTR(k) };
         r = session_manager_new_call(req->server->bus, "GetRecord", &m);
         if (r >= 0)
                 r = sd_bus_message_append(m, "s", id);
@@ -76,6 +85,18 @@ int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then) {
                 return r;
         return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
                                  e2b_if_running_on_reply);
+}
+
+int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then) {
+        return e2b_if_running_keep(req, port, then, NULL);
+}
+
+json_object *e2b_if_running_take(HttpRequest *req) {
+        E2bIfRunning *c = req->userdata;
+        json_object *kept = c ? TAKE_PTR(c->kept) : NULL;
+
+        http_request_free_userdata(req);
+        return kept;
 }
 
 static int e2b_health_running(HttpRequest *req) {

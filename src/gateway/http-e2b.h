@@ -48,6 +48,13 @@ int http_e2b_files_post(HttpRequest *req);
 int http_e2b_contexts_list(HttpRequest *req);
 int http_e2b_contexts_refuse(HttpRequest *req);
 int http_e2b_context_restart(HttpRequest *req);
+int http_e2b_process_start(HttpRequest *req);
+int http_e2b_process_connect(HttpRequest *req);
+int http_e2b_process_list(HttpRequest *req);
+int http_e2b_process_signal(HttpRequest *req);
+int http_e2b_process_input(HttpRequest *req);
+int http_e2b_process_close_stdin(HttpRequest *req);
+int http_e2b_process_unimplemented(HttpRequest *req);
 
 /* The sandbox a request of its traffic names (E2b-Sandbox-Id, checked with its token by the
  * router), and whether the port named is 'port'. Returns 1 with the id, 0 when a 502 was prepared
@@ -56,5 +63,9 @@ int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_I
 /* 'then' runs if the sandbox of the request's traffic runs (after e2b_sandbox_of(); GetRecord);
  * otherwise 502, or the call's failure. Takes the request's userdata. */
 int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then);
+/* The same, keeping 'kept' (taken) for 'then', which takes it back with e2b_if_running_take() (and
+ * lets go of the request's userdata). */
+int e2b_if_running_keep(HttpRequest *req, const char *port, HttpHandler then, json_object *kept);
+json_object *e2b_if_running_take(HttpRequest *req);
 /* 502 "sandbox not running", in plain text. */
 int e2b_reply_not_running(HttpRequest *req);

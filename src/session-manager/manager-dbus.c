@@ -647,7 +647,8 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         r = bus_message_read_options(m, exec_options, &o, error);
         if (r < 0)
                 return r;
-        if (o.language && !streq(o.language, "python3"))
+        /* "command": the E2B API's processes (exec-command.h), run as the session's other execs. */
+        if (o.language && !streq(o.language, "python3") && !streq(o.language, "command"))
                 return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_UNSUPPORTED_LANGUAGE);
 
         r = take_code_fd(mgr, fd, &code_fd, error);
@@ -684,6 +685,7 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         /* Borrowed from the message, which outlives the call: session_exec() sends a copy. */
         p.stream_fd = o.stream;
         p.display = o.display;
+        p.language = o.language;
         r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, c, &c->exec);
         if (r == -EBUSY)
                 return sd_bus_error_set(error, BUS_ERROR_BUSY, BUS_MESSAGE_SESSION_BUSY);

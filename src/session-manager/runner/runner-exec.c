@@ -1010,6 +1010,8 @@ static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         if (p->language && streq(p->language, "nodejs"))
                 x->language = SANDBOX_NODEJS;
+        else if (p->language && streq(p->language, "command"))
+                x->language = SANDBOX_COMMAND;
         else if (p->language && !streq(p->language, "python3"))
                 return runner_send_error(r, r->connection_generation, EINVAL,
                                          BUS_MESSAGE_UNSUPPORTED_LANGUAGE);

@@ -49,6 +49,8 @@
 typedef enum SandboxLanguage {
         SANDBOX_PYTHON3,
         SANDBOX_NODEJS,
+        SANDBOX_COMMAND,                 /* argv, environment and cwd packed in the code
+                                          * (exec-command.h): the E2B API's processes */
 } SandboxLanguage;
 
 /* The session's private tree (a tmpfs in the runner's mount namespace). */
