@@ -179,8 +179,8 @@ static int pack_string(JsonWriter *w, const char *s, size_t n) {
 
 /* StartRequest.process as exec-command.h packs it, and the config List shows; a message for the
  * client when it is not one. */
-static int command_pack(json_object *process, JsonWriter *w, json_object **ret_config,
-                        const char **ret_error) {
+static int command_pack(json_object *process, json_object *sandbox_envs, JsonWriter *w,
+                        json_object **ret_config, const char **ret_error) {
         _cleanup_json_ json_object *config = NULL;
         _cleanup_free_ char *cwd = NULL;
         const char *cmd, *dir;
@@ -213,17 +213,9 @@ static int command_pack(json_object *process, JsonWriter *w, json_object **ret_c
                 }
         }
         *ret_error = "process.envs must be an object of strings without NUL, names without '='";
-        if (json_object_object_get_ex(process, "envs", &envs) && envs) {
-                if (!json_object_is_type(envs, json_type_object) ||
-                    (size_t) json_object_object_length(envs) > EXEC_COMMAND_ENV_MAX)
-                        return -EINVAL;
-                json_object_object_foreach(
-                        envs, name,
-                        value) if (!exec_command_env_name_ok(name, strlen(name)) ||
-                                   !json_object_is_type(value, json_type_string) ||
-                                   memchr(json_object_get_string(value), 0,
-                                          (size_t) json_object_get_string_len(value))) return -EINVAL;
-        }
+        if (json_object_object_get_ex(process, "envs", &envs) && envs &&
+            !e2b_envs_valid(envs, EXEC_COMMAND_ENV_MAX - E2B_MAP_ENTRIES_MAX))
+                return -EINVAL;
         r = command_cwd(dir, n_dir, &cwd);
         if (r < 0)
                 return r;
@@ -241,18 +233,11 @@ static int command_pack(json_object *process, JsonWriter *w, json_object **ret_c
 
                 r = pack_string(w, json_object_get_string(a), (size_t) json_object_get_string_len(a));
         }
-        if (r >= 0 && envs) {
-                json_object_object_foreach(envs, k, v) {
-                        r = json_writer_append_str(w, k);
-                        if (r >= 0)
-                                r = json_writer_append(w, "=", 1);
-                        if (r >= 0)
-                                r = pack_string(w, json_object_get_string(v),
-                                                (size_t) json_object_get_string_len(v));
-                        if (r < 0)
-                                break;
-                }
-        }
+        /* The sandbox's variables, then the command's: a later one replaces an earlier one. */
+        if (r >= 0)
+                r = e2b_envs_pack(w, sandbox_envs);
+        if (r >= 0)
+                r = e2b_envs_pack(w, envs);
         if (r < 0)
                 return r;
 
@@ -295,7 +280,8 @@ static unsigned request_keepalive_sec(HttpRequest *req) {
 }
 
 static int process_start_running(HttpRequest *req) {
-        _cleanup_json_ json_object *o = e2b_if_running_take(req), *config = NULL;
+        _cleanup_json_ json_object *sandbox_envs = NULL, *o = e2b_if_running_take(req, &sandbox_envs),
+                                   *config = NULL;
         _cleanup_(json_writer_done) JsonWriter packed = {};
         _cleanup_close_ int fd = -EBADF;
         const char *error = NULL, *tag = NULL;
@@ -321,7 +307,7 @@ static int process_start_running(HttpRequest *req) {
                                            "tag must be a short string without NUL");
         if (!json_object_object_get_ex(o, "process", &process))
                 process = NULL;
-        r = command_pack(process, &packed, &config, &error);
+        r = command_pack(process, sandbox_envs, &packed, &config, &error);
         if (r == -EINVAL)
                 return connect_stream_fail(req, "invalid_argument", error);
         if (r < 0)
@@ -353,7 +339,7 @@ int http_e2b_process_start(HttpRequest *req) {
 }
 
 static int process_connect_running(HttpRequest *req) {
-        _cleanup_json_ json_object *o = e2b_if_running_take(req);
+        _cleanup_json_ json_object *o = e2b_if_running_take(req, NULL);
         const char *tag;
         E2bProcess *p;
         uint32_t pid;

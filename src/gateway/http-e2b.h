@@ -4,6 +4,7 @@
 #pragma once
 
 #include "http-router.h"
+#include "json-writer.h"
 #include "id.h"
 
 #define E2B_SOCKET_NAME "e2b"
@@ -64,8 +65,15 @@ int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_I
  * otherwise 502, or the call's failure. Takes the request's userdata. */
 int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then);
 /* The same, keeping 'kept' (taken) for 'then', which takes it back with e2b_if_running_take() (and
- * lets go of the request's userdata). */
+ * lets go of the request's userdata), with the sandbox's environment variables ("envVars" of its
+ * record, an object of strings, or NULL) if 'ret_envs'. */
 int e2b_if_running_keep(HttpRequest *req, const char *port, HttpHandler then, json_object *kept);
-json_object *e2b_if_running_take(HttpRequest *req);
+json_object *e2b_if_running_take(HttpRequest *req, json_object **ret_envs);
 /* 502 "sandbox not running", in plain text. */
 int e2b_reply_not_running(HttpRequest *req);
+
+/* Environment variables as a client gives them (envVars, envs, env_vars): an object of at most
+ * 'max' strings without NUL whose names have no '=' (NULL is none). */
+bool e2b_envs_valid(json_object *envs, size_t max);
+/* Appends "NAME=value" NUL for each (exec-command.h's entries, the kernel's environment block). */
+int e2b_envs_pack(JsonWriter *w, json_object *envs);

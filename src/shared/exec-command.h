@@ -32,3 +32,9 @@ bool exec_command_env_name_ok(const char *name, size_t n);
  * command in the format within the bounds. 'ret' has its own arrays: exec_command_done(). */
 int exec_command_parse(const char *buf, size_t size, ExecCommand *ret);
 void exec_command_done(ExecCommand *c);
+
+/* A stateful cell's code may begin with an environment block (docs/dbus-api.md "Exec"): these
+ * bytes (NUL, never in python source, first), "NAME=value" NUL entries, and an empty entry. The
+ * kernel sets the variables for the cell and puts its environment back after it. */
+#define KERNEL_ENV_MAGIC "\0scopebox-env-1"
+#define KERNEL_ENV_MAX 1024U
