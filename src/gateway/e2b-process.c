@@ -54,6 +54,11 @@ struct E2bProcess {
         StreamFrameReader frames;
         E2bSubscriber *subscribers;
         unsigned n_subscribers;
+        int stdin_fd; /* the write end of its stdin, -EBADF without (or closed) */
+        sd_event_source *stdin_source;
+        char *stdin_buf; /* what waits for room in the pipe */
+        size_t stdin_size;
+        bool stdin_closing; /* closed once stdin_buf is written */
         bool draining; /* reading the rest of the pipe, however full the buffers */
 };
 
@@ -171,6 +176,67 @@ static int process_on_pipe(sd_event_source *source, int fd, uint32_t revents, vo
         return 0;
 }
 
+static void process_stdin_done(E2bProcess *p) {
+        p->stdin_source = sd_event_source_disable_unref(p->stdin_source);
+        p->stdin_fd = safe_close(p->stdin_fd);
+        p->stdin_buf = mfree(p->stdin_buf);
+        p->stdin_size = 0;
+}
+
+/* Writes what waits, as much as the pipe takes now; the rest when it has room. */
+static int process_stdin_flush(E2bProcess *p) {
+        while (p->stdin_size > 0) {
+                ssize_t k = write(p->stdin_fd, p->stdin_buf, p->stdin_size);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0 && errno == EAGAIN)
+                        return sd_event_source_set_enabled(p->stdin_source, SD_EVENT_ON);
+                if (k < 0) {
+                        /* The command closed its stdin (or ended): nothing more goes there. */
+                        process_stdin_done(p);
+                        return 0;
+                }
+                memmove(p->stdin_buf, p->stdin_buf + k, p->stdin_size - (size_t) k);
+                p->stdin_size -= (size_t) k;
+        }
+        if (p->stdin_closing)
+                process_stdin_done(p);
+        else if (p->stdin_source)
+                (void) sd_event_source_set_enabled(p->stdin_source, SD_EVENT_OFF);
+        return 0;
+}
+
+static int process_on_stdin(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        (void) process_stdin_flush(userdata);
+        return 0;
+}
+
+int e2b_process_write_stdin(E2bProcess *p, const void *data, size_t n) {
+        char *b;
+
+        if (p->stdin_fd < 0 || p->stdin_closing)
+                return -ENOTCONN;
+        if (n == 0)
+                return 0;
+        if (p->stdin_size + n > E2B_PROCESS_STDIN_MAX)
+                return -ENOBUFS;
+        b = realloc(p->stdin_buf, p->stdin_size + n);
+        if (!b)
+                return -ENOMEM;
+        memcpy(b + p->stdin_size, data, n);
+        p->stdin_buf = b;
+        p->stdin_size += n;
+        return process_stdin_flush(p);
+}
+
+int e2b_process_close_stdin(E2bProcess *p) {
+        if (p->stdin_fd < 0 || p->stdin_closing)
+                return -ENOTCONN;
+        p->stdin_closing = true;
+        return process_stdin_flush(p);
+}
+
 static E2bProcess *process_free(E2bProcess *p) {
         if (!p)
                 return NULL;
@@ -185,6 +251,7 @@ static E2bProcess *process_free(E2bProcess *p) {
         p->slot = sd_bus_slot_unref(p->slot);
         p->hangup_fd = safe_close(p->hangup_fd);
         process_close_pipe(p);
+        process_stdin_done(p);
         json_object_put(p->config);
         free(p->tag);
         free(p);
@@ -292,11 +359,11 @@ static int process_on_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
 }
 
 int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *config, const char *tag,
-                      uint64_t timeout_ms, E2bProcess **ret) {
+                      uint64_t timeout_ms, bool with_stdin, E2bProcess **ret) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         _cleanup_json_ json_object *cfg = config;
-        _cleanup_close_ int write_fd = -EBADF, hangup_read = -EBADF;
-        int pipe_fds[2], hangup_fds[2], r;
+        _cleanup_close_ int write_fd = -EBADF, hangup_read = -EBADF, stdin_read = -EBADF;
+        int pipe_fds[2], hangup_fds[2], stdin_fds[2], r;
         E2bProcess *p;
 
         if (s->n_e2b_processes >= E2B_PROCESSES_MAX ||
@@ -306,7 +373,9 @@ int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *
         p = calloc(1, sizeof(E2bProcess));
         if (!p)
                 return -ENOMEM;
-        *p = (E2bProcess) { .server = s, .hangup_fd = -EBADF, .fd = -EBADF, .config = TAKE_PTR(cfg) };
+        *p = (E2bProcess) {
+                .server = s, .hangup_fd = -EBADF, .fd = -EBADF, .stdin_fd = -EBADF, .config = TAKE_PTR(cfg)
+        };
         LIST_PREPEND(processes, s->e2b_processes, p);
         s->n_e2b_processes++;
         memcpy(p->sandbox, sandbox, SESSION_ID_LEN);
@@ -330,6 +399,25 @@ int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *
         }
         hangup_read = hangup_fds[0];
         p->hangup_fd = hangup_fds[1];
+        if (with_stdin) {
+                if (pipe2(stdin_fds, O_CLOEXEC) < 0) {
+                        r = -errno;
+                        process_free(p);
+                        return r;
+                }
+                stdin_read = stdin_fds[0];
+                p->stdin_fd = stdin_fds[1];
+                r = fd_nonblock(p->stdin_fd, true);
+                if (r >= 0)
+                        r = sd_event_add_io(s->event, &p->stdin_source, p->stdin_fd, EPOLLOUT,
+                                            process_on_stdin, p);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(p->stdin_source, SD_EVENT_OFF);
+                if (r < 0) {
+                        process_free(p);
+                        return r;
+                }
+        }
 
         r = fd_nonblock(p->fd, true);
         if (r >= 0)
@@ -341,9 +429,16 @@ int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *
         if (r >= 0)
                 r = sd_bus_message_append(m, "sh", sandbox, code_fd);
         if (r >= 0)
-                r = sd_bus_message_append(m, "a{sv}", 5, "timeout_ms", "t", timeout_ms, "language", "s",
-                                          "command", "output_limit", "t", (uint64_t) E2B_PROCESS_OUTPUT_MAX,
-                                          "stream", "h", write_fd, "hangup", "h", hangup_read);
+                r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}{sv}", "timeout_ms", "t", timeout_ms,
+                                          "language", "s", "command", "output_limit", "t",
+                                          (uint64_t) E2B_PROCESS_OUTPUT_MAX, "stream", "h", write_fd,
+                                          "hangup", "h", hangup_read);
+        if (r >= 0 && stdin_read >= 0)
+                r = sd_bus_message_append(m, "{sv}", "stdin", "h", stdin_read);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
         if (r >= 0)
                 r = sd_bus_call_async(s->bus, &p->slot, m, process_on_reply, p,
                                       bus_timeout_exec_usec(&s->config, timeout_ms));

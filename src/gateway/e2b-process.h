@@ -28,10 +28,19 @@
 
 typedef struct E2bProcess E2bProcess;
 
+/* Input sendStdin gave that the command has not read yet, at most. */
+#define E2B_PROCESS_STDIN_MAX (1U << 20)
+
 /* Starts the Exec of 'code_fd' (exec-command.h) in 'sandbox'; 'config' (taken) is what List shows
- * of it. -EMFILE past the bounds above. */
+ * of it; with 'with_stdin', a pipe is its stdin (else it reads nothing). -EMFILE past the bounds
+ * above. */
 int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *config, const char *tag,
-                      uint64_t timeout_ms, E2bProcess **ret);
+                      uint64_t timeout_ms, bool with_stdin, E2bProcess **ret);
+/* Input for its stdin: -ENOTCONN when it has none (or it was closed), -ENOBUFS past
+ * E2B_PROCESS_STDIN_MAX waiting. */
+int e2b_process_write_stdin(E2bProcess *p, const void *data, size_t n);
+/* Its stdin ends once what waits is written. -ENOTCONN when it has none. */
+int e2b_process_close_stdin(E2bProcess *p);
 /* Answers 'req' with the process's events from now on, the start event first. */
 int e2b_process_subscribe(E2bProcess *p, HttpRequest *req, unsigned keepalive_sec);
 /* Ends it: its Exec call is cancelled (a queued one leaves the queue, a running one is killed). */

@@ -9,6 +9,7 @@
 
 #include <microhttpd.h>
 
+#include "base64.h"
 #include "connect-rpc.h"
 #include "e2b-process.h"
 #include "exec-command.h"
@@ -287,6 +288,7 @@ static int process_start_running(HttpRequest *req) {
         const char *error = NULL, *tag = NULL;
         json_object *process, *v;
         E2bProcess *p;
+        bool with_stdin = true;
         size_t n_tag;
         int r;
 
@@ -297,11 +299,12 @@ static int process_start_running(HttpRequest *req) {
                 return connect_stream_fail(
                         req, "unimplemented",
                         "a PTY is not served by scopebox: commands have pipes (docs/e2b.md)");
-        if (json_object_object_get_ex(o, "stdin", &v) && v &&
-            (!json_object_is_type(v, json_type_boolean) || json_object_get_boolean(v)))
-                return connect_stream_fail(req, "unimplemented",
-                                           "stdin is not served by scopebox: a command's stdin is empty "
-                                           "(docs/e2b.md)");
+        /* As envd: a pipe unless the client says stdin: false (older SDKs send nothing). */
+        if (json_object_object_get_ex(o, "stdin", &v) && v) {
+                if (!json_object_is_type(v, json_type_boolean))
+                        return connect_stream_fail(req, "invalid_argument", "stdin must be a boolean");
+                with_stdin = json_object_get_boolean(v);
+        }
         if (member_string(o, "tag", &tag, &n_tag) < 0 || n_tag > E2B_TAG_MAX)
                 return connect_stream_fail(req, "invalid_argument",
                                            "tag must be a short string without NUL");
@@ -319,7 +322,7 @@ static int process_start_running(HttpRequest *req) {
         if (fd < 0)
                 return fd;
         r = e2b_process_start(req->server, req->session_id, fd, TAKE_PTR(config), tag,
-                              request_timeout_ms(req), &p);
+                              request_timeout_ms(req), with_stdin, &p);
         if (r == -EMFILE)
                 return connect_stream_fail(req, "resource_exhausted",
                                            "too many processes in this sandbox or this gateway");
@@ -425,17 +428,38 @@ int http_e2b_process_signal(HttpRequest *req) {
 }
 
 static int process_input_running(HttpRequest *req) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        _cleanup_free_ void *data = NULL;
+        json_object *input = NULL;
+        const char *text;
         E2bProcess *p;
+        size_t n, size;
         int r;
 
         r = unary_process(req, &p);
         if (r <= 0)
                 return r;
-        return connect_unary_fail(req, "failed_precondition",
-                                  "stdin not enabled: scopebox serves no stdin to commands (docs/e2b.md)");
+        if (!json_object_object_get_ex(req->json, "input", &input) ||
+            !json_object_is_type(input, json_type_object))
+                return connect_unary_fail(req, "invalid_argument", "input is required");
+        if (json_object_object_get_ex(input, "pty", NULL))
+                return connect_unary_fail(req, "unimplemented",
+                                          "a PTY is not served by scopebox (docs/e2b.md)");
+        if (member_string(input, "stdin", &text, &n) < 0 || base64_decode(text ?: "", n, &data, &size) < 0)
+                return connect_unary_fail(req, "invalid_argument", "input.stdin must be base64");
+        r = e2b_process_write_stdin(p, data, size);
+        if (r == -ENOTCONN)
+                return connect_unary_fail(req, "failed_precondition", "stdin not enabled or closed");
+        if (r == -ENOBUFS)
+                return connect_unary_fail(req, "resource_exhausted",
+                                          "the command has not read 1 MiB of earlier input yet");
+        if (r < 0)
+                return r;
+        r = json_writer_append_str(&w, "{}");
+        return r < 0 ? r : connect_unary_reply(req, &w);
 }
 
-/* POST /process.Process/SendInput: no command has a stdin here. */
+/* POST /process.Process/SendInput: bytes for a command's stdin. */
 int http_e2b_process_input(HttpRequest *req) {
         return e2b_if_running(req, E2B_PORT_ENVD, process_input_running);
 }
@@ -448,20 +472,25 @@ static int process_close_stdin_running(HttpRequest *req) {
         r = unary_process(req, &p);
         if (r <= 0)
                 return r;
-        /* Its stdin is empty, closed already. */
+        r = e2b_process_close_stdin(p);
+        if (r == -ENOTCONN)
+                return connect_unary_fail(req, "failed_precondition", "stdin not enabled or closed");
+        if (r < 0)
+                return r;
         r = json_writer_append_str(&w, "{}");
         return r < 0 ? r : connect_unary_reply(req, &w);
 }
 
-/* POST /process.Process/CloseStdin. */
+/* POST /process.Process/CloseStdin: the command reads the end of its input once it read the rest. */
 int http_e2b_process_close_stdin(HttpRequest *req) {
         return e2b_if_running(req, E2B_PORT_ENVD, process_close_stdin_running);
 }
 
 static int process_unimplemented_running(HttpRequest *req) {
         http_request_free_userdata(req);
-        return connect_unary_fail(req, "unimplemented",
-                                  "not served by scopebox: commands have no PTY and no stdin (docs/e2b.md)");
+        return connect_unary_fail(
+                req, "unimplemented",
+                "not served by scopebox: commands have no PTY, and stdin comes by SendInput (docs/e2b.md)");
 }
 
 /* POST /process.Process/Update, /StreamInput: a PTY's and a client stream's. */

@@ -54,7 +54,22 @@ main(async () => {
         r.listAfterKill = (await sbx.commands.list()).map((p) => p.pid);
         r.connectUnknown = await attempt(() => sbx.commands.connect(987654));
         r.root = await attempt(() => sbx.commands.run('id -u', { user: 'root' }));
-        r.stdin = await attempt(() => sbx.commands.run('cat', { stdin: true, background: true }));
+        // stdin: what sendStdin gives, the command reads; closeStdin ends its input.
+        r.stdin = await attempt(async () => {
+                const h = await sbx.commands.run('cat; echo "[eof]"', { stdin: true, background: true });
+                await sbx.commands.sendStdin(h.pid, 'line 1\n');
+                await sbx.commands.sendStdin(h.pid, 'ünïcode\n');
+                await sbx.commands.closeStdin(h.pid);
+                return (await h.wait()).stdout;
+        });
+        r.noStdin = await attempt(async () => {
+                const h = await sbx.commands.run('sleep 5', { background: true });
+                try {
+                        return await sbx.commands.sendStdin(h.pid, 'x');
+                } finally {
+                        await sbx.commands.kill(h.pid);
+                }
+        });
         r.notFound = await attempt(() => sbx.commands.run('no-such-command-here'));
         r.big = await attempt(async () => (await sbx.commands.run('head -c 3000000 /dev/zero | tr "\\0" a')).stdout.length);
         // What a command is: the sandbox's user, no new privileges, the seccomp filter.

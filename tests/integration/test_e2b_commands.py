@@ -41,9 +41,11 @@ def test_commands_as_the_sdk_documents_them(sandboxes):
     assert out["waitKilled"]["error"] == {"name": "CommandExitError", "message": "signal: killed"}, out
     assert out["listAfterKill"] == [] and out["killUnknown"] is False, out
     assert out["connectUnknown"]["error"]["name"] == "NotFoundError", out
-    # Refused with the reason: root, stdin.
+    # Refused with the reason: root.
     assert "permission_denied" in out["root"]["error"]["message"], out
-    assert "unimplemented" in out["stdin"]["error"]["message"], out
+    # stdin, when the command asked for it; none otherwise (the SDK's default).
+    assert out["stdin"]["value"] == "line 1\nünïcode\n[eof]\n", out
+    assert "failed_precondition" in out["noStdin"]["error"]["message"], out
     assert out["notFound"]["error"]["name"] == "CommandExitError", out
     # Output is not cut at the sidecar's per-exec bound.
     assert out["big"]["value"] == 3000000, out
@@ -174,3 +176,43 @@ def test_a_sandbox_that_ends_ends_its_commands(sandboxes):
     assert env[-1][0] == 2 and env[-1][1] != {}, env
     r, _ = rpc(made, "List", {}, stream=False)
     assert r.status == 502, r
+
+
+def test_stdin_is_bounded_and_checked(sandboxes):
+    made = sandboxes.create_raw({"templateID": "base", "timeout": 60})
+    result = {}
+
+    def follow():
+        # stdin absent: a pipe, as envd gives older SDKs; the command never reads it.
+        result["resp"], result["env"] = rpc(made, "Start", {"process": {"cmd": "sleep", "args": ["20"]}})
+
+    t = threading.Thread(target=follow)
+    t.start()
+    pid = None
+    deadline = time.monotonic() + 20
+    while pid is None and time.monotonic() < deadline:
+        r, _ = rpc(made, "List", {}, stream=False)
+        if r.status == 200 and r.json["processes"]:
+            pid = r.json["processes"][0]["pid"]
+        time.sleep(0.1)
+    assert pid, "the command was not listed"
+
+    def send(data, **extra):
+        r, _ = rpc(made, "SendInput", {"process": {"pid": pid}, "input": {"stdin": data, **extra}}, stream=False)
+        return r
+
+    assert send("not base64!").json["code"] == "invalid_argument"
+    r, _ = rpc(made, "SendInput", {"process": {"pid": pid}, "input": {"pty": "eA=="}}, stream=False)
+    assert r.status == 501 and r.json["code"] == "unimplemented", r
+    # What the command does not read waits, up to 1 MiB beyond the pipe; then the client is told.
+    chunk = base64.b64encode(b"x" * 65536).decode()
+    statuses = [send(chunk).status for _ in range(24)]
+    assert statuses[0] == 200 and statuses[-1] == 429, statuses
+    assert send(chunk).json["code"] == "resource_exhausted"
+    r, _ = rpc(made, "CloseStdin", {"process": {"pid": pid}}, stream=False)
+    assert r.status == 200, r
+    assert send("eA==").json["code"] == "failed_precondition"
+    r, _ = rpc(made, "SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGTERM"}, stream=False)
+    assert r.status == 200, r
+    t.join(30)
+    assert result["env"][-2][1]["event"]["end"]["status"] == "signal: killed", result["env"]

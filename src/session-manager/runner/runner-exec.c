@@ -999,7 +999,7 @@ static void exec_setup_done(ExecSetup *x) {
 
 /* What the request asks of this runner's state and of its profile; an answer when it can't be. */
 static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd, bool has_stream,
-                              ExecSetup *x) {
+                              int stdin_fd, ExecSetup *x) {
         struct stat st;
 
         if (!r->initialized)
@@ -1018,6 +1018,11 @@ static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd
         /* The kernel is the sidecar's python profile only. */
         if (p->stateful && (x->language != SANDBOX_PYTHON3 || p->no_processes || p->network))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
+        /* A stdin is a command's, the read end of a pipe. */
+        if (p->stdin && (x->language != SANDBOX_COMMAND || !has_stream || stdin_fd < 0 ||
+                         fstat(stdin_fd, &st) < 0 || !S_ISFIFO(st.st_mode) ||
+                         (fcntl(stdin_fd, F_GETFL) & O_ACCMODE) != O_RDONLY))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid stdin");
         /* Records are a kernel's, and go nowhere but onto the stream. */
         if (p->display && (!p->stateful || !has_stream))
                 return runner_send_error(r, r->connection_generation, EINVAL,
@@ -1159,7 +1164,8 @@ static int runner_exec_retry_prepared(RunnerExec *e) {
 }
 
 /* PID 1 of the exec's sandbox (or the kernel's next cell), its pipes in 'e'. */
-static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code_fd, ExecSetup *x) {
+static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code_fd, int stdin_fd,
+                             ExecSetup *x) {
         Runner *r = e->runner;
         SandboxExec se;
         SandboxProcess sp;
@@ -1186,6 +1192,8 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
                         .template_fd = -EBADF,
                         .filter_fd = x->filter_fd,
                         .prepared_fd = -EBADF,
+                        .has_stdin = p->stdin,
+                        .stdin_fd = p->stdin ? stdin_fd : -EBADF,
                 };
                 if (x->language == SANDBOX_PYTHON3 && !p->cold)
                         exec_setup_template(r, e, x, &se);
@@ -1239,13 +1247,14 @@ static void runner_exec_start_network(RunnerExec *e, ExecSetup *x) {
  * started, is answered by runner_exec_finish(). */
 int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_fds) {
         const RunnerExecRequest *p = params;
-        int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF;
+        int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF,
+            stdin_fd = p->stdin && n_fds > 2 ? fds[2] : -EBADF;
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_(exec_setup_done) ExecSetup x = EXEC_SETUP_NULL;
         bool taken = false;
         int q;
 
-        q = exec_request_check(r, p, code_fd, stream_fd >= 0, &x);
+        q = exec_request_check(r, p, code_fd, stream_fd >= 0, stdin_fd, &x);
         if (q > 0)
                 q = exec_setup_profile(r, p, &x);
         if (q > 0)
@@ -1257,7 +1266,7 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         if (q > 0 && !taken && p->network)
                 q = exec_setup_network(r, &x);
         if (q > 0 && !taken)
-                q = runner_exec_spawn(e, p, code_fd, &x);
+                q = runner_exec_spawn(e, p, code_fd, stdin_fd, &x);
         if (q <= 0)
                 return q;
         if (p->network && !taken)

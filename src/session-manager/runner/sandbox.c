@@ -851,7 +851,7 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         set_oom_first();
 
         *ret_step = "stdio";
-        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        null_fd = e->has_stdin ? e->stdin_fd : open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(e->stdout_fd, STDOUT_FILENO) < 0 ||
             dup2(e->stderr_fd, STDERR_FILENO) < 0 || dup2(sync_fd, SANDBOX_SYNC_FD) < 0)
                 return -errno;
@@ -1389,6 +1389,8 @@ int sandbox_supervise_payload(const SandboxExec *e, SandboxInit *init, pid_t pay
         safe_close(e->stderr_fd);
         safe_close(e->code_fd);
         safe_close(e->filter_fd);
+        if (e->has_stdin)
+                safe_close(e->stdin_fd);
 
         if (proc_io_read_wchar(init->io_fd, &wchar_before) < 0)
                 init->io_fd = safe_close(init->io_fd);
@@ -1510,11 +1512,11 @@ int sandbox_init_signals(void) {
 /* PID 1 starts with a copy of every fd of the runner (the control connection among them): it
  * keeps only the exec's. */
 static int keep_exec_fds(const SandboxExec *e) {
-        int keep[10 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+        int keep[11 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
                                                 e->network_ready_fd, e->template_fd, e->filter_fd,
                                                 e->kernel ? e->kernel_fd : -EBADF, e->netns_fd,
-                                                e->prepared_fd };
-        size_t n = 10;
+                                                e->prepared_fd, e->has_stdin ? e->stdin_fd : -EBADF };
+        size_t n = 11;
 
         for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX);
              i++)

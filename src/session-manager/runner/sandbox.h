@@ -152,6 +152,10 @@ typedef struct SandboxExec {
          * which PID 1 releases it (TemplateGo) once the code is in place. */
         int prepared_fd;
         bool prepared;
+        /* A command's stdin (the E2B API's sendStdin): the read end of a pipe of the gateway's,
+         * with has_stdin; /dev/null otherwise. */
+        bool has_stdin;
+        int stdin_fd;
 } SandboxExec;
 
 /* The runner hands a prepared sandbox its exec: this, with the code's fd (SCM_RIGHTS). */
