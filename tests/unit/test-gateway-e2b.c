@@ -113,6 +113,14 @@ static void test_multipart(void) {
         ASSERT_EQ(multipart_boundary("application/json; boundary=x", &b), -EINVAL);
         ASSERT_EQ(multipart_boundary("multipart/form-data", &b), -EINVAL);
         ASSERT_EQ(multipart_boundary("multipart/form-data; xboundary=x", &b), -EINVAL);
+        /* Inside another parameter's quoted value it is no boundary; twice is ambiguous. */
+        ASSERT_TRUE(multipart_boundary("multipart/form-data; x=\"a; boundary=evil\"; boundary=good", &b) ==
+                    0);
+        ASSERT_STREQ(b, "good");
+        free(b);
+        ASSERT_EQ(multipart_boundary("multipart/form-data; x=\"; boundary=evil\"", &b), -EINVAL);
+        ASSERT_EQ(multipart_boundary("multipart/form-data; boundary=a; boundary=b", &b), -EINVAL);
+        ASSERT_EQ(multipart_boundary("multipart/form-databoundary=a", &b), -EINVAL);
 
         /* Two files, a directory in a filename kept, the data as sent (CRLF inside included). */
         ASSERT_TRUE(

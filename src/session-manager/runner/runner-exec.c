@@ -687,12 +687,18 @@ static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdat
 
 /* What a pipe holds now is read (stdout and stderr before a record: the kernel writes a record only
  * once they are read, and waits until the record is read before it goes on), unless the stream's
- * reader holds the reading back. */
+ * reader holds the reading back. Bounded: another process of the cell may keep the pipe full, and
+ * the event loop serves every other request of the session meanwhile (what is left is read as it
+ * comes, the order of that process's output with the records being its own affair). */
+#define EXEC_CATCH_UP_ROUNDS 4
+
 static void exec_pipe_catch_up(RunnerExec *e, sd_event_source **source, int fd,
                                sd_event_io_handler_t handler) {
         int n;
 
-        while (*source && !e->output_paused && ioctl(fd, FIONREAD, &n) >= 0 && n > 0)
+        for (unsigned i = 0; i < EXEC_CATCH_UP_ROUNDS && *source && !e->output_paused &&
+                             ioctl(fd, FIONREAD, &n) >= 0 && n > 0;
+             i++)
                 (void) handler(*source, fd, EPOLLIN, e);
 }
 
