@@ -9,6 +9,7 @@
 
 #include "gateway-server.h"
 #include "http-request.h"
+#include "id.h"
 
 #define E2B_KEY_PREFIX "e2b_"
 /* Tokens are 64 lowercase hex digits (HMAC-SHA256). */
@@ -31,3 +32,20 @@ bool e2b_key_matches(const Server *s, const HttpRequestHeaders *h);
 /* The request names one sandbox (E2b-Sandbox-Id, a valid session id) and carries its envd or its
  * traffic token (exactly one header of each kind it sends). */
 bool e2b_token_matches(const Server *s, const HttpRequestHeaders *h);
+
+/* Host routing (SANDBOX_E2B_DOMAIN): a request without E2b-Sandbox-Id whose Host is
+ * "<port>-<id>.<domain>" (a port after it allowed) names that sandbox and port, as the SDKs address
+ * a sandbox without E2B_SANDBOX_URL. */
+void e2b_route_by_host(const Server *s, HttpRequestHeaders *h);
+/* The parts of a Host value "<port>-<id>.<domain>[:<port>]" with 'domain': 0, or -EINVAL. */
+int e2b_host_parse(const char *host, size_t n, const char *domain, const char **ret_port,
+                   char ret_id[static SESSION_ID_LEN + 1]);
+
+/* A signed file URL (the SDKs' downloadUrl/uploadUrl) of the sandbox the request names, without a
+ * token header: GET (read) or POST (write) /files whose "signature" is "v1_" and the unpadded
+ * base64 of SHA-256("<path>:<read|write>:<username or ''>:<envd token>[:<signature_expiration>]"),
+ * not expired. */
+bool e2b_signature_matches(const HttpRequest *req, const HttpRequestHeaders *h);
+/* That signature, for tests and the check. */
+int e2b_signature(const Server *s, const char *id, const char *path, const char *operation, const char *user,
+                  const char *expiration, char **ret);

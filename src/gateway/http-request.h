@@ -77,6 +77,10 @@ typedef struct HttpRequestHeaders {
         unsigned n_traffic_token;
         const char *traffic_token;          /* E2B-Traffic-Access-Token */
         size_t traffic_token_size;
+        unsigned n_host;
+        const char *host;                   /* Host, the last one, 'host_size' bytes */
+        size_t host_size;
+        bool e2b_by_host;                   /* E2b-Sandbox-Id and -Port are Host's (e2b_route_by_host()) */
         unsigned n_content_length;
         const char *content_length;         /* the first one */
         unsigned n_transfer_encoding;

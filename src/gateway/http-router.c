@@ -140,7 +140,7 @@ static bool http_request_authenticated(const HttpRequest *req, const HttpRequest
         /* The E2B socket: the key (the control plane), or a sandbox's token (its traffic); a request
          * that matches no route may show either. */
         if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_E2B_TOKEN))
-                return e2b_token_matches(s, h);
+                return e2b_token_matches(s, h) || e2b_signature_matches(req, h);
         if (lookup >= 0 && (req->route->flags & HTTP_ROUTE_E2B_KEY))
                 return e2b_key_matches(s, h);
         if (lookup < 0 && req->api && req->api->shapes_all)
@@ -649,6 +649,10 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
                 h->n_traffic_token++;
                 h->traffic_token = value;
                 h->traffic_token_size = value_size;
+        } else if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
+                h->n_host++;
+                h->host = value;
+                h->host_size = value_size;
         } else if (strcasecmp(key, "X-Api-Key") == 0) {
                 h->n_api_key++;
                 h->api_key = value;
@@ -729,6 +733,7 @@ enum MHD_Result http_router_access_handler(void *cls, struct MHD_Connection *con
                 h.target_bytes = strlen(strempty(url));
                 (void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND,
                                                    header_scan_one, &h);
+                e2b_route_by_host(d->server, &h);
                 /* Without the target as received (no memory in the URI log callback) a NUL in it
                  * could not be seen: no answer but 500. */
                 r = req->raw_target ? 0 : -ENOMEM;

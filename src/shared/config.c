@@ -33,10 +33,35 @@ typedef struct ConfigItem {
 #define ITEM(n, t, f, d, lo, hi, desc) \
         { { n, d, desc }, t, offsetof(Config, f), lo, hi }
 
+/* A DNS name the gateway compares Host headers with: lowercase labels of letters, digits and '-'. */
+static bool e2b_domain_is_valid(const char *d) {
+        size_t n = d ? strlen(d) : 0, label = 0;
+
+        if (n == 0)
+                return true;
+        if (n > 200 || d[0] == '.' || d[n - 1] == '.')
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                if (d[i] == '.') {
+                        if (label == 0)
+                                return false;
+                        label = 0;
+                } else if ((d[i] >= 'a' && d[i] <= 'z') || (d[i] >= '0' && d[i] <= '9') || d[i] == '-') {
+                        if (++label > 63)
+                                return false;
+                } else
+                        return false;
+        }
+        return true;
+}
+
 static const ConfigItem config_table[] = {
         ITEM("SANDBOX_NODE_ID", CONFIG_STRING, node_id, "", 0, 0,
              "This node's tag, 1-8 lowercase hex digits: every session id it mints starts with it, "
              "ids with another start are unknown sessions here (docs/scale-out.md); empty: no tag."),
+        ITEM("SANDBOX_E2B_DOMAIN", CONFIG_STRING, e2b_domain, "", 0, 0,
+             "The E2B API's sandbox domain (docs/e2b.md \"Host routing\"): traffic to <port>-<id>.<domain> "
+             "goes to that sandbox, and creates answer it as their domain; empty: off."),
         ITEM("SANDBOX_API_KEY", CONFIG_STRING, api_key, "", 0, 0,
              "Bearer key of the sidecar API. Prefer /etc/scopebox/api-key (LoadCredential=)."),
         ITEM("SANDBOX_ALLOW_NO_AUTH", CONFIG_BOOL, allow_no_auth, "0", 0, 1,
@@ -308,6 +333,12 @@ int config_load(Config *c, const char *path, char **ret_error) {
                                    "SANDBOX_NODE_ID=%s is not a valid value (1-%u lowercase hex digits, "
                                    "or empty)",
                                    c->node_id, NODE_ID_LEN_MAX);
+
+        if (!e2b_domain_is_valid(c->e2b_domain))
+                return config_fail(ret_error, -EINVAL,
+                                   "SANDBOX_E2B_DOMAIN=%s is not a valid value (a DNS name of lowercase "
+                                   "letters, digits, '-' and '.', at most 200 characters, or empty)",
+                                   c->e2b_domain);
 
         if (c->idle_ttl_sec > c->idle_ttl_cap_sec)
                 return config_fail(ret_error, -EINVAL,

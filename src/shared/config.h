@@ -10,6 +10,7 @@
 typedef struct Config {
         /* Node (scale-out) */
         char *node_id;
+        char *e2b_domain;
 
         /* Gateway */
         char *api_key;

@@ -48,7 +48,7 @@ def sdk_prefix(version):
     return prefix
 
 
-def run_script(script, args=None, version=CURRENT, key=..., timeout=60, created=None):
+def run_script(script, args=None, version=CURRENT, key=..., timeout=60, created=None, domain=None):
     """Run tests/e2b/<script> with e2b@version and return the JSON object it printed. key=...
     means the E2B key; another string is given to the SDK instead. The ids of the sandboxes the
     script created are added to the list created, also when it failed. A script that fails
@@ -56,6 +56,10 @@ def run_script(script, args=None, version=CURRENT, key=..., timeout=60, created=
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
     env.update(E2B_API_KEY=e2b_key() if key is ... else key, E2B_API_URL=E2B_URL, E2B_SANDBOX_URL=E2B_URL,
                SCOPEBOX_E2B_PREFIX=str(sdk_prefix(version)))
+    if domain:
+        # Addressed by host (<port>-<id>.<domain>), as without E2B_SANDBOX_URL.
+        del env["E2B_SANDBOX_URL"]
+        env["E2B_DOMAIN"] = domain
     argv = ["node", str(SCRIPTS / script), json.dumps(args or {})]
     try:
         r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)

@@ -235,8 +235,33 @@ static void test_connect(void) {
         ASSERT_EQ(connect_basic_user(CMD("Basic dQB1Og=="), user, sizeof(user)), -EINVAL);
 }
 
+/* Host routing's names: <port>-<id>.<domain>, nothing else. */
+static void test_host(void) {
+        char id[SESSION_ID_LEN + 1];
+        const char *port;
+
+        ASSERT_EQ(e2b_host_parse(CMD("49983-" ID_A ".sbx.test"), "sbx.test", &port, id), 0);
+        ASSERT_STREQ(port, "49983");
+        ASSERT_STREQ(id, ID_A);
+        ASSERT_EQ(e2b_host_parse(CMD("49999-" ID_A ".SBX.test:443"), "sbx.test", &port, id), 0);
+        ASSERT_STREQ(port, "49999");
+        /* Another port is no port of ours; the id must be one. */
+        ASSERT_EQ(e2b_host_parse(CMD("8080-" ID_A ".sbx.test"), "sbx.test", &port, id), 0);
+        ASSERT_STREQ(port, "0");
+        ASSERT_EQ(e2b_host_parse(CMD("49983-" ID_A ".sbx.test.evil"), "sbx.test", &port, id), -EINVAL);
+        ASSERT_EQ(e2b_host_parse(CMD("49983-" ID_A "x.sbx.test"), "sbx.test", &port, id), -EINVAL);
+        ASSERT_EQ(e2b_host_parse(CMD("49983-0123456789ABCDEF0123456789abcdef.sbx.test"), "sbx.test", &port,
+                                 id),
+                  -EINVAL);
+        ASSERT_EQ(e2b_host_parse(CMD("x49983-" ID_A ".sbx.test"), "sbx.test", &port, id), -EINVAL);
+        ASSERT_EQ(e2b_host_parse(CMD("-" ID_A ".sbx.test"), "sbx.test", &port, id), -EINVAL);
+        ASSERT_EQ(e2b_host_parse(CMD("api.sbx.test"), "sbx.test", &port, id), -EINVAL);
+        ASSERT_EQ(e2b_host_parse(CMD("49983-" ID_A ".sbx.test"), "", &port, id), -EINVAL);
+}
+
 int main(void) {
         RUN(test_command_format);
+        RUN(test_host);
         RUN(test_connect);
         RUN(test_key);
         RUN(test_multipart);
