@@ -2,6 +2,7 @@
 /* The APIs the gateway serves: what each of their routes takes and which resource serves it. */
 #include "http-apis.h"
 #include "http-dify.h"
+#include "http-e2b-fs.h"
 #include "http-e2b.h"
 #include "http-storage.h"
 
@@ -86,6 +87,16 @@ const HttpRoute http_e2b_sandbox_routes[] = {
         { "POST",   "/contexts",           E2B_SANDBOX_JSON_ROUTE, http_e2b_contexts_refuse },
         { "DELETE", "/contexts/",          E2B_SANDBOX_PATH_ROUTE, http_e2b_contexts_refuse },
         { "POST",   "/contexts/*/restart", E2B_SANDBOX_PATH_ROUTE, http_e2b_context_restart },
+        /* envd's filesystem RPCs (http-e2b-fs.c): Connect, bodies read there. */
+        { "POST",   E2B_FS "Stat",             E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_stat         },
+        { "POST",   E2B_FS "ListDir",          E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_list_dir     },
+        { "POST",   E2B_FS "MakeDir",          E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_make_dir     },
+        { "POST",   E2B_FS "Move",             E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_move         },
+        { "POST",   E2B_FS "Remove",           E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_remove       },
+        { "POST",   E2B_FS "WatchDir",         E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watch_dir    },
+        { "POST",   E2B_FS "CreateWatcher",    E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watcher      },
+        { "POST",   E2B_FS "GetWatcherEvents", E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watcher      },
+        { "POST",   E2B_FS "RemoveWatcher",    E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watcher      },
         {}
 };
 

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The wire forms of envd's filesystem RPCs (e2b-fs.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "e2b-fs.h"
+#include "macro.h"
+#include "path-util.h"
+#include "string-util.h"
+
+/* The directories of the sandbox that are the workspace: its home, and the workspace itself. */
+static const char *const e2b_fs_roots[] = { E2B_HOME, WORKSPACE_PATH };
+
+int e2b_fs_path(const char *p, size_t n, char **ret_relative, const char **ret_root) {
+        _cleanup_free_ char *abs = NULL, *inside = NULL;
+        int r;
+
+        if (memchr(p, 0, n))
+                return -EINVAL;
+        if (!utf8_is_valid_n(p, n))
+                return -EILSEQ;
+        if (n > WORKSPACE_PATH_MAX)
+                return -ENAMETOOLONG;
+        /* As envd resolves them: "~" is the home, a relative path (also "") is below it. */
+        if (n == 0 || streq(p, "~"))
+                abs = strdup(E2B_HOME);
+        else if (p[0] == '/')
+                abs = strdup(p);
+        else if (asprintf(&abs, "%s/%s", E2B_HOME, p + (startswith(p, "~/") ? 2 : 0)) < 0)
+                abs = NULL;
+        if (!abs)
+                return -ENOMEM;
+
+        /* The name it starts with, component by component ("/home/username" is not the home); then
+         * the rest as the workspace's, normalised: ".." may not leave it. */
+        for (size_t i = 0; i < ELEMENTSOF(e2b_fs_roots); i++) {
+                const char *rest = startswith(abs, e2b_fs_roots[i]);
+
+                if (!rest || (*rest != 0 && *rest != '/'))
+                        continue;
+                if (asprintf(&inside, "%s%s", WORKSPACE_PATH, rest) < 0)
+                        return -ENOMEM;
+                r = workspace_path_normalize(inside, ret_relative);
+                if (r == -EXDEV)
+                        return -EPERM;
+                if (r < 0)
+                        return r;
+                *ret_root = e2b_fs_roots[i];
+                return 0;
+        }
+        return -EPERM;
+}
+
+char *e2b_fs_path_show(const char *root, const char *relative) {
+        char *s;
+
+        if (asprintf(&s, "%s%s%s", root, *relative ? "/" : "", relative) < 0)
+                return NULL;
+        return s;
+}
+
+void e2b_fs_permissions(uint32_t mode, char ret[static 24]) {
+        /* Go's FileMode letters in Go's order ("dalTLDpSugct?"; the kernel sets no 'a', 'l', 'T' or
+         * '?'), then the nine permission bits. */
+        const char *rwx = "rwxrwxrwx";
+        size_t o = 0;
+
+        switch (mode & S_IFMT) {
+        case S_IFDIR:
+                ret[o++] = 'd';
+                break;
+        case S_IFLNK:
+                ret[o++] = 'L';
+                break;
+        case S_IFBLK:
+        case S_IFCHR:
+                ret[o++] = 'D';
+                break;
+        case S_IFIFO:
+                ret[o++] = 'p';
+                break;
+        case S_IFSOCK:
+                ret[o++] = 'S';
+                break;
+        default:
+                break;
+        }
+        if (mode & S_ISUID)
+                ret[o++] = 'u';
+        if (mode & S_ISGID)
+                ret[o++] = 'g';
+        if ((mode & S_IFMT) == S_IFCHR)
+                ret[o++] = 'c';
+        if (mode & S_ISVTX)
+                ret[o++] = 't';
+        if (o == 0)
+                ret[o++] = '-';
+        for (unsigned i = 0; i < 9; i++)
+                ret[o++] = mode & (1U << (8 - i)) ? rwx[i] : '-';
+        ret[o] = 0;
+}
+
+int e2b_fs_timestamp(int64_t nsec, char ret[static 40]) {
+        int64_t sec = nsec / 1000000000, frac = nsec % 1000000000;
+        time_t t;
+        struct tm tm;
+        int k;
+
+        if (frac < 0) {
+                frac += 1000000000;
+                sec--;
+        }
+        t = (time_t) sec;
+        if (!gmtime_r(&t, &tm) || tm.tm_year + 1900 < 1 || tm.tm_year + 1900 > 9999)
+                return -ERANGE;
+        k = snprintf(ret, 40, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (frac != 0)
+                k += snprintf(ret + k, (size_t) (40 - k), ".%09d", (int) frac);
+        (void) snprintf(ret + k, (size_t) (40 - k), "Z");
+        return 0;
+}
+
+static const char *e2b_fs_file_type(const char *type) {
+        if (streq(type, "file"))
+                return "FILE_TYPE_FILE";
+        if (streq(type, "dir"))
+                return "FILE_TYPE_DIRECTORY";
+        if (streq(type, "symlink"))
+                return "FILE_TYPE_SYMLINK";
+        /* Devices, sockets, pipes: the SDK leaves such entries out of a listing. */
+        return "FILE_TYPE_UNSPECIFIED";
+}
+
+static int e2b_fs_append_member(JsonWriter *w, const char *key, const char *value) {
+        (void) json_writer_appendf(w, ",\"%s\":", key);
+        return json_writer_append_string_lossy(w, value, strlen(value));
+}
+
+int e2b_fs_entry_append(JsonWriter *w, const E2bFsEntry *e, const char *root) {
+        _cleanup_free_ char *shown = e2b_fs_path_show(root, e->path);
+        char permissions[24], when[40];
+        const char *name;
+
+        if (!shown)
+                return -ENOMEM;
+        name = strrchr(shown, '/') + 1;
+        e2b_fs_permissions(e->mode, permissions);
+        (void) json_writer_append_str(w, "{\"name\":");
+        (void) json_writer_append_string_lossy(w, name, strlen(name));
+        (void) json_writer_appendf(w, ",\"type\":\"%s\"", e2b_fs_file_type(e->type));
+        (void) e2b_fs_append_member(w, "path", shown);
+        /* int64 is a string in protobuf's JSON; mode is the permission bits only, as envd's. */
+        (void) json_writer_appendf(w, ",\"size\":\"%" PRIu64 "\",\"mode\":%u", e->size, e->mode & 0777U);
+        (void) e2b_fs_append_member(w, "permissions", permissions);
+        (void) e2b_fs_append_member(w, "owner", e->owner);
+        (void) e2b_fs_append_member(w, "group", e->group);
+        if (e2b_fs_timestamp(e->mtime_nsec, when) >= 0)
+                (void) e2b_fs_append_member(w, "modifiedTime", when);
+        if (!isempty(e->target))
+                (void) e2b_fs_append_member(w, "symlinkTarget", e->target);
+        return json_writer_append_str(w, "}");
+}
+
+/* The Connect protocol's codes and the status of a unary call that fails with each. */
+static const struct {
+        const char *code;
+        unsigned status;
+} connect_codes[] = {
+        { "canceled", 499 },
+        { "unknown", 500 },
+        { "invalid_argument", 400 },
+        { "deadline_exceeded", 504 },
+        { "not_found", 404 },
+        { "already_exists", 409 },
+        { "permission_denied", 403 },
+        { "resource_exhausted", 429 },
+        { "failed_precondition", 400 },
+        { "aborted", 409 },
+        { "out_of_range", 400 },
+        { "unimplemented", 501 },
+        { "internal", 500 },
+        { "unavailable", 503 },
+        { "data_loss", 500 },
+        { "unauthenticated", 401 },
+};
+
+unsigned connect_code_http_status(const char *code) {
+        for (size_t i = 0; i < ELEMENTSOF(connect_codes); i++)
+                if (streq(code, connect_codes[i].code))
+                        return connect_codes[i].status;
+        return 500;
+}
+
+int connect_error_append(JsonWriter *w, const char *code, const char *message) {
+        (void) json_writer_appendf(w, "{\"code\":\"%s\",\"message\":", code);
+        (void) json_writer_append_string_lossy(w, message, strlen(message));
+        return json_writer_append_str(w, "}");
+}

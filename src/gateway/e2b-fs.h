@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The wire forms of envd's filesystem RPCs (docs/e2b.md "Files"), apart from any request: a path as
+ * the SDK names it turned into the workspace's, an entry in EntryInfo's protobuf-JSON form, and the
+ * Connect protocol's error codes with the HTTP status a unary call answers them with. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "json-writer.h"
+
+/* The E2B user's home, which is the workspace in every sandbox. */
+#define E2B_HOME "/home/user"
+
+/* An entry as the session manager reports it (docs/dbus-api.md StatPath). */
+typedef struct E2bFsEntry {
+        const char *path; /* relative to the workspace, "" for its root */
+        const char *type; /* "file", "dir", "symlink" or "other" */
+        uint64_t size;
+        uint32_t mode; /* st_mode */
+        const char *owner, *group;
+        int64_t mtime_nsec;
+        const char *target; /* "" when none */
+} E2bFsEntry;
+
+/* The path 'p' of 'n' bytes as the SDK sends it (relative and "" are the home's, "~" is it) as a
+ * path of the workspace: *ret_relative is relative to /workspace ("" for itself), *ret_root the
+ * directory the client named it under ("/home/user" or "/workspace", static), which answers name
+ * it under again. -EINVAL for a NUL byte, -EILSEQ for invalid UTF-8, -ENAMETOOLONG, -EPERM for a
+ * path outside the workspace (also one whose ".." leaves it). */
+int e2b_fs_path(const char *p, size_t n, char **ret_relative, const char **ret_root);
+
+/* 'relative' of the workspace as the client sees it under 'root' (allocated). */
+char *e2b_fs_path_show(const char *root, const char *relative);
+
+/* Go's FileMode.String() of an st_mode, as envd writes "permissions": "-rw-r--r--",
+ * "drwxr-xr-x", "Lrwxrwxrwx", "dtrwxrwxrwx", "urwxr-xr-x"... */
+void e2b_fs_permissions(uint32_t mode, char ret[static 24]);
+
+/* A google.protobuf.Timestamp in JSON: RFC 3339 in UTC, nanoseconds when there are any. -ERANGE
+ * for a time outside years 1..9999. */
+int e2b_fs_timestamp(int64_t nsec, char ret[static 40]);
+
+/* EntryInfo as envd writes it ("type" FILE_TYPE_..., "size" a string, "mode" the permission bits,
+ * "modifiedTime", "symlinkTarget" if any), the entry shown under 'root'. */
+int e2b_fs_entry_append(JsonWriter *w, const E2bFsEntry *e, const char *root);
+
+/* The HTTP status of a unary call's Connect error code ("not_found": 404); 500 for codes it does
+ * not know. */
+unsigned connect_code_http_status(const char *code);
+
+/* The body of a Connect error, {"code":...,"message":...}. */
+int connect_error_append(JsonWriter *w, const char *code, const char *message);

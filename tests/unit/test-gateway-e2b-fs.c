@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of the wire forms of envd's filesystem RPCs (e2b-fs.h): E2B paths as the workspace's,
+ * Go's permission strings, protobuf timestamps, EntryInfo, Connect codes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "e2b-fs.h"
+#include "macro.h"
+#include "tests.h"
+
+static void check_path(const char *p, int want, const char *want_rel, const char *want_root) {
+        _cleanup_free_ char *rel = NULL;
+        const char *root = NULL;
+
+        ASSERT_EQ(e2b_fs_path(p, strlen(p), &rel, &root), want);
+        if (want < 0)
+                return;
+        ASSERT_STREQ(rel, want_rel);
+        ASSERT_STREQ(root, want_root);
+}
+
+static void test_paths(void) {
+        _cleanup_free_ char *rel = NULL, *shown = NULL;
+        const char *root = NULL;
+        char *longp;
+
+        check_path("", 0, "", E2B_HOME);
+        check_path("~", 0, "", E2B_HOME);
+        check_path("~/a/b", 0, "a/b", E2B_HOME);
+        check_path("a.txt", 0, "a.txt", E2B_HOME);
+        check_path("./a//b/", 0, "a/b", E2B_HOME);
+        check_path("/home/user", 0, "", E2B_HOME);
+        check_path("/home/user/x/../y", 0, "y", E2B_HOME);
+        check_path("/workspace/outputs", 0, "outputs", "/workspace");
+        check_path("/workspace", 0, "", "/workspace");
+        /* Outside, also by "..", by a name that only starts like the home, or "~user". */
+        check_path("/etc", -EPERM, NULL, NULL);
+        check_path("/", -EPERM, NULL, NULL);
+        check_path("..", -EPERM, NULL, NULL);
+        check_path("a/../../etc", -EPERM, NULL, NULL);
+        check_path("/home/user/../../etc/passwd", -EPERM, NULL, NULL);
+        check_path("/home/username", -EPERM, NULL, NULL);
+        check_path("/workspacex/a", -EPERM, NULL, NULL);
+        check_path("/home", -EPERM, NULL, NULL);
+        check_path("~root", 0, "~root", E2B_HOME); /* a relative name, as envd reads it */
+        /* NUL bytes, invalid UTF-8, overlong paths and names. */
+        ASSERT_EQ(e2b_fs_path("a\0b", 3, &rel, &root), -EINVAL);
+        ASSERT_EQ(e2b_fs_path("a\xff", 2, &rel, &root), -EILSEQ);
+        ASSERT_EQ(e2b_fs_path("\xc0\xaf", 2, &rel, &root), -EILSEQ);
+        longp = malloc(5000);
+        ASSERT_TRUE(longp);
+        memset(longp, 'a', 4999);
+        longp[4999] = 0;
+        ASSERT_EQ(e2b_fs_path(longp, 4999, &rel, &root), -ENAMETOOLONG);
+        longp[300] = 0; /* one name of 300 bytes */
+        ASSERT_EQ(e2b_fs_path(longp, 300, &rel, &root), -ENAMETOOLONG);
+        free(longp);
+
+        shown = e2b_fs_path_show(E2B_HOME, "");
+        ASSERT_STREQ(shown, "/home/user");
+        free(shown);
+        shown = e2b_fs_path_show("/workspace", "a/b");
+        ASSERT_STREQ(shown, "/workspace/a/b");
+        printf("ok - paths\n");
+}
+
+static void check_permissions(uint32_t mode, const char *want) {
+        char buf[24];
+
+        e2b_fs_permissions(mode, buf);
+        ASSERT_STREQ(buf, want);
+}
+
+static void test_permissions(void) {
+        check_permissions(S_IFREG | 0644, "-rw-r--r--");
+        check_permissions(S_IFDIR | 0755, "drwxr-xr-x");
+        check_permissions(S_IFLNK | 0777, "Lrwxrwxrwx");
+        check_permissions(S_IFDIR | S_ISVTX | 01777, "dtrwxrwxrwx");
+        check_permissions(S_IFREG | S_ISUID | 0755, "urwxr-xr-x");
+        check_permissions(S_IFREG | S_ISGID | 0750, "grwxr-x---");
+        check_permissions(S_IFCHR | 0666, "Dcrw-rw-rw-");
+        check_permissions(S_IFBLK | 0660, "Drw-rw----");
+        check_permissions(S_IFIFO | 0600, "prw-------");
+        check_permissions(S_IFSOCK | 0777, "Srwxrwxrwx");
+        check_permissions(S_IFREG, "----------");
+        printf("ok - permissions\n");
+}
+
+static void test_timestamps(void) {
+        char buf[40];
+
+        ASSERT_EQ(e2b_fs_timestamp(0, buf), 0);
+        ASSERT_STREQ(buf, "1970-01-01T00:00:00Z");
+        ASSERT_EQ(e2b_fs_timestamp(INT64_C(1767225600) * 1000000000 + 5, buf), 0);
+        ASSERT_STREQ(buf, "2026-01-01T00:00:00.000000005Z");
+        ASSERT_EQ(e2b_fs_timestamp(-1, buf), 0);
+        ASSERT_STREQ(buf, "1969-12-31T23:59:59.999999999Z");
+        ASSERT_EQ(e2b_fs_timestamp(INT64_MAX, buf), 0); /* 2262 */
+        ASSERT_EQ(e2b_fs_timestamp(INT64_MIN, buf), 0); /* 1677 */
+        ASSERT_STREQ(buf, "1677-09-21T00:12:43.145224192Z");
+        printf("ok - timestamps\n");
+}
+
+static void test_entry(void) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        _cleanup_free_ char *text = NULL;
+        size_t size;
+
+        ASSERT_EQ(e2b_fs_entry_append(&w,
+                                      &(E2bFsEntry) { .path = "d/a.txt",
+                                                      .type = "file",
+                                                      .size = 5,
+                                                      .mode = S_IFREG | 0644,
+                                                      .owner = "user",
+                                                      .group = "user",
+                                                      .mtime_nsec = 0,
+                                                      .target = "" },
+                                      E2B_HOME),
+                  0);
+        ASSERT_EQ(json_writer_append_str(&w, ","), 0);
+        ASSERT_EQ(e2b_fs_entry_append(&w,
+                                      &(E2bFsEntry) { .path = "",
+                                                      .type = "dir",
+                                                      .size = 60,
+                                                      .mode = S_IFDIR | 0755,
+                                                      .owner = "user",
+                                                      .group = "root",
+                                                      .mtime_nsec = 1,
+                                                      .target = "" },
+                                      "/workspace"),
+                  0);
+        ASSERT_EQ(json_writer_append_str(&w, ","), 0);
+        ASSERT_EQ(e2b_fs_entry_append(&w,
+                                      &(E2bFsEntry) { .path = "l\"",
+                                                      .type = "symlink",
+                                                      .size = 4,
+                                                      .mode = S_IFLNK | 0777,
+                                                      .owner = "1001",
+                                                      .group = "1001",
+                                                      .mtime_nsec = 0,
+                                                      .target = "/etc" },
+                                      E2B_HOME),
+                  0);
+        ASSERT_EQ(json_writer_append_str(&w, ","), 0);
+        ASSERT_EQ(e2b_fs_entry_append(&w,
+                                      &(E2bFsEntry) { .path = "s",
+                                                      .type = "other",
+                                                      .size = 0,
+                                                      .mode = S_IFSOCK | 0755,
+                                                      .owner = "user",
+                                                      .group = "user",
+                                                      .mtime_nsec = 0,
+                                                      .target = "" },
+                                      E2B_HOME),
+                  0);
+        text = json_writer_steal(&w, &size);
+        ASSERT_TRUE(text);
+        ASSERT_STREQ(
+                text,
+                "{\"name\":\"a.txt\",\"type\":\"FILE_TYPE_FILE\",\"path\":\"/home/user/d/a.txt\","
+                "\"size\":\"5\","
+                "\"mode\":420,\"permissions\":\"-rw-r--r--\",\"owner\":\"user\",\"group\":\"user\","
+                "\"modifiedTime\":\"1970-01-01T00:00:00Z\"},"
+                "{\"name\":\"workspace\",\"type\":\"FILE_TYPE_DIRECTORY\",\"path\":\"/workspace\","
+                "\"size\":\"60\","
+                "\"mode\":493,\"permissions\":\"drwxr-xr-x\",\"owner\":\"user\",\"group\":\"root\","
+                "\"modifiedTime\":\"1970-01-01T00:00:00.000000001Z\"},"
+                "{\"name\":\"l\\\"\",\"type\":\"FILE_TYPE_SYMLINK\",\"path\":\"/home/user/l\\\"\","
+                "\"size\":\"4\","
+                "\"mode\":511,\"permissions\":\"Lrwxrwxrwx\",\"owner\":\"1001\",\"group\":\"1001\","
+                "\"modifiedTime\":\"1970-01-01T00:00:00Z\",\"symlinkTarget\":\"/etc\"},"
+                "{\"name\":\"s\",\"type\":\"FILE_TYPE_UNSPECIFIED\",\"path\":\"/home/user/s\","
+                "\"size\":\"0\","
+                "\"mode\":493,\"permissions\":\"Srwxr-xr-x\",\"owner\":\"user\",\"group\":\"user\","
+                "\"modifiedTime\":\"1970-01-01T00:00:00Z\"}");
+        printf("ok - entries\n");
+}
+
+static void test_connect(void) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        _cleanup_free_ char *text = NULL;
+        size_t size;
+
+        ASSERT_EQ(connect_code_http_status("not_found"), 404U);
+        ASSERT_EQ(connect_code_http_status("already_exists"), 409U);
+        ASSERT_EQ(connect_code_http_status("invalid_argument"), 400U);
+        ASSERT_EQ(connect_code_http_status("permission_denied"), 403U);
+        ASSERT_EQ(connect_code_http_status("unauthenticated"), 401U);
+        ASSERT_EQ(connect_code_http_status("unimplemented"), 501U);
+        ASSERT_EQ(connect_code_http_status("resource_exhausted"), 429U);
+        ASSERT_EQ(connect_code_http_status("nope"), 500U);
+        ASSERT_EQ(connect_error_append(&w, "not_found", "path \"x\" does not exist"), 0);
+        text = json_writer_steal(&w, &size);
+        ASSERT_STREQ(text, "{\"code\":\"not_found\",\"message\":\"path \\\"x\\\" does not exist\"}");
+        printf("ok - connect\n");
+}
+
+int main(void) {
+        test_paths();
+        test_permissions();
+        test_timestamps();
+        test_entry();
+        test_connect();
+        return 0;
+}
