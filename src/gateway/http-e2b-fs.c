@@ -45,15 +45,18 @@ static const char *const e2b_fs_methods[] = {
 /* A call between its request and its answer. */
 typedef struct E2bFsCall {
         E2bFsOp op;
-        char *shown; /* the (first) path as the client sees it, for messages */
+        char *shown; /* the path as the client sees it, for messages; a move's source */
+        char *shown_to; /* a move's destination */
         const char *root; /* where the answer's entries are shown: E2B_HOME or /workspace */
 } E2bFsCall;
 
 static void e2b_fs_call_free(void *p) {
         E2bFsCall *c = p;
 
-        if (c)
+        if (c) {
                 free(c->shown);
+                free(c->shown_to);
+        }
         free(c);
 }
 
@@ -132,6 +135,10 @@ static int e2b_fs_call_error(HttpRequest *req, const sd_bus_error *e) {
                 return e2b_reply_not_running(req);
         if (sd_bus_error_has_name(e, BUS_ERROR_NOT_FOUND))
                 return e2b_fs_reply_error(req, 0, "not_found", "path '", c->shown, "' does not exist");
+        if (sd_bus_error_has_name(e, BUS_ERROR_INVALID_PATH) && c->shown_to)
+                return e2b_fs_reply_error(req, 0, "permission_denied", "moving to '", c->shown_to,
+                                          "' (or from its source) leads outside the workspace (scopebox "
+                                          "serves its files only)");
         if (sd_bus_error_has_name(e, BUS_ERROR_INVALID_PATH))
                 return e2b_fs_reply_error(req, 0, "permission_denied", "path '", c->shown,
                                           "' leads outside the workspace (scopebox serves its files only)");
@@ -379,9 +386,11 @@ static int e2b_fs_handle(HttpRequest *req, E2bFsOp op) {
         /* Answers show the entry where the client looks for it: a move's where it went. */
         *c = (E2bFsCall) { .op = op, .root = to_root ?: root, .shown = e2b_fs_path_show(root, rel) };
         ws = e2b_fs_path_show(WORKSPACE_PATH, rel);
-        if (to_rel)
+        if (to_rel) {
                 to_ws = e2b_fs_path_show(WORKSPACE_PATH, to_rel);
-        if (!c->shown || !ws || (to_rel && !to_ws))
+                c->shown_to = e2b_fs_path_show(to_root, to_rel);
+        }
+        if (!c->shown || !ws || (to_rel && (!to_ws || !c->shown_to)))
                 return -ENOMEM;
 
         r = session_manager_new_call(req->server->bus, e2b_fs_methods[op], &m);

@@ -42,20 +42,29 @@ static uint64_t fs_now_usec(void) {
 }
 
 /* The directory 'relative' of the workspace ("": its root), links resolved as inside the sandbox;
- * -EXDEV when that leads out of the workspace, -ENOENT, -ENOTDIR. */
+ * -EXDEV when that leads out of the workspace, -ENOENT, -ENOTDIR. Every fd comes from the view's
+ * mount of the workspace, so that a rename between two of them is no rename across mounts. */
 static int fs_open_dir(const Workspace *w, const char *relative) {
+        _cleanup_close_ int base = -EBADF;
         _cleanup_free_ char *inside = NULL;
         struct stat ws_st, st;
         int fd;
 
+        base = w->view_fd >= 0
+                       ? openat(w->view_fd, "workspace", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                       : fcntl(w->fd, F_DUPFD_CLOEXEC, 3);
+        if (base < 0)
+                return -errno;
         if (*relative == 0) {
-                fd = openat(w->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                fd = openat(base, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 return fd < 0 ? -errno : fd;
         }
-        if (w->view_fd < 0) {
-                fd = openat_beneath_follow(w->fd, relative, O_RDONLY | O_DIRECTORY, 0);
+        /* Relative links that stay inside, first; an absolute one ("/workspace/x", as the sandbox
+         * writes them) then once more with the view as the root, where nothing but the workspace
+         * exists. Whatever leaves: -EXDEV, also when it leads to nothing. */
+        fd = openat_beneath_follow(base, relative, O_RDONLY | O_DIRECTORY, 0);
+        if ((fd != -EXDEV && fd != -ELOOP) || w->view_fd < 0)
                 return fd == -ELOOP ? -EXDEV : fd;
-        }
         if (strlen(relative) >= PATH_MAX - sizeof("workspace/"))
                 return -ENAMETOOLONG;
         if (asprintf(&inside, "workspace/%s", relative) < 0)
@@ -65,9 +74,8 @@ static int fs_open_dir(const Workspace *w, const char *relative) {
                                                 .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS },
                            sizeof(struct open_how));
         if (fd < 0)
-                return errno == ELOOP || errno == EXDEV ? -EXDEV : -errno;
-        /* The view holds nothing but the workspace: a link to "/" or ".." ends on the view's own
-         * directory, which is not the workspace's filesystem. */
+                return -EXDEV;
+        /* A link to "/" or ".." ends on the view's own directory: not the workspace's filesystem. */
         if (fstat(w->fd, &ws_st) < 0 || fstat(fd, &st) < 0 || st.st_dev != ws_st.st_dev) {
                 safe_close(fd);
                 return -EXDEV;

@@ -1,0 +1,177 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The SDK's files.list/exists/getInfo/makeDir/rename/remove (envd's filesystem RPCs, Connect in
+JSON) against the default install (docs/e2b.md "Files"): the workspace, which the sandbox sees as
+/home/user and /workspace, and nothing else, whatever links a process of the sandbox makes; and
+the wire for what the SDK hides (statuses, codes, envelopes, tokens). Driven by the real SDK from
+npm (tools/install-e2b-sdk), unmodified."""
+import datetime
+import json
+import os
+import struct
+import urllib.error
+import urllib.request
+
+from conftest import Response
+from e2b_sdk import E2B_URL, ENVD_PORT, JUPYTER_PORT, sandboxes  # noqa: F401 (fixture)
+
+FS = "/filesystem.Filesystem/"
+
+
+def rpc(sandbox_id, method, body, token=None, content_type="application/json", headers=None, port=ENVD_PORT):
+    """One Connect call as the SDK makes it: POST, E2b-Sandbox-Id/Port, the body as given (bytes)
+    or JSON-encoded."""
+    h = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(port), "Connect-Protocol-Version": "1"}
+    if content_type:
+        h["Content-Type"] = content_type
+    if token is not None:
+        h["X-Access-Token"] = token
+    h.update(headers or {})
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(E2B_URL + FS + method, data=data, method="POST", headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return Response(r.status, r.read(), dict(r.headers))
+    except urllib.error.HTTPError as e:
+        return Response(e.code, e.read(), dict(e.headers))
+
+
+def connect_error(r, status, code):
+    """A unary call's Connect error: the status of its code, {"code": code, "message": text}."""
+    assert r.status == status, r
+    assert r.json["code"] == code and isinstance(r.json["message"], str) and r.json["message"], r
+
+
+def test_files_list_stat_mkdir_rename_remove(sandboxes):
+    out = sandboxes.run("fs.mjs", {"package": "@e2b/code-interpreter"}, timeout=180)
+    assert "fatal" not in out, out
+
+    # makeDir: true, then false (already_exists); on a file, InvalidArgumentError.
+    assert out["makeDir"]["value"] is True and out["makeDirAgain"]["value"] is False, out
+    assert out["makeDirOnFile"]["error"]["name"] == "InvalidArgumentError", out
+    # exists: a file, a directory by "~", nothing, nothing below a file.
+    assert [out[k]["value"] for k in ("exists", "existsDir", "existsNot", "existsUnderFile")] == [
+        True, True, False, False], out
+    # getInfo: every field the SDK maps, as envd fills them.
+    info = out["info"]["value"]
+    assert {k: info[k] for k in ("name", "type", "path", "size", "mode", "permissions", "owner", "group")} == {
+        "name": "a.txt", "type": "file", "path": "/home/user/t/a.txt", "size": 5, "mode": 0o644,
+        "permissions": "-rw-r--r--", "owner": "user", "group": "user"}, out
+    datetime.datetime.fromisoformat(info["modifiedTime"].replace("Z", "+00:00"))
+    assert "symlinkTarget" not in info and "metadata" not in info, out
+    # A path under /workspace is answered under /workspace; the home itself is a directory.
+    assert out["infoDir"]["value"]["path"] == "/workspace/t/sub" and out["infoDir"]["value"]["type"] == "dir", out
+    assert out["infoDir"]["value"]["permissions"] == "drwxr-xr-x", out
+    assert out["infoHome"]["value"]["path"] == "/home/user" and out["infoHome"]["value"]["type"] == "dir", out
+    assert out["infoMissing"]["error"]["name"] == "FileNotFoundError", out
+    # list: one level by default, sorted by name; depth 3 down to the grandchildren; the root left out.
+    assert out["list"]["value"] == ["a.txt", "sub"], out
+    assert out["listDeep"]["value"] == ["/home/user/t/a.txt", "/home/user/t/sub", "/home/user/t/sub/deep"], out
+    assert [e["type"] for e in out["listEntries"]["value"]] == ["file", "dir"], out
+    assert out["listEntries"]["value"][0]["size"] == 5, out
+    assert out["listDepth0"]["error"]["name"] == "InvalidArgumentError", out
+    assert out["listFile"]["error"]["name"] == "InvalidArgumentError", out
+    assert out["listMissing"]["error"]["name"] == "FileNotFoundError", out
+    # rename: the destination's entry; its parents made; a missing source is FileNotFoundError.
+    assert out["rename"]["value"]["path"] == "/home/user/t/sub/b.txt" and out["rename"]["value"]["size"] == 5, out
+    assert out["renameMissing"]["error"]["name"] == "FileNotFoundError", out
+    assert out["renameAcross"]["value"]["path"] == "/home/user/moved/c.txt", out
+    # The code of the sandbox sees what the API did.
+    assert out["seen"]["value"] == ["hello", ["deep"], True], out
+    # remove: a directory with what it holds; a path that never was is no error (envd's RemoveAll).
+    assert "error" not in out["remove"] and "error" not in out["removeMissing"], out
+    assert out["afterRemove"]["value"] is False, out
+    assert out["removeRoot"]["error"]["name"] == "InvalidArgumentError", out
+
+    # Links a process of the sandbox made: reported as links, with their text, never followed out.
+    assert out["setup"]["value"] == "4000", out
+    link = out["statLink"]["value"]
+    assert link["type"] == "symlink" and link["symlinkTarget"] == "/etc" and link["permissions"] == "Lrwxrwxrwx", out
+    assert out["statDangling"]["value"]["symlinkTarget"] == "/nowhere", out
+    for k in ("listLinkEtc", "listLinkRoot", "listLinkUp", "statThrough", "existsThrough", "makeDirThrough",
+              "makeDirThroughRoot", "renameOut", "renameIn", "renameRootIn", "removeThrough"):
+        assert out[k]["error"]["name"] == "SandboxError" and "permission_denied" in out[k]["error"]["message"], (
+            k, out[k])
+    # Links that stay inside are followed, absolute (/workspace/...) or relative.
+    assert out["listLinkInside"]["value"] == ["in.txt"] and out["listLinkRel"]["value"] == ["in.txt"], out
+    assert out["listTop"]["value"] == ["big", "dangling", "etc", "inside", "moved", "outputs", "rel", "root",
+                                       "skills", "t", "up", "uploads"], out
+    # Removing or renaming a link acts on the link: /etc stays, and so does what was refused.
+    assert "error" not in out["removeLink"], out
+    assert out["renameLink"]["value"]["type"] == "symlink" and out["renameLink"]["value"]["symlinkTarget"] == "/", out
+    assert out["after"]["value"] == [False, True, True, "/", True, False], out
+    assert not os.path.exists("/etc/scopebox-x") and not os.path.exists("/tmp/scopebox-x"), out
+    # Absolute paths outside, "..": refused before anything is asked of the session.
+    for k in ("outside", "outsideStat", "dotdot", "dotdotHome", "removeOutside"):
+        assert out[k]["error"]["name"] == "SandboxError" and "permission_denied" in out[k]["error"]["message"], (
+            k, out[k])
+    # A NUL byte, a lone surrogate (JSON that is no UTF-8): invalid_argument.
+    assert out["nul"]["error"]["name"] == "InvalidArgumentError", out
+    assert out["loneSurrogate"]["error"]["name"] == "InvalidArgumentError", out
+    # A huge directory: a bounded answer, the first names in order.
+    assert out["big"]["value"] == {"n": 3000, "first": "f00000", "last": "f02999"}, out
+    assert out["listTopDeep"]["value"] == {"n": 3000, "first": "/home/user/big",
+                                           "last": "/home/user/big/f02998"}, out
+    # Another user; watching; a killed sandbox.
+    assert out["root"]["error"]["name"] == "AuthenticationError", out
+    assert out["watch"]["error"]["name"] == "SandboxError" and "unimplemented" in out["watch"]["error"]["message"], out
+    assert out["afterKill"]["error"]["name"] == "TimeoutError", out
+
+
+def test_the_wire(sandboxes):
+    made = sandboxes.create_raw({"templateID": "base", "timeout": 60})
+    sid, token = made["sandboxID"], made["envdAccessToken"]
+    other = sandboxes.create_raw({"templateID": "base", "timeout": 60})
+
+    r = rpc(sid, "MakeDir", {"path": "w/x"}, token)
+    assert r.status == 200 and r.headers["Content-Type"].startswith("application/json"), r
+    e = r.json["entry"]
+    assert (e["name"], e["type"], e["path"], e["mode"], e["owner"]) == (
+        "x", "FILE_TYPE_DIRECTORY", "/home/user/w/x", 0o755, "user"), r
+    # int64 as a string, as protobuf's JSON writes it.
+    assert isinstance(e["size"], str) and e["size"].isdigit(), r
+    connect_error(rpc(sid, "MakeDir", {"path": "w/x"}, token), 409, "already_exists")
+    # Both spellings of a depth, unknown members ignored, an empty body is the home.
+    r = rpc(sid, "ListDir", {"path": "w", "depth": "2", "unknown": [1]}, token)
+    assert r.status == 200 and [x["path"] for x in r.json["entries"]] == ["/home/user/w/x"], r
+    r = rpc(sid, "ListDir", b"", token)
+    assert r.status == 200 and "/home/user/w" in [x["path"] for x in r.json["entries"]], r
+    r = rpc(sid, "Move", {"source": "w/x", "destination": "/workspace/w/y"}, token)
+    assert r.status == 200 and r.json["entry"]["path"] == "/workspace/w/y", r
+    r = rpc(sid, "Remove", {"path": "w"}, token)
+    assert r.status == 200 and r.json == {}, r
+    connect_error(rpc(sid, "Stat", {"path": "w"}, token), 404, "not_found")
+
+    # Refusals: each a Connect code with its status, decided before the session is asked.
+    connect_error(rpc(sid, "Stat", {"path": "/etc/passwd"}, token), 403, "permission_denied")
+    connect_error(rpc(sid, "Stat", {"path": "a\u0000b"}, token), 400, "invalid_argument")
+    connect_error(rpc(sid, "Stat", b'{"path": "a\xff"}', token), 400, "invalid_argument")
+    connect_error(rpc(sid, "Stat", b'{"path": ', token), 400, "invalid_argument")
+    connect_error(rpc(sid, "Stat", {"path": 7}, token), 400, "invalid_argument")
+    connect_error(rpc(sid, "Stat", [], token), 400, "invalid_argument")
+    connect_error(rpc(sid, "Stat", {"path": "a" * 5000}, token), 400, "invalid_argument")
+    connect_error(rpc(sid, "ListDir", {"path": "", "depth": -1}, token), 400, "invalid_argument")
+    connect_error(rpc(sid, "Stat", {"path": "x"}, token, content_type="application/proto"), 415,
+                  "invalid_argument")
+    connect_error(rpc(sid, "Stat", {"path": "x"}, token, headers={"Authorization": "Basic cm9vdDo="}), 401,
+                  "unauthenticated")
+    r = rpc(sid, "Stat", {"path": "x"}, token, headers={"Authorization": "Basic dXNlcjo="})
+    connect_error(r, 404, "not_found")
+    # The watcher calls: unimplemented, unary as unary, WatchDir as a stream that ends with it.
+    connect_error(rpc(sid, "CreateWatcher", {"path": ""}, token), 501, "unimplemented")
+    env = json.dumps({"path": "", "recursive": False}).encode()
+    r = rpc(sid, "WatchDir", struct.pack(">BI", 0, len(env)) + env, token, content_type="application/connect+json")
+    assert r.status == 200 and r.headers["Content-Type"] == "application/connect+json", r
+    flags, size = struct.unpack(">BI", r.body[:5])
+    assert flags == 2 and size == len(r.body) - 5, r
+    assert json.loads(r.body[5:])["error"]["code"] == "unimplemented", r
+
+    # No token, a wrong one, the other sandbox's: 401, nothing done.
+    for bad in (None, "0" * 64, other["envdAccessToken"]):
+        r = rpc(sid, "MakeDir", {"path": "stolen"}, bad)
+        assert r.status == 401, (bad, r)
+    connect_error(rpc(sid, "Stat", {"path": "stolen"}, token), 404, "not_found")
+    # Another port of the sandbox, an unknown sandbox, a killed one: E2B's proxy answer, 502.
+    assert rpc(sid, "Stat", {"path": ""}, token, port=JUPYTER_PORT).status == 502
+    assert rpc(other["sandboxID"], "Stat", {"path": ""}, other["envdAccessToken"]).status == 200
+    sandboxes.kill_all()
+    assert rpc(sid, "Stat", {"path": ""}, token).status == 502
