@@ -202,3 +202,131 @@ int connect_error_append(JsonWriter *w, const char *code, const char *message) {
         (void) json_writer_append_string_lossy(w, message, strlen(message));
         return json_writer_append_str(w, "}");
 }
+
+int connect_envelope_begin(JsonWriter *w, size_t *ret_at) {
+        *ret_at = w->buf.len;
+        return json_writer_append(w, "\0\0\0\0\0", 5);
+}
+
+int connect_envelope_end(JsonWriter *w, size_t at, uint8_t flags) {
+        size_t n;
+        int r = json_writer_error(w);
+
+        if (r < 0)
+                return r;
+        n = w->buf.len - at - 5;
+        if (n > UINT32_MAX)
+                return -E2BIG;
+        w->buf.s[at] = (char) flags;
+        for (unsigned i = 0; i < 4; i++)
+                w->buf.s[at + 1 + i] = (char) ((n >> (8 * (3 - i))) & 0xff);
+        return 0;
+}
+
+int connect_end_stream_append(JsonWriter *w, const char *code, const char *message) {
+        size_t at;
+
+        (void) connect_envelope_begin(w, &at);
+        if (code) {
+                (void) json_writer_append_str(w, "{\"error\":");
+                (void) connect_error_append(w, code, message);
+                (void) json_writer_append_str(w, "}");
+        } else
+                (void) json_writer_append_str(w, "{}");
+        return connect_envelope_end(w, at, CONNECT_END_STREAM);
+}
+
+void e2b_fs_snapshot_done(E2bFsSnapshot *s) {
+        for (size_t i = 0; i < s->n; i++)
+                free(s->items[i].path);
+        free(s->items);
+        *s = (E2bFsSnapshot) {};
+}
+
+int e2b_fs_snapshot_add(E2bFsSnapshot *s, const E2bFsEntry *e) {
+        char *path;
+
+        if (s->n == s->allocated) {
+                size_t n = MAX(s->allocated * 2, (size_t) 64);
+                E2bFsSeen *p = reallocarray(s->items, n, sizeof(E2bFsSeen));
+
+                if (!p)
+                        return -ENOMEM;
+                s->items = p;
+                s->allocated = n;
+        }
+        path = strdup(e->path);
+        if (!path)
+                return -ENOMEM;
+        s->items[s->n++] = (E2bFsSeen) { .path = path,
+                                         .type = *e->type ?: 'o',
+                                         .size = e->size,
+                                         .mode = e->mode,
+                                         .mtime_nsec = e->mtime_nsec };
+        return 0;
+}
+
+static int e2b_fs_seen_cmp(const void *a, const void *b) {
+        return strcmp(((const E2bFsSeen *) a)->path, ((const E2bFsSeen *) b)->path);
+}
+
+void e2b_fs_snapshot_sort(E2bFsSnapshot *s) {
+        if (s->n > 1)
+                qsort(s->items, s->n, sizeof(E2bFsSeen), e2b_fs_seen_cmp);
+}
+
+/* One message {"filesystem":{"name":...,"type":"EVENT_TYPE_<type>"}} in its envelope. */
+static int e2b_fs_event_append(JsonWriter *w, const char *prefix, const char *path, const char *type) {
+        const char *name = path + strlen(prefix) + (*prefix ? 1 : 0);
+        size_t at;
+
+        (void) connect_envelope_begin(w, &at);
+        (void) json_writer_append_str(w, "{\"filesystem\":{\"name\":");
+        (void) json_writer_append_string_lossy(w, name, strlen(name));
+        (void) json_writer_appendf(w, ",\"type\":\"EVENT_TYPE_%s\"}}", type);
+        return connect_envelope_end(w, at, 0);
+}
+
+static int e2b_fs_event_created(JsonWriter *w, const char *prefix, const E2bFsSeen *e) {
+        int r = e2b_fs_event_append(w, prefix, e->path, "CREATE");
+
+        /* A file made with its bytes at once: what inotify reports as a creation and a write. */
+        if (r >= 0 && e->type == 'f' && e->size > 0)
+                r = e2b_fs_event_append(w, prefix, e->path, "WRITE");
+        return r < 0 ? r : 1 + (e->type == 'f' && e->size > 0);
+}
+
+int e2b_fs_watch_diff(const E2bFsSnapshot *old, const E2bFsSnapshot *new, const char *prefix,
+                      JsonWriter *w) {
+        size_t i = 0, j = 0;
+        int n = 0, r = 0;
+
+        while (r >= 0 && (i < old->n || j < new->n)) {
+                const E2bFsSeen *a = i < old->n ? &old->items[i] : NULL,
+                                *b = j < new->n ? &new->items[j] : NULL;
+                int c = !a ? 1 : !b ? -1 : strcmp(a->path, b->path);
+
+                if (c < 0) {
+                        /* Gone, unless the new listing was cut and it may be past the cut. */
+                        if (!new->truncated)
+                                r = e2b_fs_event_append(w, prefix, a->path, "REMOVE"), n += r >= 0;
+                        i++;
+                } else if (c > 0) {
+                        if (!old->truncated)
+                                r = e2b_fs_event_created(w, prefix, b), n += MAX(r, 0);
+                        j++;
+                } else {
+                        if (a->type != b->type) {
+                                r = e2b_fs_event_append(w, prefix, a->path, "REMOVE");
+                                if (r >= 0)
+                                        r = e2b_fs_event_created(w, prefix, b), n += 1 + MAX(r, 0);
+                        } else if (a->type == 'f' && (a->size != b->size || a->mtime_nsec != b->mtime_nsec))
+                                r = e2b_fs_event_append(w, prefix, b->path, "WRITE"), n += r >= 0;
+                        if (r >= 0 && a->type == b->type && (a->mode & 07777) != (b->mode & 07777))
+                                r = e2b_fs_event_append(w, prefix, b->path, "CHMOD"), n += r >= 0;
+                        i++;
+                        j++;
+                }
+        }
+        return r < 0 ? r : n;
+}

@@ -60,10 +60,17 @@ static void e2b_fs_call_free(void *p) {
         free(c);
 }
 
-/* A Connect error of a unary call: {"code":code,"message":before path after}, with the code's
- * status (or 'status' if not 0). A path is shown back only while short. */
-static int e2b_fs_reply_error(HttpRequest *req, unsigned status, const char *code, const char *before,
-                              const char *path, const char *after) {
+/* Whether the request is WatchDir's, a server stream: its errors are a stream's end. */
+static bool e2b_fs_streaming(const HttpRequest *req) {
+        return req->route && req->route->handler == http_e2b_fs_watch_dir;
+}
+
+/* A Connect error: {"code":code,"message":before path after}, with the code's status (or 'status'
+ * if not 0) for a unary call; for a stream, a 200 answer whose only message is its end with the
+ * error, as Connect ends a failed stream (a status would lose the code). A path is shown back
+ * only while short. */
+int e2b_fs_reply_error(HttpRequest *req, unsigned status, const char *code, const char *before,
+                       const char *path, const char *after) {
         _cleanup_(json_writer_done) JsonWriter w = {};
         HttpResponse *resp = NULL;
         char message[512];
@@ -76,13 +83,20 @@ static int e2b_fs_reply_error(HttpRequest *req, unsigned status, const char *cod
                         : strlen(path) <= 256 && utf8_is_valid_n(path, strlen(path)) ? path
                                                                                      : "…",
                         strempty(after));
-        r = connect_error_append(&w, code, message);
+        if (e2b_fs_streaming(req))
+                r = connect_end_stream_append(&w, code, message);
+        else
+                r = connect_error_append(&w, code, message);
         if (r < 0)
                 return r;
         body = json_writer_steal(&w, &size);
         if (!body)
                 return -ENOMEM;
+        if (e2b_fs_streaming(req))
+                status = HTTP_OK;
         r = http_response_new_take(status ?: connect_code_http_status(code), body, size, &resp);
+        if (r >= 0 && e2b_fs_streaming(req))
+                resp->content_type = "application/connect+json";
         return http_request_reply_made(req, r, resp);
 }
 
@@ -185,8 +199,9 @@ static int e2b_fs_check_user(HttpRequest *req) {
 
 /* The sandbox, the user and the body of a unary call: 1 with the body's object (owned), 0 when an
  * answer was prepared. */
-static int e2b_fs_begin(HttpRequest *req, char id[static SESSION_ID_LEN + 1], json_object **ret) {
-        const char *type = req->headers.content_type;
+int e2b_fs_begin(HttpRequest *req, char id[static SESSION_ID_LEN + 1], json_object **ret) {
+        const char *type = req->headers.content_type, *want = "application/json", *body = req->body;
+        size_t size = req->body_size;
         int r;
 
         r = e2b_sandbox_of(req, E2B_PORT_ENVD, id);
@@ -194,17 +209,30 @@ static int e2b_fs_begin(HttpRequest *req, char id[static SESSION_ID_LEN + 1], js
                 r = e2b_fs_check_user(req);
         if (r <= 0)
                 return r;
-        /* Unary calls in JSON only: a client that asks for protobuf learns it at once. */
-        if (!type || !(streq(type, "application/json") || startswith(type, "application/json;")))
+        /* Calls in JSON only: a client that asks for protobuf learns it at once. */
+        if (e2b_fs_streaming(req))
+                want = "application/connect+json";
+        if (!type || !(streq(type, want) || (startswith(type, want) && type[strlen(want)] == ';')))
                 return e2b_fs_reply_error(req, 415, "invalid_argument",
-                                          "unsupported content type (scopebox serves Connect calls in "
-                                          "application/json)",
+                                          "unsupported content type (scopebox serves Connect calls in JSON)",
                                           NULL, NULL);
-        if (req->body_size == 0) {
+        /* A stream's request is one envelope: flags 0 (no compression), its length, the message. */
+        if (e2b_fs_streaming(req)) {
+                const uint8_t *b = (const uint8_t *) body;
+
+                if (size < 5 || b[0] != 0 ||
+                    ((size_t) b[1] << 24 | (size_t) b[2] << 16 | (size_t) b[3] << 8 | b[4]) != size - 5)
+                        return e2b_fs_reply_error(req, 0, "invalid_argument",
+                                                  "the request must be one uncompressed envelope", NULL,
+                                                  NULL);
+                body += 5;
+                size -= 5;
+        }
+        if (size == 0) {
                 *ret = json_object_new_object();
                 return *ret ? 1 : -ENOMEM;
         }
-        r = json_parse(req->body, req->body_size, JSON_DEPTH_MAX, ret);
+        r = json_parse(body, size, JSON_DEPTH_MAX, ret);
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
@@ -221,8 +249,8 @@ static int e2b_fs_begin(HttpRequest *req, char id[static SESSION_ID_LEN + 1], js
 
 /* The path in member 'name' (absent or null: "", the home) as the workspace's: 1 with it relative
  * to the workspace and the root the client named it under, 0 when a client error was prepared. */
-static int e2b_fs_member_path(HttpRequest *req, json_object *o, const char *name, char **ret_relative,
-                              const char **ret_root) {
+int e2b_fs_member_path(HttpRequest *req, json_object *o, const char *name, char **ret_relative,
+                       const char **ret_root) {
         json_object *v = NULL;
         const char *s = "";
         size_t n = 0;
@@ -425,45 +453,16 @@ int http_e2b_fs_remove(HttpRequest *req) {
         return e2b_fs_handle(req, E2B_FS_REMOVE);
 }
 
-/* ---- watching: not served ---- */
+/* ---- the Python SDK's watchers: not served ---- */
 
-/* A server-streaming call's only message: the end of the stream (flags 0x02) with the error, in a
- * 200 answer, as Connect ends a stream that failed. */
-static int e2b_fs_watch_stream_refuse(HttpRequest *req) {
-        _cleanup_(json_writer_done) JsonWriter w = {};
-        HttpResponse *resp = NULL;
-        size_t size;
-        char *body;
-        int r;
-
-        (void) json_writer_append(&w, "\x02\0\0\0\0", 5);
-        (void) json_writer_append_str(&w, "{\"error\":");
-        (void) connect_error_append(&w, "unimplemented", E2B_FS_WATCH_UNSUPPORTED);
-        r = json_writer_append_str(&w, "}");
-        if (r < 0)
-                return r;
-        body = json_writer_steal(&w, &size);
-        if (!body)
-                return -ENOMEM;
-        /* The envelope's length, big-endian, after its flags. */
-        for (unsigned i = 0; i < 4; i++)
-                body[1 + i] = (char) (((size - 5) >> (8 * (3 - i))) & 0xff);
-        r = http_response_new_take(HTTP_OK, body, size, &resp);
-        if (r >= 0)
-                resp->content_type = "application/connect+json";
-        return http_request_reply_made(req, r, resp);
-}
-
-static int e2b_fs_watch_unary_refuse(HttpRequest *req) {
-        return e2b_fs_reply_error(req, 0, "unimplemented", E2B_FS_WATCH_UNSUPPORTED, NULL, NULL);
-}
-
-/* WatchDir (JS SDK, Python's async SDK). */
-int http_e2b_fs_watch_dir(HttpRequest *req) {
-        return e2b_if_running(req, E2B_PORT_ENVD, e2b_fs_watch_stream_refuse);
+static int e2b_fs_watcher_refuse(HttpRequest *req) {
+        return e2b_fs_reply_error(req, 0, "unimplemented",
+                                  "polling watchers are not served by this scopebox version: use WatchDir "
+                                  "(docs/e2b.md \"Files\")",
+                                  NULL, NULL);
 }
 
 /* CreateWatcher, GetWatcherEvents, RemoveWatcher (Python's sync SDK). */
 int http_e2b_fs_watcher(HttpRequest *req) {
-        return e2b_if_running(req, E2B_PORT_ENVD, e2b_fs_watch_unary_refuse);
+        return e2b_if_running(req, E2B_PORT_ENVD, e2b_fs_watcher_refuse);
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
-// The SDK's files.list/exists/getInfo/makeDir/rename/remove/watchDir (envd's filesystem RPCs) on
+// The SDK's files.list/exists/getInfo/makeDir/rename/remove (envd's filesystem RPCs) on
 // a code-interpreter sandbox, and what a process of the sandbox tries against them: links to "/"
 // and /etc, "..", a huge directory. Prints {sandboxId, ...each step's value or error}.
 import { args, attempt, create, main } from './common.mjs';
@@ -33,7 +33,8 @@ main(async () => {
         out.infoHome = await attempt(() => files.getInfo('/home/user'));
         out.infoMissing = await attempt(() => files.getInfo('t/nope'));
         out.list = await attempt(async () => names(await files.list('t')));
-        out.listDeep = await attempt(async () => (await files.list('/home/user/t', { depth: 3 })).map((e) => e.path));
+        out.listDeep = await attempt(async () =>
+                (await files.list('/home/user/t', { depth: 3 })).map((e) => e.path));
         out.listEntries = await attempt(() => files.list('t'));
         out.listDepth0 = await attempt(() => files.list('t', { depth: 0 }));
         out.listFile = await attempt(() => files.list('t/a.txt'));
@@ -52,7 +53,8 @@ main(async () => {
         // What a process of the sandbox leaves for the API to trip over.
         out.setup = await cell(sbx,
                 "import os\nos.symlink('/', 'root'); os.symlink('/etc', 'etc'); os.symlink('../../..', 'up')\n" +
-                "os.symlink('/workspace/t', 'inside'); os.symlink('t', 'rel'); os.symlink('/nowhere', 'dangling')\n" +
+                "os.symlink('/workspace/t', 'inside'); os.symlink('t', 'rel')\n" +
+                "os.symlink('/nowhere', 'dangling')\n" +
                 "open('t/in.txt', 'w').write('in')\n" +
                 "os.makedirs('big', exist_ok=True)\n" +
                 "for i in range(4000): open(f'big/f{i:05d}', 'w').close()\n" +
@@ -82,7 +84,8 @@ main(async () => {
         out.removeLink = await attempt(() => files.remove('etc'));
         out.renameLink = await attempt(() => files.rename('root', 'root2'));
         out.after = await cell(sbx,
-                "import os\n[os.path.lexists('etc'), os.path.exists('/etc/passwd'), os.path.exists('/etc/hostname'), " +
+                "import os\n[os.path.lexists('etc'), os.path.exists('/etc/passwd'), " +
+                "os.path.exists('/etc/hostname'), " +
                 "os.readlink('root2'), os.path.exists('t/in.txt'), os.path.exists('/etc/scopebox-x')]");
         out.outside = await attempt(() => files.list('/etc'));
         out.outsideStat = await attempt(() => files.exists('/etc/passwd'));
@@ -96,7 +99,6 @@ main(async () => {
                 return { n: entries.length, first: entries[0]?.name, last: entries.at(-1)?.name };
         });
         out.root = await attempt(() => files.list('t', { user: 'root' }));
-        out.watch = await attempt(() => files.watchDir('t', () => {}));
         await sbx.kill();
         out.afterKill = await attempt(() => files.list('t'));
         return out;

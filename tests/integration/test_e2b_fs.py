@@ -35,6 +35,23 @@ def rpc(sandbox_id, method, body, token=None, content_type="application/json", h
         return Response(e.code, e.read(), dict(e.headers))
 
 
+def envelope(message):
+    """A Connect stream's request: one envelope, flags 0."""
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(data)) + data
+
+
+def envelopes(body):
+    """The (flags, message) of each envelope of a stream's body; the body must be whole envelopes."""
+    out = []
+    while body:
+        flags, size = struct.unpack(">BI", body[:5])
+        assert len(body) >= 5 + size, body
+        out.append((flags, json.loads(body[5:5 + size])))
+        body = body[5 + size:]
+    return out
+
+
 def connect_error(r, status, code):
     """A unary call's Connect error: the status of its code, {"code": code, "message": text}."""
     assert r.status == status, r
@@ -85,7 +102,7 @@ def test_files_list_stat_mkdir_rename_remove(sandboxes):
     # Links a process of the sandbox made: reported as links, with their text, never followed out.
     assert out["setup"]["value"] == "4000", out
     link = out["statLink"]["value"]
-    assert link["type"] == "symlink" and link["symlinkTarget"] == "/etc" and link["permissions"] == "Lrwxrwxrwx", out
+    assert (link["type"], link["symlinkTarget"], link["permissions"]) == ("symlink", "/etc", "Lrwxrwxrwx"), out
     assert out["statDangling"]["value"]["symlinkTarget"] == "/nowhere", out
     for k in ("listLinkEtc", "listLinkRoot", "listLinkUp", "statThrough", "existsThrough", "makeDirThrough",
               "makeDirThroughRoot", "renameOut", "renameIn", "renameRootIn", "removeThrough"):
@@ -97,7 +114,8 @@ def test_files_list_stat_mkdir_rename_remove(sandboxes):
                                        "skills", "t", "up", "uploads"], out
     # Removing or renaming a link acts on the link: /etc stays, and so does what was refused.
     assert "error" not in out["removeLink"], out
-    assert out["renameLink"]["value"]["type"] == "symlink" and out["renameLink"]["value"]["symlinkTarget"] == "/", out
+    moved = out["renameLink"]["value"]
+    assert moved["type"] == "symlink" and moved["symlinkTarget"] == "/", out
     assert out["after"]["value"] == [False, True, True, "/", True, False], out
     assert not os.path.exists("/etc/scopebox-x") and not os.path.exists("/tmp/scopebox-x"), out
     # Absolute paths outside, "..": refused before anything is asked of the session.
@@ -111,9 +129,8 @@ def test_files_list_stat_mkdir_rename_remove(sandboxes):
     assert out["big"]["value"] == {"n": 3000, "first": "f00000", "last": "f02999"}, out
     assert out["listTopDeep"]["value"] == {"n": 3000, "first": "/home/user/big",
                                            "last": "/home/user/big/f02998"}, out
-    # Another user; watching; a killed sandbox.
+    # Another user; a killed sandbox.
     assert out["root"]["error"]["name"] == "AuthenticationError", out
-    assert out["watch"]["error"]["name"] == "SandboxError" and "unimplemented" in out["watch"]["error"]["message"], out
     assert out["afterKill"]["error"]["name"] == "TimeoutError", out
 
 
@@ -156,14 +173,23 @@ def test_the_wire(sandboxes):
                   "unauthenticated")
     r = rpc(sid, "Stat", {"path": "x"}, token, headers={"Authorization": "Basic dXNlcjo="})
     connect_error(r, 404, "not_found")
-    # The watcher calls: unimplemented, unary as unary, WatchDir as a stream that ends with it.
+    # The Python SDK's polling watchers: unimplemented. WatchDir: a stream, {"start":{}} first, which
+    # ends at the client's Connect-Timeout-Ms with deadline_exceeded.
     connect_error(rpc(sid, "CreateWatcher", {"path": ""}, token), 501, "unimplemented")
-    env = json.dumps({"path": "", "recursive": False}).encode()
-    r = rpc(sid, "WatchDir", struct.pack(">BI", 0, len(env)) + env, token, content_type="application/connect+json")
+    r = rpc(sid, "WatchDir", envelope({"path": "", "recursive": False}), token,
+            content_type="application/connect+json", headers={"Connect-Timeout-Ms": "1200"})
     assert r.status == 200 and r.headers["Content-Type"] == "application/connect+json", r
-    flags, size = struct.unpack(">BI", r.body[:5])
-    assert flags == 2 and size == len(r.body) - 5, r
-    assert json.loads(r.body[5:])["error"]["code"] == "unimplemented", r
+    messages = envelopes(r.body)
+    assert messages[0] == (0, {"start": {}}) and messages[-1][0] == 2, messages
+    assert messages[-1][1]["error"]["code"] == "deadline_exceeded", messages
+    # A stream's refusals end it at once, the code in its end (a status would lose it).
+    for body, code in [(b"\x01\x00\x00\x00\x02{}", "invalid_argument"),
+                       (b"\x00\x00\x00\x00\x09{}", "invalid_argument"),
+                       (envelope({"path": "/etc"}), "permission_denied"),
+                       (envelope({"path": "nope"}), "not_found")]:
+        r = rpc(sid, "WatchDir", body, token, content_type="application/connect+json")
+        assert r.status == 200 and envelopes(r.body) == [(2, {"error": {"code": code, "message": envelopes(
+            r.body)[0][1]["error"]["message"]}})], (body, r)
 
     # No token, a wrong one, the other sandbox's: 401, nothing done.
     for bad in (None, "0" * 64, other["envdAccessToken"]):
@@ -175,3 +201,27 @@ def test_the_wire(sandboxes):
     assert rpc(other["sandboxID"], "Stat", {"path": ""}, other["envdAccessToken"]).status == 200
     sandboxes.kill_all()
     assert rpc(sid, "Stat", {"path": ""}, token).status == 502
+
+
+def test_watch_dir(sandboxes):
+    out = sandboxes.run("watch.mjs", {"package": "@e2b/code-interpreter"}, timeout=180)
+    assert "fatal" not in out, out
+    # What the SDK and the sandbox's code changed, seen within the wait (the server looks twice a
+    # second); a subdirectory's change only by a recursive watch; a rename as removal and creation.
+    assert out["sawCreated"] and out["written"] and out["removed"] and out["recursive"], out
+    events = out["events"]
+    assert "create sub/deep.txt" not in events and not any("deep.txt" in e for e in events), out
+    assert events.index("create a.txt") < events.index("write a.txt") < events.index("remove a.txt"), out
+    # stop() ends it (the SDK reports its own abort); so do the directory's removal (not_found), the
+    # watch's timeout and the sandbox's end.
+    assert out["stopped"] and out["goneEnded"] and out["timeoutEnded"] and out["killEnded"], out
+    assert out["goneExit"]["name"] == "NotFoundError", out
+    timeout = out["timeoutExit"]
+    assert timeout["name"] == "TimeoutError" and "deadline_exceeded" in timeout["message"], out
+    assert out["killExit"]["name"] == "TimeoutError", out
+    # Refusals, as for the other calls.
+    assert out["missing"]["error"]["name"] == "FileNotFoundError", out
+    assert out["file"]["error"]["name"] == "InvalidArgumentError", out
+    for k in ("outside", "link"):
+        assert out[k]["error"]["name"] == "SandboxError" and "permission_denied" in out[k]["error"]["message"], out
+    assert out["root"]["error"]["name"] == "AuthenticationError", out

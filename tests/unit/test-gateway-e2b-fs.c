@@ -157,24 +157,23 @@ static void test_entry(void) {
                   0);
         text = json_writer_steal(&w, &size);
         ASSERT_TRUE(text);
-        ASSERT_STREQ(
-                text,
-                "{\"name\":\"a.txt\",\"type\":\"FILE_TYPE_FILE\",\"path\":\"/home/user/d/a.txt\","
-                "\"size\":\"5\","
-                "\"mode\":420,\"permissions\":\"-rw-r--r--\",\"owner\":\"user\",\"group\":\"user\","
-                "\"modifiedTime\":\"1970-01-01T00:00:00Z\"},"
-                "{\"name\":\"workspace\",\"type\":\"FILE_TYPE_DIRECTORY\",\"path\":\"/workspace\","
-                "\"size\":\"60\","
-                "\"mode\":493,\"permissions\":\"drwxr-xr-x\",\"owner\":\"user\",\"group\":\"root\","
-                "\"modifiedTime\":\"1970-01-01T00:00:00.000000001Z\"},"
-                "{\"name\":\"l\\\"\",\"type\":\"FILE_TYPE_SYMLINK\",\"path\":\"/home/user/l\\\"\","
-                "\"size\":\"4\","
-                "\"mode\":511,\"permissions\":\"Lrwxrwxrwx\",\"owner\":\"1001\",\"group\":\"1001\","
-                "\"modifiedTime\":\"1970-01-01T00:00:00Z\",\"symlinkTarget\":\"/etc\"},"
-                "{\"name\":\"s\",\"type\":\"FILE_TYPE_UNSPECIFIED\",\"path\":\"/home/user/s\","
-                "\"size\":\"0\","
-                "\"mode\":493,\"permissions\":\"Srwxr-xr-x\",\"owner\":\"user\",\"group\":\"user\","
-                "\"modifiedTime\":\"1970-01-01T00:00:00Z\"}");
+        ASSERT_STREQ(text,
+                     "{\"name\":\"a.txt\",\"type\":\"FILE_TYPE_FILE\",\"path\":\"/home/user/d/a.txt\","
+                     "\"size\":\"5\","
+                     "\"mode\":420,\"permissions\":\"-rw-r--r--\",\"owner\":\"user\",\"group\":\"user\","
+                     "\"modifiedTime\":\"1970-01-01T00:00:00Z\"},"
+                     "{\"name\":\"workspace\",\"type\":\"FILE_TYPE_DIRECTORY\",\"path\":\"/workspace\","
+                     "\"size\":\"60\","
+                     "\"mode\":493,\"permissions\":\"drwxr-xr-x\",\"owner\":\"user\",\"group\":\"root\","
+                     "\"modifiedTime\":\"1970-01-01T00:00:00.000000001Z\"},"
+                     "{\"name\":\"l\\\"\",\"type\":\"FILE_TYPE_SYMLINK\",\"path\":\"/home/user/l\\\"\","
+                     "\"size\":\"4\","
+                     "\"mode\":511,\"permissions\":\"Lrwxrwxrwx\",\"owner\":\"1001\",\"group\":\"1001\","
+                     "\"modifiedTime\":\"1970-01-01T00:00:00Z\",\"symlinkTarget\":\"/etc\"},"
+                     "{\"name\":\"s\",\"type\":\"FILE_TYPE_UNSPECIFIED\",\"path\":\"/home/user/s\","
+                     "\"size\":\"0\","
+                     "\"mode\":493,\"permissions\":\"Srwxr-xr-x\",\"owner\":\"user\",\"group\":\"user\","
+                     "\"modifiedTime\":\"1970-01-01T00:00:00Z\"}");
         printf("ok - entries\n");
 }
 
@@ -197,11 +196,110 @@ static void test_connect(void) {
         printf("ok - connect\n");
 }
 
+/* A snapshot of entries given as (path, type, size, mode, mtime), sorted. */
+typedef struct Seen {
+        const char *path, *type;
+        uint64_t size;
+        uint32_t mode;
+        int64_t mtime;
+} Seen;
+
+static void snap(E2bFsSnapshot *s, const Seen *seen, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                ASSERT_EQ(e2b_fs_snapshot_add(s, &(E2bFsEntry) { .path = seen[i].path,
+                                                                 .type = seen[i].type,
+                                                                 .size = seen[i].size,
+                                                                 .mode = seen[i].mode,
+                                                                 .mtime_nsec = seen[i].mtime,
+                                                                 .owner = "user",
+                                                                 .group = "user",
+                                                                 .target = "" }),
+                          0);
+        e2b_fs_snapshot_sort(s);
+}
+
+/* The messages of a stream, each envelope checked, as one text: "flags message\n"... */
+static char *messages(JsonWriter *w) {
+        _cleanup_(json_writer_done) JsonWriter t = {};
+        size_t size;
+
+        for (size_t at = 0; at < w->buf.len;) {
+                const uint8_t *b = (const uint8_t *) w->buf.s + at;
+                size_t n = (size_t) b[1] << 24 | (size_t) b[2] << 16 | (size_t) b[3] << 8 | b[4];
+
+                ASSERT_TRUE(at + 5 + n <= w->buf.len);
+                ASSERT_EQ(json_writer_appendf(&t, "%u %.*s\n", b[0], (int) n, (const char *) b + 5), 0);
+                at += 5 + n;
+        }
+        json_writer_done(w);
+        return json_writer_steal(&t, &size) ?: strdup("");
+}
+
+static void test_watch_diff(void) {
+        _cleanup_(e2b_fs_snapshot_done) E2bFsSnapshot a = {}, b = {};
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        _cleanup_free_ char *text = NULL;
+
+        /* The listing's walk order is not the paths' order ("t/a.txt" after "t/a/x"): sorted first. */
+        static const Seen before[] = {
+                { "t/a", "dir", 0, S_IFDIR | 0755, 1 },      { "t/a/x", "file", 1, S_IFREG | 0644, 1 },
+                { "t/a.txt", "file", 1, S_IFREG | 0644, 1 }, { "t/gone", "file", 0, S_IFREG | 0644, 1 },
+                { "t/kind", "file", 0, S_IFREG | 0644, 1 },  { "t/mode", "file", 0, S_IFREG | 0644, 1 },
+        };
+        /* A directory's time changed: no event for it. */
+        static const Seen after[] = {
+                { "t/a", "dir", 0, S_IFDIR | 0755, 2 },      { "t/a/x", "file", 1, S_IFREG | 0644, 2 },
+                { "t/a.txt", "file", 1, S_IFREG | 0644, 1 }, { "t/kind", "dir", 0, S_IFDIR | 0755, 1 },
+                { "t/mode", "file", 0, S_IFREG | 0600, 1 },  { "t/new", "file", 3, S_IFREG | 0644, 1 },
+                { "t/new0", "file", 0, S_IFREG | 0644, 1 },
+        };
+
+        snap(&a, before, ELEMENTSOF(before));
+        ASSERT_STREQ(a.items[1].path, "t/a.txt");
+        snap(&b, after, ELEMENTSOF(after));
+        ASSERT_EQ(e2b_fs_watch_diff(&a, &b, "t", &w), 8);
+        text = messages(&w);
+        ASSERT_STREQ(text, "0 {\"filesystem\":{\"name\":\"a/x\",\"type\":\"EVENT_TYPE_WRITE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"gone\",\"type\":\"EVENT_TYPE_REMOVE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"kind\",\"type\":\"EVENT_TYPE_REMOVE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"kind\",\"type\":\"EVENT_TYPE_CREATE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"mode\",\"type\":\"EVENT_TYPE_CHMOD\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"new\",\"type\":\"EVENT_TYPE_CREATE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"new\",\"type\":\"EVENT_TYPE_WRITE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"new0\",\"type\":\"EVENT_TYPE_CREATE\"}}\n");
+        free(TAKE_PTR(text));
+
+        /* The same again: nothing. A cut listing neither creates nor removes; at the root, names are
+         * the paths. */
+        ASSERT_EQ(e2b_fs_watch_diff(&b, &b, "t", &w), 0);
+        ASSERT_EQ(w.buf.len, 0U);
+        a.truncated = b.truncated = true;
+        ASSERT_EQ(e2b_fs_watch_diff(&a, &b, "", &w), 4);
+        text = messages(&w);
+        ASSERT_STREQ(text, "0 {\"filesystem\":{\"name\":\"t/a/x\",\"type\":\"EVENT_TYPE_WRITE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"t/kind\",\"type\":\"EVENT_TYPE_REMOVE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"t/kind\",\"type\":\"EVENT_TYPE_CREATE\"}}\n"
+                           "0 {\"filesystem\":{\"name\":\"t/mode\",\"type\":\"EVENT_TYPE_CHMOD\"}}\n");
+        free(TAKE_PTR(text));
+        /* Only the new one cut: what it lacks may be past the cut, what it has that the old lacks is new. */
+        a.truncated = false;
+        ASSERT_EQ(e2b_fs_watch_diff(&a, &b, "t", &w), 7);
+        json_writer_done(&w);
+        free(TAKE_PTR(text));
+
+        ASSERT_EQ(connect_end_stream_append(&w, NULL, NULL), 0);
+        ASSERT_EQ(connect_end_stream_append(&w, "not_found", "gone"), 0);
+        text = messages(&w);
+        ASSERT_STREQ(text, "2 {}\n2 {\"error\":{\"code\":\"not_found\",\"message\":\"gone\"}}\n");
+        printf("ok - watch diff\n");
+}
+
 int main(void) {
         test_paths();
         test_permissions();
         test_timestamps();
         test_entry();
         test_connect();
+        test_watch_diff();
         return 0;
 }
