@@ -77,6 +77,10 @@ const HttpRoute http_e2b_routes[] = {
 #define E2B_SANDBOX_RAW_ROUTE (HTTP_ROUTE_E2B_TOKEN | HTTP_ROUTE_RAW_BODY)
 #define E2B_SANDBOX_PATH_ROUTE (E2B_SANDBOX_JSON_ROUTE | HTTP_ROUTE_PATH_ARG)
 
+/* envd's filesystem RPCs (http-e2b-fs.h): Connect calls whose bodies the handler reads. */
+#define E2B_FS_ROUTE(method, handler) \
+        { "POST", E2B_FS method, E2B_SANDBOX_RAW_ROUTE, handler, http_e2b_fs_body_max }
+
 /* A sandbox's traffic (E2b-Sandbox-Id). */
 const HttpRoute http_e2b_sandbox_routes[] = {
         { "GET",    "/health",             E2B_SANDBOX_ROUTE,      http_e2b_health          },
@@ -88,15 +92,15 @@ const HttpRoute http_e2b_sandbox_routes[] = {
         { "DELETE", "/contexts/",          E2B_SANDBOX_PATH_ROUTE, http_e2b_contexts_refuse },
         { "POST",   "/contexts/*/restart", E2B_SANDBOX_PATH_ROUTE, http_e2b_context_restart },
         /* envd's filesystem RPCs (http-e2b-fs.c): Connect, bodies read there. */
-        { "POST",   E2B_FS "Stat",             E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_stat         },
-        { "POST",   E2B_FS "ListDir",          E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_list_dir     },
-        { "POST",   E2B_FS "MakeDir",          E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_make_dir     },
-        { "POST",   E2B_FS "Move",             E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_move         },
-        { "POST",   E2B_FS "Remove",           E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_remove       },
-        { "POST",   E2B_FS "WatchDir",         E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watch_dir    },
-        { "POST",   E2B_FS "CreateWatcher",    E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watcher      },
-        { "POST",   E2B_FS "GetWatcherEvents", E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watcher      },
-        { "POST",   E2B_FS "RemoveWatcher",    E2B_SANDBOX_RAW_ROUTE,  http_e2b_fs_watcher      },
+        E2B_FS_ROUTE("Stat", http_e2b_fs_stat),
+        E2B_FS_ROUTE("ListDir", http_e2b_fs_list_dir),
+        E2B_FS_ROUTE("MakeDir", http_e2b_fs_make_dir),
+        E2B_FS_ROUTE("Move", http_e2b_fs_move),
+        E2B_FS_ROUTE("Remove", http_e2b_fs_remove),
+        E2B_FS_ROUTE("WatchDir", http_e2b_fs_watch_dir),
+        E2B_FS_ROUTE("CreateWatcher", http_e2b_fs_watcher),
+        E2B_FS_ROUTE("GetWatcherEvents", http_e2b_fs_watcher),
+        E2B_FS_ROUTE("RemoveWatcher", http_e2b_fs_watcher),
         {}
 };
 

@@ -433,6 +433,10 @@ static int e2b_fs_handle(HttpRequest *req, E2bFsOp op) {
         return http_request_call(req, m, bus_timeout_files_usec(&req->server->config), e2b_fs_on_reply);
 }
 
+uint64_t http_e2b_fs_body_max(const Config *config) {
+        return E2B_FS_BODY_MAX;
+}
+
 int http_e2b_fs_stat(HttpRequest *req) {
         return e2b_fs_handle(req, E2B_FS_STAT);
 }

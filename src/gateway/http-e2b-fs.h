@@ -9,6 +9,10 @@
 
 /* The prefix of their paths: POST /filesystem.Filesystem/<method>. */
 #define E2B_FS "/filesystem.Filesystem/"
+/* Their requests name a path or two: no more than this is read. */
+#define E2B_FS_BODY_MAX (64U * 1024U)
+
+uint64_t http_e2b_fs_body_max(const Config *config);
 
 int http_e2b_fs_stat(HttpRequest *req);
 int http_e2b_fs_list_dir(HttpRequest *req);

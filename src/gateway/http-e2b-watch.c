@@ -123,6 +123,12 @@ static ssize_t e2b_watch_read(void *userdata, uint64_t pos, char *buf, size_t ma
                 w->out_sent += n;
                 if (w->out_sent == w->out.buf.len)
                         w->out.buf.len = w->out_sent = 0;
+                else if (w->out_sent >= E2B_WATCH_BUFFER_MAX / 4) {
+                        /* What was sent goes: the buffer holds what waits, not what went. */
+                        memmove(w->out.buf.s, w->out.buf.s + w->out_sent, e2b_watch_unsent(w));
+                        w->out.buf.len -= w->out_sent;
+                        w->out_sent = 0;
+                }
                 return (ssize_t) n;
         }
         if (w->finished)

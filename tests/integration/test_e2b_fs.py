@@ -167,6 +167,8 @@ def test_the_wire(sandboxes):
     connect_error(rpc(sid, "Stat", [], token), 400, "invalid_argument")
     connect_error(rpc(sid, "Stat", {"path": "a" * 5000}, token), 400, "invalid_argument")
     connect_error(rpc(sid, "ListDir", {"path": "", "depth": -1}, token), 400, "invalid_argument")
+    # A body far beyond two paths is not read (64 KiB).
+    assert rpc(sid, "Stat", {"path": "a/" * 40000}, token).status == 413
     connect_error(rpc(sid, "Stat", {"path": "x"}, token, content_type="application/proto"), 415,
                   "invalid_argument")
     connect_error(rpc(sid, "Stat", {"path": "x"}, token, headers={"Authorization": "Basic cm9vdDo="}), 401,
