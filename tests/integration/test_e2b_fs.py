@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 from conftest import Response
-from e2b_sdk import E2B_URL, ENVD_PORT, JUPYTER_PORT, sandboxes  # noqa: F401 (fixture)
+from e2b_sdk import E2B_URL, ENVD_PORT, JUPYTER_PORT, V1, sandboxes  # noqa: F401 (fixture)
 
 FS = "/filesystem.Filesystem/"
 
@@ -61,13 +61,8 @@ def connect_error(r, status, code):
 def test_files_list_stat_mkdir_rename_remove(sandboxes):
     out = sandboxes.run("fs.mjs", {"package": "@e2b/code-interpreter"}, timeout=180)
     assert "fatal" not in out, out
+    check_basic_calls(out)
 
-    # makeDir: true, then false (already_exists); on a file, InvalidArgumentError.
-    assert out["makeDir"]["value"] is True and out["makeDirAgain"]["value"] is False, out
-    assert out["makeDirOnFile"]["error"]["name"] == "InvalidArgumentError", out
-    # exists: a file, a directory by "~", nothing, nothing below a file.
-    assert [out[k]["value"] for k in ("exists", "existsDir", "existsNot", "existsUnderFile")] == [
-        True, True, False, False], out
     # getInfo: every field the SDK maps, as envd fills them.
     info = out["info"]["value"]
     assert {k: info[k] for k in ("name", "type", "path", "size", "mode", "permissions", "owner", "group")} == {
@@ -79,25 +74,16 @@ def test_files_list_stat_mkdir_rename_remove(sandboxes):
     assert out["infoDir"]["value"]["path"] == "/workspace/t/sub" and out["infoDir"]["value"]["type"] == "dir", out
     assert out["infoDir"]["value"]["permissions"] == "drwxr-xr-x", out
     assert out["infoHome"]["value"]["path"] == "/home/user" and out["infoHome"]["value"]["type"] == "dir", out
-    assert out["infoMissing"]["error"]["name"] == "FileNotFoundError", out
-    # list: one level by default, sorted by name; depth 3 down to the grandchildren; the root left out.
-    assert out["list"]["value"] == ["a.txt", "sub"], out
-    assert out["listDeep"]["value"] == ["/home/user/t/a.txt", "/home/user/t/sub", "/home/user/t/sub/deep"], out
+    # list: one level by default, sorted by name (above); the types and sizes of the entries.
     assert [e["type"] for e in out["listEntries"]["value"]] == ["file", "dir"], out
     assert out["listEntries"]["value"][0]["size"] == 5, out
     assert out["listDepth0"]["error"]["name"] == "InvalidArgumentError", out
-    assert out["listFile"]["error"]["name"] == "InvalidArgumentError", out
     assert out["listMissing"]["error"]["name"] == "FileNotFoundError", out
-    # rename: the destination's entry; its parents made; a missing source is FileNotFoundError.
-    assert out["rename"]["value"]["path"] == "/home/user/t/sub/b.txt" and out["rename"]["value"]["size"] == 5, out
-    assert out["renameMissing"]["error"]["name"] == "FileNotFoundError", out
+    # rename: the destination's entry; its parents made.
+    assert out["rename"]["value"]["size"] == 5, out
     assert out["renameAcross"]["value"]["path"] == "/home/user/moved/c.txt", out
     # The code of the sandbox sees what the API did.
     assert out["seen"]["value"] == ["hello", ["deep"], True], out
-    # remove: a directory with what it holds; a path that never was is no error (envd's RemoveAll).
-    assert "error" not in out["remove"] and "error" not in out["removeMissing"], out
-    assert out["afterRemove"]["value"] is False, out
-    assert out["removeRoot"]["error"]["name"] == "InvalidArgumentError", out
 
     # Links a process of the sandbox made: reported as links, with their text, never followed out.
     assert out["setup"]["value"] == "4000", out
@@ -132,6 +118,31 @@ def test_files_list_stat_mkdir_rename_remove(sandboxes):
     # Another user; a killed sandbox.
     assert out["root"]["error"]["name"] == "AuthenticationError", out
     assert out["afterKill"]["error"]["name"] == "TimeoutError", out
+
+
+def check_basic_calls(out):
+    """What files.list/exists/getInfo/makeDir/rename/remove answer, with any SDK version."""
+    assert out["makeDir"]["value"] is True and out["makeDirAgain"]["value"] is False, out
+    assert out["makeDirOnFile"]["error"]["name"] == "InvalidArgumentError", out
+    assert [out[k]["value"] for k in ("exists", "existsDir", "existsNot", "existsUnderFile")] == [
+        True, True, False, False], out
+    assert out["info"]["value"]["path"] == "/home/user/t/a.txt" and out["info"]["value"]["size"] == 5, out
+    assert out["infoMissing"]["error"]["name"] == "FileNotFoundError", out
+    assert out["list"]["value"] == ["a.txt", "sub"], out
+    assert out["listDeep"]["value"] == ["/home/user/t/a.txt", "/home/user/t/sub", "/home/user/t/sub/deep"], out
+    assert out["listFile"]["error"]["name"] == "InvalidArgumentError", out
+    assert out["rename"]["value"]["path"] == "/home/user/t/sub/b.txt", out
+    assert out["renameMissing"]["error"]["name"] == "FileNotFoundError", out
+    assert "error" not in out["remove"] and "error" not in out["removeMissing"], out
+    assert out["afterRemove"]["value"] is False, out
+    assert out["removeRoot"]["error"]["name"] == "InvalidArgumentError", out
+
+
+def test_files_calls_of_the_v1_sdk(sandboxes):
+    """e2b@2.50.0 (POST /sandboxes) speaks the same RPCs."""
+    out = sandboxes.run("fs.mjs", {"basic": True}, version=V1, timeout=120)
+    assert "fatal" not in out, out
+    check_basic_calls(out)
 
 
 def test_the_wire(sandboxes):
