@@ -363,7 +363,8 @@ int http_e2b_fs_watch_dir(HttpRequest *req) {
         *w = (E2bWatch) { .n_ref = 1, .req = req, .server = req->server, .depth = 1 };
         memcpy(w->id, id, sizeof(w->id));
         /* envd's recursive watch: every level below, as far as a listing goes. */
-        if (json_object_object_get_ex(o, "recursive", &v) && json_object_get_boolean(v))
+        if (json_object_object_get_ex(o, "recursive", &v) && json_object_is_type(v, json_type_boolean) &&
+            json_object_get_boolean(v))
                 w->depth = E2B_WATCH_RECURSIVE_DEPTH;
         w->prefix = TAKE_PTR(rel);
         w->ws = e2b_fs_path_show(WORKSPACE_PATH, w->prefix);
