@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "connect-rpc.h"
 #include "e2b-fs.h"
 #include "macro.h"
 #include "path-util.h"
@@ -167,75 +168,6 @@ int e2b_fs_entry_append(JsonWriter *w, const E2bFsEntry *e, const char *root) {
         return json_writer_append_str(w, "}");
 }
 
-/* The Connect protocol's codes and the status of a unary call that fails with each. */
-static const struct {
-        const char *code;
-        unsigned status;
-} connect_codes[] = {
-        { "canceled", 499 },
-        { "unknown", 500 },
-        { "invalid_argument", 400 },
-        { "deadline_exceeded", 504 },
-        { "not_found", 404 },
-        { "already_exists", 409 },
-        { "permission_denied", 403 },
-        { "resource_exhausted", 429 },
-        { "failed_precondition", 400 },
-        { "aborted", 409 },
-        { "out_of_range", 400 },
-        { "unimplemented", 501 },
-        { "internal", 500 },
-        { "unavailable", 503 },
-        { "data_loss", 500 },
-        { "unauthenticated", 401 },
-};
-
-unsigned connect_code_http_status(const char *code) {
-        for (size_t i = 0; i < ELEMENTSOF(connect_codes); i++)
-                if (streq(code, connect_codes[i].code))
-                        return connect_codes[i].status;
-        return 500;
-}
-
-int connect_error_append(JsonWriter *w, const char *code, const char *message) {
-        (void) json_writer_appendf(w, "{\"code\":\"%s\",\"message\":", code);
-        (void) json_writer_append_string_lossy(w, message, strlen(message));
-        return json_writer_append_str(w, "}");
-}
-
-int connect_envelope_begin(JsonWriter *w, size_t *ret_at) {
-        *ret_at = w->buf.len;
-        return json_writer_append(w, "\0\0\0\0\0", 5);
-}
-
-int connect_envelope_end(JsonWriter *w, size_t at, uint8_t flags) {
-        size_t n;
-        int r = json_writer_error(w);
-
-        if (r < 0)
-                return r;
-        n = w->buf.len - at - 5;
-        if (n > UINT32_MAX)
-                return -E2BIG;
-        w->buf.s[at] = (char) flags;
-        for (unsigned i = 0; i < 4; i++)
-                w->buf.s[at + 1 + i] = (char) ((n >> (8 * (3 - i))) & 0xff);
-        return 0;
-}
-
-int connect_end_stream_append(JsonWriter *w, const char *code, const char *message) {
-        size_t at;
-
-        (void) connect_envelope_begin(w, &at);
-        if (code) {
-                (void) json_writer_append_str(w, "{\"error\":");
-                (void) connect_error_append(w, code, message);
-                (void) json_writer_append_str(w, "}");
-        } else
-                (void) json_writer_append_str(w, "{}");
-        return connect_envelope_end(w, at, CONNECT_END_STREAM);
-}
-
 void e2b_fs_snapshot_done(E2bFsSnapshot *s) {
         for (size_t i = 0; i < s->n; i++)
                 free(s->items[i].path);
@@ -277,14 +209,14 @@ void e2b_fs_snapshot_sort(E2bFsSnapshot *s) {
 
 /* One message {"filesystem":{"name":...,"type":"EVENT_TYPE_<type>"}} in its envelope. */
 static int e2b_fs_event_append(JsonWriter *w, const char *prefix, const char *path, const char *type) {
+        _cleanup_(json_writer_done) JsonWriter m = {};
         const char *name = path + strlen(prefix) + (*prefix ? 1 : 0);
-        size_t at;
+        int r;
 
-        (void) connect_envelope_begin(w, &at);
-        (void) json_writer_append_str(w, "{\"filesystem\":{\"name\":");
-        (void) json_writer_append_string_lossy(w, name, strlen(name));
-        (void) json_writer_appendf(w, ",\"type\":\"EVENT_TYPE_%s\"}}", type);
-        return connect_envelope_end(w, at, 0);
+        (void) json_writer_append_str(&m, "{\"filesystem\":{\"name\":");
+        (void) json_writer_append_string_lossy(&m, name, strlen(name));
+        r = json_writer_appendf(&m, ",\"type\":\"EVENT_TYPE_%s\"}}", type);
+        return r < 0 ? r : connect_envelope_append(w, 0, m.buf.s, m.buf.len);
 }
 
 static int e2b_fs_event_created(JsonWriter *w, const char *prefix, const E2bFsSeen *e) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The wire forms of envd's filesystem RPCs (docs/e2b.md "Files"), apart from any request: a path as
  * the SDK names it turned into the workspace's, an entry in EntryInfo's protobuf-JSON form, and the
- * Connect protocol's error codes with the HTTP status a unary call answers them with. */
+ * events of a watch between two looks at a directory. */
 #pragma once
 
 #include <stdbool.h>
@@ -46,21 +46,6 @@ int e2b_fs_timestamp(int64_t nsec, char ret[static 40]);
  * "modifiedTime", "symlinkTarget" if any), the entry shown under 'root'. */
 int e2b_fs_entry_append(JsonWriter *w, const E2bFsEntry *e, const char *root);
 
-/* The HTTP status of a unary call's Connect error code ("not_found": 404); 500 for codes it does
- * not know. */
-unsigned connect_code_http_status(const char *code);
-
-/* The body of a Connect error, {"code":...,"message":...}. */
-int connect_error_append(JsonWriter *w, const char *code, const char *message);
-
-/* Connect's envelopes of a streaming call: flags, a 4-byte big-endian length, the message. Begin
- * writes the five bytes of the head and returns where it is; end fills it in. */
-#define CONNECT_END_STREAM 0x02
-int connect_envelope_begin(JsonWriter *w, size_t *ret_at);
-int connect_envelope_end(JsonWriter *w, size_t at, uint8_t flags);
-/* The end of a stream: {} or {"error":{"code":...,"message":...}} when 'code' is not NULL. */
-int connect_end_stream_append(JsonWriter *w, const char *code, const char *message);
-
 /* What a watch (WatchDir) knows of a directory between two looks: its entries, sorted by path. */
 typedef struct E2bFsSeen {
         char *path; /* relative to the workspace */
@@ -81,9 +66,10 @@ int e2b_fs_snapshot_add(E2bFsSnapshot *s, const E2bFsEntry *e);
 /* Sorts it by path, as the comparison of two snapshots needs. */
 void e2b_fs_snapshot_sort(E2bFsSnapshot *s);
 
-/* The events that lead from 'old' to 'new' (both sorted), as envd's WatchDir messages, each in an
- * envelope: CREATE (and WRITE for a file that has bytes), REMOVE, WRITE (a file's size or time
- * changed), CHMOD, REMOVE then CREATE for an entry that changed its type. Names are relative to
- * the watched directory 'prefix' (relative to the workspace). Where a snapshot was cut, entries
- * it lacks are neither created nor removed. Returns the number of events, or < 0. */
+/* The events that lead from 'old' to 'new' (both sorted), as envd's WatchDir messages, each in a
+ * Connect envelope (connect-rpc.h): CREATE (and WRITE for a file that has bytes), REMOVE, WRITE
+ * (a file's size or time changed), CHMOD, REMOVE then CREATE for an entry that changed its type.
+ * Names are relative to the watched directory 'prefix' (relative to the workspace). Where a
+ * snapshot was cut, entries it lacks are neither created nor removed. Returns the number of
+ * events, or < 0. */
 int e2b_fs_watch_diff(const E2bFsSnapshot *old, const E2bFsSnapshot *new, const char *prefix, JsonWriter *w);

@@ -18,6 +18,7 @@
 #include "bus-util.h"
 #include "gateway-auth.h"
 #include "e2b-token.h"
+#include "e2b-process.h"
 #include "gateway-server.h"
 #include "http-connection.h"
 #include "http-header-check.h"
@@ -382,6 +383,8 @@ Server *server_free(Server *s) {
         }
         assert(!s->requests);
         assert(!s->connections);
+        /* No client is connected to a process any more: their calls are cancelled. */
+        e2b_process_free_all(s);
 
         server_free_agents(s);
         peer_watch_done(&s->manager_watch);

@@ -181,6 +181,11 @@ struct Server {
         RateLimit warning_ratelimit;   /* for warnings clients can provoke (bus failures) */
         RateLimit cut_ratelimit;       /* for the notices of connections cut off */
 
+        /* The E2B API's processes (e2b-process.h), the newest first, and the last pid given. */
+        struct E2bProcess *e2b_processes;
+        unsigned n_e2b_processes;
+        uint32_t e2b_last_pid;
+
         sd_event_source *status_event_source;
         uint64_t status_sent_usec;
         bool ready;

@@ -91,6 +91,15 @@ const HttpRoute http_e2b_sandbox_routes[] = {
         { "POST",   "/contexts",           E2B_SANDBOX_JSON_ROUTE, http_e2b_contexts_refuse },
         { "DELETE", "/contexts/",          E2B_SANDBOX_PATH_ROUTE, http_e2b_contexts_refuse },
         { "POST",   "/contexts/*/restart", E2B_SANDBOX_PATH_ROUTE, http_e2b_context_restart },
+        /* envd's process RPCs (Connect): the streaming ones take their envelope as it came. */
+        { "POST",   "/process.Process/Start",       E2B_SANDBOX_RAW_ROUTE,  http_e2b_process_start         },
+        { "POST",   "/process.Process/Connect",     E2B_SANDBOX_RAW_ROUTE,  http_e2b_process_connect       },
+        { "POST",   "/process.Process/List",        E2B_SANDBOX_JSON_ROUTE, http_e2b_process_list          },
+        { "POST",   "/process.Process/SendSignal",  E2B_SANDBOX_JSON_ROUTE, http_e2b_process_signal        },
+        { "POST",   "/process.Process/SendInput",   E2B_SANDBOX_JSON_ROUTE, http_e2b_process_input         },
+        { "POST",   "/process.Process/CloseStdin",  E2B_SANDBOX_JSON_ROUTE, http_e2b_process_close_stdin   },
+        { "POST",   "/process.Process/Update",      E2B_SANDBOX_JSON_ROUTE, http_e2b_process_unimplemented },
+        { "POST",   "/process.Process/StreamInput", E2B_SANDBOX_RAW_ROUTE,  http_e2b_process_unimplemented },
         /* envd's filesystem RPCs (http-e2b-fs.c): Connect, bodies read there. */
         E2B_FS_ROUTE("Stat", http_e2b_fs_stat),
         E2B_FS_ROUTE("ListDir", http_e2b_fs_list_dir),

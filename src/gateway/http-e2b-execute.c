@@ -12,6 +12,7 @@
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "exec-command.h"
 #include "exec-reply.h"
 #include "http-e2b.h"
 #include "http-exec-stream.h"
@@ -205,43 +206,45 @@ static int e2b_execute_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return exec_stream_finish_text(x->stream, w.buf.s, w.buf.len);
 }
 
-/* POST /execute {"code", "context_id"?, "language"?, "env_vars"?}. */
-int http_e2b_execute(HttpRequest *req) {
+/* The cell as the kernel takes it: with the variables of the sandbox (its create's envVars), then
+ * the cell's own (env_vars), as an environment block before the code (docs/dbus-api.md "Exec":
+ * the kernel sets them for the cell and puts the environment back after it). */
+static int e2b_cell_code(json_object *code, json_object *sandbox_envs, json_object *cell_envs) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        int r = 0;
+
+        if (sandbox_envs || cell_envs) {
+                r = json_writer_append(&w, KERNEL_ENV_MAGIC, sizeof(KERNEL_ENV_MAGIC));
+                if (r >= 0)
+                        r = e2b_envs_pack(&w, sandbox_envs);
+                if (r >= 0)
+                        r = e2b_envs_pack(&w, cell_envs);
+                if (r >= 0)
+                        r = json_writer_append(&w, "", 1);
+        }
+        if (r >= 0)
+                r = json_writer_append(&w, json_object_get_string(code),
+                                       (size_t) json_object_get_string_len(code));
+        if (r < 0)
+                return r;
+        return memfd_new_data("scopebox-exec-code", w.buf.s, w.buf.len);
+}
+
+static int e2b_execute_running(HttpRequest *req) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        _cleanup_json_ json_object *sandbox_envs = NULL;
         _cleanup_close_ int fd = -EBADF, stream_fd = -EBADF;
         _cleanup_(exec_sse_unrefp) ExecSse *stream = NULL;
         const Config *c = &req->server->config;
-        char id[SESSION_ID_LEN + 1];
-        json_object *code, *v;
+        json_object *code, *envs = NULL;
         E2bExecute *x;
         int r;
 
-        r = e2b_sandbox_of(req, E2B_PORT_JUPYTER, id);
-        if (r <= 0)
-                return r;
-        if (!req->json || !json_object_is_type(req->json, json_type_object) ||
-            !json_object_object_get_ex(req->json, "code", &code) ||
-            !json_object_is_type(code, json_type_string))
-                return e2b_reply_text(req, HTTP_BAD_REQUEST, "code must be a string");
-        if (json_object_object_get_ex(req->json, "language", &v) && v &&
-            !(json_object_is_type(v, json_type_string) &&
-              (streq(json_object_get_string(v), "python") || streq(json_object_get_string(v), ""))))
-                return e2b_reply_text(req, HTTP_BAD_REQUEST,
-                                      "only python is served (docs/e2b.md): no other language context");
-        if (json_object_object_get_ex(req->json, "context_id", &v) && v &&
-            !(json_object_is_type(v, json_type_string) &&
-              streq(json_object_get_string(v), E2B_CONTEXT_DEFAULT)))
-                return e2b_reply_text(req, HTTP_NOT_FOUND, "context not found");
-        if (json_object_object_get_ex(req->json, "env_vars", &v) && v &&
-            (!json_object_is_type(v, json_type_object) || json_object_object_length(v) > 0))
-                return e2b_reply_text(
-                        req, HTTP_BAD_REQUEST,
-                        "env_vars are not supported by this scopebox version yet (docs/e2b.md)");
-        if ((uint64_t) json_object_get_string_len(code) > c->max_code_bytes)
-                return e2b_reply_text(req, HTTP_PAYLOAD_TOO_LARGE, "code too large");
-
-        fd = memfd_new_data("scopebox-exec-code", json_object_get_string(code),
-                            (size_t) json_object_get_string_len(code));
+        (void) e2b_if_running_take(req, &sandbox_envs);
+        (void) json_object_object_get_ex(req->json, "code", &code);
+        if (!json_object_object_get_ex(req->json, "env_vars", &envs) || json_object_object_length(envs) == 0)
+                envs = NULL;
+        fd = e2b_cell_code(code, sandbox_envs, envs);
         if (fd < 0)
                 return fd;
         r = exec_stream_new(req, &e2b_execute_format, &stream, &stream_fd);
@@ -252,7 +255,7 @@ int http_e2b_execute(HttpRequest *req) {
          * limit, its clients give up on their own. */
         r = session_manager_new_call(req->server->bus, "Exec", &m);
         if (r >= 0)
-                r = sd_bus_message_append(m, "sh", id, fd);
+                r = sd_bus_message_append(m, "sh", req->session_id, fd);
         if (r >= 0)
                 r = sd_bus_message_open_container(m, 'a', "{sv}");
         if (r >= 0)
@@ -271,6 +274,35 @@ int http_e2b_execute(HttpRequest *req) {
         /* A client that hangs up ends the cell (docs/e2b.md). */
         return http_request_call_until_hangup(req, m, bus_timeout_exec_usec(c, x->timeout_ms),
                                               e2b_execute_on_reply);
+}
+
+/* POST /execute {"code", "context_id"?, "language"?, "env_vars"?}: checked now, run once the
+ * sandbox is known to run (its record has its environment). */
+int http_e2b_execute(HttpRequest *req) {
+        const Config *c = &req->server->config;
+        json_object *code, *v;
+
+        if (!req->json || !json_object_is_type(req->json, json_type_object) ||
+            !json_object_object_get_ex(req->json, "code", &code) ||
+            !json_object_is_type(code, json_type_string))
+                return e2b_reply_text(req, HTTP_BAD_REQUEST, "code must be a string");
+        if (json_object_object_get_ex(req->json, "language", &v) && v &&
+            !(json_object_is_type(v, json_type_string) &&
+              (streq(json_object_get_string(v), "python") || streq(json_object_get_string(v), ""))))
+                return e2b_reply_text(req, HTTP_BAD_REQUEST,
+                                      "only python is served (docs/e2b.md): no other language context");
+        if (json_object_object_get_ex(req->json, "context_id", &v) && v &&
+            !(json_object_is_type(v, json_type_string) &&
+              streq(json_object_get_string(v), E2B_CONTEXT_DEFAULT)))
+                return e2b_reply_text(req, HTTP_NOT_FOUND, "context not found");
+        if (json_object_object_get_ex(req->json, "env_vars", &v) && v &&
+            !e2b_envs_valid(v, KERNEL_ENV_MAX - E2B_MAP_ENTRIES_MAX))
+                return e2b_reply_text(
+                        req, HTTP_BAD_REQUEST,
+                        "env_vars must be an object of strings without NUL, names without '='");
+        if ((uint64_t) json_object_get_string_len(code) > c->max_code_bytes)
+                return e2b_reply_text(req, HTTP_PAYLOAD_TOO_LARGE, "code too large");
+        return e2b_if_running(req, E2B_PORT_JUPYTER, e2b_execute_running);
 }
 
 /* ---- contexts: one per sandbox, its kernel ---- */

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base64.h"
 #include "bus-client.h"
 #include "bus-util.h"
+#include "connect-rpc.h"
 #include "e2b-fs.h"
 #include "http-e2b-fs.h"
 #include "http-e2b.h"
@@ -74,8 +74,6 @@ int e2b_fs_reply_error(HttpRequest *req, unsigned status, const char *code, cons
         _cleanup_(json_writer_done) JsonWriter w = {};
         HttpResponse *resp = NULL;
         char message[512];
-        size_t size;
-        char *body;
         int r;
 
         (void) snprintf(message, sizeof(message), "%s%s%s", before,
@@ -86,30 +84,21 @@ int e2b_fs_reply_error(HttpRequest *req, unsigned status, const char *code, cons
         if (e2b_fs_streaming(req))
                 r = connect_end_stream_append(&w, code, message);
         else
-                r = connect_error_append(&w, code, message);
+                r = connect_error_json(&w, code, message);
         if (r < 0)
                 return r;
-        body = json_writer_steal(&w, &size);
-        if (!body)
-                return -ENOMEM;
         if (e2b_fs_streaming(req))
                 status = HTTP_OK;
-        r = http_response_new_take(status ?: connect_code_http_status(code), body, size, &resp);
+        r = http_response_new_writer(status ?: connect_code_http_status(code), &w, &resp);
         if (r >= 0 && e2b_fs_streaming(req))
-                resp->content_type = "application/connect+json";
+                resp->content_type = CONNECT_STREAM_CONTENT_TYPE;
         return http_request_reply_made(req, r, resp);
 }
 
 static int e2b_fs_reply_body(HttpRequest *req, JsonWriter *w) {
         HttpResponse *resp = NULL;
-        size_t size;
-        char *body;
-        int r;
+        int r = http_response_new_writer(HTTP_OK, w, &resp);
 
-        body = json_writer_steal(w, &size);
-        if (!body)
-                return -ENOMEM;
-        r = http_response_new_take(HTTP_OK, body, size, &resp);
         return http_request_reply_made(req, r, resp);
 }
 
@@ -118,8 +107,6 @@ static int e2b_fs_response_bus_error(const sd_bus_error *e, HttpResponse **ret, 
         _cleanup_(json_writer_done) JsonWriter w = {};
         const char *message, *code;
         unsigned status;
-        size_t size;
-        char *body;
         int r;
 
         http_bus_error_describe(e, false, &status, &message, ret_internal);
@@ -129,13 +116,10 @@ static int e2b_fs_response_bus_error(const sd_bus_error *e, HttpResponse **ret, 
                : status == HTTP_BAD_REQUEST       ? "invalid_argument"
                : status == HTTP_PAYLOAD_TOO_LARGE ? "resource_exhausted"
                                                   : "internal";
-        r = connect_error_append(&w, code, message);
+        r = connect_error_json(&w, code, message);
         if (r < 0)
                 return r;
-        body = json_writer_steal(&w, &size);
-        if (!body)
-                return -ENOMEM;
-        r = http_response_new_take(connect_code_http_status(code), body, size, ret);
+        r = http_response_new_writer(connect_code_http_status(code), &w, ret);
         if (r >= 0 && (status == HTTP_SERVICE_UNAVAILABLE || status == HTTP_TOO_MANY_REQUESTS))
                 (*ret)->retry_after = "1";
         return r;
@@ -173,32 +157,22 @@ static int e2b_fs_call_error(HttpRequest *req, const sd_bus_error *e) {
  * "user", the one user of a sandbox. 1 if fine, 0 when a 401 was prepared. */
 static int e2b_fs_check_user(HttpRequest *req) {
         const HttpRequestHeaders *h = &req->headers;
-        _cleanup_free_ void *decoded = NULL;
-        const char *v = h->authorization;
-        size_t n = h->authorization_size, size = 0;
         char user[64];
 
         if (h->n_authorization == 0)
                 return 1;
-        if (h->n_authorization == 1 && n > 6 && strncasecmp(v, "Basic ", 6) == 0 &&
-            base64_decode(v + 6, n - 6, &decoded, &size) >= 0) {
-                const char *colon = memchr(decoded, ':', size);
-                size_t l = colon ? (size_t) (colon - (const char *) decoded) : size;
-
-                if (l == 4 && memcmp(decoded, "user", 4) == 0)
-                        return 1;
-                if (l < sizeof(user) && !memchr(decoded, 0, l)) {
-                        memcpy(user, decoded, l);
-                        user[l] = 0;
-                        return e2b_fs_reply_error(req, 0, "unauthenticated", "invalid username: '", user,
-                                                  "' (a scopebox sandbox has one user, 'user')");
-                }
-        }
-        return e2b_fs_reply_error(req, 0, "unauthenticated", "invalid Authorization header", NULL, NULL);
+        if (h->n_authorization > 1 ||
+            connect_basic_user(h->authorization, h->authorization_size, user, sizeof(user)) < 0)
+                return e2b_fs_reply_error(req, 0, "unauthenticated", "invalid Authorization header", NULL,
+                                          NULL);
+        if (streq(user, "user"))
+                return 1;
+        return e2b_fs_reply_error(req, 0, "unauthenticated", "invalid username: '", user,
+                                  "' (a scopebox sandbox has one user, 'user')");
 }
 
-/* The sandbox, the user and the body of a unary call: 1 with the body's object (owned), 0 when an
- * answer was prepared. */
+/* The sandbox, the user and the body of a call (WatchDir: one envelope): 1 with the body's object
+ * (owned), 0 when an answer was prepared. */
 int e2b_fs_begin(HttpRequest *req, char id[static SESSION_ID_LEN + 1], json_object **ret) {
         const char *type = req->headers.content_type, *want = "application/json", *body = req->body;
         size_t size = req->body_size;
@@ -211,23 +185,15 @@ int e2b_fs_begin(HttpRequest *req, char id[static SESSION_ID_LEN + 1], json_obje
                 return r;
         /* Calls in JSON only: a client that asks for protobuf learns it at once. */
         if (e2b_fs_streaming(req))
-                want = "application/connect+json";
+                want = CONNECT_STREAM_CONTENT_TYPE;
         if (!type || !(streq(type, want) || (startswith(type, want) && type[strlen(want)] == ';')))
                 return e2b_fs_reply_error(req, 415, "invalid_argument",
                                           "unsupported content type (scopebox serves Connect calls in JSON)",
                                           NULL, NULL);
         /* A stream's request is one envelope: flags 0 (no compression), its length, the message. */
-        if (e2b_fs_streaming(req)) {
-                const uint8_t *b = (const uint8_t *) body;
-
-                if (size < 5 || b[0] != 0 ||
-                    ((size_t) b[1] << 24 | (size_t) b[2] << 16 | (size_t) b[3] << 8 | b[4]) != size - 5)
-                        return e2b_fs_reply_error(req, 0, "invalid_argument",
-                                                  "the request must be one uncompressed envelope", NULL,
-                                                  NULL);
-                body += 5;
-                size -= 5;
-        }
+        if (e2b_fs_streaming(req) && connect_envelope_unwrap(req->body, req->body_size, &body, &size) < 0)
+                return e2b_fs_reply_error(req, 0, "invalid_argument",
+                                          "the request must be one uncompressed envelope", NULL, NULL);
         if (size == 0) {
                 *ret = json_object_new_object();
                 return *ret ? 1 : -ENOMEM;

@@ -15,6 +15,7 @@
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "connect-rpc.h"
 #include "e2b-fs.h"
 #include "http-e2b-fs.h"
 #include "http-e2b.h"
@@ -244,16 +245,14 @@ static int e2b_watch_call(E2bWatch *w, sd_bus_message_handler_t handler) {
 static int e2b_watch_on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         E2bWatch *w = userdata;
         uint64_t t = e2b_watch_now(w);
-        size_t at;
 
         if (w->deadline_usec > 0 && t >= w->deadline_usec) {
                 e2b_watch_finish(w, "deadline_exceeded", "the watch reached its timeout");
                 return 0;
         }
         if (t >= w->quiet_since_usec + w->keepalive_usec) {
-                (void) connect_envelope_begin(&w->out, &at);
-                (void) json_writer_append_str(&w->out, "{\"keepalive\":{}}");
-                (void) connect_envelope_end(&w->out, at, 0);
+                (void) connect_envelope_append(&w->out, 0, "{\"keepalive\":{}}",
+                                               strlen("{\"keepalive\":{}}"));
                 e2b_watch_wake(w);
         }
         /* A client that does not read gets no new looks until it does. */
@@ -285,7 +284,6 @@ static int e2b_watch_on_first(HttpRequest *req, sd_bus_message *reply) {
         E2bWatch *w = req->userdata;
         HttpResponse *resp = NULL;
         const char *code, *message = NULL;
-        size_t at;
         int r;
 
         if (e && sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
@@ -300,15 +298,13 @@ static int e2b_watch_on_first(HttpRequest *req, sd_bus_message *reply) {
         r = e2b_watch_read_listing(reply, &w->seen);
         if (r < 0)
                 return r;
-        (void) connect_envelope_begin(&w->out, &at);
-        (void) json_writer_append_str(&w->out, "{\"start\":{}}");
-        r = connect_envelope_end(&w->out, at, 0);
+        r = connect_envelope_append(&w->out, 0, "{\"start\":{}}", strlen("{\"start\":{}}"));
         if (r >= 0)
                 r = e2b_watch_arm(w);
         if (r < 0)
                 return r;
         w->n_ref++;
-        r = http_response_new_source(HTTP_OK, "application/connect+json",
+        r = http_response_new_source(HTTP_OK, CONNECT_STREAM_CONTENT_TYPE,
                                      &(HttpBodySource) { .read = e2b_watch_read,
                                                          .free = e2b_watch_release,
                                                          .userdata = w,

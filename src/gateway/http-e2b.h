@@ -4,6 +4,7 @@
 #pragma once
 
 #include "http-router.h"
+#include "json-writer.h"
 #include "id.h"
 
 #define E2B_SOCKET_NAME "e2b"
@@ -48,6 +49,13 @@ int http_e2b_files_post(HttpRequest *req);
 int http_e2b_contexts_list(HttpRequest *req);
 int http_e2b_contexts_refuse(HttpRequest *req);
 int http_e2b_context_restart(HttpRequest *req);
+int http_e2b_process_start(HttpRequest *req);
+int http_e2b_process_connect(HttpRequest *req);
+int http_e2b_process_list(HttpRequest *req);
+int http_e2b_process_signal(HttpRequest *req);
+int http_e2b_process_input(HttpRequest *req);
+int http_e2b_process_close_stdin(HttpRequest *req);
+int http_e2b_process_unimplemented(HttpRequest *req);
 
 /* The sandbox a request of its traffic names (E2b-Sandbox-Id, checked with its token by the
  * router), and whether the port named is 'port'. Returns 1 with the id, 0 when a 502 was prepared
@@ -56,5 +64,16 @@ int e2b_sandbox_of(HttpRequest *req, const char *port, char ret[static SESSION_I
 /* 'then' runs if the sandbox of the request's traffic runs (after e2b_sandbox_of(); GetRecord);
  * otherwise 502, or the call's failure. Takes the request's userdata. */
 int e2b_if_running(HttpRequest *req, const char *port, HttpHandler then);
+/* The same, keeping 'kept' (taken) for 'then', which takes it back with e2b_if_running_take() (and
+ * lets go of the request's userdata), with the sandbox's environment variables ("envVars" of its
+ * record, an object of strings, or NULL) if 'ret_envs'. */
+int e2b_if_running_keep(HttpRequest *req, const char *port, HttpHandler then, json_object *kept);
+json_object *e2b_if_running_take(HttpRequest *req, json_object **ret_envs);
 /* 502 "sandbox not running", in plain text. */
 int e2b_reply_not_running(HttpRequest *req);
+
+/* Environment variables as a client gives them (envVars, envs, env_vars): an object of at most
+ * 'max' strings without NUL whose names have no '=' (NULL is none). */
+bool e2b_envs_valid(json_object *envs, size_t max);
+/* Appends "NAME=value" NUL for each (exec-command.h's entries, the kernel's environment block). */
+int e2b_envs_pack(JsonWriter *w, json_object *envs);

@@ -418,6 +418,13 @@ void *http_request_new_userdata(HttpRequest *req, size_t size, void (*free_fn)(v
         return req->userdata;
 }
 
+void http_request_free_userdata(HttpRequest *req) {
+        if (req->userdata && req->userdata_free)
+                req->userdata_free(req->userdata);
+        req->userdata = NULL;
+        req->userdata_free = NULL;
+}
+
 /* The client of a suspended request with a hang-up pipe shut its socket down. The pipe's closing
  * tells the manager to cancel the call, and MHD gets the connection back to close it; the request
  * waits for the answer as an orphan (http_router_request_completed()). */

@@ -206,6 +206,8 @@ int http_request_call_until_hangup(HttpRequest *req, sd_bus_message *m, uint64_t
 /* Allocates the state the resource keeps between its handler and its reply handler (zeroed, for the
  * caller to fill at once), freed with 'free_fn' along with the request. NULL when out of memory. */
 void *http_request_new_userdata(HttpRequest *req, size_t size, void (*free_fn)(void *p));
+/* Lets go of the userdata (a continuation done with it, before the next takes its place). */
+void http_request_free_userdata(HttpRequest *req);
 /* Records the session a request is about, for the access log, right after the id's syntax check.
  * An id without this node's tag (SANDBOX_NODE_ID) marks the request foreign: http_request_call()
  * then answers NoSuchSession itself. Ignores invalid ids. */

@@ -65,11 +65,13 @@ static int param_value(const char *p, const char *end, size_t max, char **ret, c
         return 0;
 }
 
-/* The parameters "; key=value" of a header value from 'p': 'name' and 'filename' only. */
-static int parse_params(const char *p, const char *end, char **ret_name, char **ret_filename) {
+/* The parameters "; key=value" of a header value from 'p', each value at most 'max' bytes: those
+ * named in keys[] into values[] (NULL if absent), the others checked and skipped. */
+static int parse_params(const char *p, const char *end, const char *const *keys, char **values,
+                        size_t n_keys, size_t max) {
         while ((p = skip_blanks(p, end)) < end) {
                 const char *key, *eq;
-                char **dst, *value = NULL;
+                char **dst = NULL, *value = NULL;
                 int r;
 
                 if (*p != ';')
@@ -79,10 +81,11 @@ static int parse_params(const char *p, const char *end, char **ret_name, char **
                 eq = memchr(p, '=', (size_t) (end - p));
                 if (!eq)
                         return -EBADMSG;
-                dst = (size_t) (eq - key) == 4 && strncasecmp(key, "name", 4) == 0       ? ret_name
-                      : (size_t) (eq - key) == 8 && strncasecmp(key, "filename", 8) == 0 ? ret_filename
-                                                                                         : NULL;
-                r = param_value(eq + 1, end, MULTIPART_NAME_MAX, &value, &p);
+                for (size_t i = 0; i < n_keys; i++)
+                        if ((size_t) (eq - key) == strlen(keys[i]) &&
+                            strncasecmp(key, keys[i], strlen(keys[i])) == 0)
+                                dst = &values[i];
+                r = param_value(eq + 1, end, max, &value, &p);
                 if (r < 0)
                         return r;
                 if (dst && *dst) { /* the same parameter twice: which one counts is ambiguous */
@@ -99,28 +102,18 @@ static int parse_params(const char *p, const char *end, char **ret_name, char **
 
 int multipart_boundary(const char *content_type, char **ret) {
         static const char type[] = "multipart/form-data";
-        const char *p, *end, *b;
+        static const char *const keys[] = { "boundary" };
         char *v = NULL;
         int r;
 
         if (!content_type || strncasecmp(content_type, type, strlen(type)) != 0)
                 return -EINVAL;
-        end = content_type + strlen(content_type);
-        for (p = content_type + strlen(type);;) {
-                b = strcasestr(p, "boundary=");
-                if (!b)
-                        return -EINVAL;
-                /* A parameter's start, not the inside of another's value. */
-                if (b > content_type && (b[-1] == ';' || b[-1] == ' ' || b[-1] == '\t'))
-                        break;
-                p = b + 1;
-        }
-        r = param_value(b + strlen("boundary="), end, BOUNDARY_MAX, &v, &p);
-        if (r < 0)
-                return r == -E2BIG ? -EINVAL : r;
-        if (isempty(v)) {
+        /* Parameter by parameter: a "boundary=" inside another's quoted value is no boundary. */
+        r = parse_params(content_type + strlen(type), content_type + strlen(content_type), keys, &v, 1,
+                         BOUNDARY_MAX);
+        if (r < 0 || isempty(v)) {
                 free(v);
-                return -EINVAL;
+                return r == -ENOMEM ? r : -EINVAL;
         }
         *ret = v;
         return 0;
@@ -143,8 +136,14 @@ static int parse_part_headers(const char *p, const char *end, MultipartPart *par
                         if (disposition || (size_t) (eol - v) < strlen("form-data") ||
                             strncasecmp(v, "form-data", strlen("form-data")) != 0)
                                 return -EBADMSG;
+                        static const char *const keys[] = { "name", "filename" };
+                        char *values[2] = {};
+                        int r;
+
                         disposition = true;
-                        int r = parse_params(v + strlen("form-data"), eol, &part->name, &part->filename);
+                        r = parse_params(v + strlen("form-data"), eol, keys, values, 2, MULTIPART_NAME_MAX);
+                        part->name = values[0];
+                        part->filename = values[1];
                         if (r < 0)
                                 return r;
                 }

@@ -504,6 +504,7 @@ typedef struct ExecOptions {
         int hangup;
         int stream;
         int display;
+        int stdin_fd;
 } ExecOptions;
 
 static const BusDictField exec_options[] = {
@@ -513,6 +514,7 @@ static const BusDictField exec_options[] = {
         { "hangup",       'h', offsetof(ExecOptions, hangup)       },
         { "stream",       'h', offsetof(ExecOptions, stream)       },
         { "display",      'b', offsetof(ExecOptions, display)      },
+        { "stdin",        'h', offsetof(ExecOptions, stdin_fd)     },
         {}
 };
 
@@ -634,8 +636,8 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Manager *mgr = userdata;
         _cleanup_close_ int code_fd = -EBADF;
         _cleanup_(bus_call_freep) BusCall *c = NULL;
-        ExecOptions o = { .hangup = -EBADF, .stream = -EBADF };
-        ExecParameters p = { .stream_fd = -EBADF };
+        ExecOptions o = { .hangup = -EBADF, .stream = -EBADF, .stdin_fd = -EBADF };
+        ExecParameters p = { .stream_fd = -EBADF, .stdin_fd = -EBADF };
         const char *id;
         Session *s;
         int fd, r;
@@ -648,7 +650,8 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         r = bus_message_read_options(m, exec_options, &o, error);
         if (r < 0)
                 return r;
-        if (o.language && !streq(o.language, "python3"))
+        /* "command": the E2B API's processes (exec-command.h), run as the session's other execs. */
+        if (o.language && !streq(o.language, "python3") && !streq(o.language, "command"))
                 return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_UNSUPPORTED_LANGUAGE);
 
         r = take_code_fd(mgr, fd, &code_fd, error);
@@ -671,6 +674,18 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         if (o.display && (o.stream < 0 || !s->stateful))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
                                         "display needs a stateful session and a stream");
+        /* A command's stdin: the read end of a pipe, beside its stream. */
+        if (o.stdin_fd >= 0) {
+                if (!o.language || !streq(o.language, "command") || o.stream < 0)
+                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                                "stdin needs a command and a stream");
+                r = fd_is_pipe_read_end(o.stdin_fd);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                                "stdin must be the read end of a pipe");
+        }
 
         p.timeout_ms = o.timeout_ms == 0 ? BUS_EXEC_TIMEOUT_DEFAULT_MS
                                          : CLAMP(o.timeout_ms, (uint64_t) BUS_EXEC_TIMEOUT_MIN_MS,
@@ -685,6 +700,8 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         /* Borrowed from the message, which outlives the call: session_exec() sends a copy. */
         p.stream_fd = o.stream;
         p.display = o.display;
+        p.language = o.language;
+        p.stdin_fd = o.stdin_fd;
         r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, c, &c->exec);
         if (r == -EBUSY)
                 return sd_bus_error_set(error, BUS_ERROR_BUSY, BUS_MESSAGE_SESSION_BUSY);
@@ -827,6 +844,15 @@ static int bus_normalize_path(const char *path, char **ret, sd_bus_error *error)
         if (r < 0)
                 return sd_bus_error_set(error, BUS_ERROR_INVALID_PATH, "path must be under /workspace");
         return 0;
+}
+
+/* For the filesystem calls of manager-fs.c: the same lookup and path rules as the file calls'. */
+Session *manager_bus_find_running_session(Manager *mgr, const char *id, sd_bus_error *error) {
+        return bus_find_running_session(mgr, id, error);
+}
+
+int manager_bus_normalize_path(const char *path, char **ret, sd_bus_error *error) {
+        return bus_normalize_path(path, ret, error);
 }
 
 /* Runner errors of file operations, in the contract's words: the error and message the caller

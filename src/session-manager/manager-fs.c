@@ -12,43 +12,12 @@
 #include "json-util.h"
 #include "log.h"
 #include "manager-fs.h"
-#include "path-util.h"
 #include "session-fs.h"
 #include "string-util.h"
 
 #define FS_ENTRY_SIGNATURE "(sstussxs)"
 /* The largest listing the runner sends: RUNNER_FS_ENTRIES_MAX entries of two paths each. */
 #define FS_LISTING_BYTES_MAX (RUNNER_FS_ENTRIES_MAX * (2U * RUNNER_PATH_MAX + 512U))
-
-/* The running session a call names (not a dify run's sandbox); NULL with 'error' set. */
-static Session *fs_find_session(Manager *mgr, const char *id, sd_bus_error *error) {
-        Session *s;
-
-        if (!session_id_is_valid(id)) {
-                sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, BUS_MESSAGE_INVALID_SESSION_ID);
-                return NULL;
-        }
-        s = manager_find_session(mgr, id);
-        if (!s || s->ephemeral || s->state != SESSION_RUNNING) {
-                sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION, BUS_MESSAGE_NO_SUCH_SESSION);
-                return NULL;
-        }
-        return s;
-}
-
-/* The client's path, normalised into *ret (relative to /workspace, "" for itself); 0, or < 0 with
- * 'error' set or -ENOMEM. */
-static int fs_normalize(const char *path, char **ret, sd_bus_error *error) {
-        int r = workspace_path_normalize(path, ret);
-
-        if (r == -ENOMEM)
-                return r;
-        if (r == -ENAMETOOLONG)
-                return sd_bus_error_set(error, BUS_ERROR_INVALID_PATH, "path too long");
-        if (r < 0)
-                return sd_bus_error_set(error, BUS_ERROR_INVALID_PATH, "path must be under /workspace");
-        return 0;
-}
 
 /* The runner's errnos in the contract's names (never its texts). */
 static const struct {
@@ -175,12 +144,12 @@ static int fs_method(sd_bus_message *m, Manager *mgr, const SchemaMessage *op, b
                 r = sd_bus_message_read(m, "s", &d);
         if (r < 0)
                 return r;
-        s = fs_find_session(mgr, id, error);
+        s = manager_bus_find_running_session(mgr, id, error);
         if (!s)
                 return -EINVAL;
-        r = fs_normalize(p, &path, error);
+        r = manager_bus_normalize_path(p, &path, error);
         if (r >= 0 && d)
-                r = fs_normalize(d, &to, error);
+                r = manager_bus_normalize_path(d, &to, error);
         if (r < 0)
                 return r;
 

@@ -154,6 +154,7 @@ static void on_session_started(Session *s, int error, const char *message, void 
                 .http_proxy = c->dify_http_proxy,
                 .https_proxy = c->dify_https_proxy,
                 .stream_fd = -EBADF,
+                .stdin_fd = -EBADF,
         };
         int q;
 

@@ -70,6 +70,7 @@ typedef struct RunnerExecRequest {
         const char *language;            /* NULL: python3 */
         bool no_processes, cold, stateful, network;
         bool display;                    /* a stateful cell's results as records, onto its stream */
+        bool stdin;                      /* a command's stdin: the fd after the stream's */
         const char *http_proxy, *https_proxy; /* only with network; NULL: none */
 } RunnerExecRequest;
 

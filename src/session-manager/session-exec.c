@@ -152,7 +152,7 @@ static bool session_exec_is_stateful(const Session *s, const ExecParameters *p) 
 
 int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback cb, void *userdata,
                  ExecCall **ret_call) {
-        _cleanup_close_ int fd = code_fd, stream_fd = -EBADF;
+        _cleanup_close_ int fd = code_fd, stream_fd = -EBADF, stdin_fd = -EBADF;
         json_object *msg = NULL;
         ExecCall *c;
         char exec_id[32];
@@ -191,6 +191,7 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                         .stateful = session_exec_is_stateful(s, p),
                         .network = p->network,
                         .display = p->display,
+                        .stdin = p->stdin_fd >= 0,
                         .http_proxy = p->http_proxy,
                         .https_proxy = p->https_proxy,
                 },
@@ -207,7 +208,9 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
 
         if (p->stream_fd >= 0) {
                 stream_fd = fcntl(p->stream_fd, F_DUPFD_CLOEXEC, 3);
-                if (stream_fd < 0) {
+                if (stream_fd >= 0 && p->stdin_fd >= 0)
+                        stdin_fd = fcntl(p->stdin_fd, F_DUPFD_CLOEXEC, 3);
+                if (stream_fd < 0 || (p->stdin_fd >= 0 && stdin_fd < 0)) {
                         r = -errno;
                         json_object_put(msg);
                         free(c);
@@ -219,7 +222,7 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
         /* The caller learns of c before the request may be answered (and c freed). */
         if (ret_call)
                 *ret_call = c;
-        r = session_enqueue_full(s, msg, TAKE_FD(fd), TAKE_FD(stream_fd),
+        r = session_enqueue_full(s, msg, TAKE_FD(fd), TAKE_FD(stream_fd), TAKE_FD(stdin_fd),
                                  p->timeout_ms * USEC_PER_MSEC + SESSION_EXEC_SLACK_USEC, true, false,
                                  on_exec_reply, c, &c->request);
         if (r < 0) {

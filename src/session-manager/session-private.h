@@ -19,6 +19,7 @@ struct RunnerRequest {
         json_object *message;
         int fd; /* sent with the message, owned */
         int fd2; /* sent after it (an exec's stream), owned, or -EBADF */
+        int fd3; /* sent after fd2 (a command's stdin), owned, or -EBADF */
         uint64_t timeout_usec;
         bool is_exec;
         RunnerReplyCallback callback;
@@ -86,7 +87,7 @@ int session_dispatch_next(Session *s);
 SessionEnd session_end_or(const Session *s, SessionEnd fallback);
 int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec,
                     bool front, RunnerReplyCallback cb, void *userdata);
-int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint64_t timeout_usec,
+int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, int fd3, uint64_t timeout_usec,
                          bool is_exec, bool front, RunnerReplyCallback cb, void *userdata,
                          RunnerRequest **ret_request);
 int session_enqueue_op(Session *s, const SchemaMessage *op, RunnerReplyCallback cb);

@@ -92,6 +92,7 @@ RunnerRequest *runner_request_free(RunnerRequest *q) {
         json_object_put(q->message);
         safe_close(q->fd);
         safe_close(q->fd2);
+        safe_close(q->fd3);
         free(q);
         return NULL;
 }
@@ -687,8 +688,8 @@ int session_dispatch_next(Session *s) {
         session_queue_remove(s, q);
 
         {
-                int fds[2] = { q->fd, q->fd2 };
-                size_t n = q->fd < 0 ? 0 : q->fd2 < 0 ? 1 : 2;
+                int fds[3] = { q->fd, q->fd2, q->fd3 };
+                size_t n = q->fd < 0 ? 0 : q->fd2 < 0 ? 1 : q->fd3 < 0 ? 2 : 3;
 
                 r = runner_message_send(s->control_fd, q->message, n > 0 ? fds : NULL, n);
         }
@@ -702,6 +703,7 @@ int session_dispatch_next(Session *s) {
         }
         q->fd = safe_close(q->fd);
         q->fd2 = safe_close(q->fd2);
+        q->fd3 = safe_close(q->fd3);
         q->queue_timer = sd_event_source_disable_unref(q->queue_timer);
         s->in_flight = q;
         r = sd_event_add_time_relative(s->manager->event, &s->request_timer, CLOCK_MONOTONIC,
@@ -750,7 +752,7 @@ void session_kick(Session *s) {
 /* Takes ownership of message and fd, also on failure. Fails only when nothing was queued; then
  * the callback is not called. *ret_request (optional) is set before the request may be sent, so
  * also when it is answered at once (and freed before this returns). */
-int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint64_t timeout_usec,
+int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, int fd3, uint64_t timeout_usec,
                                 bool is_exec, bool front, RunnerReplyCallback cb, void *userdata,
                                 RunnerRequest **ret_request) {
         RunnerRequest *q;
@@ -759,6 +761,7 @@ int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint
                 json_object_put(message);
                 safe_close(fd);
                 safe_close(fd2);
+                safe_close(fd3);
                 return -EBUSY;
         }
         q = calloc(1, sizeof(RunnerRequest));
@@ -766,12 +769,14 @@ int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint
                 json_object_put(message);
                 safe_close(fd);
                 safe_close(fd2);
+                safe_close(fd3);
                 return -ENOMEM;
         }
         *q = (RunnerRequest) { .session = s,
                                .message = message,
                                .fd = fd,
                                .fd2 = fd2,
+                               .fd3 = fd3,
                                .timeout_usec = timeout_usec,
                                .is_exec = is_exec,
                                .callback = cb,
@@ -796,9 +801,9 @@ int session_enqueue_full(Session *s, json_object *message, int fd, int fd2, uint
 }
 
 int session_enqueue(Session *s, json_object *message, int fd, uint64_t timeout_usec, bool is_exec,
-                           bool front, RunnerReplyCallback cb, void *userdata) {
-        return session_enqueue_full(s, message, fd, -EBADF, timeout_usec, is_exec, front, cb, userdata,
-                                    NULL);
+                    bool front, RunnerReplyCallback cb, void *userdata) {
+        return session_enqueue_full(s, message, fd, -EBADF, -EBADF, timeout_usec, is_exec, front, cb,
+                                    userdata, NULL);
 }
 
 /* One of our own control requests that is only its op ("ping", "reset-inputs"), ahead of the

@@ -132,6 +132,7 @@ typedef struct ExecParameters {
         const char *https_proxy;
         int stream_fd;             /* borrowed, or -EBADF: the write end for the output as produced */
         bool display;              /* a stateful cell's values, displays and error as result records */
+        int stdin_fd;              /* borrowed, or -EBADF: a command's stdin (the read end of a pipe) */
 } ExecParameters;
 
 typedef struct RunnerRequest RunnerRequest;

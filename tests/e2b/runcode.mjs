@@ -2,7 +2,8 @@
 // @e2b/code-interpreter's runCode, as its README uses it: a sandbox of the package's default
 // template, then each of args.cells in order (with the callbacks counted), then contexts and a
 // restart: {sandboxId, cells: [{text, results, stdout, stderr, error, count, callbacks}], ...}.
-// A cell of args.cells is its code, or {code, timeoutMs} for the SDK's own time limit.
+// A cell of args.cells is its code, or {code, timeoutMs, envs} for the SDK's own time limit and
+// the cell's environment variables.
 import { args, attempt, create, main } from './common.mjs';
 
 // What the test compares of a result: its formats (png and html by presence and size only).
@@ -17,12 +18,14 @@ main(async () => {
         const sbx = await create(null, args.opts);
         const cells = [];
         for (const cell of args.cells) {
-                // A cell is its code, or {code, timeoutMs}.
+                // A cell is its code, or {code, timeoutMs, envs}.
                 const code = typeof cell === 'string' ? cell : cell.code;
                 const timeoutMs = typeof cell === 'string' ? undefined : cell.timeoutMs;
+                const envs = typeof cell === 'string' ? undefined : cell.envs;
                 const callbacks = [];
                 const run = await attempt(() => sbx.runCode(code, {
                         ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+                        ...(envs !== undefined ? { envs } : {}),
                         onStdout: m => callbacks.push(['stdout', m.line]),
                         onStderr: m => callbacks.push(['stderr', m.line]),
                         onResult: r => callbacks.push(['result', r.text ?? null]),

@@ -141,6 +141,23 @@ def test_contexts_and_restart(sandboxes):
     assert out["afterRestart"]["value"]["count"] == 1, out
 
 
+def test_a_cells_environment_is_its_own(sandboxes):
+    show = "import os; print(os.environ.get('A'), os.environ.get('HOME'))"
+    out = run_cells(sandboxes, [
+        {"code": show, "envs": {"A": "x y", "HOME": "/elsewhere"}},
+        show,
+        # The cell's variables are set while it runs, and only then, whatever it did to them.
+        {"code": "import os; os.environ['A'] = 'changed'; " + show[len("import os; "):], "envs": {"A": "1"}},
+        show,
+    ])
+    cells = out["cells"]
+    home = cells[1]["stdout"].split()[1]
+    assert cells[0]["stdout"] == "x y /elsewhere\n", out
+    assert cells[1]["stdout"] == f"None {home}\n", out
+    assert cells[2]["stdout"] == f"changed {home}\n", out
+    assert cells[3]["stdout"] == f"None {home}\n", out
+
+
 def test_a_killed_sandbox_runs_nothing(sandboxes):
     out = run_cells(sandboxes, ["1"])
     assert out["afterKill"]["error"], out
@@ -157,6 +174,8 @@ def test_execute_refuses_what_it_does_not_serve(sandboxes):
     made = sandboxes.create_raw({"templateID": "code-interpreter-v1", "timeout": 60})
     sid, token = made["sandboxID"], made["envdAccessToken"]
     for body, status in [({"code": "1", "language": "javascript"}, 400), ({"code": "1", "context_id": "nope"}, 404),
-                         ({"code": 1}, 400), ({"code": "1", "env_vars": {"A": "1"}}, 400)]:
+                         ({"code": 1}, 400), ({"code": "1", "env_vars": {"A=B": "1"}}, 400),
+                         ({"code": "1", "env_vars": {"A": 1}}, 400), ({"code": "1", "env_vars": ["A"]}, 400),
+                         ({"code": "1", "env_vars": {"A": "a\x00b"}}, 400)]:
         r = sandbox_request(sid, "POST", "/execute", port=JUPYTER_PORT, token=token, body=body)
         assert r.status == status, (body, r)

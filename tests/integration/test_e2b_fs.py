@@ -8,11 +8,8 @@ import datetime
 import json
 import os
 import struct
-import urllib.error
-import urllib.request
-
-from conftest import Response
-from e2b_sdk import E2B_URL, ENVD_PORT, JUPYTER_PORT, V1, sandboxes  # noqa: F401 (fixture)
+from e2b_sdk import ENVD_PORT, JUPYTER_PORT, V1, sandboxes  # noqa: F401 (fixture)
+from test_e2b_files import raw_request
 
 FS = "/filesystem.Filesystem/"
 
@@ -26,13 +23,7 @@ def rpc(sandbox_id, method, body, token=None, content_type="application/json", h
     if token is not None:
         h["X-Access-Token"] = token
     h.update(headers or {})
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(E2B_URL + FS + method, data=data, method="POST", headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return Response(r.status, r.read(), dict(r.headers))
-    except urllib.error.HTTPError as e:
-        return Response(e.code, e.read(), dict(e.headers))
+    return raw_request("POST", FS + method, body if isinstance(body, bytes) else json.dumps(body).encode(), h)
 
 
 def envelope(message):

@@ -3,9 +3,12 @@
  * headers open what. */
 #include <string.h>
 
+#include "connect-rpc.h"
 #include "e2b-token.h"
+#include "exec-command.h"
 #include "gateway-server.h"
 #include "macro.h"
+#include "json-writer.h"
 #include "multipart.h"
 #include "tests.h"
 
@@ -110,6 +113,14 @@ static void test_multipart(void) {
         ASSERT_EQ(multipart_boundary("application/json; boundary=x", &b), -EINVAL);
         ASSERT_EQ(multipart_boundary("multipart/form-data", &b), -EINVAL);
         ASSERT_EQ(multipart_boundary("multipart/form-data; xboundary=x", &b), -EINVAL);
+        /* Inside another parameter's quoted value it is no boundary; twice is ambiguous. */
+        ASSERT_TRUE(multipart_boundary("multipart/form-data; x=\"a; boundary=evil\"; boundary=good", &b) ==
+                    0);
+        ASSERT_STREQ(b, "good");
+        free(b);
+        ASSERT_EQ(multipart_boundary("multipart/form-data; x=\"; boundary=evil\"", &b), -EINVAL);
+        ASSERT_EQ(multipart_boundary("multipart/form-data; boundary=a; boundary=b", &b), -EINVAL);
+        ASSERT_EQ(multipart_boundary("multipart/form-databoundary=a", &b), -EINVAL);
 
         /* Two files, a directory in a filename kept, the data as sent (CRLF inside included). */
         ASSERT_TRUE(
@@ -149,7 +160,84 @@ static void test_multipart(void) {
         ASSERT_EQ(f.parts[0].size, strlen("x--By"));
 }
 
+#define CMD(s) s, sizeof(s) - 1
+
+/* The packed command (exec-command.h): what PID 1 accepts, and every way it is not one. */
+static void test_command_format(void) {
+        ExecCommand c = {};
+
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0/tmp\0"
+                                                            "2\0/bin/sh\0-c\0A=1\0B=x=y\0"),
+                                     &c),
+                  0);
+        ASSERT_STREQ(c.cwd, "/tmp");
+        ASSERT_EQ(c.argc, 2U);
+        ASSERT_STREQ(c.argv[0], "/bin/sh");
+        ASSERT_STREQ(c.argv[1], "-c");
+        ASSERT_TRUE(c.argv[2] == NULL);
+        ASSERT_EQ(c.n_env, 2U);
+        ASSERT_STREQ(c.env[1], "B=x=y");
+        ASSERT_TRUE(c.env[2] == NULL);
+        exec_command_done(&c);
+        /* An empty argument is one; an empty cwd is the default. */
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "2\0ls\0\0"), &c), 0);
+        ASSERT_STREQ(c.argv[1], "");
+        ASSERT_EQ(c.n_env, 0U);
+        exec_command_done(&c);
+        /* Refused: another magic, argc 0, leading zero, fewer arguments than counted, an empty
+         * program, an entry without '=' or with an empty name, no final NUL, too many arguments. */
+        ASSERT_EQ(exec_command_parse(CMD("scopebox-command-2\0\0" "1\0ls\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "0\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "01\0ls\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "3\0ls\0-l\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "1\0\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "1\0ls\0NOEQUALS\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "1\0ls\0=v\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "1\0ls"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(EXEC_COMMAND_MAGIC "\0\0" "4097\0ls\0"), &c), -EBADMSG);
+        ASSERT_EQ(exec_command_parse(CMD(""), &c), -EBADMSG);
+        ASSERT_TRUE(!exec_command_env_name_ok("A=B", 3));
+        ASSERT_TRUE(exec_command_env_name_ok("A_1", 3));
+}
+
+/* Connect's envelopes, codes and the Basic user. */
+static void test_connect(void) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        const char *msg;
+        char user[16];
+        size_t n;
+
+        ASSERT_EQ(connect_envelope_append(&w, 0, "{}", 2), 0);
+        ASSERT_EQ(w.buf.len, 7U);
+        ASSERT_EQ(memcmp(w.buf.s, "\0\0\0\0\2{}", 7), 0);
+        ASSERT_EQ(connect_envelope_unwrap(w.buf.s, w.buf.len, &msg, &n), 0);
+        ASSERT_EQ(n, 2U);
+        ASSERT_EQ(memcmp(msg, "{}", 2), 0);
+        /* A length that is not the body's, a compressed message, a short header. */
+        ASSERT_EQ(connect_envelope_unwrap(w.buf.s, w.buf.len - 1, &msg, &n), -EBADMSG);
+        ASSERT_EQ(connect_envelope_unwrap("\1\0\0\0\2{}", 7, &msg, &n), -EPROTONOSUPPORT);
+        ASSERT_EQ(connect_envelope_unwrap("\0\0\0", 3, &msg, &n), -EBADMSG);
+        json_writer_done(&w);
+        ASSERT_EQ(connect_end_stream_append(&w, "not_found", "no \"such\""), 0);
+        ASSERT_EQ((uint8_t) w.buf.s[0], CONNECT_FLAG_END_STREAM);
+        ASSERT_EQ(memcmp(w.buf.s + 5, "{\"error\":{\"code\":\"not_found\",\"message\":\"no \\\"such\\\"\"}}",
+                         w.buf.len - 5), 0);
+        ASSERT_EQ(connect_code_http_status("not_found"), 404U);
+        ASSERT_EQ(connect_code_http_status("unauthenticated"), 401U);
+        ASSERT_EQ(connect_code_http_status("no_such_code"), 500U);
+        /* base64("user:") and base64("root:x"); no colon, not Basic, a NUL. */
+        ASSERT_EQ(connect_basic_user(CMD("Basic dXNlcjo="), user, sizeof(user)), 0);
+        ASSERT_STREQ(user, "user");
+        ASSERT_EQ(connect_basic_user(CMD("basic cm9vdDp4"), user, sizeof(user)), 0);
+        ASSERT_STREQ(user, "root");
+        ASSERT_EQ(connect_basic_user(CMD("Basic dXNlcg=="), user, sizeof(user)), -EINVAL);
+        ASSERT_EQ(connect_basic_user(CMD("Bearer dXNlcjo="), user, sizeof(user)), -EINVAL);
+        ASSERT_EQ(connect_basic_user(CMD("Basic dQB1Og=="), user, sizeof(user)), -EINVAL);
+}
+
 int main(void) {
+        RUN(test_command_format);
+        RUN(test_connect);
         RUN(test_key);
         RUN(test_multipart);
         RUN(test_tokens);

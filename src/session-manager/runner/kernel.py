@@ -47,6 +47,35 @@ def _kernel():
             except Exception:
                 pass
 
+    # The environment block a cell's code may begin with (src/shared/exec-command.h): NUL-terminated
+    # "NAME=value" entries up to an empty one, set for the cell; what they replaced comes back after.
+    ENV_MAGIC = b"\0scopebox-env-1\0"
+
+    def cell_environment(source, saved):
+        pos = len(ENV_MAGIC)
+        for _ in range(1024 + 1):
+            end = source.find(b"\0", pos)
+            if end < 0:
+                raise ValueError("an environment block without its end")
+            entry = source[pos:end]
+            pos = end + 1
+            if not entry:
+                return source[pos:]
+            name, sep, value = entry.partition(b"=")
+            if not sep or not name:
+                raise ValueError("an environment entry without a name")
+            if name not in saved:
+                saved[name] = os.environb.get(name)
+            os.environb[name] = value
+        raise ValueError("too many environment entries")
+
+    def restore_environment(saved):
+        for name, value in saved.items():
+            if value is None:
+                os.environb.pop(name, None)
+            else:
+                os.environb[name] = value
+
     def exit_code(e):
         # What the interpreter's own exit makes of a SystemExit.
         code = e.code
@@ -98,8 +127,12 @@ def _kernel():
             sock.send(struct.pack("=I", seq))
         except OSError:
             os._exit(70)
+        saved_env = None
         try:
             source = b"".join(chunks)
+            if source.startswith(ENV_MAGIC):
+                saved_env = {}
+                source = cell_environment(source, saved_env)
             filename = "<cell %d>" % count
             try:
                 text = source.decode("utf-8")
@@ -121,6 +154,8 @@ def _kernel():
             except Exception:
                 pass
         flush_output()
+        if saved_env is not None:
+            restore_environment(saved_env)
         # The cell's pipes end with the cell: the runner sees them close.
         os.dup2(null, 1)
         os.dup2(null, 2)

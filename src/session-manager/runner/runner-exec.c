@@ -687,12 +687,18 @@ static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdat
 
 /* What a pipe holds now is read (stdout and stderr before a record: the kernel writes a record only
  * once they are read, and waits until the record is read before it goes on), unless the stream's
- * reader holds the reading back. */
+ * reader holds the reading back. Bounded: another process of the cell may keep the pipe full, and
+ * the event loop serves every other request of the session meanwhile (what is left is read as it
+ * comes, the order of that process's output with the records being its own affair). */
+#define EXEC_CATCH_UP_ROUNDS 4
+
 static void exec_pipe_catch_up(RunnerExec *e, sd_event_source **source, int fd,
                                sd_event_io_handler_t handler) {
         int n;
 
-        while (*source && !e->output_paused && ioctl(fd, FIONREAD, &n) >= 0 && n > 0)
+        for (unsigned i = 0; i < EXEC_CATCH_UP_ROUNDS && *source && !e->output_paused &&
+                             ioctl(fd, FIONREAD, &n) >= 0 && n > 0;
+             i++)
                 (void) handler(*source, fd, EPOLLIN, e);
 }
 
@@ -999,7 +1005,7 @@ static void exec_setup_done(ExecSetup *x) {
 
 /* What the request asks of this runner's state and of its profile; an answer when it can't be. */
 static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd, bool has_stream,
-                              ExecSetup *x) {
+                              int stdin_fd, ExecSetup *x) {
         struct stat st;
 
         if (!r->initialized)
@@ -1010,12 +1016,19 @@ static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd
                 return runner_send_error(r, r->connection_generation, EINVAL, "exec request without code");
         if (p->language && streq(p->language, "nodejs"))
                 x->language = SANDBOX_NODEJS;
+        else if (p->language && streq(p->language, "command"))
+                x->language = SANDBOX_COMMAND;
         else if (p->language && !streq(p->language, "python3"))
                 return runner_send_error(r, r->connection_generation, EINVAL,
                                          BUS_MESSAGE_UNSUPPORTED_LANGUAGE);
         /* The kernel is the sidecar's python profile only. */
         if (p->stateful && (x->language != SANDBOX_PYTHON3 || p->no_processes || p->network))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
+        /* A stdin is a command's, the read end of a pipe. */
+        if (p->stdin && (x->language != SANDBOX_COMMAND || !has_stream || stdin_fd < 0 ||
+                         fstat(stdin_fd, &st) < 0 || !S_ISFIFO(st.st_mode) ||
+                         (fcntl(stdin_fd, F_GETFL) & O_ACCMODE) != O_RDONLY))
+                return runner_send_error(r, r->connection_generation, EINVAL, "invalid stdin");
         /* Records are a kernel's, and go nowhere but onto the stream. */
         if (p->display && (!p->stateful || !has_stream))
                 return runner_send_error(r, r->connection_generation, EINVAL,
@@ -1157,7 +1170,8 @@ static int runner_exec_retry_prepared(RunnerExec *e) {
 }
 
 /* PID 1 of the exec's sandbox (or the kernel's next cell), its pipes in 'e'. */
-static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code_fd, ExecSetup *x) {
+static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code_fd, int stdin_fd,
+                             ExecSetup *x) {
         Runner *r = e->runner;
         SandboxExec se;
         SandboxProcess sp;
@@ -1184,6 +1198,8 @@ static int runner_exec_spawn(RunnerExec *e, const RunnerExecRequest *p, int code
                         .template_fd = -EBADF,
                         .filter_fd = x->filter_fd,
                         .prepared_fd = -EBADF,
+                        .has_stdin = p->stdin,
+                        .stdin_fd = p->stdin ? stdin_fd : -EBADF,
                 };
                 if (x->language == SANDBOX_PYTHON3 && !p->cold)
                         exec_setup_template(r, e, x, &se);
@@ -1237,13 +1253,14 @@ static void runner_exec_start_network(RunnerExec *e, ExecSetup *x) {
  * started, is answered by runner_exec_finish(). */
 int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_fds) {
         const RunnerExecRequest *p = params;
-        int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF;
+        int code_fd = n_fds > 0 ? fds[0] : -EBADF, stream_fd = n_fds > 1 ? fds[1] : -EBADF,
+            stdin_fd = p->stdin && n_fds > 2 ? fds[2] : -EBADF;
         _cleanup_(runner_exec_freep) RunnerExec *e = NULL;
         _cleanup_(exec_setup_done) ExecSetup x = EXEC_SETUP_NULL;
         bool taken = false;
         int q;
 
-        q = exec_request_check(r, p, code_fd, stream_fd >= 0, &x);
+        q = exec_request_check(r, p, code_fd, stream_fd >= 0, stdin_fd, &x);
         if (q > 0)
                 q = exec_setup_profile(r, p, &x);
         if (q > 0)
@@ -1255,7 +1272,7 @@ int runner_handle_exec(Runner *r, const void *params, const int *fds, size_t n_f
         if (q > 0 && !taken && p->network)
                 q = exec_setup_network(r, &x);
         if (q > 0 && !taken)
-                q = runner_exec_spawn(e, p, code_fd, &x);
+                q = runner_exec_spawn(e, p, code_fd, stdin_fd, &x);
         if (q <= 0)
                 return q;
         if (p->network && !taken)

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <net/if.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "exec-command.h"
 #include "fs-util.h"
 #include "io-util.h"
 #include "parse-util.h"
@@ -426,8 +428,9 @@ static int setup_code(const SandboxExec *e, const char *root, SetupError *err) {
         if (e->prepared_fd >= 0 &&
             mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, ROOT_TMPFS_OPTIONS) < 0)
                 return FAIL("mount /exec", errno);
-        /* A kernel's cells never become files: it reads each from the fd PID 1 hands it. */
-        if (e->code_fd < 0 || e->kernel)
+        /* A kernel's cells never become files: it reads each from the fd PID 1 hands it; a
+         * command's payload reads its own. */
+        if (e->code_fd < 0 || e->kernel || e->language == SANDBOX_COMMAND)
                 return 0;
         dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dir_fd < 0)
@@ -685,6 +688,11 @@ size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t
                 "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/sandbox", "USER=sandbox", "LOGNAME=sandbox",
                 "TMPDIR=/tmp", "LANG=C.UTF-8",
         };
+        /* A command's is a login of the E2B API's user, at home in /home/user (the workspace). */
+        static const char *const common_command[] = {
+                "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user", "USER=user", "LOGNAME=user",
+                "TMPDIR=/tmp", "LANG=C.UTF-8",
+        };
         static const char
                 *const
                         python[] = {
@@ -696,8 +704,9 @@ size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t
         int k;
 
         assert(n_max >= 16);
+        static_assert(ELEMENTSOF(common) == ELEMENTSOF(common_command), "one list or the other");
         for (size_t i = 0; i < ELEMENTSOF(common); i++)
-                envp[n++] = (char *) common[i];
+                envp[n++] = (char *) (e->language == SANDBOX_COMMAND ? common_command : common)[i];
         if (e->language == SANDBOX_NODEJS) {
                 /* V8 sizes its heap itself, not from the cgroup: three quarters of the scope's
                  * memory. libuv's io_uring would only meet ENOSYS. */
@@ -707,7 +716,7 @@ size_t sandbox_build_env(const SandboxExec *e, bool base_only, char *buf, size_t
                 buf += k + 1;
                 buf_size -= k + 1;
                 envp[n++] = (char *) "UV_USE_IO_URING=0";
-        } else
+        } else if (e->language == SANDBOX_PYTHON3)
                 for (size_t i = 0; i < ELEMENTSOF(python) - base_only; i++)
                         envp[n++] = (char *) python[i];
         snprintf(buf, buf_size, "OPENBLAS_NUM_THREADS=%llu",
@@ -842,7 +851,7 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         set_oom_first();
 
         *ret_step = "stdio";
-        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        null_fd = e->has_stdin ? e->stdin_fd : open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(e->stdout_fd, STDOUT_FILENO) < 0 ||
             dup2(e->stderr_fd, STDERR_FILENO) < 0 || dup2(sync_fd, SANDBOX_SYNC_FD) < 0)
                 return -errno;
@@ -917,6 +926,134 @@ int sandbox_payload_specialize(const SandboxExec *e, int sync_fd, bool from_temp
         return r;
 }
 
+/* A command's packed argv, environment and cwd (exec-command.h): the bytes of the code, a sealed
+ * memfd of the manager's bounded by SANDBOX_MAX_CODE_BYTES there (and here again), read while the
+ * fd is still open; parsed only once we are the sandbox user, under the filter. */
+static int command_read(int code_fd, char **ret, size_t *ret_size) {
+        _cleanup_free_ char *buf = NULL;
+        struct stat st;
+        size_t done = 0;
+
+        if (fstat(code_fd, &st) < 0)
+                return -errno;
+        if (st.st_size <= 0 || st.st_size > (off_t) (64U << 20))
+                return -EBADMSG;
+        buf = malloc((size_t) st.st_size);
+        if (!buf)
+                return -ENOMEM;
+        while (done < (size_t) st.st_size) {
+                ssize_t k = pread(code_fd, buf + done, (size_t) st.st_size - done, (off_t) done);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? -errno : -EBADMSG;
+                done += (size_t) k;
+        }
+        *ret = TAKE_PTR(buf);
+        *ret_size = done;
+        return 0;
+}
+
+/* The payload's environment, then the command's own: a later entry replaces an earlier one of
+ * the same name. */
+static char **command_env(const ExecCommand *c, char *const *base, const char *pwd) {
+        size_t n_base = 0, n = 0;
+        char **env;
+
+        while (base[n_base])
+                n_base++;
+        env = calloc(n_base + c->n_env + 2, sizeof(char *));
+        if (!env)
+                return NULL;
+        for (size_t i = 0; i < n_base + c->n_env + 1; i++) {
+                const char *entry = i < n_base ? base[i] : i < n_base + c->n_env ? c->env[i - n_base] : pwd;
+                size_t name = strcspn(entry, "=");
+                size_t j = 0;
+
+                while (j < n && !(strncmp(env[j], entry, name + 1) == 0))
+                        j++;
+                env[j] = (char *) entry;
+                if (j == n)
+                        n++;
+        }
+        return env;
+}
+
+/* execvpe() with the command's own PATH (glibc's would search ours). Returns the errno of the
+ * attempt that tells most (EACCES over ENOENT), as a shell does. */
+static int command_execvpe(const char *file, char *const *argv, char *const *envp) {
+        const char *path = "/usr/local/bin:/usr/bin:/bin";
+        int error = ENOENT;
+
+        if (strchr(file, '/')) {
+                execve(file, argv, envp);
+                return errno;
+        }
+        for (size_t i = 0; envp[i]; i++)
+                if (startswith(envp[i], "PATH="))
+                        path = envp[i] + 5;
+        for (const char *p = path;; p++) {
+                size_t len = strcspn(p, ":");
+                char candidate[PATH_MAX];
+
+                if (len + 1 + strlen(file) + 1 <= sizeof(candidate)) {
+                        (void) snprintf(candidate, sizeof(candidate), "%.*s%s%s", (int) len,
+                                        len > 0 ? p : ".", "/", file);
+                        execve(candidate, argv, envp);
+                        if (errno == EACCES)
+                                error = EACCES;
+                        else if (errno != ENOENT && errno != ENOTDIR && error != EACCES)
+                                error = errno;
+                }
+                p += len;
+                if (*p == 0)
+                        break;
+        }
+        return error;
+}
+
+/* The E2B API's command: the sandbox user runs it as any payload (same filter, namespaces and
+ * limits), in its cwd (the E2B user's home by default), with its environment. */
+_noreturn_ static void payload_exec_command(const SandboxExec *e, int sync_fd) {
+        _cleanup_free_ char *buf = NULL, *pwd = NULL;
+        _cleanup_(exec_command_done) ExecCommand c = {};
+        char *envp[32], ebuf[192], **env = NULL;
+        const char *step = "read command", *cwd;
+        size_t size = 0;
+        int r;
+
+        r = command_read(e->code_fd, &buf, &size);
+        if (r >= 0)
+                r = sandbox_payload_specialize(e, sync_fd, false, envp, ELEMENTSOF(envp), ebuf, sizeof(ebuf),
+                                               &step);
+        if (r >= 0) {
+                step = "parse command";
+                r = exec_command_parse(buf, size, &c);
+                if (r >= 0 && c.cwd[0] != 0 && c.cwd[0] != '/')
+                        r = -EBADMSG;
+        }
+        if (r < 0) {
+                dprintf(STDERR_FILENO, "[sandbox] failed to start the command (%s): %s\n", step,
+                        strerror(-r));
+                _exit(127);
+        }
+        /* As the sandbox user: the cwd is the sandbox's to resolve. */
+        cwd = c.cwd[0] != 0 ? c.cwd : "/home/user";
+        if (chdir(cwd) < 0) {
+                dprintf(STDERR_FILENO, "[sandbox] cwd '%s': %s\n", cwd, strerror(errno));
+                _exit(1);
+        }
+        /* A shell keeps the name it was given for its working directory (pwd shows /home/user). */
+        if (asprintf(&pwd, "PWD=%s", cwd) < 0 || !(env = command_env(&c, envp, pwd))) {
+                dprintf(STDERR_FILENO, "[sandbox] failed to start the command: out of memory\n");
+                _exit(127);
+        }
+        r = command_execvpe(c.argv[0], (char *const *) c.argv, env);
+        dprintf(STDERR_FILENO, "[sandbox] %s: %s\n", c.argv[0], strerror(r));
+        _exit(r == ENOENT ? 127 : 126);
+}
+
 /* Runs as root in the sandbox's namespaces, forked by PID 1; sync_fd is our end of the socket
  * over which PID 1 maps our user namespace and receives the seccomp listener. */
 _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
@@ -930,6 +1067,8 @@ _noreturn_ static void payload_exec(const SandboxExec *e, int sync_fd) {
         const char *step;
         int r;
 
+        if (e->language == SANDBOX_COMMAND)
+                payload_exec_command(e, sync_fd);
         r = sandbox_payload_specialize(e, sync_fd, false, envp, ELEMENTSOF(envp), buf, sizeof(buf), &step);
         if (r < 0)
                 errno = -r;
@@ -1250,6 +1389,8 @@ int sandbox_supervise_payload(const SandboxExec *e, SandboxInit *init, pid_t pay
         safe_close(e->stderr_fd);
         safe_close(e->code_fd);
         safe_close(e->filter_fd);
+        if (e->has_stdin)
+                safe_close(e->stdin_fd);
 
         if (proc_io_read_wchar(init->io_fd, &wchar_before) < 0)
                 init->io_fd = safe_close(init->io_fd);
@@ -1371,11 +1512,11 @@ int sandbox_init_signals(void) {
 /* PID 1 starts with a copy of every fd of the runner (the control connection among them): it
  * keeps only the exec's. */
 static int keep_exec_fds(const SandboxExec *e) {
-        int keep[10 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+        int keep[11 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
                                                 e->network_ready_fd, e->template_fd, e->filter_fd,
                                                 e->kernel ? e->kernel_fd : -EBADF, e->netns_fd,
-                                                e->prepared_fd };
-        size_t n = 10;
+                                                e->prepared_fd, e->has_stdin ? e->stdin_fd : -EBADF };
+        size_t n = 11;
 
         for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX);
              i++)

@@ -49,6 +49,8 @@
 typedef enum SandboxLanguage {
         SANDBOX_PYTHON3,
         SANDBOX_NODEJS,
+        SANDBOX_COMMAND,                 /* argv, environment and cwd packed in the code
+                                          * (exec-command.h): the E2B API's processes */
 } SandboxLanguage;
 
 /* The session's private tree (a tmpfs in the runner's mount namespace). */
@@ -150,6 +152,10 @@ typedef struct SandboxExec {
          * which PID 1 releases it (TemplateGo) once the code is in place. */
         int prepared_fd;
         bool prepared;
+        /* A command's stdin (the E2B API's sendStdin): the read end of a pipe of the gateway's,
+         * with has_stdin; /dev/null otherwise. */
+        bool has_stdin;
+        int stdin_fd;
 } SandboxExec;
 
 /* The runner hands a prepared sandbox its exec: this, with the code's fd (SCM_RIGHTS). */
