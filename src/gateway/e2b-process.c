@@ -46,7 +46,7 @@ struct E2bProcess {
         char sandbox[SESSION_ID_LEN + 1];
         uint32_t pid;
         char *tag;
-        json_object *config;
+        char *config; /* what List shows of it, as JSON text */
         sd_bus_slot *slot; /* the Exec call, until its answer */
         int hangup_fd; /* closed: the manager cancels the call */
         int fd; /* the output's pipe */
@@ -252,7 +252,7 @@ static E2bProcess *process_free(E2bProcess *p) {
         p->hangup_fd = safe_close(p->hangup_fd);
         process_close_pipe(p);
         process_stdin_done(p);
-        json_object_put(p->config);
+        free(p->config);
         free(p->tag);
         free(p);
         return NULL;
@@ -361,7 +361,7 @@ static int process_on_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
 int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *config, const char *tag,
                       uint64_t timeout_ms, bool with_stdin, E2bProcess **ret) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_json_ json_object *cfg = config;
+        _cleanup_free_ char *cfg = NULL;
         _cleanup_close_ int write_fd = -EBADF, hangup_read = -EBADF, stdin_read = -EBADF;
         int pipe_fds[2], hangup_fds[2], stdin_fds[2], r;
         E2bProcess *p;
@@ -369,6 +369,12 @@ int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *
         if (s->n_e2b_processes >= E2B_PROCESSES_MAX ||
             e2b_process_count(s, sandbox) >= E2B_PROCESSES_PER_SANDBOX_MAX)
                 return -EMFILE;
+        /* Kept as text: a few bytes per byte of it, where json-c takes a hundred per value. */
+        cfg = strdup(json_object_to_json_string_ext(config,
+                                                    JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
+                             ?: "");
+        if (!cfg || !cfg[0])
+                return -ENOMEM;
 
         p = calloc(1, sizeof(E2bProcess));
         if (!p)
@@ -581,15 +587,9 @@ int e2b_process_list_append(Server *s, const char *sandbox, JsonWriter *w) {
         int r = 0;
 
         LIST_FOREACH(processes, p, s->e2b_processes) {
-                const char *config;
-
                 if (!streq(p->sandbox, sandbox))
                         continue;
-                config = json_object_to_json_string_ext(p->config, JSON_C_TO_STRING_PLAIN |
-                                                                           JSON_C_TO_STRING_NOSLASHESCAPE);
-                if (!config)
-                        return -ENOMEM;
-                r = json_writer_appendf(w, "%s{\"config\":%s,\"pid\":%" PRIu32, first ? "" : ",", config,
+                r = json_writer_appendf(w, "%s{\"config\":%s,\"pid\":%" PRIu32, first ? "" : ",", p->config,
                                         p->pid);
                 if (r >= 0 && p->tag) {
                         r = json_writer_append_str(w, ",\"tag\":");

@@ -31,9 +31,8 @@ typedef struct E2bProcess E2bProcess;
 /* Input sendStdin gave that the command has not read yet, at most. */
 #define E2B_PROCESS_STDIN_MAX (1U << 20)
 
-/* Starts the Exec of 'code_fd' (exec-command.h) in 'sandbox'; 'config' (taken) is what List shows
- * of it; with 'with_stdin', a pipe is its stdin (else it reads nothing). -EMFILE past the bounds
- * above. */
+/* Starts the Exec of 'code_fd' (exec-command.h) in 'sandbox'; 'config' is what List shows of it;
+ * with 'with_stdin', a pipe is its stdin (else it reads nothing). -EMFILE past the bounds above. */
 int e2b_process_start(Server *s, const char *sandbox, int code_fd, json_object *config, const char *tag,
                       uint64_t timeout_ms, bool with_stdin, E2bProcess **ret);
 /* Input for its stdin: -ENOTCONN when it has none (or it was closed), -ENOBUFS past

@@ -77,6 +77,10 @@ const HttpRoute http_e2b_routes[] = {
 #define E2B_SANDBOX_RAW_ROUTE (HTTP_ROUTE_E2B_TOKEN | HTTP_ROUTE_RAW_BODY)
 #define E2B_SANDBOX_PATH_ROUTE (E2B_SANDBOX_JSON_ROUTE | HTTP_ROUTE_PATH_ARG)
 
+/* envd's process service. */
+#define E2B_RPC(method) "/process.Process/" method
+#define RPC_MAX e2b_rpc_body_max
+
 /* envd's filesystem RPCs (http-e2b-fs.h): Connect calls whose bodies the handler reads. */
 #define E2B_FS_ROUTE(method, handler) \
         { "POST", E2B_FS method, E2B_SANDBOX_RAW_ROUTE, handler, http_e2b_fs_body_max }
@@ -91,15 +95,17 @@ const HttpRoute http_e2b_sandbox_routes[] = {
         { "POST",   "/contexts",           E2B_SANDBOX_JSON_ROUTE, http_e2b_contexts_refuse },
         { "DELETE", "/contexts/",          E2B_SANDBOX_PATH_ROUTE, http_e2b_contexts_refuse },
         { "POST",   "/contexts/*/restart", E2B_SANDBOX_PATH_ROUTE, http_e2b_context_restart },
-        /* envd's process RPCs (Connect): the streaming ones take their envelope as it came. */
-        { "POST",   "/process.Process/Start",       E2B_SANDBOX_RAW_ROUTE,  http_e2b_process_start         },
-        { "POST",   "/process.Process/Connect",     E2B_SANDBOX_RAW_ROUTE,  http_e2b_process_connect       },
-        { "POST",   "/process.Process/List",        E2B_SANDBOX_JSON_ROUTE, http_e2b_process_list          },
-        { "POST",   "/process.Process/SendSignal",  E2B_SANDBOX_JSON_ROUTE, http_e2b_process_signal        },
-        { "POST",   "/process.Process/SendInput",   E2B_SANDBOX_JSON_ROUTE, http_e2b_process_input         },
-        { "POST",   "/process.Process/CloseStdin",  E2B_SANDBOX_JSON_ROUTE, http_e2b_process_close_stdin   },
-        { "POST",   "/process.Process/Update",      E2B_SANDBOX_JSON_ROUTE, http_e2b_process_unimplemented },
-        { "POST",   "/process.Process/StreamInput", E2B_SANDBOX_RAW_ROUTE,  http_e2b_process_unimplemented },
+        /* envd's process RPCs (Connect): the streaming ones take their envelope as it came. A
+         * command's message is at most twice SANDBOX_MAX_CODE_BYTES (its strings escaped), the
+         * others' 2 MiB (input is at most 1 MiB, in base64). */
+        { "POST", E2B_RPC("Start"), E2B_SANDBOX_RAW_ROUTE, http_e2b_process_start, e2b_command_body_max },
+        { "POST", E2B_RPC("Connect"), E2B_SANDBOX_RAW_ROUTE, http_e2b_process_connect, RPC_MAX },
+        { "POST", E2B_RPC("List"), E2B_SANDBOX_JSON_ROUTE, http_e2b_process_list, RPC_MAX },
+        { "POST", E2B_RPC("SendSignal"), E2B_SANDBOX_JSON_ROUTE, http_e2b_process_signal, RPC_MAX },
+        { "POST", E2B_RPC("SendInput"), E2B_SANDBOX_JSON_ROUTE, http_e2b_process_input, RPC_MAX },
+        { "POST", E2B_RPC("CloseStdin"), E2B_SANDBOX_JSON_ROUTE, http_e2b_process_close_stdin, RPC_MAX },
+        { "POST", E2B_RPC("Update"), E2B_SANDBOX_JSON_ROUTE, http_e2b_process_unimplemented, RPC_MAX },
+        { "POST", E2B_RPC("StreamInput"), E2B_SANDBOX_RAW_ROUTE, http_e2b_process_unimplemented, RPC_MAX },
         /* envd's filesystem RPCs (http-e2b-fs.c): Connect, bodies read there. */
         E2B_FS_ROUTE("Stat", http_e2b_fs_stat),
         E2B_FS_ROUTE("ListDir", http_e2b_fs_list_dir),

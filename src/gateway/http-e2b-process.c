@@ -30,6 +30,14 @@
 /* What the SDKs ask for (Keepalive-Ping-Interval), and the bound of what a client may ask. */
 #define E2B_KEEPALIVE_DEFAULT_SEC 50U
 
+uint64_t e2b_command_body_max(const Config *config) {
+        return 2 * config->max_code_bytes + 64U * 1024U;
+}
+
+uint64_t e2b_rpc_body_max(const Config *config) {
+        return 2U << 20;
+}
+
 /* A streaming call's failure: 200 and the end-stream envelope with the error, as Connect has it. */
 static int connect_stream_fail(HttpRequest *req, const char *code, const char *message) {
         _cleanup_(json_writer_done) JsonWriter w = {};
@@ -321,8 +329,8 @@ static int process_start_running(HttpRequest *req) {
         fd = memfd_new_data("scopebox-e2b-command", packed.buf.s, packed.buf.len);
         if (fd < 0)
                 return fd;
-        r = e2b_process_start(req->server, req->session_id, fd, TAKE_PTR(config), tag,
-                              request_timeout_ms(req), with_stdin, &p);
+        r = e2b_process_start(req->server, req->session_id, fd, config, tag, request_timeout_ms(req),
+                              with_stdin, &p);
         if (r == -EMFILE)
                 return connect_stream_fail(req, "resource_exhausted",
                                            "too many processes in this sandbox or this gateway");

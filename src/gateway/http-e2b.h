@@ -50,6 +50,9 @@ int http_e2b_contexts_list(HttpRequest *req);
 int http_e2b_contexts_refuse(HttpRequest *req);
 int http_e2b_context_restart(HttpRequest *req);
 int http_e2b_process_start(HttpRequest *req);
+/* The body limits of envd's process RPCs. */
+uint64_t e2b_command_body_max(const Config *config);
+uint64_t e2b_rpc_body_max(const Config *config);
 int http_e2b_process_connect(HttpRequest *req);
 int http_e2b_process_list(HttpRequest *req);
 int http_e2b_process_signal(HttpRequest *req);

@@ -4,11 +4,13 @@
 Connect requests for what the SDK hides (statuses, envelopes, refusals). Exercised on the hybrid
 cgroups of tools/sysbox on this VM."""
 import base64
+import http.client
 import json
 import struct
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from conftest import Response
@@ -138,6 +140,16 @@ def test_what_a_client_may_not_send(sandboxes):
         == "permission_denied"
     assert refused(start("id"), headers={"Authorization": "Basic " + base64.b64encode(b"alice:").decode()}) \
         == "unauthenticated"
+    # A message over its bound (twice SANDBOX_MAX_CODE_BYTES, 1 MiB by default): 413 before it is read.
+    conn = http.client.HTTPConnection(urllib.parse.urlsplit(E2B_URL).netloc, timeout=30)
+    conn.putrequest("POST", "/process.Process/Start")
+    for k, v in {"E2b-Sandbox-Id": made["sandboxID"], "E2b-Sandbox-Port": str(ENVD_PORT),
+                 "X-Access-Token": made["envdAccessToken"], "Content-Type": "application/connect+json",
+                 "Content-Length": str(3 << 20)}.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
     # JSON where Connect's stream is expected: 415, in the API's error shape.
     resp, _ = rpc(made, "Start", start("true"), stream=False)
     assert resp.status == 415, resp
