@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The filesystem calls of E2B's envd on a session's workspace (docs/e2b.md "Files"; runner-fs.c
  * takes the requests): stat, list to a depth, make a directory with its parents, move, remove.
- * The runner is root and the sandbox may run meanwhile (a stateful session's kernel, background
- * commands), so nothing here follows a path the sandbox can change: a directory is resolved once,
- * by the kernel, into an fd of the workspace — links that stay inside followed, relative ones with
- * RESOLVE_BENEATH, absolute ones with the view of the workspace as the root (RESOLVE_IN_ROOT:
- * nothing but the workspace exists there), the result checked to lie on the workspace's
- * filesystem — and everything after that is done on that fd, the last name never followed
- * (fstatat, readlinkat, renameat, unlinkat, openat O_NOFOLLOW). */
+ * The runner is root, and although no process of the session runs while these do (they wait
+ * behind its execs like every file call), each is safe against one racing it: nothing here
+ * follows a path the sandbox can change. A directory is resolved once, by the kernel, into an fd
+ * of the workspace — links that stay inside followed, relative ones with RESOLVE_BENEATH,
+ * absolute ones with the view of the workspace as the root (RESOLVE_IN_ROOT: nothing but the
+ * workspace exists there), the result checked to lie on the workspace's filesystem — and all
+ * after that is done on that fd, the last name never followed (fstatat, readlinkat, renameat,
+ * unlinkat, openat O_NOFOLLOW). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
