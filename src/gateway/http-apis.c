@@ -2,6 +2,7 @@
 /* The APIs the gateway serves: what each of their routes takes and which resource serves it. */
 #include "http-apis.h"
 #include "http-dify.h"
+#include "http-e2b-fs.h"
 #include "http-e2b.h"
 #include "http-storage.h"
 
@@ -80,6 +81,10 @@ const HttpRoute http_e2b_routes[] = {
 #define E2B_RPC(method) "/process.Process/" method
 #define RPC_MAX e2b_rpc_body_max
 
+/* envd's filesystem RPCs (http-e2b-fs.h): Connect calls whose bodies the handler reads. */
+#define E2B_FS_ROUTE(method, handler) \
+        { "POST", E2B_FS method, E2B_SANDBOX_RAW_ROUTE, handler, http_e2b_fs_body_max }
+
 /* A sandbox's traffic (E2b-Sandbox-Id). */
 const HttpRoute http_e2b_sandbox_routes[] = {
         { "GET",    "/health",             E2B_SANDBOX_ROUTE,      http_e2b_health          },
@@ -101,6 +106,16 @@ const HttpRoute http_e2b_sandbox_routes[] = {
         { "POST", E2B_RPC("CloseStdin"), E2B_SANDBOX_JSON_ROUTE, http_e2b_process_close_stdin, RPC_MAX },
         { "POST", E2B_RPC("Update"), E2B_SANDBOX_JSON_ROUTE, http_e2b_process_unimplemented, RPC_MAX },
         { "POST", E2B_RPC("StreamInput"), E2B_SANDBOX_RAW_ROUTE, http_e2b_process_unimplemented, RPC_MAX },
+        /* envd's filesystem RPCs (http-e2b-fs.c): Connect, bodies read there. */
+        E2B_FS_ROUTE("Stat", http_e2b_fs_stat),
+        E2B_FS_ROUTE("ListDir", http_e2b_fs_list_dir),
+        E2B_FS_ROUTE("MakeDir", http_e2b_fs_make_dir),
+        E2B_FS_ROUTE("Move", http_e2b_fs_move),
+        E2B_FS_ROUTE("Remove", http_e2b_fs_remove),
+        E2B_FS_ROUTE("WatchDir", http_e2b_fs_watch_dir),
+        E2B_FS_ROUTE("CreateWatcher", http_e2b_fs_watcher),
+        E2B_FS_ROUTE("GetWatcherEvents", http_e2b_fs_watcher),
+        E2B_FS_ROUTE("RemoveWatcher", http_e2b_fs_watcher),
         {}
 };
 

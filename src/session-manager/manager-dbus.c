@@ -20,6 +20,7 @@
 #include "message-ids.h"
 #include "drain.h"
 #include "manager.h"
+#include "manager-fs.h"
 #include "run.h"
 #include "session.h"
 #include "string-util.h"
@@ -845,6 +846,15 @@ static int bus_normalize_path(const char *path, char **ret, sd_bus_error *error)
         return 0;
 }
 
+/* For the filesystem calls of manager-fs.c: the same lookup and path rules as the file calls'. */
+Session *manager_bus_find_running_session(Manager *mgr, const char *id, sd_bus_error *error) {
+        return bus_find_running_session(mgr, id, error);
+}
+
+int manager_bus_normalize_path(const char *path, char **ret, sd_bus_error *error) {
+        return bus_normalize_path(path, ret, error);
+}
+
 /* Runner errors of file operations, in the contract's words: the error and message the caller
  * gets (a NULL message: the one that came with it, of the queue). */
 static const struct {
@@ -1501,6 +1511,21 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_list_pending_archives, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("RetryArchives", SD_BUS_NO_ARGS, SD_BUS_RESULT("u", n_archives),
                                 method_retry_archives, SD_BUS_VTABLE_UNPRIVILEGED),
+        /* E2B's filesystem calls (manager-fs.c). */
+        SD_BUS_METHOD_WITH_ARGS("StatPath", SD_BUS_ARGS("s", session_id, "s", path),
+                                SD_BUS_RESULT("(sstussxs)", entry), method_stat_path,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListDirectory", SD_BUS_ARGS("s", session_id, "s", path, "u", depth),
+                                SD_BUS_RESULT("a(sstussxs)", entries, "b", truncated), method_list_directory,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("MakeDirectory", SD_BUS_ARGS("s", session_id, "s", path),
+                                SD_BUS_RESULT("b", created, "(sstussxs)", entry), method_make_directory,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("MovePath", SD_BUS_ARGS("s", session_id, "s", source, "s", destination),
+                                SD_BUS_RESULT("(sstussxs)", entry), method_move_path,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("RemovePath", SD_BUS_ARGS("s", session_id, "s", path), SD_BUS_NO_RESULT,
+                                method_remove_path, SD_BUS_VTABLE_UNPRIVILEGED),
         /* Root only, by the bus policy (scopeboxctl drain/undrain). */
         SD_BUS_METHOD_WITH_ARGS("SetDraining", SD_BUS_ARGS("b", draining), SD_BUS_NO_RESULT,
                                 method_set_draining, SD_BUS_VTABLE_UNPRIVILEGED),

@@ -240,6 +240,30 @@ MESSAGE(runner_exec_result, NULL, SCHEMA_REPLY, RunnerExecResult,
           &exec_usage },
         ARRAY("blocked_syscalls", RunnerExecResult, blocked, n_blocked, 0, exec_blocked));
 
+#define FS_PATH(flags) STR("path", RunnerFsRequest, path, flags, RUNNER_PATH_MAX)
+MESSAGE(runner_fs_stat_request, "fs-stat", SCHEMA_REQUEST, RunnerFsRequest, FS_PATH(SCHEMA_ALWAYS | M));
+MESSAGE(runner_fs_list_request, "fs-list", SCHEMA_REQUEST, RunnerFsRequest, FS_PATH(SCHEMA_ALWAYS | M),
+        U64("depth", RunnerFsRequest, depth, M, 1, RUNNER_FS_DEPTH_MAX));
+MESSAGE(runner_fs_mkdir_request, "fs-mkdir", SCHEMA_REQUEST, RunnerFsRequest, FS_PATH(M));
+MESSAGE(runner_fs_move_request, "fs-move", SCHEMA_REQUEST, RunnerFsRequest, FS_PATH(M),
+        STR("destination", RunnerFsRequest, destination, M, RUNNER_PATH_MAX));
+MESSAGE(runner_fs_remove_request, "fs-remove", SCHEMA_REQUEST, RunnerFsRequest, FS_PATH(M));
+
+static MESSAGE(runner_fs_entry, NULL, SCHEMA_NESTED, RunnerFsEntry,
+        STR("path", RunnerFsEntry, path, SCHEMA_ALWAYS | M, RUNNER_PATH_MAX),
+        STR("type", RunnerFsEntry, type, M | SCHEMA_PRINTABLE, 16),
+        U64("size", RunnerFsEntry, size, M, 0, 0),
+        { "mode", SCHEMA_U32, M, offsetof(RunnerFsEntry, mode), 0, 0, 0, NULL },
+        STR("owner", RunnerFsEntry, owner, M | SCHEMA_PRINTABLE, 32),
+        STR("group", RunnerFsEntry, group, M | SCHEMA_PRINTABLE, 32),
+        { "mtime_nsec", SCHEMA_I64, M, offsetof(RunnerFsEntry, mtime_nsec), 0, 0, 0, NULL },
+        STR("target", RunnerFsEntry, target, 0, RUNNER_PATH_MAX));
+
+MESSAGE(runner_fs_listing, NULL, SCHEMA_NESTED, RunnerFsListing,
+        ARRAY("entries", RunnerFsListing, entries, n_entries, SCHEMA_ALWAYS, runner_fs_entry),
+        BOOL("truncated", RunnerFsListing, truncated, 0),
+        BOOL("existed", RunnerFsListing, existed, 0));
+
 /* clang-format on */
 
 static const SchemaMessage *const runner_requests[] = {
@@ -247,6 +271,8 @@ static const SchemaMessage *const runner_requests[] = {
         &runner_write_request,  &runner_read_request,         &runner_archive_request,
         &runner_restore_request, &runner_ping_request,        &runner_list_request,
         &runner_reset_inputs_request, &runner_reset_kernel_request,
+        &runner_fs_stat_request, &runner_fs_list_request, &runner_fs_mkdir_request,
+        &runner_fs_move_request, &runner_fs_remove_request,
 };
 
 const SchemaMessage *runner_request_lookup(json_object *msg) {
@@ -300,4 +326,17 @@ int runner_request_archive(bool restore, uint64_t max_bytes, uint64_t timeout_se
         return schema_build(restore ? &runner_restore_request : &runner_archive_request,
                             &(RunnerArchiveRequest) { .max_bytes = max_bytes, .timeout_sec = timeout_sec },
                             ret);
+}
+
+int runner_request_fs(const SchemaMessage *op, const RunnerFsRequest *p, json_object **ret) {
+        static const SchemaMessage *const fs_requests[] = {
+                &runner_fs_stat_request, &runner_fs_list_request,   &runner_fs_mkdir_request,
+                &runner_fs_move_request, &runner_fs_remove_request,
+        };
+
+        /* Only these: the others have their own builders. */
+        for (size_t i = 0; i < ELEMENTSOF(fs_requests); i++)
+                if (op == fs_requests[i])
+                        return schema_build(op, p, ret);
+        return -EINVAL;
 }

@@ -128,6 +128,39 @@ typedef struct RunnerExecResult {
         size_t n_blocked;
 } RunnerExecResult;
 
+/* The filesystem calls of E2B's envd (runner-fs.c): "fs-stat", "fs-list" (to 'depth' levels),
+ * "fs-mkdir" (with its parents), "fs-move" (to 'destination') and "fs-remove" of a workspace
+ * path (relative, normalised by the manager). Answered "ok" with a RunnerFsListing in the memfd
+ * sent with it (fs-remove: nothing). */
+typedef struct RunnerFsRequest {
+        const char *path;
+        const char *destination;
+        uint64_t depth;
+} RunnerFsRequest;
+
+/* The most a listing holds, and how deep it goes. */
+#define RUNNER_FS_ENTRIES_MAX 3000U /* its answer stays within json_parse()'s JSON_TOKENS_MAX */
+#define RUNNER_FS_DEPTH_MAX 32U
+
+/* One entry as the runner saw it, never through a symlink. */
+typedef struct RunnerFsEntry {
+        const char *path;       /* relative to the workspace; "" is its root */
+        const char *type;       /* "file", "dir", "symlink" or "other" */
+        uint64_t size;
+        uint32_t mode;          /* st_mode, with the type's bits */
+        const char *owner;      /* "user" (the sandbox user), "root", or the uid in decimal */
+        const char *group;
+        int64_t mtime_nsec;     /* since the epoch */
+        const char *target;     /* a symlink's text, as it is written; NULL for others */
+} RunnerFsEntry;
+
+typedef struct RunnerFsListing {
+        RunnerFsEntry *entries;
+        size_t n_entries;
+        bool truncated;         /* a bound of the listing was reached: entries, time or size */
+        bool existed;           /* fs-mkdir: the directory was there already */
+} RunnerFsListing;
+
 /* Any request that failed: "ok": false. */
 typedef struct RunnerErrorReply {
         int error_number; /* errno, 1…4095 */
@@ -137,6 +170,8 @@ typedef struct RunnerErrorReply {
 extern const SchemaMessage runner_init_request, runner_exec_request, runner_cancel_request,
         runner_write_request, runner_read_request, runner_archive_request, runner_restore_request,
         runner_ping_request, runner_list_request, runner_reset_inputs_request, runner_reset_kernel_request;
+extern const SchemaMessage runner_fs_stat_request, runner_fs_list_request, runner_fs_mkdir_request,
+        runner_fs_move_request, runner_fs_remove_request, runner_fs_listing;
 extern const SchemaMessage runner_init_reply, runner_ping_reply, runner_archive_reply, runner_exec_result,
         runner_ok_reply, runner_error_reply;
 
@@ -154,6 +189,12 @@ int runner_request_cancel(const char *exec_id, json_object **ret);
 int runner_request_write(const char *path, json_object **ret);
 int runner_request_read(const char *path, uint64_t max, json_object **ret);
 int runner_request_archive(bool restore, uint64_t max_bytes, uint64_t timeout_sec, json_object **ret);
+/* One of the fs-* requests (runner_fs_*_request). */
+int runner_request_fs(const SchemaMessage *op, const RunnerFsRequest *p, json_object **ret);
+
+static inline void runner_fs_listing_done(RunnerFsListing *p) {
+        schema_done(&runner_fs_listing, p);
+}
 
 /* The declaration of the request named by the message's "op"; NULL for an unknown one. */
 const SchemaMessage *runner_request_lookup(json_object *msg);

@@ -211,6 +211,11 @@ static const struct {
         { &runner_reset_inputs_request, REQUEST_INITIALIZED, runner_handle_reset_inputs },
         { &runner_archive_request, REQUEST_INITIALIZED, runner_dispatch_archive },
         { &runner_restore_request, REQUEST_INITIALIZED | REQUEST_CHANGES_FILES, runner_dispatch_restore },
+        { &runner_fs_stat_request, REQUEST_INITIALIZED, runner_handle_fs_stat },
+        { &runner_fs_list_request, REQUEST_INITIALIZED, runner_handle_fs_list },
+        { &runner_fs_mkdir_request, REQUEST_INITIALIZED | REQUEST_CHANGES_FILES, runner_handle_fs_mkdir },
+        { &runner_fs_move_request, REQUEST_INITIALIZED | REQUEST_CHANGES_FILES, runner_handle_fs_move },
+        { &runner_fs_remove_request, REQUEST_INITIALIZED | REQUEST_CHANGES_FILES, runner_handle_fs_remove },
 };
 
 /* One request: parsed by its declaration, checked against the runner's state, handed on. */

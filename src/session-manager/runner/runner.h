@@ -291,6 +291,12 @@ int runner_handle_write(Runner *r, const void *params, const int *fds, size_t n_
 int runner_handle_read(Runner *r, const void *params, const int *fds, size_t n_fds);
 int runner_handle_list(Runner *r, const void *params, const int *fds, size_t n_fds);
 int runner_handle_reset_inputs(Runner *r, const void *params, const int *fds, size_t n_fds);
+/* runner-fs.c: E2B's filesystem calls (RunnerFsRequest). */
+int runner_handle_fs_stat(Runner *r, const void *params, const int *fds, size_t n_fds);
+int runner_handle_fs_list(Runner *r, const void *params, const int *fds, size_t n_fds);
+int runner_handle_fs_mkdir(Runner *r, const void *params, const int *fds, size_t n_fds);
+int runner_handle_fs_move(Runner *r, const void *params, const int *fds, size_t n_fds);
+int runner_handle_fs_remove(Runner *r, const void *params, const int *fds, size_t n_fds);
 
 /* runner-archive.c */
 ArchiveJob *archive_job_free(ArchiveJob *j);
