@@ -670,6 +670,9 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
                                         BUS_MESSAGE_NO_SUCH_SESSION);
 
+        if (s->pause.paused)
+                return sd_bus_error_set(error, BUS_ERROR_PAUSED, BUS_MESSAGE_SESSION_PAUSED);
+
         if (o.display && (o.stream < 0 || !s->stateful))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
                                         "display needs a stateful session and a stream");
@@ -863,6 +866,7 @@ static const struct {
         { ENXIO, ENXIO, BUS_MESSAGE_NO_SUCH_SESSION },
         { EBUSY, EBUSY, NULL },
         { EUSERS, EUSERS, NULL },
+        { ESTRPIPE, ESTRPIPE, BUS_MESSAGE_SESSION_PAUSED },
 };
 
 static void reply_file_error(sd_bus_message *m, int error, const char *message) {
@@ -931,6 +935,16 @@ static int queue_file_call(sd_bus_message *m, int r, sd_bus_error *error) {
         return r;
 }
 
+/* A paused session takes no call that needs its processes (or the runner's queue) until it is
+ * resumed: Paused, never a silent resume. */
+static Session *bus_refuse_paused(Session *s, sd_bus_error *error) {
+        if (s && s->pause.paused) {
+                sd_bus_error_set(error, BUS_ERROR_PAUSED, BUS_MESSAGE_SESSION_PAUSED);
+                return NULL;
+        }
+        return s;
+}
+
 /* The running session a call names (its first argument); NULL with 'error' set, or *ret_r < 0. */
 static Session *bus_read_running_session(sd_bus_message *m, Manager *mgr, sd_bus_error *error, int *ret_r) {
         const char *id;
@@ -939,7 +953,7 @@ static Session *bus_read_running_session(sd_bus_message *m, Manager *mgr, sd_bus
         if (*ret_r < 0)
                 return NULL;
         *ret_r = -EINVAL;
-        return bus_find_running_session(mgr, id, error);
+        return bus_refuse_paused(bus_find_running_session(mgr, id, error), error);
 }
 
 /* The running session and the path in it a file call names first ("ss"), the path normalized into
@@ -1206,9 +1220,10 @@ static int append_record(sd_bus_message *reply, const Session *s) {
 
         r = sd_bus_message_append(reply, "s", s->record);
         if (r >= 0)
-                r = sd_bus_message_append(reply, "a{sv}", 4, "created_usec", "t", s->created_realtime_usec,
+                r = sd_bus_message_append(reply, "a{sv}", 5, "created_usec", "t", s->created_realtime_usec,
                                           "deadline_usec", "t", s->deadline_realtime_usec, "stateful", "b",
-                                          (int) s->stateful, "execs", "t", s->n_execs);
+                                          (int) s->stateful, "execs", "t", s->n_execs, "paused", "b",
+                                          (int) s->pause.paused);
         return r;
 }
 
@@ -1304,6 +1319,53 @@ static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *
         if (r < 0)
                 return r;
         return sd_bus_send(NULL, reply, NULL);
+}
+
+/* ---- PauseSession, ResumeSession (session-pause.c) ---- */
+
+static int method_pause_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        s = bus_find_running_session(userdata, id, error);
+        if (!s)
+                return -EINVAL;
+        r = session_pause(s);
+        if (r == -EALREADY)
+                return sd_bus_error_set(error, BUS_ERROR_PAUSED, "session is paused already");
+        if (r == -EOPNOTSUPP)
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED,
+                                        "pausing needs the unified cgroup hierarchy");
+        if (r < 0) {
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to pause session %s: %m", s->id);
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to pause the session");
+        }
+        return sd_bus_reply_method_return(m, NULL);
+}
+
+static int method_resume_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        s = bus_find_running_session(userdata, id, error);
+        if (!s)
+                return -EINVAL;
+        r = session_resume(s);
+        if (r < 0) {
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to resume session %s: %m", s->id);
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to resume the session");
+        }
+        return sd_bus_reply_method_return(m, "b", r > 0);
 }
 
 /* ListSessions, ListRunSandboxes and GetSession are for the operator (scopeboxctl as root): the bus
@@ -1501,6 +1563,10 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_list_pending_archives, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("RetryArchives", SD_BUS_NO_ARGS, SD_BUS_RESULT("u", n_archives),
                                 method_retry_archives, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("PauseSession", SD_BUS_ARGS("s", session_id), SD_BUS_NO_RESULT,
+                                method_pause_session, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResumeSession", SD_BUS_ARGS("s", session_id), SD_BUS_RESULT("b", resumed),
+                                method_resume_session, SD_BUS_VTABLE_UNPRIVILEGED),
         /* Root only, by the bus policy (scopeboxctl drain/undrain). */
         SD_BUS_METHOD_WITH_ARGS("SetDraining", SD_BUS_ARGS("b", draining), SD_BUS_NO_RESULT,
                                 method_set_draining, SD_BUS_VTABLE_UNPRIVILEGED),
