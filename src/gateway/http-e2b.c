@@ -520,8 +520,11 @@ static int e2b_no_content_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return http_request_reply_literal(req, HTTP_NO_CONTENT, "");
 }
 
-/* Only a sandbox is killed here, never another session: the record is looked up first. */
-static int e2b_kill_on_record(HttpRequest *req, sd_bus_message *reply) {
+/* Only a sandbox is killed or paused, never another session: after the GetRecord that says it is
+ * one, the manager's 'member' on it ("s id", and for ReleaseSession no options), answered by
+ * 'on_reply'. */
+static int e2b_call_on_sandbox(HttpRequest *req, sd_bus_message *reply, const char *member,
+                               HttpReplyHandler on_reply) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         _cleanup_(e2b_sandbox_done) E2bSandbox b = {};
         int r;
@@ -529,13 +532,18 @@ static int e2b_kill_on_record(HttpRequest *req, sd_bus_message *reply) {
         r = e2b_reply_sandbox(req, reply, &b);
         if (r <= 0)
                 return r;
-        r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
+        r = session_manager_new_call(req->server->bus, member, &m);
         if (r >= 0)
-                r = sd_bus_message_append(m, "sa{sv}", req->session_id, 0);
+                r = sd_bus_message_append(m, "s", req->session_id);
+        if (r >= 0 && streq(member, "ReleaseSession"))
+                r = sd_bus_message_append(m, "a{sv}", 0);
         if (r < 0)
                 return r;
-        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
-                                 e2b_no_content_on_reply);
+        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config), on_reply);
+}
+
+static int e2b_kill_on_record(HttpRequest *req, sd_bus_message *reply) {
+        return e2b_call_on_sandbox(req, reply, "ReleaseSession", e2b_no_content_on_reply);
 }
 
 int http_e2b_kill(HttpRequest *req) {
@@ -706,23 +714,8 @@ static int e2b_pause_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return e2b_no_content_on_reply(req, reply);
 }
 
-/* Only a sandbox is paused here, never another session: the record is looked up first. */
 static int e2b_pause_on_record(HttpRequest *req, sd_bus_message *reply) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-        _cleanup_(e2b_sandbox_done) E2bSandbox b = {};
-        int r;
-
-        r = e2b_reply_sandbox(req, reply, &b);
-        if (r <= 0)
-                return r;
-        if (b.paused)
-                return e2b_reply_already_paused(req);
-        r = session_manager_new_call(req->server->bus, "PauseSession", &m);
-        if (r >= 0)
-                r = sd_bus_message_append(m, "s", req->session_id);
-        if (r < 0)
-                return r;
-        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config), e2b_pause_on_reply);
+        return e2b_call_on_sandbox(req, reply, "PauseSession", e2b_pause_on_reply);
 }
 
 /* Freezes the sandbox where it is (docs/e2b.md "Pause and resume"): 204, 409 when paused already. */

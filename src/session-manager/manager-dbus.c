@@ -1323,49 +1323,38 @@ static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *
 
 /* ---- PauseSession, ResumeSession (session-pause.c) ---- */
 
-static int method_pause_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        const char *id;
+/* Both freeze or thaw the session's processes where they are; ResumeSession says whether it did. */
+static int pause_call(sd_bus_message *m, Manager *mgr, bool pause, sd_bus_error *error) {
+        const char *id, *verb = pause ? "pause" : "resume";
         Session *s;
         int r;
 
         r = sd_bus_message_read(m, "s", &id);
         if (r < 0)
                 return r;
-        s = bus_find_running_session(userdata, id, error);
+        s = bus_find_running_session(mgr, id, error);
         if (!s)
                 return -EINVAL;
-        r = session_pause(s);
+        r = pause ? session_pause(s) : session_resume(s);
         if (r == -EALREADY)
                 return sd_bus_error_set(error, BUS_ERROR_PAUSED, "session is paused already");
         if (r == -EOPNOTSUPP)
                 return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED,
                                         "pausing needs the unified cgroup hierarchy");
         if (r < 0) {
-                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to pause session %s: %m", s->id);
-                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to pause the session");
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to %s session %s: %m",
+                           verb, s->id);
+                return sd_bus_error_setf(error, BUS_ERROR_BACKEND_FAILED, "failed to %s the session", verb);
         }
-        return sd_bus_reply_method_return(m, NULL);
+        return pause ? sd_bus_reply_method_return(m, NULL) : sd_bus_reply_method_return(m, "b", r > 0);
+}
+
+static int method_pause_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return pause_call(m, userdata, true, error);
 }
 
 static int method_resume_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        const char *id;
-        Session *s;
-        int r;
-
-        r = sd_bus_message_read(m, "s", &id);
-        if (r < 0)
-                return r;
-        s = bus_find_running_session(userdata, id, error);
-        if (!s)
-                return -EINVAL;
-        r = session_resume(s);
-        if (r < 0) {
-                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
-                           "Failed to resume session %s: %m", s->id);
-                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED, "failed to resume the session");
-        }
-        return sd_bus_reply_method_return(m, "b", r > 0);
+        return pause_call(m, userdata, false, error);
 }
 
 /* ListSessions, ListRunSandboxes and GetSession are for the operator (scopeboxctl as root): the bus
