@@ -1041,3 +1041,108 @@ int http_e2b_list(HttpRequest *req) {
 int http_e2b_list_v1(HttpRequest *req) {
         return e2b_list(req, e2b_list_all_on_reply);
 }
+
+/* ---- GET /sandboxes/{id}/metrics ---- */
+
+/* GetSessionUsage's answer (docs/dbus-api.md). */
+typedef struct E2bUsage {
+        uint64_t sampled_usec, cpu_usec, previous_sampled_usec, previous_cpu_usec;
+        uint64_t memory_bytes, memory_cache_bytes, files_bytes;
+} E2bUsage;
+
+static const BusDictField e2b_usage_fields[] = {
+        { "sampled_usec", 't', offsetof(E2bUsage, sampled_usec) },
+        { "cpu_usec", 't', offsetof(E2bUsage, cpu_usec) },
+        { "previous_sampled_usec", 't', offsetof(E2bUsage, previous_sampled_usec) },
+        { "previous_cpu_usec", 't', offsetof(E2bUsage, previous_cpu_usec) },
+        { "memory_bytes", 't', offsetof(E2bUsage, memory_bytes) },
+        { "memory_cache_bytes", 't', offsetof(E2bUsage, memory_cache_bytes) },
+        { "files_bytes", 't', offsetof(E2bUsage, files_bytes) },
+        {}
+};
+
+/* The query's "start" or "end" (unix seconds): 'fallback' when absent; -EINVAL when malformed. */
+static int e2b_query_seconds(HttpRequest *req, const char *name, uint64_t fallback, uint64_t *ret) {
+        const char *v = e2b_query(req, name);
+
+        *ret = fallback;
+        if (!v)
+                return 0;
+        return safe_atou64(v, ret) < 0 ? -EINVAL : 0;
+}
+
+/* One SandboxMetric: the sample now. CPU as a share of the sandbox's CPUs since the previous
+ * sample (an earlier metrics call, or the start); memory as charged to the sandbox (its files'
+ * pages included, its cache also apart); disk as what its file systems hold (tmpfs). */
+static int e2b_metric(HttpRequest *req, const E2bUsage *u, json_object **ret) {
+        _cleanup_(json_object_putp) json_object *o = json_object_new_object();
+        const Config *c = &req->server->config;
+        uint64_t cpus = MAX((c->cpu_quota_percent + 99) / 100, 1), wall, used;
+        double percent = 0;
+
+        if (!o)
+                return -ENOMEM;
+        wall = u->sampled_usec > u->previous_sampled_usec ? u->sampled_usec - u->previous_sampled_usec : 0;
+        used = u->cpu_usec > u->previous_cpu_usec ? u->cpu_usec - u->previous_cpu_usec : 0;
+        if (wall > 0)
+                percent = MIN(100.0 * (double) used / (double) wall / (double) cpus, 100.0);
+        if (json_add_time(o, "timestamp", u->sampled_usec) < 0 ||
+            json_object_object_add(o, "timestampUnix",
+                                   json_object_new_int64((int64_t) (u->sampled_usec / USEC_PER_SEC))) < 0 ||
+            json_object_object_add(o, "cpuCount", json_object_new_int64((int64_t) cpus)) < 0 ||
+            json_object_object_add(o, "cpuUsedPct",
+                                   json_object_new_double((double) (int64_t) (percent * 100) / 100)) < 0 ||
+            json_object_object_add(o, "memUsed", json_object_new_int64((int64_t) u->memory_bytes)) < 0 ||
+            json_object_object_add(o, "memTotal", json_object_new_int64((int64_t) c->memory_limit)) < 0 ||
+            json_object_object_add(o, "memCache",
+                                   json_object_new_int64((int64_t) u->memory_cache_bytes)) < 0 ||
+            json_object_object_add(o, "diskUsed", json_object_new_int64((int64_t) u->files_bytes)) < 0 ||
+            json_object_object_add(o, "diskTotal", json_object_new_int64((int64_t) c->workspace_size)) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(o);
+        return 0;
+}
+
+static int e2b_metrics_on_usage(HttpRequest *req, sd_bus_message *reply) {
+        _cleanup_(json_object_putp) json_object *array = NULL, *metric = NULL;
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+        uint64_t start, end, at;
+        E2bUsage u = {};
+        int r;
+
+        if (e)
+                return e2b_reply_call_error(req, e, req->session_id);
+        r = bus_message_read_dict(reply, e2b_usage_fields, &u);
+        if (r < 0)
+                return r;
+        array = json_object_new_array();
+        if (!array)
+                return -ENOMEM;
+        at = u.sampled_usec / USEC_PER_SEC;
+        /* (Checked before the call.) */
+        (void) e2b_query_seconds(req, "start", 0, &start);
+        (void) e2b_query_seconds(req, "end", UINT64_MAX, &end);
+        /* Only the sample of now is kept: a window that ends before it has none. */
+        if (start <= at && at <= end) {
+                r = e2b_metric(req, &u, &metric);
+                if (r < 0)
+                        return r;
+                if (json_object_array_add(array, metric) < 0)
+                        return -ENOMEM;
+                TAKE_PTR(metric);
+        }
+        return http_request_reply_json(req, HTTP_OK, array);
+}
+
+static int e2b_metrics_on_record(HttpRequest *req, sd_bus_message *reply) {
+        return e2b_call_on_sandbox(req, reply, "GetSessionUsage", e2b_metrics_on_usage);
+}
+
+/* getMetrics(): the sandbox's use now, from its scope's cgroup counters (docs/e2b.md). */
+int http_e2b_metrics(HttpRequest *req) {
+        uint64_t t;
+
+        if (e2b_query_seconds(req, "start", 0, &t) < 0 || e2b_query_seconds(req, "end", 0, &t) < 0)
+                return e2b_reply(req, HTTP_BAD_REQUEST, "start and end must be unix times in seconds");
+        return e2b_get_record(req, e2b_metrics_on_record);
+}

@@ -1357,6 +1357,35 @@ static int method_resume_session(sd_bus_message *m, void *userdata, sd_bus_error
         return pause_call(m, userdata, false, error);
 }
 
+/* ---- GetSessionUsage (session-usage.c) ---- */
+
+static int method_get_session_usage(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        SessionUsage now, previous;
+        const char *id;
+        Session *s;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &id);
+        if (r < 0)
+                return r;
+        s = bus_find_running_session(userdata, id, error);
+        if (!s)
+                return -EINVAL;
+        r = session_usage(s, &now, &previous);
+        if (r < 0) {
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to read the usage of session %s: %m", s->id);
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED,
+                                        "failed to read the session's usage");
+        }
+        return sd_bus_reply_method_return(
+                m, "a{sv}", 7, "sampled_usec", "t", now.sampled_usec, "cpu_usec", "t", now.cpu_usec,
+                "previous_sampled_usec", "t", previous.sampled_usec, "previous_cpu_usec", "t",
+                previous.cpu_usec,
+                "memory_bytes", "t", now.memory_bytes, "memory_cache_bytes", "t", now.memory_cache_bytes,
+                "files_bytes", "t", now.files_bytes);
+}
+
 /* ListSessions, ListRunSandboxes and GetSession are for the operator (scopeboxctl as root): the bus
  * policy denies them to the gateway's user, which never needs to enumerate the session ids that are
  * clients' handles. (Not re-checked here: learning a caller's uid on dbus-daemon is a synchronous
@@ -1556,6 +1585,9 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_pause_session, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ResumeSession", SD_BUS_ARGS("s", session_id), SD_BUS_RESULT("b", resumed),
                                 method_resume_session, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetSessionUsage", SD_BUS_ARGS("s", session_id),
+                                SD_BUS_RESULT("a{sv}", usage), method_get_session_usage,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
         /* Root only, by the bus policy (scopeboxctl drain/undrain). */
         SD_BUS_METHOD_WITH_ARGS("SetDraining", SD_BUS_ARGS("b", draining), SD_BUS_NO_RESULT,
                                 method_set_draining, SD_BUS_VTABLE_UNPRIVILEGED),

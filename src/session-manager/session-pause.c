@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <linux/magic.h>
 
+#include "cgroup-events.h"
 #include "io-util.h"
 #include "log.h"
 #include "manager.h"
@@ -54,7 +55,7 @@ static int parse_pid(const char *s, pid_t *ret) {
         return 0;
 }
 
-/* A directory of cgroup2 owned by root, below 'dir_fd', never through a symlink. */
+/* A directory of a cgroup file system owned by root, below 'dir_fd', never through a symlink. */
 static int cgroup_open_dir(int dir_fd, const char *name) {
         _cleanup_close_ int fd = -EBADF;
         struct statfs sfs;
@@ -67,13 +68,14 @@ static int cgroup_open_dir(int dir_fd, const char *name) {
                 return -errno;
         if (fstatfs(fd, &sfs) < 0 || fstat(fd, &st) < 0)
                 return -errno;
-        if (sfs.f_type != CGROUP2_SUPER_MAGIC || st.st_uid != 0)
+        if ((sfs.f_type != CGROUP2_SUPER_MAGIC && sfs.f_type != CGROUP_SUPER_MAGIC) || st.st_uid != 0)
                 return -EPERM;
         return TAKE_FD(fd);
 }
 
-/* The unified hierarchy: /sys/fs/cgroup itself (v2), or its "unified" (hybrid). */
-static int cgroup_open_unified_root(void) {
+/* The root of a hierarchy: the unified one ("" : /sys/fs/cgroup itself on v2, its "unified" on a
+ * hybrid host), or a v1 one by its directory ("memory"). */
+static int cgroup_open_hierarchy(const char *hierarchy) {
         _cleanup_close_ int fd = -EBADF;
         struct statfs sfs;
         int r;
@@ -83,17 +85,17 @@ static int cgroup_open_unified_root(void) {
                 return -errno;
         if (fstatfs(fd, &sfs) < 0)
                 return -errno;
-        if (sfs.f_type == CGROUP2_SUPER_MAGIC)
+        if (isempty(hierarchy) && sfs.f_type == CGROUP2_SUPER_MAGIC)
                 return TAKE_FD(fd);
-        r = cgroup_open_dir(fd, "unified");
+        r = cgroup_open_dir(fd, isempty(hierarchy) ? "unified" : hierarchy);
         return r == -ENOENT || r == -EPERM ? -EOPNOTSUPP : r;
 }
 
-/* systemd's root cgroup: PID 1's unified one without "/init.scope" (as systemd finds its own). */
-static int systemd_root_cgroup(char **ret) {
-        _cleanup_free_ char *text = NULL;
+/* systemd's root cgroup in the hierarchy that has 'controller' (NULL: the unified one), and that
+ * hierarchy's directory: PID 1's cgroup there without "/init.scope" (as systemd finds its own). */
+static int systemd_root_cgroup(const char *controller, char **ret_hierarchy, char **ret_root) {
+        _cleanup_free_ char *text = NULL, *hierarchy = NULL, *path = NULL;
         _cleanup_close_ int fd = -EBADF;
-        char *path, *end;
         int r;
 
         fd = open("/proc/1/cgroup", O_RDONLY | O_CLOEXEC);
@@ -102,34 +104,34 @@ static int systemd_root_cgroup(char **ret) {
         r = read_full_fd(fd, PROC_FILE_MAX, &text, NULL);
         if (r < 0)
                 return r;
-        path = strneq(text, "0::", 3) ? text : strstr(text, "\n0::");
-        if (!path)
+        /* No v1 hierarchy has a controller named so: the unified one. */
+        r = cgroup_path_for_controller(text, controller ?: "-", &hierarchy, &path);
+        if (r == -ENOENT)
                 return -EOPNOTSUPP;
-        path = strchr(path + 1, '/');
-        if (!path)
-                return -EBADMSG;
-        end = strchrnul(path, '\n');
-        *end = 0;
+        if (r < 0)
+                return r;
         if (endswith(path, "/init.scope"))
                 path[strlen(path) - strlen("/init.scope")] = 0;
-        *ret = strdup(path);
-        return *ret ? 0 : -ENOMEM;
+        *ret_hierarchy = TAKE_PTR(hierarchy);
+        *ret_root = TAKE_PTR(path);
+        return 0;
 }
 
-/* The scope's directory in the unified hierarchy, walked from its root one component at a time. */
-static int session_open_scope_cgroup(Session *s) {
-        _cleanup_free_ char *root = NULL, *path = NULL;
+int session_scope_cgroup_open(Session *s, const char *controller) {
+        _cleanup_free_ char *hierarchy = NULL, *root = NULL, *path = NULL;
         _cleanup_close_ int fd = -EBADF;
         int r;
 
-        if (s->pause.scope_fd >= 0)
-                return 0;
-        r = systemd_root_cgroup(&root);
+        if (!controller && s->pause.scope_fd >= 0) {
+                int copy = fcntl(s->pause.scope_fd, F_DUPFD_CLOEXEC, 3);
+                return copy < 0 ? -errno : copy;
+        }
+        r = systemd_root_cgroup(controller, &hierarchy, &root);
         if (r < 0)
                 return r;
         if (asprintf(&path, "%s/" MANAGER_SLICE "/%s", root, s->unit) < 0)
                 return -ENOMEM;
-        fd = cgroup_open_unified_root();
+        fd = cgroup_open_hierarchy(startswith(hierarchy, "name=") ?: hierarchy);
         if (fd < 0)
                 return fd;
         for (char *p = path, *slash; p && *p; p = slash ? slash + 1 : NULL) {
@@ -146,7 +148,19 @@ static int session_open_scope_cgroup(Session *s) {
                 safe_close(fd);
                 fd = next;
         }
-        s->pause.scope_fd = TAKE_FD(fd);
+        return TAKE_FD(fd);
+}
+
+/* The scope's directory in the unified hierarchy, kept. */
+static int session_open_scope_cgroup(Session *s) {
+        int fd;
+
+        if (s->pause.scope_fd >= 0)
+                return 0;
+        fd = session_scope_cgroup_open(s, NULL);
+        if (fd < 0)
+                return fd;
+        s->pause.scope_fd = fd;
         return 0;
 }
 

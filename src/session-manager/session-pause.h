@@ -24,6 +24,11 @@ typedef struct SessionPause {
 
 #define SESSION_PAUSE_NULL { .scope_fd = -EBADF, .payload_fd = -EBADF }
 
+/* A new fd of the session's scope directory in the hierarchy that has 'controller' (NULL: the
+ * unified one), walked from the hierarchy's root by names only, O_NOFOLLOW, each level a root-owned
+ * directory of a cgroup file system. -EOPNOTSUPP when there is no such hierarchy. */
+int session_scope_cgroup_open(Session *s, const char *controller);
+
 /* Freezes every process of the session but its runner: -EALREADY when it is paused already,
  * -EOPNOTSUPP without a unified cgroup hierarchy. Queued client calls hear BUS_ERROR_PAUSED. */
 int session_pause(Session *s);

@@ -8,6 +8,8 @@
 //    resumed with connect: the lines as the client got them (its clock, ms) and the times around.
 //  "thaw" (@e2b/code-interpreter): a cell that tries to thaw or leave its cgroup, before a pause
 //    and after a resume.
+//  "metrics" (@e2b/code-interpreter): getMetrics() after a cell that burnt CPU and kept memory and
+//    a file, for a window in the past, and twice while paused.
 // Each reports its sandbox's id as sandboxId.
 import { Sandbox, args, attempt, create, main } from './common.mjs';
 
@@ -143,7 +145,31 @@ async function thaw() {
         return { sandboxId: id, before, pause, connected: connected.error ?? true, after };
 }
 
+async function metrics() {
+        const sbx = await create(null, { timeoutMs: 120_000 });
+        const id = sbx.sandboxId;
+        const cell = await sbx.runCode([
+                'import time',
+                'kept = bytearray(64 * 1024 * 1024)',
+                'open("/home/user/big.bin", "wb").write(b"x" * (8 * 1024 * 1024))',
+                'c0 = time.process_time()',
+                'while time.process_time() - c0 < 1.0:',
+                '    pass',
+        ].join('\n'));
+        const info = await sbx.getInfo();
+        const now = await attempt(() => sbx.getMetrics());
+        const past = await attempt(() => Sandbox.getMetrics(id, { start: new Date(Date.now() - 3_600_000),
+                                                                  end: new Date(Date.now() - 1_800_000) }));
+        await sbx.pause();
+        await sleep(1000);
+        const paused = await attempt(() => sbx.getMetrics());
+        await sleep(1000);
+        const pausedAgain = await attempt(() => sbx.getMetrics());
+        return { sandboxId: id, cell: cell.error ? cell.error.name : null, info, now, past, paused, pausedAgain,
+                 unknown: await attempt(() => Sandbox.getMetrics('0123456789abcdef0123456789abcdef')) };
+}
+
 main(async () => {
-        const modes = { kernel, files, busy, thaw };
+        const modes = { kernel, files, busy, thaw, metrics };
         return await modes[args.mode]();
 });

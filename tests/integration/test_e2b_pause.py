@@ -163,6 +163,24 @@ def test_a_sandbox_can_neither_thaw_nor_leave_its_cgroup(sandboxes):
         assert "written" not in tried.values() and "mounted" not in tried.values(), out
 
 
+def test_metrics_come_from_the_sandboxs_cgroup(sandboxes):
+    out = sandboxes.run("pause.mjs", {"mode": "metrics", "package": INTERPRETER}, timeout=120)
+    assert out["cell"] is None, out
+    info, [now] = out["info"], out["now"]["value"]
+    assert now["cpuCount"] == info["cpuCount"] and now["memTotal"] == info["memoryMB"] * 2**20, out
+    detail = e2b_request("GET", f"/sandboxes/{out['sandboxId']}").json
+    assert now["diskTotal"] == detail["diskSizeMB"] * 2**20, (detail, out)
+    # The cell's bytearray, its file and the CPU second it burnt since the start.
+    assert now["memUsed"] >= 64 * 2**20 and now["diskUsed"] >= 8 * 2**20, out
+    assert now["memCache"] >= 8 * 2**20, out
+    assert now["cpuUsedPct"] > 0, out
+    assert out["past"] == {"value": []}, out
+    # Paused: nothing of the sandbox ran between two samples, its memory is kept.
+    [paused] = out["pausedAgain"]["value"]
+    assert paused["cpuUsedPct"] < 5 and paused["memUsed"] >= 64 * 2**20, out
+    assert error_name(out["unknown"]) == "SandboxNotFoundError", out
+
+
 # ---- plain HTTP
 
 
