@@ -334,12 +334,35 @@ static void session_pause_fail_queued(Session *s) {
         }
 }
 
+/* Whether the scope holds its runner as we recognise it: otherwise a sweep would freeze it too,
+ * and nothing could answer for the session any more. */
+static int session_scope_has_runner(Session *s) {
+        _cleanup_free_ char *text = NULL;
+        int r;
+
+        r = cgroup_read(s->pause.scope_fd, "cgroup.procs", &text);
+        if (r < 0)
+                return r;
+        for (char *line = text, *next; line && *line; line = next) {
+                pid_t pid;
+
+                next = strchr(line, '\n');
+                if (next)
+                        *next++ = 0;
+                if (parse_pid(line, &pid) >= 0 && pid > 0 && process_is_runner(pid))
+                        return 0;
+        }
+        return -ESRCH;
+}
+
 int session_pause(Session *s) {
         int r;
 
         if (s->pause.paused)
                 return -EALREADY;
         r = session_open_payload_cgroup(s, true);
+        if (r >= 0)
+                r = session_scope_has_runner(s);
         if (r < 0)
                 return r;
         /* Frozen first: whatever is moved in stops on arrival, and forks no more. */
