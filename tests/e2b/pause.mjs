@@ -8,6 +8,9 @@
 //    resumed with connect: the lines as the client got them (its clock, ms) and the times around.
 //  "thaw" (@e2b/code-interpreter): a cell that tries to thaw or leave its cgroup, before a pause
 //    and after a resume.
+//  "command" (e2b, base template): a background command printing the time every 0.1 s, paused for
+//    args.pausedMs once it printed, resumed with connect, then killed: its lines as the client got
+//    them, commands.list while paused and after.
 //  "metrics" (@e2b/code-interpreter): getMetrics() after a cell that burnt CPU and kept memory and
 //    a file, for a window in the past, and twice while paused.
 // Each reports its sandbox's id as sandboxId.
@@ -169,7 +172,32 @@ async function metrics() {
                  unknown: await attempt(() => Sandbox.getMetrics('0123456789abcdef0123456789abcdef')) };
 }
 
+async function command() {
+        const sbx = await create(null, { timeoutMs: 120_000 });
+        const id = sbx.sandboxId;
+        const lines = [];
+        const handle = await sbx.commands.run('while true; do date +%s.%N; sleep 0.1; done', {
+                background: true, onStdout: d => lines.push([Date.now(), d]),
+        });
+        const waitFrom = Date.now();
+        while (lines.length < 3 && Date.now() - waitFrom < 30_000)
+                await sleep(20);
+        const pause = await attempt(() => sbx.pause());
+        const pauseEnd = Date.now();
+        const listPaused = await attempt(async () => (await sbx.commands.list()).map(p => p.pid));
+        await sleep(args.pausedMs);
+        const resumeStart = Date.now();
+        const connected = await attempt(() => Sandbox.connect(id));
+        const atResume = lines.length;
+        while (lines.length < atResume + 3 && Date.now() - resumeStart < 30_000)
+                await sleep(20);
+        const listAfter = await attempt(async () => (await sbx.commands.list()).map(p => p.pid));
+        const killed = await attempt(() => sbx.commands.kill(handle.pid));
+        return { sandboxId: id, pid: handle.pid, lines, pause, pauseEnd, resumeStart, listPaused,
+                 connected: connected.error ?? true, listAfter, killed };
+}
+
 main(async () => {
-        const modes = { kernel, files, busy, thaw, metrics };
+        const modes = { kernel, files, busy, thaw, metrics, command };
         return await modes[args.mode]();
 });

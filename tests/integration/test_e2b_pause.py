@@ -155,6 +155,21 @@ def test_a_busy_cell_stops_while_paused_and_finishes_after(sandboxes):
     assert during == [], out
 
 
+def test_a_background_command_stops_while_paused_and_goes_on_after(sandboxes):
+    out = sandboxes.run("pause.mjs", {"mode": "command", "pausedMs": 2000}, timeout=120)
+    assert out["pause"] == {"value": True} and out["connected"] is True, out
+    assert error_name(out["listPaused"]) == "TimeoutError", out
+    assert out["listAfter"] == {"value": [out["pid"]]} and out["killed"] == {"value": True}, out
+    stamps = [float(t) for _, chunk in out["lines"] for t in chunk.split()]
+    paused_s = (out["resumeStart"] - out["pauseEnd"]) / 1000
+    # Its clock, read every 0.1 s, skipped the pause: it did not run; and it went on after.
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert any(gap >= paused_s - 0.5 for gap in gaps), (paused_s, gaps)
+    assert stamps[-1] * 1000 > out["resumeStart"] - 1000, out
+    during = [t for t, _ in out["lines"] if out["pauseEnd"] + 500 < t < out["resumeStart"]]
+    assert during == [], out
+
+
 def test_a_sandbox_can_neither_thaw_nor_leave_its_cgroup(sandboxes):
     out = sandboxes.run("pause.mjs", {"mode": "thaw", "package": INTERPRETER}, timeout=120)
     assert out["pause"] == {"value": True} and out["connected"] is True, out
