@@ -1323,18 +1323,27 @@ static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *
 
 /* ---- PauseSession, ResumeSession (session-pause.c) ---- */
 
+/* The running session a call names first, paused or not; NULL with 'error' set, or *ret_r < 0. */
+static Session *bus_read_session_paused_or_not(sd_bus_message *m, Manager *mgr, sd_bus_error *error,
+                                               int *ret_r) {
+        const char *id;
+
+        *ret_r = sd_bus_message_read(m, "s", &id);
+        if (*ret_r < 0)
+                return NULL;
+        *ret_r = -EINVAL;
+        return bus_find_running_session(mgr, id, error);
+}
+
 /* Both freeze or thaw the session's processes where they are; ResumeSession says whether it did. */
 static int pause_call(sd_bus_message *m, Manager *mgr, bool pause, sd_bus_error *error) {
-        const char *id, *verb = pause ? "pause" : "resume";
+        const char *verb = pause ? "pause" : "resume";
         Session *s;
         int r;
 
-        r = sd_bus_message_read(m, "s", &id);
-        if (r < 0)
-                return r;
-        s = bus_find_running_session(mgr, id, error);
+        s = bus_read_session_paused_or_not(m, mgr, error, &r);
         if (!s)
-                return -EINVAL;
+                return r;
         r = pause ? session_pause(s) : session_resume(s);
         if (r == -EALREADY)
                 return sd_bus_error_set(error, BUS_ERROR_PAUSED, "session is paused already");
@@ -1361,16 +1370,12 @@ static int method_resume_session(sd_bus_message *m, void *userdata, sd_bus_error
 
 static int method_get_session_usage(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         SessionUsage now, previous;
-        const char *id;
         Session *s;
         int r;
 
-        r = sd_bus_message_read(m, "s", &id);
-        if (r < 0)
-                return r;
-        s = bus_find_running_session(userdata, id, error);
+        s = bus_read_session_paused_or_not(m, userdata, error, &r);
         if (!s)
-                return -EINVAL;
+                return r;
         r = session_usage(s, &now, &previous);
         if (r < 0) {
                 log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
