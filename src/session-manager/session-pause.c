@@ -322,12 +322,14 @@ static void session_pause_arm_sweep(Session *s) {
 /* Client calls still queued: they would run on a frozen session. Our own (queued in front, no
  * queue timer: an archive's, a ping) stay. */
 static void session_pause_fail_queued(Session *s) {
-        RunnerRequest *next;
+        for (;;) {
+                RunnerRequest *q = s->queue_head;
 
-        for (RunnerRequest *q = s->queue_head; q; q = next) {
-                next = q->queue_next;
-                if (!q->queue_timer)
-                        continue;
+                /* From the head again after each: a callback may change the queue. */
+                while (q && !q->queue_timer)
+                        q = q->queue_next;
+                if (!q)
+                        return;
                 (void) session_unqueue(s, q);
                 q->callback(s, -ESTRPIPE, BUS_MESSAGE_SESSION_PAUSED, NULL, -EBADF, q->userdata);
                 runner_request_free(q);

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import in_system, request, scope_processes, system_python, wait_until
+from conftest import in_system, request, scope_processes, session_info, system_python, wait_until
 from e2b_sdk import (CURRENT, ENVD_PORT, JUPYTER_PORT, V1, e2b_request, sandbox_request,  # noqa: F401
                      sandboxes)
 
@@ -270,6 +270,37 @@ def test_the_sidecar_api_says_paused_and_does_not_resume(sandboxes):
         assert r.status == 409 and r.json == {"detail": "session is paused"}, (path, r)
     assert state(sid) == "paused"
     assert execute(sid, token, "1")[0] == 502
+
+
+def manager_call(method, sid):
+    """PauseSession or ResumeSession as the gateway calls them (here as root)."""
+    return in_system("busctl", "--json=short", "call", "io.scopebox.SessionManager1", "/io/scopebox/SessionManager1",
+                     "io.scopebox.SessionManager1", method, "s", sid)
+
+
+def test_a_call_queued_at_the_pause_is_refused_and_the_running_one_waits():
+    r = request("POST", "/sessions", {"stateful": True})
+    assert r.status == 200, r
+    sid = r.json["session_id"]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            running = pool.submit(request, "POST", "/exec", {
+                "session_id": sid, "timeout_ms": 60000,
+                "code": "import time\nc0 = time.process_time()\nwhile time.process_time() - c0 < 1.5: pass\nprint('done')"})
+            wait_until(lambda: session_info(sid).get("exec_running"), 10, "the first exec to run")
+            queued = pool.submit(request, "POST", "/exec", {"session_id": sid, "code": "print('second')"})
+            wait_until(lambda: session_info(sid).get("queued") == 1, 10, "the second exec to wait")
+            assert manager_call("PauseSession", sid).returncode == 0
+            r = queued.result(timeout=30)
+            assert r.status == 409 and r.json == {"detail": "session is paused"}, r
+            time.sleep(2)
+            # Frozen, the first one neither ended nor was lost.
+            assert not running.done() and session_info(sid).get("exec_running"), session_info(sid)
+            assert json.loads(manager_call("ResumeSession", sid).stdout)["data"] == [True]
+            r = running.result(timeout=60)
+            assert r.status == 200 and r.json["stdout"] == "done\n", r
+    finally:
+        request("DELETE", f"/sessions/{sid}", {})
 
 
 def test_the_sandbox_is_frozen_and_its_runner_is_not(sandboxes):
