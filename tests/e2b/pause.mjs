@@ -106,7 +106,8 @@ async function busy() {
         return {
                 sandboxId: id, lines, pauseStart, pauseEnd, resumeStart, resumeEnd, pause, state: state_,
                 connected: connected.error ?? true,
-                result: result.error ? { error: result.error } : { error: result.value.error ? result.value.error.name : null },
+                result: result.error ? { error: result.error }
+                                     : { error: result.value.error ? result.value.error.name : null },
                 after,
         };
 }

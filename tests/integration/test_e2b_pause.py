@@ -284,17 +284,16 @@ def test_a_call_queued_at_the_pause_is_refused_and_the_running_one_waits():
     sid = r.json["session_id"]
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            running = pool.submit(request, "POST", "/exec", {
-                "session_id": sid, "timeout_ms": 60000,
-                "code": "import time\nc0 = time.process_time()\nwhile time.process_time() - c0 < 1.5: pass\nprint('done')"})
+            burn = "import time\nc0 = time.process_time()\nwhile time.process_time() - c0 < 1.5: pass\nprint('done')"
+            running = pool.submit(request, "POST", "/exec", {"session_id": sid, "timeout_ms": 60000, "code": burn})
             wait_until(lambda: session_info(sid).get("exec_running"), 10, "the first exec to run")
             queued = pool.submit(request, "POST", "/exec", {"session_id": sid, "code": "print('second')"})
             wait_until(lambda: session_info(sid).get("queued") == 1, 10, "the second exec to wait")
             assert manager_call("PauseSession", sid).returncode == 0
             r = queued.result(timeout=30)
             assert r.status == 409 and r.json == {"detail": "session is paused"}, r
+            # Frozen, the first one neither ended (its 1.5 s of CPU would be over) nor was lost.
             time.sleep(2)
-            # Frozen, the first one neither ended nor was lost.
             assert not running.done() and session_info(sid).get("exec_running"), session_info(sid)
             assert json.loads(manager_call("ResumeSession", sid).stdout)["data"] == [True]
             r = running.result(timeout=60)
