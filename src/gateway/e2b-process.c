@@ -289,9 +289,10 @@ static int process_end_event(sd_bus_message *reply, JsonWriter *w, const char **
         if (e) {
                 /* Decided on the name: the sandbox is gone, it runs something else, or the call
                  * failed. */
-                if (sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION)) {
+                if (sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, BUS_ERROR_PAUSED)) {
                         *ret_code = "unavailable";
-                        (void) snprintf(message, message_size, "the sandbox is not running any more");
+                        (void) snprintf(message, message_size,
+                                        "the sandbox is not running (gone, or paused)");
                 } else if (sd_bus_error_has_names(e, BUS_ERROR_BUSY, BUS_ERROR_LIMIT_EXCEEDED)) {
                         *ret_code = "resource_exhausted";
                         (void) snprintf(message, message_size,

@@ -66,9 +66,9 @@ const HttpRoute http_e2b_routes[] = {
         { "POST",   "/sandboxes/*/timeout",      E2B_PATH_ROUTE, http_e2b_set_timeout },
         { "POST",   "/sandboxes/*/connect",      E2B_PATH_ROUTE, http_e2b_connect     },
         { "POST",   "/v2/sandboxes/*/connect",   E2B_PATH_ROUTE, http_e2b_connect     },
-        { "POST",   "/sandboxes/*/pause",        E2B_PATH_ROUTE, http_e2b_unsupported },
-        { "POST",   "/sandboxes/*/resume",       E2B_PATH_ROUTE, http_e2b_unsupported },
-        { "GET",    "/sandboxes/*/metrics",      E2B_PATH_ROUTE, http_e2b_unsupported },
+        { "POST",   "/sandboxes/*/pause",        E2B_PATH_ROUTE, http_e2b_pause       },
+        { "POST",   "/sandboxes/*/resume",       E2B_PATH_ROUTE, http_e2b_resume      },
+        { "GET",    "/sandboxes/*/metrics",      E2B_PATH_ROUTE, http_e2b_metrics     },
         {}
 };
 

@@ -151,7 +151,8 @@ static int e2b_execute_on_reply(HttpRequest *req, sd_bus_message *reply) {
 
         if (e) {
                 /* No sandbox, or one without a kernel (template "base"): nothing listens on the port. */
-                if (sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, SD_BUS_ERROR_INVALID_ARGS) &&
+                if (sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, BUS_ERROR_PAUSED,
+                                           SD_BUS_ERROR_INVALID_ARGS) &&
                     !exec_sse_started(x->stream))
                         return e2b_reply_text(req, HTTP_BAD_GATEWAY, "sandbox not running");
                 if (!exec_sse_started(x->stream))
@@ -339,7 +340,7 @@ int http_e2b_contexts_refuse(HttpRequest *req) {
 static int e2b_context_restart_on_reply(HttpRequest *req, sd_bus_message *reply) {
         const sd_bus_error *e = sd_bus_message_get_error(reply);
 
-        if (e && sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
+        if (e && sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, BUS_ERROR_PAUSED))
                 return e2b_reply_not_running(req);
         if (e)
                 return http_request_reply_ok_or_call_error(req, reply,

@@ -112,7 +112,7 @@ static int e2b_files_path(HttpRequest *req, const char *path, char **ret_abs, ch
 }
 
 static int e2b_files_call_error(HttpRequest *req, const sd_bus_error *e, const char *path) {
-        if (sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
+        if (sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, BUS_ERROR_PAUSED))
                 return e2b_reply_not_running(req);
         if (sd_bus_error_has_name(e, BUS_ERROR_NOT_FOUND))
                 return e2b_files_reply(req, HTTP_NOT_FOUND, "path '", path, "' does not exist");

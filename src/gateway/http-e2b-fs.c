@@ -129,7 +129,7 @@ static int e2b_fs_response_bus_error(const sd_bus_error *e, HttpResponse **ret, 
 static int e2b_fs_call_error(HttpRequest *req, const sd_bus_error *e) {
         E2bFsCall *c = req->userdata;
 
-        if (sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
+        if (sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, BUS_ERROR_PAUSED))
                 return e2b_reply_not_running(req);
         if (sd_bus_error_has_name(e, BUS_ERROR_NOT_FOUND))
                 return e2b_fs_reply_error(req, 0, "not_found", "path '", c->shown, "' does not exist");

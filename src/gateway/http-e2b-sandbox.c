@@ -64,6 +64,9 @@ static int e2b_if_running_on_reply(HttpRequest *req, sd_bus_message *reply) {
         if (e)
                 return http_request_reply_ok_or_call_error(req, reply,
                                                            bus_timeout_session_usec(&req->server->config));
+        /* A paused sandbox answers nothing, as E2B's proxy says of one. */
+        if (e2b_record_reply_paused(reply))
+                return e2b_reply_not_running(req);
         c->record = sd_bus_message_ref(reply);
         return c->then(req);
 }

@@ -176,7 +176,7 @@ static int e2b_watch_read_listing(sd_bus_message *reply, E2bFsSnapshot *ret) {
 
 /* What ends a watch: the directory gone or no longer one, the sandbox gone. NULL: look again. */
 static const char *e2b_watch_error_code(const sd_bus_error *e, const char **ret_message) {
-        if (sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION)) {
+        if (sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, BUS_ERROR_PAUSED)) {
                 *ret_message = "the sandbox is not running";
                 return "unavailable";
         }
@@ -286,7 +286,7 @@ static int e2b_watch_on_first(HttpRequest *req, sd_bus_message *reply) {
         const char *code, *message = NULL;
         int r;
 
-        if (e && sd_bus_error_has_name(e, BUS_ERROR_NO_SUCH_SESSION))
+        if (e && sd_bus_error_has_names(e, BUS_ERROR_NO_SUCH_SESSION, BUS_ERROR_PAUSED))
                 return e2b_reply_not_running(req);
         if (e) {
                 code = e2b_watch_error_code(e, &message);

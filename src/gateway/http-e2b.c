@@ -64,6 +64,11 @@ int e2b_response_new_bus_error(const sd_bus_error *e, HttpResponse **ret, bool *
         unsigned status;
         int r;
 
+        /* A call that needs a paused sandbox (its traffic): what E2B's proxy answers for one. */
+        if (sd_bus_error_has_name(e, BUS_ERROR_PAUSED)) {
+                *ret_internal = false;
+                return e2b_response_new_failure(HTTP_BAD_GATEWAY, "sandbox is paused", ret);
+        }
         http_bus_error_describe(e, false, &status, &message, ret_internal);
         r = e2b_response_new_failure(status, message, ret);
         if (r >= 0 && (status == HTTP_SERVICE_UNAVAILABLE || status == HTTP_TOO_MANY_REQUESTS))
@@ -106,6 +111,7 @@ typedef struct E2bSandbox {
         json_object *metadata; /* in 'record' */
         uint64_t created_usec;
         uint64_t deadline_usec;
+        bool paused;
 } E2bSandbox;
 
 static void e2b_sandbox_done(E2bSandbox *b) {
@@ -117,13 +123,28 @@ static void e2b_sandbox_done(E2bSandbox *b) {
 typedef struct E2bRecordInfo {
         uint64_t created_usec;
         uint64_t deadline_usec;
+        bool paused;
 } E2bRecordInfo;
 
 static const BusDictField e2b_record_info_fields[] = {
         { "created_usec", 't', offsetof(E2bRecordInfo, created_usec) },
         { "deadline_usec", 't', offsetof(E2bRecordInfo, deadline_usec) },
+        { "paused", 'b', offsetof(E2bRecordInfo, paused) },
         {}
 };
+
+bool e2b_record_reply_paused(sd_bus_message *reply) {
+        E2bRecordInfo info = {};
+        bool read;
+
+        if (sd_bus_message_is_method_error(reply, NULL) || sd_bus_message_rewind(reply, true) < 0)
+                return false;
+        read = sd_bus_message_skip(reply, "s") >= 0 &&
+               bus_message_read_dict(reply, e2b_record_info_fields, &info) >= 0;
+        /* Left as it came, for whoever reads it next. */
+        (void) sd_bus_message_rewind(reply, true);
+        return read && info.paused;
+}
 
 /* Reads "s record, a{sv} info". Returns 0 when it is no sandbox of ours (a record written by
  * something else), 1 when read. */
@@ -153,6 +174,7 @@ static int e2b_sandbox_read(sd_bus_message *m, const char *id, E2bSandbox *ret) 
                 .metadata = v,
                 .created_usec = info.created_usec,
                 .deadline_usec = info.deadline_usec,
+                .paused = info.paused,
                 .record = TAKE_PTR(record),
         };
         return 1;
@@ -189,7 +211,10 @@ static int e2b_sandbox_add_identity(HttpRequest *req, json_object *o, const E2bS
             json_add_string(o, "envdVersion", E2B_ENVD_VERSION) < 0 ||
             json_add_string(o, "envdAccessToken", envd) < 0 ||
             json_add_string(o, "trafficAccessToken", traffic) < 0 ||
-            json_object_object_add(o, "domain", NULL) < 0)
+            json_object_object_add(o, "domain",
+                                   isempty(req->server->config.e2b_domain)
+                                           ? NULL
+                                           : json_object_new_string(req->server->config.e2b_domain)) < 0)
                 return -ENOMEM;
         return 0;
 }
@@ -213,7 +238,8 @@ static int e2b_sandbox_detail(HttpRequest *req, const E2bSandbox *b, json_object
                                    b->metadata ? json_object_get(b->metadata) : json_object_new_object()) <
                     0 ||
             json_add_time(o, "startedAt", b->created_usec) < 0 ||
-            json_add_time(o, "endAt", b->deadline_usec) < 0 || json_add_string(o, "state", "running") < 0 ||
+            json_add_time(o, "endAt", b->deadline_usec) < 0 ||
+            json_add_string(o, "state", b->paused ? "paused" : "running") < 0 ||
             json_object_object_add(
                     o, "cpuCount",
                     json_object_new_int64((int64_t) MAX((c->cpu_quota_percent + 99) / 100, 1))) < 0 ||
@@ -413,21 +439,23 @@ int http_e2b_create(HttpRequest *req) {
         r = e2b_body_string_map(req, "envVars", &envs);
         if (r <= 0)
                 return r;
-        if (envs && json_object_object_length(envs) > 0)
-                return e2b_reply(req, HTTP_BAD_REQUEST,
-                                 "envVars are not supported by this scopebox version yet (docs/e2b.md)");
+        /* The sandbox's environment, kept in its record: every command and cell gets it. */
+        if (!e2b_envs_valid(envs, E2B_MAP_ENTRIES_MAX))
+                return e2b_reply(req, HTTP_BAD_REQUEST, "envVars names must be non-empty and without '='");
 
         record = json_object_new_object();
         if (!record || json_object_object_add(record, "e2b", json_object_new_int(1)) < 0 ||
             json_add_string(record, "template", template) < 0 ||
             json_object_object_add(record, "metadata",
-                                   metadata ? json_object_get(metadata) : json_object_new_object()) < 0)
+                                   metadata ? json_object_get(metadata) : json_object_new_object()) < 0 ||
+            (envs && json_object_object_length(envs) > 0 &&
+             json_object_object_add(record, "envVars", json_object_get(envs)) < 0))
                 return -ENOMEM;
         text = json_object_to_json_string_ext(record, JSON_C_TO_STRING_PLAIN);
         if (!text)
                 return -ENOMEM;
         if (strlen(text) > BUS_SESSION_RECORD_MAX)
-                return e2b_reply(req, HTTP_BAD_REQUEST, "metadata too large");
+                return e2b_reply(req, HTTP_BAD_REQUEST, "metadata and envVars too large");
 
         /* The options stay open: the call adds its hang-up pipe. */
         r = session_manager_new_call(req->server->bus, "CreateSession", &m);
@@ -497,8 +525,11 @@ static int e2b_no_content_on_reply(HttpRequest *req, sd_bus_message *reply) {
         return http_request_reply_literal(req, HTTP_NO_CONTENT, "");
 }
 
-/* Only a sandbox is killed here, never another session: the record is looked up first. */
-static int e2b_kill_on_record(HttpRequest *req, sd_bus_message *reply) {
+/* Only a sandbox is killed or paused, never another session: after the GetRecord that says it is
+ * one, the manager's 'member' on it ("s id", and for ReleaseSession no options), answered by
+ * 'on_reply'. */
+static int e2b_call_on_sandbox(HttpRequest *req, sd_bus_message *reply, const char *member,
+                               HttpReplyHandler on_reply) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         _cleanup_(e2b_sandbox_done) E2bSandbox b = {};
         int r;
@@ -506,13 +537,18 @@ static int e2b_kill_on_record(HttpRequest *req, sd_bus_message *reply) {
         r = e2b_reply_sandbox(req, reply, &b);
         if (r <= 0)
                 return r;
-        r = session_manager_new_call(req->server->bus, "ReleaseSession", &m);
+        r = session_manager_new_call(req->server->bus, member, &m);
         if (r >= 0)
-                r = sd_bus_message_append(m, "sa{sv}", req->session_id, 0);
+                r = sd_bus_message_append(m, "s", req->session_id);
+        if (r >= 0 && streq(member, "ReleaseSession"))
+                r = sd_bus_message_append(m, "a{sv}", 0);
         if (r < 0)
                 return r;
-        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config),
-                                 e2b_no_content_on_reply);
+        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config), on_reply);
+}
+
+static int e2b_kill_on_record(HttpRequest *req, sd_bus_message *reply) {
+        return e2b_call_on_sandbox(req, reply, "ReleaseSession", e2b_no_content_on_reply);
 }
 
 int http_e2b_kill(HttpRequest *req) {
@@ -521,9 +557,15 @@ int http_e2b_kill(HttpRequest *req) {
 
 /* ---- POST /sandboxes/{id}/timeout, POST /sandboxes/{id}/connect, /v2/sandboxes/{id}/connect ---- */
 
+/* A connect or resume: whether it resumed a paused sandbox (ResumeSession said so). */
+typedef struct E2bConnect {
+        bool resumed;
+} E2bConnect;
+
 static int e2b_connect_on_reply(HttpRequest *req, sd_bus_message *reply) {
         _cleanup_(json_object_putp) json_object *o = NULL;
         _cleanup_(e2b_sandbox_done) E2bSandbox b = {};
+        const E2bConnect *c = req->userdata;
         int r;
 
         r = e2b_reply_sandbox(req, reply, &b);
@@ -535,7 +577,8 @@ static int e2b_connect_on_reply(HttpRequest *req, sd_bus_message *reply) {
         r = e2b_sandbox_add_identity(req, o, &b);
         if (r < 0)
                 return r;
-        return http_request_reply_json(req, HTTP_OK, o);
+        /* E2B's: 201 when the sandbox was resumed, 200 when it ran. */
+        return http_request_reply_json(req, c && c->resumed ? HTTP_CREATED : HTTP_OK, o);
 }
 
 static int e2b_set_deadline(HttpRequest *req, uint64_t fallback, bool extend_only,
@@ -564,8 +607,131 @@ int http_e2b_set_timeout(HttpRequest *req) {
         return e2b_set_deadline(req, 0, false, e2b_no_content_on_reply);
 }
 
-int http_e2b_connect(HttpRequest *req) {
+/* The body's "memory" (the SDKs' keepMemory, onResume: 'reboot'): a pause keeps the memory here,
+ * so false, which asks for a sandbox that restarts from its files, is refused, never ignored. 1
+ * when it may go on, 0 when a 400 was prepared. */
+static int e2b_body_memory(HttpRequest *req, const char *refusal) {
+        json_object *v;
+
+        if (req->json && !json_object_is_type(req->json, json_type_object))
+                return e2b_reply(req, HTTP_BAD_REQUEST, "the body must be a JSON object");
+        if (!req->json || !json_object_object_get_ex(req->json, "memory", &v) || !v)
+                return 1;
+        if (!json_object_is_type(v, json_type_boolean))
+                return e2b_reply(req, HTTP_BAD_REQUEST, "memory must be a boolean");
+        if (!json_object_get_boolean(v))
+                return e2b_reply(req, HTTP_BAD_REQUEST, refusal);
+        return 1;
+}
+
+/* ResumeSession of the path's sandbox (none: a sandbox that runs stays as it is), then 'then'. */
+static int e2b_resume_call(HttpRequest *req, HttpReplyHandler on_reply) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int r;
+
+        if (!http_request_new_userdata(req, sizeof(E2bConnect), free))
+                return -ENOMEM;
+        r = e2b_record_call(req, "ResumeSession", &m);
+        if (r <= 0)
+                return r;
+        return http_request_call(req, m, bus_timeout_session_usec(&req->server->config), on_reply);
+}
+
+/* Reads ResumeSession's answer into the request's E2bConnect. 1 when read, 0 when the answer was
+ * prepared (the call failed). */
+static int e2b_resume_read(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+        E2bConnect *c = req->userdata;
+        int resumed, r;
+
+        if (e)
+                return e2b_reply_call_error(req, e, req->session_id);
+        r = sd_bus_message_read(reply, "b", &resumed);
+        if (r < 0)
+                return r;
+        c->resumed = resumed;
+        return 1;
+}
+
+static int e2b_connect_on_resume(HttpRequest *req, sd_bus_message *reply) {
+        int r = e2b_resume_read(req, reply);
+
+        if (r <= 0)
+                return r;
         return e2b_set_deadline(req, E2B_TIMEOUT_DEFAULT_SEC, true, e2b_connect_on_reply);
+}
+
+/* connect (v1, v2): resumes a paused sandbox, extends the deadline, answers as create. */
+int http_e2b_connect(HttpRequest *req) {
+        int r;
+
+        r = e2b_body_memory(req, "memory: false (onResume: 'reboot') is not supported by scopebox: a paused "
+                                 "sandbox keeps its memory and resumes where it was (docs/e2b.md)");
+        if (r <= 0)
+                return r;
+        return e2b_resume_call(req, e2b_connect_on_resume);
+}
+
+static int e2b_resume_on_resume(HttpRequest *req, sd_bus_message *reply) {
+        const E2bConnect *c = req->userdata;
+        char message[64 + SESSION_ID_LEN];
+        int r;
+
+        r = e2b_resume_read(req, reply);
+        if (r <= 0)
+                return r;
+        if (!c->resumed) {
+                (void) snprintf(message, sizeof(message), "sandbox \"%s\" is already running",
+                                req->session_id);
+                return e2b_reply(req, HTTP_CONFLICT, message);
+        }
+        return e2b_set_deadline(req, E2B_TIMEOUT_DEFAULT_SEC, true, e2b_connect_on_reply);
+}
+
+/* POST /sandboxes/{id}/resume (deprecated by E2B, older SDKs): as connect, but 409 for a sandbox
+ * that runs, as E2B answers it. */
+int http_e2b_resume(HttpRequest *req) {
+        int r;
+
+        if (req->json && !json_object_is_type(req->json, json_type_object))
+                return e2b_reply(req, HTTP_BAD_REQUEST, "the body must be a JSON object");
+        r = e2b_body_refuse_unsupported(req);
+        if (r <= 0)
+                return r;
+        return e2b_resume_call(req, e2b_resume_on_resume);
+}
+
+/* ---- POST /sandboxes/{id}/pause ---- */
+
+static int e2b_reply_already_paused(HttpRequest *req) {
+        char message[64 + SESSION_ID_LEN];
+
+        (void) snprintf(message, sizeof(message), "sandbox \"%s\" is already paused", req->session_id);
+        return e2b_reply(req, HTTP_CONFLICT, message);
+}
+
+static int e2b_pause_on_reply(HttpRequest *req, sd_bus_message *reply) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+
+        /* The SDKs' pause() returns false on 409. */
+        if (e && sd_bus_error_has_name(e, BUS_ERROR_PAUSED))
+                return e2b_reply_already_paused(req);
+        return e2b_no_content_on_reply(req, reply);
+}
+
+static int e2b_pause_on_record(HttpRequest *req, sd_bus_message *reply) {
+        return e2b_call_on_sandbox(req, reply, "PauseSession", e2b_pause_on_reply);
+}
+
+/* Freezes the sandbox where it is (docs/e2b.md "Pause and resume"): 204, 409 when paused already. */
+int http_e2b_pause(HttpRequest *req) {
+        int r;
+
+        r = e2b_body_memory(req, "memory: false (keepMemory: false) is not supported by scopebox: a paused "
+                                 "sandbox keeps its memory (docs/e2b.md)");
+        if (r <= 0)
+                return r;
+        return e2b_get_record(req, e2b_pause_on_record);
 }
 
 int http_e2b_unsupported(HttpRequest *req) {
@@ -690,6 +856,7 @@ static int e2b_token_parse(const char *s, uint64_t *ret_usec, char ret_id[static
 typedef struct E2bListQuery {
         const char *metadata;
         bool running; /* the state filter lets running sandboxes through */
+        bool paused;  /* ... paused ones */
         unsigned limit;
         bool asc;
         bool has_after;
@@ -707,19 +874,23 @@ static int e2b_list_query(HttpRequest *req, bool paged, E2bListQuery *q) {
         const char *state = e2b_query(req, "state"), *limit = e2b_query(req, "limit"),
                    *token = e2b_query(req, "nextToken"), *order = e2b_query(req, "order");
 
-        *q = (E2bListQuery) { .metadata = e2b_query(req, "metadata"), .running = true, .limit = UINT_MAX };
+        *q = (E2bListQuery) {
+                .metadata = e2b_query(req, "metadata"), .running = true, .paused = true, .limit = UINT_MAX
+        };
         if (q->metadata && e2b_filter_foreach(q->metadata, e2b_filter_pair_ok, NULL) < 0)
                 return e2b_reply(req, HTTP_BAD_REQUEST,
                                  "metadata must be key=value pairs joined by &, "
                                  "each side percent-encoded");
         if (state) {
-                q->running = false;
+                q->running = q->paused = false;
                 for (const char *p = state; *p;) {
                         size_t l = strcspn(p, ",");
 
                         if (l == strlen("running") && strneq(p, "running", l))
                                 q->running = true;
-                        else if (!(l == strlen("paused") && strneq(p, "paused", l)))
+                        else if (l == strlen("paused") && strneq(p, "paused", l))
+                                q->paused = true;
+                        else
                                 return e2b_reply(req, HTTP_BAD_REQUEST, "state must list running or paused");
                         p += l + (p[l] == ',');
                 }
@@ -795,7 +966,8 @@ static int e2b_list_on_reply(HttpRequest *req, sd_bus_message *reply, bool paged
                         e2b_sandbox_done(&b);
                         return r;
                 }
-                if (b.record && q.running && (!q.metadata || e2b_metadata_matches(&b, q.metadata))) {
+                if (b.record && (b.paused ? q.paused : q.running) &&
+                    (!q.metadata || e2b_metadata_matches(&b, q.metadata))) {
                         E2bSandbox *a = reallocarray(l.items, l.n + 1, sizeof(E2bSandbox));
 
                         if (!a) {
@@ -873,4 +1045,109 @@ int http_e2b_list(HttpRequest *req) {
 
 int http_e2b_list_v1(HttpRequest *req) {
         return e2b_list(req, e2b_list_all_on_reply);
+}
+
+/* ---- GET /sandboxes/{id}/metrics ---- */
+
+/* GetSessionUsage's answer (docs/dbus-api.md). */
+typedef struct E2bUsage {
+        uint64_t sampled_usec, cpu_usec, previous_sampled_usec, previous_cpu_usec;
+        uint64_t memory_bytes, memory_cache_bytes, files_bytes;
+} E2bUsage;
+
+static const BusDictField e2b_usage_fields[] = {
+        { "sampled_usec", 't', offsetof(E2bUsage, sampled_usec) },
+        { "cpu_usec", 't', offsetof(E2bUsage, cpu_usec) },
+        { "previous_sampled_usec", 't', offsetof(E2bUsage, previous_sampled_usec) },
+        { "previous_cpu_usec", 't', offsetof(E2bUsage, previous_cpu_usec) },
+        { "memory_bytes", 't', offsetof(E2bUsage, memory_bytes) },
+        { "memory_cache_bytes", 't', offsetof(E2bUsage, memory_cache_bytes) },
+        { "files_bytes", 't', offsetof(E2bUsage, files_bytes) },
+        {}
+};
+
+/* The query's "start" or "end" (unix seconds): 'fallback' when absent; -EINVAL when malformed. */
+static int e2b_query_seconds(HttpRequest *req, const char *name, uint64_t fallback, uint64_t *ret) {
+        const char *v = e2b_query(req, name);
+
+        *ret = fallback;
+        if (!v)
+                return 0;
+        return safe_atou64(v, ret) < 0 ? -EINVAL : 0;
+}
+
+/* One SandboxMetric: the sample now. CPU as a share of the sandbox's CPUs since the previous
+ * sample (an earlier metrics call, or the start); memory as charged to the sandbox (its files'
+ * pages included, its cache also apart); disk as what its file systems hold (tmpfs). */
+static int e2b_metric(HttpRequest *req, const E2bUsage *u, json_object **ret) {
+        _cleanup_(json_object_putp) json_object *o = json_object_new_object();
+        const Config *c = &req->server->config;
+        uint64_t cpus = MAX((c->cpu_quota_percent + 99) / 100, 1), wall, used;
+        double percent = 0;
+
+        if (!o)
+                return -ENOMEM;
+        wall = u->sampled_usec > u->previous_sampled_usec ? u->sampled_usec - u->previous_sampled_usec : 0;
+        used = u->cpu_usec > u->previous_cpu_usec ? u->cpu_usec - u->previous_cpu_usec : 0;
+        if (wall > 0)
+                percent = MIN(100.0 * (double) used / (double) wall / (double) cpus, 100.0);
+        if (json_add_time(o, "timestamp", u->sampled_usec) < 0 ||
+            json_object_object_add(o, "timestampUnix",
+                                   json_object_new_int64((int64_t) (u->sampled_usec / USEC_PER_SEC))) < 0 ||
+            json_object_object_add(o, "cpuCount", json_object_new_int64((int64_t) cpus)) < 0 ||
+            json_object_object_add(o, "cpuUsedPct",
+                                   json_object_new_double((double) (int64_t) (percent * 100) / 100)) < 0 ||
+            json_object_object_add(o, "memUsed", json_object_new_int64((int64_t) u->memory_bytes)) < 0 ||
+            json_object_object_add(o, "memTotal", json_object_new_int64((int64_t) c->memory_limit)) < 0 ||
+            json_object_object_add(o, "memCache",
+                                   json_object_new_int64((int64_t) u->memory_cache_bytes)) < 0 ||
+            json_object_object_add(o, "diskUsed", json_object_new_int64((int64_t) u->files_bytes)) < 0 ||
+            json_object_object_add(o, "diskTotal", json_object_new_int64((int64_t) c->workspace_size)) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(o);
+        return 0;
+}
+
+static int e2b_metrics_on_usage(HttpRequest *req, sd_bus_message *reply) {
+        _cleanup_(json_object_putp) json_object *array = NULL, *metric = NULL;
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+        uint64_t start, end, at;
+        E2bUsage u = {};
+        int r;
+
+        if (e)
+                return e2b_reply_call_error(req, e, req->session_id);
+        r = bus_message_read_dict(reply, e2b_usage_fields, &u);
+        if (r < 0)
+                return r;
+        array = json_object_new_array();
+        if (!array)
+                return -ENOMEM;
+        at = u.sampled_usec / USEC_PER_SEC;
+        /* (Checked before the call.) */
+        (void) e2b_query_seconds(req, "start", 0, &start);
+        (void) e2b_query_seconds(req, "end", UINT64_MAX, &end);
+        /* Only the sample of now is kept: a window that ends before it has none. */
+        if (start <= at && at <= end) {
+                r = e2b_metric(req, &u, &metric);
+                if (r < 0)
+                        return r;
+                if (json_object_array_add(array, metric) < 0)
+                        return -ENOMEM;
+                TAKE_PTR(metric);
+        }
+        return http_request_reply_json(req, HTTP_OK, array);
+}
+
+static int e2b_metrics_on_record(HttpRequest *req, sd_bus_message *reply) {
+        return e2b_call_on_sandbox(req, reply, "GetSessionUsage", e2b_metrics_on_usage);
+}
+
+/* getMetrics(): the sandbox's use now, from its scope's cgroup counters (docs/e2b.md). */
+int http_e2b_metrics(HttpRequest *req) {
+        uint64_t t;
+
+        if (e2b_query_seconds(req, "start", 0, &t) < 0 || e2b_query_seconds(req, "end", 0, &t) < 0)
+                return e2b_reply(req, HTTP_BAD_REQUEST, "start and end must be unix times in seconds");
+        return e2b_get_record(req, e2b_metrics_on_record);
 }

@@ -41,6 +41,12 @@ int http_e2b_connect(HttpRequest *req);
 int http_e2b_list(HttpRequest *req);
 int http_e2b_list_v1(HttpRequest *req);
 int http_e2b_unsupported(HttpRequest *req);
+int http_e2b_pause(HttpRequest *req);
+int http_e2b_resume(HttpRequest *req);
+int http_e2b_metrics(HttpRequest *req);
+/* Whether a GetRecord reply ("s record, a{sv} info") says the sandbox is paused; false for an
+ * error. The reply is rewound, before and after. */
+bool e2b_record_reply_paused(sd_bus_message *reply);
 int http_e2b_health(HttpRequest *req);
 int http_e2b_sandbox_other(HttpRequest *req);
 int http_e2b_execute(HttpRequest *req);

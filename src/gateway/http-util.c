@@ -229,6 +229,8 @@ static const BusErrorMapping bus_error_mappings[] = {
         { BUS_ERROR_BUSY, HTTP_TOO_MANY_REQUESTS, BUS_MESSAGE_SESSION_BUSY, false, "1" },
         /* POST /exec/cancel of a session whose exec is over (or never began). */
         { BUS_ERROR_NOT_RUNNING, HTTP_CONFLICT, "no exec is running", true },
+        /* A paused session (the E2B API's pause) takes no call until it is resumed. */
+        { BUS_ERROR_PAUSED, HTTP_CONFLICT, BUS_MESSAGE_SESSION_PAUSED, true },
         { SD_BUS_ERROR_INVALID_ARGS, HTTP_BAD_REQUEST, "invalid argument", false },
         { BUS_ERROR_INVALID_PATH, HTTP_BAD_REQUEST, "invalid path", false },
         { BUS_ERROR_TOO_LARGE, HTTP_PAYLOAD_TOO_LARGE, "payload too large", false },

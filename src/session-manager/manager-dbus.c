@@ -671,6 +671,9 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return sd_bus_error_set(error, BUS_ERROR_NO_SUCH_SESSION,
                                         BUS_MESSAGE_NO_SUCH_SESSION);
 
+        if (s->pause.paused)
+                return sd_bus_error_set(error, BUS_ERROR_PAUSED, BUS_MESSAGE_SESSION_PAUSED);
+
         if (o.display && (o.stream < 0 || !s->stateful))
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
                                         "display needs a stateful session and a stream");
@@ -846,9 +849,12 @@ static int bus_normalize_path(const char *path, char **ret, sd_bus_error *error)
         return 0;
 }
 
-/* For the filesystem calls of manager-fs.c: the same lookup and path rules as the file calls'. */
+static Session *bus_refuse_paused(Session *s, sd_bus_error *error);
+
+/* For the filesystem calls of manager-fs.c: the same lookup and path rules as the file calls', a
+ * paused session refused as theirs is. */
 Session *manager_bus_find_running_session(Manager *mgr, const char *id, sd_bus_error *error) {
-        return bus_find_running_session(mgr, id, error);
+        return bus_refuse_paused(bus_find_running_session(mgr, id, error), error);
 }
 
 int manager_bus_normalize_path(const char *path, char **ret, sd_bus_error *error) {
@@ -873,6 +879,7 @@ static const struct {
         { ENXIO, ENXIO, BUS_MESSAGE_NO_SUCH_SESSION },
         { EBUSY, EBUSY, NULL },
         { EUSERS, EUSERS, NULL },
+        { ESTRPIPE, ESTRPIPE, BUS_MESSAGE_SESSION_PAUSED },
 };
 
 static void reply_file_error(sd_bus_message *m, int error, const char *message) {
@@ -941,6 +948,16 @@ static int queue_file_call(sd_bus_message *m, int r, sd_bus_error *error) {
         return r;
 }
 
+/* A paused session takes no call that needs its processes (or the runner's queue) until it is
+ * resumed: Paused, never a silent resume. */
+static Session *bus_refuse_paused(Session *s, sd_bus_error *error) {
+        if (s && s->pause.paused) {
+                sd_bus_error_set(error, BUS_ERROR_PAUSED, BUS_MESSAGE_SESSION_PAUSED);
+                return NULL;
+        }
+        return s;
+}
+
 /* The running session a call names (its first argument); NULL with 'error' set, or *ret_r < 0. */
 static Session *bus_read_running_session(sd_bus_message *m, Manager *mgr, sd_bus_error *error, int *ret_r) {
         const char *id;
@@ -949,7 +966,7 @@ static Session *bus_read_running_session(sd_bus_message *m, Manager *mgr, sd_bus
         if (*ret_r < 0)
                 return NULL;
         *ret_r = -EINVAL;
-        return bus_find_running_session(mgr, id, error);
+        return bus_refuse_paused(bus_find_running_session(mgr, id, error), error);
 }
 
 /* The running session and the path in it a file call names first ("ss"), the path normalized into
@@ -1216,9 +1233,10 @@ static int append_record(sd_bus_message *reply, const Session *s) {
 
         r = sd_bus_message_append(reply, "s", s->record);
         if (r >= 0)
-                r = sd_bus_message_append(reply, "a{sv}", 4, "created_usec", "t", s->created_realtime_usec,
+                r = sd_bus_message_append(reply, "a{sv}", 5, "created_usec", "t", s->created_realtime_usec,
                                           "deadline_usec", "t", s->deadline_realtime_usec, "stateful", "b",
-                                          (int) s->stateful, "execs", "t", s->n_execs);
+                                          (int) s->stateful, "execs", "t", s->n_execs, "paused", "b",
+                                          (int) s->pause.paused);
         return r;
 }
 
@@ -1314,6 +1332,76 @@ static int method_set_deadline(sd_bus_message *m, void *userdata, sd_bus_error *
         if (r < 0)
                 return r;
         return sd_bus_send(NULL, reply, NULL);
+}
+
+/* ---- PauseSession, ResumeSession (session-pause.c) ---- */
+
+/* The running session a call names first, paused or not; NULL with 'error' set, or *ret_r < 0. */
+static Session *bus_read_session_paused_or_not(sd_bus_message *m, Manager *mgr, sd_bus_error *error,
+                                               int *ret_r) {
+        const char *id;
+
+        *ret_r = sd_bus_message_read(m, "s", &id);
+        if (*ret_r < 0)
+                return NULL;
+        *ret_r = -EINVAL;
+        return bus_find_running_session(mgr, id, error);
+}
+
+/* Both freeze or thaw the session's processes where they are; ResumeSession says whether it did. */
+static int pause_call(sd_bus_message *m, Manager *mgr, bool pause, sd_bus_error *error) {
+        const char *verb = pause ? "pause" : "resume";
+        Session *s;
+        int r;
+
+        s = bus_read_session_paused_or_not(m, mgr, error, &r);
+        if (!s)
+                return r;
+        r = pause ? session_pause(s) : session_resume(s);
+        if (r == -EALREADY)
+                return sd_bus_error_set(error, BUS_ERROR_PAUSED, "session is paused already");
+        if (r == -EOPNOTSUPP)
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED,
+                                        "pausing needs the unified cgroup hierarchy");
+        if (r < 0) {
+                log_struct(LOG_ERR, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)), "Failed to %s session %s: %m",
+                           verb, s->id);
+                return sd_bus_error_setf(error, BUS_ERROR_BACKEND_FAILED, "failed to %s the session", verb);
+        }
+        return pause ? sd_bus_reply_method_return(m, NULL) : sd_bus_reply_method_return(m, "b", r > 0);
+}
+
+static int method_pause_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return pause_call(m, userdata, true, error);
+}
+
+static int method_resume_session(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return pause_call(m, userdata, false, error);
+}
+
+/* ---- GetSessionUsage (session-usage.c) ---- */
+
+static int method_get_session_usage(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        SessionUsage now, previous;
+        Session *s;
+        int r;
+
+        s = bus_read_session_paused_or_not(m, userdata, error, &r);
+        if (!s)
+                return r;
+        r = session_usage(s, &now, &previous);
+        if (r < 0) {
+                log_struct(LOG_WARNING, r, LOG_FIELDS(LOG_SESSION_FIELD(s->id)),
+                           "Failed to read the usage of session %s: %m", s->id);
+                return sd_bus_error_set(error, BUS_ERROR_BACKEND_FAILED,
+                                        "failed to read the session's usage");
+        }
+        return sd_bus_reply_method_return(
+                m, "a{sv}", 7, "sampled_usec", "t", now.sampled_usec, "cpu_usec", "t", now.cpu_usec,
+                "previous_sampled_usec", "t", previous.sampled_usec, "previous_cpu_usec", "t",
+                previous.cpu_usec,
+                "memory_bytes", "t", now.memory_bytes, "memory_cache_bytes", "t", now.memory_cache_bytes,
+                "files_bytes", "t", now.files_bytes);
 }
 
 /* ListSessions, ListRunSandboxes and GetSession are for the operator (scopeboxctl as root): the bus
@@ -1526,6 +1614,14 @@ static const sd_bus_vtable manager_vtable[] = {
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("RemovePath", SD_BUS_ARGS("s", session_id, "s", path), SD_BUS_NO_RESULT,
                                 method_remove_path, SD_BUS_VTABLE_UNPRIVILEGED),
+        /* E2B's pause and metrics (session-pause.c, session-usage.c). */
+        SD_BUS_METHOD_WITH_ARGS("PauseSession", SD_BUS_ARGS("s", session_id), SD_BUS_NO_RESULT,
+                                method_pause_session, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResumeSession", SD_BUS_ARGS("s", session_id), SD_BUS_RESULT("b", resumed),
+                                method_resume_session, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetSessionUsage", SD_BUS_ARGS("s", session_id),
+                                SD_BUS_RESULT("a{sv}", usage), method_get_session_usage,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
         /* Root only, by the bus policy (scopeboxctl drain/undrain). */
         SD_BUS_METHOD_WITH_ARGS("SetDraining", SD_BUS_ARGS("b", draining), SD_BUS_NO_RESULT,
                                 method_set_draining, SD_BUS_VTABLE_UNPRIVILEGED),

@@ -803,6 +803,7 @@ int session_load_state(Session *s, json_object *o) {
         if (r < 0)
                 return r;
         record_usec(o, "deadline_realtime_usec", 0, &s->deadline_realtime_usec);
+        session_pause_load(s, o);
         /* The runner keeps its ids; we only need to know them so the pool doesn't hand them out. */
         if (json_object_object_get_ex(o, "uid", &v) && json_object_is_type(v, json_type_int))
                 s->uid = (uid_t) MIN(MAX(json_object_get_int64(v), 0), (int64_t) UINT32_MAX - 1);

@@ -105,7 +105,7 @@ static int session_alloc(Manager *m, const char *id, Session **ret) {
                 return -ENOMEM;
         *s = (Session) {
                 .manager = m, .runner = PIDREF_NULL, .control_fd = -EBADF, .state = SESSION_CREATING,
-                .end = _SESSION_END_INVALID
+                .end = _SESSION_END_INVALID, .pause = SESSION_PAUSE_NULL,
         };
         strcpy(s->id, id);
         if (asprintf(&s->unit, "scopebox-runner-%s.scope", s->id) < 0 ||
@@ -192,6 +192,8 @@ int session_save_state(Session *s) {
         if (s->deadline_realtime_usec > 0)
                 json_add_checked(o, "deadline_realtime_usec",
                                  json_object_new_int64((int64_t) s->deadline_realtime_usec), &jr);
+        if (s->pause.paused)
+                json_add_checked(o, "paused", json_object_new_boolean(true), &jr);
         if (session_archive_pending(s)) {
                 json_add_checked(o, "releasing", json_object_new_boolean(true), &jr);
                 json_add_checked(o, "release_realtime_usec",
@@ -369,6 +371,7 @@ Session *session_free(Session *s) {
         s->request_timer = sd_event_source_disable_unref(s->request_timer);
         s->idle_timer = sd_event_source_disable_unref(s->idle_timer);
         s->deadline_timer = sd_event_source_disable_unref(s->deadline_timer);
+        session_pause_done(&s->pause);
         for (ReleaseWaiter *w; (w = s->release_waiters);) {
                 LIST_REMOVE(waiters, s->release_waiters, w);
                 free(w);
@@ -448,6 +451,7 @@ static void session_stop_taking_calls(Session *s) {
         s->deadline_timer = sd_event_source_disable_unref(s->deadline_timer);
         manager_cancel_pending_create(s->manager, s);
         s->restore_slot = sd_bus_slot_unref(s->restore_slot);
+        session_pause_end(s);
         session_fail_queued(s, -ENXIO, BUS_MESSAGE_NO_SUCH_SESSION);
 }
 

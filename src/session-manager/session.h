@@ -17,6 +17,8 @@
 #include "macro.h"
 #include "pidref.h"
 #include "session-archive.h"
+#include "session-pause.h"
+#include "session-usage.h"
 
 typedef struct Manager Manager;
 typedef struct Session Session;
@@ -174,6 +176,8 @@ struct Session {
         char *record;
         uint64_t deadline_realtime_usec;
         sd_event_source *deadline_timer;
+        SessionPause pause;       /* PauseSession: its sandboxes frozen (session-pause.c) */
+        SessionUsage usage;       /* GetSessionUsage's last sample (session-usage.c) */
         uint64_t created_realtime_usec;
         uint64_t last_active_realtime_usec;
         uint64_t state_saved_realtime_usec;

@@ -18,6 +18,7 @@ const sd_bus_error_map scopebox_bus_errors[] = {
         SD_BUS_ERROR_MAP(BUS_ERROR_STORAGE_FAILED, EREMOTEIO),
         SD_BUS_ERROR_MAP(BUS_ERROR_RESTORE_FAILED, ENOLINK),
         SD_BUS_ERROR_MAP(BUS_ERROR_CANCELLED, ECANCELED),
+        SD_BUS_ERROR_MAP(BUS_ERROR_PAUSED, ESTRPIPE),
         SD_BUS_ERROR_MAP(BUS_ERROR_BACKEND_FAILED, EHOSTDOWN),
         /* Set by name only (bus_error_name_from_errno() stops before them). */
         SD_BUS_ERROR_MAP(BUS_ERROR_DRAINING, ESHUTDOWN),

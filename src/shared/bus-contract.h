@@ -53,11 +53,14 @@
 #define BUS_ERROR_NOT_RUNNING     "io.scopebox.Error.NotRunning"
 /* CreateSession while the node drains (SetDraining): it takes no new sessions. */
 #define BUS_ERROR_DRAINING        "io.scopebox.Error.Draining"
+/* A call that needs a session's processes while it is paused (PauseSession), or a second pause. */
+#define BUS_ERROR_PAUSED          "io.scopebox.Error.Paused"
 
 /* The messages of errors that clients see word for word (the gateway passes them on as its
  * "detail", docs/api.md), each written once. */
 #define BUS_MESSAGE_NO_SUCH_SESSION      "session not found or not running"
 #define BUS_MESSAGE_SESSION_BUSY         "session is busy"
+#define BUS_MESSAGE_SESSION_PAUSED       "session is paused"
 #define BUS_MESSAGE_INVALID_SESSION_ID   "invalid session_id"
 #define BUS_MESSAGE_UNSUPPORTED_LANGUAGE "unsupported language"
 #define BUS_MESSAGE_STORAGE_TOO_LARGE    "storage is too large"

@@ -5,7 +5,7 @@
 import { args, attempt, create, main } from './common.mjs';
 
 main(async () => {
-        const sbx = await create(args.template ?? 'base', { timeoutMs: 120_000 });
+        const sbx = await create(args.template ?? 'base', { timeoutMs: 120_000, envs: { WIDE: 'sandbox', B: 'sandbox' } });
         const r = {};
         const chunks = [];
 
@@ -28,6 +28,9 @@ main(async () => {
                 const c = await sbx.commands.run('pwd; echo "$A-$B"; ls', { cwd: '/tmp', envs: { A: '1', B: 'two words' } });
                 return c.stdout;
         });
+        // The sandbox's envs (create) for every command; the command's own win.
+        r.sandboxEnvs = await attempt(async () =>
+                (await sbx.commands.run('echo "$WIDE $B"', { envs: { B: 'command' } })).stdout);
         r.relative = await attempt(async () => {
                 await sbx.commands.run('mkdir -p sub/dir && echo made > sub/dir/f');
                 return (await sbx.commands.run('cat f; pwd', { cwd: 'sub/dir' })).stdout;

@@ -256,6 +256,45 @@ DAEMONS = ("scopebox-gateway.socket", "scopebox-gateway.service", "scopebox-sess
            "scopebox-storage-agent.service")
 
 
+def manager_call(method, sid):
+    """A call of the session manager's on a session, as the gateway makes it (root here)."""
+    return guest(f"busctl --json=short call io.scopebox.SessionManager1 /io/scopebox/SessionManager1 "
+                 f"io.scopebox.SessionManager1 {method} s {sid}")
+
+
+def test_pause_freezes_the_sandbox_below_the_scope_and_not_the_runner():
+    """PauseSession (the E2B API's pause) on cgroup v2: the stateful kernel moves into
+    /sys/fs/cgroup/scopebox.slice/scopebox-runner-<id>.scope/payload, frozen (cgroup.freeze),
+    the runner stays in the scope; the session answers 409 "session is paused" and keeps its
+    interpreter across ResumeSession; a release of a paused session leaves no scope."""
+    status, created = call("POST", "/sessions", {"stateful": True})
+    assert status == 200, created
+    sid = created["session_id"]
+    assert run(sid, "x = 6 * 7")["exit_code"] == 0
+    r = manager_call("PauseSession", sid)
+    assert r.returncode == 0, r.stdout + r.stderr
+    payload = f"{scope_dir(sid)}/payload"
+    deadline = time.monotonic() + 10
+    while "frozen 1" not in guest_out(f"cat {payload}/cgroup.events") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "frozen 1" in guest_out(f"cat {payload}/cgroup.events")
+    assert guest_out(f"cat {payload}/cgroup.procs").split(), "the kernel is in the frozen cgroup"
+    runner = cgroup_file(sid, "cgroup.procs").split()
+    assert [guest_out(f"cat /proc/{p}/comm").strip() for p in runner] == ["scopebox-runner"], runner
+    status, body = call("POST", "/exec", {"session_id": sid, "code": "print(x)"})
+    assert status == 409 and body == {"detail": "session is paused"}, body
+    assert manager_call("PauseSession", sid).returncode != 0, "a second pause is refused"
+    r = manager_call("ResumeSession", sid)
+    assert r.returncode == 0 and json.loads(r.stdout)["data"] == [True], r.stdout + r.stderr
+    assert run(sid, "print(x)")["stdout"] == "42\n"
+    assert manager_call("PauseSession", sid).returncode == 0
+    release(sid)
+    deadline = time.monotonic() + 30
+    while guest(f"test -e {scope_dir(sid)}").returncode == 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert guest(f"test -e {scope_dir(sid)}").returncode == 1, "scope left after the release"
+
+
 def test_restart_of_every_daemon_keeps_a_live_session(session):
     """The manager takes its sessions back after a restart: the scope
     /sys/fs/cgroup/scopebox.slice/scopebox-runner-<id>.scope and its workspace stay."""

@@ -158,6 +158,19 @@ def test_a_cells_environment_is_its_own(sandboxes):
     assert cells[3]["stdout"] == f"None {home}\n", out
 
 
+def test_the_sandboxs_envs_are_every_cells(sandboxes):
+    show = "import os; print(os.environ.get('WIDE'), os.environ.get('B'))"
+    out = run_cells(sandboxes, [show, {"code": show, "envs": {"B": "cell"}}, show],
+                    opts={"envs": {"WIDE": "sandbox", "B": "sandbox"}})
+    assert [c["stdout"] for c in out["cells"]] == ["sandbox sandbox\n", "sandbox cell\n", "sandbox sandbox\n"], out
+
+
+def test_envs_at_create_are_checked(sandboxes):
+    for envs in [{"A=B": "1"}, {"": "1"}, {"A": 1}, {"A": "a\x00b"}, {f"V{i}": "x" for i in range(65)}]:
+        r = e2b_request("POST", "/v2/sandboxes", {"templateID": "base", "envVars": envs})
+        assert r.status == 400 and r.json["code"] == 400, (envs, r)
+
+
 def test_a_killed_sandbox_runs_nothing(sandboxes):
     out = run_cells(sandboxes, ["1"])
     assert out["afterKill"]["error"], out

@@ -31,6 +31,7 @@ def test_commands_as_the_sdk_documents_them(sandboxes):
                                   "error": "exit status 3"}, out
     assert out["cwdEnvs"]["value"].startswith("/tmp\n1-two words\n"), out
     assert out["relative"]["value"] == "made\n/home/user/sub/dir\n", out
+    assert out["sandboxEnvs"]["value"] == "sandbox command\n", out
     # The SDK's timeout: TimeoutError; the sandbox serves the next command.
     assert out["timeout"]["error"]["name"] == "TimeoutError", out
     assert out["afterTimeout"]["value"] == "alive\n", out

@@ -49,6 +49,8 @@ def test_signed_urls_and_host_routing(sandboxes):
         sid, token = out["sandboxId"], out["envdAccessToken"]
         host = f"{ENVD_PORT}-{sid}.{DOMAIN}"
         assert urllib.parse.urlsplit(out["upload"]).netloc == host, out
+        # Creates say where their sandboxes are.
+        assert sandboxes.create_raw({"templateID": "base", "timeout": 60})["domain"] == DOMAIN
         r = sandbox_request(sid, "GET", "/health", token=token)
         assert r.status == 204, r
         # Traffic by host, with the token, as the SDK's own calls go.
