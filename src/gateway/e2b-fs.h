@@ -12,6 +12,8 @@
 
 /* The E2B user's home, which is the workspace in every sandbox. */
 #define E2B_HOME "/home/user"
+/* The one user of a sandbox (envd's default user). */
+#define E2B_USER "user"
 
 /* An entry as the session manager reports it (docs/dbus-api.md StatPath). */
 typedef struct E2bFsEntry {

@@ -260,9 +260,9 @@ static int e2b_execute_running(HttpRequest *req) {
         if (r >= 0)
                 r = sd_bus_message_open_container(m, 'a', "{sv}");
         if (r >= 0)
-                r = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}", "timeout_ms", "t", c->exec_timeout_cap_ms,
-                                          "language", "s", "python3", "stream", "h", stream_fd, "display",
-                                          "b", 1);
+                r = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}{sv}", "timeout_ms", "t",
+                                          c->exec_timeout_cap_ms, "language", "s", "python3", "stream", "h",
+                                          stream_fd, "display", "b", 1, "interrupt", "b", 1);
         if (r < 0)
                 return r;
 

@@ -12,6 +12,7 @@
 
 #include "bus-client.h"
 #include "bus-util.h"
+#include "e2b-fs.h"
 #include "http-e2b.h"
 #include "http-request.h"
 #include "http-util.h"
@@ -21,7 +22,6 @@
 #include "multipart.h"
 #include "string-util.h"
 
-#define E2B_HOME "/home/user"
 
 /* {"code":status,"message":before + path + after}; a path is shown back only while short and text. */
 static int e2b_files_reply(HttpRequest *req, unsigned status, const char *before, const char *path,
@@ -86,7 +86,7 @@ static const char *e2b_query(HttpRequest *req, const char *name) {
 static int e2b_check_user(HttpRequest *req) {
         const char *user = e2b_query(req, "username");
 
-        if (!user || streq(user, "user"))
+        if (!user || streq(user, E2B_USER))
                 return 1;
         return e2b_files_reply(req, HTTP_UNAUTHORIZED, "invalid username: '", user,
                                "' (a scopebox sandbox has one user, 'user')");

@@ -165,7 +165,7 @@ static int e2b_fs_check_user(HttpRequest *req) {
             connect_basic_user(h->authorization, h->authorization_size, user, sizeof(user)) < 0)
                 return e2b_fs_reply_error(req, 0, "unauthenticated", "invalid Authorization header", NULL,
                                           NULL);
-        if (streq(user, "user"))
+        if (streq(user, E2B_USER))
                 return 1;
         return e2b_fs_reply_error(req, 0, "unauthenticated", "invalid username: '", user,
                                   "' (a scopebox sandbox has one user, 'user')");

@@ -11,6 +11,7 @@
 
 #include "base64.h"
 #include "connect-rpc.h"
+#include "e2b-fs.h"
 #include "e2b-process.h"
 #include "exec-command.h"
 #include "http-e2b.h"
@@ -21,9 +22,6 @@
 #include "parse-util.h"
 #include "string-util.h"
 
-/* The user's home: where relative paths and "~" lead (the workspace, docs/e2b.md). */
-#define E2B_HOME "/home/user"
-#define E2B_USER "user"
 /* How deep a request's JSON may nest: {"process":{"envs":{...}}}. */
 #define E2B_RPC_DEPTH_MAX 8
 #define E2B_TAG_MAX 256U

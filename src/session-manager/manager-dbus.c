@@ -505,6 +505,7 @@ typedef struct ExecOptions {
         int stream;
         int display;
         int stdin_fd;
+        int interrupt;
 } ExecOptions;
 
 static const BusDictField exec_options[] = {
@@ -515,6 +516,7 @@ static const BusDictField exec_options[] = {
         { "stream",       'h', offsetof(ExecOptions, stream)       },
         { "display",      'b', offsetof(ExecOptions, display)      },
         { "stdin",        'h', offsetof(ExecOptions, stdin_fd)     },
+        { "interrupt",    'b', offsetof(ExecOptions, interrupt)    },
         {}
 };
 
@@ -705,6 +707,7 @@ static int method_exec(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         p.display = o.display;
         p.language = o.language;
         p.stdin_fd = o.stdin_fd;
+        p.interrupt = o.interrupt;
         r = session_exec(s, TAKE_FD(code_fd), &p, on_exec_done, c, &c->exec);
         if (r == -EBUSY)
                 return sd_bus_error_set(error, BUS_ERROR_BUSY, BUS_MESSAGE_SESSION_BUSY);

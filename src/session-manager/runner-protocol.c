@@ -158,6 +158,7 @@ MESSAGE(runner_exec_request, "exec", SCHEMA_REQUEST, RunnerExecRequest,
         BOOL("network", RunnerExecRequest, network, 0),
         BOOL("display", RunnerExecRequest, display, 0),
         BOOL("stdin", RunnerExecRequest, stdin, 0),
+        BOOL("interrupt", RunnerExecRequest, interrupt, 0),
         STR("http_proxy", RunnerExecRequest, http_proxy, SCHEMA_PRINTABLE, RUNNER_ENV_VALUE_MAX),
         STR("https_proxy", RunnerExecRequest, https_proxy, SCHEMA_PRINTABLE, RUNNER_ENV_VALUE_MAX));
 

@@ -71,6 +71,7 @@ typedef struct RunnerExecRequest {
         bool no_processes, cold, stateful, network;
         bool display;                    /* a stateful cell's results as records, onto its stream */
         bool stdin;                      /* a command's stdin: the fd after the stream's */
+        bool interrupt;                  /* a cell's timeout or cancel interrupts it first */
         const char *http_proxy, *https_proxy; /* only with network; NULL: none */
 } RunnerExecRequest;
 

@@ -192,6 +192,7 @@ int session_exec(Session *s, int code_fd, const ExecParameters *p, ExecCallback 
                         .network = p->network,
                         .display = p->display,
                         .stdin = p->stdin_fd >= 0,
+                        .interrupt = p->interrupt && session_exec_is_stateful(s, p),
                         .http_proxy = p->http_proxy,
                         .https_proxy = p->https_proxy,
                 },

@@ -9,8 +9,8 @@
 
 typedef struct Session Session;
 
-/* The cgroup below a session's scope, in the unified hierarchy, that holds its sandboxes while it
- * is paused (and after: nothing moves them back). The runner stays in the scope itself. */
+/* The cgroup below a session's scope, in the unified hierarchy, in which its runner starts every
+ * sandbox (RUNNER_PAYLOAD_CGROUP, runner.h). The runner stays in the scope itself. */
 #define SESSION_PAUSE_CGROUP "payload"
 
 /* What a session keeps of its pause. 'paused' is a fact of a RUNNING session, not a stage: it
@@ -19,7 +19,6 @@ typedef struct SessionPause {
         bool paused;
         int scope_fd;                 /* the scope's directory in the unified hierarchy, or -EBADF */
         int payload_fd;               /* its SESSION_PAUSE_CGROUP directory, or -EBADF */
-        sd_event_source *sweep_timer; /* while paused: moves what joined the scope since */
 } SessionPause;
 
 #define SESSION_PAUSE_NULL { .scope_fd = -EBADF, .payload_fd = -EBADF }
@@ -29,8 +28,9 @@ typedef struct SessionPause {
  * directory of a cgroup file system. -EOPNOTSUPP when there is no such hierarchy. */
 int session_scope_cgroup_open(Session *s, const char *controller);
 
-/* Freezes every process of the session but its runner: -EALREADY when it is paused already,
- * -EOPNOTSUPP without a unified cgroup hierarchy. Queued client calls hear BUS_ERROR_PAUSED. */
+/* Freezes every sandbox of the session (not its runner): -EALREADY when it is paused already,
+ * -EOPNOTSUPP for a session whose runner made no sandboxes' cgroup (no unified hierarchy). Queued
+ * client calls hear BUS_ERROR_PAUSED. */
 int session_pause(Session *s);
 /* Thaws it: 1 when it was paused, 0 when it was not. */
 int session_resume(Session *s);

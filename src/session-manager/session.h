@@ -135,6 +135,7 @@ typedef struct ExecParameters {
         int stream_fd;             /* borrowed, or -EBADF: the write end for the output as produced */
         bool display;              /* a stateful cell's values, displays and error as result records */
         int stdin_fd;              /* borrowed, or -EBADF: a command's stdin (the read end of a pipe) */
+        bool interrupt;            /* a stateful cell's timeout or cancel interrupts it first */
 } ExecParameters;
 
 typedef struct RunnerRequest RunnerRequest;

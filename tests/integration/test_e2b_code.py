@@ -64,13 +64,23 @@ def test_a_cell_over_the_memory_limit_ends_the_interpreter(sandboxes):
     assert after["text"] == "False" and after["count"] == 1, after
 
 
-def test_a_client_that_gives_up_ends_the_cell(sandboxes):
-    # The SDK's timeoutMs: it aborts the request; the cell is cancelled with its interpreter
-    # (docs/e2b.md: E2B would interrupt it and keep the state), and the sandbox serves the next.
-    out = run_cells(sandboxes, ["v = 5", {"code": "import time\ntime.sleep(60)", "timeoutMs": 2000}, "1 + 1"])
+def test_a_client_that_gives_up_interrupts_the_cell(sandboxes):
+    # The SDK's timeoutMs: it aborts the request; the cell gets a KeyboardInterrupt, as E2B
+    # interrupts it, and the interpreter keeps its state for the next (docs/e2b.md).
+    out = run_cells(sandboxes, ["v = 5", {"code": "import time\ntime.sleep(60)\nv = 0", "timeoutMs": 2000},
+                                "v + 1"])
     _, slow, after = out["cells"]
     assert slow["error"]["name"] == "TimeoutError", slow
-    assert after["text"] == "2" and after["count"] == 1, after
+    assert after["text"] == "6" and after["count"] == 3, after
+
+
+def test_a_cell_that_ignores_its_interrupt_ends_the_interpreter(sandboxes):
+    # Past the grace (2 s) the cell is ended as any exec, with its interpreter.
+    stubborn = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass"
+    out = run_cells(sandboxes, ["v = 5", {"code": stubborn, "timeoutMs": 1500}, "'v' in globals()"])
+    _, slow, after = out["cells"]
+    assert slow["error"]["name"] == "TimeoutError", slow
+    assert after["text"] == "False" and after["count"] == 1, after
 
 
 def test_figures_and_tables_are_rich_results(sandboxes):

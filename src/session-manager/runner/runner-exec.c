@@ -921,11 +921,42 @@ static void runner_exec_end(RunnerExec *e) {
                 (void) pidref_kill(&e->init, SIGKILL);
 }
 
+static int on_interrupt_grace(sd_event_source *s, uint64_t usec, void *userdata) {
+        RunnerExec *e = userdata;
+
+        log_struct(LOG_INFO, 0,
+                   LOG_FIELDS(LOG_SESSION_FIELD(e->runner->session_id),
+                              strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
+                   "Cell %s of session %s went on after its interrupt; its kernel ends.", e->exec_id,
+                   e->runner->session_id);
+        runner_exec_end(e);
+        return 0;
+}
+
+/* A cell with the Exec option "interrupt": a KeyboardInterrupt first (PID 1 passes our SIGINT on
+ * to the kernel), which the kernel survives; the cell is ended as any exec if it goes on past
+ * the grace. Returns false when it can't be (another exec, or done already). */
+static bool runner_exec_interrupt(RunnerExec *e) {
+        int q;
+
+        if (!e->stateful || !e->interrupt || e->interrupted)
+                return false;
+        e->interrupted = true;
+        e->timer_source = sd_event_source_disable_unref(e->timer_source);
+        if (pidref_kill(&e->init, SIGINT) < 0)
+                return false;
+        q = sd_event_add_time_relative(e->runner->event, &e->timer_source, CLOCK_MONOTONIC,
+                                       RUNNER_INTERRUPT_GRACE_MS * USEC_PER_MSEC, USEC_PER_MSEC,
+                                       on_interrupt_grace, e);
+        return q >= 0;
+}
+
 static int on_exec_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         RunnerExec *e = userdata;
 
         e->timed_out = true;
-        runner_exec_end(e);
+        if (!runner_exec_interrupt(e))
+                runner_exec_end(e);
         return 0;
 }
 
@@ -942,8 +973,10 @@ int runner_handle_cancel(Runner *r, const void *params, const int *fds, size_t n
         log_struct(LOG_INFO, 0,
                    LOG_FIELDS(LOG_SESSION_FIELD(r->session_id), strjoina("SCOPEBOX_EXEC_ID=", e->exec_id)),
                    "Cancelling exec %s of session %s.", e->exec_id, r->session_id);
-        /* As at the timeout: PID 1 takes every process of its namespace along. */
-        runner_exec_end(e);
+        /* As at the timeout: PID 1 takes every process of its namespace along (a cell with
+         * "interrupt" gets its KeyboardInterrupt first). */
+        if (!runner_exec_interrupt(e))
+                runner_exec_end(e);
         return 0;
 }
 
@@ -1025,10 +1058,13 @@ static int exec_request_check(Runner *r, const RunnerExecRequest *p, int code_fd
         if (p->stateful && (x->language != SANDBOX_PYTHON3 || p->no_processes || p->network))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid exec request");
         /* A stdin is a command's, the read end of a pipe. */
-        if (p->stdin && (x->language != SANDBOX_COMMAND || !has_stream || stdin_fd < 0 ||
-                         fstat(stdin_fd, &st) < 0 || !S_ISFIFO(st.st_mode) ||
-                         (fcntl(stdin_fd, F_GETFL) & O_ACCMODE) != O_RDONLY))
+        if (p->stdin &&
+            (x->language != SANDBOX_COMMAND || !has_stream || stdin_fd < 0 || fstat(stdin_fd, &st) < 0 ||
+             !S_ISFIFO(st.st_mode) || (fcntl(stdin_fd, F_GETFL) & O_ACCMODE) != O_RDONLY))
                 return runner_send_error(r, r->connection_generation, EINVAL, "invalid stdin");
+        if (p->interrupt && !p->stateful)
+                return runner_send_error(r, r->connection_generation, EINVAL,
+                                         "interrupt needs a stateful cell");
         /* Records are a kernel's, and go nowhere but onto the stream. */
         if (p->display && (!p->stateful || !has_stream))
                 return runner_send_error(r, r->connection_generation, EINVAL,
@@ -1069,6 +1105,7 @@ static int runner_exec_new(Runner *r, const RunnerExecRequest *p, int stream_fd,
                 .pids_max_before = cgroup_events_get(&r->cgroup_events, CGROUP_EVENT_PIDS_MAX),
                 .stateful = p->stateful,
                 .display = p->display,
+                .interrupt = p->interrupt,
                 .results = RESULT_PIPE_NULL,
         };
         static_assert(sizeof(e->exec_id) > RUNNER_EXEC_ID_MAX, "the exec id fits");
@@ -1140,7 +1177,7 @@ static void exec_setup_template(Runner *r, RunnerExec *e, ExecSetup *x, SandboxE
         }
         x->template_fd = q;
         se->template_fd = x->template_fd;
-        se->cgroup_fds = r->scope_cgroup_fds;
+        se->cgroup_fds = r->template_cgroup_fds;
         se->n_cgroup_fds = r->n_scope_cgroup_fds;
         if (lstat(SCOPEBOX_SITE_PACKAGES_DIR, &se->site) < 0)
                 se->site = (struct stat) {};

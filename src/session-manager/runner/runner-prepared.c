@@ -155,7 +155,7 @@ static int runner_prepare(Runner *r) {
                 .network_ready_fd = -EBADF,
                 .netns_fd = -EBADF,
                 .template_fd = template_fd,
-                .cgroup_fds = r->scope_cgroup_fds,
+                .cgroup_fds = r->template_cgroup_fds,
                 .n_cgroup_fds = r->n_scope_cgroup_fds,
                 .filter_fd = r->filter_fds[seccomp_profile_of(r->prepare_network, r->prepare_no_processes)],
                 .prepared_fd = ctl[1],

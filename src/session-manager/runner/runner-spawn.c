@@ -59,6 +59,8 @@ int runner_spawn_sandbox(Runner *r, SandboxExec *se, int parent_only_fd, Sandbox
          * a quota gives ENOSPC from the filesystem, not EFBIG. */
         se->fsize_limit = r->workspace_size + r->tmp_size;
         se->cpus_percent = r->cpus_percent;
+        se->payload_procs_fd = r->payload_procs_fd;
+        se->in_payload = r->payload_procs_fd >= 0;
 
         /* fork()-like clone into new namespaces: the child starts as PID 1 of its namespace. With a
          * network, in the network namespace made for it (sandbox_run_init() joins it). */

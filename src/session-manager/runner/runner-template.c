@@ -88,6 +88,37 @@ static int open_own_cgroups(Runner *r) {
         return r->n_scope_cgroup_fds > 0 ? 0 : -ENOENT;
 }
 
+/* The payload cgroup (runner.h): made below the scope's directory of the unified hierarchy (ours:
+ * the scope is delegated to us), its cgroup.procs kept open for each PID 1 to move itself in. */
+static int open_payload_cgroup(Runner *r) {
+        _cleanup_close_ int dir_fd = -EBADF, procs_fd = -EBADF;
+        struct statfs sfs;
+
+        for (size_t i = 0; i < r->n_scope_cgroup_fds; i++) {
+                r->template_cgroup_fds[i] = r->scope_cgroup_fds[i];
+                if (dir_fd >= 0 || fstatfs(r->scope_cgroup_fds[i], &sfs) < 0 ||
+                    sfs.f_type != CGROUP2_SUPER_MAGIC)
+                        continue;
+                if (mkdirat(r->scope_cgroup_fds[i], RUNNER_PAYLOAD_CGROUP, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                dir_fd = openat(r->scope_cgroup_fds[i], RUNNER_PAYLOAD_CGROUP,
+                                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (dir_fd < 0)
+                        return -errno;
+                if (fstatfs(dir_fd, &sfs) < 0 || sfs.f_type != CGROUP2_SUPER_MAGIC)
+                        return -ENOTDIR;
+                r->template_cgroup_fds[i] = dir_fd;
+        }
+        if (dir_fd < 0)
+                return -ENOMEDIUM;
+        procs_fd = openat(dir_fd, "cgroup.procs", O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+        if (procs_fd < 0)
+                return -errno;
+        r->payload_cgroup_fd = TAKE_FD(dir_fd);
+        r->payload_procs_fd = TAKE_FD(procs_fd);
+        return 0;
+}
+
 void runner_template_setup(Runner *r) {
         int q;
 
@@ -99,6 +130,18 @@ void runner_template_setup(Runner *r) {
                         safe_close(r->scope_cgroup_fds[i]);
                 r->n_scope_cgroup_fds = 0;
                 return;
+        }
+        if (r->payload_cgroup_fd >= 0)
+                return;
+        q = open_payload_cgroup(r);
+        if (q < 0) {
+                log_struct(LOG_WARNING, q, LOG_FIELDS(LOG_SESSION_FIELD(r->session_id)),
+                           "Failed to make the sandboxes' cgroup, the session can't be paused: %m");
+                for (size_t i = 0; i < r->n_scope_cgroup_fds; i++) {
+                        if (r->template_cgroup_fds[i] != r->scope_cgroup_fds[i])
+                                safe_close(r->template_cgroup_fds[i]);
+                        r->template_cgroup_fds[i] = r->scope_cgroup_fds[i];
+                }
         }
 }
 

@@ -380,6 +380,8 @@ static Runner *runner_free(Runner *r) {
         free(r->prepare_https_proxy);
         for (size_t i = 0; i < r->n_scope_cgroup_fds; i++)
                 safe_close(r->scope_cgroup_fds[i]);
+        safe_close(r->payload_cgroup_fd);
+        safe_close(r->payload_procs_fd);
         for (size_t i = 0; i < ELEMENTSOF(r->filter_fds); i++)
                 safe_close(r->filter_fds[i]);
         for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
@@ -408,7 +410,8 @@ static int runner_new(Runner **ret) {
                 return log_oom();
         *r = (Runner) { .listen_fd = RUNNER_LISTEN_FD, .conn_fd = -EBADF,
                         .workspace = { .fd = -EBADF, .view_fd = -EBADF },
-                        .cgroup_events = CGROUP_EVENTS_NULL, .net_cgroup_procs_fd = -EBADF };
+                        .cgroup_events = CGROUP_EVENTS_NULL, .net_cgroup_procs_fd = -EBADF,
+                        .payload_cgroup_fd = -EBADF, .payload_procs_fd = -EBADF };
         for (size_t i = 0; i < ELEMENTSOF(r->net_filter_fds); i++)
                 r->net_filter_fds[i] = -EBADF;
         for (size_t i = 0; i < ELEMENTSOF(r->filter_fds); i++)

@@ -56,6 +56,12 @@ typedef struct ResultPipe {
         unsigned noted;           /* the drops said on stderr so far (bits) */
 } ResultPipe;
 
+/* The sandboxes' cgroup below the scope (Runner.payload_cgroup_fd). */
+#define RUNNER_PAYLOAD_CGROUP "payload"
+
+/* How long an interrupted cell (the Exec option "interrupt") has to end before it is ended. */
+#define RUNNER_INTERRUPT_GRACE_MS 2000U
+
 typedef struct RunnerExec {
         Runner *runner;
         uint64_t connection_generation;
@@ -70,6 +76,8 @@ typedef struct RunnerExec {
         OutputBuffer out, err;
         bool display;             /* a stateful cell whose results are records */
         ResultPipe results;       /* with display */
+        bool interrupt;           /* a cell's timeout or cancel interrupts it first (SIGINT) */
+        bool interrupted;         /* it was: ended as usual if it goes on past the grace */
 
         uint64_t timeout_ms;
         ArtifactLimits limits;
@@ -148,6 +156,14 @@ struct Runner {
          * which also need the filter's BPF, and for a run's network filter (runner-network.c). */
         int scope_cgroup_fds[16];
         size_t n_scope_cgroup_fds;
+        /* The cgroup below the scope, in the unified hierarchy, in which every sandbox of the
+         * session lives (RUNNER_PAYLOAD_CGROUP): PID 1 moves itself in before anything, a template
+         * child joins it instead of the scope (template_cgroup_fds: scope_cgroup_fds with it in
+         * the unified hierarchy's place, borrowed). The manager's pause freezes it, never the
+         * runner (docs/dbus-api.md PauseSession). -EBADF without a unified hierarchy. */
+        int payload_cgroup_fd;
+        int payload_procs_fd;
+        int template_cgroup_fds[16];
         /* A dify run's network filter (runner-network.c): the manager's programs (-EBADF: none
          * given), and the cgroup.procs of the cgroup they are attached to, once made. */
         int net_filter_fds[_NET_FILTER_PROGRAM_MAX];

@@ -460,7 +460,13 @@ static KernelCellEnd kernel_run_cell(const PidRef *kernel, int ksock, uint32_t s
                 }
 
                 if (p[0].revents & POLLIN) {
-                        if (sandbox_sigterm_from_outside(signal_fd) && !ending) {
+                        unsigned got = sandbox_signals_from_outside(signal_fd);
+
+                        /* Interrupted (the Exec option "interrupt"): the cell's KeyboardInterrupt,
+                         * which the kernel survives; the runner ends us if the cell goes on. */
+                        if ((got & SANDBOX_OUTSIDE_INT) && !ending)
+                                (void) pidref_kill(kernel, SIGINT);
+                        if ((got & SANDBOX_OUTSIDE_TERM) && !ending) {
                                 ending = asked = true;
                                 (void) kill(-1, SIGKILL);
                         }

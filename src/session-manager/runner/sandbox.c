@@ -1104,15 +1104,20 @@ int sandbox_payload_attach(const SandboxExec *e, pid_t payload, int sync_fd) {
         return fd >= 0 ? fd : -EBADF;
 }
 
-bool sandbox_sigterm_from_outside(int signal_fd) {
+unsigned sandbox_signals_from_outside(int signal_fd) {
         struct signalfd_siginfo si;
-        bool term = false;
+        unsigned got = 0;
 
         while (read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si))
-                /* The runner's request to end the exec: from outside our PID namespace only. */
-                if (si.ssi_signo == SIGTERM && si.ssi_pid == 0 && si.ssi_code == SI_USER)
-                        term = true;
-        return term;
+                /* The runner's requests: from outside our PID namespace only. */
+                if ((si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) && si.ssi_pid == 0 &&
+                    si.ssi_code == SI_USER)
+                        got |= si.ssi_signo == SIGTERM ? SANDBOX_OUTSIDE_TERM : SANDBOX_OUTSIDE_INT;
+        return got;
+}
+
+bool sandbox_sigterm_from_outside(int signal_fd) {
+        return sandbox_signals_from_outside(signal_fd) & SANDBOX_OUTSIDE_TERM;
 }
 
 void sandbox_listener_event(int *listener, short revents, SeccompSupervisor *sup, SeccompReport *report) {
@@ -1503,6 +1508,7 @@ int sandbox_init_signals(void) {
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
         sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
                 return -errno;
         fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -1512,11 +1518,12 @@ int sandbox_init_signals(void) {
 /* PID 1 starts with a copy of every fd of the runner (the control connection among them): it
  * keeps only the exec's. */
 static int keep_exec_fds(const SandboxExec *e) {
-        int keep[11 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
+        int keep[12 + TEMPLATE_CGROUPS_MAX] = { e->stdout_fd, e->stderr_fd, e->status_fd, e->code_fd,
                                                 e->network_ready_fd, e->template_fd, e->filter_fd,
                                                 e->kernel ? e->kernel_fd : -EBADF, e->netns_fd,
-                                                e->prepared_fd, e->has_stdin ? e->stdin_fd : -EBADF };
-        size_t n = 11;
+                                                e->prepared_fd, e->has_stdin ? e->stdin_fd : -EBADF,
+                                                e->in_payload ? e->payload_procs_fd : -EBADF };
+        size_t n = 12;
 
         for (size_t i = 0; e->template_fd >= 0 && i < MIN(e->n_cgroup_fds, (size_t) TEMPLATE_CGROUPS_MAX);
              i++)
@@ -1556,6 +1563,17 @@ static void init_prologue(const SandboxExec *e, SandboxInit *ret) {
         r = keep_exec_fds(e);
         if (r < 0)
                 sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, -r, "close fds", 125);
+        /* Into the sandboxes' cgroup before anything starts ("0": the writer itself; no process is
+         * ever moved by its number), and the cgroup namespace rooted there. */
+        if (e->in_payload) {
+                if (write(e->payload_procs_fd, "0", 1) < 0)
+                        sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                                                "join the sandboxes' cgroup", 125);
+                if (unshare(CLONE_NEWCGROUP) < 0)
+                        sandbox_report_and_exit(e->status_fd, SANDBOX_STATUS_SETUP_FAILED, errno,
+                                                "cgroup namespace", 125);
+                safe_close(e->payload_procs_fd);
+        }
         /* With a network, the namespace slirp4netns serves (owned by its user namespace), before
          * anything is set up in it (lo). */
         if (e->netns_fd >= 0) {

@@ -152,6 +152,10 @@ typedef struct SandboxExec {
          * which PID 1 releases it (TemplateGo) once the code is in place. */
         int prepared_fd;
         bool prepared;
+        /* The session's sandboxes' cgroup (its cgroup.procs, opened by the runner): PID 1 moves
+         * itself in first, with in_payload; everything of the sandbox is born there. */
+        bool in_payload;
+        int payload_procs_fd;
         /* A command's stdin (the E2B API's sendStdin): the read end of a pipe of the gateway's,
          * with has_stdin; /dev/null otherwise. */
         bool has_stdin;
@@ -241,6 +245,11 @@ void sandbox_listener_event(int *listener, short revents, SeccompSupervisor *sup
 /* Reads every signal pending on 'signal_fd'; returns whether the runner's SIGTERM (the exec's
  * timeout, a cancel) was among them: a SIGTERM from outside our PID namespace only. */
 bool sandbox_sigterm_from_outside(int signal_fd);
+/* The runner's requests among the signals read: SIGTERM (end everything) and SIGINT (interrupt a
+ * kernel's cell), sent from outside the PID namespace. */
+#define SANDBOX_OUTSIDE_TERM 1U
+#define SANDBOX_OUTSIDE_INT 2U
+unsigned sandbox_signals_from_outside(int signal_fd);
 
 /* PID 1 once the payload started, sandbox_run_init()'s last step: closes what only the payload
  * needed, attaches the payload over init->sync[0] (maps its user namespace, takes its seccomp
