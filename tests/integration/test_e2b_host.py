@@ -68,8 +68,10 @@ def test_signed_urls_and_host_routing(sandboxes):
         # or expired signature, another sandbox, another user.
         u = urllib.parse.urlsplit(out["download"])
         q = dict(urllib.parse.parse_qsl(u.query))
-        for changed in [{"path": "other.txt"}, {"signature": q["signature"][:-1] + "A"},
-                        {"username": "user"}]:
+        sig = q["signature"]
+        # One character of the digest changed (never to itself: a test that could pass unchanged).
+        forged = sig[:10] + ("B" if sig[10] == "A" else "A") + sig[11:]
+        for changed in [{"path": "other.txt"}, {"signature": forged}, {"username": "user"}]:
             target = u._replace(query=urllib.parse.urlencode({**q, **changed})).geturl()
             assert by_host(target)[0] == 401, changed
         assert by_host(out["expired"])[0] == 401
