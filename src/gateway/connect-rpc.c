@@ -6,6 +6,7 @@
 
 #include "base64.h"
 #include "connect-rpc.h"
+#include "http-request.h"
 #include "http-util.h"
 #include "macro.h"
 #include "string-util.h"
@@ -86,6 +87,21 @@ unsigned connect_code_http_status(const char *code) {
                 if (streq(code, table[i].code))
                         return table[i].status;
         return 500;
+}
+
+int connect_reply_error(HttpRequest *req, bool stream, unsigned status, const char *code,
+                        const char *message) {
+        _cleanup_(json_writer_done) JsonWriter w = {};
+        HttpResponse *resp = NULL;
+        int r;
+
+        r = stream ? connect_end_stream_append(&w, code, message) : connect_error_json(&w, code, message);
+        if (r < 0)
+                return r;
+        r = http_response_new_writer(stream ? HTTP_OK : status ?: connect_code_http_status(code), &w, &resp);
+        if (r >= 0 && stream)
+                resp->content_type = CONNECT_STREAM_CONTENT_TYPE;
+        return http_request_reply_made(req, r, resp);
 }
 
 int connect_basic_user(const char *value, size_t n, char *ret, size_t ret_size) {

@@ -25,6 +25,12 @@ int connect_end_stream_append(JsonWriter *w, const char *code, const char *messa
 unsigned connect_code_http_status(const char *code) _pure_;
 /* {"code":"<code>","message":"<message>"}, the body of a unary call's error. */
 int connect_error_json(JsonWriter *w, const char *code, const char *message);
+/* Answers 'req' with a Connect error: for a server-streaming call ('stream'), 200 and the
+ * end-stream envelope with the error, as Connect ends a failed stream (a status would lose the
+ * code); for a unary one {"code","message"} with 'status', or the code's own if 0. */
+typedef struct HttpRequest HttpRequest;
+int connect_reply_error(HttpRequest *req, bool stream, unsigned status, const char *code,
+                        const char *message);
 /* The user an "Authorization: Basic base64(user:)" header names, into 'ret' (NUL-terminated);
  * -EINVAL when the header is not that. */
 int connect_basic_user(const char *value, size_t n, char *ret, size_t ret_size);

@@ -71,28 +71,14 @@ static bool e2b_fs_streaming(const HttpRequest *req) {
  * only while short. */
 int e2b_fs_reply_error(HttpRequest *req, unsigned status, const char *code, const char *before,
                        const char *path, const char *after) {
-        _cleanup_(json_writer_done) JsonWriter w = {};
-        HttpResponse *resp = NULL;
         char message[512];
-        int r;
 
         (void) snprintf(message, sizeof(message), "%s%s%s", before,
                         !path                                                        ? ""
                         : strlen(path) <= 256 && utf8_is_valid_n(path, strlen(path)) ? path
                                                                                      : "…",
                         strempty(after));
-        if (e2b_fs_streaming(req))
-                r = connect_end_stream_append(&w, code, message);
-        else
-                r = connect_error_json(&w, code, message);
-        if (r < 0)
-                return r;
-        if (e2b_fs_streaming(req))
-                status = HTTP_OK;
-        r = http_response_new_writer(status ?: connect_code_http_status(code), &w, &resp);
-        if (r >= 0 && e2b_fs_streaming(req))
-                resp->content_type = CONNECT_STREAM_CONTENT_TYPE;
-        return http_request_reply_made(req, r, resp);
+        return connect_reply_error(req, e2b_fs_streaming(req), status, code, message);
 }
 
 static int e2b_fs_reply_body(HttpRequest *req, JsonWriter *w) {

@@ -36,32 +36,13 @@ uint64_t e2b_rpc_body_max(const Config *config) {
         return 2U << 20;
 }
 
-/* A streaming call's failure: 200 and the end-stream envelope with the error, as Connect has it. */
+/* A streaming call's failure; a unary call's (connect_reply_error()). */
 static int connect_stream_fail(HttpRequest *req, const char *code, const char *message) {
-        _cleanup_(json_writer_done) JsonWriter w = {};
-        HttpResponse *resp = NULL;
-        int r;
-
-        r = connect_end_stream_append(&w, code, message);
-        if (r >= 0)
-                r = http_response_new_take(HTTP_OK, TAKE_PTR(w.buf.s), w.buf.len, &resp);
-        if (r < 0)
-                return r;
-        resp->content_type = CONNECT_STREAM_CONTENT_TYPE;
-        return http_request_reply(req, resp);
+        return connect_reply_error(req, true, 0, code, message);
 }
 
-/* A unary call's failure: the code's status and {"code","message"}. */
 static int connect_unary_fail(HttpRequest *req, const char *code, const char *message) {
-        _cleanup_(json_writer_done) JsonWriter w = {};
-        HttpResponse *resp = NULL;
-        int r;
-
-        r = connect_error_json(&w, code, message);
-        if (r >= 0)
-                r = http_response_new_take(connect_code_http_status(code), TAKE_PTR(w.buf.s), w.buf.len,
-                                           &resp);
-        return http_request_reply_made(req, r, resp);
+        return connect_reply_error(req, false, 0, code, message);
 }
 
 static int connect_unary_reply(HttpRequest *req, JsonWriter *w) {
